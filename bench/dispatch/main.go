@@ -1,0 +1,207 @@
+// Command dispatch measures how fast the local target turns submitted jobs
+// into finished ones, beside the physical limit (raw fork/exec of the same
+// commands at the same concurrency) and, where sbatch works, a local Slurm.
+//
+//	go run ./bench/dispatch [-n 1000] [-concurrency CPUs]
+//
+// It prints figures and ratios; it asserts nothing.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/api"
+	"github.com/ferry-ml/ferry/internal/client"
+)
+
+func main() {
+	n := flag.Int("n", 1000, "jobs to submit")
+	conc := flag.Int("concurrency", runtime.NumCPU(), "jobs at once (the local target's capacity)")
+	flag.Parse()
+	if err := run(*n, *conc); err != nil {
+		fmt.Fprintln(os.Stderr, "dispatch:", err)
+		os.Exit(1)
+	}
+}
+
+func run(n, conc int) error {
+	tmp, err := os.MkdirTemp("", "ferry-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "ferry")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/ferry").CombinedOutput(); err != nil {
+		return fmt.Errorf("build ferry (run from the repository root): %v\n%s", err, out)
+	}
+	fmt.Printf("dispatch benchmark: %d jobs of `true`, concurrency %d, %d CPUs\n\n", n, conc, runtime.NumCPU())
+
+	ferryRate, p50, p99, err := benchFerry(bin, tmp, n, conc)
+	if err != nil {
+		return err
+	}
+	rawRate := benchRaw(n, conc)
+	fmt.Printf("%-28s %10.1f jobs/s\n", "raw fork/exec", rawRate)
+	fmt.Printf("%-28s %10.1f jobs/s   submit->Running p50 %v  p99 %v\n", "ferry local target", ferryRate, p50, p99)
+	fmt.Printf("%-28s %10.3f (aim: >= 0.2)\n", "ratio ferry/raw", ferryRate/rawRate)
+	if slurmRate, err := benchSlurm(n); err != nil {
+		fmt.Printf("%-28s skipped: %v\n", "slurm (sbatch)", err)
+	} else {
+		fmt.Printf("%-28s %10.1f jobs/s\n", "slurm (sbatch)", slurmRate)
+		fmt.Printf("%-28s %10.3f\n", "ratio ferry/slurm", ferryRate/slurmRate)
+	}
+	return nil
+}
+
+func benchFerry(bin, tmp string, n, conc int) (float64, time.Duration, time.Duration, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dataDir := filepath.Join(tmp, "data")
+	srv := exec.Command(bin, "server", "--data-dir", dataDir, "--addr", addr, "--local-capacity", strconv.Itoa(conc))
+	logf, err := os.Create(filepath.Join(tmp, "server.log"))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	srv.Stdout, srv.Stderr = logf, logf
+	if err := srv.Start(); err != nil {
+		return 0, 0, 0, err
+	}
+	defer func() { _ = srv.Process.Signal(os.Interrupt); _ = srv.Wait() }()
+	var c *client.Client
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		tok, err := os.ReadFile(filepath.Join(dataDir, "owner.token"))
+		if err == nil {
+			c = client.New("http://"+addr, string(tok))
+			if c.Health(ctx) == nil {
+				break
+			}
+		}
+		if i > 400 {
+			return 0, 0, 0, fmt.Errorf("server did not start")
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	spec, _ := json.Marshal(map[string]any{"command": "true", "compute": "local"})
+	submitted := make([]time.Time, n)
+	names := make([]string, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	var firstErr error
+	var mu sync.Mutex
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			names[i] = fmt.Sprintf("bench-%05d", i)
+			raw := json.RawMessage(strings.Replace(string(spec), "{", fmt.Sprintf(`{"name":%q,`, names[i]), 1))
+			submitted[i] = time.Now()
+			if _, err := c.SubmitJob(ctx, api.JobRequest{Spec: raw}); err != nil {
+				mu.Lock()
+				firstErr = err
+				mu.Unlock()
+			}
+		}(i)
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, 0, 0, firstErr
+	}
+	for {
+		jobs, err := c.ListJobs(ctx, url.Values{"status": {"Completed,Failed,Canceled"}, "limit": {"0"}})
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if len(jobs) == n {
+			var lastEnd time.Time
+			lat := make([]time.Duration, 0, n)
+			idx := map[string]int{}
+			for i, nm := range names {
+				idx[nm] = i
+			}
+			failed := 0
+			for _, j := range jobs {
+				if j.Status != "Completed" {
+					failed++
+				}
+				if j.Ended != nil && j.Ended.After(lastEnd) {
+					lastEnd = *j.Ended
+				}
+				if j.Started != nil {
+					lat = append(lat, j.Started.Sub(submitted[idx[j.Name]]))
+				}
+			}
+			if failed > 0 {
+				return 0, 0, 0, fmt.Errorf("%d of %d jobs did not complete", failed, n)
+			}
+			sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+			rate := float64(n) / lastEnd.Sub(start).Seconds()
+			return rate, lat[len(lat)/2].Round(time.Microsecond * 100), lat[len(lat)*99/100].Round(time.Microsecond * 100), nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func benchRaw(n, conc int) float64 {
+	start := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, conc)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_ = exec.Command("/bin/sh", "-c", "true").Run()
+		}()
+	}
+	wg.Wait()
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// benchSlurm submits the same jobs through a local Slurm, if one answers.
+func benchSlurm(n int) (float64, error) {
+	if _, err := exec.LookPath("sbatch"); err != nil {
+		return 0, fmt.Errorf("sbatch not installed")
+	}
+	if out, err := exec.Command("sinfo", "-h").CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("no Slurm cluster answers: %s", strings.TrimSpace(string(out)))
+	}
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		if out, err := exec.Command("sbatch", "--quiet", "--output=/dev/null", "--wrap", "true").CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("sbatch: %v: %s", err, out)
+		}
+	}
+	for {
+		out, err := exec.Command("squeue", "-h", "-u", os.Getenv("USER")).Output()
+		if err != nil {
+			return 0, err
+		}
+		if strings.TrimSpace(string(out)) == "" {
+			return float64(n) / time.Since(start).Seconds(), nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

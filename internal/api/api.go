@@ -1,0 +1,517 @@
+// Package api serves Ferry's REST API v1 over HTTP: handlers only. Each
+// handler validates its input, asks the workspace service, and returns a
+// value or an error; one function turns errors into problem documents
+// (RFC 9457), so status codes are decided in one place.
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+// Body size limits for requests that are not blobs.
+const (
+	maxJSONBody = 16 << 20
+	maxLogChunk = 8 << 20
+)
+
+// Server is the HTTP API of one workspace.
+type Server struct {
+	ws     *workspace.Service
+	tokens store.Store
+	log    *slog.Logger
+	mux    *http.ServeMux
+	routes []route
+}
+
+// route is one API operation. The route table is also the source of the
+// OpenAPI document, so the two cannot drift apart.
+type route struct {
+	method, path, summary string
+	public                bool // no token needed
+	run                   bool // run-scoped tokens may call it
+	handle                func(r *http.Request, who auth.Principal) (any, error)
+	raw                   func(w http.ResponseWriter, r *http.Request, who auth.Principal) error // writes its own response
+}
+
+// New makes the API server. tokens is where API tokens are looked up.
+func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
+	s := &Server{ws: ws, tokens: tokens, log: log, mux: http.NewServeMux()}
+	s.routes = []route{
+		{method: "GET", path: "/healthz", summary: "Liveness check", public: true, handle: s.healthz},
+		{method: "GET", path: "/openapi.json", summary: "This API's OpenAPI document", public: true, handle: s.openapi},
+		{method: "GET", path: "/v1/computes", summary: "List compute targets", handle: s.listComputes},
+		{method: "POST", path: "/v1/computes", summary: "Create a compute target from an Azure ML v2 compute spec (as JSON)", handle: s.createCompute},
+		{method: "GET", path: "/v1/computes/{name}", summary: "Show a compute target", handle: s.getCompute},
+		{method: "DELETE", path: "/v1/computes/{name}", summary: "Delete a compute target", handle: s.deleteCompute},
+		{method: "POST", path: "/v1/jobs", summary: "Submit a job: {spec, code_snapshot, input_snapshots}", handle: s.createJob},
+		{method: "GET", path: "/v1/jobs", summary: "List jobs, newest first (?status=&compute=&limit=)", handle: s.listJobs},
+		{method: "GET", path: "/v1/jobs/{name}", summary: "Show a job with its status history", handle: s.getJob},
+		{method: "POST", path: "/v1/jobs/{name}/cancel", summary: "Cancel a job", handle: s.cancelJob},
+		{method: "GET", path: "/v1/jobs/{name}/logs", summary: "A job's log from ?offset=, following it while it runs with ?follow=true", raw: s.streamLogs},
+		{method: "GET", path: "/v1/jobs/{name}/metrics", summary: "A job's metric series (?name= for one metric)", handle: s.listMetrics},
+		{method: "POST", path: "/v1/jobs/{name}/metrics", summary: "Log metric values: {name, value, step, time} or {metrics: [...]}", run: true, handle: s.addMetrics},
+		{method: "GET", path: "/v1/jobs/{name}/outputs", summary: "Snapshot ids of a job's outputs", handle: s.getOutputs},
+		{method: "GET", path: "/v1/jobs/{name}/attempts/{attempt}/assignment", summary: "Runner: what to run", run: true, handle: s.assignment},
+		{method: "POST", path: "/v1/jobs/{name}/attempts/{attempt}/heartbeat", summary: "Runner: renew the lease; says whether to stop", run: true, handle: s.heartbeat},
+		{method: "POST", path: "/v1/jobs/{name}/attempts/{attempt}/status", summary: "Runner: report progress or the end", run: true, handle: s.reportStatus},
+		{method: "GET", path: "/v1/jobs/{name}/attempts/{attempt}/logs", summary: "Runner: how many log bytes are stored", run: true, handle: s.logSize},
+		{method: "POST", path: "/v1/jobs/{name}/attempts/{attempt}/logs", summary: "Runner: append log bytes starting at ?offset=", run: true, handle: s.appendLog},
+		{method: "PUT", path: "/v1/jobs/{name}/attempts/{attempt}/outputs", summary: "Runner: record output snapshots", run: true, handle: s.setOutputs},
+		{method: "POST", path: "/v1/blobs/missing", summary: "Which of {digests: [...]} are not stored", run: true, handle: s.missingBlobs},
+		{method: "PUT", path: "/v1/blobs/{digest}", summary: "Upload content by its SHA-256", run: true, handle: s.putBlob},
+		{method: "GET", path: "/v1/blobs/{digest}", summary: "Download content by its SHA-256", run: true, raw: s.getBlob},
+		{method: "POST", path: "/v1/snapshots", summary: "Store a snapshot manifest whose files are uploaded", run: true, handle: s.createSnapshot},
+		{method: "GET", path: "/v1/snapshots/{id}", summary: "Get a snapshot manifest", run: true, handle: s.getSnapshot},
+	}
+	for _, rt := range s.routes {
+		s.mux.HandleFunc(rt.method+" "+rt.path, s.wrap(rt))
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, workspace.NotFound("no API operation %s %s; see /openapi.json", r.Method, r.URL.Path))
+	})
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) wrap(rt route) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var who auth.Principal
+		if !rt.public {
+			p, err := s.authenticate(r)
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			if p.Kind == auth.KindRun && !rt.run {
+				s.writeError(w, r, workspace.Forbidden("a run token may not call %s %s", rt.method, rt.path))
+				return
+			}
+			who = p
+		}
+		if rt.raw != nil {
+			if err := rt.raw(w, r, who); err != nil {
+				s.writeError(w, r, err)
+			}
+			return
+		}
+		v, err := rt.handle(r, who)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	}
+}
+
+func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
+	h := r.Header.Get("Authorization")
+	secret, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || strings.TrimSpace(secret) == "" {
+		return auth.Principal{}, workspace.Unauthorized("missing token: send `Authorization: Bearer <token>` (the owner token is in the server's data dir, owner.token)")
+	}
+	t, err := s.tokens.TokenByHash(r.Context(), auth.Hash(secret))
+	if errors.Is(err, store.ErrNotFound) {
+		return auth.Principal{}, workspace.Unauthorized("the token is not valid for this workspace (wrong, revoked or from another workspace)")
+	}
+	if err != nil {
+		return auth.Principal{}, err
+	}
+	return auth.Principal{Kind: t.Kind, Subject: t.Subject, Attempt: t.Attempt}, nil
+}
+
+// Problem is the JSON error document every failed call returns.
+type Problem struct {
+	Type   string             `json:"type"`
+	Title  string             `json:"title"`
+	Status int                `json:"status"`
+	Detail string             `json:"detail"`
+	Errors []*spec.FieldError `json:"errors,omitempty"`
+}
+
+var statusOf = map[workspace.Code]int{
+	workspace.CodeInternal:     http.StatusInternalServerError,
+	workspace.CodeInvalid:      http.StatusBadRequest,
+	workspace.CodeNotFound:     http.StatusNotFound,
+	workspace.CodeConflict:     http.StatusConflict,
+	workspace.CodeUnauthorized: http.StatusUnauthorized,
+	workspace.CodeForbidden:    http.StatusForbidden,
+	workspace.CodeTooLarge:     http.StatusRequestEntityTooLarge,
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code := workspace.CodeOf(err)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		code = workspace.CodeTooLarge
+		err = &workspace.Error{Code: code, Msg: fmt.Sprintf("the request body is over its limit of %d bytes", tooBig.Limit)}
+	}
+	status := statusOf[code]
+	p := Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: err.Error()}
+	var fe spec.Errors
+	if errors.As(err, &fe) {
+		p.Errors = fe
+	}
+	if code == workspace.CodeInternal {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		p.Detail = "internal error; the server's log has the details"
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// decode reads a strict JSON body into v.
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxJSONBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return err
+		}
+		return workspace.Invalid("request body: %v", err)
+	}
+	return nil
+}
+
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	return io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
+}
+
+func attemptOf(r *http.Request) (int, error) {
+	a, err := strconv.Atoi(r.PathValue("attempt"))
+	if err != nil || a < 1 {
+		return 0, workspace.Invalid("attempt: %q is not an attempt number", r.PathValue("attempt"))
+	}
+	return a, nil
+}
+
+func (s *Server) healthz(*http.Request, auth.Principal) (any, error) {
+	return map[string]string{"status": "ok"}, nil
+}
+
+// ---- computes ----
+
+func (s *Server) listComputes(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.ListComputes(r.Context())
+}
+
+func (s *Server) createCompute(r *http.Request, who auth.Principal) (any, error) {
+	body, err := readBody(r, maxJSONBody)
+	if err != nil {
+		return nil, err
+	}
+	c, err := spec.DecodeComputeJSON(body)
+	if err != nil {
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	return s.ws.CreateCompute(r.Context(), c)
+}
+
+func (s *Server) getCompute(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.GetCompute(r.Context(), r.PathValue("name"))
+}
+
+func (s *Server) deleteCompute(r *http.Request, _ auth.Principal) (any, error) {
+	if err := s.ws.DeleteCompute(r.Context(), r.PathValue("name")); err != nil {
+		return nil, err
+	}
+	return map[string]string{"deleted": r.PathValue("name")}, nil
+}
+
+// ---- jobs ----
+
+// JobRequest is the body of POST /v1/jobs.
+type JobRequest struct {
+	Spec           json.RawMessage   `json:"spec"`
+	CodeSnapshot   string            `json:"code_snapshot,omitempty"`
+	InputSnapshots map[string]string `json:"input_snapshots,omitempty"`
+}
+
+func (s *Server) createJob(r *http.Request, who auth.Principal) (any, error) {
+	var req JobRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Spec) == 0 {
+		return nil, workspace.Invalid("spec: the job spec is missing")
+	}
+	j, err := spec.DecodeJobJSON(req.Spec)
+	if err != nil {
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	return s.ws.SubmitJob(r.Context(), who, workspace.Submission{Spec: j, CodeSnapshot: req.CodeSnapshot, InputSnapshots: req.InputSnapshots})
+}
+
+func (s *Server) listJobs(r *http.Request, _ auth.Principal) (any, error) {
+	q := r.URL.Query()
+	f := store.JobFilter{Compute: q.Get("compute")}
+	if st := q.Get("status"); st != "" {
+		f.Statuses = strings.Split(st, ",")
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 {
+			return nil, workspace.Invalid("limit: %q is not a count", l)
+		}
+		f.Limit = n
+	}
+	return s.ws.ListJobs(r.Context(), f)
+}
+
+func (s *Server) getJob(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.GetJob(r.Context(), r.PathValue("name"), true)
+}
+
+func (s *Server) cancelJob(r *http.Request, who auth.Principal) (any, error) {
+	return s.ws.CancelJob(r.Context(), who, r.PathValue("name"))
+}
+
+// flushWriter flushes after every write so a follower sees lines at once.
+type flushWriter struct {
+	w http.ResponseWriter
+	f *http.ResponseController
+}
+
+func (fw flushWriter) Write(p []byte) (int, error) {
+	n, err := fw.w.Write(p)
+	if err == nil {
+		err = fw.f.Flush()
+	}
+	return n, err
+}
+
+func (s *Server) streamLogs(w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
+	name := r.PathValue("name")
+	var offset int64
+	if o := r.URL.Query().Get("offset"); o != "" {
+		n, err := strconv.ParseInt(o, 10, 64)
+		if err != nil || n < 0 {
+			return workspace.Invalid("offset: %q is not a byte offset", o)
+		}
+		offset = n
+	}
+	follow := r.URL.Query().Get("follow") == "true"
+	ctx := r.Context()
+	// Check the job exists before the 200 goes out.
+	if _, _, err := s.ws.ReadLog(ctx, name, 0, 0, io.Discard); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	out := flushWriter{w: w, f: http.NewResponseController(w)}
+	for {
+		changed := s.ws.Changes(name) // before reading, so no change is missed
+		n, status, err := s.ws.ReadLog(ctx, name, offset, 4<<20, out)
+		offset += n
+		if err != nil {
+			s.log.Warn("log stream ended", "job", name, "err", err)
+			return nil // the body has begun: all we can do is stop
+		}
+		if n > 0 {
+			continue
+		}
+		// A runner ships all of its log before its final status, so once the
+		// status read before this read was terminal, nothing more will come.
+		if !follow || workspace.IsTerminal(status) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-time.After(15 * time.Second):
+		}
+	}
+}
+
+// MetricsRequest is the body of POST /v1/jobs/{name}/metrics: one metric
+// inline or a list.
+type MetricsRequest struct {
+	workspace.Metric
+	Metrics []workspace.Metric `json:"metrics,omitempty"`
+}
+
+func (s *Server) addMetrics(r *http.Request, who auth.Principal) (any, error) {
+	var req MetricsRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	ms := req.Metrics
+	if req.Name != "" {
+		ms = append(ms, req.Metric)
+	}
+	if err := s.ws.AddMetrics(r.Context(), who, r.PathValue("name"), ms); err != nil {
+		return nil, err
+	}
+	return map[string]int{"recorded": len(ms)}, nil
+}
+
+func (s *Server) listMetrics(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.ListMetrics(r.Context(), r.PathValue("name"), r.URL.Query().Get("name"))
+}
+
+func (s *Server) getOutputs(r *http.Request, _ auth.Principal) (any, error) {
+	j, err := s.ws.GetJob(r.Context(), r.PathValue("name"), false)
+	if err != nil {
+		return nil, err
+	}
+	if j.Outputs == nil {
+		return &workspace.Outputs{}, nil
+	}
+	return j.Outputs, nil
+}
+
+// ---- runner ----
+
+func (s *Server) assignment(r *http.Request, who auth.Principal) (any, error) {
+	a, err := attemptOf(r)
+	if err != nil {
+		return nil, err
+	}
+	return s.ws.Assignment(r.Context(), who, r.PathValue("name"), a)
+}
+
+func (s *Server) heartbeat(r *http.Request, who auth.Principal) (any, error) {
+	a, err := attemptOf(r)
+	if err != nil {
+		return nil, err
+	}
+	return s.ws.Heartbeat(r.Context(), who, r.PathValue("name"), a)
+}
+
+func (s *Server) reportStatus(r *http.Request, who auth.Principal) (any, error) {
+	a, err := attemptOf(r)
+	if err != nil {
+		return nil, err
+	}
+	var rep workspace.Report
+	if err := decode(r, &rep); err != nil {
+		return nil, err
+	}
+	return s.ws.ReportStatus(r.Context(), who, r.PathValue("name"), a, rep)
+}
+
+// LogSize is the reply to the runner's log calls.
+type LogSize struct {
+	Size int64 `json:"size"`
+}
+
+func (s *Server) logSize(r *http.Request, who auth.Principal) (any, error) {
+	a, err := attemptOf(r)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.ws.LogSize(r.Context(), who, r.PathValue("name"), a)
+	return LogSize{Size: n}, err
+}
+
+func (s *Server) appendLog(r *http.Request, who auth.Principal) (any, error) {
+	a, err := attemptOf(r)
+	if err != nil {
+		return nil, err
+	}
+	offset, err := strconv.ParseInt(r.URL.Query().Get("offset"), 10, 64)
+	if err != nil || offset < 0 {
+		return nil, workspace.Invalid("offset: %q is not a byte offset", r.URL.Query().Get("offset"))
+	}
+	data, err := readBody(r, maxLogChunk)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.ws.AppendLog(r.Context(), who, r.PathValue("name"), a, offset, data)
+	return LogSize{Size: n}, err
+}
+
+func (s *Server) setOutputs(r *http.Request, who auth.Principal) (any, error) {
+	a, err := attemptOf(r)
+	if err != nil {
+		return nil, err
+	}
+	var out workspace.Outputs
+	if err := decode(r, &out); err != nil {
+		return nil, err
+	}
+	if err := s.ws.SetOutputs(r.Context(), who, r.PathValue("name"), a, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ---- blobs and snapshots ----
+
+// DigestList is the body and reply of POST /v1/blobs/missing.
+type DigestList struct {
+	Digests []string `json:"digests"`
+}
+
+func (s *Server) missingBlobs(r *http.Request, _ auth.Principal) (any, error) {
+	var req DigestList
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	missing, err := s.ws.MissingBlobs(req.Digests)
+	if missing == nil {
+		missing = []string{}
+	}
+	return DigestList{Digests: missing}, err
+}
+
+func (s *Server) putBlob(r *http.Request, _ auth.Principal) (any, error) {
+	d := r.PathValue("digest")
+	if err := s.ws.PutBlob(d, http.MaxBytesReader(nil, r.Body, s.ws.MaxSnapshotSize())); err != nil {
+		return nil, err
+	}
+	return map[string]string{"digest": d}, nil
+}
+
+func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
+	f, err := s.ws.OpenBlob(r.PathValue("digest"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	http.ServeContent(w, r, "", time.Time{}, f)
+	return nil
+}
+
+// SnapshotID is the reply of POST /v1/snapshots.
+type SnapshotID struct {
+	ID string `json:"id"`
+}
+
+func (s *Server) createSnapshot(r *http.Request, _ auth.Principal) (any, error) {
+	body, err := readBody(r, 512<<20)
+	if err != nil {
+		return nil, err
+	}
+	id, err := s.ws.CreateSnapshot(body)
+	return SnapshotID{ID: id}, err
+}
+
+func (s *Server) getSnapshot(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.GetSnapshot(r.PathValue("id"))
+}

@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/runner"
+	"github.com/ferry-ml/ferry/internal/server"
+)
+
+func (a *app) serverCmd() *cobra.Command {
+	var cfg server.Config
+	var maxSnap string
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run a workspace server",
+		Long: `Run a workspace: the API, the store and the dispatcher of jobs.
+
+On first start it makes the owner's API token and writes it to
+DATA_DIR/owner.token (mode 0600). Jobs on the local target keep running
+when the server stops, and report back when it is up again.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if maxSnap != "" {
+				n, err := parseSize(maxSnap)
+				if err != nil {
+					return err
+				}
+				cfg.MaxSnapshotSize = n
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cfg.Log = slog.New(slog.NewTextHandler(a.stderr, nil))
+			cfg.Out = a.stdout
+			return server.Run(ctx, cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", "", "directory of the workspace's database, blobs and logs (required)")
+	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8580", "address to listen on (port 0 picks a free one)")
+	f.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL that runners use to reach this server (default: http://ADDR)")
+	f.IntVar(&cfg.LocalCapacity, "local-capacity", 0, "jobs the local target runs at once (default: CPUs of this machine)")
+	f.StringVar(&maxSnap, "max-snapshot-size", "", "largest snapshot accepted, e.g. 1GiB (default 1GiB)")
+	f.DurationVar(&cfg.LeaseTimeout, "lease-timeout", 30*time.Second, "how long a silent runner keeps its job before it is failed as lost")
+	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "time a canceled job gets between SIGTERM and SIGKILL")
+	_ = cmd.MarkFlagRequired("data-dir")
+	return cmd
+}
+
+func (a *app) runnerCmd() *cobra.Command {
+	var cfg runner.Config
+	var api string
+	cmd := &cobra.Command{
+		Use:    "runner",
+		Short:  "Run one attempt of a job (started by compute targets, not by people)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tok := os.Getenv("FERRY_RUN_TOKEN")
+			if tok == "" {
+				return errors.New("FERRY_RUN_TOKEN is not set; runners are started by a compute target with a run token")
+			}
+			os.Unsetenv("FERRY_RUN_TOKEN")
+			// The runner is a daemon in its own session: a hang-up is no
+			// reason to stop, and SIGTERM/SIGINT mean "cancel the job".
+			signal.Ignore(syscall.SIGHUP)
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+			cancel := make(chan struct{})
+			go func() { <-sigs; close(cancel) }()
+			cfg.Cancel = cancel
+			cfg.Client = client.New(api, tok)
+			cfg.APIURL, cfg.RunToken = api, tok
+			cfg.Log = slog.New(slog.NewTextHandler(a.stderr, nil))
+			return runner.Run(context.WithoutCancel(cmd.Context()), cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&api, "api", "", "workspace API URL")
+	f.StringVar(&cfg.Job, "job", "", "job name")
+	f.IntVar(&cfg.Attempt, "attempt", 0, "attempt number")
+	f.StringVar(&cfg.Dir, "dir", "", "this attempt's directory")
+	f.StringVar(&cfg.CacheDir, "cache", "", "the node's blob cache directory")
+	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "SIGTERM to SIGKILL grace on cancel")
+	for _, n := range []string{"api", "job", "attempt", "dir", "cache"} {
+		_ = cmd.MarkFlagRequired(n)
+	}
+	return cmd
+}

@@ -1,0 +1,505 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/ferry-ml/ferry/internal/api"
+	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/snapshot"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+const defaultMaxSnapshot = 1 << 30
+
+func (a *app) jobCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "job", Short: "Submit and follow jobs (Azure ML v2 command job files)"}
+	cmd.AddCommand(a.jobCreateCmd(), a.jobShowCmd(), a.jobListCmd(), a.jobStreamCmd(), a.jobCancelCmd(), a.jobDownloadCmd())
+	return cmd
+}
+
+type createOpts struct {
+	file    string
+	sets    []string
+	name    string
+	stream  bool
+	maxSnap string
+}
+
+func (a *app) jobCreateCmd() *cobra.Command {
+	var o createOpts
+	cmd := &cobra.Command{
+		Use:   "create -f FILE",
+		Short: "Submit a job; prints its name (the whole job with -o json)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.checkOutput(); err != nil {
+				return err
+			}
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			j, err := a.createJob(cmd.Context(), c, o)
+			if err != nil {
+				return err
+			}
+			if o.stream {
+				return a.streamToEnd(cmd.Context(), c, j.Name)
+			}
+			if a.output == "table" {
+				fmt.Fprintln(a.stdout, j.Name)
+				return nil
+			}
+			return a.print(j, nil)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.file, "file", "f", "", "job YAML file (required)")
+	f.StringArrayVar(&o.sets, "set", nil, "override a field: --set path=value (repeatable), e.g. --set limits.timeout=60")
+	f.StringVar(&o.name, "name", "", "job name (default: the file's name, else a generated one)")
+	f.BoolVar(&o.stream, "stream", false, "stream the logs; exit 0 only if the job Completed")
+	f.StringVar(&o.maxSnap, "max-snapshot-size", "", "largest code snapshot to upload, e.g. 2GiB (default 1GiB or $FERRY_MAX_SNAPSHOT_SIZE)")
+	_ = cmd.MarkFlagRequired("file")
+	return cmd
+}
+
+// createJob parses the job file, uploads its code and local inputs, and
+// submits it.
+func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*workspace.Job, error) {
+	data, err := os.ReadFile(o.file)
+	if err != nil {
+		return nil, err
+	}
+	sets := o.sets
+	if o.name != "" {
+		sets = append(sets, "name="+o.name)
+	}
+	j, err := spec.ParseJobWithSet(data, sets)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", o.file, err)
+	}
+	limit := int64(defaultMaxSnapshot)
+	if s := firstNonEmpty(o.maxSnap, a.getenv("FERRY_MAX_SNAPSHOT_SIZE")); s != "" {
+		if limit, err = parseSize(s); err != nil {
+			return nil, err
+		}
+	}
+	base := filepath.Dir(o.file)
+	req := api.JobRequest{InputSnapshots: map[string]string{}}
+	if j.Code != "" {
+		p := resolve(base, j.Code)
+		id, err := a.upload(ctx, c, "code", p, "", limit, true)
+		if err != nil {
+			return nil, fmt.Errorf("code: %w", err)
+		}
+		req.CodeSnapshot = id
+	}
+	for _, name := range sortedKeys(j.Inputs) {
+		in := j.Inputs[name]
+		if in.IsLiteral() {
+			continue
+		}
+		field := "inputs." + name + ".path"
+		if isRemote(in.Path) {
+			return nil, fmt.Errorf("%s: %q is not a local path; only local files and folders are supported as inputs so far", field, in.Path)
+		}
+		p := resolve(base, in.Path)
+		id, err := a.upload(ctx, c, field, p, in.Type, limit, false)
+		if err != nil {
+			return nil, err
+		}
+		req.InputSnapshots[name] = id
+	}
+	raw, err := jsonOf(j)
+	if err != nil {
+		return nil, err
+	}
+	req.Spec = raw
+	return c.SubmitJob(ctx, req)
+}
+
+var remoteScheme = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)
+
+func isRemote(p string) bool {
+	return remoteScheme.MatchString(p) && !strings.HasPrefix(p, "file:")
+}
+
+func resolve(base, p string) string {
+	p = strings.TrimPrefix(p, "file:")
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(base, p)
+}
+
+// upload snapshots a local file or folder and sends what the workspace
+// lacks. kind is the input type (uri_file, uri_folder) or "" for code.
+func (a *app) upload(ctx context.Context, c *client.Client, field, path, kind string, limit int64, ignoreFiles bool) (string, error) {
+	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("%s: %s does not exist", field, path)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", field, err)
+	}
+	switch {
+	case kind == "uri_file" && st.IsDir():
+		return "", fmt.Errorf("%s: %s is a folder, but the input's type is uri_file; use type: uri_folder", field, path)
+	case kind == "uri_folder" && !st.IsDir():
+		return "", fmt.Errorf("%s: %s is a file, but the input's type is uri_folder; use type: uri_file", field, path)
+	}
+	opt := snapshot.BuildOptions{MaxSize: limit, UseIgnoreFiles: ignoreFiles}
+	var m *snapshot.Manifest
+	var files map[string]string
+	if st.IsDir() {
+		m, files, err = snapshot.Build(path, opt)
+	} else {
+		m, files, err = snapshot.BuildFile(path, opt)
+	}
+	if err != nil {
+		return "", err
+	}
+	var progress func(int64)
+	if f, ok := a.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) && m.TotalSize() > 0 {
+		bar := progressbar.DefaultBytes(m.TotalSize(), "uploading "+field)
+		defer bar.Close()
+		progress = func(n int64) { _ = bar.Add64(n) }
+	}
+	id, stats, err := c.Upload(ctx, m, files, progress)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(a.stderr, "%s: uploaded %d of %d files (%s); the rest were already in the workspace\n",
+		field, stats.Uploaded, stats.Files, humanBytes(stats.Bytes))
+	return id, nil
+}
+
+// streamToEnd follows a job's log until it ends, then prints its outcome.
+// Ctrl-C stops streaming, not the job.
+func (a *app) streamToEnd(ctx context.Context, c *client.Client, name string) error {
+	fmt.Fprintf(a.stderr, "job %s submitted; streaming its log (Ctrl-C stops streaming, not the job)\n", name)
+	sctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+	defer stop()
+	var offset int64
+	wait := 200 * time.Millisecond
+	for {
+		n, err := c.StreamLogs(sctx, name, offset, true, a.stdout)
+		if n > offset {
+			wait = 200 * time.Millisecond
+		}
+		offset = n
+		if sctx.Err() != nil {
+			fmt.Fprintf(a.stderr, "\nstopped streaming; job %s goes on (`ferry job stream %s` to follow it again)\n", name, name)
+			return &exitError{code: 130}
+		}
+		if s := client.StatusOf(err); s >= 400 && s < 500 {
+			return err
+		}
+		if err == nil {
+			j, err := c.GetJob(sctx, name)
+			if err == nil && workspace.IsTerminal(j.Status) {
+				return a.finalSummary(j)
+			}
+		}
+		// The server went away or ended the stream early: resume from offset.
+		select {
+		case <-sctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+// finalSummary prints how a job ended and returns its exit status.
+func (a *app) finalSummary(j *workspace.Job) error {
+	fmt.Fprintf(a.stderr, "\njob %s: %s", j.Name, j.Status)
+	if j.StatusReason != "" {
+		fmt.Fprintf(a.stderr, " (%s)", j.StatusReason)
+	}
+	fmt.Fprintln(a.stderr)
+	if j.Error != "" && j.Status != workspace.StatusCompleted {
+		fmt.Fprintf(a.stderr, "error: %s\n", j.Error)
+	}
+	for _, k := range sortedKeys(j.Metrics) {
+		fmt.Fprintf(a.stderr, "metric %s = %g\n", k, j.Metrics[k])
+	}
+	if j.Status == workspace.StatusCompleted {
+		return nil
+	}
+	code := 1
+	if j.ExitCode != nil && *j.ExitCode > 0 && *j.ExitCode < 256 {
+		code = *j.ExitCode
+	}
+	return &exitError{code: code}
+}
+
+func (a *app) jobStreamCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "stream NAME",
+		Short: "Print a job's log from the start and follow it until the job ends",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if _, err := c.GetJob(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			return a.streamToEnd(cmd.Context(), c, args[0])
+		},
+	}
+}
+
+func (a *app) jobShowCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show NAME",
+		Short: "Show a job: status, why, timings, metrics, history",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			j, err := c.GetJob(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return a.print(j, func(w *tabwriter.Writer) { showJob(w, j) })
+		},
+	}
+}
+
+func showJob(w *tabwriter.Writer, j *workspace.Job) {
+	fmt.Fprintf(w, "name:\t%s\n", j.Name)
+	if j.DisplayName != "" {
+		fmt.Fprintf(w, "display name:\t%s\n", j.DisplayName)
+	}
+	if j.ExperimentName != "" {
+		fmt.Fprintf(w, "experiment:\t%s\n", j.ExperimentName)
+	}
+	fmt.Fprintf(w, "status:\t%s\n", j.Status)
+	if j.StatusReason != "" {
+		fmt.Fprintf(w, "reason:\t%s\n", j.StatusReason)
+	}
+	if j.ExitCode != nil {
+		fmt.Fprintf(w, "exit code:\t%d\n", *j.ExitCode)
+	}
+	if j.Error != "" {
+		fmt.Fprintf(w, "error:\t%s\n", j.Error)
+	}
+	if j.CancelRequestedBy != "" {
+		fmt.Fprintf(w, "canceled by:\t%s\n", j.CancelRequestedBy)
+	}
+	fmt.Fprintf(w, "compute:\t%s\n", j.Compute)
+	fmt.Fprintf(w, "attempt:\t%d\n", j.Attempt)
+	fmt.Fprintf(w, "created:\t%s\n", fmtTime(j.Created))
+	fmt.Fprintf(w, "started:\t%s\n", fmtTime(j.Started))
+	fmt.Fprintf(w, "ended:\t%s\n", fmtTime(j.Ended))
+	fmt.Fprintf(w, "duration:\t%s\n", fmtDuration(j.Started, j.Ended))
+	if j.Spec != nil {
+		fmt.Fprintf(w, "command:\t%s\n", strings.TrimSpace(j.Spec.Command))
+	}
+	for _, k := range sortedKeys(j.Metrics) {
+		fmt.Fprintf(w, "metric %s:\t%g\n", k, j.Metrics[k])
+	}
+	if len(j.History) > 0 {
+		fmt.Fprintf(w, "history:\t\n")
+		for _, e := range j.History {
+			fmt.Fprintf(w, "  %s\t%s\t%s\n", e.Time.Local().Format("15:04:05.000"), e.To, e.Reason)
+		}
+	}
+}
+
+func (a *app) jobListCmd() *cobra.Command {
+	var status, computeName string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List jobs, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			q := url.Values{}
+			if status != "" {
+				q.Set("status", status)
+			}
+			if computeName != "" {
+				q.Set("compute", computeName)
+			}
+			if limit > 0 {
+				q.Set("limit", strconv.Itoa(limit))
+			}
+			jobs, err := c.ListJobs(cmd.Context(), q)
+			if err != nil {
+				return err
+			}
+			return a.print(jobs, func(w *tabwriter.Writer) {
+				fmt.Fprintln(w, "NAME\tSTATUS\tCOMPUTE\tCREATED\tDURATION\tEXIT")
+				for _, j := range jobs {
+					exit := "-"
+					if j.ExitCode != nil {
+						exit = strconv.Itoa(*j.ExitCode)
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Status, j.Compute, fmtTime(j.Created), fmtDuration(j.Started, j.Ended), exit)
+				}
+			})
+		},
+	}
+	cmd.Flags().StringVar(&status, "status", "", "only jobs in these statuses (comma-separated)")
+	cmd.Flags().StringVar(&computeName, "compute", "", "only jobs on this compute target")
+	cmd.Flags().IntVar(&limit, "max-results", 50, "at most this many jobs (0 = all)")
+	return cmd
+}
+
+func (a *app) jobCancelCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel NAME",
+		Short: "Cancel a job (SIGTERM to its processes, SIGKILL after a grace period)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			j, err := c.CancelJob(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return a.print(j, func(w *tabwriter.Writer) { fmt.Fprintf(w, "%s\t%s\n", j.Name, j.Status) })
+		},
+	}
+}
+
+func (a *app) jobDownloadCmd() *cobra.Command {
+	var dir, only string
+	cmd := &cobra.Command{
+		Use:   "download NAME",
+		Short: "Download a job's outputs: ./outputs to DIR/artifacts/outputs, named outputs to DIR/named-outputs/NAME",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			where, err := download(cmd.Context(), c, args[0], dir, only)
+			if err != nil {
+				return err
+			}
+			for _, w := range where {
+				fmt.Fprintln(a.stdout, w)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "download-path", ".", "directory to download into")
+	cmd.Flags().StringVar(&only, "output-name", "", "download only this named output")
+	return cmd
+}
+
+// download writes a job's outputs under dir and returns the paths written.
+func download(ctx context.Context, c *client.Client, name, dir, only string) ([]string, error) {
+	j, err := c.GetJob(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if !workspace.IsTerminal(j.Status) {
+		return nil, fmt.Errorf("job %s is %s; its outputs can be downloaded once it has ended", name, j.Status)
+	}
+	out, err := c.Outputs(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	var where []string
+	if only == "" && out.Artifacts != "" {
+		p := filepath.Join(dir, "artifacts", "outputs")
+		if err := c.Download(ctx, out.Artifacts, p); err != nil {
+			return nil, err
+		}
+		where = append(where, p)
+	}
+	if only != "" {
+		if _, ok := out.Named[only]; !ok {
+			return nil, fmt.Errorf("--output-name: job %s has no output %q (it has: %s)", name, only, strings.Join(sortedKeys(out.Named), ", "))
+		}
+	}
+	for _, k := range sortedKeys(out.Named) {
+		if only != "" && k != only {
+			continue
+		}
+		p := filepath.Join(dir, "named-outputs", k)
+		if err := c.Download(ctx, out.Named[k], p); err != nil {
+			return nil, err
+		}
+		where = append(where, p)
+	}
+	return where, nil
+}
+
+var sizeRe = regexp.MustCompile(`^(?i)\s*(\d+(?:\.\d+)?)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)?\s*$`)
+
+// parseSize reads sizes like 1GiB, 500MB, 2g or 1048576 (bytes; units are
+// powers of 1024).
+func parseSize(s string) (int64, error) {
+	m := sizeRe.FindStringSubmatch(s)
+	if m == nil {
+		return 0, fmt.Errorf("size %q: write a number with an optional unit, e.g. 1GiB, 500MiB", s)
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	mult := map[byte]float64{'b': 1, 'k': 1 << 10, 'm': 1 << 20, 'g': 1 << 30, 't': 1 << 40}
+	if m[2] != "" {
+		v *= mult[strings.ToLower(m[2])[0]]
+	}
+	return int64(v), nil
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

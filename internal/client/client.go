@@ -1,0 +1,372 @@
+// Package client is the Go client of Ferry's REST API v1. The CLI and the
+// runner use nothing else to talk to a workspace.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/api"
+	"github.com/ferry-ml/ferry/internal/snapshot"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+// Client calls one workspace with one token. Safe for concurrent use.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// New returns a client of the workspace at baseURL.
+func New(baseURL, token string) *Client {
+	return &Client{base: strings.TrimRight(baseURL, "/"), token: strings.TrimSpace(token), http: &http.Client{}}
+}
+
+// BaseURL is the workspace URL the client calls.
+func (c *Client) BaseURL() string { return c.base }
+
+// APIError is a problem document returned by the server.
+type APIError struct {
+	api.Problem
+}
+
+func (e *APIError) Error() string {
+	if len(e.Errors) > 1 {
+		var b strings.Builder
+		b.WriteString("invalid request:")
+		for _, fe := range e.Errors {
+			b.WriteString("\n  - " + fe.Error())
+		}
+		return b.String()
+	}
+	return e.Detail
+}
+
+// StatusOf returns the HTTP status of an API error, or 0 for other errors
+// (the server could not be reached, for example).
+func StatusOf(err error) int {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.Status
+	}
+	return 0
+}
+
+func (c *Client) request(ctx context.Context, method, path string, body io.Reader, contentType string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the Ferry workspace at %s: %w", c.base, err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		ae := &APIError{}
+		if json.Unmarshal(data, &ae.Problem) != nil || ae.Detail == "" {
+			ae.Problem = api.Problem{Status: resp.StatusCode, Title: resp.Status, Detail: fmt.Sprintf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(data)))}
+		}
+		ae.Status = resp.StatusCode
+		return nil, ae
+	}
+	return resp, nil
+}
+
+// do sends in as JSON (if not nil) and decodes the reply into out (if not nil).
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	ct := ""
+	if in != nil {
+		data, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body, ct = bytes.NewReader(data), "application/json"
+	}
+	resp, err := c.request(ctx, method, path, body, ct)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// Health checks that the server answers.
+func (c *Client) Health(ctx context.Context) error {
+	return c.do(ctx, "GET", "/healthz", nil, nil)
+}
+
+// ---- computes ----
+
+// CreateCompute creates a compute target.
+func (c *Client) CreateCompute(ctx context.Context, s *spec.Compute) (*workspace.Compute, error) {
+	var out workspace.Compute
+	return &out, c.do(ctx, "POST", "/v1/computes", s, &out)
+}
+
+// ListComputes lists compute targets.
+func (c *Client) ListComputes(ctx context.Context) ([]*workspace.Compute, error) {
+	var out []*workspace.Compute
+	return out, c.do(ctx, "GET", "/v1/computes", nil, &out)
+}
+
+// GetCompute shows one compute target.
+func (c *Client) GetCompute(ctx context.Context, name string) (*workspace.Compute, error) {
+	var out workspace.Compute
+	return &out, c.do(ctx, "GET", "/v1/computes/"+url.PathEscape(name), nil, &out)
+}
+
+// DeleteCompute deletes a compute target.
+func (c *Client) DeleteCompute(ctx context.Context, name string) error {
+	return c.do(ctx, "DELETE", "/v1/computes/"+url.PathEscape(name), nil, nil)
+}
+
+// ---- jobs ----
+
+// SubmitJob creates a job.
+func (c *Client) SubmitJob(ctx context.Context, req api.JobRequest) (*workspace.Job, error) {
+	var out workspace.Job
+	return &out, c.do(ctx, "POST", "/v1/jobs", req, &out)
+}
+
+// GetJob shows a job with its history.
+func (c *Client) GetJob(ctx context.Context, name string) (*workspace.Job, error) {
+	var out workspace.Job
+	return &out, c.do(ctx, "GET", "/v1/jobs/"+url.PathEscape(name), nil, &out)
+}
+
+// ListJobs lists jobs, newest first. q may hold status, compute and limit.
+func (c *Client) ListJobs(ctx context.Context, q url.Values) ([]*workspace.Job, error) {
+	var out []*workspace.Job
+	return out, c.do(ctx, "GET", "/v1/jobs?"+q.Encode(), nil, &out)
+}
+
+// CancelJob cancels a job.
+func (c *Client) CancelJob(ctx context.Context, name string) (*workspace.Job, error) {
+	var out workspace.Job
+	return &out, c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(name)+"/cancel", nil, &out)
+}
+
+// StreamLogs copies a job's log from offset to w, following it until the
+// job ends when follow is set, and returns the new offset. On an error the
+// offset says how far it got, so a caller can resume.
+func (c *Client) StreamLogs(ctx context.Context, name string, offset int64, follow bool, w io.Writer) (int64, error) {
+	path := fmt.Sprintf("/v1/jobs/%s/logs?offset=%d&follow=%t", url.PathEscape(name), offset, follow)
+	resp, err := c.request(ctx, "GET", path, nil, "")
+	if err != nil {
+		return offset, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(w, resp.Body)
+	return offset + n, err
+}
+
+// Metrics returns a job's metric series (all metrics if name is "").
+func (c *Client) Metrics(ctx context.Context, job, name string) ([]workspace.Metric, error) {
+	var out []workspace.Metric
+	return out, c.do(ctx, "GET", "/v1/jobs/"+url.PathEscape(job)+"/metrics?name="+url.QueryEscape(name), nil, &out)
+}
+
+// AddMetrics logs metric values.
+func (c *Client) AddMetrics(ctx context.Context, job string, ms []workspace.Metric) error {
+	return c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(job)+"/metrics", api.MetricsRequest{Metrics: ms}, nil)
+}
+
+// Outputs returns the snapshot ids of a job's outputs.
+func (c *Client) Outputs(ctx context.Context, job string) (*workspace.Outputs, error) {
+	var out workspace.Outputs
+	return &out, c.do(ctx, "GET", "/v1/jobs/"+url.PathEscape(job)+"/outputs", nil, &out)
+}
+
+// ---- runner calls ----
+
+func attemptPath(job string, attempt int, what string) string {
+	return "/v1/jobs/" + url.PathEscape(job) + "/attempts/" + strconv.Itoa(attempt) + "/" + what
+}
+
+// Assignment fetches what an attempt runs.
+func (c *Client) Assignment(ctx context.Context, job string, attempt int) (*workspace.Assignment, error) {
+	var out workspace.Assignment
+	return &out, c.do(ctx, "GET", attemptPath(job, attempt, "assignment"), nil, &out)
+}
+
+// Heartbeat renews an attempt's lease.
+func (c *Client) Heartbeat(ctx context.Context, job string, attempt int) (*workspace.HeartbeatReply, error) {
+	var out workspace.HeartbeatReply
+	return &out, c.do(ctx, "POST", attemptPath(job, attempt, "heartbeat"), struct{}{}, &out)
+}
+
+// ReportStatus reports an attempt's progress or end.
+func (c *Client) ReportStatus(ctx context.Context, job string, attempt int, r workspace.Report) error {
+	return c.do(ctx, "POST", attemptPath(job, attempt, "status"), r, nil)
+}
+
+// LogSize returns how many bytes of an attempt's log the server has.
+func (c *Client) LogSize(ctx context.Context, job string, attempt int) (int64, error) {
+	var out api.LogSize
+	err := c.do(ctx, "GET", attemptPath(job, attempt, "logs"), nil, &out)
+	return out.Size, err
+}
+
+// AppendLog sends log bytes that start at offset; it returns the stored size.
+func (c *Client) AppendLog(ctx context.Context, job string, attempt int, offset int64, data []byte) (int64, error) {
+	resp, err := c.request(ctx, "POST", attemptPath(job, attempt, "logs")+"?offset="+strconv.FormatInt(offset, 10), bytes.NewReader(data), "application/octet-stream")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var out api.LogSize
+	return out.Size, json.NewDecoder(resp.Body).Decode(&out)
+}
+
+// SetOutputs records an attempt's output snapshots.
+func (c *Client) SetOutputs(ctx context.Context, job string, attempt int, o workspace.Outputs) error {
+	return c.do(ctx, "PUT", attemptPath(job, attempt, "outputs"), o, nil)
+}
+
+// ---- blobs and snapshots ----
+
+// Missing returns which digests the server lacks.
+func (c *Client) Missing(ctx context.Context, digests []string) ([]string, error) {
+	var out api.DigestList
+	err := c.do(ctx, "POST", "/v1/blobs/missing", api.DigestList{Digests: digests}, &out)
+	return out.Digests, err
+}
+
+// PutBlob uploads the file at path as the blob digest.
+func (c *Client) PutBlob(ctx context.Context, digest, path string, progress func(int64)) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var body io.Reader = f
+	if progress != nil {
+		body = &progressReader{r: f, fn: progress}
+	}
+	resp, err := c.request(ctx, "PUT", "/v1/blobs/"+digest, body, "application/octet-stream")
+	if err != nil {
+		return fmt.Errorf("upload %s: %w", path, err)
+	}
+	return resp.Body.Close()
+}
+
+type progressReader struct {
+	r  io.Reader
+	fn func(int64)
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.fn(int64(n))
+	return n, err
+}
+
+// GetBlob downloads a blob.
+func (c *Client) GetBlob(ctx context.Context, digest string) (io.ReadCloser, error) {
+	resp, err := c.request(ctx, "GET", "/v1/blobs/"+digest, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// CreateSnapshot stores a manifest and returns its id.
+func (c *Client) CreateSnapshot(ctx context.Context, m *snapshot.Manifest) (string, error) {
+	var out api.SnapshotID
+	return out.ID, c.do(ctx, "POST", "/v1/snapshots", m, &out)
+}
+
+// GetSnapshot fetches a manifest.
+func (c *Client) GetSnapshot(ctx context.Context, id string) (*snapshot.Manifest, error) {
+	var out snapshot.Manifest
+	return &out, c.do(ctx, "GET", "/v1/snapshots/"+url.PathEscape(id), nil, &out)
+}
+
+// UploadStats says what an Upload sent.
+type UploadStats struct {
+	Files    int   // files in the snapshot
+	Uploaded int   // distinct blobs the server lacked and got
+	Bytes    int64 // bytes sent
+}
+
+// Upload sends the files of m the server lacks (files maps a digest to a
+// local path) and stores the manifest; it returns the snapshot id and what
+// it sent. progress, if not nil, hears of every byte sent.
+func (c *Client) Upload(ctx context.Context, m *snapshot.Manifest, files map[string]string, progress func(int64)) (string, UploadStats, error) {
+	stats := UploadStats{Files: len(m.Files)}
+	missing, err := c.Missing(ctx, m.Digests())
+	if err != nil {
+		return "", stats, err
+	}
+	for _, d := range missing {
+		path, ok := files[d]
+		if !ok {
+			return "", stats, fmt.Errorf("no local file for blob %s", d)
+		}
+		if err := c.PutBlob(ctx, d, path, progress); err != nil {
+			return "", stats, err
+		}
+		stats.Uploaded++
+		if st, err := os.Stat(path); err == nil {
+			stats.Bytes += st.Size()
+		}
+	}
+	id, err := c.CreateSnapshot(ctx, m)
+	return id, stats, err
+}
+
+// Download writes snapshot id into dest.
+func (c *Client) Download(ctx context.Context, id, dest string) error {
+	m, err := c.GetSnapshot(ctx, id)
+	if err != nil {
+		return err
+	}
+	return snapshot.Extract(m, dest, func(d string) (io.ReadCloser, error) { return c.GetBlob(ctx, d) })
+}
+
+// Retry calls fn until it succeeds, ctx ends, or fn fails with an error the
+// server meant (a 4xx), backing off up to max between tries. It is how the
+// runner rides out a server restart.
+func Retry(ctx context.Context, max time.Duration, fn func() error) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		if s := StatusOf(err); s >= 400 && s < 500 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, max)
+	}
+}

@@ -1,0 +1,110 @@
+// Package local is the `local` compute target: job attempts run on the
+// server's own machine, each under a `ferry runner` process that is started
+// in its own session, so that stopping or killing the server does not stop
+// the jobs (DESIGN.md section 3).
+package local
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"syscall"
+
+	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/spec"
+)
+
+// Config sets up a local target.
+type Config struct {
+	Exe      string // the ferry binary that runners are started from
+	RunsDir  string // attempts get RunsDir/<job>/<attempt>
+	CacheDir string // the machine's blob cache, shared by its runners
+	Capacity int    // attempts at once; 0 means the number of CPUs
+	// CancelGrace is passed to runners: SIGTERM to SIGKILL. 0 = runner's default.
+	CancelGrace string
+}
+
+// Target is the local compute target.
+type Target struct {
+	cfg Config
+}
+
+var _ compute.Target = (*Target)(nil)
+
+// New returns a local target.
+func New(cfg Config) *Target {
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = runtime.NumCPU()
+	}
+	return &Target{cfg: cfg}
+}
+
+// Type implements compute.Target.
+func (t *Target) Type() string { return "local" }
+
+// Capacity implements compute.Target.
+func (t *Target) Capacity() int { return t.cfg.Capacity }
+
+// Admit implements compute.Target: one process on this machine, with the
+// machine's own software.
+func (t *Target) Admit(j *spec.Job) error {
+	refuse := func(field, why string) error {
+		return fmt.Errorf("%s: %s (%w)", field, why, compute.ErrNotSupported)
+	}
+	if r := j.Resources; r != nil {
+		if r.InstanceCount > 1 {
+			return refuse("resources.instance_count", fmt.Sprintf("the local target is one machine, so it runs 1 instance, not %d; use a cluster", r.InstanceCount))
+		}
+		if r.InstanceType != "" {
+			return refuse("resources.instance_type", "the local target has no sizes; leave it out or use a cluster")
+		}
+		if r.DockerArgs != "" || r.ShmSize != "" {
+			return refuse("resources", "docker_args and shm_size apply to image environments, which the local target does not run yet")
+		}
+	}
+	if j.Distribution != nil {
+		return refuse("distribution", "distributed training needs a cluster target")
+	}
+	if len(j.Services) > 0 {
+		return refuse("services", "interactive services need a compute instance or cluster")
+	}
+	if j.QueueSettings != nil && j.QueueSettings.JobTier != "" {
+		return refuse("queue_settings.job_tier", "job tiers apply to serverless jobs")
+	}
+	if e := j.Environment; e != nil && !(e.UserManaged && e.InterpreterPath == "") {
+		return refuse("environment", "built environments (image, conda, python) are not supported by the local target yet; leave environment out or use `user_managed: true` to run with this machine's software")
+	}
+	return nil
+}
+
+// Launch implements compute.Target. The run token travels in the
+// environment, not the command line, where other users could read it.
+func (t *Target) Launch(_ context.Context, l compute.Launch) error {
+	dir := filepath.Join(t.cfg.RunsDir, l.Job, strconv.Itoa(l.Attempt))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, "runner.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	args := []string{"runner", "--api", l.APIURL, "--job", l.Job, "--attempt", strconv.Itoa(l.Attempt),
+		"--dir", dir, "--cache", t.cfg.CacheDir}
+	if t.cfg.CancelGrace != "" {
+		args = append(args, "--cancel-grace", t.cfg.CancelGrace)
+	}
+	cmd := exec.Command(t.cfg.Exe, args...)
+	cmd.Env = append(os.Environ(), "FERRY_RUN_TOKEN="+l.RunToken)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start runner: %w", err)
+	}
+	go func() { _ = cmd.Wait() }() // reap it while we live; init does after
+	return nil
+}

@@ -1,0 +1,297 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// ferryBin is the ferry binary built once for all tests.
+var ferryBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ferry-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ferryBin = filepath.Join(dir, "ferry")
+	build := exec.Command("go", "build", "-o", ferryBin, "../../cmd/ferry")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building ferry:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuffer is a bytes.Buffer safe for a process to write while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// server is a `ferry server` process started by a test.
+type server struct {
+	t      *testing.T
+	dir    string
+	addr   string
+	url    string
+	token  string
+	args   []string
+	cmd    *exec.Cmd
+	output *syncBuffer // the server's stdout and stderr
+	home   string      // FERRY_HOME for CLI calls, so ~/.ferry is never used
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startServer starts a server on a fresh data dir and free loopback port.
+func startServer(t *testing.T, args ...string) *server {
+	t.Helper()
+	s := &server{t: t, dir: t.TempDir(), addr: freeAddr(t), args: args, home: t.TempDir(), output: &syncBuffer{}}
+	s.start()
+	t.Cleanup(func() { s.stop() })
+	return s
+}
+
+func (s *server) start() {
+	s.t.Helper()
+	os.Remove(filepath.Join(s.dir, "server.json"))
+	args := append([]string{"server", "--data-dir", s.dir, "--addr", s.addr}, s.args...)
+	s.cmd = exec.Command(ferryBin, args...)
+	s.cmd.Stdout, s.cmd.Stderr = s.output, s.output
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.url = "http://" + s.addr
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(s.dir, "server.json")); err == nil {
+			if resp, err := http.Get(s.url + "/healthz"); err == nil {
+				resp.Body.Close()
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("server did not start; its output:\n%s", s.output)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tok, err := os.ReadFile(filepath.Join(s.dir, "owner.token"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.token = strings.TrimSpace(string(tok))
+}
+
+// kill9 kills the server with SIGKILL, as a crash would.
+func (s *server) kill9() {
+	s.t.Helper()
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	_ = s.cmd.Wait()
+}
+
+func (s *server) stop() {
+	if s.cmd.ProcessState != nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+	}
+}
+
+// result is what a CLI call printed and how it exited.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\n--- stdout\n%s\n--- stderr\n%s", r.code, r.stdout, r.stderr)
+}
+
+// ferry runs the CLI against this server.
+func (s *server) ferry(args ...string) result {
+	s.t.Helper()
+	return runFerry(s.t, []string{"FERRY_URL=" + s.url, "FERRY_TOKEN=" + s.token, "FERRY_HOME=" + s.home}, args...)
+}
+
+func runFerry(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(ferryBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+// mustFerry runs the CLI and fails the test unless it exits 0.
+func (s *server) mustFerry(args ...string) result {
+	s.t.Helper()
+	r := s.ferry(args...)
+	if r.code != 0 {
+		s.t.Fatalf("ferry %s: %s", strings.Join(args, " "), r)
+	}
+	return r
+}
+
+// call makes an API request with the given token ("" for none).
+func (s *server) call(method, path, token string, body any) (int, []byte) {
+	s.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, s.url+path, rd)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data
+}
+
+// job is the JSON form of a job as `-o json` prints it.
+type job struct {
+	Name              string             `json:"name"`
+	Status            string             `json:"status"`
+	StatusReason      string             `json:"status_reason"`
+	Compute           string             `json:"compute"`
+	ExitCode          *int               `json:"exit_code"`
+	Error             string             `json:"error"`
+	CancelRequestedBy string             `json:"cancel_requested_by"`
+	Created           *time.Time         `json:"created"`
+	Started           *time.Time         `json:"started"`
+	Ended             *time.Time         `json:"ended"`
+	Metrics           map[string]float64 `json:"metrics"`
+	History           []struct {
+		To     string `json:"to"`
+		Reason string `json:"reason"`
+	} `json:"history"`
+}
+
+func (s *server) show(name string) job {
+	s.t.Helper()
+	r := s.mustFerry("job", "show", name, "-o", "json")
+	var j job
+	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil {
+		s.t.Fatalf("job show -o json: %v\n%s", err, r.stdout)
+	}
+	return j
+}
+
+// waitStatus waits until the job is in one of the statuses.
+func (s *server) waitStatus(name string, statuses ...string) job {
+	s.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		j := s.show(name)
+		for _, st := range statuses {
+			if j.Status == st {
+				return j
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("job %s is %s, want one of %v", name, j.Status, statuses)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// writeFiles writes files (path -> content) under dir.
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for p, c := range files {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// jobFile writes a job YAML (and extra files) into a fresh dir and returns its path.
+func jobFile(t *testing.T, yaml string, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if files == nil {
+		files = map[string]string{}
+	}
+	files["job.yml"] = yaml
+	writeFiles(t, dir, files)
+	return filepath.Join(dir, "job.yml")
+}
+
+func mustContain(t *testing.T, what, got string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(got, w) {
+			t.Errorf("%s does not contain %q:\n%s", what, w, got)
+		}
+	}
+}

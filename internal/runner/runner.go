@@ -1,0 +1,513 @@
+// Package runner runs one attempt of a job on the machine it is on: it
+// materialises the snapshot and inputs, runs the command in its own process
+// group, ships the combined stdout/stderr to the workspace as it is written,
+// uploads the outputs and reports the end (DESIGN.md section 3).
+//
+// The runner is built to outlive its server: the job writes its output
+// straight into a spool file, and the runner ships that file from the
+// offset the server last acknowledged, so a server that is killed and
+// restarted loses no byte and gets none twice. Every report is retried until
+// the server answers.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/blob"
+	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/snapshot"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+// Config is what one runner needs.
+type Config struct {
+	Client   *client.Client // authenticated with the run token
+	Job      string
+	Attempt  int
+	Dir      string // this attempt's own directory; made if missing
+	CacheDir string // the node's blob cache, shared by runners on the node
+	APIURL   string // given to the job as FERRY_API_URL
+	RunToken string // given to the job as FERRY_RUN_TOKEN; secret
+	// CancelGrace is how long a canceled job has between SIGTERM and SIGKILL.
+	CancelGrace time.Duration
+	// HeartbeatEvery is how often the runner renews its lease.
+	HeartbeatEvery time.Duration
+	// Cancel, when closed, stops the job as if the server had canceled it
+	// (the runner closes it on SIGTERM).
+	Cancel <-chan struct{}
+	Log    *slog.Logger
+}
+
+// File names inside an attempt's directory.
+const (
+	WorkDirName = "wd"      // the job's working directory
+	LogName     = "std.log" // the job's combined stdout and stderr
+)
+
+type runner struct {
+	cfg   Config
+	c     *client.Client
+	log   *slog.Logger
+	cache *blob.Store
+	wd    string
+	spool string
+
+	reports chan workspace.Report // sent in order by one goroutine
+	sent    chan struct{}         // closed when reports are all sent
+}
+
+// Run runs the attempt to its end and reports it. It returns an error only
+// when it could not tell the server how the attempt ended.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.CancelGrace == 0 {
+		cfg.CancelGrace = 10 * time.Second
+	}
+	if cfg.HeartbeatEvery == 0 {
+		cfg.HeartbeatEvery = 2 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	r := &runner{cfg: cfg, c: cfg.Client, log: cfg.Log.With("job", cfg.Job, "attempt", cfg.Attempt),
+		wd: filepath.Join(cfg.Dir, WorkDirName), spool: filepath.Join(cfg.Dir, LogName),
+		reports: make(chan workspace.Report, 8), sent: make(chan struct{})}
+	go r.sendReports(ctx)
+
+	final := r.run(ctx)
+	r.reports <- final
+	close(r.reports)
+	select {
+	case <-r.sent:
+	case <-ctx.Done():
+		return fmt.Errorf("final status %s not delivered: %w", final.Status, ctx.Err())
+	}
+	return nil
+}
+
+// sendReports delivers reports in order, each retried until the server
+// takes it or refuses it.
+func (r *runner) sendReports(ctx context.Context) {
+	defer close(r.sent)
+	for rep := range r.reports {
+		err := client.Retry(ctx, 5*time.Second, func() error {
+			return r.c.ReportStatus(ctx, r.cfg.Job, r.cfg.Attempt, rep)
+		})
+		if err != nil {
+			r.log.Error("report refused", "status", rep.Status, "err", err)
+		}
+	}
+}
+
+func failed(reason string, err error) workspace.Report {
+	return workspace.Report{Status: workspace.StatusFailed, Reason: reason, Error: err.Error()}
+}
+
+// run does the attempt and returns its final report.
+func (r *runner) run(ctx context.Context) workspace.Report {
+	var a *workspace.Assignment
+	err := client.Retry(ctx, 5*time.Second, func() error {
+		var err error
+		a, err = r.c.Assignment(ctx, r.cfg.Job, r.cfg.Attempt)
+		return err
+	})
+	if err != nil {
+		return failed("runner could not get its assignment", err)
+	}
+	for _, d := range []string{r.cfg.Dir, r.wd, r.cfg.CacheDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return failed("preparing the working directory failed", err)
+		}
+	}
+	if r.cache, err = blob.Open(r.cfg.CacheDir); err != nil {
+		return failed("opening the node's blob cache failed", err)
+	}
+	paths, err := r.prepare(ctx, a)
+	if err != nil {
+		return failed("preparing the job failed", err)
+	}
+	spool, err := os.OpenFile(r.spool, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return failed("opening the log spool failed", err)
+	}
+	defer spool.Close()
+
+	shipCtx, stopShipping := context.WithCancel(context.WithoutCancel(ctx))
+	shipped := make(chan error, 1)
+	go func() { shipped <- r.ship(ctx, shipCtx) }()
+
+	res := r.execute(ctx, a.Spec, paths, spool)
+
+	r.reports <- workspace.Report{Status: workspace.StatusFinalizing, Reason: "uploading outputs"}
+	outErr := r.uploadOutputs(ctx, a.Spec, paths)
+	stopShipping()
+	if err := <-shipped; err != nil {
+		return failed("shipping the log failed", err)
+	}
+	if outErr != nil && res.Status == workspace.StatusCompleted {
+		return failed("uploading outputs failed", outErr)
+	}
+	return res
+}
+
+// paths are where a job's inputs and outputs are on this machine.
+type paths struct {
+	inputs  map[string]string // input name -> path given to the command
+	outputs map[string]string // output name -> path given to the command
+	outDirs map[string]string // output name -> directory uploaded after the run
+}
+
+// prepare materialises the code snapshot and the inputs, and makes the
+// output directories.
+func (r *runner) prepare(ctx context.Context, a *workspace.Assignment) (*paths, error) {
+	if a.CodeSnapshot != "" {
+		if err := r.extract(ctx, a.CodeSnapshot, r.wd); err != nil {
+			return nil, fmt.Errorf("code snapshot: %w", err)
+		}
+	}
+	p := &paths{inputs: map[string]string{}, outputs: map[string]string{}, outDirs: map[string]string{}}
+	for name, in := range a.Spec.Inputs {
+		if in.IsLiteral() {
+			p.inputs[name] = *in.Value
+			continue
+		}
+		dir := filepath.Join(r.cfg.Dir, "inputs", name)
+		if err := r.extract(ctx, a.InputSnapshots[name], dir); err != nil {
+			return nil, fmt.Errorf("input %s: %w", name, err)
+		}
+		p.inputs[name] = dir
+		if in.Type == "uri_file" {
+			p.inputs[name] = filepath.Join(dir, filepath.Base(in.Path))
+		}
+	}
+	for name, out := range a.Spec.Outputs {
+		dir := filepath.Join(r.cfg.Dir, "named-outputs", name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		p.outDirs[name] = dir
+		p.outputs[name] = dir
+		if out.Type == "uri_file" {
+			base := name
+			if out.Path != "" {
+				base = filepath.Base(out.Path)
+			}
+			p.outputs[name] = filepath.Join(dir, base)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(r.wd, "outputs"), 0o755); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// extract writes a snapshot into dest, fetching only the blobs the node's
+// cache lacks.
+func (r *runner) extract(ctx context.Context, id, dest string) error {
+	m, err := r.fetchManifest(ctx, id)
+	if err != nil {
+		return err
+	}
+	return snapshot.Extract(m, dest, func(d string) (io.ReadCloser, error) {
+		if !r.cache.Has(d) {
+			body, err := r.c.GetBlob(ctx, d)
+			if err != nil {
+				return nil, err
+			}
+			_, _, err = r.cache.Put(body, d)
+			body.Close()
+			if err != nil {
+				return nil, err
+			}
+		}
+		return r.cache.Open(d)
+	})
+}
+
+func (r *runner) fetchManifest(ctx context.Context, id string) (*snapshot.Manifest, error) {
+	var m *snapshot.Manifest
+	err := client.Retry(ctx, 5*time.Second, func() error {
+		var err error
+		m, err = r.c.GetSnapshot(ctx, id)
+		return err
+	})
+	return m, err
+}
+
+var exprRef = regexp.MustCompile(`\$\{\{\s*(inputs|outputs)\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}`)
+
+// Command returns the job's command with ${{inputs.x}} and ${{outputs.y}}
+// replaced by their values and paths.
+func Command(cmd string, inputs, outputs map[string]string) string {
+	return exprRef.ReplaceAllStringFunc(cmd, func(m string) string {
+		sub := exprRef.FindStringSubmatch(m)
+		if sub[1] == "inputs" {
+			return inputs[sub[2]]
+		}
+		return outputs[sub[2]]
+	})
+}
+
+// shell is bash where there is one, as on Azure ML, else sh.
+func shell() string {
+	if p, err := exec.LookPath("bash"); err == nil {
+		return p
+	}
+	return "/bin/sh"
+}
+
+// env is the job's environment: the runner's own (less its FERRY_ secrets),
+// the spec's variables, and the documented FERRY_ variables.
+func (r *runner) env(j *spec.Job) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FERRY_") {
+			env = append(env, kv)
+		}
+	}
+	if _, ok := j.EnvironmentVariables["PYTHONUNBUFFERED"]; !ok {
+		env = append(env, "PYTHONUNBUFFERED=1") // so print() shows up live
+	}
+	for _, k := range sortedKeys(j.EnvironmentVariables) {
+		env = append(env, k+"="+j.EnvironmentVariables[k])
+	}
+	return append(env,
+		"FERRY_JOB_ID="+r.cfg.Job,
+		"FERRY_ATTEMPT="+strconv.Itoa(r.cfg.Attempt),
+		"FERRY_OUTPUTS_DIR="+filepath.Join(r.wd, "outputs"),
+		"FERRY_API_URL="+r.cfg.APIURL,
+		"FERRY_RUN_TOKEN="+r.cfg.RunToken,
+	)
+}
+
+// execute runs the command to its end, honouring cancel and timeout, and
+// returns the report that describes how it ended.
+func (r *runner) execute(ctx context.Context, j *spec.Job, p *paths, spool *os.File) workspace.Report {
+	cmd := exec.Command(shell(), "-c", Command(j.Command, p.inputs, p.outputs))
+	cmd.Dir = r.wd
+	cmd.Env = r.env(j)
+	cmd.Stdin = nil
+	// One file for both streams, opened O_APPEND: lines land in the order
+	// the job wrote them and nothing is lost if this runner dies.
+	cmd.Stdout, cmd.Stderr = spool, spool
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return failed("the command could not be started", err)
+	}
+	r.reports <- workspace.Report{Status: workspace.StatusRunning, Reason: "command started"}
+	pgid := cmd.Process.Pid
+
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	var timeout <-chan time.Time
+	if j.Limits != nil && j.Limits.Timeout > 0 {
+		t := time.NewTimer(time.Duration(j.Limits.Timeout) * time.Second)
+		defer t.Stop()
+		timeout = t.C
+	}
+	beat := time.NewTicker(r.cfg.HeartbeatEvery)
+	defer beat.Stop()
+	cancelCh := make(chan struct{}, 1)
+	var beatMu sync.Mutex // one heartbeat in flight at a time
+
+	var why string // set when we stop the job ourselves
+	var kill <-chan time.Time
+	stop := func(reason string) {
+		if why != "" {
+			return
+		}
+		why = reason
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		kill = time.After(r.cfg.CancelGrace)
+	}
+	var waitErr error
+loop:
+	for {
+		select {
+		case waitErr = <-done:
+			break loop
+		case <-timeout:
+			stop("timeout")
+		case <-cancelCh:
+			stop("canceled")
+		case <-r.cfg.Cancel:
+			stop("canceled")
+		case <-kill:
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		case <-beat.C:
+			if beatMu.TryLock() {
+				go func() {
+					defer beatMu.Unlock()
+					hb, err := r.c.Heartbeat(ctx, r.cfg.Job, r.cfg.Attempt)
+					if err != nil {
+						r.log.Warn("heartbeat", "err", err)
+						return
+					}
+					if hb.Cancel {
+						select {
+						case cancelCh <- struct{}{}:
+						default:
+						}
+					}
+				}()
+			}
+		}
+	}
+	// Nothing the job started may outlive it and hold the slot.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+
+	code := exitCode(cmd.ProcessState, waitErr)
+	switch {
+	case why == "canceled":
+		return workspace.Report{Status: workspace.StatusCanceled, Reason: "canceled on request", ExitCode: &code}
+	case why == "timeout":
+		msg := fmt.Sprintf("the job ran past limits.timeout of %ds and was stopped", j.Limits.Timeout)
+		return workspace.Report{Status: workspace.StatusFailed, Reason: "timeout", ExitCode: &code, Error: msg}
+	case code == 0:
+		return workspace.Report{Status: workspace.StatusCompleted, Reason: "exit code 0", ExitCode: &code}
+	default:
+		return workspace.Report{Status: workspace.StatusFailed, Reason: fmt.Sprintf("exit code %d", code), ExitCode: &code,
+			Error: fmt.Sprintf("the command exited with code %d; the job's log has its output", code)}
+	}
+}
+
+// exitCode is the process's exit status, or 128+signal as shells report it.
+func exitCode(ps *os.ProcessState, err error) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	if ps.ExitCode() >= 0 {
+		return ps.ExitCode()
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+// ship sends the spool file to the server from the offset it acknowledged,
+// until stop is done and everything written has been acknowledged.
+func (r *runner) ship(ctx, stop context.Context) error {
+	f, err := os.Open(r.spool)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var acked int64
+	if err := client.Retry(ctx, 5*time.Second, func() error {
+		var err error
+		acked, err = r.c.LogSize(ctx, r.cfg.Job, r.cfg.Attempt)
+		return err
+	}); err != nil {
+		return err
+	}
+	buf := make([]byte, 4<<20)
+	wait := 50 * time.Millisecond
+	for {
+		stopping := stop.Err() != nil // read before the file, so the final read sees all
+		n, err := f.ReadAt(buf, acked)
+		if err != nil && err != io.EOF {
+			return err
+		}
+		if n > 0 {
+			size, err := r.c.AppendLog(ctx, r.cfg.Job, r.cfg.Attempt, acked, buf[:n])
+			switch {
+			case err == nil:
+				acked, wait = size, 50*time.Millisecond
+				continue
+			case client.StatusOf(err) == 409:
+				if size, err2 := r.c.LogSize(ctx, r.cfg.Job, r.cfg.Attempt); err2 == nil {
+					acked = size
+					continue
+				}
+			case client.StatusOf(err) >= 400 && client.StatusOf(err) < 500:
+				return err
+			}
+			r.log.Warn("log shipping", "err", err)
+			wait = min(wait*2, 5*time.Second)
+		} else if stopping {
+			return nil
+		}
+		var stopped <-chan struct{}
+		if n == 0 {
+			stopped = stop.Done() // wake at once to do the final read
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-stopped:
+		case <-time.After(wait):
+		}
+	}
+}
+
+// uploadOutputs uploads ./outputs of the working directory and every named
+// output, and records them with the server.
+func (r *runner) uploadOutputs(ctx context.Context, j *spec.Job, p *paths) error {
+	var out workspace.Outputs
+	var errs []error
+	id, err := r.uploadDir(ctx, filepath.Join(r.wd, "outputs"))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("outputs: %w", err))
+	}
+	out.Artifacts = id
+	for _, name := range sortedKeys(p.outDirs) {
+		id, err := r.uploadDir(ctx, p.outDirs[name])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("output %s: %w", name, err))
+			continue
+		}
+		if out.Named == nil {
+			out.Named = map[string]string{}
+		}
+		out.Named[name] = id
+	}
+	if err := client.Retry(ctx, 5*time.Second, func() error {
+		return r.c.SetOutputs(ctx, r.cfg.Job, r.cfg.Attempt, out)
+	}); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (r *runner) uploadDir(ctx context.Context, dir string) (string, error) {
+	m, files, err := snapshot.Build(dir, snapshot.BuildOptions{})
+	if err != nil {
+		return "", err
+	}
+	var id string
+	err = client.Retry(ctx, 5*time.Second, func() error {
+		var err error
+		id, _, err = r.c.Upload(ctx, m, files, nil)
+		return err
+	})
+	return id, err
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,246 @@
+// Package server wires a workspace together and serves it: the store, the
+// blob store, the compute target types, the workspace service and the API.
+// It is the one place where target implementations are registered.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/api"
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/blob"
+	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/compute/local"
+	"github.com/ferry-ml/ferry/internal/selfexe"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+	"github.com/ferry-ml/ferry/internal/store/sqlite"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+// Config is how a server is set up.
+type Config struct {
+	DataDir         string
+	Addr            string // host:port to listen on; port 0 picks a free one
+	AdvertiseURL    string // URL runners use; default http://<listen address>
+	LocalCapacity   int    // slots of the built-in local target; 0 = CPUs
+	MaxSnapshotSize int64  // 0 = 1 GiB
+	LeaseTimeout    time.Duration
+	CancelGrace     time.Duration // runners' SIGTERM→SIGKILL grace; 0 = 10 s
+	Log             *slog.Logger
+	Out             io.Writer // where the server tells its user what it did
+}
+
+// Info is written to DataDir/server.json once the server listens, so that
+// the CLI finds a running local workspace.
+type Info struct {
+	URL string `json:"url"`
+	PID int    `json:"pid"`
+}
+
+// InfoFile, TokenFile are names inside the data dir.
+const (
+	InfoFile  = "server.json"
+	TokenFile = "owner.token"
+)
+
+// Run serves the workspace until ctx is done.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	exe, err := selfexe.Install(filepath.Join(dir, "bin"))
+	if err != nil {
+		return fmt.Errorf("install ferry binary for runners: %w", err)
+	}
+	st, err := sqlite.Open(filepath.Join(dir, "ferry.db"))
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+	blobs, err := blob.Open(filepath.Join(dir, "blobs"))
+	if err != nil {
+		return fmt.Errorf("open blob store: %w", err)
+	}
+	tokenPath := filepath.Join(dir, TokenFile)
+	if err := ensureOwnerToken(ctx, st, tokenPath); err != nil {
+		return err
+	}
+	fmt.Fprintf(cfg.Out, "owner token: %s (send it as `Authorization: Bearer <token>`, or let the CLI read it)\n", tokenPath)
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	url := cfg.AdvertiseURL
+	if url == "" {
+		url = "http://" + advertised(ln.Addr().(*net.TCPAddr))
+	}
+	grace := ""
+	if cfg.CancelGrace > 0 {
+		grace = cfg.CancelGrace.String()
+	}
+	targets := targetTypes(local.Config{
+		Exe: exe, RunsDir: filepath.Join(dir, "runs"), CacheDir: filepath.Join(dir, "cache"),
+		Capacity: cfg.LocalCapacity, CancelGrace: grace,
+	})
+	var typeNames []string
+	for t := range targets {
+		typeNames = append(typeNames, t)
+	}
+	sort.Strings(typeNames)
+	ws, err := workspace.New(ctx, workspace.Config{
+		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: url,
+		Targets: func(c *spec.Compute) (compute.Target, error) {
+			mk, ok := targets[c.Type]
+			if !ok {
+				return nil, workspace.Invalid("type: compute type %q is not available on this server yet; available: %s", c.Type, strings.Join(typeNames, ", "))
+			}
+			return mk(c), nil
+		},
+		MaxSnapshotSize: cfg.MaxSnapshotSize, LeaseTimeout: cfg.LeaseTimeout, Log: cfg.Log,
+	})
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: api.New(ws, st, cfg.Log), ReadHeaderTimeout: 10 * time.Second}
+	if err := writeJSONFile(filepath.Join(dir, InfoFile), Info{URL: url, PID: os.Getpid()}); err != nil {
+		return err
+	}
+	defer os.Remove(filepath.Join(dir, InfoFile))
+	fmt.Fprintf(cfg.Out, "ferry workspace serving at %s (data in %s)\n", url, dir)
+	cfg.Log.Info("serving", "url", url, "data_dir", dir)
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go ws.Run(runCtx)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(shutCtx) // followers of logs are cut; they reconnect
+	return nil
+}
+
+// targetTypes is the registry of compute target types this server can run.
+func targetTypes(lc local.Config) map[string]func(*spec.Compute) compute.Target {
+	return map[string]func(*spec.Compute) compute.Target{
+		"local": func(c *spec.Compute) compute.Target {
+			cfg := lc
+			if c.Capacity > 0 {
+				cfg.Capacity = c.Capacity
+			}
+			return local.New(cfg)
+		},
+	}
+}
+
+func advertised(a *net.TCPAddr) string {
+	if a.IP.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", fmt.Sprint(a.Port))
+	}
+	return a.String()
+}
+
+// ensureOwnerToken makes the owner token on first start and makes sure the
+// store knows the one in the file on every later start.
+func ensureOwnerToken(ctx context.Context, st store.Store, path string) error {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		secret, hash := auth.NewToken()
+		if err := st.CreateToken(ctx, store.Token{Hash: hash, Kind: auth.KindOwner, Subject: "owner", Created: time.Now()}); err != nil {
+			return fmt.Errorf("store owner token: %w", err)
+		}
+		return writeFileAtomic(path, []byte(secret+"\n"), 0o600)
+	}
+	if err != nil {
+		return fmt.Errorf("read owner token: %w", err)
+	}
+	hash := auth.Hash(string(data))
+	if _, err := st.TokenByHash(ctx, hash); errors.Is(err, store.ErrNotFound) {
+		return st.CreateToken(ctx, store.Token{Hash: hash, Kind: auth.KindOwner, Subject: "owner", Created: time.Now()})
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+func writeJSONFile(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, data, 0o600)
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// lockDir takes an exclusive lock on the data dir, so two servers never
+// share one store.
+func lockDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, "server.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("another ferry server is using %s; stop it or pick another --data-dir", dir)
+	}
+	return func() { f.Close() }, nil
+}

@@ -1,0 +1,381 @@
+package snapshot
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
+)
+
+// IgnoreFiles are the ignore files Build looks for at the root of a
+// directory, in order of precedence: only the first one that exists is read.
+var IgnoreFiles = []string{".ferryignore", ".amlignore", ".gitignore"}
+
+// BuildOptions control Build and BuildFile.
+type BuildOptions struct {
+	// MaxSize is the most bytes the snapshot may hold in all; 0 means no
+	// limit. It is checked before any file is read.
+	MaxSize int64
+	// UseIgnoreFiles makes Build leave out what the first of IgnoreFiles at
+	// the root of the directory matches, with gitignore semantics.
+	UseIgnoreFiles bool
+}
+
+// entry is a file found by the walk, not yet hashed.
+type entry struct {
+	rel  string // snapshot path
+	src  string // absolute local path to read, symlinks resolved
+	mode uint32
+	size int64 // from stat; the hash pass records what it actually read
+}
+
+// hashFile returns the SHA-256 and length of a local file. Tests replace it
+// to check that nothing is read before the size limit is checked.
+var hashFile = func(name string) (string, int64, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// Build makes the manifest of the directory root. It returns the manifest
+// and, for every digest in it, the absolute local path of a file with that
+// content (what to upload it from).
+//
+// A .git directory (or file) is always left out, and so, when
+// opt.UseIgnoreFiles is set, is whatever the first of IgnoreFiles found at
+// the root matches. Symlinks that resolve inside root are followed: a link
+// to a file becomes a regular file with the target's content, a link to a
+// directory is walked (a link to one of its own ancestors is an error). A
+// symlink that resolves outside root, or not at all, is an error naming the
+// link and its target, wrapping ErrUnsafePath. Sockets, FIFOs and devices are
+// skipped. A file's mode is 0755 if any execute bit is set, else 0644.
+//
+// The size limit is checked on the sizes the file system reports before any
+// file is read; over it, the error wraps ErrTooLarge and names the largest
+// files.
+func Build(root string, opt BuildOptions) (*Manifest, map[string]string, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot %s: %w", root, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot %s: %w", root, err)
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot %s: %w", root, err)
+	}
+	if !fi.IsDir() {
+		return nil, nil, fmt.Errorf("snapshot %s: not a directory", root)
+	}
+	w := walker{root: real, display: root}
+	if opt.UseIgnoreFiles {
+		if w.ignore, err = readIgnoreFile(real); err != nil {
+			return nil, nil, fmt.Errorf("snapshot %s: %w", root, err)
+		}
+	}
+	if err := w.walk(real, nil, map[string]bool{real: true}); err != nil {
+		return nil, nil, fmt.Errorf("snapshot %s: %w", root, err)
+	}
+	return finish(root, w.entries, opt)
+}
+
+// BuildFile makes the manifest of a single regular file (symlinks are
+// followed), listed under its base name. opt.UseIgnoreFiles has no effect.
+func BuildFile(name string, opt BuildOptions) (*Manifest, map[string]string, error) {
+	abs, err := filepath.Abs(name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot %s: %w", name, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot %s: %w", name, err)
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot %s: %w", name, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, nil, fmt.Errorf("snapshot %s: not a regular file", name)
+	}
+	rel := filepath.Base(abs)
+	if err := checkPath(rel); err != nil {
+		return nil, nil, fmt.Errorf("snapshot %s: %w", name, err)
+	}
+	e := entry{rel: rel, src: real, mode: modeOf(fi), size: fi.Size()}
+	return finish(name, []entry{e}, opt)
+}
+
+// finish checks the size limit, then hashes the entries into a manifest.
+func finish(display string, entries []entry, opt BuildOptions) (*Manifest, map[string]string, error) {
+	if err := checkSize(display, entries, opt.MaxSize); err != nil {
+		return nil, nil, err
+	}
+	files, err := hashAll(entries)
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot %s: %w", display, err)
+	}
+	// hashAll recorded the sizes actually read: files may have grown since
+	// the walk.
+	if err := checkSize(display, entries, opt.MaxSize); err != nil {
+		return nil, nil, err
+	}
+	srcs := make(map[string]string, len(entries))
+	for i, f := range files {
+		if _, ok := srcs[f.Digest]; !ok {
+			srcs[f.Digest] = entries[i].src
+		}
+	}
+	m := &Manifest{Files: files}
+	slices.SortFunc(m.Files, comparePath)
+	if err := m.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("snapshot %s: %w", display, err)
+	}
+	return m, srcs, nil
+}
+
+// hashAll hashes the entries in parallel, updating their sizes to what was
+// read, and returns the files in the same order.
+func hashAll(entries []entry) ([]File, error) {
+	files := make([]File, len(entries))
+	errs := make([]error, len(entries))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), 8, max(len(entries), 1)) {
+		wg.Go(func() {
+			for i := range next {
+				e := &entries[i]
+				d, n, err := hashFile(e.src)
+				if err != nil {
+					errs[i] = fmt.Errorf("%s: %w", e.rel, err)
+					continue
+				}
+				e.size = n
+				files[i] = File{Path: e.rel, Mode: e.mode, Size: n, Digest: d}
+			}
+		})
+	}
+	for i := range entries {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
+}
+
+// checkSize returns an ErrTooLarge error if the entries hold more than limit
+// bytes (limit 0: no limit).
+func checkSize(display string, entries []entry, limit int64) error {
+	if limit <= 0 {
+		return nil
+	}
+	var total int64
+	for _, e := range entries {
+		total += e.size
+	}
+	if total <= limit {
+		return nil
+	}
+	largest := slices.Clone(entries)
+	slices.SortStableFunc(largest, func(a, b entry) int {
+		if c := cmp.Compare(b.size, a.size); c != 0 {
+			return c
+		}
+		return strings.Compare(a.rel, b.rel)
+	})
+	largest = largest[:min(5, len(largest))]
+	var b strings.Builder
+	for i, e := range largest {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s (%s)", e.rel, HumanSize(e.size))
+	}
+	return fmt.Errorf("snapshot %s is %s, over the limit of %s; largest files: %s; add them to .ferryignore (or .amlignore/.gitignore) or raise the limit: %w",
+		display, HumanSize(total), HumanSize(limit), b.String(), ErrTooLarge)
+}
+
+// HumanSize formats a byte count in binary units: "512 B", "1.5 KiB",
+// "3.2 GiB".
+func HumanSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// modeOf maps a file's permissions to the two modes a snapshot records.
+func modeOf(fi fs.FileInfo) uint32 {
+	if fi.Mode().Perm()&0o111 != 0 {
+		return 0o755
+	}
+	return 0o644
+}
+
+// readIgnoreFile reads the first of IgnoreFiles that exists in dir into a
+// matcher; nil if there is none.
+func readIgnoreFile(dir string) (gitignore.Matcher, error) {
+	for _, name := range IgnoreFiles {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", name, err)
+		}
+		return gitignore.NewMatcher(parseIgnore(string(data))), nil
+	}
+	return nil, nil
+}
+
+// parseIgnore parses the lines of a gitignore-style file. Patterns are
+// relative to the root, which is where the file lives.
+func parseIgnore(text string) []gitignore.Pattern {
+	var ps []gitignore.Pattern
+	for line := range strings.Lines(text) {
+		line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
+		if strings.HasPrefix(line, "#") || strings.TrimSpace(line) == "" {
+			continue
+		}
+		ps = append(ps, gitignore.ParsePattern(line, nil))
+	}
+	return ps
+}
+
+// walker collects the files of a directory tree.
+type walker struct {
+	root    string // real (symlink-free) absolute path of the root
+	display string // the root as the caller named it, for messages
+	ignore  gitignore.Matcher
+	entries []entry
+}
+
+// walk adds the files under dir, whose real path is dir and whose snapshot
+// path is parts. ancestors holds the real paths of dir and the directories
+// above it, to catch symlink loops.
+func (w *walker) walk(dir string, parts []string, ancestors map[string]bool) error {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, de := range des {
+		name := de.Name()
+		if name == ".git" {
+			continue
+		}
+		sub := append(slices.Clip(parts), name)
+		rel := path.Join(sub...)
+		src := filepath.Join(dir, name)
+		var fi fs.FileInfo
+		if de.Type()&fs.ModeSymlink != 0 {
+			if src, fi, err = w.resolve(src, rel); err != nil {
+				// A link the user ignores need not resolve, wherever
+				// it points and whatever it would resolve to.
+				if w.ignored(sub, false) || w.ignored(sub, true) {
+					continue
+				}
+				return err
+			}
+		} else if fi, err = de.Info(); err != nil {
+			return err
+		}
+		if w.ignored(sub, fi.IsDir()) {
+			continue
+		}
+		switch {
+		case fi.IsDir():
+			if ancestors[src] {
+				return fmt.Errorf("%w: symlink %s points to %s, one of its own parent directories (a loop); remove it or add it to .ferryignore", ErrUnsafePath, rel, src)
+			}
+			ancestors[src] = true
+			err := w.walk(src, sub, ancestors)
+			delete(ancestors, src)
+			if err != nil {
+				return err
+			}
+		case fi.Mode().IsRegular():
+			if err := checkPath(rel); err != nil {
+				return err
+			}
+			if len(w.entries) >= MaxFiles {
+				return fmt.Errorf("more than %d files; add some to .ferryignore", MaxFiles)
+			}
+			w.entries = append(w.entries, entry{rel: rel, src: src, mode: modeOf(fi), size: fi.Size()})
+		}
+		// Anything else (socket, FIFO, device) is not part of a snapshot.
+	}
+	return nil
+}
+
+func (w *walker) ignored(parts []string, isDir bool) bool {
+	return w.ignore != nil && w.ignore.Match(parts, isDir)
+}
+
+// resolve follows the symlink at src (snapshot path rel) and returns the
+// real path of its target and the target's info. Targets outside the root
+// are refused.
+func (w *walker) resolve(src, rel string) (string, fs.FileInfo, error) {
+	target, err := os.Readlink(src)
+	if err != nil {
+		return "", nil, err
+	}
+	outside := fmt.Errorf("%w: symlink %s -> %s points outside %s; remove it or add it to .ferryignore", ErrUnsafePath, rel, target, w.display)
+	real, err := filepath.EvalSymlinks(src)
+	if err != nil {
+		// Say "outside" rather than "dangling" when that is what it is.
+		lexical := target
+		if !filepath.IsAbs(lexical) {
+			lexical = filepath.Join(filepath.Dir(src), lexical)
+		}
+		if !w.inside(lexical) {
+			return "", nil, outside
+		}
+		return "", nil, fmt.Errorf("symlink %s -> %s: cannot resolve: %w", rel, target, err)
+	}
+	if !w.inside(real) {
+		return "", nil, outside
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return "", nil, fmt.Errorf("symlink %s -> %s: %w", rel, target, err)
+	}
+	return real, fi, nil
+}
+
+// inside reports whether the absolute path p is the root or below it.
+func (w *walker) inside(p string) bool {
+	r, err := filepath.Rel(w.root, p)
+	return err == nil && (r == "." || filepath.IsLocal(r))
+}

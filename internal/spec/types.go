@@ -1,0 +1,162 @@
+package spec
+
+// Job is an Azure ML CLI v2 command job file (type: command). Field names
+// follow the Azure schema; JSON uses the same names as YAML so that the API
+// accepts exactly what the YAML file says.
+type Job struct {
+	Schema               string             `yaml:"$schema,omitempty" json:"$schema,omitempty"`
+	Type                 string             `yaml:"type,omitempty" json:"type,omitempty"`
+	Name                 string             `yaml:"name,omitempty" json:"name,omitempty"`
+	DisplayName          string             `yaml:"display_name,omitempty" json:"display_name,omitempty"`
+	ExperimentName       string             `yaml:"experiment_name,omitempty" json:"experiment_name,omitempty"`
+	Description          string             `yaml:"description,omitempty" json:"description,omitempty"`
+	Tags                 map[string]string  `yaml:"tags,omitempty" json:"tags,omitempty"`
+	Code                 string             `yaml:"code,omitempty" json:"code,omitempty"`
+	Command              string             `yaml:"command,omitempty" json:"command,omitempty"`
+	Environment          *Environment       `yaml:"environment,omitempty" json:"environment,omitempty"`
+	EnvironmentVariables map[string]string  `yaml:"environment_variables,omitempty" json:"environment_variables,omitempty"`
+	Compute              string             `yaml:"compute,omitempty" json:"compute,omitempty"`
+	Inputs               map[string]Input   `yaml:"inputs,omitempty" json:"inputs,omitempty"`
+	Outputs              map[string]Output  `yaml:"outputs,omitempty" json:"outputs,omitempty"`
+	Limits               *Limits            `yaml:"limits,omitempty" json:"limits,omitempty"`
+	Resources            *Resources         `yaml:"resources,omitempty" json:"resources,omitempty"`
+	Distribution         *Distribution      `yaml:"distribution,omitempty" json:"distribution,omitempty"`
+	Services             map[string]Service `yaml:"services,omitempty" json:"services,omitempty"`
+	QueueSettings        *QueueSettings     `yaml:"queue_settings,omitempty" json:"queue_settings,omitempty"`
+	Identity             *Identity          `yaml:"identity,omitempty" json:"identity,omitempty"`
+}
+
+// Input is a job input: either a literal (Value set; written in YAML as a
+// plain scalar such as `epochs: 5`) or a data input with a type and a path.
+type Input struct {
+	Value *string `yaml:"value,omitempty" json:"value,omitempty"`
+	Type  string  `yaml:"type,omitempty" json:"type,omitempty"` // uri_file | uri_folder | mltable | mlflow_model | custom_model
+	Path  string  `yaml:"path,omitempty" json:"path,omitempty"`
+	Mode  string  `yaml:"mode,omitempty" json:"mode,omitempty"` // ro_mount | download | direct
+}
+
+// Output is a job output: a folder or file the command writes.
+type Output struct {
+	Type string `yaml:"type,omitempty" json:"type,omitempty"` // uri_folder (default) | uri_file | mlflow_model | custom_model
+	Path string `yaml:"path,omitempty" json:"path,omitempty"`
+	Mode string `yaml:"mode,omitempty" json:"mode,omitempty"` // rw_mount | upload
+}
+
+// Environment is a job's software: a reference to a registered environment
+// (Ref, written in YAML as a plain string such as `azureml:name:1`) or an
+// inline definition.
+type Environment struct {
+	Ref             string            `yaml:"ref,omitempty" json:"ref,omitempty"`
+	Name            string            `yaml:"name,omitempty" json:"name,omitempty"`
+	Version         string            `yaml:"version,omitempty" json:"version,omitempty"`
+	Description     string            `yaml:"description,omitempty" json:"description,omitempty"`
+	Image           string            `yaml:"image,omitempty" json:"image,omitempty"`
+	CondaFile       string            `yaml:"conda_file,omitempty" json:"conda_file,omitempty"`
+	Build           *Build            `yaml:"build,omitempty" json:"build,omitempty"`
+	Python          *Python           `yaml:"python,omitempty" json:"python,omitempty"`
+	UserManaged     bool              `yaml:"user_managed,omitempty" json:"user_managed,omitempty"`
+	InterpreterPath string            `yaml:"interpreter_path,omitempty" json:"interpreter_path,omitempty"`
+	Tags            map[string]string `yaml:"tags,omitempty" json:"tags,omitempty"`
+}
+
+// Build is a Docker build context for an image environment.
+type Build struct {
+	Path           string `yaml:"path,omitempty" json:"path,omitempty"`
+	DockerfilePath string `yaml:"dockerfile_path,omitempty" json:"dockerfile_path,omitempty"`
+}
+
+// Python is a virtualenv environment from a requirements file.
+type Python struct {
+	Requirements string `yaml:"requirements,omitempty" json:"requirements,omitempty"`
+	Version      string `yaml:"version,omitempty" json:"version,omitempty"`
+}
+
+// Limits bounds a job. Timeout is in seconds; 0 means none.
+type Limits struct {
+	Timeout int64 `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+}
+
+// Resources asks for nodes of a size.
+type Resources struct {
+	InstanceCount int            `yaml:"instance_count,omitempty" json:"instance_count,omitempty"`
+	InstanceType  string         `yaml:"instance_type,omitempty" json:"instance_type,omitempty"`
+	ShmSize       string         `yaml:"shm_size,omitempty" json:"shm_size,omitempty"`
+	DockerArgs    string         `yaml:"docker_args,omitempty" json:"docker_args,omitempty"`
+	Properties    map[string]any `yaml:"properties,omitempty" json:"properties,omitempty"`
+}
+
+// Distribution says how a multi-process job is wired together.
+type Distribution struct {
+	Type                    string `yaml:"type" json:"type"` // pytorch | mpi | tensorflow
+	ProcessCountPerInstance int    `yaml:"process_count_per_instance,omitempty" json:"process_count_per_instance,omitempty"`
+	ParameterServerCount    int    `yaml:"parameter_server_count,omitempty" json:"parameter_server_count,omitempty"`
+	WorkerCount             int    `yaml:"worker_count,omitempty" json:"worker_count,omitempty"`
+}
+
+// Service is an interactive service on the job's nodes.
+type Service struct {
+	Type       string         `yaml:"type" json:"type"` // jupyter_lab | ssh | tensor_board | vs_code
+	Port       int            `yaml:"port,omitempty" json:"port,omitempty"`
+	Nodes      string         `yaml:"nodes,omitempty" json:"nodes,omitempty"`
+	Properties map[string]any `yaml:"properties,omitempty" json:"properties,omitempty"`
+}
+
+// QueueSettings is the job tier and priority of serverless jobs.
+type QueueSettings struct {
+	JobTier  string `yaml:"job_tier,omitempty" json:"job_tier,omitempty"` // spot | basic | standard | premium
+	Priority string `yaml:"priority,omitempty" json:"priority,omitempty"` // low | medium | high
+}
+
+// Identity is the identity a job runs under.
+type Identity struct {
+	Type string `yaml:"type" json:"type"` // user_identity | managed | aml_token
+}
+
+// Compute is an Azure ML CLI v2 compute file. Which fields apply depends on
+// Type; Validate rejects fields that do not belong to the type.
+type Compute struct {
+	Schema      string            `yaml:"$schema,omitempty" json:"$schema,omitempty"`
+	Name        string            `yaml:"name" json:"name"`
+	Type        string            `yaml:"type" json:"type"` // local | amlcompute | computeinstance | virtualmachine | kubernetes
+	Description string            `yaml:"description,omitempty" json:"description,omitempty"`
+	Tags        map[string]string `yaml:"tags,omitempty" json:"tags,omitempty"`
+	Location    string            `yaml:"location,omitempty" json:"location,omitempty"`
+
+	// local (Ferry's own type): how many jobs run at once; 0 = CPUs of the machine.
+	Capacity int `yaml:"capacity,omitempty" json:"capacity,omitempty"`
+
+	// amlcompute and computeinstance
+	Size                       string         `yaml:"size,omitempty" json:"size,omitempty"`
+	Tier                       string         `yaml:"tier,omitempty" json:"tier,omitempty"`
+	MinInstances               *int           `yaml:"min_instances,omitempty" json:"min_instances,omitempty"`
+	MaxInstances               *int           `yaml:"max_instances,omitempty" json:"max_instances,omitempty"`
+	IdleTimeBeforeScaleDown    *int           `yaml:"idle_time_before_scale_down,omitempty" json:"idle_time_before_scale_down,omitempty"`
+	SSHPublicAccessEnabled     *bool          `yaml:"ssh_public_access_enabled,omitempty" json:"ssh_public_access_enabled,omitempty"`
+	SSHSettings                *SSHSettings   `yaml:"ssh_settings,omitempty" json:"ssh_settings,omitempty"`
+	NetworkSettings            map[string]any `yaml:"network_settings,omitempty" json:"network_settings,omitempty"`
+	Identity                   map[string]any `yaml:"identity,omitempty" json:"identity,omitempty"`
+	EnableNodePublicIP         *bool          `yaml:"enable_node_public_ip,omitempty" json:"enable_node_public_ip,omitempty"`
+	IdleTimeBeforeShutdownMins *int           `yaml:"idle_time_before_shutdown_minutes,omitempty" json:"idle_time_before_shutdown_minutes,omitempty"`
+	CreateOnBehalfOf           map[string]any `yaml:"create_on_behalf_of,omitempty" json:"create_on_behalf_of,omitempty"`
+	Schedules                  map[string]any `yaml:"schedules,omitempty" json:"schedules,omitempty"`
+	SetupScripts               map[string]any `yaml:"setup_scripts,omitempty" json:"setup_scripts,omitempty"`
+	EnableRootAccess           *bool          `yaml:"enable_root_access,omitempty" json:"enable_root_access,omitempty"`
+	ReleaseQuotaOnStop         *bool          `yaml:"release_quota_on_stop,omitempty" json:"release_quota_on_stop,omitempty"`
+	Provider                   map[string]any `yaml:"provider,omitempty" json:"provider,omitempty"`
+
+	// virtualmachine and kubernetes (attached)
+	ResourceID string         `yaml:"resource_id,omitempty" json:"resource_id,omitempty"`
+	Address    string         `yaml:"address,omitempty" json:"address,omitempty"`
+	HostKey    string         `yaml:"host_key,omitempty" json:"host_key,omitempty"`
+	Namespace  string         `yaml:"namespace,omitempty" json:"namespace,omitempty"`
+	Properties map[string]any `yaml:"properties,omitempty" json:"properties,omitempty"`
+}
+
+// SSHSettings are the SSH login of a compute.
+type SSHSettings struct {
+	AdminUsername     string `yaml:"admin_username,omitempty" json:"admin_username,omitempty"`
+	AdminPassword     string `yaml:"admin_password,omitempty" json:"admin_password,omitempty"`
+	SSHKeyValue       string `yaml:"ssh_key_value,omitempty" json:"ssh_key_value,omitempty"`
+	SSHPrivateKeyFile string `yaml:"ssh_private_key_file,omitempty" json:"ssh_private_key_file,omitempty"`
+	SSHPort           int    `yaml:"ssh_port,omitempty" json:"ssh_port,omitempty"`
+}

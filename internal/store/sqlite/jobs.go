@@ -1,0 +1,245 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// jobDataColumns are the columns of jobs other than seq and name, in the
+// order of jobValues.
+const jobDataColumns = `display_name, experiment_name, compute, status, status_reason,
+	priority, attempt, exit_code, error, created_by, cancel_by, spec, code_snapshot,
+	inputs, outputs, created, started, ended, heartbeat`
+
+// jobColumns are the columns of jobs in the order scanJob reads them.
+const jobColumns = `seq, name, ` + jobDataColumns
+
+// jobSets assigns jobValues to jobDataColumns.
+const jobSets = `display_name = ?, experiment_name = ?, compute = ?, status = ?, status_reason = ?,
+	priority = ?, attempt = ?, exit_code = ?, error = ?, created_by = ?, cancel_by = ?, spec = ?,
+	code_snapshot = ?, inputs = ?, outputs = ?, created = ?, started = ?, ended = ?, heartbeat = ?`
+
+// jobValues are the stored forms of j's fields after Seq and Name.
+func jobValues(j store.Job) []any {
+	var exit any
+	if j.ExitCode != nil {
+		exit = *j.ExitCode
+	}
+	return []any{
+		j.DisplayName, j.ExperimentName, j.Compute, j.Status, j.StatusReason,
+		j.Priority, j.Attempt, exit, j.Error, j.CreatedBy, j.CancelBy, jsonArg(j.Spec),
+		j.CodeSnapshot, jsonArg(j.Inputs), jsonArg(j.Outputs),
+		timeArg(j.Created), timeArg(j.Started), timeArg(j.Ended), timeArg(j.Heartbeat),
+	}
+}
+
+func scanJob(s scanner) (store.Job, error) {
+	var (
+		j                                  store.Job
+		exit                               sql.NullInt64
+		spec, inputs, outputs              []byte
+		created, started, ended, heartbeat sql.NullInt64
+	)
+	err := s.Scan(&j.Seq, &j.Name, &j.DisplayName, &j.ExperimentName, &j.Compute, &j.Status, &j.StatusReason,
+		&j.Priority, &j.Attempt, &exit, &j.Error, &j.CreatedBy, &j.CancelBy, &spec, &j.CodeSnapshot,
+		&inputs, &outputs, &created, &started, &ended, &heartbeat)
+	if err != nil {
+		return store.Job{}, err
+	}
+	if exit.Valid {
+		code := int(exit.Int64)
+		j.ExitCode = &code
+	}
+	j.Spec, j.Inputs, j.Outputs = spec, inputs, outputs
+	j.Created, j.Started, j.Ended, j.Heartbeat = timeOf(created), timeOf(started), timeOf(ended), timeOf(heartbeat)
+	return j, nil
+}
+
+// normJob is j as it reads back after being stored.
+func normJob(j store.Job) store.Job {
+	if j.ExitCode != nil {
+		code := *j.ExitCode
+		j.ExitCode = &code
+	}
+	j.Created, j.Started, j.Ended, j.Heartbeat = normTime(j.Created), normTime(j.Started), normTime(j.Ended), normTime(j.Heartbeat)
+	return j
+}
+
+// insertEvent stores e as the newest event of job; e.Job is ignored.
+func insertEvent(ctx context.Context, tx *sql.Tx, job string, e store.Event) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO events (job, time, from_status, to_status, reason) VALUES (?, ?, ?, ?, ?)`,
+		job, timeArg(e.Time), e.From, e.To, e.Reason)
+	return err
+}
+
+// CreateJob implements store.Store. j.Seq is ignored, and first is stored as
+// an event of j whatever its Job field says.
+func (s *Store) CreateJob(ctx context.Context, j store.Job, first store.Event) (store.Job, error) {
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `INSERT INTO jobs (name, `+jobDataColumns+`)
+			VALUES (?`+strings.Repeat(", ?", 19)+`) RETURNING seq`,
+			append([]any{j.Name}, jobValues(j)...)...).Scan(&j.Seq)
+		if isUnique(err) {
+			return fmt.Errorf("job %q: %w", j.Name, store.ErrConflict)
+		}
+		if err != nil {
+			return fmt.Errorf("create job %q: %w", j.Name, err)
+		}
+		if err := insertEvent(ctx, tx, j.Name, first); err != nil {
+			return fmt.Errorf("create job %q: first event: %w", j.Name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Job{}, err
+	}
+	return normJob(j), nil
+}
+
+// GetJob implements store.Store.
+func (s *Store) GetJob(ctx context.Context, name string) (store.Job, error) {
+	j, err := scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Job{}, fmt.Errorf("job %q: %w", name, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Job{}, fmt.Errorf("get job %q: %w", name, err)
+	}
+	return j, nil
+}
+
+// ListJobs implements store.Store. A Limit below zero means no limit, like
+// zero. The result is empty, not nil, when no job matches.
+func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if len(f.Statuses) > 0 {
+		where = append(where, `status IN (?`+strings.Repeat(", ?", len(f.Statuses)-1)+`)`)
+		for _, st := range f.Statuses {
+			args = append(args, st)
+		}
+	}
+	if f.Compute != "" {
+		where = append(where, `compute = ?`)
+		args = append(args, f.Compute)
+	}
+	q := `SELECT ` + jobColumns + ` FROM jobs`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	if f.Newest {
+		q += ` ORDER BY seq DESC`
+	} else {
+		q += ` ORDER BY seq`
+	}
+	if f.Limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, f.Limit)
+	}
+
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	defer rows.Close()
+	js := []store.Job{}
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list jobs: %w", err)
+		}
+		js = append(js, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	return js, nil
+}
+
+// UpdateJob implements store.Store. Changes fn makes to Name and Seq are
+// ignored, and the event it returns is stored as an event of this job
+// whatever its Job field says.
+func (s *Store) UpdateJob(ctx context.Context, name string, fn func(*store.Job) (*store.Event, error)) (store.Job, error) {
+	var out store.Job
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE name = ?`, name))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("job %q: %w", name, store.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("update job %q: %w", name, err)
+		}
+		seq := j.Seq
+		e, err := fn(&j)
+		if err != nil {
+			return err
+		}
+		j.Name, j.Seq = name, seq
+		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET `+jobSets+` WHERE seq = ?`, append(jobValues(j), seq)...); err != nil {
+			return fmt.Errorf("update job %q: %w", name, err)
+		}
+		if e != nil {
+			if err := insertEvent(ctx, tx, name, *e); err != nil {
+				return fmt.Errorf("update job %q: event: %w", name, err)
+			}
+		}
+		out = normJob(j)
+		return nil
+	})
+	if err != nil {
+		return store.Job{}, err
+	}
+	return out, nil
+}
+
+// jobExists returns ErrNotFound, wrapped, if there is no job by that name.
+func jobExists(ctx context.Context, tx *sql.Tx, job string) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE name = ?`, job).Scan(&n); err != nil {
+		return fmt.Errorf("job %q: %w", job, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("job %q: %w", job, store.ErrNotFound)
+	}
+	return nil
+}
+
+// ListEvents implements store.Store. It returns ErrNotFound if there is no
+// such job, and an empty, non-nil slice for a job without events.
+func (s *Store) ListEvents(ctx context.Context, job string) ([]store.Event, error) {
+	es := []store.Event{}
+	err := s.read(ctx, func(tx *sql.Tx) error {
+		if err := jobExists(ctx, tx, job); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT time, from_status, to_status, reason FROM events WHERE job = ? ORDER BY id`, job)
+		if err != nil {
+			return fmt.Errorf("list events of job %q: %w", job, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			e := store.Event{Job: job}
+			var t sql.NullInt64
+			if err := rows.Scan(&t, &e.From, &e.To, &e.Reason); err != nil {
+				return fmt.Errorf("list events of job %q: %w", job, err)
+			}
+			e.Time = timeOf(t)
+			es = append(es, e)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("list events of job %q: %w", job, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return es, nil
+}

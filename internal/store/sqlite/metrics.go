@@ -1,0 +1,120 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// AddMetrics implements store.Store. All of ms are stored, or none.
+func (s *Store) AddMetrics(ctx context.Context, job string, ms []store.Metric) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		if err := jobExists(ctx, tx, job); err != nil {
+			return err
+		}
+		if len(ms) == 0 {
+			return nil
+		}
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO metrics (job, name, value, step, time) VALUES (?, ?, ?, ?, ?)`)
+		if err != nil {
+			return fmt.Errorf("add metrics to job %q: %w", job, err)
+		}
+		defer stmt.Close()
+		for _, m := range ms {
+			_, err := stmt.ExecContext(ctx, job, m.Name, floatArg(m.Value), m.Step, timeArg(m.Time))
+			if isForeignKey(err) {
+				return fmt.Errorf("job %q: %w", job, store.ErrNotFound)
+			}
+			if err != nil {
+				return fmt.Errorf("add metric %q to job %q: %w", m.Name, job, err)
+			}
+		}
+		return nil
+	})
+}
+
+func scanMetric(s scanner) (store.Metric, error) {
+	var (
+		m store.Metric
+		v sql.NullFloat64
+		t sql.NullInt64
+	)
+	if err := s.Scan(&m.Name, &v, &m.Step, &t); err != nil {
+		return store.Metric{}, err
+	}
+	m.Value = floatOf(v)
+	m.Time = timeOf(t)
+	return m, nil
+}
+
+// ListMetrics implements store.Store. It returns ErrNotFound if there is no
+// such job, and an empty, non-nil slice when the job has no such values. A
+// NaN value reads back as NaN.
+func (s *Store) ListMetrics(ctx context.Context, job, name string) ([]store.Metric, error) {
+	q, args := `SELECT name, value, step, time FROM metrics WHERE job = ? ORDER BY id`, []any{job}
+	if name != "" {
+		q, args = `SELECT name, value, step, time FROM metrics WHERE job = ? AND name = ? ORDER BY id`, []any{job, name}
+	}
+	ms := []store.Metric{}
+	err := s.read(ctx, func(tx *sql.Tx) error {
+		if err := jobExists(ctx, tx, job); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return fmt.Errorf("list metrics of job %q: %w", job, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			m, err := scanMetric(rows)
+			if err != nil {
+				return fmt.Errorf("list metrics of job %q: %w", job, err)
+			}
+			ms = append(ms, m)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("list metrics of job %q: %w", job, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ms, nil
+}
+
+// LatestMetrics implements store.Store. It returns ErrNotFound if there is no
+// such job, and an empty, non-nil map for a job without metrics.
+func (s *Store) LatestMetrics(ctx context.Context, job string) (map[string]store.Metric, error) {
+	latest := map[string]store.Metric{}
+	err := s.read(ctx, func(tx *sql.Tx) error {
+		if err := jobExists(ctx, tx, job); err != nil {
+			return err
+		}
+		// The metrics_job_name index holds the rowid (id), so the inner
+		// query reads only the index.
+		rows, err := tx.QueryContext(ctx, `SELECT name, value, step, time FROM metrics
+			WHERE id IN (SELECT max(id) FROM metrics WHERE job = ? GROUP BY name)`, job)
+		if err != nil {
+			return fmt.Errorf("latest metrics of job %q: %w", job, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			m, err := scanMetric(rows)
+			if err != nil {
+				return fmt.Errorf("latest metrics of job %q: %w", job, err)
+			}
+			latest[m.Name] = m
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("latest metrics of job %q: %w", job, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return latest, nil
+}

@@ -1,0 +1,206 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// openRaw opens a database with the writer's settings but no migrations.
+func openRaw(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", dsn(path, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func appliedVersions(t *testing.T, db *sql.DB) []int {
+	t.Helper()
+	rows, err := db.Query("SELECT version FROM schema_migrations ORDER BY version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var vs []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return vs
+}
+
+func TestMigrateAppliesEachOnce(t *testing.T) {
+	ctx := context.Background()
+	db := openRaw(t, filepath.Join(t.TempDir(), "m.db"))
+	// Neither file may run twice: CREATE TABLE would fail, INSERT would add
+	// a second row. 0010 sorts after 0002 by number, not by name length.
+	fsys := fstest.MapFS{
+		"0010_c.sql": {Data: []byte("INSERT INTO a VALUES (10);")},
+		"0001_a.sql": {Data: []byte("CREATE TABLE a (x INTEGER);\nINSERT INTO a VALUES (1);")},
+		"0002_b.sql": {Data: []byte("INSERT INTO a VALUES (2);")},
+		"README":     {Data: []byte("not a migration")},
+	}
+	first := fstest.MapFS{"0001_a.sql": fsys["0001_a.sql"]}
+
+	if err := migrate(ctx, db, first); err != nil {
+		t.Fatalf("first migrate: %v", err)
+	}
+	for range 2 {
+		if err := migrate(ctx, db, fsys); err != nil {
+			t.Fatalf("migrate: %v", err)
+		}
+	}
+	if d := cmp.Diff([]int{1, 2, 10}, appliedVersions(t, db)); d != "" {
+		t.Errorf("schema_migrations (-want +got):\n%s", d)
+	}
+	var got string
+	if err := db.QueryRow("SELECT group_concat(x, ',') FROM (SELECT x FROM a ORDER BY rowid)").Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != "1,2,10" {
+		t.Errorf("rows written by the migrations = %s, want 1,2,10", got)
+	}
+}
+
+func TestMigrateFailureRollsBack(t *testing.T) {
+	ctx := context.Background()
+	db := openRaw(t, filepath.Join(t.TempDir(), "m.db"))
+	fsys := fstest.MapFS{
+		"0001_a.sql": {Data: []byte("CREATE TABLE a (x INTEGER);")},
+		"0002_b.sql": {Data: []byte("INSERT INTO a VALUES (2); INSERT INTO nope VALUES (1);")},
+	}
+	err := migrate(ctx, db, fsys)
+	if err == nil || !strings.Contains(err.Error(), "0002_b.sql") {
+		t.Fatalf("migrate with a broken migration: got error %v, want one naming 0002_b.sql", err)
+	}
+	if d := cmp.Diff([]int{1}, appliedVersions(t, db)); d != "" {
+		t.Errorf("schema_migrations (-want +got):\n%s", d)
+	}
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM a").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("a failed migration left %d rows behind", n)
+	}
+}
+
+func TestMigrateRefusesNewerDatabase(t *testing.T) {
+	ctx := context.Background()
+	db := openRaw(t, filepath.Join(t.TempDir(), "m.db"))
+	newer := fstest.MapFS{
+		"0001_a.sql": {Data: []byte("CREATE TABLE a (x INTEGER);")},
+		"0002_b.sql": {Data: []byte("CREATE TABLE b (x INTEGER);")},
+	}
+	if err := migrate(ctx, db, newer); err != nil {
+		t.Fatal(err)
+	}
+	older := fstest.MapFS{"0001_a.sql": newer["0001_a.sql"]}
+	if err := migrate(ctx, db, older); err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Errorf("migrate of a newer database: got error %v, want one saying it is newer", err)
+	}
+}
+
+func TestLoadMigrationsRejectsBadNames(t *testing.T) {
+	for _, fsys := range []fstest.MapFS{
+		{"init.sql": {}},
+		{"0000_zero.sql": {}},
+		{"01.sql": {}},
+		{"0001_a.sql": {}, "1_b.sql": {}},
+	} {
+		if _, err := loadMigrations(fsys); err == nil {
+			t.Errorf("loadMigrations(%v) succeeded", fsys)
+		}
+	}
+}
+
+func TestEmbeddedMigrations(t *testing.T) {
+	ms, err := loadMigrations(migrations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range ms {
+		if m.version != i+1 {
+			t.Errorf("migration %s has version %d, want %d: versions run 1, 2, 3, ...", m.name, m.version, i+1)
+		}
+	}
+}
+
+func TestReopenAppliesNothingTwice(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ferry.db")
+	for range 3 {
+		s, err := Open(path)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, err := loadMigrations(migrations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []int
+	for _, m := range ms {
+		want = append(want, m.version)
+	}
+	if d := cmp.Diff(want, appliedVersions(t, openRaw(t, path))); d != "" {
+		t.Errorf("schema_migrations after three opens (-want +got):\n%s", d)
+	}
+}
+
+func TestConnectionSettings(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "ferry.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, tt := range []struct {
+		pool   string
+		db     *sql.DB
+		pragma string
+		want   string
+	}{
+		{"writer", s.w, "journal_mode", "wal"},
+		{"writer", s.w, "synchronous", "1"}, // NORMAL
+		{"writer", s.w, "foreign_keys", "1"},
+		{"writer", s.w, "busy_timeout", "10000"},
+		{"reader", s.r, "journal_mode", "wal"},
+		{"reader", s.r, "foreign_keys", "1"},
+		{"reader", s.r, "busy_timeout", "10000"},
+		{"reader", s.r, "query_only", "1"},
+	} {
+		var got string
+		if err := tt.db.QueryRow("PRAGMA " + tt.pragma).Scan(&got); err != nil {
+			t.Fatalf("%s: PRAGMA %s: %v", tt.pool, tt.pragma, err)
+		}
+		if got != tt.want {
+			t.Errorf("%s: PRAGMA %s = %s, want %s", tt.pool, tt.pragma, got, tt.want)
+		}
+	}
+	for _, idx := range []string{"jobs_status", "jobs_compute", "metrics_job_name"} {
+		var n int
+		if err := s.r.QueryRow("SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name = ?", idx).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Errorf("index %s is missing", idx)
+		}
+	}
+}

@@ -1,0 +1,145 @@
+// Package store defines how Ferry keeps workspace state: compute targets,
+// jobs with their status history, metrics and API tokens.
+//
+// There is one interface, Store, with an SQLite implementation (sqlite/) and,
+// later, a PostgreSQL one. Every implementation must pass storetest.Run, which
+// is the executable form of the contract written in the doc comments below.
+//
+// Blobs (snapshot files, logs, outputs) are not kept here; see package blob.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is wrapped by every error that reports a missing record.
+var ErrNotFound = errors.New("not found")
+
+// ErrConflict is wrapped by every error that reports a record that already
+// exists (a duplicate name).
+var ErrConflict = errors.New("already exists")
+
+// Compute is a stored compute target. Spec is the validated compute file as
+// JSON; the store does not look inside it.
+type Compute struct {
+	Name     string
+	Type     string
+	Spec     json.RawMessage
+	State    string
+	Created  time.Time
+	Modified time.Time
+}
+
+// Job is one submitted job. Spec, Inputs and Outputs are JSON owned by the
+// workspace service; the store keeps them opaque. Zero times mean "not yet".
+type Job struct {
+	Name           string
+	Seq            int64 // submit order, assigned by CreateJob, strictly increasing
+	DisplayName    string
+	ExperimentName string
+	Compute        string
+	Status         string
+	StatusReason   string
+	Priority       int
+	Attempt        int
+	ExitCode       *int
+	Error          string
+	CreatedBy      string
+	CancelBy       string
+	Spec           json.RawMessage
+	CodeSnapshot   string
+	Inputs         json.RawMessage
+	Outputs        json.RawMessage
+	Created        time.Time
+	Started        time.Time
+	Ended          time.Time
+	Heartbeat      time.Time
+}
+
+// Event is one stored status change of a job.
+type Event struct {
+	Job    string
+	Time   time.Time
+	From   string
+	To     string
+	Reason string
+}
+
+// Metric is one logged value of a job's metric.
+type Metric struct {
+	Name  string
+	Value float64
+	Step  int64
+	Time  time.Time
+}
+
+// Token is an API token. Only the SHA-256 of the secret is stored.
+type Token struct {
+	Hash    string // hex SHA-256 of the secret
+	Kind    string // "owner" or "run"
+	Subject string // user name for owner tokens, job name for run tokens
+	Attempt int    // the attempt a run token belongs to
+	Created time.Time
+}
+
+// JobFilter selects jobs for ListJobs. Zero fields select everything.
+type JobFilter struct {
+	Statuses []string // any of these
+	Compute  string
+	Limit    int  // at most this many; 0 means no limit
+	Newest   bool // order by Seq descending instead of ascending
+}
+
+// Store keeps workspace state durably. All methods are safe for concurrent
+// use. Errors wrap ErrNotFound or ErrConflict where those apply, so callers
+// test them with errors.Is. A returned error leaves stored state unchanged.
+type Store interface {
+	// CreateCompute stores a new compute target; ErrConflict if the name is taken.
+	CreateCompute(ctx context.Context, c Compute) error
+	// GetCompute returns one target; ErrNotFound if there is none by that name.
+	GetCompute(ctx context.Context, name string) (Compute, error)
+	// ListComputes returns every target ordered by name.
+	ListComputes(ctx context.Context) ([]Compute, error)
+	// UpdateCompute reads, modifies with fn and writes back one target in a
+	// single transaction. If fn returns an error nothing is written and that
+	// error is returned as is.
+	UpdateCompute(ctx context.Context, name string, fn func(*Compute) error) (Compute, error)
+	// DeleteCompute removes a target; ErrNotFound if there is none.
+	DeleteCompute(ctx context.Context, name string) error
+
+	// CreateJob stores a new job with its first event in one transaction and
+	// returns it with Seq assigned; ErrConflict if the name is taken.
+	CreateJob(ctx context.Context, j Job, first Event) (Job, error)
+	// GetJob returns one job; ErrNotFound if there is none by that name.
+	GetJob(ctx context.Context, name string) (Job, error)
+	// ListJobs returns the jobs the filter selects, ordered by Seq.
+	ListJobs(ctx context.Context, f JobFilter) ([]Job, error)
+	// UpdateJob reads, modifies with fn and writes back one job in a single
+	// transaction. If fn returns a non-nil event it is stored in the same
+	// transaction. If fn returns an error nothing is written and that error
+	// is returned as is. Concurrent UpdateJob calls on one job are serialised.
+	UpdateJob(ctx context.Context, name string, fn func(*Job) (*Event, error)) (Job, error)
+	// ListEvents returns a job's events in the order they were stored.
+	ListEvents(ctx context.Context, job string) ([]Event, error)
+
+	// AddMetrics appends metric values to a job; ErrNotFound if no such job.
+	AddMetrics(ctx context.Context, job string, ms []Metric) error
+	// ListMetrics returns a job's values of one metric (all metrics if name
+	// is empty) in the order they were added.
+	ListMetrics(ctx context.Context, job, name string) ([]Metric, error)
+	// LatestMetrics returns, per metric name, the value added last.
+	LatestMetrics(ctx context.Context, job string) (map[string]Metric, error)
+
+	// CreateToken stores a token; ErrConflict if the hash exists.
+	CreateToken(ctx context.Context, t Token) error
+	// TokenByHash finds a token; ErrNotFound if there is none.
+	TokenByHash(ctx context.Context, hash string) (Token, error)
+	// DeleteTokens removes every token of the given kind and subject.
+	DeleteTokens(ctx context.Context, kind, subject string) error
+
+	// Close releases the store.
+	Close() error
+}

@@ -1,0 +1,985 @@
+// Package storetest is the semantics suite every store.Store implementation
+// must pass: the executable form of the contract in package store's doc
+// comments, plus the choices that contract leaves open, pinned here so that
+// every implementation makes the same ones:
+//
+//   - Times are kept in UTC with at least microsecond precision: a stored time
+//     reads back as the same instant, in time.UTC, differing from what was
+//     given by less than a microsecond. The zero time reads back as zero (and
+//     the Unix epoch as the epoch, not as zero).
+//   - Returned records (CreateJob's and the Update methods') equal what a
+//     later Get returns.
+//   - JSON fields (Spec, Inputs, Outputs) read back byte for byte, whitespace
+//     and key order included; nil reads back as nil.
+//   - ExitCode nil and ExitCode 0 are different values.
+//   - UpdateJob ignores changes fn makes to Name and Seq; UpdateCompute
+//     ignores changes to Name. CreateJob ignores the Seq it is given. The
+//     event given to CreateJob or returned by UpdateJob's fn is stored for
+//     that job whatever its Job field says.
+//   - ListEvents, ListMetrics and LatestMetrics return ErrNotFound for a
+//     missing job. Lists and maps are empty, never nil, when there is nothing.
+//   - Metric values NaN and ±Inf round-trip.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// Run runs the suite. open must return a new, empty store each time it is
+// called and arrange for it to be closed with t.Cleanup.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		f    func(t *testing.T, s store.Store)
+	}{
+		{"Compute/CreateGet", testComputeCreateGet},
+		{"Compute/NilSpec", testComputeNilSpec},
+		{"Compute/CreateConflict", testComputeCreateConflict},
+		{"Compute/GetNotFound", testComputeGetNotFound},
+		{"Compute/List", testComputeList},
+		{"Compute/Update", testComputeUpdate},
+		{"Compute/UpdateFnError", testComputeUpdateFnError},
+		{"Compute/UpdateNotFound", testComputeUpdateNotFound},
+		{"Compute/UpdateIgnoresName", testComputeUpdateIgnoresName},
+		{"Compute/Delete", testComputeDelete},
+
+		{"Job/CreateAssignsSeq", testJobCreateAssignsSeq},
+		{"Job/CreateConcurrent", testJobCreateConcurrent},
+		{"Job/CreateStoresFirstEvent", testJobCreateStoresFirstEvent},
+		{"Job/CreateConflict", testJobCreateConflict},
+		{"Job/RoundTrip", testJobRoundTrip},
+		{"Job/ZeroValues", testJobZeroValues},
+		{"Job/ExitCodeZero", testJobExitCodeZero},
+		{"Job/TimePrecision", testJobTimePrecision},
+		{"Job/GetNotFound", testJobGetNotFound},
+		{"Job/List", testJobList},
+		{"Job/Update", testJobUpdate},
+		{"Job/UpdateNilEvent", testJobUpdateNilEvent},
+		{"Job/UpdateFnError", testJobUpdateFnError},
+		{"Job/UpdateNotFound", testJobUpdateNotFound},
+		{"Job/UpdateIgnoresNameAndSeq", testJobUpdateIgnoresNameAndSeq},
+		{"Job/UpdateConcurrent", testJobUpdateConcurrent},
+		{"Job/ListEventsOrder", testJobListEventsOrder},
+		{"Job/ListEventsNotFound", testJobListEventsNotFound},
+
+		{"Metrics/AddList", testMetricsAddList},
+		{"Metrics/Latest", testMetricsLatest},
+		{"Metrics/SpecialValues", testMetricsSpecialValues},
+		{"Metrics/Empty", testMetricsEmpty},
+		{"Metrics/NotFound", testMetricsNotFound},
+
+		{"Token/CreateLookup", testTokenCreateLookup},
+		{"Token/Conflict", testTokenConflict},
+		{"Token/NotFound", testTokenNotFound},
+		{"Token/Delete", testTokenDelete},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.f(t, open(t))
+		})
+	}
+}
+
+// t0 is a base time with microsecond precision in a zone other than UTC, so
+// that tests see the store keep the instant, not the zone.
+var t0 = time.Date(2025, 3, 14, 15, 9, 26, 535897000, time.FixedZone("UTC+2", 2*3600))
+
+var errTest = errors.New("storetest: fn failed")
+
+func ptr[T any](v T) *T { return &v }
+
+// diff compares stored records. cmp uses time.Time's Equal method, so times
+// are compared as instants.
+func diff(want, got any) string {
+	return cmp.Diff(want, got, cmpopts.EquateNaNs())
+}
+
+func testCompute(name string) store.Compute {
+	return store.Compute{
+		Name:     name,
+		Type:     "amlcompute",
+		Spec:     json.RawMessage(`{"size": "Standard_NC6", "max_instances": 4}`),
+		State:    "Succeeded",
+		Created:  t0,
+		Modified: t0.Add(time.Minute),
+	}
+}
+
+func testJob(name string) store.Job {
+	return store.Job{
+		Name:    name,
+		Compute: "cpu",
+		Status:  "Queued",
+		Created: t0,
+	}
+}
+
+func firstEvent(name string) store.Event {
+	return store.Event{Job: name, Time: t0, To: "Queued", Reason: "submitted"}
+}
+
+func mustCreateCompute(t *testing.T, s store.Store, c store.Compute) {
+	t.Helper()
+	if err := s.CreateCompute(context.Background(), c); err != nil {
+		t.Fatalf("CreateCompute(%q): %v", c.Name, err)
+	}
+}
+
+func mustGetCompute(t *testing.T, s store.Store, name string) store.Compute {
+	t.Helper()
+	c, err := s.GetCompute(context.Background(), name)
+	if err != nil {
+		t.Fatalf("GetCompute(%q): %v", name, err)
+	}
+	return c
+}
+
+func mustCreateJob(t *testing.T, s store.Store, j store.Job) store.Job {
+	t.Helper()
+	got, err := s.CreateJob(context.Background(), j, firstEvent(j.Name))
+	if err != nil {
+		t.Fatalf("CreateJob(%q): %v", j.Name, err)
+	}
+	return got
+}
+
+func mustGetJob(t *testing.T, s store.Store, name string) store.Job {
+	t.Helper()
+	j, err := s.GetJob(context.Background(), name)
+	if err != nil {
+		t.Fatalf("GetJob(%q): %v", name, err)
+	}
+	return j
+}
+
+func mustListJobs(t *testing.T, s store.Store, f store.JobFilter) []store.Job {
+	t.Helper()
+	js, err := s.ListJobs(context.Background(), f)
+	if err != nil {
+		t.Fatalf("ListJobs(%+v): %v", f, err)
+	}
+	return js
+}
+
+func mustListEvents(t *testing.T, s store.Store, job string) []store.Event {
+	t.Helper()
+	es, err := s.ListEvents(context.Background(), job)
+	if err != nil {
+		t.Fatalf("ListEvents(%q): %v", job, err)
+	}
+	return es
+}
+
+func mustAddMetrics(t *testing.T, s store.Store, job string, ms ...store.Metric) {
+	t.Helper()
+	if err := s.AddMetrics(context.Background(), job, ms); err != nil {
+		t.Fatalf("AddMetrics(%q): %v", job, err)
+	}
+}
+
+func mustListMetrics(t *testing.T, s store.Store, job, name string) []store.Metric {
+	t.Helper()
+	ms, err := s.ListMetrics(context.Background(), job, name)
+	if err != nil {
+		t.Fatalf("ListMetrics(%q, %q): %v", job, name, err)
+	}
+	return ms
+}
+
+func mustLatestMetrics(t *testing.T, s store.Store, job string) map[string]store.Metric {
+	t.Helper()
+	ms, err := s.LatestMetrics(context.Background(), job)
+	if err != nil {
+		t.Fatalf("LatestMetrics(%q): %v", job, err)
+	}
+	return ms
+}
+
+func mustCreateToken(t *testing.T, s store.Store, tok store.Token) {
+	t.Helper()
+	if err := s.CreateToken(context.Background(), tok); err != nil {
+		t.Fatalf("CreateToken(%s %q): %v", tok.Kind, tok.Subject, err)
+	}
+}
+
+func wantErrIs(t *testing.T, what string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Errorf("%s: got error %v, want one wrapping %v", what, err, target)
+	}
+}
+
+// --- compute targets ---
+
+func testComputeCreateGet(t *testing.T, s store.Store) {
+	want := testCompute("gpu-cluster")
+	mustCreateCompute(t, s, want)
+	if d := diff(want, mustGetCompute(t, s, "gpu-cluster")); d != "" {
+		t.Errorf("GetCompute after CreateCompute (-want +got):\n%s", d)
+	}
+}
+
+func testComputeNilSpec(t *testing.T, s store.Store) {
+	want := store.Compute{Name: "local", Type: "local", State: "Succeeded"}
+	mustCreateCompute(t, s, want)
+	got := mustGetCompute(t, s, "local")
+	if d := diff(want, got); d != "" {
+		t.Errorf("GetCompute (-want +got):\n%s", d)
+	}
+	if got.Spec != nil {
+		t.Errorf("Spec = %q, want nil", got.Spec)
+	}
+	if !got.Created.IsZero() || !got.Modified.IsZero() {
+		t.Errorf("Created, Modified = %v, %v; want zero times", got.Created, got.Modified)
+	}
+}
+
+func testComputeCreateConflict(t *testing.T, s store.Store) {
+	first := testCompute("gpu-cluster")
+	mustCreateCompute(t, s, first)
+	second := testCompute("gpu-cluster")
+	second.Type = "kubernetes"
+	second.Spec = json.RawMessage(`{}`)
+	wantErrIs(t, "second CreateCompute", s.CreateCompute(context.Background(), second), store.ErrConflict)
+	if d := diff(first, mustGetCompute(t, s, "gpu-cluster")); d != "" {
+		t.Errorf("first target changed by a conflicting create (-want +got):\n%s", d)
+	}
+}
+
+func testComputeGetNotFound(t *testing.T, s store.Store) {
+	_, err := s.GetCompute(context.Background(), "nope")
+	wantErrIs(t, "GetCompute of a missing target", err, store.ErrNotFound)
+}
+
+func testComputeList(t *testing.T, s store.Store) {
+	got, err := s.ListComputes(context.Background())
+	if err != nil {
+		t.Fatalf("ListComputes on an empty store: %v", err)
+	}
+	if got == nil || len(got) != 0 {
+		t.Errorf("ListComputes on an empty store = %#v, want an empty, non-nil slice", got)
+	}
+
+	var want []store.Compute
+	for _, name := range []string{"b", "c", "a"} {
+		mustCreateCompute(t, s, testCompute(name))
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		want = append(want, testCompute(name))
+	}
+	got, err = s.ListComputes(context.Background())
+	if err != nil {
+		t.Fatalf("ListComputes: %v", err)
+	}
+	if d := diff(want, got); d != "" {
+		t.Errorf("ListComputes, ordered by name (-want +got):\n%s", d)
+	}
+}
+
+func testComputeUpdate(t *testing.T, s store.Store) {
+	mustCreateCompute(t, s, testCompute("gpu-cluster"))
+	want := testCompute("gpu-cluster")
+	want.State = "Resizing"
+	want.Spec = json.RawMessage(`{"max_instances":8}`)
+	want.Modified = t0.Add(time.Hour)
+
+	got, err := s.UpdateCompute(context.Background(), "gpu-cluster", func(c *store.Compute) error {
+		if d := diff(testCompute("gpu-cluster"), *c); d != "" {
+			t.Errorf("fn got (-want +got):\n%s", d)
+		}
+		c.State = want.State
+		c.Spec = want.Spec
+		c.Modified = want.Modified
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("UpdateCompute: %v", err)
+	}
+	if d := diff(want, got); d != "" {
+		t.Errorf("UpdateCompute returned (-want +got):\n%s", d)
+	}
+	if d := diff(want, mustGetCompute(t, s, "gpu-cluster")); d != "" {
+		t.Errorf("GetCompute after UpdateCompute (-want +got):\n%s", d)
+	}
+}
+
+func testComputeUpdateFnError(t *testing.T, s store.Store) {
+	want := testCompute("gpu-cluster")
+	mustCreateCompute(t, s, want)
+	_, err := s.UpdateCompute(context.Background(), "gpu-cluster", func(c *store.Compute) error {
+		c.State = "Failed"
+		c.Spec = nil
+		return errTest
+	})
+	if err != errTest {
+		t.Errorf("UpdateCompute with a failing fn: got error %v, want fn's error as is", err)
+	}
+	if d := diff(want, mustGetCompute(t, s, "gpu-cluster")); d != "" {
+		t.Errorf("target changed by an update whose fn failed (-want +got):\n%s", d)
+	}
+}
+
+func testComputeUpdateNotFound(t *testing.T, s store.Store) {
+	called := false
+	_, err := s.UpdateCompute(context.Background(), "nope", func(*store.Compute) error {
+		called = true
+		return nil
+	})
+	wantErrIs(t, "UpdateCompute of a missing target", err, store.ErrNotFound)
+	if called {
+		t.Error("UpdateCompute called fn for a missing target")
+	}
+}
+
+func testComputeUpdateIgnoresName(t *testing.T, s store.Store) {
+	mustCreateCompute(t, s, testCompute("gpu-cluster"))
+	want := testCompute("gpu-cluster")
+	want.State = "Stopped"
+	got, err := s.UpdateCompute(context.Background(), "gpu-cluster", func(c *store.Compute) error {
+		c.Name = "renamed"
+		c.State = "Stopped"
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("UpdateCompute: %v", err)
+	}
+	if d := diff(want, got); d != "" {
+		t.Errorf("UpdateCompute returned (-want +got):\n%s", d)
+	}
+	if d := diff(want, mustGetCompute(t, s, "gpu-cluster")); d != "" {
+		t.Errorf("GetCompute (-want +got):\n%s", d)
+	}
+	_, err = s.GetCompute(context.Background(), "renamed")
+	wantErrIs(t, "GetCompute of the name fn set", err, store.ErrNotFound)
+}
+
+func testComputeDelete(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustCreateCompute(t, s, testCompute("a"))
+	mustCreateCompute(t, s, testCompute("b"))
+	if err := s.DeleteCompute(ctx, "a"); err != nil {
+		t.Fatalf("DeleteCompute: %v", err)
+	}
+	_, err := s.GetCompute(ctx, "a")
+	wantErrIs(t, "GetCompute after DeleteCompute", err, store.ErrNotFound)
+	wantErrIs(t, "second DeleteCompute", s.DeleteCompute(ctx, "a"), store.ErrNotFound)
+	mustGetCompute(t, s, "b")
+	// The name is free again.
+	mustCreateCompute(t, s, testCompute("a"))
+}
+
+// --- jobs ---
+
+func testJobCreateAssignsSeq(t *testing.T, s store.Store) {
+	var prev int64
+	for i, name := range []string{"j1", "j2", "j3"} {
+		j := testJob(name)
+		j.Seq = int64(1000 - i) // ignored
+		got := mustCreateJob(t, s, j)
+		if i > 0 && got.Seq <= prev {
+			t.Errorf("CreateJob(%q).Seq = %d, want more than the previous job's %d", name, got.Seq, prev)
+		}
+		prev = got.Seq
+		if stored := mustGetJob(t, s, name).Seq; stored != got.Seq {
+			t.Errorf("GetJob(%q).Seq = %d, CreateJob returned %d", name, stored, got.Seq)
+		}
+	}
+}
+
+func testJobCreateConcurrent(t *testing.T, s store.Store) {
+	const n = 20
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		seqs = map[int64]string{}
+	)
+	for i := range n {
+		wg.Go(func() {
+			name := fmt.Sprintf("job-%02d", i)
+			j, err := s.CreateJob(context.Background(), testJob(name), firstEvent(name))
+			if err != nil {
+				t.Errorf("CreateJob(%q): %v", name, err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if other, dup := seqs[j.Seq]; dup {
+				t.Errorf("jobs %q and %q both got Seq %d", other, name, j.Seq)
+			}
+			seqs[j.Seq] = name
+		})
+	}
+	wg.Wait()
+	js := mustListJobs(t, s, store.JobFilter{})
+	if len(js) != n {
+		t.Fatalf("ListJobs returned %d jobs, want %d", len(js), n)
+	}
+	for i, j := range js {
+		if seqs[j.Seq] != j.Name {
+			t.Errorf("ListJobs: %q has Seq %d, CreateJob returned it for %q", j.Name, j.Seq, seqs[j.Seq])
+		}
+		if i > 0 && j.Seq <= js[i-1].Seq {
+			t.Errorf("ListJobs not ordered by Seq: %d after %d", j.Seq, js[i-1].Seq)
+		}
+		if es := mustListEvents(t, s, j.Name); len(es) != 1 {
+			t.Errorf("job %q has %d events, want 1", j.Name, len(es))
+		}
+	}
+}
+
+func testJobCreateStoresFirstEvent(t *testing.T, s store.Store) {
+	first := store.Event{Job: "some-other-name", Time: t0, From: "", To: "Queued", Reason: "submitted by alice"}
+	if _, err := s.CreateJob(context.Background(), testJob("j1"), first); err != nil {
+		t.Fatalf("CreateJob: %v", err)
+	}
+	want := first
+	want.Job = "j1"
+	if d := diff([]store.Event{want}, mustListEvents(t, s, "j1")); d != "" {
+		t.Errorf("ListEvents after CreateJob (-want +got):\n%s", d)
+	}
+}
+
+func testJobCreateConflict(t *testing.T, s store.Store) {
+	want := mustCreateJob(t, s, testJob("j1"))
+	second := testJob("j1")
+	second.Status = "Running"
+	second.Compute = "gpu"
+	_, err := s.CreateJob(context.Background(), second, store.Event{Time: t0, To: "Running", Reason: "second"})
+	wantErrIs(t, "second CreateJob", err, store.ErrConflict)
+	if d := diff(want, mustGetJob(t, s, "j1")); d != "" {
+		t.Errorf("first job changed by a conflicting create (-want +got):\n%s", d)
+	}
+	if d := diff([]store.Event{firstEvent("j1")}, mustListEvents(t, s, "j1")); d != "" {
+		t.Errorf("events changed by a conflicting create (-want +got):\n%s", d)
+	}
+	if js := mustListJobs(t, s, store.JobFilter{}); len(js) != 1 {
+		t.Errorf("ListJobs after a conflicting create returned %d jobs, want 1", len(js))
+	}
+}
+
+// fullJob has every field set to a value other than its zero value.
+func fullJob(name string) store.Job {
+	return store.Job{
+		Name:           name,
+		DisplayName:    "Train ResNet ✓",
+		ExperimentName: "resnet",
+		Compute:        "gpu-cluster",
+		Status:         "Failed",
+		StatusReason:   "exit status 3",
+		Priority:       -5,
+		Attempt:        2,
+		ExitCode:       ptr(3),
+		Error:          "CUDA out of memory\nsecond line",
+		CreatedBy:      "alice",
+		CancelBy:       "bob",
+		Spec:           json.RawMessage("{\"command\": \"python train.py\",\n  \"b\": [1, 2.50, null], \"a\": {}}"),
+		CodeSnapshot:   "sha256:0123abcd",
+		Inputs:         json.RawMessage(`{"data":{"type":"uri_folder","path":"./data"}}`),
+		Outputs:        json.RawMessage(`[]`),
+		Created:        t0,
+		Started:        t0.Add(90 * time.Second),
+		Ended:          t0.Add(time.Hour + 1*time.Microsecond),
+		Heartbeat:      time.Unix(0, 0), // the epoch is a time, not "not yet"
+	}
+}
+
+func testJobRoundTrip(t *testing.T, s store.Store) {
+	want := fullJob("j1")
+	created := mustCreateJob(t, s, want)
+	want.Seq = created.Seq
+	if d := diff(want, created); d != "" {
+		t.Errorf("CreateJob returned (-want +got):\n%s", d)
+	}
+	got := mustGetJob(t, s, "j1")
+	if d := diff(want, got); d != "" {
+		t.Errorf("GetJob (-want +got):\n%s", d)
+	}
+	for what, tm := range map[string]time.Time{"Created": got.Created, "Started": got.Started, "Ended": got.Ended, "Heartbeat": got.Heartbeat} {
+		if tm.Location() != time.UTC {
+			t.Errorf("GetJob: %s is in %v, want UTC", what, tm.Location())
+		}
+	}
+	if got.Heartbeat.IsZero() {
+		t.Error("GetJob: a Heartbeat at the Unix epoch read back as the zero time")
+	}
+	if js := mustListJobs(t, s, store.JobFilter{}); len(js) != 1 || diff(want, js[0]) != "" {
+		t.Errorf("ListJobs = %+v, want just %+v", js, want)
+	}
+}
+
+func testJobZeroValues(t *testing.T, s store.Store) {
+	created, err := s.CreateJob(context.Background(), store.Job{Name: "j1"}, store.Event{})
+	if err != nil {
+		t.Fatalf("CreateJob with zero fields: %v", err)
+	}
+	want := store.Job{Name: "j1", Seq: created.Seq}
+	got := mustGetJob(t, s, "j1")
+	if d := diff(want, got); d != "" {
+		t.Errorf("GetJob (-want +got):\n%s", d)
+	}
+	if got.ExitCode != nil {
+		t.Errorf("ExitCode = %d, want nil", *got.ExitCode)
+	}
+	if got.Spec != nil || got.Inputs != nil || got.Outputs != nil {
+		t.Errorf("Spec, Inputs, Outputs = %q, %q, %q; want nil", got.Spec, got.Inputs, got.Outputs)
+	}
+	for what, tm := range map[string]time.Time{"Created": got.Created, "Started": got.Started, "Ended": got.Ended, "Heartbeat": got.Heartbeat} {
+		if !tm.IsZero() {
+			t.Errorf("%s = %v, want the zero time", what, tm)
+		}
+	}
+	if d := diff([]store.Event{{Job: "j1"}}, mustListEvents(t, s, "j1")); d != "" {
+		t.Errorf("ListEvents (-want +got):\n%s", d)
+	}
+}
+
+func testJobExitCodeZero(t *testing.T, s store.Store) {
+	j := testJob("j1")
+	j.ExitCode = ptr(0)
+	mustCreateJob(t, s, j)
+	got := mustGetJob(t, s, "j1")
+	if got.ExitCode == nil || *got.ExitCode != 0 {
+		t.Errorf("ExitCode = %v, want a pointer to 0", got.ExitCode)
+	}
+
+	got, err := s.UpdateJob(context.Background(), "j1", func(j *store.Job) (*store.Event, error) {
+		j.ExitCode = nil
+		return nil, nil
+	})
+	if err != nil {
+		t.Fatalf("UpdateJob: %v", err)
+	}
+	if got.ExitCode != nil {
+		t.Errorf("UpdateJob returned ExitCode %d, want nil", *got.ExitCode)
+	}
+	if got := mustGetJob(t, s, "j1"); got.ExitCode != nil {
+		t.Errorf("after setting ExitCode to nil, GetJob returned %d", *got.ExitCode)
+	}
+}
+
+func testJobTimePrecision(t *testing.T, s store.Store) {
+	in := time.Date(2025, 3, 14, 15, 9, 26, 123456789, time.FixedZone("", -7*3600))
+	j := testJob("j1")
+	j.Created, j.Started = in, in.Add(time.Nanosecond)
+	created := mustCreateJob(t, s, j)
+	got := mustGetJob(t, s, "j1")
+	if d := diff(got, created); d != "" {
+		t.Errorf("CreateJob returned something else than GetJob (-get +create):\n%s", d)
+	}
+	for what, tm := range map[string]time.Time{"Created": got.Created, "Started": got.Started} {
+		if d := tm.Sub(in).Abs(); d >= time.Microsecond {
+			t.Errorf("%s = %v, %v away from %v; want less than 1µs", what, tm, d, in)
+		}
+		if tm.Location() != time.UTC {
+			t.Errorf("%s is in %v, want UTC", what, tm.Location())
+		}
+	}
+
+	updated, err := s.UpdateJob(context.Background(), "j1", func(j *store.Job) (*store.Event, error) {
+		j.Heartbeat = in.Add(time.Hour)
+		return nil, nil
+	})
+	if err != nil {
+		t.Fatalf("UpdateJob: %v", err)
+	}
+	if d := diff(mustGetJob(t, s, "j1"), updated); d != "" {
+		t.Errorf("UpdateJob returned something else than GetJob (-get +update):\n%s", d)
+	}
+}
+
+func testJobGetNotFound(t *testing.T, s store.Store) {
+	_, err := s.GetJob(context.Background(), "nope")
+	wantErrIs(t, "GetJob of a missing job", err, store.ErrNotFound)
+}
+
+func testJobList(t *testing.T, s store.Store) {
+	if js := mustListJobs(t, s, store.JobFilter{}); js == nil || len(js) != 0 {
+		t.Errorf("ListJobs on an empty store = %#v, want an empty, non-nil slice", js)
+	}
+
+	specs := []struct{ name, status, compute string }{
+		{"a", "Queued", "cpu"},
+		{"b", "Running", "gpu"},
+		{"c", "Completed", "cpu"},
+		{"d", "Queued", "gpu"},
+		{"e", "Running", "cpu"},
+	}
+	all := map[string]store.Job{}
+	for _, sp := range specs {
+		j := testJob(sp.name)
+		j.Status, j.Compute = sp.status, sp.compute
+		all[sp.name] = mustCreateJob(t, s, j)
+	}
+	jobs := func(names ...string) []store.Job {
+		js := []store.Job{}
+		for _, n := range names {
+			js = append(js, all[n])
+		}
+		return js
+	}
+
+	for _, tt := range []struct {
+		f    store.JobFilter
+		want []store.Job
+	}{
+		{store.JobFilter{}, jobs("a", "b", "c", "d", "e")},
+		{store.JobFilter{Statuses: []string{}}, jobs("a", "b", "c", "d", "e")},
+		{store.JobFilter{Newest: true}, jobs("e", "d", "c", "b", "a")},
+		{store.JobFilter{Statuses: []string{"Queued"}}, jobs("a", "d")},
+		{store.JobFilter{Statuses: []string{"Running", "Queued"}}, jobs("a", "b", "d", "e")},
+		{store.JobFilter{Statuses: []string{"Canceled"}}, jobs()},
+		{store.JobFilter{Compute: "cpu"}, jobs("a", "c", "e")},
+		{store.JobFilter{Compute: "tpu"}, jobs()},
+		{store.JobFilter{Compute: "gpu", Statuses: []string{"Queued"}}, jobs("d")},
+		{store.JobFilter{Limit: 2}, jobs("a", "b")},
+		{store.JobFilter{Limit: 2, Newest: true}, jobs("e", "d")},
+		{store.JobFilter{Limit: 10}, jobs("a", "b", "c", "d", "e")},
+		{store.JobFilter{Statuses: []string{"Running", "Completed"}, Compute: "cpu", Limit: 1, Newest: true}, jobs("e")},
+		{store.JobFilter{Statuses: []string{"Running", "Completed"}, Compute: "cpu", Limit: 1}, jobs("c")},
+	} {
+		if d := diff(tt.want, mustListJobs(t, s, tt.f)); d != "" {
+			t.Errorf("ListJobs(%+v) (-want +got):\n%s", tt.f, d)
+		}
+	}
+}
+
+func testJobUpdate(t *testing.T, s store.Store) {
+	before := mustCreateJob(t, s, testJob("j1"))
+	want := before
+	want.Status = "Running"
+	want.Attempt = 1
+	want.Started = t0.Add(time.Minute)
+	want.Outputs = json.RawMessage(`{"model": "azureml://x"}`)
+	ev := store.Event{Job: "ignored", Time: t0.Add(time.Minute), From: "Queued", To: "Running", Reason: "placed on node-1"}
+
+	got, err := s.UpdateJob(context.Background(), "j1", func(j *store.Job) (*store.Event, error) {
+		if d := diff(before, *j); d != "" {
+			t.Errorf("fn got (-want +got):\n%s", d)
+		}
+		j.Status, j.Attempt, j.Started, j.Outputs = want.Status, want.Attempt, want.Started, want.Outputs
+		return &ev, nil
+	})
+	if err != nil {
+		t.Fatalf("UpdateJob: %v", err)
+	}
+	if d := diff(want, got); d != "" {
+		t.Errorf("UpdateJob returned (-want +got):\n%s", d)
+	}
+	if d := diff(want, mustGetJob(t, s, "j1")); d != "" {
+		t.Errorf("GetJob after UpdateJob (-want +got):\n%s", d)
+	}
+	wantEv := ev
+	wantEv.Job = "j1"
+	if d := diff([]store.Event{firstEvent("j1"), wantEv}, mustListEvents(t, s, "j1")); d != "" {
+		t.Errorf("ListEvents after UpdateJob (-want +got):\n%s", d)
+	}
+}
+
+func testJobUpdateNilEvent(t *testing.T, s store.Store) {
+	mustCreateJob(t, s, testJob("j1"))
+	got, err := s.UpdateJob(context.Background(), "j1", func(j *store.Job) (*store.Event, error) {
+		j.Heartbeat = t0.Add(time.Second)
+		return nil, nil
+	})
+	if err != nil {
+		t.Fatalf("UpdateJob: %v", err)
+	}
+	if !got.Heartbeat.Equal(t0.Add(time.Second)) {
+		t.Errorf("Heartbeat = %v, want %v", got.Heartbeat, t0.Add(time.Second))
+	}
+	if d := diff([]store.Event{firstEvent("j1")}, mustListEvents(t, s, "j1")); d != "" {
+		t.Errorf("a nil event was stored (-want +got):\n%s", d)
+	}
+}
+
+func testJobUpdateFnError(t *testing.T, s store.Store) {
+	want := mustCreateJob(t, s, fullJob("j1"))
+	_, err := s.UpdateJob(context.Background(), "j1", func(j *store.Job) (*store.Event, error) {
+		j.Status = "Canceled"
+		j.ExitCode = nil
+		j.Spec = nil
+		return &store.Event{Time: t0, From: "Failed", To: "Canceled"}, errTest
+	})
+	if err != errTest {
+		t.Errorf("UpdateJob with a failing fn: got error %v, want fn's error as is", err)
+	}
+	if d := diff(want, mustGetJob(t, s, "j1")); d != "" {
+		t.Errorf("job changed by an update whose fn failed (-want +got):\n%s", d)
+	}
+	if d := diff([]store.Event{firstEvent("j1")}, mustListEvents(t, s, "j1")); d != "" {
+		t.Errorf("event stored by an update whose fn failed (-want +got):\n%s", d)
+	}
+}
+
+func testJobUpdateNotFound(t *testing.T, s store.Store) {
+	called := false
+	_, err := s.UpdateJob(context.Background(), "nope", func(*store.Job) (*store.Event, error) {
+		called = true
+		return &store.Event{To: "Running"}, nil
+	})
+	wantErrIs(t, "UpdateJob of a missing job", err, store.ErrNotFound)
+	if called {
+		t.Error("UpdateJob called fn for a missing job")
+	}
+	_, err = s.ListEvents(context.Background(), "nope")
+	wantErrIs(t, "ListEvents after UpdateJob of a missing job", err, store.ErrNotFound)
+}
+
+func testJobUpdateIgnoresNameAndSeq(t *testing.T, s store.Store) {
+	created := mustCreateJob(t, s, testJob("j1"))
+	other := mustCreateJob(t, s, testJob("j2"))
+	want := created
+	want.Status = "Running"
+	got, err := s.UpdateJob(context.Background(), "j1", func(j *store.Job) (*store.Event, error) {
+		j.Name = "renamed"
+		j.Seq = other.Seq + 100
+		j.Status = "Running"
+		return nil, nil
+	})
+	if err != nil {
+		t.Fatalf("UpdateJob: %v", err)
+	}
+	if d := diff(want, got); d != "" {
+		t.Errorf("UpdateJob returned (-want +got):\n%s", d)
+	}
+	if d := diff([]store.Job{want, other}, mustListJobs(t, s, store.JobFilter{})); d != "" {
+		t.Errorf("ListJobs (-want +got):\n%s", d)
+	}
+	_, err = s.GetJob(context.Background(), "renamed")
+	wantErrIs(t, "GetJob of the name fn set", err, store.ErrNotFound)
+}
+
+func testJobUpdateConcurrent(t *testing.T, s store.Store) {
+	const n = 20
+	mustCreateJob(t, s, testJob("j1"))
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			_, err := s.UpdateJob(context.Background(), "j1", func(j *store.Job) (*store.Event, error) {
+				j.Attempt++
+				return &store.Event{Time: t0, To: "Queued", Reason: fmt.Sprintf("attempt %d", j.Attempt)}, nil
+			})
+			if err != nil {
+				t.Errorf("UpdateJob: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := mustGetJob(t, s, "j1").Attempt; got != n {
+		t.Errorf("after %d concurrent increments Attempt = %d", n, got)
+	}
+	es := mustListEvents(t, s, "j1")
+	if len(es) != n+1 {
+		t.Fatalf("%d events, want %d", len(es), n+1)
+	}
+	// Serialised updates saw 0, 1, ... and stored their events in that order.
+	for i, e := range es[1:] {
+		if want := fmt.Sprintf("attempt %d", i+1); e.Reason != want {
+			t.Errorf("event %d reason %q, want %q", i+1, e.Reason, want)
+		}
+	}
+}
+
+func testJobListEventsOrder(t *testing.T, s store.Store) {
+	mustCreateJob(t, s, testJob("j1"))
+	mustCreateJob(t, s, testJob("j2"))
+	want := []store.Event{firstEvent("j1")}
+	// Times go backwards on purpose: the order is that of storing.
+	for i, to := range []string{"Preparing", "Running", "Finalizing", "Completed"} {
+		e := store.Event{Job: "j1", Time: t0.Add(-time.Duration(i) * time.Second), From: want[len(want)-1].To, To: to, Reason: to}
+		want = append(want, e)
+		if _, err := s.UpdateJob(context.Background(), "j1", func(*store.Job) (*store.Event, error) { return &e, nil }); err != nil {
+			t.Fatalf("UpdateJob: %v", err)
+		}
+		if _, err := s.UpdateJob(context.Background(), "j2", func(*store.Job) (*store.Event, error) {
+			return &store.Event{Time: t0, To: "x"}, nil
+		}); err != nil {
+			t.Fatalf("UpdateJob: %v", err)
+		}
+	}
+	if d := diff(want, mustListEvents(t, s, "j1")); d != "" {
+		t.Errorf("ListEvents (-want +got):\n%s", d)
+	}
+	if es := mustListEvents(t, s, "j2"); len(es) != 5 {
+		t.Errorf("ListEvents(j2) returned %d events, want 5", len(es))
+	}
+}
+
+func testJobListEventsNotFound(t *testing.T, s store.Store) {
+	_, err := s.ListEvents(context.Background(), "nope")
+	wantErrIs(t, "ListEvents of a missing job", err, store.ErrNotFound)
+}
+
+// --- metrics ---
+
+func metric(name string, v float64, step int64) store.Metric {
+	return store.Metric{Name: name, Value: v, Step: step, Time: t0.Add(time.Duration(step) * time.Second)}
+}
+
+func testMetricsAddList(t *testing.T, s store.Store) {
+	mustCreateJob(t, s, testJob("j1"))
+	mustCreateJob(t, s, testJob("j2"))
+	batch1 := []store.Metric{metric("loss", 2.5, 0), metric("acc", 0.1, 0), metric("loss", 1.25, 1)}
+	batch2 := []store.Metric{metric("acc", 0.5, 1), metric("loss", 0.625, 2)}
+	mustAddMetrics(t, s, "j1", batch1...)
+	mustAddMetrics(t, s, "j2", metric("loss", 99, 0))
+	mustAddMetrics(t, s, "j1", batch2...)
+
+	all := append(append([]store.Metric{}, batch1...), batch2...)
+	if d := diff(all, mustListMetrics(t, s, "j1", "")); d != "" {
+		t.Errorf("ListMetrics(all) (-want +got):\n%s", d)
+	}
+	wantLoss := []store.Metric{batch1[0], batch1[2], batch2[1]}
+	if d := diff(wantLoss, mustListMetrics(t, s, "j1", "loss")); d != "" {
+		t.Errorf("ListMetrics(loss) (-want +got):\n%s", d)
+	}
+	if d := diff([]store.Metric{metric("loss", 99, 0)}, mustListMetrics(t, s, "j2", "")); d != "" {
+		t.Errorf("ListMetrics(j2) (-want +got):\n%s", d)
+	}
+	if ms := mustListMetrics(t, s, "j1", "f1"); ms == nil || len(ms) != 0 {
+		t.Errorf("ListMetrics of a metric never logged = %#v, want an empty, non-nil slice", ms)
+	}
+}
+
+func testMetricsLatest(t *testing.T, s store.Store) {
+	mustCreateJob(t, s, testJob("j1"))
+	mustCreateJob(t, s, testJob("j2"))
+	mustAddMetrics(t, s, "j1", metric("loss", 3, 10), metric("acc", 0.2, 10), metric("loss", 2, 11))
+	mustAddMetrics(t, s, "j2", metric("loss", 99, 50))
+	// Added last, with a lower step: "last" is the order of adding.
+	mustAddMetrics(t, s, "j1", metric("loss", 1, 5))
+	want := map[string]store.Metric{
+		"loss": metric("loss", 1, 5),
+		"acc":  metric("acc", 0.2, 10),
+	}
+	if d := diff(want, mustLatestMetrics(t, s, "j1")); d != "" {
+		t.Errorf("LatestMetrics (-want +got):\n%s", d)
+	}
+}
+
+func testMetricsSpecialValues(t *testing.T, s store.Store) {
+	mustCreateJob(t, s, testJob("j1"))
+	want := []store.Metric{
+		metric("loss", math.NaN(), 0),
+		metric("loss", math.Inf(1), 1),
+		metric("loss", math.Inf(-1), 2),
+		metric("loss", 0, 3),
+		metric("loss", -1e-300, 4),
+		{Name: "loss", Value: math.MaxFloat64, Step: math.MaxInt64, Time: t0},
+		{Name: "untimed", Value: 1, Step: -1},
+	}
+	mustAddMetrics(t, s, "j1", want...)
+	got := mustListMetrics(t, s, "j1", "")
+	if d := diff(want, got); d != "" {
+		t.Errorf("ListMetrics (-want +got):\n%s", d)
+	}
+	for _, m := range got {
+		if !m.Time.IsZero() && m.Time.Location() != time.UTC {
+			t.Errorf("metric time %v is not in UTC", m.Time)
+		}
+	}
+	if d := diff(want[len(want)-1], mustLatestMetrics(t, s, "j1")["untimed"]); d != "" {
+		t.Errorf("LatestMetrics (-want +got):\n%s", d)
+	}
+}
+
+func testMetricsEmpty(t *testing.T, s store.Store) {
+	mustCreateJob(t, s, testJob("j1"))
+	mustAddMetrics(t, s, "j1")
+	if ms := mustListMetrics(t, s, "j1", ""); ms == nil || len(ms) != 0 {
+		t.Errorf("ListMetrics of a job without metrics = %#v, want an empty, non-nil slice", ms)
+	}
+	if ms := mustLatestMetrics(t, s, "j1"); ms == nil || len(ms) != 0 {
+		t.Errorf("LatestMetrics of a job without metrics = %#v, want an empty, non-nil map", ms)
+	}
+}
+
+func testMetricsNotFound(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustCreateJob(t, s, testJob("j1"))
+	wantErrIs(t, "AddMetrics to a missing job", s.AddMetrics(ctx, "nope", []store.Metric{metric("loss", 1, 0)}), store.ErrNotFound)
+	wantErrIs(t, "AddMetrics of nothing to a missing job", s.AddMetrics(ctx, "nope", nil), store.ErrNotFound)
+	_, err := s.ListMetrics(ctx, "nope", "")
+	wantErrIs(t, "ListMetrics of a missing job", err, store.ErrNotFound)
+	_, err = s.ListMetrics(ctx, "nope", "loss")
+	wantErrIs(t, "ListMetrics(loss) of a missing job", err, store.ErrNotFound)
+	_, err = s.LatestMetrics(ctx, "nope")
+	wantErrIs(t, "LatestMetrics of a missing job", err, store.ErrNotFound)
+}
+
+// --- tokens ---
+
+func token(hash, kind, subject string, attempt int) store.Token {
+	return store.Token{Hash: hash, Kind: kind, Subject: subject, Attempt: attempt, Created: t0}
+}
+
+func testTokenCreateLookup(t *testing.T, s store.Store) {
+	want := token("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "run", "j1", 2)
+	mustCreateToken(t, s, want)
+	got, err := s.TokenByHash(context.Background(), want.Hash)
+	if err != nil {
+		t.Fatalf("TokenByHash: %v", err)
+	}
+	if d := diff(want, got); d != "" {
+		t.Errorf("TokenByHash (-want +got):\n%s", d)
+	}
+}
+
+func testTokenConflict(t *testing.T, s store.Store) {
+	first := token("h1", "owner", "alice", 0)
+	mustCreateToken(t, s, first)
+	wantErrIs(t, "CreateToken of an existing hash", s.CreateToken(context.Background(), token("h1", "run", "j1", 1)), store.ErrConflict)
+	got, err := s.TokenByHash(context.Background(), "h1")
+	if err != nil {
+		t.Fatalf("TokenByHash: %v", err)
+	}
+	if d := diff(first, got); d != "" {
+		t.Errorf("first token changed by a conflicting create (-want +got):\n%s", d)
+	}
+}
+
+func testTokenNotFound(t *testing.T, s store.Store) {
+	_, err := s.TokenByHash(context.Background(), "nope")
+	wantErrIs(t, "TokenByHash of a missing hash", err, store.ErrNotFound)
+}
+
+func testTokenDelete(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	toks := []store.Token{
+		token("run-j1-a1", "run", "j1", 1),
+		token("run-j1-a2", "run", "j1", 2),
+		token("run-j2-a1", "run", "j2", 1),
+		token("owner-j1", "owner", "j1", 0), // a user who happens to be called j1
+	}
+	for _, tok := range toks {
+		mustCreateToken(t, s, tok)
+	}
+	if err := s.DeleteTokens(ctx, "run", "j1"); err != nil {
+		t.Fatalf("DeleteTokens: %v", err)
+	}
+	for _, tok := range toks {
+		_, err := s.TokenByHash(ctx, tok.Hash)
+		gone := tok.Kind == "run" && tok.Subject == "j1"
+		switch {
+		case gone && !errors.Is(err, store.ErrNotFound):
+			t.Errorf("TokenByHash(%q) after DeleteTokens(run, j1): got error %v, want ErrNotFound", tok.Hash, err)
+		case !gone && err != nil:
+			t.Errorf("TokenByHash(%q) after DeleteTokens(run, j1): %v; it should be kept", tok.Hash, err)
+		}
+	}
+	if err := s.DeleteTokens(ctx, "run", "j1"); err != nil {
+		t.Errorf("DeleteTokens with nothing to delete: %v", err)
+	}
+}

@@ -1,0 +1,312 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/scheduler"
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// Run dispatches queued jobs and watches runner leases until ctx is done.
+func (s *Service) Run(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		if err := s.dispatch(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("dispatch", "err", err)
+		}
+		if err := s.expireLeases(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("lease check", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.kick:
+		case <-tick.C:
+		}
+	}
+}
+
+// dispatch starts as many queued jobs as their targets have free slots.
+func (s *Service) dispatch(ctx context.Context) error {
+	queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}})
+	if err != nil || len(queued) == 0 {
+		return err
+	}
+	active, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: activeStatuses})
+	if err != nil {
+		return err
+	}
+	busy := map[string]int{}
+	for _, j := range active {
+		busy[j.Compute]++
+	}
+	free := map[string]int{}
+	cands := make([]scheduler.Candidate, 0, len(queued))
+	for _, j := range queued {
+		if _, seen := free[j.Compute]; !seen {
+			t, err := s.target(ctx, j.Compute)
+			if err != nil {
+				s.failQueued(ctx, j.Name, fmt.Sprintf("compute %s is unusable: %v", j.Compute, err))
+				continue
+			}
+			free[j.Compute] = max(0, t.Capacity()-busy[j.Compute])
+		}
+		cands = append(cands, scheduler.Candidate{Job: j.Name, Compute: j.Compute, Priority: j.Priority, Seq: j.Seq})
+	}
+	for _, c := range scheduler.Pick(cands, free) {
+		if err := s.start(ctx, c.Job, c.Compute); err != nil {
+			s.log.Error("start job", "job", c.Job, "err", err)
+		}
+	}
+	return nil
+}
+
+// start moves a job from Queued to Preparing with a new attempt and a run
+// token, then asks its target to launch a runner.
+func (s *Service) start(ctx context.Context, name, computeName string) error {
+	t, err := s.target(ctx, computeName)
+	if err != nil {
+		return err
+	}
+	secret, hash := auth.NewToken()
+	var attempt int
+	_, err = s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		if j.Status != StatusQueued {
+			return nil, errNotQueued
+		}
+		j.Attempt++
+		attempt = j.Attempt
+		now := s.now()
+		j.Status, j.StatusReason, j.Heartbeat = StatusPreparing, "runner starting on compute "+computeName, now
+		return &store.Event{Job: name, Time: now, From: StatusQueued, To: j.Status, Reason: j.StatusReason}, nil
+	})
+	if errors.Is(err, errNotQueued) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.heard(name)
+	if err := s.st.CreateToken(ctx, store.Token{Hash: hash, Kind: auth.KindRun, Subject: name, Attempt: attempt, Created: s.now()}); err != nil {
+		s.finish(ctx, name, attempt, StatusFailed, "could not make a run token", nil, err.Error())
+		return err
+	}
+	l := compute.Launch{Job: name, Attempt: attempt, APIURL: s.cfg.APIURL, RunToken: secret}
+	if err := t.Launch(ctx, l); err != nil {
+		s.finish(ctx, name, attempt, StatusFailed, "runner could not be started", nil, err.Error())
+		return err
+	}
+	s.changed(name)
+	return nil
+}
+
+var errNotQueued = errors.New("job is no longer queued")
+
+func (s *Service) failQueued(ctx context.Context, name, why string) {
+	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		if j.Status != StatusQueued {
+			return nil, errNotQueued
+		}
+		now := s.now()
+		j.Status, j.StatusReason, j.Error, j.Ended = StatusFailed, why, why, now
+		return &store.Event{Job: name, Time: now, From: StatusQueued, To: StatusFailed, Reason: why}, nil
+	})
+	if err != nil && !errors.Is(err, errNotQueued) {
+		s.log.Error("fail queued job", "job", name, "err", err)
+	}
+	s.changed(name)
+}
+
+// heard records that a job's runner was heard from now.
+func (s *Service) heard(name string) {
+	s.mu.Lock()
+	s.heartbeats[name] = s.now()
+	s.mu.Unlock()
+}
+
+// expireLeases fails jobs whose runner has been silent for longer than the
+// lease. After a server restart every runner gets a full lease to report
+// back, since silence while the server was down is not the runner's fault.
+func (s *Service) expireLeases(ctx context.Context) error {
+	active, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: activeStatuses})
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	for _, j := range active {
+		s.mu.Lock()
+		last, ok := s.heartbeats[j.Name]
+		s.mu.Unlock()
+		if !ok || last.Before(s.started) {
+			last = s.started
+		}
+		if now.Sub(last) <= s.cfg.LeaseTimeout {
+			continue
+		}
+		why := fmt.Sprintf("runner lost: no word from it for %s", now.Sub(last).Round(time.Second))
+		s.finish(ctx, j.Name, j.Attempt, StatusFailed, why, nil, why)
+	}
+	return nil
+}
+
+// fence checks that who may write the attempt of job and that the attempt
+// is the job's current one, so a stale runner cannot write over a newer one.
+func (s *Service) fence(ctx context.Context, who auth.Principal, name string, attempt int) error {
+	if !who.MayWriteJob(name) {
+		return Forbidden("this token may not write to job %s", name)
+	}
+	if who.Kind == auth.KindRun && who.Attempt != attempt {
+		return Forbidden("this token belongs to attempt %d of job %s, not %d", who.Attempt, name, attempt)
+	}
+	rec, err := s.st.GetJob(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return NotFound("job %q does not exist", name)
+	}
+	if err != nil {
+		return err
+	}
+	if rec.Attempt != attempt {
+		return Conflict("attempt %d of job %s is not current (current is %d)", attempt, name, rec.Attempt)
+	}
+	return nil
+}
+
+// Assignment returns what the runner of an attempt needs.
+func (s *Service) Assignment(ctx context.Context, who auth.Principal, name string, attempt int) (*Assignment, error) {
+	if err := s.fence(ctx, who, name, attempt); err != nil {
+		return nil, err
+	}
+	v, err := s.GetJob(ctx, name, false)
+	if err != nil {
+		return nil, err
+	}
+	s.heard(name)
+	return &Assignment{Job: name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots}, nil
+}
+
+// Heartbeat renews an attempt's lease and says whether it should stop.
+func (s *Service) Heartbeat(ctx context.Context, who auth.Principal, name string, attempt int) (*HeartbeatReply, error) {
+	if err := s.fence(ctx, who, name, attempt); err != nil {
+		return nil, err
+	}
+	rec, err := s.st.GetJob(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	s.heard(name)
+	return &HeartbeatReply{Cancel: rec.Status == StatusCancelRequested || IsTerminal(rec.Status)}, nil
+}
+
+// ReportStatus records a runner's report. Running and Finalizing are
+// progress; Completed, Failed and Canceled end the job, revoke its run
+// token, and are idempotent so a runner may resend them.
+func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name string, attempt int, r Report) (*Job, error) {
+	if err := s.fence(ctx, who, name, attempt); err != nil {
+		return nil, err
+	}
+	s.heard(name)
+	switch r.Status {
+	case StatusRunning, StatusFinalizing:
+		_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+			if IsTerminal(j.Status) || j.Status == StatusCancelRequested || j.Status == r.Status {
+				return nil, nil // a cancel in flight or a resend: keep what we have
+			}
+			from := j.Status
+			now := s.now()
+			j.Status, j.StatusReason, j.Heartbeat = r.Status, r.Reason, now
+			if r.Status == StatusRunning {
+				j.Started = now
+			}
+			return &store.Event{Job: name, Time: now, From: from, To: r.Status, Reason: r.Reason}, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.changed(name)
+	case StatusCompleted, StatusFailed, StatusCanceled:
+		if err := s.finish(ctx, name, attempt, r.Status, r.Reason, r.ExitCode, r.Error); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, Invalid("status: a runner may report Running, Finalizing, Completed, Failed or Canceled, not %q", r.Status)
+	}
+	return s.GetJob(ctx, name, false)
+}
+
+// finish ends an attempt with a terminal status (once: a later call for an
+// ended job changes nothing) and revokes the attempt's run token.
+func (s *Service) finish(ctx context.Context, name string, attempt int, status, reason string, exit *int, msg string) error {
+	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		if IsTerminal(j.Status) || j.Attempt != attempt {
+			return nil, nil
+		}
+		from := j.Status
+		now := s.now()
+		j.Status, j.StatusReason, j.ExitCode, j.Error, j.Ended, j.Heartbeat = status, reason, exit, msg, now, now
+		if j.Started.IsZero() && status != StatusCanceled {
+			j.Started = now
+		}
+		return &store.Event{Job: name, Time: now, From: from, To: status, Reason: reason}, nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.st.DeleteTokens(ctx, auth.KindRun, name); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.heartbeats, name)
+	s.mu.Unlock()
+	s.changed(name)
+	return nil
+}
+
+// SetOutputs records the snapshots of an attempt's outputs.
+func (s *Service) SetOutputs(ctx context.Context, who auth.Principal, name string, attempt int, out Outputs) error {
+	if err := s.fence(ctx, who, name, attempt); err != nil {
+		return err
+	}
+	if out.Artifacts != "" {
+		if err := s.requireSnapshot(out.Artifacts, "artifacts"); err != nil {
+			return err
+		}
+	}
+	rec, err := s.st.GetJob(ctx, name)
+	if err != nil {
+		return err
+	}
+	var j struct {
+		Outputs map[string]json.RawMessage `json:"outputs"`
+	}
+	if err := json.Unmarshal(rec.Spec, &j); err != nil {
+		return err
+	}
+	for k, id := range out.Named {
+		if _, ok := j.Outputs[k]; !ok {
+			return Invalid("named.%s: the job declares no output by that name", k)
+		}
+		if err := s.requireSnapshot(id, "named."+k); err != nil {
+			return err
+		}
+	}
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	_, err = s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		if IsTerminal(j.Status) {
+			return nil, Conflict("job %s is already %s; outputs must be uploaded before the final status", name, j.Status)
+		}
+		j.Outputs = raw
+		return nil, nil
+	})
+	s.heard(name)
+	return err
+}

@@ -1,0 +1,620 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/blob"
+	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// TargetFactory makes the compute.Target for a stored compute record.
+type TargetFactory func(c *spec.Compute) (compute.Target, error)
+
+// Config is how a Service is set up.
+type Config struct {
+	Store   store.Store
+	Blobs   *blob.Store
+	LogDir  string        // where job logs are kept
+	APIURL  string        // the URL runners use to reach this workspace
+	Targets TargetFactory // makes targets from compute records
+	// TargetTypes lists the compute types Targets can make, for messages.
+	TargetTypes []string
+	// LeaseTimeout is how long a runner may stay silent before its job is
+	// failed as lost. Zero means 30 s.
+	LeaseTimeout time.Duration
+	// MaxSnapshotSize bounds one snapshot's total size. Zero means 1 GiB.
+	MaxSnapshotSize int64
+	Now             func() time.Time // clock; nil means time.Now
+	Log             *slog.Logger
+}
+
+// Service is the workspace. It is safe for concurrent use.
+type Service struct {
+	cfg     Config
+	st      store.Store
+	blobs   *blob.Store
+	logs    *logStore
+	log     *slog.Logger
+	now     func() time.Time
+	started time.Time
+
+	kick chan struct{} // wakes the dispatcher
+
+	mu         sync.Mutex
+	targets    map[string]compute.Target
+	waiters    map[string]chan struct{} // per job: closed on any change
+	heartbeats map[string]time.Time     // per job: last word from its runner
+}
+
+// New makes a Service and makes sure the workspace has its `local` target.
+func New(ctx context.Context, cfg Config) (*Service, error) {
+	if cfg.LeaseTimeout == 0 {
+		cfg.LeaseTimeout = 30 * time.Second
+	}
+	if cfg.MaxSnapshotSize == 0 {
+		cfg.MaxSnapshotSize = 1 << 30
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	logs, err := newLogStore(cfg.LogDir)
+	if err != nil {
+		return nil, fmt.Errorf("log dir: %w", err)
+	}
+	s := &Service{
+		cfg: cfg, st: cfg.Store, blobs: cfg.Blobs, logs: logs, log: cfg.Log, now: cfg.Now,
+		kick:       make(chan struct{}, 1),
+		targets:    map[string]compute.Target{},
+		waiters:    map[string]chan struct{}{},
+		heartbeats: map[string]time.Time{},
+	}
+	s.started = s.now()
+	if _, err := s.st.GetCompute(ctx, "local"); errors.Is(err, store.ErrNotFound) {
+		local := &spec.Compute{Name: "local", Type: "local"}
+		if _, err := s.CreateCompute(ctx, local); err != nil && CodeOf(err) != CodeConflict {
+			return nil, fmt.Errorf("create local compute: %w", err)
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// APIURL is the URL runners are told to use.
+func (s *Service) APIURL() string { return s.cfg.APIURL }
+
+// MaxSnapshotSize is the largest total size of one snapshot.
+func (s *Service) MaxSnapshotSize() int64 { return s.cfg.MaxSnapshotSize }
+
+// changed wakes everyone waiting on job and the dispatcher.
+func (s *Service) changed(job string) {
+	s.mu.Lock()
+	if ch, ok := s.waiters[job]; ok {
+		close(ch)
+		delete(s.waiters, job)
+	}
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Changes returns a channel closed at the next change of job's status,
+// logs or metrics.
+func (s *Service) Changes(job string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch, ok := s.waiters[job]
+	if !ok {
+		ch = make(chan struct{})
+		s.waiters[job] = ch
+	}
+	return ch
+}
+
+// ---- compute targets ----
+
+// CreateCompute adds a compute target.
+func (s *Service) CreateCompute(ctx context.Context, c *spec.Compute) (*Compute, error) {
+	if err := c.Validate(); err != nil {
+		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	c.ApplyDefaults()
+	if _, err := s.cfg.Targets(c); err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	rec := store.Compute{Name: c.Name, Type: c.Type, Spec: raw, State: "Succeeded", Created: now, Modified: now}
+	if err := s.st.CreateCompute(ctx, rec); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return nil, Conflict("compute %q already exists; delete it first or pick another name", c.Name)
+		}
+		return nil, err
+	}
+	return s.GetCompute(ctx, c.Name)
+}
+
+// GetCompute returns one target with its current load.
+func (s *Service) GetCompute(ctx context.Context, name string) (*Compute, error) {
+	rec, err := s.st.GetCompute(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, s.unknownCompute(ctx, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.computeView(ctx, rec)
+}
+
+func (s *Service) computeView(ctx context.Context, rec store.Compute) (*Compute, error) {
+	var c spec.Compute
+	if err := json.Unmarshal(rec.Spec, &c); err != nil {
+		return nil, fmt.Errorf("compute %s: stored spec: %w", rec.Name, err)
+	}
+	v := &Compute{Name: rec.Name, Type: rec.Type, State: rec.State, Created: rec.Created, Spec: &c}
+	if t, err := s.target(ctx, rec.Name); err == nil {
+		v.Capacity = t.Capacity()
+	}
+	active, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: activeStatuses, Compute: rec.Name})
+	if err != nil {
+		return nil, err
+	}
+	queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}, Compute: rec.Name})
+	if err != nil {
+		return nil, err
+	}
+	v.Active, v.Queued = len(active), len(queued)
+	return v, nil
+}
+
+// ListComputes returns every target.
+func (s *Service) ListComputes(ctx context.Context) ([]*Compute, error) {
+	recs, err := s.st.ListComputes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Compute, 0, len(recs))
+	for _, r := range recs {
+		v, err := s.computeView(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// DeleteCompute removes a target that has no unfinished jobs.
+func (s *Service) DeleteCompute(ctx context.Context, name string) error {
+	if name == "local" {
+		return Conflict("compute \"local\" is built in and cannot be deleted")
+	}
+	if _, err := s.st.GetCompute(ctx, name); errors.Is(err, store.ErrNotFound) {
+		return s.unknownCompute(ctx, name)
+	} else if err != nil {
+		return err
+	}
+	busy, err := s.st.ListJobs(ctx, store.JobFilter{Compute: name, Statuses: append([]string{StatusQueued}, activeStatuses...)})
+	if err != nil {
+		return err
+	}
+	if len(busy) > 0 {
+		return Conflict("compute %q has %d unfinished jobs (for example %s); cancel them or wait before deleting it", name, len(busy), busy[0].Name)
+	}
+	if err := s.st.DeleteCompute(ctx, name); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.targets, name)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Service) unknownCompute(ctx context.Context, name string) error {
+	recs, err := s.st.ListComputes(ctx)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, r := range recs {
+		names = append(names, r.Name)
+	}
+	return NotFound("compute %q does not exist; the workspace has: %s (create one with `ferry compute create -f FILE`)", name, strings.Join(names, ", "))
+}
+
+func (s *Service) target(ctx context.Context, name string) (compute.Target, error) {
+	s.mu.Lock()
+	t, ok := s.targets[name]
+	s.mu.Unlock()
+	if ok {
+		return t, nil
+	}
+	rec, err := s.st.GetCompute(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, s.unknownCompute(ctx, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var c spec.Compute
+	if err := json.Unmarshal(rec.Spec, &c); err != nil {
+		return nil, fmt.Errorf("compute %s: stored spec: %w", name, err)
+	}
+	t, err = s.cfg.Targets(&c)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.targets[name] = t
+	s.mu.Unlock()
+	return t, nil
+}
+
+// ---- jobs ----
+
+// SubmitJob validates and stores a job, which then waits in Queued for a
+// free slot on its target.
+func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submission) (*Job, error) {
+	if !who.IsOwner() {
+		return nil, Forbidden("a run token cannot submit jobs")
+	}
+	j := sub.Spec
+	if j == nil {
+		return nil, Invalid("spec: the job spec is missing")
+	}
+	if err := j.Validate(); err != nil {
+		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	computeName := j.ComputeName()
+	if computeName == "" {
+		computeName = "local"
+	}
+	t, err := s.target(ctx, computeName)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.Admit(j); err != nil {
+		return nil, Invalid("compute %s (type %s) cannot run this job: %v", computeName, t.Type(), err)
+	}
+	if j.Code != "" && sub.CodeSnapshot == "" {
+		return nil, Invalid("code: the job names code %q but no code snapshot was uploaded with it", j.Code)
+	}
+	if sub.CodeSnapshot != "" {
+		if err := s.requireSnapshot(sub.CodeSnapshot, "code"); err != nil {
+			return nil, err
+		}
+	}
+	for name, in := range j.Inputs {
+		if in.IsLiteral() {
+			continue
+		}
+		id, ok := sub.InputSnapshots[name]
+		if !ok {
+			return nil, Invalid("inputs.%s.path: %q was not uploaded; only local paths are supported so far (upload happens in `ferry job create`)", name, in.Path)
+		}
+		if err := s.requireSnapshot(id, "inputs."+name); err != nil {
+			return nil, err
+		}
+	}
+	for name := range sub.InputSnapshots {
+		if in, ok := j.Inputs[name]; !ok || in.IsLiteral() {
+			return nil, Invalid("input_snapshots.%s: the job has no data input by that name", name)
+		}
+	}
+	specJSON, err := json.Marshal(j)
+	if err != nil {
+		return nil, err
+	}
+	inputsJSON, err := json.Marshal(sub.InputSnapshots)
+	if err != nil {
+		return nil, err
+	}
+	name := j.Name
+	if name == "" {
+		name = newJobName()
+	}
+	now := s.now()
+	rec := store.Job{
+		Name: name, DisplayName: j.DisplayName, ExperimentName: j.ExperimentName,
+		Compute: computeName, Status: StatusQueued, Priority: priorityOf(j),
+		CreatedBy: who.Subject, Spec: specJSON, CodeSnapshot: sub.CodeSnapshot, Inputs: inputsJSON,
+		Created: now,
+	}
+	reason := "waiting for a free slot on compute " + computeName
+	if _, err := s.st.CreateJob(ctx, rec, store.Event{Job: name, Time: now, To: StatusQueued, Reason: reason}); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return nil, Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)
+		}
+		return nil, err
+	}
+	s.changed(name)
+	return s.GetJob(ctx, name, false)
+}
+
+func priorityOf(j *spec.Job) int {
+	if j.QueueSettings == nil {
+		return 0
+	}
+	switch j.QueueSettings.Priority {
+	case "high":
+		return 1
+	case "low":
+		return -1
+	}
+	return 0
+}
+
+func (s *Service) requireSnapshot(id, field string) error {
+	if !blob.ValidDigest(id) {
+		return Invalid("%s: snapshot id %q is not a SHA-256", field, id)
+	}
+	if !s.blobs.Has(id) {
+		return Invalid("%s: snapshot %s was not uploaded", field, id)
+	}
+	return nil
+}
+
+var (
+	adjectives = []string{"amber", "brave", "calm", "eager", "frosty", "gentle", "happy", "icy", "jolly", "keen", "lucid", "mellow", "nimble", "olive", "plucky", "quiet", "rapid", "sunny", "tidy", "vivid", "witty", "zesty"}
+	nouns      = []string{"anchor", "buoy", "canal", "delta", "estuary", "fjord", "harbor", "island", "jetty", "keel", "lagoon", "marina", "oar", "pier", "quay", "river", "sail", "tide", "wharf"}
+)
+
+// newJobName makes a name like Azure's: adjective_noun_random.
+func newJobName() string {
+	const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 8)
+	for i := range b {
+		b[i] = letters[rand.IntN(len(letters))]
+	}
+	return adjectives[rand.IntN(len(adjectives))] + "_" + nouns[rand.IntN(len(nouns))] + "_" + string(b)
+}
+
+// GetJob returns one job; with history, its status changes too.
+func (s *Service) GetJob(ctx context.Context, name string, history bool) (*Job, error) {
+	rec, err := s.st.GetJob(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, NotFound("job %q does not exist (see `ferry job list`)", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.jobView(ctx, rec)
+	if err != nil {
+		return nil, err
+	}
+	if history {
+		evs, err := s.st.ListEvents(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range evs {
+			v.History = append(v.History, Event{Time: e.Time, From: e.From, To: e.To, Reason: e.Reason})
+		}
+	}
+	return v, nil
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func (s *Service) jobView(ctx context.Context, rec store.Job) (*Job, error) {
+	v := &Job{
+		Name: rec.Name, DisplayName: rec.DisplayName, ExperimentName: rec.ExperimentName,
+		Status: rec.Status, StatusReason: rec.StatusReason, Compute: rec.Compute,
+		ExitCode: rec.ExitCode, Error: rec.Error, CancelRequestedBy: rec.CancelBy,
+		Attempt: rec.Attempt, CreatedBy: rec.CreatedBy,
+		Created: timePtr(rec.Created), Started: timePtr(rec.Started), Ended: timePtr(rec.Ended),
+		CodeSnapshot: rec.CodeSnapshot, Metrics: map[string]float64{},
+	}
+	var j spec.Job
+	if err := json.Unmarshal(rec.Spec, &j); err != nil {
+		return nil, fmt.Errorf("job %s: stored spec: %w", rec.Name, err)
+	}
+	v.Spec = &j
+	if len(rec.Inputs) > 0 {
+		if err := json.Unmarshal(rec.Inputs, &v.InputSnapshots); err != nil {
+			return nil, fmt.Errorf("job %s: stored inputs: %w", rec.Name, err)
+		}
+	}
+	if len(rec.Outputs) > 0 {
+		v.Outputs = &Outputs{}
+		if err := json.Unmarshal(rec.Outputs, v.Outputs); err != nil {
+			return nil, fmt.Errorf("job %s: stored outputs: %w", rec.Name, err)
+		}
+	}
+	latest, err := s.st.LatestMetrics(ctx, rec.Name)
+	if err != nil {
+		return nil, err
+	}
+	for k, m := range latest {
+		v.Metrics[k] = m.Value
+	}
+	return v, nil
+}
+
+// ListJobs returns jobs, newest first.
+func (s *Service) ListJobs(ctx context.Context, f store.JobFilter) ([]*Job, error) {
+	f.Newest = true
+	recs, err := s.st.ListJobs(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Job, 0, len(recs))
+	for _, r := range recs {
+		v, err := s.jobView(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		v.Spec = nil
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// CancelJob asks for a job to stop. A queued job is canceled at once; a
+// running one is stopped by its runner (SIGTERM, then SIGKILL).
+func (s *Service) CancelJob(ctx context.Context, who auth.Principal, name string) (*Job, error) {
+	if !who.IsOwner() {
+		return nil, Forbidden("a run token cannot cancel jobs")
+	}
+	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		if IsTerminal(j.Status) {
+			return nil, Conflict("job %s is already %s; only queued or running jobs can be canceled", name, j.Status)
+		}
+		if j.Status == StatusCancelRequested {
+			return nil, nil
+		}
+		from := j.Status
+		j.CancelBy = who.Subject
+		if j.Status == StatusQueued {
+			now := s.now()
+			j.Status, j.StatusReason, j.Ended = StatusCanceled, "canceled by "+who.Subject+" before it started", now
+			return &store.Event{Job: name, Time: now, From: from, To: j.Status, Reason: j.StatusReason}, nil
+		}
+		j.Status, j.StatusReason = StatusCancelRequested, "cancel requested by "+who.Subject
+		return &store.Event{Job: name, Time: s.now(), From: from, To: j.Status, Reason: j.StatusReason}, nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, NotFound("job %q does not exist (see `ferry job list`)", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.changed(name)
+	return s.GetJob(ctx, name, false)
+}
+
+// ---- logs and metrics ----
+
+// ReadLog copies up to max bytes of the job's current attempt's log from
+// offset to w. It returns the bytes copied and the job's status when the
+// read began, so a streamer knows when it has everything.
+func (s *Service) ReadLog(ctx context.Context, name string, offset, max int64, w interface{ Write([]byte) (int, error) }) (int64, string, error) {
+	rec, err := s.st.GetJob(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, "", NotFound("job %q does not exist (see `ferry job list`)", name)
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	if rec.Attempt == 0 {
+		return 0, rec.Status, nil
+	}
+	n, err := s.logs.ReadAt(name, rec.Attempt, offset, max, w)
+	return n, rec.Status, err
+}
+
+// AppendLog stores a chunk of an attempt's log that starts at offset and
+// returns the stored size. Resent bytes are skipped.
+func (s *Service) AppendLog(ctx context.Context, who auth.Principal, name string, attempt int, offset int64, data []byte) (int64, error) {
+	if err := s.fence(ctx, who, name, attempt); err != nil {
+		return 0, err
+	}
+	size, err := s.logs.Append(name, attempt, offset, data)
+	if errors.Is(err, errLogGap) {
+		return size, Conflict("log offset %d is past the stored end %d; resend from %d", offset, size, size)
+	}
+	if err != nil {
+		return 0, err
+	}
+	s.heard(name)
+	s.changed(name)
+	return size, nil
+}
+
+// LogSize returns how much of an attempt's log is stored.
+func (s *Service) LogSize(ctx context.Context, who auth.Principal, name string, attempt int) (int64, error) {
+	if err := s.fence(ctx, who, name, attempt); err != nil {
+		return 0, err
+	}
+	return s.logs.Size(name, attempt), nil
+}
+
+// AddMetrics records metric values for a job.
+func (s *Service) AddMetrics(ctx context.Context, who auth.Principal, name string, ms []Metric) error {
+	if !who.MayWriteJob(name) {
+		return Forbidden("this token may not write metrics of job %s", name)
+	}
+	if len(ms) == 0 {
+		return Invalid("metrics: at least one metric is needed")
+	}
+	if len(ms) > 10000 {
+		return Invalid("metrics: at most 10000 values per request (got %d)", len(ms))
+	}
+	now := s.now()
+	recs := make([]store.Metric, len(ms))
+	for i, m := range ms {
+		if strings.TrimSpace(m.Name) == "" || len(m.Name) > 255 {
+			return Invalid("metrics[%d].name: a metric needs a name of 1 to 255 characters", i)
+		}
+		if m.Time.IsZero() {
+			m.Time = now
+		}
+		recs[i] = store.Metric{Name: m.Name, Value: m.Value, Step: m.Step, Time: m.Time}
+	}
+	rec, err := s.st.GetJob(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return NotFound("job %q does not exist", name)
+	}
+	if err != nil {
+		return err
+	}
+	if IsTerminal(rec.Status) {
+		return Conflict("job %s is %s; metrics can only be logged while it runs", name, rec.Status)
+	}
+	if err := s.st.AddMetrics(ctx, name, recs); err != nil {
+		return err
+	}
+	s.changed(name)
+	return nil
+}
+
+// ListMetrics returns a job's metric series (all metrics if metric is "").
+func (s *Service) ListMetrics(ctx context.Context, name, metric string) ([]Metric, error) {
+	if _, err := s.GetJob(ctx, name, false); err != nil {
+		return nil, err
+	}
+	recs, err := s.st.ListMetrics(ctx, name, metric)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Metric, len(recs))
+	for i, m := range recs {
+		out[i] = Metric{Name: m.Name, Value: m.Value, Step: m.Step, Time: m.Time}
+	}
+	return out, nil
+}
+
+// sortedKeys returns a map's keys in order, for stable messages.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

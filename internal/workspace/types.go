@@ -1,0 +1,116 @@
+package workspace
+
+import (
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/spec"
+)
+
+// Job statuses, as Azure ML names them.
+const (
+	StatusQueued          = "Queued"
+	StatusPreparing       = "Preparing"
+	StatusRunning         = "Running"
+	StatusFinalizing      = "Finalizing"
+	StatusCompleted       = "Completed"
+	StatusFailed          = "Failed"
+	StatusCanceled        = "Canceled"
+	StatusCancelRequested = "CancelRequested"
+)
+
+// activeStatuses are those of a job whose runner holds a slot.
+var activeStatuses = []string{StatusPreparing, StatusRunning, StatusFinalizing, StatusCancelRequested}
+
+// IsTerminal reports whether a job in status s will never change again.
+func IsTerminal(s string) bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusCanceled
+}
+
+// Job is a job as the API shows it.
+type Job struct {
+	Name              string             `json:"name"`
+	DisplayName       string             `json:"display_name,omitempty"`
+	ExperimentName    string             `json:"experiment_name,omitempty"`
+	Status            string             `json:"status"`
+	StatusReason      string             `json:"status_reason,omitempty"`
+	Compute           string             `json:"compute"`
+	ExitCode          *int               `json:"exit_code"`
+	Error             string             `json:"error,omitempty"`
+	CancelRequestedBy string             `json:"cancel_requested_by,omitempty"`
+	Attempt           int                `json:"attempt"`
+	CreatedBy         string             `json:"created_by,omitempty"`
+	Created           *time.Time         `json:"created"`
+	Started           *time.Time         `json:"started"`
+	Ended             *time.Time         `json:"ended"`
+	Metrics           map[string]float64 `json:"metrics"`
+	CodeSnapshot      string             `json:"code_snapshot,omitempty"`
+	InputSnapshots    map[string]string  `json:"input_snapshots,omitempty"`
+	Outputs           *Outputs           `json:"outputs,omitempty"`
+	Spec              *spec.Job          `json:"spec,omitempty"`
+	History           []Event            `json:"history,omitempty"`
+}
+
+// Event is one status change of a job.
+type Event struct {
+	Time   time.Time `json:"time"`
+	From   string    `json:"from,omitempty"`
+	To     string    `json:"to"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// Outputs are the snapshots a job's runner uploaded: the working
+// directory's ./outputs and each named output.
+type Outputs struct {
+	Artifacts string            `json:"artifacts,omitempty"`
+	Named     map[string]string `json:"named,omitempty"`
+}
+
+// Submission is a job to create: its spec plus the snapshots the client
+// uploaded for its code and its local data inputs.
+type Submission struct {
+	Spec           *spec.Job
+	CodeSnapshot   string
+	InputSnapshots map[string]string
+}
+
+// Compute is a compute target as the API shows it.
+type Compute struct {
+	Name     string        `json:"name"`
+	Type     string        `json:"type"`
+	State    string        `json:"state"`
+	Capacity int           `json:"capacity,omitempty"`
+	Active   int           `json:"active_jobs"`
+	Queued   int           `json:"queued_jobs"`
+	Created  time.Time     `json:"created"`
+	Spec     *spec.Compute `json:"spec,omitempty"`
+}
+
+// Metric is one logged metric value.
+type Metric struct {
+	Name  string    `json:"name"`
+	Value float64   `json:"value"`
+	Step  int64     `json:"step"`
+	Time  time.Time `json:"time"`
+}
+
+// Assignment is what a runner needs to run one attempt.
+type Assignment struct {
+	Job            string            `json:"job"`
+	Attempt        int               `json:"attempt"`
+	Spec           *spec.Job         `json:"spec"`
+	CodeSnapshot   string            `json:"code_snapshot,omitempty"`
+	InputSnapshots map[string]string `json:"input_snapshots,omitempty"`
+}
+
+// Report is a runner's word on its attempt.
+type Report struct {
+	Status   string `json:"status"`
+	Reason   string `json:"reason,omitempty"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// HeartbeatReply tells a runner what the server wants of it.
+type HeartbeatReply struct {
+	Cancel bool `json:"cancel"`
+}
