@@ -248,7 +248,7 @@ func TestLargeLogLosesNothing(t *testing.T) {
 
 func TestMetricsWithRunToken(t *testing.T) {
 	s := startServer(t)
-	file := jobFile(t, `command: python3 log.py`, map[string]string{"log.py": `
+	file := jobFile(t, "code: .\ncommand: python3 log.py\n", map[string]string{"log.py": `
 import json, os, urllib.request
 def post(body):
     req = urllib.request.Request(os.environ["FERRY_API_URL"] + "/v1/jobs/" + os.environ["FERRY_JOB_ID"] + "/metrics",

@@ -24,9 +24,6 @@ func (s *Store) AddMetrics(ctx context.Context, job string, ms []store.Metric) e
 		defer stmt.Close()
 		for _, m := range ms {
 			_, err := stmt.ExecContext(ctx, job, m.Name, floatArg(m.Value), m.Step, timeArg(m.Time))
-			if isForeignKey(err) {
-				return fmt.Errorf("job %q: %w", job, store.ErrNotFound)
-			}
 			if err != nil {
 				return fmt.Errorf("add metric %q to job %q: %w", m.Name, job, err)
 			}

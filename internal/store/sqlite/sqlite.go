@@ -185,12 +185,6 @@ func isUnique(err error) bool {
 	return e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
 }
 
-// isForeignKey reports whether err is a FOREIGN KEY violation.
-func isForeignKey(err error) bool {
-	var e *sqlite.Error
-	return errors.As(err, &e) && e.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
-}
-
 // timeArg is how a time is stored: NULL for the zero time, else
 // microseconds since the Unix epoch.
 func timeArg(t time.Time) any {

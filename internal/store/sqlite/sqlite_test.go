@@ -1,9 +1,12 @@
 package sqlite_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -104,5 +107,64 @@ func TestOpenEmptyPath(t *testing.T) {
 	if s, err := sqlite.Open(""); err == nil {
 		s.Close()
 		t.Error("Open(\"\") succeeded")
+	}
+}
+
+// TestKilledProcessLosesNoCommit runs a child process that creates jobs and
+// reports each one after CreateJob returns, kills it with SIGKILL, and checks
+// that every reported job is in the database.
+func TestKilledProcessLosesNoCommit(t *testing.T) {
+	if path := os.Getenv("FERRY_SQLITE_KILL_CHILD"); path != "" {
+		killChild(path)
+		return
+	}
+	path := filepath.Join(t.TempDir(), "ferry.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledProcessLosesNoCommit$")
+	cmd.Env = append(os.Environ(), "FERRY_SQLITE_KILL_CHILD="+path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var reported []string
+	lines := bufio.NewScanner(out)
+	for len(reported) < 50 && lines.Scan() {
+		reported = append(reported, lines.Text())
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	if len(reported) < 50 {
+		t.Fatalf("child reported %d jobs before it ended, want 50", len(reported))
+	}
+
+	s := open(t, path)
+	defer s.Close()
+	for _, name := range reported {
+		if _, err := s.GetJob(context.Background(), name); err != nil {
+			t.Errorf("job %s, committed before the kill: %v", name, err)
+		}
+	}
+}
+
+// killChild creates jobs until it is killed, printing each name once
+// CreateJob has returned.
+func killChild(path string) {
+	s, err := sqlite.Open(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("job-%d", i)
+		if _, err := s.CreateJob(context.Background(), store.Job{Name: name}, store.Event{}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println(name)
 	}
 }

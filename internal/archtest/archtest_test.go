@@ -1,0 +1,58 @@
+// Package archtest guards the dependency direction of DESIGN.md section 9:
+// api → workspace → (store, scheduler, compute …); drivers never import the
+// api; cmd/ only wires.
+package archtest
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/ferry-ml/ferry/"
+
+// forbidden maps a package to imports it must not have, directly or not.
+var forbidden = map[string][]string{
+	"internal/api":           {"internal/store/sqlite", "internal/compute/", "internal/server", "internal/cli", "internal/runner"},
+	"internal/workspace":     {"internal/api", "internal/store/sqlite", "internal/compute/", "internal/server", "internal/cli", "net/http"},
+	"internal/compute/local": {"internal/api", "internal/workspace", "internal/store"},
+	"internal/store":         {"internal/workspace", "internal/api"},
+	"internal/spec":          {"internal/"},
+	"internal/snapshot":      {"internal/workspace", "internal/api", "internal/store"},
+	"internal/scheduler":     {"internal/"},
+}
+
+func TestDependencyDirection(t *testing.T) {
+	for pkg, bad := range forbidden {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", mod+pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if dep == mod+pkg {
+				continue
+			}
+			for _, b := range bad {
+				target := b
+				if strings.HasPrefix(b, "internal/") {
+					target = mod + b
+				}
+				if dep == target || (strings.HasSuffix(target, "/") && strings.HasPrefix(dep, target)) {
+					t.Errorf("%s depends on %s, which DESIGN.md's layering forbids", pkg, dep)
+				}
+			}
+		}
+	}
+}
+
+func TestMainOnlyWires(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{join .Imports \" \"}}", mod+"cmd/ferry").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, imp := range strings.Fields(string(out)) {
+		if strings.HasPrefix(imp, mod) && imp != mod+"internal/cli" {
+			t.Errorf("cmd/ferry imports %s; main should only wire the cli", imp)
+		}
+	}
+}

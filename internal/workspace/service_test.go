@@ -1,0 +1,284 @@
+package workspace
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/blob"
+	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store/sqlite"
+)
+
+// fakeTarget records launches instead of starting runners: the Target
+// interface is a boundary Ferry owns, and these tests are about the service.
+type fakeTarget struct {
+	mu       sync.Mutex
+	capacity int
+	launched []compute.Launch
+	fail     error
+}
+
+func (f *fakeTarget) Type() string          { return "fake" }
+func (f *fakeTarget) Admit(*spec.Job) error { return nil }
+func (f *fakeTarget) Capacity() int         { return f.capacity }
+func (f *fakeTarget) Launch(_ context.Context, l compute.Launch) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return f.fail
+	}
+	f.launched = append(f.launched, l)
+	return nil
+}
+
+func (f *fakeTarget) jobs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, l := range f.launched {
+		out = append(out, l.Job)
+	}
+	return out
+}
+
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+var owner = auth.Principal{Kind: auth.KindOwner, Subject: "owner"}
+
+func newService(t *testing.T, target *fakeTarget) (*Service, *clock) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	blobs, err := blob.Open(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s, err := New(context.Background(), Config{
+		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: "http://test",
+		Targets:      func(*spec.Compute) (compute.Target, error) { return target, nil },
+		LeaseTimeout: 10 * time.Second, Now: clk.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, clk
+}
+
+func submit(t *testing.T, s *Service, name string) {
+	t.Helper()
+	if _, err := s.SubmitJob(context.Background(), owner, Submission{Spec: &spec.Job{Name: name, Command: "true"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func status(t *testing.T, s *Service, name string) *Job {
+	t.Helper()
+	j, err := s.GetJob(context.Background(), name, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func runPrincipal(job string, attempt int) auth.Principal {
+	return auth.Principal{Kind: auth.KindRun, Subject: job, Attempt: attempt}
+}
+
+func TestDispatchFillsCapacityInSubmitOrder(t *testing.T) {
+	ctx := context.Background()
+	target := &fakeTarget{capacity: 2}
+	s, _ := newService(t, target)
+	for _, n := range []string{"j1", "j2", "j3"} {
+		submit(t, s, n)
+	}
+	if err := s.dispatch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := target.jobs(); len(got) != 2 || got[0] != "j1" || got[1] != "j2" {
+		t.Fatalf("launched %v, want j1 j2", got)
+	}
+	if st := status(t, s, "j3").Status; st != StatusQueued {
+		t.Fatalf("j3 is %s", st)
+	}
+	zero := 0
+	if _, err := s.ReportStatus(ctx, runPrincipal("j1", 1), "j1", 1, Report{Status: StatusCompleted, ExitCode: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.dispatch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := target.jobs(); len(got) != 3 || got[2] != "j3" {
+		t.Fatalf("launched %v, want j3 third", got)
+	}
+}
+
+func TestRunnerWritesAreFenced(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	submit(t, s, "a")
+	submit(t, s, "b")
+	if err := s.dispatch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 2, Report{Status: StatusRunning}); CodeOf(err) != CodeForbidden {
+		t.Errorf("token of attempt 1 writing attempt 2: %v", err)
+	}
+	if _, err := s.ReportStatus(ctx, runPrincipal("b", 1), "a", 1, Report{Status: StatusRunning}); CodeOf(err) != CodeForbidden {
+		t.Errorf("b's token writing a: %v", err)
+	}
+	if _, err := s.ReportStatus(ctx, owner, "a", 7, Report{Status: StatusRunning}); CodeOf(err) != CodeConflict {
+		t.Errorf("stale attempt: %v", err)
+	}
+	if _, err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, Report{Status: "Paused"}); CodeOf(err) != CodeInvalid {
+		t.Errorf("unknown status: %v", err)
+	}
+	if err := s.AddMetrics(ctx, runPrincipal("b", 1), "a", []Metric{{Name: "x", Value: 1}}); CodeOf(err) != CodeForbidden {
+		t.Errorf("metrics into another job: %v", err)
+	}
+}
+
+func TestLogAppendIsIdempotentByOffset(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	submit(t, s, "a")
+	if err := s.dispatch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	who := runPrincipal("a", 1)
+	steps := []struct {
+		offset int64
+		data   string
+		size   int64
+		code   Code
+	}{
+		{0, "abc", 3, 0},
+		{0, "abc", 3, 0},            // resent after a lost reply
+		{2, "cdef", 6, 0},           // overlaps what is stored
+		{10, "zz", 6, CodeConflict}, // a gap
+	}
+	for i, st := range steps {
+		size, err := s.AppendLog(ctx, who, "a", 1, st.offset, []byte(st.data))
+		if st.code != 0 {
+			if CodeOf(err) != st.code {
+				t.Fatalf("step %d: err %v, want code %d", i, err, st.code)
+			}
+			continue
+		}
+		if err != nil || size != st.size {
+			t.Fatalf("step %d: size %d err %v, want %d", i, size, err, st.size)
+		}
+	}
+	var buf bytes.Buffer
+	if _, _, err := s.ReadLog(ctx, "a", 0, 1<<20, &buf); err != nil || buf.String() != "abcdef" {
+		t.Fatalf("log = %q, %v", buf.String(), err)
+	}
+}
+
+func TestSilentRunnerLosesItsLease(t *testing.T) {
+	ctx := context.Background()
+	s, clk := newService(t, &fakeTarget{capacity: 1})
+	submit(t, s, "a")
+	if err := s.dispatch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(9 * time.Second)
+	if _, err := s.Heartbeat(ctx, runPrincipal("a", 1), "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(9 * time.Second)
+	if err := s.expireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := status(t, s, "a").Status; st != StatusPreparing {
+		t.Fatalf("job with a fresh heartbeat is %s", st)
+	}
+	clk.advance(2 * time.Second)
+	if err := s.expireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j := status(t, s, "a")
+	if j.Status != StatusFailed || j.Ended == nil {
+		t.Fatalf("silent runner: %+v", j)
+	}
+	// A runner that comes back late is told to stop.
+	if hb, err := s.Heartbeat(ctx, runPrincipal("a", 1), "a", 1); err != nil || !hb.Cancel {
+		t.Fatalf("heartbeat after the lease ended: %+v %v", hb, err)
+	}
+}
+
+func TestCancelRunningJobGoesThroughTheRunner(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	submit(t, s, "a")
+	if err := s.dispatch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	who := runPrincipal("a", 1)
+	if _, err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusRunning}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CancelJob(ctx, who, "a"); CodeOf(err) != CodeForbidden {
+		t.Fatalf("run token canceled a job: %v", err)
+	}
+	j, err := s.CancelJob(ctx, owner, "a")
+	if err != nil || j.Status != StatusCancelRequested || j.CancelRequestedBy != "owner" {
+		t.Fatalf("cancel: %+v %v", j, err)
+	}
+	// A late Running report does not undo the cancel request.
+	if _, err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusFinalizing}); err != nil {
+		t.Fatal(err)
+	}
+	hb, err := s.Heartbeat(ctx, who, "a", 1)
+	if err != nil || !hb.Cancel {
+		t.Fatalf("heartbeat after cancel: %+v %v", hb, err)
+	}
+	if _, err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusCanceled, Reason: "canceled on request"}); err != nil {
+		t.Fatal(err)
+	}
+	if j := status(t, s, "a"); j.Status != StatusCanceled {
+		t.Fatalf("after the runner's report: %s", j.Status)
+	}
+	if _, err := s.CancelJob(ctx, owner, "a"); CodeOf(err) != CodeConflict {
+		t.Fatalf("cancel of a canceled job: %v", err)
+	}
+}
+
+func TestLaunchFailureFailsTheJob(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 1, fail: errors.New("no such binary")})
+	submit(t, s, "a")
+	if err := s.dispatch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j := status(t, s, "a")
+	if j.Status != StatusFailed || j.Error != "no such binary" {
+		t.Fatalf("job = %+v", j)
+	}
+}
