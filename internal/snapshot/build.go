@@ -19,17 +19,18 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 )
 
-// IgnoreFiles are the ignore files Build looks for at the root of a
+// ignoreFiles are the ignore files Build looks for at the root of a
 // directory, in order of precedence: only the first one that exists is read.
-var IgnoreFiles = []string{".ferryignore", ".amlignore", ".gitignore"}
+var ignoreFiles = []string{".ferryignore", ".amlignore", ".gitignore"}
 
 // BuildOptions control Build and BuildFile.
 type BuildOptions struct {
 	// MaxSize is the most bytes the snapshot may hold in all; 0 means no
 	// limit. It is checked before any file is read.
 	MaxSize int64
-	// UseIgnoreFiles makes Build leave out what the first of IgnoreFiles at
-	// the root of the directory matches, with gitignore semantics.
+	// UseIgnoreFiles makes Build leave out what the first of .ferryignore,
+	// .amlignore and .gitignore at the root of the directory matches, with
+	// gitignore semantics. Only that one file is read.
 	UseIgnoreFiles bool
 }
 
@@ -62,13 +63,16 @@ var hashFile = func(name string) (string, int64, error) {
 // content (what to upload it from).
 //
 // A .git directory (or file) is always left out, and so, when
-// opt.UseIgnoreFiles is set, is whatever the first of IgnoreFiles found at
-// the root matches. Symlinks that resolve inside root are followed: a link
-// to a file becomes a regular file with the target's content, a link to a
-// directory is walked (a link to one of its own ancestors is an error). A
-// symlink that resolves outside root, or not at all, is an error naming the
-// link and its target, wrapping ErrUnsafePath. Sockets, FIFOs and devices are
-// skipped. A file's mode is 0755 if any execute bit is set, else 0644.
+// opt.UseIgnoreFiles is set, is whatever the first of .ferryignore,
+// .amlignore and .gitignore found at the root matches (a file inside an
+// ignored directory cannot be re-included, as in git). Symlinks that
+// resolve inside root are followed: a link to a file becomes a regular file
+// with the target's content, a link to a directory is walked (a link to one
+// of its own ancestors is an error). A symlink that resolves outside root,
+// or not at all, is an error naming the link and its target, wrapping
+// ErrUnsafePath for the former; an ignored link is never resolved. Sockets,
+// FIFOs and devices are skipped. A file's mode is 0755 if any execute bit
+// is set, else 0644.
 //
 // The size limit is checked on the sizes the file system reports before any
 // file is read; over it, the error wraps ErrTooLarge and names the largest
@@ -215,15 +219,15 @@ func checkSize(display string, entries []entry, limit int64) error {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%s (%s)", e.rel, HumanSize(e.size))
+		fmt.Fprintf(&b, "%s (%s)", e.rel, humanSize(e.size))
 	}
 	return fmt.Errorf("snapshot %s is %s, over the limit of %s; largest files: %s; add them to .ferryignore (or .amlignore/.gitignore) or raise the limit: %w",
-		display, HumanSize(total), HumanSize(limit), b.String(), ErrTooLarge)
+		display, humanSize(total), humanSize(limit), b.String(), ErrTooLarge)
 }
 
-// HumanSize formats a byte count in binary units: "512 B", "1.5 KiB",
+// humanSize formats a byte count in binary units: "512 B", "1.5 KiB",
 // "3.2 GiB".
-func HumanSize(n int64) string {
+func humanSize(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)
@@ -244,10 +248,10 @@ func modeOf(fi fs.FileInfo) uint32 {
 	return 0o644
 }
 
-// readIgnoreFile reads the first of IgnoreFiles that exists in dir into a
+// readIgnoreFile reads the first of ignoreFiles that exists in dir into a
 // matcher; nil if there is none.
 func readIgnoreFile(dir string) (gitignore.Matcher, error) {
-	for _, name := range IgnoreFiles {
+	for _, name := range ignoreFiles {
 		data, err := os.ReadFile(filepath.Join(dir, name))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue

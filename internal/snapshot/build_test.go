@@ -139,7 +139,7 @@ func TestBuildIgnoreFiles(t *testing.T) {
 	rules := "# comment\n\n*.log\n!keep.log\nbuild/\n/data\n**/*.tmp\r\n"
 	want := []string{"ID", "keep.log", "main.py", "notes/readme.md", "src/build.py", "sub/data/y.csv"}
 
-	for _, name := range IgnoreFiles {
+	for _, name := range ignoreFiles {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			writeTree(t, dir, base)

@@ -201,8 +201,8 @@ func TestHumanSize(t *testing.T) {
 		0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB",
 		5 << 20: "5.0 MiB", 3 << 30: "3.0 GiB", 1 << 62: "4.0 EiB",
 	} {
-		if got := HumanSize(n); got != want {
-			t.Errorf("HumanSize(%d) = %q, want %q", n, got, want)
+		if got := humanSize(n); got != want {
+			t.Errorf("humanSize(%d) = %q, want %q", n, got, want)
 		}
 	}
 }
