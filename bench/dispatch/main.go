@@ -50,13 +50,14 @@ func run(n, conc int) error {
 	}
 	fmt.Printf("dispatch benchmark: %d jobs of `true`, concurrency %d, %d CPUs\n\n", n, conc, runtime.NumCPU())
 
-	ferryRate, p50, p99, err := benchFerry(bin, tmp, n, conc)
+	ferryRate, p50, p99, idle50, idle99, err := benchFerry(bin, tmp, n, conc)
 	if err != nil {
 		return err
 	}
 	rawRate := benchRaw(n, conc)
 	fmt.Printf("%-28s %10.1f jobs/s\n", "raw fork/exec", rawRate)
-	fmt.Printf("%-28s %10.1f jobs/s   submit->Running p50 %v  p99 %v\n", "ferry local target", ferryRate, p50, p99)
+	fmt.Printf("%-28s %10.1f jobs/s   submit->Running under the burst: p50 %v  p99 %v (mostly queueing for %d slots)\n", "ferry local target", ferryRate, p50, p99, conc)
+	fmt.Printf("%-28s submit->Running with a free slot: p50 %v  p99 %v (aim: p50 < 50ms)\n", "", idle50, idle99)
 	fmt.Printf("%-28s %10.3f (aim: >= 0.2)\n", "ratio ferry/raw", ferryRate/rawRate)
 	if slurmRate, err := benchSlurm(n); err != nil {
 		fmt.Printf("%-28s skipped: %v\n", "slurm (sbatch)", err)
@@ -67,10 +68,51 @@ func run(n, conc int) error {
 	return nil
 }
 
-func benchFerry(bin, tmp string, n, conc int) (float64, time.Duration, time.Duration, error) {
+func benchFerry(bin, tmp string, n, conc int) (rate float64, p50, p99, idle50, idle99 time.Duration, err error) {
+	c, stop, err := startServer(bin, tmp, conc)
+	if err != nil {
+		return 0, 0, 0, 0, 0, err
+	}
+	defer stop()
+	if rate, p50, p99, err = burst(c, n); err != nil {
+		return 0, 0, 0, 0, 0, err
+	}
+	idle50, idle99, err = idleLatency(c, 50)
+	return rate, p50, p99, idle50, idle99, err
+}
+
+// idleLatency submits jobs one at a time, each when the target is idle,
+// and measures submit -> Running.
+func idleLatency(c *client.Client, samples int) (time.Duration, time.Duration, error) {
+	ctx := context.Background()
+	var lat []time.Duration
+	for i := 0; i < samples; i++ {
+		name := fmt.Sprintf("idle-%03d", i)
+		spec, _ := json.Marshal(map[string]any{"name": name, "command": "true"})
+		t0 := time.Now()
+		if _, err := c.SubmitJob(ctx, api.JobRequest{Spec: spec}); err != nil {
+			return 0, 0, err
+		}
+		for {
+			j, err := c.GetJob(ctx, name)
+			if err != nil {
+				return 0, 0, err
+			}
+			if j.Started != nil && j.Ended != nil {
+				lat = append(lat, j.Started.Sub(t0))
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+	return lat[len(lat)/2].Round(100 * time.Microsecond), lat[len(lat)*99/100].Round(100 * time.Microsecond), nil
+}
+
+func startServer(bin, tmp string, conc int) (*client.Client, func(), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, 0, 0, err
+		return nil, nil, err
 	}
 	addr := ln.Addr().String()
 	ln.Close()
@@ -78,13 +120,13 @@ func benchFerry(bin, tmp string, n, conc int) (float64, time.Duration, time.Dura
 	srv := exec.Command(bin, "server", "--data-dir", dataDir, "--addr", addr, "--local-capacity", strconv.Itoa(conc))
 	logf, err := os.Create(filepath.Join(tmp, "server.log"))
 	if err != nil {
-		return 0, 0, 0, err
+		return nil, nil, err
 	}
 	srv.Stdout, srv.Stderr = logf, logf
 	if err := srv.Start(); err != nil {
-		return 0, 0, 0, err
+		return nil, nil, err
 	}
-	defer func() { _ = srv.Process.Signal(os.Interrupt); _ = srv.Wait() }()
+	stop := func() { _ = srv.Process.Signal(os.Interrupt); _ = srv.Wait() }
 	var c *client.Client
 	ctx := context.Background()
 	for i := 0; ; i++ {
@@ -96,10 +138,17 @@ func benchFerry(bin, tmp string, n, conc int) (float64, time.Duration, time.Dura
 			}
 		}
 		if i > 400 {
-			return 0, 0, 0, fmt.Errorf("server did not start")
+			stop()
+			return nil, nil, fmt.Errorf("server did not start")
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
+	return c, stop, nil
+}
+
+// burst submits n jobs at once and measures until the last one ends.
+func burst(c *client.Client, n int) (float64, time.Duration, time.Duration, error) {
+	ctx := context.Background()
 	spec, _ := json.Marshal(map[string]any{"command": "true", "compute": "local"})
 	submitted := make([]time.Time, n)
 	names := make([]string, n)

@@ -105,9 +105,9 @@ open(os.path.join(os.environ["FERRY_OUTPUTS_DIR"], "model.txt"), "w").write("mod
 	dl := t.TempDir()
 	s.mustFerry("job", "download", "io-1", "--download-path", dl)
 	for p, want := range map[string]string{
-		"artifacts/outputs/model.txt":        "model\n",
-		"named-outputs/result/result.json":   `{"n": 14}`,
-		"named-outputs/single/answer.txt":    "42\n",
+		"artifacts/outputs/model.txt":      "model\n",
+		"named-outputs/result/result.json": `{"n": 14}`,
+		"named-outputs/single/answer.txt":  "42\n",
 	} {
 		got, err := os.ReadFile(filepath.Join(dl, p))
 		if err != nil || string(got) != want {
