@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -113,4 +114,36 @@ func TestLostRunnerFailsJob(t *testing.T) {
 	}
 	j := s.waitStatus(name, "Failed")
 	mustContain(t, "reason", j.StatusReason, "runner lost")
+}
+
+// Ctrl-C stops streaming, not the job.
+func TestInterruptStopsStreamingNotTheJob(t *testing.T) {
+	s := startServer(t, "--cancel-grace", "1s")
+	file := jobFile(t, "command: echo started; sleep 30\n", nil)
+	name := strings.TrimSpace(s.mustFerry("job", "create", "-f", file).stdout)
+	s.waitStatus(name, "Running")
+	cmd := exec.Command(ferryBin, "job", "stream", name)
+	cmd.Env = append(os.Environ(), "FERRY_URL="+s.url, "FERRY_TOKEN="+s.token, "FERRY_HOME="+s.home)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200 && !strings.Contains(out.String(), "started"); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+		t.Fatalf("stream after Ctrl-C: %v\n%s", err, out)
+	}
+	mustContain(t, "stream output", out.String(), "started", "stopped streaming")
+	if st := s.show(name).Status; st != "Running" {
+		t.Fatalf("job is %s after Ctrl-C of the stream, want Running", st)
+	}
+	s.mustFerry("job", "cancel", name)
+	j := s.waitStatus(name, "Canceled")
+	if j.StatusReason != "canceled by owner" {
+		t.Errorf("reason = %q, want who canceled", j.StatusReason)
+	}
 }

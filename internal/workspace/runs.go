@@ -249,6 +249,9 @@ func (s *Service) finish(ctx context.Context, name string, attempt int, status, 
 		}
 		from := j.Status
 		now := s.now()
+		if status == StatusCanceled && j.CancelBy != "" {
+			reason = "canceled by " + j.CancelBy
+		}
 		j.Status, j.StatusReason, j.ExitCode, j.Error, j.Ended, j.Heartbeat = status, reason, exit, msg, now, now
 		if j.Started.IsZero() && status != StatusCanceled {
 			j.Started = now
