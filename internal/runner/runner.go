@@ -412,14 +412,7 @@ func (r *runner) ship(ctx, stop context.Context) error {
 		return err
 	}
 	defer f.Close()
-	var acked int64
-	if err := client.Retry(ctx, 5*time.Second, func() error {
-		var err error
-		acked, err = r.c.LogSize(ctx, r.cfg.Job, r.cfg.Attempt)
-		return err
-	}); err != nil {
-		return err
-	}
+	var acked int64 // an attempt's log starts empty; a 409 tells us otherwise
 	buf := make([]byte, 4<<20)
 	wait := 50 * time.Millisecond
 	for {
@@ -465,13 +458,13 @@ func (r *runner) ship(ctx, stop context.Context) error {
 func (r *runner) uploadOutputs(ctx context.Context, j *spec.Job, p *paths) error {
 	var out workspace.Outputs
 	var errs []error
-	id, err := r.uploadDir(ctx, filepath.Join(r.wd, "outputs"))
+	id, err := r.uploadDir(ctx, filepath.Join(r.wd, "outputs"), false)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("outputs: %w", err))
 	}
 	out.Artifacts = id
 	for _, name := range sortedKeys(p.outDirs) {
-		id, err := r.uploadDir(ctx, p.outDirs[name])
+		id, err := r.uploadDir(ctx, p.outDirs[name], true)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("output %s: %w", name, err))
 			continue
@@ -489,9 +482,12 @@ func (r *runner) uploadOutputs(ctx context.Context, j *spec.Job, p *paths) error
 	return errors.Join(errs...)
 }
 
-func (r *runner) uploadDir(ctx context.Context, dir string) (string, error) {
+// uploadDir uploads a directory as a snapshot. An empty directory gives
+// no snapshot unless keepEmpty: a declared named output exists even when
+// the job wrote nothing to it.
+func (r *runner) uploadDir(ctx context.Context, dir string, keepEmpty bool) (string, error) {
 	m, files, err := snapshot.Build(dir, snapshot.BuildOptions{})
-	if err != nil {
+	if err != nil || (len(m.Files) == 0 && !keepEmpty) {
 		return "", err
 	}
 	var id string

@@ -35,10 +35,6 @@ func (s *Service) Run(ctx context.Context) {
 
 // dispatch starts as many queued jobs as their targets have free slots.
 func (s *Service) dispatch(ctx context.Context) error {
-	queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}})
-	if err != nil || len(queued) == 0 {
-		return err
-	}
 	active, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: activeStatuses})
 	if err != nil {
 		return err
@@ -47,16 +43,33 @@ func (s *Service) dispatch(ctx context.Context) error {
 	for _, j := range active {
 		busy[j.Compute]++
 	}
+	computes, err := s.st.ListComputes(ctx)
+	if err != nil {
+		return err
+	}
 	free := map[string]int{}
+	anyFree := false
+	for _, c := range computes {
+		t, err := s.target(ctx, c.Name)
+		if err != nil {
+			s.log.Error("compute unusable", "compute", c.Name, "err", err)
+			continue
+		}
+		free[c.Name] = max(0, t.Capacity()-busy[c.Name])
+		anyFree = anyFree || free[c.Name] > 0
+	}
+	if !anyFree {
+		return nil // reading the queue would be wasted work
+	}
+	queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}})
+	if err != nil {
+		return err
+	}
 	cands := make([]scheduler.Candidate, 0, len(queued))
 	for _, j := range queued {
-		if _, seen := free[j.Compute]; !seen {
-			t, err := s.target(ctx, j.Compute)
-			if err != nil {
-				s.failQueued(ctx, j.Name, fmt.Sprintf("compute %s is unusable: %v", j.Compute, err))
-				continue
-			}
-			free[j.Compute] = max(0, t.Capacity()-busy[j.Compute])
+		if _, ok := free[j.Compute]; !ok {
+			s.failQueued(ctx, j.Name, fmt.Sprintf("compute %s no longer exists or is unusable", j.Compute))
+			continue
 		}
 		cands = append(cands, scheduler.Candidate{Job: j.Name, Compute: j.Compute, Priority: j.Priority, Seq: j.Seq})
 	}
@@ -268,6 +281,7 @@ func (s *Service) finish(ctx context.Context, name string, attempt int, status, 
 	delete(s.heartbeats, name)
 	s.mu.Unlock()
 	s.changed(name)
+	s.wakeDispatcher()
 	return nil
 }
 

@@ -101,7 +101,7 @@ func (s *Service) APIURL() string { return s.cfg.APIURL }
 // MaxSnapshotSize is the largest total size of one snapshot.
 func (s *Service) MaxSnapshotSize() int64 { return s.cfg.MaxSnapshotSize }
 
-// changed wakes everyone waiting on job and the dispatcher.
+// changed wakes everyone waiting on job.
 func (s *Service) changed(job string) {
 	s.mu.Lock()
 	if ch, ok := s.waiters[job]; ok {
@@ -109,6 +109,10 @@ func (s *Service) changed(job string) {
 		delete(s.waiters, job)
 	}
 	s.mu.Unlock()
+}
+
+// wakeDispatcher asks for a dispatch pass: a job was queued or a slot freed.
+func (s *Service) wakeDispatcher() {
 	select {
 	case s.kick <- struct{}{}:
 	default:
@@ -348,6 +352,7 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 		return nil, err
 	}
 	s.changed(name)
+	s.wakeDispatcher()
 	return s.GetJob(ctx, name, false)
 }
 
