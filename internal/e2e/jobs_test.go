@@ -288,3 +288,23 @@ except urllib.error.HTTPError as e:
 		}
 	}
 }
+
+// An output that links outside the job's directory fails the job, naming
+// the link, and nothing outside is uploaded.
+func TestOutputSymlinkEscapingIsRefused(t *testing.T) {
+	s := startServer(t)
+	secret := filepath.Join(t.TempDir(), "secret.txt")
+	if err := os.WriteFile(secret, []byte("do not upload"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := jobFile(t, fmt.Sprintf("command: echo hi > outputs/fine.txt; ln -s %s outputs/evil\n", secret), nil)
+	r := s.ferry("job", "create", "-f", file, "--stream", "--name", "escape")
+	if r.code == 0 {
+		t.Fatalf("job with an escaping output link succeeded: %s", r)
+	}
+	j := s.show("escape")
+	if j.Status != "Failed" {
+		t.Fatalf("job = %+v", j)
+	}
+	mustContain(t, "error", j.Error, "evil")
+}
