@@ -96,6 +96,16 @@ type JobFilter struct {
 // Store keeps workspace state durably. All methods are safe for concurrent
 // use. Errors wrap ErrNotFound or ErrConflict where those apply, so callers
 // test them with errors.Is. A returned error leaves stored state unchanged.
+//
+// Every implementation makes the same choices, which storetest checks:
+// times are kept in UTC to the microsecond (finer parts are cut off) and the
+// zero time reads back as zero; Spec, Inputs and Outputs come back byte for
+// byte; UpdateJob ignores changes to Name and Seq and UpdateCompute to Name;
+// events are stored under the job they are for; ListEvents, ListMetrics and
+// LatestMetrics report ErrNotFound for a missing job; empty results are
+// empty, not nil; NaN and infinite metric values round-trip. The function
+// given to UpdateJob or UpdateCompute may read through the store but must
+// not write through it.
 type Store interface {
 	// CreateCompute stores a new compute target; ErrConflict if the name is taken.
 	CreateCompute(ctx context.Context, c Compute) error
