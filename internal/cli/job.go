@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -111,7 +112,7 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 		}
 		req.CodeSnapshot = id
 	}
-	for _, name := range sortedKeys(j.Inputs) {
+	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
 		in := j.Inputs[name]
 		if in.IsLiteral() {
 			continue
@@ -237,7 +238,7 @@ func (a *app) finalSummary(j *workspace.Job) error {
 	if j.Error != "" && j.Status != workspace.StatusCompleted {
 		fmt.Fprintf(a.stderr, "error: %s\n", j.Error)
 	}
-	for _, k := range sortedKeys(j.Metrics) {
+	for _, k := range slices.Sorted(maps.Keys(j.Metrics)) {
 		fmt.Fprintf(a.stderr, "metric %s = %g\n", k, j.Metrics[k])
 	}
 	if j.Status == workspace.StatusCompleted {
@@ -317,7 +318,7 @@ func showJob(w *tabwriter.Writer, j *workspace.Job) {
 	if j.Spec != nil {
 		fmt.Fprintf(w, "command:\t%s\n", strings.TrimSpace(j.Spec.Command))
 	}
-	for _, k := range sortedKeys(j.Metrics) {
+	for _, k := range slices.Sorted(maps.Keys(j.Metrics)) {
 		fmt.Fprintf(w, "metric %s:\t%g\n", k, j.Metrics[k])
 	}
 	if len(j.History) > 0 {
@@ -440,10 +441,10 @@ func download(ctx context.Context, c *client.Client, name, dir, only string) ([]
 	}
 	if only != "" {
 		if _, ok := out.Named[only]; !ok {
-			return nil, fmt.Errorf("--output-name: job %s has no output %q (it has: %s)", name, only, strings.Join(sortedKeys(out.Named), ", "))
+			return nil, fmt.Errorf("--output-name: job %s has no output %q (it has: %s)", name, only, strings.Join(slices.Sorted(maps.Keys(out.Named)), ", "))
 		}
 	}
-	for _, k := range sortedKeys(out.Named) {
+	for _, k := range slices.Sorted(maps.Keys(out.Named)) {
 		if only != "" && k != only {
 			continue
 		}
@@ -493,13 +494,4 @@ func firstNonEmpty(ss ...string) string {
 		}
 	}
 	return ""
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -282,7 +283,7 @@ func (r *runner) env(j *spec.Job) []string {
 	if _, ok := j.EnvironmentVariables["PYTHONUNBUFFERED"]; !ok {
 		env = append(env, "PYTHONUNBUFFERED=1") // so print() shows up live
 	}
-	for _, k := range sortedKeys(j.EnvironmentVariables) {
+	for _, k := range slices.Sorted(maps.Keys(j.EnvironmentVariables)) {
 		env = append(env, k+"="+j.EnvironmentVariables[k])
 	}
 	return append(env,
@@ -463,7 +464,7 @@ func (r *runner) uploadOutputs(ctx context.Context, j *spec.Job, p *paths) error
 		errs = append(errs, fmt.Errorf("outputs: %w", err))
 	}
 	out.Artifacts = id
-	for _, name := range sortedKeys(p.outDirs) {
+	for _, name := range slices.Sorted(maps.Keys(p.outDirs)) {
 		id, err := r.uploadDir(ctx, p.outDirs[name], true)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("output %s: %w", name, err))
@@ -497,13 +498,4 @@ func (r *runner) uploadDir(ctx context.Context, dir string, keepEmpty bool) (str
 		return err
 	})
 	return id, err
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -1,7 +1,9 @@
 package spec
 
 import (
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -96,7 +98,7 @@ func (c *Compute) Validate() error {
 		return e.err()
 	}
 	allowed := allowedFields[c.Type]
-	for _, f := range sortedNames(typeFields) {
+	for _, f := range slices.Sorted(maps.Keys(typeFields)) {
 		if typeFields[f](c) && !allowed[f] {
 			e.add(f, 0, "does not apply to compute type %s", c.Type)
 		}

@@ -2,7 +2,9 @@ package spec
 
 import (
 	"encoding/json"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -170,7 +172,7 @@ func (j *Job) Validate() error {
 	if c := j.ComputeName(); c != "" && !computeRe.MatchString(c) {
 		e.add("compute", 0, "%q is not a compute target name (2-32 letters, digits, '-' or '_', starting with a letter)", j.Compute)
 	}
-	for _, name := range sortedNames(j.Inputs) {
+	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
 		in := j.Inputs[name]
 		f := "inputs." + name
 		if !identRe.MatchString(name) {
@@ -189,7 +191,7 @@ func (j *Job) Validate() error {
 			e.add(f+".mode", 0, "must be one of %s, got %q", oneOf(inputModes), in.Mode)
 		}
 	}
-	for _, name := range sortedNames(j.Outputs) {
+	for _, name := range slices.Sorted(maps.Keys(j.Outputs)) {
 		out := j.Outputs[name]
 		f := "outputs." + name
 		if !identRe.MatchString(name) {
@@ -209,15 +211,15 @@ func (j *Job) Validate() error {
 			e.add("command", 0, "${{%s}} is not supported; use ${{inputs.NAME}} or ${{outputs.NAME}}", m[1])
 		case ref[1] == "inputs":
 			if _, ok := j.Inputs[ref[2]]; !ok {
-				e.add("command", 0, "${{inputs.%s}} refers to an input the job does not declare (inputs: %s)", ref[2], listOrNone(sortedNames(j.Inputs)))
+				e.add("command", 0, "${{inputs.%s}} refers to an input the job does not declare (inputs: %s)", ref[2], listOrNone(slices.Sorted(maps.Keys(j.Inputs))))
 			}
 		default:
 			if _, ok := j.Outputs[ref[2]]; !ok {
-				e.add("command", 0, "${{outputs.%s}} refers to an output the job does not declare (outputs: %s)", ref[2], listOrNone(sortedNames(j.Outputs)))
+				e.add("command", 0, "${{outputs.%s}} refers to an output the job does not declare (outputs: %s)", ref[2], listOrNone(slices.Sorted(maps.Keys(j.Outputs))))
 			}
 		}
 	}
-	for _, k := range sortedNames(j.EnvironmentVariables) {
+	for _, k := range slices.Sorted(maps.Keys(j.EnvironmentVariables)) {
 		f := "environment_variables." + k
 		if !identRe.MatchString(k) {
 			e.add(f, 0, "is not a valid variable name (letters, digits, '_', not starting with a digit)")
@@ -254,7 +256,7 @@ func (j *Job) Validate() error {
 		}
 	}
 	serviceTypes := set("jupyter_lab", "ssh", "tensor_board", "vs_code", "custom")
-	for _, name := range sortedNames(j.Services) {
+	for _, name := range slices.Sorted(maps.Keys(j.Services)) {
 		s := j.Services[name]
 		if !serviceTypes[s.Type] {
 			e.add("services."+name+".type", 0, "must be one of %s, got %q", oneOf(serviceTypes), s.Type)
@@ -320,13 +322,4 @@ func listOrNone(names []string) string {
 		return "none"
 	}
 	return strings.Join(names, ", ")
-}
-
-func sortedNames[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

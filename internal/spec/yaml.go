@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -62,7 +63,7 @@ func check(node *yaml.Node, t reflect.Type, path string, e *errs) {
 			ft, ok := fields[k.Value]
 			if !ok {
 				msg := fmt.Sprintf("unknown field %q", k.Value)
-				if s := closest(k.Value, keys(fields)); s != "" {
+				if s := closest(k.Value, slices.Sorted(maps.Keys(fields))); s != "" {
 					msg += fmt.Sprintf("; did you mean %q?", s)
 				}
 				e.add(join(path, k.Value), k.Line, "%s", msg)
@@ -134,15 +135,6 @@ func yamlFields(t reflect.Type) map[string]reflect.Type {
 		}
 		out[name] = f.Type
 	}
-	return out
-}
-
-func keys(m map[string]reflect.Type) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }
 

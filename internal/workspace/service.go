@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -612,14 +611,4 @@ func (s *Service) ListMetrics(ctx context.Context, name, metric string) ([]Metri
 		out[i] = Metric{Name: m.Name, Value: m.Value, Step: m.Step, Time: m.Time}
 	}
 	return out, nil
-}
-
-// sortedKeys returns a map's keys in order, for stable messages.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
