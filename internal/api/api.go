@@ -411,7 +411,10 @@ func (s *Server) reportStatus(r *http.Request, who auth.Principal) (any, error) 
 	if err := decode(r, &rep); err != nil {
 		return nil, err
 	}
-	return s.ws.ReportStatus(r.Context(), who, r.PathValue("name"), a, rep)
+	if err := s.ws.ReportStatus(r.Context(), who, r.PathValue("name"), a, rep); err != nil {
+		return nil, err
+	}
+	return map[string]string{"status": rep.Status}, nil
 }
 
 // LogSize is the reply to the runner's log calls.

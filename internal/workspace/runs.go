@@ -220,9 +220,9 @@ func (s *Service) Heartbeat(ctx context.Context, who auth.Principal, name string
 // ReportStatus records a runner's report. Running and Finalizing are
 // progress; Completed, Failed and Canceled end the job, revoke its run
 // token, and are idempotent so a runner may resend them.
-func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name string, attempt int, r Report) (*Job, error) {
+func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name string, attempt int, r Report) error {
 	if err := s.fence(ctx, who, name, attempt); err != nil {
-		return nil, err
+		return err
 	}
 	s.heard(name)
 	switch r.Status {
@@ -240,17 +240,15 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 			return &store.Event{Job: name, Time: now, From: from, To: r.Status, Reason: r.Reason}, nil
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		s.changed(name)
 	case StatusCompleted, StatusFailed, StatusCanceled:
-		if err := s.finish(ctx, name, attempt, r.Status, r.Reason, r.ExitCode, r.Error); err != nil {
-			return nil, err
-		}
+		return s.finish(ctx, name, attempt, r.Status, r.Reason, r.ExitCode, r.Error)
 	default:
-		return nil, Invalid("status: a runner may report Running, Finalizing, Completed, Failed or Canceled, not %q", r.Status)
+		return Invalid("status: a runner may report Running, Finalizing, Completed, Failed or Canceled, not %q", r.Status)
 	}
-	return s.GetJob(ctx, name, false)
+	return nil
 }
 
 // finish ends an attempt with a terminal status (once: a later call for an

@@ -128,7 +128,7 @@ func TestDispatchFillsCapacityInSubmitOrder(t *testing.T) {
 		t.Fatalf("j3 is %s", st)
 	}
 	zero := 0
-	if _, err := s.ReportStatus(ctx, runPrincipal("j1", 1), "j1", 1, Report{Status: StatusCompleted, ExitCode: &zero}); err != nil {
+	if err := s.ReportStatus(ctx, runPrincipal("j1", 1), "j1", 1, Report{Status: StatusCompleted, ExitCode: &zero}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.dispatch(ctx); err != nil {
@@ -147,16 +147,16 @@ func TestRunnerWritesAreFenced(t *testing.T) {
 	if err := s.dispatch(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 2, Report{Status: StatusRunning}); CodeOf(err) != CodeForbidden {
+	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 2, Report{Status: StatusRunning}); CodeOf(err) != CodeForbidden {
 		t.Errorf("token of attempt 1 writing attempt 2: %v", err)
 	}
-	if _, err := s.ReportStatus(ctx, runPrincipal("b", 1), "a", 1, Report{Status: StatusRunning}); CodeOf(err) != CodeForbidden {
+	if err := s.ReportStatus(ctx, runPrincipal("b", 1), "a", 1, Report{Status: StatusRunning}); CodeOf(err) != CodeForbidden {
 		t.Errorf("b's token writing a: %v", err)
 	}
-	if _, err := s.ReportStatus(ctx, owner, "a", 7, Report{Status: StatusRunning}); CodeOf(err) != CodeConflict {
+	if err := s.ReportStatus(ctx, owner, "a", 7, Report{Status: StatusRunning}); CodeOf(err) != CodeConflict {
 		t.Errorf("stale attempt: %v", err)
 	}
-	if _, err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, Report{Status: "Paused"}); CodeOf(err) != CodeInvalid {
+	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, Report{Status: "Paused"}); CodeOf(err) != CodeInvalid {
 		t.Errorf("unknown status: %v", err)
 	}
 	if err := s.AddMetrics(ctx, runPrincipal("b", 1), "a", []Metric{{Name: "x", Value: 1}}); CodeOf(err) != CodeForbidden {
@@ -241,7 +241,7 @@ func TestCancelRunningJobGoesThroughTheRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	who := runPrincipal("a", 1)
-	if _, err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusRunning}); err != nil {
+	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusRunning}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.CancelJob(ctx, who, "a"); CodeOf(err) != CodeForbidden {
@@ -252,14 +252,14 @@ func TestCancelRunningJobGoesThroughTheRunner(t *testing.T) {
 		t.Fatalf("cancel: %+v %v", j, err)
 	}
 	// A late Running report does not undo the cancel request.
-	if _, err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusFinalizing}); err != nil {
+	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusFinalizing}); err != nil {
 		t.Fatal(err)
 	}
 	hb, err := s.Heartbeat(ctx, who, "a", 1)
 	if err != nil || !hb.Cancel {
 		t.Fatalf("heartbeat after cancel: %+v %v", hb, err)
 	}
-	if _, err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusCanceled, Reason: "canceled on request"}); err != nil {
+	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusCanceled, Reason: "canceled on request"}); err != nil {
 		t.Fatal(err)
 	}
 	if j := status(t, s, "a"); j.Status != StatusCanceled {
