@@ -98,6 +98,14 @@ func submit(t *testing.T, s *Service, name string) {
 	}
 }
 
+// dispatch runs one dispatcher pass.
+func dispatch(t *testing.T, s *Service) {
+	t.Helper()
+	if err := s.dispatch(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func status(t *testing.T, s *Service, name string) *Job {
 	t.Helper()
 	j, err := s.GetJob(context.Background(), name, true)
@@ -118,9 +126,7 @@ func TestDispatchFillsCapacityInSubmitOrder(t *testing.T) {
 	for _, n := range []string{"j1", "j2", "j3"} {
 		submit(t, s, n)
 	}
-	if err := s.dispatch(ctx); err != nil {
-		t.Fatal(err)
-	}
+	dispatch(t, s)
 	if got := target.jobs(); len(got) != 2 || got[0] != "j1" || got[1] != "j2" {
 		t.Fatalf("launched %v, want j1 j2", got)
 	}
@@ -131,9 +137,7 @@ func TestDispatchFillsCapacityInSubmitOrder(t *testing.T) {
 	if err := s.ReportStatus(ctx, runPrincipal("j1", 1), "j1", 1, Report{Status: StatusCompleted, ExitCode: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.dispatch(ctx); err != nil {
-		t.Fatal(err)
-	}
+	dispatch(t, s)
 	if got := target.jobs(); len(got) != 3 || got[2] != "j3" {
 		t.Fatalf("launched %v, want j3 third", got)
 	}
@@ -144,9 +148,7 @@ func TestRunnerWritesAreFenced(t *testing.T) {
 	s, _ := newService(t, &fakeTarget{capacity: 1})
 	submit(t, s, "a")
 	submit(t, s, "b")
-	if err := s.dispatch(ctx); err != nil {
-		t.Fatal(err)
-	}
+	dispatch(t, s)
 	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 2, Report{Status: StatusRunning}); CodeOf(err) != CodeForbidden {
 		t.Errorf("token of attempt 1 writing attempt 2: %v", err)
 	}
@@ -168,9 +170,7 @@ func TestLogAppendIsIdempotentByOffset(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newService(t, &fakeTarget{capacity: 1})
 	submit(t, s, "a")
-	if err := s.dispatch(ctx); err != nil {
-		t.Fatal(err)
-	}
+	dispatch(t, s)
 	who := runPrincipal("a", 1)
 	steps := []struct {
 		offset int64
@@ -205,9 +205,7 @@ func TestSilentRunnerLosesItsLease(t *testing.T) {
 	ctx := context.Background()
 	s, clk := newService(t, &fakeTarget{capacity: 1})
 	submit(t, s, "a")
-	if err := s.dispatch(ctx); err != nil {
-		t.Fatal(err)
-	}
+	dispatch(t, s)
 	clk.advance(9 * time.Second)
 	if _, err := s.Heartbeat(ctx, runPrincipal("a", 1), "a", 1); err != nil {
 		t.Fatal(err)
@@ -237,9 +235,7 @@ func TestCancelRunningJobGoesThroughTheRunner(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newService(t, &fakeTarget{capacity: 1})
 	submit(t, s, "a")
-	if err := s.dispatch(ctx); err != nil {
-		t.Fatal(err)
-	}
+	dispatch(t, s)
 	who := runPrincipal("a", 1)
 	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusRunning}); err != nil {
 		t.Fatal(err)
@@ -271,12 +267,9 @@ func TestCancelRunningJobGoesThroughTheRunner(t *testing.T) {
 }
 
 func TestLaunchFailureFailsTheJob(t *testing.T) {
-	ctx := context.Background()
 	s, _ := newService(t, &fakeTarget{capacity: 1, fail: errors.New("no such binary")})
 	submit(t, s, "a")
-	if err := s.dispatch(ctx); err != nil {
-		t.Fatal(err)
-	}
+	dispatch(t, s)
 	j := status(t, s, "a")
 	if j.Status != StatusFailed || j.Error != "no such binary" {
 		t.Fatalf("job = %+v", j)
