@@ -1,182 +1,344 @@
 package spec
 
 import (
+	"fmt"
 	"maps"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 )
 
-// ParseCompute reads a compute file strictly, validates it and fills defaults.
+const computeEmptyHint = "a compute needs at least name and type, e.g. name: cpu-cluster and type: amlcompute"
+
+// ParseCompute reads an Azure ML CLI v2 compute file strictly (see
+// ParseJob), validates it and fills in the defaults of its type.
 func ParseCompute(data []byte) (*Compute, error) {
-	root, err := parseNode(data)
+	c, root, err := parseYAML[Compute](data, nil, "compute", computeEmptyHint, nil)
 	if err != nil {
 		return nil, err
 	}
-	var c Compute
-	if err := decodeYAML(root, &c); err != nil {
-		return nil, err
-	}
-	if err := c.Validate(); err != nil {
-		return nil, err
+	if es := c.validate(); len(es) > 0 {
+		addLines(es, root)
+		return nil, c.wrap(es)
 	}
 	c.ApplyDefaults()
-	return &c, nil
+	return c, nil
 }
 
-// DecodeComputeJSON reads a compute spec from strict JSON, validates it and
-// fills defaults.
+// DecodeComputeJSON reads a compute from strict JSON (the REST API's form,
+// with the fields of the YAML file), validates it and fills in the defaults
+// of its type.
 func DecodeComputeJSON(data []byte) (*Compute, error) {
-	var c Compute
-	if err := decodeJSON(data, &c); err != nil {
+	c, root, err := decodeJSON[Compute](data, "compute")
+	if err != nil {
 		return nil, err
 	}
-	if err := c.Validate(); err != nil {
-		return nil, err
+	if es := c.validate(); len(es) > 0 {
+		addLines(es, root)
+		return nil, c.wrap(es)
 	}
 	c.ApplyDefaults()
-	return &c, nil
+	return c, nil
+}
+
+// computeTypes are the compute types Ferry knows.
+var computeTypes = []string{"local", "amlcompute", "computeinstance", "virtualmachine", "kubernetes"}
+
+// computeFields says which types each type-specific field (by YAML name)
+// belongs to; the fields not listed belong to every type.
+var computeFields = map[string][]string{
+	"capacity":                          {"local"},
+	"size":                              {"amlcompute", "computeinstance"},
+	"tier":                              {"amlcompute"},
+	"min_instances":                     {"amlcompute"},
+	"max_instances":                     {"amlcompute"},
+	"idle_time_before_scale_down":       {"amlcompute"},
+	"ssh_public_access_enabled":         {"amlcompute", "computeinstance"},
+	"ssh_settings":                      {"amlcompute", "computeinstance", "virtualmachine"},
+	"network_settings":                  {"amlcompute", "computeinstance"},
+	"identity":                          {"amlcompute", "computeinstance", "kubernetes"},
+	"enable_node_public_ip":             {"amlcompute", "computeinstance"},
+	"idle_time_before_shutdown_minutes": {"computeinstance"},
+	"create_on_behalf_of":               {"computeinstance"},
+	"schedules":                         {"computeinstance"},
+	"setup_scripts":                     {"computeinstance"},
+	"enable_root_access":                {"computeinstance"},
+	"release_quota_on_stop":             {"computeinstance"},
+	"provider":                          {"amlcompute", "computeinstance"},
+	"resource_id":                       {"virtualmachine", "kubernetes"},
+	"address":                           {"virtualmachine"},
+	"host_key":                          {"virtualmachine"},
+	"namespace":                         {"kubernetes"},
+	"properties":                        {"virtualmachine", "kubernetes"},
+}
+
+// sshFields says which types each field of ssh_settings belongs to.
+var sshFields = map[string][]string{
+	"admin_username":       {"amlcompute", "computeinstance", "virtualmachine"},
+	"admin_password":       {"amlcompute", "virtualmachine"},
+	"ssh_key_value":        {"amlcompute", "computeinstance"},
+	"ssh_private_key_file": {"virtualmachine"},
+	"ssh_port":             {"virtualmachine"},
 }
 
 var (
 	computeNameRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]*$`)
-	computeTypes  = set("local", "amlcompute", "computeinstance", "virtualmachine", "kubernetes")
+	k8sNameRe     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 )
 
-// typeFields says which type-specific fields belong to which types.
-var typeFields = map[string]func(c *Compute) bool{
-	"capacity":                          func(c *Compute) bool { return c.Capacity != 0 },
-	"size":                              func(c *Compute) bool { return c.Size != "" },
-	"tier":                              func(c *Compute) bool { return c.Tier != "" },
-	"min_instances":                     func(c *Compute) bool { return c.MinInstances != nil },
-	"max_instances":                     func(c *Compute) bool { return c.MaxInstances != nil },
-	"idle_time_before_scale_down":       func(c *Compute) bool { return c.IdleTimeBeforeScaleDown != nil },
-	"idle_time_before_shutdown_minutes": func(c *Compute) bool { return c.IdleTimeBeforeShutdownMins != nil },
-	"schedules":                         func(c *Compute) bool { return c.Schedules != nil },
-	"setup_scripts":                     func(c *Compute) bool { return c.SetupScripts != nil },
-	"create_on_behalf_of":               func(c *Compute) bool { return c.CreateOnBehalfOf != nil },
-	"enable_root_access":                func(c *Compute) bool { return c.EnableRootAccess != nil },
-	"release_quota_on_stop":             func(c *Compute) bool { return c.ReleaseQuotaOnStop != nil },
-	"ssh_public_access_enabled":         func(c *Compute) bool { return c.SSHPublicAccessEnabled != nil },
-	"enable_node_public_ip":             func(c *Compute) bool { return c.EnableNodePublicIP != nil },
-	"network_settings":                  func(c *Compute) bool { return c.NetworkSettings != nil },
-	"provider":                          func(c *Compute) bool { return c.Provider != nil },
-	"ssh_settings":                      func(c *Compute) bool { return c.SSHSettings != nil },
-	"resource_id":                       func(c *Compute) bool { return c.ResourceID != "" },
-	"address":                           func(c *Compute) bool { return c.Address != "" },
-	"host_key":                          func(c *Compute) bool { return c.HostKey != "" },
-	"namespace":                         func(c *Compute) bool { return c.Namespace != "" },
-}
-
-var allowedFields = map[string]map[string]bool{
-	"local": set("capacity"),
-	"amlcompute": set("size", "tier", "min_instances", "max_instances", "idle_time_before_scale_down",
-		"ssh_public_access_enabled", "ssh_settings", "network_settings", "enable_node_public_ip", "provider"),
-	"computeinstance": set("size", "idle_time_before_shutdown_minutes", "schedules", "setup_scripts",
-		"create_on_behalf_of", "enable_root_access", "release_quota_on_stop", "ssh_settings", "ssh_public_access_enabled",
-		"network_settings", "enable_node_public_ip", "provider"),
-	"virtualmachine": set("resource_id", "address", "host_key", "ssh_settings"),
-	"kubernetes":     set("resource_id", "namespace"),
-}
-
-// Validate checks the compute spec and returns every problem as Errors.
+// Validate checks the compute and returns all its problems, or nil. The
+// error wraps an Errors (errors.As finds it) and starts with the compute's
+// name when it has a valid one: "compute gpu-cluster: max_instances: ...".
 func (c *Compute) Validate() error {
-	var e errs
-	name := strings.TrimSpace(c.Name)
-	minLen, maxLen := 2, 32
+	if c == nil {
+		return Errors{{Message: "the compute is missing"}}
+	}
+	if es := c.validate(); len(es) > 0 {
+		return c.wrap(es)
+	}
+	return nil
+}
+
+// wrap puts the compute's name in front of its problems.
+func (c *Compute) wrap(es Errors) error {
+	if c.Name == "" || !computeNameRe.MatchString(c.Name) || len(c.Name) > 32 {
+		return es
+	}
+	return fmt.Errorf("compute %s: %w", c.Name, es)
+}
+
+func (c *Compute) validate() Errors {
+	var es Errors
+	lo, hi := 2, 32
 	if c.Type == "amlcompute" {
-		minLen, maxLen = 3, 24
+		lo, hi = 3, 24
 	}
 	switch {
-	case name == "":
-		e.add("name", 0, "is required")
-	case len(name) < minLen || len(name) > maxLen || !computeNameRe.MatchString(name):
-		e.add("name", 0, "%q: a %s compute name has %d-%d letters, digits or '-', starting with a letter", c.Name, orType(c.Type), minLen, maxLen)
+	case c.Name == "":
+		es.add("name", "is required: the name jobs use in compute:, e.g. cpu-cluster")
+	case len(c.Name) < lo || len(c.Name) > hi || !computeNameRe.MatchString(c.Name):
+		es.add("name", "%s is not a valid name: use %d to %d letters, digits or '-', starting with a letter", quote(c.Name), lo, hi)
 	}
-	if !computeTypes[c.Type] {
-		e.add("type", 0, "must be one of %s, got %q", oneOf(computeTypes), c.Type)
-		return e.err()
+	oneOf(&es, "type", c.Type, false, computeTypes)
+	if !slices.Contains(computeTypes, c.Type) {
+		return es // which fields belong depends on the type
 	}
-	allowed := allowedFields[c.Type]
-	for _, f := range slices.Sorted(maps.Keys(typeFields)) {
-		if typeFields[f](c) && !allowed[f] {
-			e.add(f, 0, "does not apply to compute type %s", c.Type)
+	c.validateFieldsOfType(&es)
+	switch c.Type {
+	case "local":
+		if c.Capacity < 0 {
+			es.add("capacity", "must be ≥ 0 (0 means one job per CPU), got %d", c.Capacity)
 		}
-	}
-	if c.Capacity < 0 {
-		e.add("capacity", 0, "must be ≥ 0 (0 means the number of CPUs), got %d", c.Capacity)
-	}
-	if c.Type == "amlcompute" {
-		lo, hi := 0, 1
-		if c.MinInstances != nil {
-			lo = *c.MinInstances
-		}
-		if c.MaxInstances != nil {
-			hi = *c.MaxInstances
-		}
-		if lo < 0 {
-			e.add("min_instances", 0, "must be ≥ 0, got %d", lo)
-		}
-		if hi < 1 {
-			e.add("max_instances", 0, "must be ≥ 1, got %d", hi)
-		}
-		if hi < lo {
-			e.add("max_instances", 0, "compute %s: max_instances must be ≥ min_instances (got %d < %d)", c.Name, hi, lo)
-		}
-		if c.IdleTimeBeforeScaleDown != nil && *c.IdleTimeBeforeScaleDown < 0 {
-			e.add("idle_time_before_scale_down", 0, "must be a number of seconds ≥ 0")
-		}
-		if c.Tier != "" && c.Tier != "dedicated" && c.Tier != "low_priority" {
-			e.add("tier", 0, "must be dedicated or low_priority, got %q", c.Tier)
+	case "amlcompute":
+		c.validateCluster(&es)
+	case "computeinstance":
+		c.validateInstance(&es)
+	case "virtualmachine":
+		c.validateVM(&es)
+	case "kubernetes":
+		if c.Namespace != "" && !k8sNameRe.MatchString(c.Namespace) {
+			es.add("namespace", "%s is not a Kubernetes namespace name (lowercase letters, digits and '-', at most 63)", quote(c.Namespace))
 		}
 	}
+	return es
+}
+
+// validateFieldsOfType rejects the fields that do not belong to c's type.
+func (c *Compute) validateFieldsOfType(es *Errors) {
+	v := reflect.ValueOf(c).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
+		types, specific := computeFields[name]
+		if specific && !v.Field(i).IsZero() && !slices.Contains(types, c.Type) {
+			es.add(name, "applies only to %s, not %s; remove it", typesWord(types), c.Type)
+		}
+	}
+	if s := c.SSHSettings; s != nil && slices.Contains(computeFields["ssh_settings"], c.Type) {
+		v := reflect.ValueOf(s).Elem()
+		for i := 0; i < v.NumField(); i++ {
+			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
+			if types := sshFields[name]; !v.Field(i).IsZero() && !slices.Contains(types, c.Type) {
+				es.add("ssh_settings."+name, "applies only to %s, not %s; remove it", typesWord(types), c.Type)
+			}
+		}
+	}
+}
+
+func typesWord(types []string) string {
+	if len(types) == 1 {
+		return "type " + types[0]
+	}
+	return "types " + joinNames(types)
+}
+
+func (c *Compute) validateCluster(es *Errors) {
+	lo, hi := 0, 1
+	if c.MinInstances != nil {
+		lo = *c.MinInstances
+	}
+	if c.MaxInstances != nil {
+		hi = *c.MaxInstances
+	}
+	if lo < 0 {
+		es.add("min_instances", "must be ≥ 0, got %d", lo)
+	}
+	switch {
+	case hi < lo:
+		es.add("max_instances", "must be ≥ min_instances (got %d < %d)", hi, lo)
+	case hi < 1:
+		es.add("max_instances", "must be ≥ 1, got %d", hi)
+	}
+	if s := c.IdleTimeBeforeScaleDown; s != nil && *s < 0 {
+		es.add("idle_time_before_scale_down", "must be a whole number of seconds ≥ 0, got %d", *s)
+	}
+	oneOf(es, "tier", c.Tier, true, []string{"dedicated", "low_priority"})
+	if strings.ContainsAny(c.Size, " \t/") {
+		es.add("size", "%s is not a size name such as Standard_DS3_v2", quote(c.Size))
+	}
+}
+
+func (c *Compute) validateInstance(es *Errors) {
 	if m := c.IdleTimeBeforeShutdownMins; m != nil && (*m < 15 || *m > 4320) {
-		e.add("idle_time_before_shutdown_minutes", 0, "must be between 15 and 4320 (3 days), got %d", *m)
+		es.add("idle_time_before_shutdown_minutes", "must be from 15 to 4320 minutes (3 days), got %d", *m)
 	}
-	if c.Type == "virtualmachine" {
-		if c.Address == "" && c.ResourceID == "" {
-			e.add("address", 0, "an attached machine needs address (or resource_id)")
+	if strings.ContainsAny(c.Size, " \t/") {
+		es.add("size", "%s is not a size name such as Standard_DS3_v2", quote(c.Size))
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Schedules)) {
+		if k != "compute_start_stop" {
+			es.add("schedules."+k, "unknown field %q; schedules has compute_start_stop", k)
+			continue
 		}
-		s := c.SSHSettings
-		if s == nil || s.AdminUsername == "" {
-			e.add("ssh_settings.admin_username", 0, "is required to log in to the machine")
+		list, ok := c.Schedules[k].([]any)
+		if !ok {
+			es.add("schedules.compute_start_stop", "must be a list of schedules, each with action and trigger")
+			continue
 		}
-		if s != nil && s.AdminPassword == "" && s.SSHPrivateKeyFile == "" {
-			e.add("ssh_settings", 0, "give admin_password or ssh_private_key_file")
+		if len(list) > 4 {
+			es.add("schedules.compute_start_stop", "has %d schedules; at most 4 are allowed", len(list))
 		}
-		if s != nil && (s.SSHPort < 0 || s.SSHPort > 65535) {
-			e.add("ssh_settings.ssh_port", 0, "must be a port number, got %d", s.SSHPort)
+		for i, item := range list {
+			validateSchedule(es, fmt.Sprintf("schedules.compute_start_stop[%d]", i), item)
 		}
 	}
-	return e.err()
+	for _, k := range slices.Sorted(maps.Keys(c.SetupScripts)) {
+		f := "setup_scripts." + k
+		if k != "creation_script" && k != "startup_script" {
+			es.add(f, "unknown field %q; setup_scripts has creation_script and startup_script", k)
+			continue
+		}
+		m, ok := c.SetupScripts[k].(map[string]any)
+		if !ok {
+			es.add(f, "must be a mapping with path (a script in the code folder) or command")
+			continue
+		}
+		if str(m["path"]) == "" && str(m["command"]) == "" {
+			es.add(f, "give path (a script) or command")
+		}
+	}
 }
 
-func orType(t string) string {
-	if t == "" {
-		return "the"
-	}
-	return t
-}
-
-// ApplyDefaults fills the Azure defaults of the compute's type.
-func (c *Compute) ApplyDefaults() {
-	if c.Type != "amlcompute" {
+// validateSchedule checks one compute_start_stop entry.
+func validateSchedule(es *Errors, f string, item any) {
+	m, ok := item.(map[string]any)
+	if !ok {
+		es.add(f, "must be a mapping with action (start or stop) and trigger")
 		return
 	}
+	oneOf(es, f+".action", str(m["action"]), false, []string{"start", "stop"})
+	oneOf(es, f+".state", str(m["state"]), true, []string{"enabled", "disabled"})
+	trig, ok := m["trigger"].(map[string]any)
+	if !ok {
+		es.add(f+".trigger", "is required: {type: cron, expression: \"0 18 * * *\"} or {type: recurrence, frequency: day, interval: 1}")
+		return
+	}
+	switch typ := str(trig["type"]); typ {
+	case "cron":
+		if len(strings.Fields(str(trig["expression"]))) != 5 {
+			es.add(f+".trigger.expression", "a cron trigger needs a five-field cron expression, e.g. \"0 18 * * *\"")
+		}
+	case "recurrence":
+		oneOf(es, f+".trigger.frequency", str(trig["frequency"]), false, []string{"minute", "hour", "day", "week", "month"})
+		if n, ok := trig["interval"].(float64); !ok || n < 1 || n != float64(int64(n)) {
+			es.add(f+".trigger.interval", "must be a whole number ≥ 1")
+		}
+	default:
+		oneOf(es, f+".trigger.type", typ, false, []string{"cron", "recurrence"})
+	}
+}
+
+func (c *Compute) validateVM(es *Errors) {
+	if c.Address == "" && c.ResourceID == "" {
+		es.add("address", "is required: the host name or IP address of the machine (or give resource_id)")
+	}
+	if strings.ContainsAny(c.Address, " \t/") {
+		es.add("address", "%s is not a host name, IP address or host:port", quote(c.Address))
+	}
+	s := c.SSHSettings
+	if s == nil {
+		s = &SSHSettings{}
+	}
+	if s.AdminUsername == "" {
+		es.add("ssh_settings.admin_username", "is required: the user Ferry logs in as over SSH")
+	}
+	switch {
+	case s.AdminPassword == "" && s.SSHPrivateKeyFile == "":
+		es.add("ssh_settings", "give ssh_private_key_file (recommended) or admin_password to log in with")
+	case s.AdminPassword != "" && s.SSHPrivateKeyFile != "":
+		es.add("ssh_settings", "give one of ssh_private_key_file and admin_password, not both")
+	}
+	if s.SSHPort < 0 || s.SSHPort > 65535 {
+		es.add("ssh_settings.ssh_port", "must be a port number from 1 to 65535, got %d", s.SSHPort)
+	}
+}
+
+// str is v if it is a string, else "".
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// ApplyDefaults fills in what Azure ML assumes when a field of the
+// compute's type is left out: for amlcompute size Standard_DS3_v2, tier
+// dedicated, min_instances 0, max_instances 1 and
+// idle_time_before_scale_down 120 seconds; for computeinstance size
+// Standard_DS3_v2 and enable_root_access true; for virtualmachine SSH port
+// 22; for kubernetes namespace "default". It is idempotent.
+func (c *Compute) ApplyDefaults() {
 	intp := func(v int) *int { return &v }
-	if c.Size == "" {
-		c.Size = "Standard_DS3_v2"
-	}
-	if c.Tier == "" {
-		c.Tier = "dedicated"
-	}
-	if c.MinInstances == nil {
-		c.MinInstances = intp(0)
-	}
-	if c.MaxInstances == nil {
-		c.MaxInstances = intp(1)
-	}
-	if c.IdleTimeBeforeScaleDown == nil {
-		c.IdleTimeBeforeScaleDown = intp(120)
+	switch c.Type {
+	case "amlcompute":
+		if c.Size == "" {
+			c.Size = "Standard_DS3_v2"
+		}
+		if c.Tier == "" {
+			c.Tier = "dedicated"
+		}
+		if c.MinInstances == nil {
+			c.MinInstances = intp(0)
+		}
+		if c.MaxInstances == nil {
+			c.MaxInstances = intp(1)
+		}
+		if c.IdleTimeBeforeScaleDown == nil {
+			c.IdleTimeBeforeScaleDown = intp(120)
+		}
+	case "computeinstance":
+		if c.Size == "" {
+			c.Size = "Standard_DS3_v2"
+		}
+		if c.EnableRootAccess == nil {
+			t := true
+			c.EnableRootAccess = &t
+		}
+	case "virtualmachine":
+		if c.SSHSettings != nil && c.SSHSettings.SSHPort == 0 {
+			c.SSHSettings.SSHPort = 22
+		}
+	case "kubernetes":
+		if c.Namespace == "" {
+			c.Namespace = "default"
+		}
 	}
 }

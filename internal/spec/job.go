@@ -2,324 +2,415 @@ package spec
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 )
 
-// ParseJob reads a command job file strictly and validates it.
-func ParseJob(data []byte) (*Job, error) { return ParseJobWithSet(data, nil) }
+const jobEmptyHint = "a command job needs at least `command:`, e.g. command: python train.py"
 
-// ParseJobWithSet reads a job file, applies `--set path=value` overrides
-// (values are YAML scalars), and validates the result.
+// ParseJob reads an Azure ML CLI v2 command job file. Decoding is strict:
+// unknown fields, values of the wrong kind and invalid YAML are errors that
+// name the field and its line. The job is then validated; a missing type is
+// set to "command". Every error is an Errors.
+func ParseJob(data []byte) (*Job, error) {
+	return ParseJobWithSet(data, nil)
+}
+
+// ParseJobWithSet is ParseJob with `--set path=value` overrides applied to
+// the file before it is decoded, in order. A path is dotted field names
+// (limits.timeout, environment_variables.FOO, inputs.epochs); mappings on
+// the way are created as needed. The value is read as a YAML scalar, so
+// `limits.timeout=30` is a number and an empty value is null. With sets, an
+// empty file is allowed: the job is made from the sets alone.
 func ParseJobWithSet(data []byte, sets []string) (*Job, error) {
-	root, err := parseNode(data)
+	j, root, err := parseYAML[Job](data, sets, "job", jobEmptyHint, jobTypeFirst)
+	if err != nil {
+		noteSets(err, sets)
+		return nil, err
+	}
+	if err := j.Validate(); err != nil {
+		addLines(err.(Errors), root)
+		noteSets(err, sets)
+		return nil, err
+	}
+	return j, nil
+}
+
+// noteSets adds to each problem with a field that a --set gave which --set
+// that was, since the file does not show the value.
+func noteSets(err error, sets []string) {
+	es, _ := err.(Errors)
+	for _, e := range es {
+		for _, s := range sets {
+			path, _, _ := strings.Cut(s, "=")
+			path = strings.TrimSpace(path)
+			if path != "" && (e.Field == path || strings.HasPrefix(e.Field, path+".")) {
+				e.Message += fmt.Sprintf(" (from --set %s)", s)
+			}
+		}
+	}
+}
+
+// DecodeJobJSON reads a job from JSON, the REST API's form: the same fields
+// as the YAML file, unknown fields refused. Inputs and environments may be
+// written in their short forms (a plain string, number or boolean for a
+// literal input; a plain string for an environment reference) as well as
+// in the objects that json.Marshal writes. The job is then validated.
+func DecodeJobJSON(data []byte) (*Job, error) {
+	j, root, err := decodeJSON[Job](data, "job")
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range sets {
-		if err := applySet(root, s); err != nil {
-			return nil, err
-		}
-	}
-	var j Job
-	if err := decodeYAML(root, &j); err != nil {
-		return nil, err
-	}
 	if err := j.Validate(); err != nil {
+		addLines(err.(Errors), root)
 		return nil, err
 	}
-	return &j, nil
+	return j, nil
 }
 
-// DecodeJobJSON reads a job from strict JSON (the REST API's form) and
-// validates it.
-func DecodeJobJSON(data []byte) (*Job, error) {
-	var j Job
-	if err := decodeJSON(data, &j); err != nil {
-		return nil, err
-	}
-	if err := j.Validate(); err != nil {
-		return nil, err
-	}
-	return &j, nil
-}
-
-// UnmarshalYAML reads an input written as a plain value (a literal) or as
-// a mapping (a data input).
-func (in *Input) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode {
-		v := n.Value
-		*in = Input{Value: &v}
-		return nil
-	}
-	type plain Input
-	return n.Decode((*plain)(in))
-}
-
-// UnmarshalJSON reads an input as a JSON scalar (a literal) or object.
-func (in *Input) UnmarshalJSON(data []byte) error {
-	if v, ok := jsonScalar(data); ok {
-		*in = Input{Value: &v}
-		return nil
-	}
-	type plain Input
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	return dec.Decode((*plain)(in))
-}
-
-// UnmarshalYAML reads an environment written as a reference string or a mapping.
-func (e *Environment) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode {
-		*e = Environment{Ref: n.Value}
-		return nil
-	}
-	type plain Environment
-	return n.Decode((*plain)(e))
-}
-
-// UnmarshalJSON reads an environment as a reference string or an object.
-func (e *Environment) UnmarshalJSON(data []byte) error {
-	var s string
-	if json.Unmarshal(data, &s) == nil {
-		*e = Environment{Ref: s}
-		return nil
-	}
-	type plain Environment
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	return dec.Decode((*plain)(e))
-}
-
-// jsonScalar returns a JSON string, number or boolean as text.
-func jsonScalar(data []byte) (string, bool) {
-	var v any
-	if json.Unmarshal(data, &v) != nil {
-		return "", false
-	}
-	switch x := v.(type) {
-	case string:
-		return x, true
-	case bool, float64:
-		return strings.TrimSpace(string(data)), true
-	}
-	return "", false
-}
-
-// IsLiteral reports whether the input is a plain value, not data.
-func (in Input) IsLiteral() bool { return in.Value != nil }
-
-// ComputeName is the job's compute target without the azureml: prefix.
-func (j *Job) ComputeName() string { return strings.TrimPrefix(j.Compute, "azureml:") }
-
-var (
-	jobNameRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$`)
-	identRe     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	computeRe   = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{1,31}$`)
-	exprRe      = regexp.MustCompile(`\$\{\{\s*([^}]*?)\s*\}\}`)
-	refExprRe   = regexp.MustCompile(`^(inputs|outputs)\.([A-Za-z_][A-Za-z0-9_]*)$`)
-	shmRe       = regexp.MustCompile(`^[0-9]+[bkmgBKMG]?$`)
-	envRefRe    = regexp.MustCompile(`^(azureml:)?[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+|@latest)$`)
-	inputTypes  = set("uri_file", "uri_folder", "mltable", "mlflow_model", "custom_model")
-	inputModes  = set("", "ro_mount", "download", "direct", "eval_mount", "eval_download")
-	outputTypes = set("", "uri_folder", "uri_file", "mlflow_model", "custom_model")
-	outputModes = set("", "rw_mount", "upload", "direct")
-)
-
-func set(vals ...string) map[string]bool {
-	m := map[string]bool{}
-	for _, v := range vals {
-		m[v] = true
-	}
-	return m
-}
-
-func oneOf(m map[string]bool) string {
-	var vals []string
-	for v := range m {
-		if v != "" {
-			vals = append(vals, v)
-		}
-	}
-	sort.Strings(vals)
-	return strings.Join(vals, ", ")
-}
-
-// Validate checks the job and returns every problem as Errors. It sets
-// type to "command" when it is missing.
-func (j *Job) Validate() error {
-	var e errs
-	switch j.Type {
-	case "":
-		j.Type = "command"
-	case "command":
-	case "pipeline", "sweep", "spark", "automl":
-		e.add("type", 0, "%s jobs are not supported yet; only command jobs are", j.Type)
-	default:
-		e.add("type", 0, "must be command, got %q", j.Type)
-	}
-	if strings.TrimSpace(j.Command) == "" {
-		e.add("command", 0, "is required: the shell command the job runs, e.g. `python train.py`")
-	}
-	if j.Name != "" && !jobNameRe.MatchString(j.Name) {
-		e.add("name", 0, "%q is not a valid job name: use 1-255 letters, digits, '_' or '-', starting with a letter or digit", j.Name)
-	}
-	if c := j.ComputeName(); c != "" && !computeRe.MatchString(c) {
-		e.add("compute", 0, "%q is not a compute target name (2-32 letters, digits, '-' or '_', starting with a letter)", j.Compute)
-	}
-	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
-		in := j.Inputs[name]
-		f := "inputs." + name
-		if !identRe.MatchString(name) {
-			e.add(f, 0, "input names must be identifiers (letters, digits, '_')")
-		}
-		if in.IsLiteral() {
+// jobTypeFirst reports a job type other than command on its own: the
+// fields of a pipeline or sweep job would otherwise each be reported as
+// unknown, burying the one problem that matters.
+func jobTypeFirst(root *yaml.Node) *FieldError {
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		if k.Value != "type" || v.Kind != yaml.ScalarNode || isNull(v) || v.Value == "" {
 			continue
 		}
-		if !inputTypes[in.Type] {
-			e.add(f+".type", 0, "must be one of %s, got %q", oneOf(inputTypes), in.Type)
-		}
-		if strings.TrimSpace(in.Path) == "" {
-			e.add(f+".path", 0, "a data input needs a path")
-		}
-		if !inputModes[in.Mode] {
-			e.add(f+".mode", 0, "must be one of %s, got %q", oneOf(inputModes), in.Mode)
+		if msg := typeProblem(v.Value); msg != "" {
+			return &FieldError{Field: "type", Line: k.Line, Message: msg}
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(j.Outputs)) {
-		out := j.Outputs[name]
-		f := "outputs." + name
-		if !identRe.MatchString(name) {
-			e.add(f, 0, "output names must be identifiers (letters, digits, '_')")
-		}
-		if !outputTypes[out.Type] {
-			e.add(f+".type", 0, "must be one of %s, got %q", oneOf(outputTypes), out.Type)
-		}
-		if !outputModes[out.Mode] {
-			e.add(f+".mode", 0, "must be one of %s, got %q", oneOf(outputModes), out.Mode)
+	return nil
+}
+
+// IsLiteral reports whether the input is a plain value rather than data.
+func (in Input) IsLiteral() bool { return in.Value != nil }
+
+// ComputeName is the name of the job's compute target without the
+// azureml: prefix that Azure ML files carry; "" (no compute) stays "".
+func (j *Job) ComputeName() string { return strings.TrimPrefix(j.Compute, "azureml:") }
+
+// Clone returns a deep copy of the job. It panics if free-form properties
+// were set in code to something JSON cannot encode, which no parser returns.
+func (j *Job) Clone() *Job {
+	if j == nil {
+		return nil
+	}
+	data, err := json.Marshal(j)
+	if err != nil {
+		// Only free-form properties could fail to encode, and only when
+		// set in code to something JSON cannot hold (a channel, NaN).
+		panic(fmt.Sprintf("spec: clone job: %v", err))
+	}
+	var c Job
+	if err := json.Unmarshal(data, &c); err != nil {
+		panic(fmt.Sprintf("spec: clone job: %v", err))
+	}
+	return &c
+}
+
+var envRefRe = regexp.MustCompile(`^([A-Za-z0-9_.-]+)(?::([A-Za-z0-9_.-]+)|(@latest))$`)
+
+// RefParts splits the reference Ref into the environment's name and
+// version, or reports latest for `name@latest`. ok is false when Ref is not
+// a reference (azureml:NAME:VERSION, NAME:VERSION, NAME@latest or
+// azureml:NAME@latest).
+func (e *Environment) RefParts() (name, version string, latest bool, ok bool) {
+	m := envRefRe.FindStringSubmatch(strings.TrimPrefix(e.Ref, "azureml:"))
+	if m == nil {
+		return "", "", false, false
+	}
+	return m[1], m[2], m[3] != "", true
+}
+
+var (
+	jobNameRe    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$`)
+	identRe      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	computeRefRe = regexp.MustCompile(`^[A-Za-z0-9_-]{2,32}$`)
+	exprRe       = regexp.MustCompile(`\$\{\{(.*?)\}\}`)
+	refExprRe    = regexp.MustCompile(`^(inputs|outputs)\.([A-Za-z_][A-Za-z0-9_]*)$`)
+	shmRe        = regexp.MustCompile(`^[0-9]+([bkmgBKMG]|[kmgKMG][bB])?$`)
+	nodesRe      = regexp.MustCompile(`^(all|[0-9]+)$`)
+
+	inputTypes   = []string{"uri_file", "uri_folder", "mltable", "mlflow_model", "custom_model"}
+	inputModes   = []string{"ro_mount", "download", "direct"}
+	outputTypes  = []string{"uri_folder", "uri_file", "mlflow_model", "custom_model"}
+	outputModes  = []string{"rw_mount", "upload", "direct"}
+	distTypes    = []string{"pytorch", "mpi", "tensorflow"}
+	serviceTypes = []string{"jupyter_lab", "ssh", "tensor_board", "vs_code", "custom"}
+	jobTiers     = []string{"spot", "basic", "standard", "premium"}
+	priorities   = []string{"low", "medium", "high"}
+	identities   = []string{"user_identity", "managed", "aml_token"}
+)
+
+// oneOf checks that v is one of allowed (or empty, when optional).
+func oneOf(es *Errors, field, v string, optional bool, allowed []string) {
+	if (v == "" && optional) || slices.Contains(allowed, v) {
+		return
+	}
+	if v == "" {
+		es.add(field, "is required: one of %s", joinOr(allowed))
+		return
+	}
+	es.add(field, "must be one of %s, got %s", joinOr(allowed), quote(v))
+}
+
+func joinOr(names []string) string {
+	if len(names) < 2 {
+		return joinNames(names)
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// Validate checks the job against every rule Ferry has for command jobs and
+// returns all the problems as Errors, or nil. A missing type is set to
+// "command", Azure ML's only type of standalone job that Ferry runs.
+func (j *Job) Validate() error {
+	if j == nil {
+		return Errors{{Message: "the job is missing"}}
+	}
+	var es Errors
+	if j.Type == "" {
+		j.Type = "command"
+	}
+	if msg := typeProblem(j.Type); msg != "" {
+		es.add("type", "%s", msg)
+	}
+	if j.Name != "" && !jobNameRe.MatchString(j.Name) {
+		es.add("name", "%s is not a valid job name: use 1 to 255 letters, digits, '_' or '-', starting with a letter or digit", quote(j.Name))
+	}
+	for _, k := range slices.Sorted(maps.Keys(j.Tags)) {
+		if k == "" {
+			es.add("tags", "a tag needs a name")
 		}
 	}
-	for _, m := range exprRe.FindAllStringSubmatch(j.Command, -1) {
-		ref := refExprRe.FindStringSubmatch(m[1])
-		switch {
-		case ref == nil:
-			e.add("command", 0, "${{%s}} is not supported; use ${{inputs.NAME}} or ${{outputs.NAME}}", m[1])
-		case ref[1] == "inputs":
-			if _, ok := j.Inputs[ref[2]]; !ok {
-				e.add("command", 0, "${{inputs.%s}} refers to an input the job does not declare (inputs: %s)", ref[2], listOrNone(slices.Sorted(maps.Keys(j.Inputs))))
-			}
-		default:
-			if _, ok := j.Outputs[ref[2]]; !ok {
-				e.add("command", 0, "${{outputs.%s}} refers to an output the job does not declare (outputs: %s)", ref[2], listOrNone(slices.Sorted(maps.Keys(j.Outputs))))
-			}
-		}
-	}
+	j.validateCommand(&es)
+	j.validateCompute(&es)
+	j.validateIO(&es)
 	for _, k := range slices.Sorted(maps.Keys(j.EnvironmentVariables)) {
 		f := "environment_variables." + k
-		if !identRe.MatchString(k) {
-			e.add(f, 0, "is not a valid variable name (letters, digits, '_', not starting with a digit)")
-		} else if strings.HasPrefix(k, "FERRY_") {
-			e.add(f, 0, "FERRY_ variables are set by Ferry; pick another name")
+		switch {
+		case !identRe.MatchString(k):
+			es.add(f, "%s is not a valid variable name: use letters, digits and '_', not starting with a digit", quote(k))
+		case strings.HasPrefix(k, "FERRY_"):
+			es.add(f, "names starting with FERRY_ are reserved for the variables Ferry sets; pick another name")
+		}
+		if strings.ContainsRune(j.EnvironmentVariables[k], 0) {
+			es.add(f, "the value must not contain a NUL character")
 		}
 	}
 	if j.Limits != nil && j.Limits.Timeout < 0 {
-		e.add("limits.timeout", 0, "must be a number of seconds ≥ 0, got %d", j.Limits.Timeout)
+		es.add("limits.timeout", "must be a whole number of seconds ≥ 0 (0 means no limit), got %d", j.Limits.Timeout)
 	}
 	if r := j.Resources; r != nil {
 		if r.InstanceCount < 0 {
-			e.add("resources.instance_count", 0, "must be ≥ 1, got %d", r.InstanceCount)
+			es.add("resources.instance_count", "must be ≥ 1 (leave it out for 1), got %d", r.InstanceCount)
 		}
 		if r.ShmSize != "" && !shmRe.MatchString(r.ShmSize) {
-			e.add("resources.shm_size", 0, "must be a size like 2g or 512m, got %q", r.ShmSize)
+			es.add("resources.shm_size", "must be a size such as 2g, 512m or 1024k, got %s", quote(r.ShmSize))
 		}
 	}
-	if d := j.Distribution; d != nil {
-		switch d.Type {
-		case "pytorch", "mpi":
-			if d.ParameterServerCount != 0 || d.WorkerCount != 0 {
-				e.add("distribution", 0, "parameter_server_count and worker_count apply to tensorflow only")
-			}
-		case "tensorflow":
-			if d.ProcessCountPerInstance != 0 {
-				e.add("distribution.process_count_per_instance", 0, "applies to pytorch and mpi only; tensorflow uses worker_count")
-			}
-		default:
-			e.add("distribution.type", 0, "must be pytorch, mpi or tensorflow, got %q", d.Type)
-		}
-		if d.ProcessCountPerInstance < 0 || d.ParameterServerCount < 0 || d.WorkerCount < 0 {
-			e.add("distribution", 0, "counts must be ≥ 0")
-		}
-	}
-	serviceTypes := set("jupyter_lab", "ssh", "tensor_board", "vs_code", "custom")
+	j.validateDistribution(&es)
 	for _, name := range slices.Sorted(maps.Keys(j.Services)) {
-		s := j.Services[name]
-		if !serviceTypes[s.Type] {
-			e.add("services."+name+".type", 0, "must be one of %s, got %q", oneOf(serviceTypes), s.Type)
+		s, f := j.Services[name], "services."+name
+		if name == "" {
+			es.add("services", "a service needs a name")
 		}
+		oneOf(&es, f+".type", s.Type, false, serviceTypes)
 		if s.Port < 0 || s.Port > 65535 {
-			e.add("services."+name+".port", 0, "must be a port number, got %d", s.Port)
+			es.add(f+".port", "must be a port number from 1 to 65535, got %d", s.Port)
+		}
+		if s.Nodes != "" && !nodesRe.MatchString(s.Nodes) {
+			es.add(f+".nodes", "must be all or a node index, got %s", quote(s.Nodes))
 		}
 	}
 	if q := j.QueueSettings; q != nil {
-		if tiers := set("", "spot", "basic", "standard", "premium"); !tiers[q.JobTier] {
-			e.add("queue_settings.job_tier", 0, "must be one of %s, got %q", oneOf(tiers), q.JobTier)
-		}
-		if prios := set("", "low", "medium", "high"); !prios[q.Priority] {
-			e.add("queue_settings.priority", 0, "must be one of %s, got %q", oneOf(prios), q.Priority)
-		}
+		oneOf(&es, "queue_settings.job_tier", q.JobTier, true, jobTiers)
+		oneOf(&es, "queue_settings.priority", q.Priority, true, priorities)
 	}
 	if id := j.Identity; id != nil {
-		if types := set("user_identity", "managed", "aml_token"); !types[id.Type] {
-			e.add("identity.type", 0, "must be one of %s, got %q", oneOf(types), id.Type)
+		oneOf(&es, "identity.type", id.Type, false, identities)
+		if id.Type != "managed" && (id.ClientID != "" || id.ObjectID != "" || id.MSIResourceID != "") {
+			es.add("identity", "client_id, object_id and msi_resource_id apply only to type managed")
 		}
 	}
-	if env := j.Environment; env != nil {
-		validateEnvironment(env, &e)
+	if j.Environment != nil {
+		j.Environment.validate(&es, "environment")
 	}
-	return e.err()
+	return es.err()
 }
 
-func validateEnvironment(env *Environment, e *errs) {
-	if env.Ref != "" {
-		if !envRefRe.MatchString(env.Ref) {
-			e.add("environment", 0, "%q is not an environment reference; write azureml:NAME:VERSION, NAME:VERSION or NAME@latest", env.Ref)
+// typeProblem says what is wrong with a job type, or "" when nothing is.
+func typeProblem(t string) string {
+	switch t {
+	case "command":
+		return ""
+	case "pipeline", "sweep", "spark", "automl", "parallel":
+		return fmt.Sprintf("only command jobs are supported; %s jobs are not supported yet", t)
+	}
+	return fmt.Sprintf("must be command (pipeline and sweep jobs are not supported yet), got %s", quote(t))
+}
+
+// validateCommand checks the command and its ${{...}} expressions.
+func (j *Job) validateCommand(es *Errors) {
+	if strings.TrimSpace(j.Command) == "" {
+		es.add("command", "is required: the shell command the job runs, e.g. python train.py --epochs ${{inputs.epochs}}")
+		return
+	}
+	if strings.ContainsRune(j.Command, 0) {
+		es.add("command", "must not contain a NUL character")
+	}
+	for _, m := range exprRe.FindAllStringSubmatch(j.Command, -1) {
+		expr := strings.TrimSpace(m[1])
+		ref := refExprRe.FindStringSubmatch(expr)
+		switch {
+		case ref == nil:
+			es.add("command", "%s is not supported; a command may use only ${{inputs.NAME}} and ${{outputs.NAME}}", quote(m[0]))
+		case ref[1] == "inputs":
+			if _, ok := j.Inputs[ref[2]]; !ok {
+				es.add("command", "%s refers to input %q, which the job does not declare; %s", m[0], ref[2], declared("inputs", j.Inputs))
+			}
+		default:
+			if _, ok := j.Outputs[ref[2]]; !ok {
+				es.add("command", "%s refers to output %q, which the job does not declare; %s", m[0], ref[2], declared("outputs", j.Outputs))
+			}
+		}
+	}
+	if strings.Contains(exprRe.ReplaceAllString(j.Command, ""), "${{") {
+		es.add("command", "has a ${{ without its closing }}")
+	}
+}
+
+// declared lists the names of a job's inputs or outputs for messages.
+func declared[V any](what string, m map[string]V) string {
+	if len(m) == 0 {
+		return fmt.Sprintf("it declares no %s; add it under %s:", what, what)
+	}
+	return fmt.Sprintf("declared %s: %s", what, joinNames(slices.Sorted(maps.Keys(m))))
+}
+
+// validateCompute checks the compute reference: "" (serverless or the
+// server's default), local, NAME or azureml:NAME.
+func (j *Job) validateCompute(es *Errors) {
+	if j.Compute == "" {
+		return
+	}
+	if name := j.ComputeName(); !computeRefRe.MatchString(name) {
+		es.add("compute", "%s is not a compute target: write local, the target's name (2 to 32 letters, digits, '-' or '_') or azureml:NAME", quote(j.Compute))
+	}
+}
+
+func (j *Job) validateIO(es *Errors) {
+	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
+		in, f := j.Inputs[name], "inputs."+name
+		if !identRe.MatchString(name) {
+			es.add(f, "%s is not a valid input name: use letters, digits and '_', not starting with a digit", quote(name))
+		}
+		if in.IsLiteral() {
+			if in.Type != "" || in.Path != "" || in.Mode != "" {
+				es.add(f, "a literal input has only a value; remove type, path and mode, or remove value to make it a data input")
+			}
+			continue
+		}
+		if in.Type == "" && in.Path == "" && in.Mode == "" {
+			es.add(f, "give a value (%s: 5) or a data input with type and path", name)
+			continue
+		}
+		oneOf(es, f+".type", in.Type, true, inputTypes)
+		if strings.TrimSpace(in.Path) == "" {
+			es.add(f+".path", "a data input needs a path: a local file or folder, or a URI")
+		}
+		oneOf(es, f+".mode", in.Mode, true, inputModes)
+	}
+	for _, name := range slices.Sorted(maps.Keys(j.Outputs)) {
+		out, f := j.Outputs[name], "outputs."+name
+		if !identRe.MatchString(name) {
+			es.add(f, "%s is not a valid output name: use letters, digits and '_', not starting with a digit", quote(name))
+		}
+		oneOf(es, f+".type", out.Type, true, outputTypes)
+		oneOf(es, f+".mode", out.Mode, true, outputModes)
+	}
+}
+
+func (j *Job) validateDistribution(es *Errors) {
+	d := j.Distribution
+	if d == nil {
+		return
+	}
+	oneOf(es, "distribution.type", d.Type, false, distTypes)
+	if d.ProcessCountPerInstance < 0 {
+		es.add("distribution.process_count_per_instance", "must be ≥ 0, got %d", d.ProcessCountPerInstance)
+	}
+	if d.ParameterServerCount < 0 {
+		es.add("distribution.parameter_server_count", "must be ≥ 0, got %d", d.ParameterServerCount)
+	}
+	if d.WorkerCount < 0 {
+		es.add("distribution.worker_count", "must be ≥ 0, got %d", d.WorkerCount)
+	}
+	switch d.Type {
+	case "pytorch", "mpi":
+		if d.ParameterServerCount != 0 {
+			es.add("distribution.parameter_server_count", "applies only to type tensorflow; %s uses process_count_per_instance", d.Type)
+		}
+		if d.WorkerCount != 0 {
+			es.add("distribution.worker_count", "applies only to type tensorflow; %s uses process_count_per_instance", d.Type)
+		}
+	case "tensorflow":
+		if d.ProcessCountPerInstance != 0 {
+			es.add("distribution.process_count_per_instance", "applies only to types pytorch and mpi; tensorflow uses worker_count and parameter_server_count")
+		}
+	}
+}
+
+// validate checks an environment found at field f.
+func (e *Environment) validate(es *Errors, f string) {
+	if e.Ref != "" {
+		if !e.refOnly() {
+			es.add(f, "a reference (%s) stands alone; remove the other fields, or remove ref to define the environment inline", e.Ref)
+		}
+		switch _, _, _, ok := e.RefParts(); {
+		case strings.HasPrefix(e.Ref, "azureml://"):
+			es.add(f, "registry references (%s) are not supported; register the environment with Ferry and use azureml:NAME:VERSION", quote(e.Ref))
+		case !ok:
+			es.add(f, "%s is not an environment reference: write azureml:NAME:VERSION, NAME:VERSION, NAME@latest or an inline mapping (image, build, python, conda_file or user_managed)", quote(e.Ref))
 		}
 		return
 	}
-	kinds := 0
-	for _, set := range []bool{env.Image != "", env.Build != nil, env.Python != nil, env.UserManaged} {
-		if set {
-			kinds++
-		}
+	var kinds []string
+	if e.Image != "" {
+		kinds = append(kinds, "image")
+	}
+	if e.Build != nil {
+		kinds = append(kinds, "build")
+	}
+	if e.Python != nil {
+		kinds = append(kinds, "python")
+	}
+	if e.UserManaged {
+		kinds = append(kinds, "user_managed")
 	}
 	switch {
-	case kinds == 0 && env.CondaFile == "":
-		e.add("environment", 0, "give one of image, build, conda_file, python or user_managed: true")
-	case kinds > 1:
-		e.add("environment", 0, "give only one of image, build, python or user_managed")
+	case len(kinds) == 0 && e.CondaFile == "":
+		es.add(f, "say how to make the environment: image, build, python, conda_file or user_managed: true")
+	case len(kinds) > 1:
+		es.add(f, "use only one of image, build, python and user_managed; this one has %s", joinNames(kinds))
 	}
-	if env.CondaFile != "" && (env.Build != nil || env.Python != nil || env.UserManaged) {
-		e.add("environment.conda_file", 0, "goes alone or with image, not with build, python or user_managed")
+	if e.CondaFile != "" && len(kinds) > 0 && e.Image == "" {
+		es.add(f+".conda_file", "goes on its own or with image, not with %s", joinNames(kinds))
 	}
-	if env.Build != nil && strings.TrimSpace(env.Build.Path) == "" {
-		e.add("environment.build.path", 0, "a build needs the path of its context folder")
+	if e.Build != nil && strings.TrimSpace(e.Build.Path) == "" {
+		es.add(f+".build.path", "a build needs path, the folder with its Dockerfile (the build context)")
 	}
-	if env.Python != nil && strings.TrimSpace(env.Python.Requirements) == "" {
-		e.add("environment.python.requirements", 0, "a python environment needs a requirements file")
+	if e.Python != nil && strings.TrimSpace(e.Python.Requirements) == "" {
+		es.add(f+".python.requirements", "a python environment needs requirements, the path of its requirements.txt")
 	}
-	if env.InterpreterPath != "" && !env.UserManaged {
-		e.add("environment.interpreter_path", 0, "applies only with user_managed: true")
+	if e.InterpreterPath != "" && !e.UserManaged {
+		es.add(f+".interpreter_path", "applies only with user_managed: true")
 	}
-}
-
-func listOrNone(names []string) string {
-	if len(names) == 0 {
-		return "none"
-	}
-	return strings.Join(names, ", ")
 }

@@ -11,6 +11,7 @@ type Job struct {
 	ExperimentName       string             `yaml:"experiment_name,omitempty" json:"experiment_name,omitempty"`
 	Description          string             `yaml:"description,omitempty" json:"description,omitempty"`
 	Tags                 map[string]string  `yaml:"tags,omitempty" json:"tags,omitempty"`
+	Properties           map[string]string  `yaml:"properties,omitempty" json:"properties,omitempty"`
 	Code                 string             `yaml:"code,omitempty" json:"code,omitempty"`
 	Command              string             `yaml:"command,omitempty" json:"command,omitempty"`
 	Environment          *Environment       `yaml:"environment,omitempty" json:"environment,omitempty"`
@@ -39,7 +40,7 @@ type Input struct {
 type Output struct {
 	Type string `yaml:"type,omitempty" json:"type,omitempty"` // uri_folder (default) | uri_file | mlflow_model | custom_model
 	Path string `yaml:"path,omitempty" json:"path,omitempty"`
-	Mode string `yaml:"mode,omitempty" json:"mode,omitempty"` // rw_mount | upload
+	Mode string `yaml:"mode,omitempty" json:"mode,omitempty"` // rw_mount | upload | direct
 }
 
 // Environment is a job's software: a reference to a registered environment
@@ -95,7 +96,7 @@ type Distribution struct {
 
 // Service is an interactive service on the job's nodes.
 type Service struct {
-	Type       string         `yaml:"type" json:"type"` // jupyter_lab | ssh | tensor_board | vs_code
+	Type       string         `yaml:"type" json:"type"` // jupyter_lab | ssh | tensor_board | vs_code | custom
 	Port       int            `yaml:"port,omitempty" json:"port,omitempty"`
 	Nodes      string         `yaml:"nodes,omitempty" json:"nodes,omitempty"`
 	Properties map[string]any `yaml:"properties,omitempty" json:"properties,omitempty"`
@@ -110,6 +111,11 @@ type QueueSettings struct {
 // Identity is the identity a job runs under.
 type Identity struct {
 	Type string `yaml:"type" json:"type"` // user_identity | managed | aml_token
+
+	// A user-assigned managed identity (type managed only).
+	ClientID      string `yaml:"client_id,omitempty" json:"client_id,omitempty"`
+	ObjectID      string `yaml:"object_id,omitempty" json:"object_id,omitempty"`
+	MSIResourceID string `yaml:"msi_resource_id,omitempty" json:"msi_resource_id,omitempty"`
 }
 
 // Compute is an Azure ML CLI v2 compute file. Which fields apply depends on
