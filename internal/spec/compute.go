@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 const computeEmptyHint = "a compute needs at least name and type, e.g. name: cpu-cluster and type: amlcompute"
@@ -18,12 +20,7 @@ func ParseCompute(data []byte) (*Compute, error) {
 	if err != nil {
 		return nil, err
 	}
-	if es := c.validate(); len(es) > 0 {
-		addLines(es, root)
-		return nil, c.wrap(es)
-	}
-	c.ApplyDefaults()
-	return c, nil
+	return finishCompute(c, root)
 }
 
 // DecodeComputeJSON reads a compute from strict JSON (the REST API's form,
@@ -34,6 +31,12 @@ func DecodeComputeJSON(data []byte) (*Compute, error) {
 	if err != nil {
 		return nil, err
 	}
+	return finishCompute(c, root)
+}
+
+// finishCompute validates a decoded compute, placing its problems on the
+// lines of root, and fills in the defaults of its type.
+func finishCompute(c *Compute, root *yaml.Node) (*Compute, error) {
 	if es := c.validate(); len(es) > 0 {
 		addLines(es, root)
 		return nil, c.wrap(es)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -517,7 +518,7 @@ func (s *Service) CancelJob(ctx context.Context, who auth.Principal, name string
 // ReadLog copies up to max bytes of the job's current attempt's log from
 // offset to w. It returns the bytes copied and the job's status when the
 // read began, so a streamer knows when it has everything.
-func (s *Service) ReadLog(ctx context.Context, name string, offset, max int64, w interface{ Write([]byte) (int, error) }) (int64, string, error) {
+func (s *Service) ReadLog(ctx context.Context, name string, offset, max int64, w io.Writer) (int64, string, error) {
 	rec, err := s.st.GetJob(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, "", NotFound("job %q does not exist (see `ferry job list`)", name)
