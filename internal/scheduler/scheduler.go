@@ -2,7 +2,9 @@
 //
 // Decisions are pure functions of a snapshot of state, so they are tested
 // without servers and at any scale; the workspace service owns the loop that
-// takes snapshots and applies the decisions.
+// takes snapshots and applies the decisions. Pick fills the slots of the
+// single-machine local target; Place puts jobs on the nodes of pool targets
+// (clusters, instances) by CPU, memory and GPUs, with gangs and reservations.
 package scheduler
 
 import "sort"

@@ -86,6 +86,7 @@ type QuotaError struct {
 	Need        int // cores those nodes need
 }
 
+// Error is the reason a user reads: "quota for family DSv2 is 16/16 cores".
 func (e *QuotaError) Error() string {
 	what := "quota for family " + ShortFamily(e.Family)
 	if e.LowPriority {
@@ -109,6 +110,7 @@ func (e *QuotaError) Unwrap() error { return ErrQuota }
 // enabled it.
 type RestrictedError struct{ Size string }
 
+// Error says which size and who can enable it.
 func (e *RestrictedError) Error() string {
 	return fmt.Sprintf("size %s is restricted: an owner must enable it for this workspace before clusters can use it", e.Size)
 }
