@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -160,8 +161,8 @@ type Reservation struct {
 // job whose shape is at least that of one that already failed in this pass
 // is refused without a search, since resources only shrink within a pass.
 func Place(s State) Plan {
-	var nodesBy = map[string][]int32{}
-	var provisioning = map[string]int{}
+	nodesBy := map[string][]int32{}
+	provisioning := map[string]int{}
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
 		switch {
@@ -171,26 +172,16 @@ func Place(s State) Plan {
 			provisioning[n.Compute]++
 		}
 	}
-	var jobsBy = map[string][]int32{}
+	jobsBy := map[string][]int32{}
 	for i := range s.Jobs {
 		jobsBy[s.Jobs[i].Compute] = append(jobsBy[s.Jobs[i].Compute], int32(i))
 	}
 	var plan Plan
-	for _, c := range slices.Sorted(mapsKeys(jobsBy)) {
+	for _, c := range slices.Sorted(maps.Keys(jobsBy)) {
 		p := newPass(&s, c, nodesBy[c], provisioning[c])
 		p.run(jobsBy[c], &plan)
 	}
 	return plan
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // pass places the queue of one compute target.
@@ -208,7 +199,6 @@ type pass struct {
 	epoch   int // bumped whenever resources change, to expire reasons
 
 	resJob   string
-	resPos   []int32
 	resFree  []Resources // free resources of the reserved nodes
 	resCount int         // reservations made: 0 or 1
 }
@@ -445,7 +435,6 @@ func (p *pass) reserve(j *Job, d Resources, n int, plan *Plan) {
 	res := Reservation{Compute: p.compute, Job: j.Name, Nodes: make([]string, n)}
 	for k, c := range cands[:n] {
 		res.Nodes[k] = p.s.Nodes[p.nodes[c.pos]].ID
-		p.resPos = append(p.resPos, c.pos)
 		p.resFree = append(p.resFree, p.free.leaf(int(c.pos)))
 		p.free.set(int(c.pos), unavailable)
 	}

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -318,7 +319,7 @@ func referencePlace(s State) (map[string][]string, []Reservation) {
 	for _, j := range s.Jobs {
 		computes[j.Compute] = true
 	}
-	for _, c := range slices.Sorted(mapsKeys(computes)) {
+	for _, c := range slices.Sorted(maps.Keys(computes)) {
 		var nodes []Node
 		for _, n := range s.Nodes {
 			if n.Compute == c && n.State.Schedulable() {
