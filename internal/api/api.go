@@ -56,7 +56,10 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 		{method: "POST", path: "/v1/computes", summary: "Create a compute target from an Azure ML v2 compute spec (as JSON)", handle: s.createCompute},
 		{method: "GET", path: "/v1/computes/{name}", summary: "Show a compute target", handle: s.getCompute},
 		{method: "DELETE", path: "/v1/computes/{name}", summary: "Delete a compute target", handle: s.deleteCompute},
-		{method: "POST", path: "/v1/jobs", summary: "Submit a job: {spec, code_snapshot, input_snapshots}", handle: s.createJob},
+		{method: "GET", path: "/v1/environments", summary: "List registered environments (?name= for the versions of one)", handle: s.listEnvironments},
+		{method: "POST", path: "/v1/environments", summary: "Register an environment version: {spec, context_snapshot}", handle: s.createEnvironment},
+		{method: "GET", path: "/v1/environments/{name}/versions/{version}", summary: "Show an environment version (version latest: the one registered last)", handle: s.getEnvironment},
+		{method: "POST", path: "/v1/jobs", summary: "Submit a job: {spec, code_snapshot, input_snapshots, environment_snapshot}", handle: s.createJob},
 		{method: "GET", path: "/v1/jobs", summary: "List jobs, newest first (?status=&compute=&limit=)", handle: s.listJobs},
 		{method: "GET", path: "/v1/jobs/{name}", summary: "Show a job with its status history", handle: s.getJob},
 		{method: "POST", path: "/v1/jobs/{name}/cancel", summary: "Cancel a job", handle: s.cancelJob},
@@ -240,6 +243,38 @@ func (s *Server) deleteCompute(r *http.Request, _ auth.Principal) (any, error) {
 	return map[string]string{"deleted": r.PathValue("name")}, nil
 }
 
+// ---- environments ----
+
+// EnvironmentRequest is the body of POST /v1/environments.
+type EnvironmentRequest struct {
+	Spec json.RawMessage `json:"spec"`
+	// ContextSnapshot holds the files the environment refers to.
+	ContextSnapshot string `json:"context_snapshot,omitempty"`
+}
+
+func (s *Server) createEnvironment(r *http.Request, who auth.Principal) (any, error) {
+	var req EnvironmentRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Spec) == 0 {
+		return nil, workspace.Invalid("spec: the environment spec is missing")
+	}
+	f, err := spec.DecodeEnvironmentJSON(req.Spec)
+	if err != nil {
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	return s.ws.CreateEnvironment(r.Context(), who, f, req.ContextSnapshot)
+}
+
+func (s *Server) listEnvironments(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.ListEnvironments(r.Context(), r.URL.Query().Get("name"))
+}
+
+func (s *Server) getEnvironment(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.GetEnvironment(r.Context(), r.PathValue("name"), r.PathValue("version"))
+}
+
 // ---- jobs ----
 
 // JobRequest is the body of POST /v1/jobs.
@@ -247,6 +282,9 @@ type JobRequest struct {
 	Spec           json.RawMessage   `json:"spec"`
 	CodeSnapshot   string            `json:"code_snapshot,omitempty"`
 	InputSnapshots map[string]string `json:"input_snapshots,omitempty"`
+	// EnvironmentSnapshot holds the files an inline environment refers to
+	// (its conda file, requirements file or build context).
+	EnvironmentSnapshot string `json:"environment_snapshot,omitempty"`
 }
 
 func (s *Server) createJob(r *http.Request, who auth.Principal) (any, error) {
@@ -261,7 +299,8 @@ func (s *Server) createJob(r *http.Request, who auth.Principal) (any, error) {
 	if err != nil {
 		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	return s.ws.SubmitJob(r.Context(), who, workspace.Submission{Spec: j, CodeSnapshot: req.CodeSnapshot, InputSnapshots: req.InputSnapshots})
+	return s.ws.SubmitJob(r.Context(), who, workspace.Submission{
+		Spec: j, CodeSnapshot: req.CodeSnapshot, InputSnapshots: req.InputSnapshots, EnvironmentSnapshot: req.EnvironmentSnapshot})
 }
 
 func (s *Server) listJobs(r *http.Request, _ auth.Principal) (any, error) {

@@ -20,6 +20,9 @@ var forbidden = map[string][]string{
 	"internal/spec":          {"internal/"},
 	"internal/snapshot":      {"internal/workspace", "internal/api", "internal/store"},
 	"internal/scheduler":     {"internal/"},
+	// The workspace resolves and hashes environments: the package must not
+	// bring the builders' engines (Docker's HTTP client) into the domain.
+	"internal/environment": {"internal/workspace", "internal/api", "internal/store", "internal/compute", "net/http"},
 }
 
 func TestDependencyDirection(t *testing.T) {

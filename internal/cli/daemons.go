@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/runner"
 	"github.com/ferry-ml/ferry/internal/server"
 )
@@ -29,6 +31,9 @@ DATA_DIR/owner.token (mode 0600). Jobs on the local target keep running
 when the server stops, and report back when it is up again.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := environment.ParseBytes(cfg.EnvCacheSize); err != nil {
+				return fmt.Errorf("--env-cache-size: %w", err)
+			}
 			if maxSnap != "" {
 				n, err := parseSize(maxSnap)
 				if err != nil {
@@ -49,6 +54,7 @@ when the server stops, and report back when it is up again.`,
 	f.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL that runners use to reach this server (default: http://ADDR)")
 	f.IntVar(&cfg.LocalCapacity, "local-capacity", 0, "jobs the local target runs at once (default: CPUs of this machine)")
 	f.StringVar(&maxSnap, "max-snapshot-size", "", "largest snapshot accepted, e.g. 1GiB (default 1GiB)")
+	f.StringVar(&cfg.EnvCacheSize, "env-cache-size", "50g", "bound of this machine's built environments (virtualenvs, conda envs, images); least recently used ones above it are removed")
 	f.DurationVar(&cfg.LeaseTimeout, "lease-timeout", 30*time.Second, "how long a silent runner keeps its job before it is failed as lost")
 	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "time a canceled job gets between SIGTERM and SIGKILL")
 	_ = cmd.MarkFlagRequired("data-dir")
@@ -57,7 +63,7 @@ when the server stops, and report back when it is up again.`,
 
 func (a *app) runnerCmd() *cobra.Command {
 	var cfg runner.Config
-	var api string
+	var api, envCacheSize string
 	cmd := &cobra.Command{
 		Use:    "runner",
 		Short:  "Run one attempt of a job (started by compute targets, not by people)",
@@ -80,6 +86,13 @@ func (a *app) runnerCmd() *cobra.Command {
 			cfg.Client = client.New(api, tok)
 			cfg.APIURL, cfg.RunToken = api, tok
 			cfg.Log = slog.New(slog.NewTextHandler(a.stderr, nil))
+			if envCacheSize != "" {
+				n, err := environment.ParseBytes(envCacheSize)
+				if err != nil {
+					return fmt.Errorf("--env-cache-size: %w", err)
+				}
+				cfg.EnvCacheMax = n
+			}
 			return runner.Run(context.WithoutCancel(cmd.Context()), cfg)
 		},
 	}
@@ -89,8 +102,10 @@ func (a *app) runnerCmd() *cobra.Command {
 	f.IntVar(&cfg.Attempt, "attempt", 0, "attempt number")
 	f.StringVar(&cfg.Dir, "dir", "", "this attempt's directory")
 	f.StringVar(&cfg.CacheDir, "cache", "", "the node's blob cache directory")
+	f.StringVar(&cfg.EnvCacheDir, "env-cache", "", "the node's built environments")
+	f.StringVar(&envCacheSize, "env-cache-size", "", "evict least recently used environments above this size (such as 50g)")
 	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "SIGTERM to SIGKILL grace on cancel")
-	for _, n := range []string{"api", "job", "attempt", "dir", "cache"} {
+	for _, n := range []string{"api", "job", "attempt", "dir", "cache", "env-cache"} {
 		_ = cmd.MarkFlagRequired(n)
 	}
 	return cmd

@@ -128,6 +128,11 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 		}
 		req.InputSnapshots[name] = id
 	}
+	if id, err := a.uploadEnvironmentFiles(ctx, c, "environment.", base, j.Environment, limit); err != nil {
+		return nil, err
+	} else {
+		req.EnvironmentSnapshot = id
+	}
 	raw, err := jsonOf(j)
 	if err != nil {
 		return nil, err

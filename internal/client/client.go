@@ -153,6 +153,24 @@ func (c *Client) SubmitJob(ctx context.Context, req api.JobRequest) (*workspace.
 	return &out, c.do(ctx, "POST", "/v1/jobs", req, &out)
 }
 
+// CreateEnvironment registers an environment version.
+func (c *Client) CreateEnvironment(ctx context.Context, req api.EnvironmentRequest) (*workspace.Environment, error) {
+	var out workspace.Environment
+	return &out, c.do(ctx, "POST", "/v1/environments", req, &out)
+}
+
+// ListEnvironments lists registered environments; name "" lists all.
+func (c *Client) ListEnvironments(ctx context.Context, name string) ([]*workspace.Environment, error) {
+	var out []*workspace.Environment
+	return out, c.do(ctx, "GET", "/v1/environments?name="+url.QueryEscape(name), nil, &out)
+}
+
+// GetEnvironment shows one environment version ("latest" for the last).
+func (c *Client) GetEnvironment(ctx context.Context, name, version string) (*workspace.Environment, error) {
+	var out workspace.Environment
+	return &out, c.do(ctx, "GET", "/v1/environments/"+url.PathEscape(name)+"/versions/"+url.PathEscape(version), nil, &out)
+}
+
 // GetJob shows a job with its history.
 func (c *Client) GetJob(ctx context.Context, name string) (*workspace.Job, error) {
 	var out workspace.Job

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
@@ -31,14 +32,15 @@ type Launch struct {
 
 // Target runs job attempts.
 //
-// Admit is called at submit time and must refuse, with an error wrapping
-// ErrNotSupported that names the field, every job the target cannot honour.
+// Admit is called at submit time with the job and its resolved environment
+// and must refuse, with an error wrapping ErrNotSupported that names the
+// field, every job the target cannot honour.
 // Capacity is how many attempts may run at once. Launch starts a runner for
 // the attempt and returns once it is started (not when the job ends); a
 // returned error means nothing was started. Methods are safe for concurrent use.
 type Target interface {
 	Type() string
-	Admit(job *spec.Job) error
+	Admit(job *spec.Job, env *environment.Spec) error
 	Capacity() int
 	Launch(ctx context.Context, l Launch) error
 }

@@ -432,7 +432,7 @@ func (c *Cache) userManaged(s *Spec, h string, log logWriter) (*Runtime, error) 
 	rt := &Runtime{Hash: h, Reused: true}
 	p := s.InterpreterPath
 	if p == "" {
-		fmt.Fprintln(log, "ferry: using this node's own software (user_managed)")
+		// Silent: a job with no environment logs only what it prints.
 		return rt, nil
 	}
 	if !filepath.IsAbs(p) {

@@ -24,12 +24,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
+	"sync/atomic"
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/environment/docker"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
@@ -42,8 +43,12 @@ type Config struct {
 	Attempt  int
 	Dir      string // this attempt's own directory; made if missing
 	CacheDir string // the node's blob cache, shared by runners on the node
-	APIURL   string // given to the job as FERRY_API_URL
-	RunToken string // given to the job as FERRY_RUN_TOKEN; secret
+	// EnvCacheDir holds the node's built environments, shared by its
+	// runners; EnvCacheMax bounds it in bytes (0 = no bound).
+	EnvCacheDir string
+	EnvCacheMax int64
+	APIURL      string // given to the job as FERRY_API_URL
+	RunToken    string // given to the job as FERRY_RUN_TOKEN; secret
 	// CancelGrace is how long a canceled job has between SIGTERM and SIGKILL.
 	CancelGrace time.Duration
 	// HeartbeatEvery is how often the runner renews its lease.
@@ -67,6 +72,9 @@ type runner struct {
 	cache *blob.Store
 	wd    string
 	spool string
+
+	docker   *docker.Engine // the node's engine, for image environments
+	canceled atomic.Bool    // the server or the node asked the job to stop
 
 	reports chan workspace.Report // sent in order by one goroutine
 	sent    chan struct{}         // closed when reports are all sent
@@ -137,24 +145,29 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 	if r.cache, err = blob.Open(r.cfg.CacheDir); err != nil {
 		return failed("opening the node's blob cache failed", err)
 	}
-	paths, err := r.prepare(ctx, a)
-	if err != nil {
-		return failed("preparing the job failed", err)
-	}
 	spool, err := os.OpenFile(r.spool, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return failed("opening the log spool failed", err)
 	}
 	defer spool.Close()
 
+	// The log ships from the start, so an environment build shows while
+	// the job is Preparing; the lease is renewed from the start, so a
+	// cancel stops a build too.
 	shipCtx, stopShipping := context.WithCancel(context.WithoutCancel(ctx))
 	shipped := make(chan error, 1)
 	go func() { shipped <- r.ship(ctx, shipCtx) }()
+	jobCtx, cancelJob := context.WithCancel(ctx)
+	defer cancelJob()
+	go r.watch(jobCtx, cancelJob)
 
-	res := r.execute(ctx, a.Spec, paths, spool)
+	res, p := r.prepareAndExecute(ctx, jobCtx, a, spool)
 
-	r.reports <- workspace.Report{Status: workspace.StatusFinalizing, Reason: "uploading outputs"}
-	outErr := r.uploadOutputs(ctx, a.Spec, paths)
+	var outErr error
+	if p != nil {
+		r.reports <- workspace.Report{Status: workspace.StatusFinalizing, Reason: "uploading outputs"}
+		outErr = r.uploadOutputs(ctx, a.Spec, p)
+	}
 	stopShipping()
 	if err := <-shipped; err != nil {
 		return failed("shipping the log failed", err)
@@ -163,6 +176,71 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 		return failed("uploading outputs failed", outErr)
 	}
 	return res
+}
+
+// watch renews the attempt's lease until jobCtx ends, and cancels the job
+// when the server asks for it or the runner is told to stop.
+func (r *runner) watch(jobCtx context.Context, cancelJob context.CancelFunc) {
+	beat := time.NewTicker(r.cfg.HeartbeatEvery)
+	defer beat.Stop()
+	for {
+		select {
+		case <-jobCtx.Done():
+			return
+		case <-r.cfg.Cancel:
+			r.canceled.Store(true)
+			cancelJob()
+			return
+		case <-beat.C:
+			hb, err := r.c.Heartbeat(jobCtx, r.cfg.Job, r.cfg.Attempt)
+			if err != nil {
+				r.log.Warn("heartbeat", "err", err)
+				continue
+			}
+			if hb.Cancel {
+				r.canceled.Store(true)
+				cancelJob()
+				return
+			}
+		}
+	}
+}
+
+// prepareAndExecute materialises the job, makes its environment and runs
+// it. It returns the job's paths once they exist, so outputs are uploaded
+// even when the command failed.
+func (r *runner) prepareAndExecute(ctx, jobCtx context.Context, a *workspace.Assignment, spool *os.File) (workspace.Report, *paths) {
+	p, err := r.prepare(ctx, a)
+	if err != nil {
+		return failed("preparing the job failed", err), nil
+	}
+	rt, err := r.prepareEnvironment(jobCtx, a.Environment, spool)
+	if err != nil {
+		if r.canceled.Load() {
+			return workspace.Report{Status: workspace.StatusCanceled, Reason: "canceled on request while the environment was prepared"}, p
+		}
+		fmt.Fprintf(spool, "ferry: environment build failed: %v\n", err)
+		return failed("environment build failed", err), p
+	}
+	defer rt.Release()
+	return r.execute(jobCtx, a.Spec, p, rt, spool), p
+}
+
+// prepareEnvironment makes or reuses the job's environment on this node.
+func (r *runner) prepareEnvironment(ctx context.Context, s *environment.Spec, spool *os.File) (*environment.Runtime, error) {
+	if s == nil {
+		s = &environment.Spec{Kind: environment.KindUserManaged}
+	}
+	c := &environment.Cache{Dir: r.cfg.EnvCacheDir, MaxBytes: r.cfg.EnvCacheMax}
+	if s.NeedsDocker() {
+		d, err := docker.Connect(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%w: this node cannot run image environments: %v", environment.ErrBuild, err)
+		}
+		r.docker = d
+		c.Images = d
+	}
+	return c.Prepare(ctx, s, func(dest string) error { return r.extract(ctx, s.Context, dest) }, spool)
 }
 
 // paths are where a job's inputs and outputs are on this machine.
@@ -271,8 +349,8 @@ func shell() string {
 	return "/bin/sh"
 }
 
-// env is the job's environment: the runner's own (less its FERRY_ secrets),
-// the spec's variables, and the documented FERRY_ variables.
+// env is the job's environment on the host: the runner's own (less its
+// FERRY_ secrets) and the job's variables.
 func (r *runner) env(j *spec.Job) []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -280,6 +358,13 @@ func (r *runner) env(j *spec.Job) []string {
 			env = append(env, kv)
 		}
 	}
+	return append(env, r.jobVars(j)...)
+}
+
+// jobVars are the job's own variables: the spec's and the documented
+// FERRY_ ones. A container gets only these.
+func (r *runner) jobVars(j *spec.Job) []string {
+	var env []string
 	if _, ok := j.EnvironmentVariables["PYTHONUNBUFFERED"]; !ok {
 		env = append(env, "PYTHONUNBUFFERED=1") // so print() shows up live
 	}
@@ -297,23 +382,31 @@ func (r *runner) env(j *spec.Job) []string {
 
 // execute runs the command to its end, honouring cancel and timeout, and
 // returns the report that describes how it ended.
-func (r *runner) execute(ctx context.Context, j *spec.Job, p *paths, spool *os.File) workspace.Report {
-	cmd := exec.Command(shell(), "-c", Command(j.Command, p.inputs, p.outputs))
-	cmd.Dir = r.wd
-	cmd.Env = r.env(j)
-	cmd.Stdin = nil
-	// One file for both streams, opened O_APPEND: lines land in the order
-	// the job wrote them and nothing is lost if this runner dies.
-	cmd.Stdout, cmd.Stderr = spool, spool
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+func (r *runner) execute(jobCtx context.Context, j *spec.Job, p *paths, rt *environment.Runtime, spool *os.File) workspace.Report {
+	command := Command(j.Command, p.inputs, p.outputs)
+	var proc process
+	var err error
+	if rt.Image != "" {
+		proc, err = r.startInContainer(jobCtx, j, rt.Image, command)
+	} else {
+		proc, err = startHost(shell(), command, r.wd, rt.Environ(r.env(j)), spool)
+	}
+	if err != nil {
+		fmt.Fprintf(spool, "ferry: the command could not be started: %v\n", err)
 		return failed("the command could not be started", err)
 	}
+	defer proc.cleanup()
 	r.reports <- workspace.Report{Status: workspace.StatusRunning, Reason: "command started"}
-	pgid := cmd.Process.Pid
 
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, err := proc.wait()
+		done <- result{code, err}
+	}()
 
 	var timeout <-chan time.Time
 	if j.Limits != nil && j.Limits.Timeout > 0 {
@@ -321,58 +414,36 @@ func (r *runner) execute(ctx context.Context, j *spec.Job, p *paths, spool *os.F
 		defer t.Stop()
 		timeout = t.C
 	}
-	beat := time.NewTicker(r.cfg.HeartbeatEvery)
-	defer beat.Stop()
-	cancelCh := make(chan struct{}, 1)
-	var beatMu sync.Mutex // one heartbeat in flight at a time
-
 	var why string // set when we stop the job ourselves
 	var kill <-chan time.Time
+	canceled := jobCtx.Done()
 	stop := func(reason string) {
 		if why != "" {
 			return
 		}
 		why = reason
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		proc.stop(false)
 		kill = time.After(r.cfg.CancelGrace)
 	}
-	var waitErr error
+	var res result
 loop:
 	for {
 		select {
-		case waitErr = <-done:
+		case res = <-done:
 			break loop
 		case <-timeout:
 			stop("timeout")
-		case <-cancelCh:
-			stop("canceled")
-		case <-r.cfg.Cancel:
+		case <-canceled:
+			canceled = nil
 			stop("canceled")
 		case <-kill:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		case <-beat.C:
-			if beatMu.TryLock() {
-				go func() {
-					defer beatMu.Unlock()
-					hb, err := r.c.Heartbeat(ctx, r.cfg.Job, r.cfg.Attempt)
-					if err != nil {
-						r.log.Warn("heartbeat", "err", err)
-						return
-					}
-					if hb.Cancel {
-						select {
-						case cancelCh <- struct{}{}:
-						default:
-						}
-					}
-				}()
-			}
+			proc.stop(true)
 		}
 	}
-	// Nothing the job started may outlive it and hold the slot.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-
-	code := exitCode(cmd.ProcessState, waitErr)
+	if res.err != nil {
+		return failed("the command's end could not be seen", res.err)
+	}
+	code := res.code
 	switch {
 	case why == "canceled":
 		return workspace.Report{Status: workspace.StatusCanceled, Reason: "canceled on request", ExitCode: &code}
@@ -387,22 +458,23 @@ loop:
 	}
 }
 
-// exitCode is the process's exit status, or 128+signal as shells report it.
-func exitCode(ps *os.ProcessState, err error) int {
-	if ps == nil {
-		return -1
+// startInContainer starts the command in a container of image.
+func (r *runner) startInContainer(ctx context.Context, j *spec.Job, image, command string) (process, error) {
+	var shm, dargs string
+	if j.Resources != nil {
+		shm, dargs = j.Resources.ShmSize, j.Resources.DockerArgs
 	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
+	opts, err := environment.ParseContainerOptions(shm, dargs)
+	if err != nil {
+		return nil, err
 	}
-	if ps.ExitCode() >= 0 {
-		return ps.ExitCode()
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	return -1
+	_, statErr := os.Stat("/dev/nvidia0")
+	return startContainer(ctx, r.docker.API, containerJob{
+		Image: image, Command: command, Dir: r.cfg.Dir, WorkDir: r.wd, Spool: r.spool,
+		Env:    r.jobVars(j),
+		Labels: map[string]string{"ferry.job": r.cfg.Job, "ferry.attempt": strconv.Itoa(r.cfg.Attempt)},
+		Opts:   opts, GPUs: os.Getenv("CUDA_VISIBLE_DEVICES"), HasGPUs: statErr == nil,
+	})
 }
 
 // ship sends the spool file to the server from the offset it acknowledged,

@@ -24,6 +24,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/compute/local"
+	"github.com/ferry-ml/ferry/internal/environment/docker"
 	"github.com/ferry-ml/ferry/internal/selfexe"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -38,6 +39,7 @@ type Config struct {
 	AdvertiseURL    string // URL runners use; default http://<listen address>
 	LocalCapacity   int    // slots of the built-in local target; 0 = CPUs
 	MaxSnapshotSize int64  // 0 = 1 GiB
+	EnvCacheSize    string // bound of the local machine's environment cache, such as 50g; "" = none
 	LeaseTimeout    time.Duration
 	CancelGrace     time.Duration // runners' SIGTERM→SIGKILL grace; 0 = 10 s
 	Log             *slog.Logger
@@ -112,6 +114,14 @@ func Run(ctx context.Context, cfg Config) error {
 	targets := targetTypes(local.Config{
 		Exe: exe, RunsDir: filepath.Join(dir, "runs"), CacheDir: filepath.Join(dir, "cache"),
 		Capacity: cfg.LocalCapacity, CancelGrace: grace,
+		EnvCacheDir: filepath.Join(dir, "environments"), EnvCacheSize: cfg.EnvCacheSize,
+		Docker: func(ctx context.Context) error {
+			d, err := docker.Connect(ctx)
+			if err == nil {
+				d.API.Close()
+			}
+			return err
+		},
 	})
 	var typeNames []string
 	for t := range targets {

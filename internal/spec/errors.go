@@ -142,3 +142,8 @@ func joinNames(names []string) string {
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
+
+// Suggest returns the known name closest to name, or "" when none is close
+// enough to be a likely typo (case and '-' versus '_' ignored). It is for
+// messages about names that are not fields, such as registered environments.
+func Suggest(name string, known []string) string { return suggest(name, known) }

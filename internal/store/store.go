@@ -53,10 +53,22 @@ type Job struct {
 	CodeSnapshot   string
 	Inputs         json.RawMessage
 	Outputs        json.RawMessage
+	Environment    json.RawMessage // the resolved environment
 	Created        time.Time
 	Started        time.Time
 	Ended          time.Time
 	Heartbeat      time.Time
+}
+
+// Environment is one version of a registered environment. Spec is the
+// resolved environment as JSON, opaque to the store; Hash its identity.
+type Environment struct {
+	Name        string
+	Version     string
+	Description string
+	Spec        json.RawMessage
+	Hash        string
+	Created     time.Time
 }
 
 // Event is one stored status change of a job.
@@ -143,6 +155,15 @@ type Store interface {
 	// LatestMetrics returns, per metric name, the value added last.
 	LatestMetrics(ctx context.Context, job string) (map[string]Metric, error)
 
+	// CreateEnvironment stores a version of an environment; ErrConflict
+	// if that name and version exist.
+	CreateEnvironment(ctx context.Context, e Environment) error
+	// GetEnvironment returns one version; ErrNotFound if there is none.
+	GetEnvironment(ctx context.Context, name, version string) (Environment, error)
+	// ListEnvironments returns every version of the named environment, or
+	// of all environments when name is empty, ordered by name and then by
+	// registration (so a name's last entry is its latest version).
+	ListEnvironments(ctx context.Context, name string) ([]Environment, error)
 	// CreateToken stores a token; ErrConflict if the hash exists.
 	CreateToken(ctx context.Context, t Token) error
 	// TokenByHash finds a token; ErrNotFound if there is none.

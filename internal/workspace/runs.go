@@ -201,7 +201,7 @@ func (s *Service) Assignment(ctx context.Context, who auth.Principal, name strin
 		return nil, err
 	}
 	s.heard(name)
-	return &Assignment{Job: name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots}, nil
+	return &Assignment{Job: name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, Environment: v.Environment}, nil
 }
 
 // Heartbeat renews an attempt's lease and says whether it should stop.

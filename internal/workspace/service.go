@@ -15,6 +15,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -297,7 +298,11 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 	if err != nil {
 		return nil, err
 	}
-	if err := t.Admit(j); err != nil {
+	env, err := s.resolveEnvironment(ctx, j.Environment, sub.EnvironmentSnapshot)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.Admit(j, env); err != nil {
 		return nil, Invalid("compute %s (type %s) cannot run this job: %v", computeName, t.Type(), err)
 	}
 	if j.Code != "" && sub.CodeSnapshot == "" {
@@ -333,6 +338,10 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 	if err != nil {
 		return nil, err
 	}
+	envJSON, err := json.Marshal(env)
+	if err != nil {
+		return nil, err
+	}
 	name := j.Name
 	if name == "" {
 		name = newJobName()
@@ -342,7 +351,7 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 		Name: name, DisplayName: j.DisplayName, ExperimentName: j.ExperimentName,
 		Compute: computeName, Status: StatusQueued, Priority: priorityOf(j),
 		CreatedBy: who.Subject, Spec: specJSON, CodeSnapshot: sub.CodeSnapshot, Inputs: inputsJSON,
-		Created: now,
+		Environment: envJSON, Created: now,
 	}
 	reason := "waiting for a free slot on compute " + computeName
 	if _, err := s.st.CreateJob(ctx, rec, store.Event{Job: name, Time: now, To: StatusQueued, Reason: reason}); err != nil {
@@ -443,6 +452,12 @@ func (s *Service) jobView(ctx context.Context, rec store.Job) (*Job, error) {
 	if len(rec.Inputs) > 0 {
 		if err := json.Unmarshal(rec.Inputs, &v.InputSnapshots); err != nil {
 			return nil, fmt.Errorf("job %s: stored inputs: %w", rec.Name, err)
+		}
+	}
+	if len(rec.Environment) > 0 {
+		v.Environment = &environment.Spec{}
+		if err := json.Unmarshal(rec.Environment, v.Environment); err != nil {
+			return nil, fmt.Errorf("job %s: stored environment: %w", rec.Name, err)
 		}
 	}
 	if len(rec.Outputs) > 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store/sqlite"
 )
@@ -25,9 +26,9 @@ type fakeTarget struct {
 	fail     error
 }
 
-func (f *fakeTarget) Type() string          { return "fake" }
-func (f *fakeTarget) Admit(*spec.Job) error { return nil }
-func (f *fakeTarget) Capacity() int         { return f.capacity }
+func (f *fakeTarget) Type() string                             { return "fake" }
+func (f *fakeTarget) Admit(*spec.Job, *environment.Spec) error { return nil }
+func (f *fakeTarget) Capacity() int                            { return f.capacity }
 func (f *fakeTarget) Launch(_ context.Context, l compute.Launch) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -3,6 +3,7 @@ package workspace
 import (
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
@@ -45,6 +46,7 @@ type Job struct {
 	Metrics           map[string]float64 `json:"metrics"`
 	CodeSnapshot      string             `json:"code_snapshot,omitempty"`
 	InputSnapshots    map[string]string  `json:"input_snapshots,omitempty"`
+	Environment       *environment.Spec  `json:"environment,omitempty"`
 	Outputs           *Outputs           `json:"outputs,omitempty"`
 	Spec              *spec.Job          `json:"spec,omitempty"`
 	History           []Event            `json:"history,omitempty"`
@@ -71,6 +73,8 @@ type Submission struct {
 	Spec           *spec.Job
 	CodeSnapshot   string
 	InputSnapshots map[string]string
+	// EnvironmentSnapshot holds the files an inline environment refers to.
+	EnvironmentSnapshot string
 }
 
 // Compute is a compute target as the API shows it.
@@ -100,6 +104,8 @@ type Assignment struct {
 	Spec           *spec.Job         `json:"spec"`
 	CodeSnapshot   string            `json:"code_snapshot,omitempty"`
 	InputSnapshots map[string]string `json:"input_snapshots,omitempty"`
+	// Environment is the job's environment, resolved; nil = the node's own.
+	Environment *environment.Spec `json:"environment,omitempty"`
 }
 
 // Report is a runner's word on its attempt.

@@ -13,8 +13,10 @@ import (
 	"runtime"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
@@ -26,6 +28,13 @@ type Config struct {
 	Capacity int    // attempts at once; 0 means the number of CPUs
 	// CancelGrace is passed to runners: SIGTERM to SIGKILL. 0 = runner's default.
 	CancelGrace string
+	// EnvCacheDir holds the machine's built environments; EnvCacheSize
+	// bounds it (a size such as 50g; "" = no bound).
+	EnvCacheDir  string
+	EnvCacheSize string
+	// Docker says whether this machine has a reachable Docker engine; nil
+	// means it has none. Image environments need one.
+	Docker func(ctx context.Context) error
 }
 
 // Target is the local compute target.
@@ -50,8 +59,9 @@ func (t *Target) Type() string { return "local" }
 func (t *Target) Capacity() int { return t.cfg.Capacity }
 
 // Admit implements compute.Target: one process on this machine, with the
-// machine's own software.
-func (t *Target) Admit(j *spec.Job) error {
+// machine's own software, a virtualenv or conda env built here, or a
+// container of this machine's Docker engine.
+func (t *Target) Admit(j *spec.Job, env *environment.Spec) error {
 	refuse := func(field, why string) error {
 		return fmt.Errorf("%s: %s (%w)", field, why, compute.ErrNotSupported)
 	}
@@ -63,7 +73,12 @@ func (t *Target) Admit(j *spec.Job) error {
 			return refuse("resources.instance_type", "the local target has no sizes; leave it out or use a cluster")
 		}
 		if r.DockerArgs != "" || r.ShmSize != "" {
-			return refuse("resources", "docker_args and shm_size apply to image environments, which the local target does not run yet")
+			if env == nil || !env.NeedsDocker() {
+				return refuse("resources", "docker_args and shm_size apply to image environments (image or build)")
+			}
+			if _, err := environment.ParseContainerOptions(r.ShmSize, r.DockerArgs); err != nil {
+				return fmt.Errorf("%v (%w)", err, compute.ErrNotSupported)
+			}
 		}
 	}
 	if j.Distribution != nil {
@@ -75,8 +90,15 @@ func (t *Target) Admit(j *spec.Job) error {
 	if j.QueueSettings != nil && j.QueueSettings.JobTier != "" {
 		return refuse("queue_settings.job_tier", "job tiers apply to serverless jobs")
 	}
-	if e := j.Environment; e != nil && !(e.UserManaged && e.InterpreterPath == "") {
-		return refuse("environment", "built environments (image, conda, python) are not supported by the local target yet; leave environment out or use `user_managed: true` to run with this machine's software")
+	if env != nil && env.NeedsDocker() {
+		if t.cfg.Docker == nil {
+			return refuse("environment", "image environments need a Docker engine, and this machine has none configured; use python, conda_file or user_managed")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := t.cfg.Docker(ctx); err != nil {
+			return refuse("environment", fmt.Sprintf("image environments need a Docker engine, and this machine's cannot be reached (%v); start it, or use python, conda_file or user_managed", err))
+		}
 	}
 	return nil
 }
@@ -94,7 +116,10 @@ func (t *Target) Launch(_ context.Context, l compute.Launch) error {
 	}
 	defer logf.Close()
 	args := []string{"runner", "--api", l.APIURL, "--job", l.Job, "--attempt", strconv.Itoa(l.Attempt),
-		"--dir", dir, "--cache", t.cfg.CacheDir}
+		"--dir", dir, "--cache", t.cfg.CacheDir, "--env-cache", t.cfg.EnvCacheDir}
+	if t.cfg.EnvCacheSize != "" {
+		args = append(args, "--env-cache-size", t.cfg.EnvCacheSize)
+	}
 	if t.cfg.CancelGrace != "" {
 		args = append(args, "--cancel-grace", t.cfg.CancelGrace)
 	}

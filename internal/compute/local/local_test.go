@@ -1,44 +1,67 @@
 package local
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 
 	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
 func TestAdmitRefusesWhatOneMachineCannotHonour(t *testing.T) {
-	tgt := New(Config{Capacity: 3})
+	dockerUp := func(context.Context) error { return nil }
+	tgt := New(Config{Capacity: 3, Docker: dockerUp})
 	if tgt.Capacity() != 3 {
 		t.Fatalf("capacity %d", tgt.Capacity())
 	}
 	if New(Config{}).Capacity() < 1 {
 		t.Fatal("default capacity must be the CPUs of the machine")
 	}
-	ok := []*spec.Job{
-		{Command: "x"},
-		{Command: "x", Resources: &spec.Resources{InstanceCount: 1}},
-		{Command: "x", Environment: &spec.Environment{UserManaged: true}},
+	venv := &environment.Spec{Kind: environment.KindPython, Requirements: "requirements.txt", Context: "x"}
+	image := &environment.Spec{Kind: environment.KindImage, Image: "ferry-base:bookworm"}
+	ok := []struct {
+		j   *spec.Job
+		env *environment.Spec
+	}{
+		{&spec.Job{Command: "x"}, nil},
+		{&spec.Job{Command: "x", Resources: &spec.Resources{InstanceCount: 1}}, nil},
+		{&spec.Job{Command: "x", Environment: &spec.Environment{UserManaged: true}}, &environment.Spec{Kind: environment.KindUserManaged}},
+		{&spec.Job{Command: "x"}, venv},
+		{&spec.Job{Command: "x"}, image},
+		{&spec.Job{Command: "x", Resources: &spec.Resources{ShmSize: "2g", DockerArgs: "--cpus 1.5 --memory=1g"}}, image},
 	}
-	for _, j := range ok {
-		if err := tgt.Admit(j); err != nil {
-			t.Errorf("refused %+v: %v", j, err)
+	for _, c := range ok {
+		if err := tgt.Admit(c.j, c.env); err != nil {
+			t.Errorf("refused %+v with %+v: %v", c.j, c.env, err)
 		}
 	}
-	refused := map[string]*spec.Job{
-		"resources.instance_count": {Command: "x", Resources: &spec.Resources{InstanceCount: 2}},
-		"resources.instance_type":  {Command: "x", Resources: &spec.Resources{InstanceType: "Standard_NC6"}},
-		"distribution":             {Command: "x", Distribution: &spec.Distribution{Type: "pytorch"}},
-		"services":                 {Command: "x", Services: map[string]spec.Service{"s": {Type: "ssh"}}},
-		"queue_settings.job_tier":  {Command: "x", QueueSettings: &spec.QueueSettings{JobTier: "spot"}},
-		"environment":              {Command: "x", Environment: &spec.Environment{Image: "python:3.11"}},
+	noDocker := New(Config{Docker: func(context.Context) error { return errors.New("dial unix /var/run/docker.sock: no such file") }})
+	refused := []struct {
+		tgt   *Target
+		field string
+		j     *spec.Job
+		env   *environment.Spec
+	}{
+		{tgt, "resources.instance_count", &spec.Job{Command: "x", Resources: &spec.Resources{InstanceCount: 2}}, nil},
+		{tgt, "resources.instance_type", &spec.Job{Command: "x", Resources: &spec.Resources{InstanceType: "Standard_NC6"}}, nil},
+		{tgt, "distribution", &spec.Job{Command: "x", Distribution: &spec.Distribution{Type: "pytorch"}}, nil},
+		{tgt, "services", &spec.Job{Command: "x", Services: map[string]spec.Service{"s": {Type: "ssh"}}}, nil},
+		{tgt, "queue_settings.job_tier", &spec.Job{Command: "x", QueueSettings: &spec.QueueSettings{JobTier: "spot"}}, nil},
+		{tgt, "resources", &spec.Job{Command: "x", Resources: &spec.Resources{ShmSize: "2g"}}, venv},
+		{tgt, "resources.docker_args", &spec.Job{Command: "x", Resources: &spec.Resources{DockerArgs: "--privileged"}}, image},
+		{noDocker, "environment", &spec.Job{Command: "x"}, image},
+		{New(Config{}), "environment", &spec.Job{Command: "x"}, &environment.Spec{Kind: environment.KindBuild, Context: "x"}},
 	}
-	for field, j := range refused {
-		err := tgt.Admit(j)
-		if err == nil || !errors.Is(err, compute.ErrNotSupported) || !strings.Contains(err.Error(), field) {
-			t.Errorf("%s: err %v, want ErrNotSupported naming the field", field, err)
+	for _, c := range refused {
+		err := c.tgt.Admit(c.j, c.env)
+		if err == nil || !errors.Is(err, compute.ErrNotSupported) || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: err %v, want ErrNotSupported naming the field", c.field, err)
 		}
+	}
+	if err := noDocker.Admit(&spec.Job{Command: "x"}, image); !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("a missing engine should say why: %v", err)
 	}
 }

@@ -1,0 +1,191 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferry-ml/ferry/internal/api"
+	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+// uploadEnvironmentFiles uploads the file or folder an inline environment
+// refers to (relative to base, the folder of the file that names it) and
+// returns its snapshot id; "" when it refers to none. prefix is the field
+// path of the environment, for messages.
+func (a *app) uploadEnvironmentFiles(ctx context.Context, c *client.Client, prefix, base string, e *spec.Environment, limit int64) (string, error) {
+	if e == nil || e.Ref != "" {
+		return "", nil
+	}
+	p, field := environment.ContextPath(e)
+	if p == "" {
+		return "", nil
+	}
+	kind := "uri_file"
+	if e.Build != nil {
+		kind = "uri_folder"
+	}
+	return a.upload(ctx, c, prefix+field, resolve(base, p), kind, limit, false)
+}
+
+func (a *app) environmentCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "environment", Aliases: []string{"env"},
+		Short: "Register environments (Azure ML v2 environment files) and build them ahead of jobs"}
+	var file, version string
+	create := &cobra.Command{
+		Use:   "create -f FILE",
+		Short: "Register an environment version from an environment YAML file",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				return err
+			}
+			f, err := spec.ParseEnvironment(data)
+			if err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
+			if version != "" {
+				f.Version = version
+			}
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			id, err := a.uploadEnvironmentFiles(cmd.Context(), c, "", filepath.Dir(file), f.Environment(), defaultMaxSnapshot)
+			if err != nil {
+				return err
+			}
+			raw, err := jsonOf(f)
+			if err != nil {
+				return err
+			}
+			v, err := c.CreateEnvironment(cmd.Context(), api.EnvironmentRequest{Spec: raw, ContextSnapshot: id})
+			if err != nil {
+				return err
+			}
+			return a.print(v, func(w *tabwriter.Writer) { showEnvironment(w, v) })
+		},
+	}
+	create.Flags().StringVarP(&file, "file", "f", "", "environment YAML file (required)")
+	create.Flags().StringVar(&version, "version", "", "version to register (default: the file's, else the next number)")
+	_ = create.MarkFlagRequired("file")
+
+	list := &cobra.Command{
+		Use:   "list [NAME]",
+		Short: "List registered environments, or the versions of one",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			name := ""
+			if len(args) == 1 {
+				name = args[0]
+			}
+			vs, err := c.ListEnvironments(cmd.Context(), name)
+			if err != nil {
+				return err
+			}
+			return a.print(vs, func(w *tabwriter.Writer) {
+				fmt.Fprintln(w, "NAME\tVERSION\tKIND\tHASH\tCREATED")
+				for _, v := range vs {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", v.Name, v.Version, v.Spec.Kind, v.Hash[:12], v.Created.Local().Format("2006-01-02 15:04"))
+				}
+			})
+		},
+	}
+	show := &cobra.Command{
+		Use:   "show NAME[:VERSION|@latest]",
+		Short: "Show an environment version (the latest when no version is given)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			name, ver := splitEnvRef(args[0])
+			v, err := c.GetEnvironment(cmd.Context(), name, ver)
+			if err != nil {
+				return err
+			}
+			return a.print(v, func(w *tabwriter.Writer) { showEnvironment(w, v) })
+		},
+	}
+	var computeName string
+	build := &cobra.Command{
+		Use:   "build NAME[:VERSION|@latest] --compute TARGET",
+		Short: "Build an environment on a compute target ahead of the jobs that use it",
+		Long: `Build an environment on a compute target ahead of the jobs that use it.
+
+It submits a job that runs ` + "`true`" + ` in the environment, so the build happens
+where jobs will run, streams its log, and leaves the build in the target's
+cache for every later job with the same environment.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			name, ver := splitEnvRef(args[0])
+			env, err := c.GetEnvironment(cmd.Context(), name, ver)
+			if err != nil {
+				return err
+			}
+			ref := "azureml:" + env.Name + ":" + env.Version
+			j := &spec.Job{
+				Type: "command", Command: "true", Compute: computeName,
+				DisplayName:    "build environment " + env.Name + ":" + env.Version,
+				ExperimentName: "environment-builds",
+				Environment:    &spec.Environment{Ref: ref},
+				Tags:           map[string]string{"ferry.environment": env.Name + ":" + env.Version},
+			}
+			raw, err := jsonOf(j)
+			if err != nil {
+				return err
+			}
+			v, err := c.SubmitJob(cmd.Context(), api.JobRequest{Spec: raw})
+			if err != nil {
+				return err
+			}
+			return a.streamToEnd(cmd.Context(), c, v.Name)
+		},
+	}
+	build.Flags().StringVar(&computeName, "compute", "local", "compute target to build on")
+	cmd.AddCommand(create, list, show, build)
+	return cmd
+}
+
+// splitEnvRef reads NAME, NAME:VERSION, NAME@latest, with or without the
+// azureml: prefix; the version is "latest" when none is given.
+func splitEnvRef(ref string) (name, version string) {
+	ref = strings.TrimPrefix(ref, "azureml:")
+	if n, ok := strings.CutSuffix(ref, "@latest"); ok {
+		return n, "latest"
+	}
+	if n, v, ok := strings.Cut(ref, ":"); ok {
+		return n, v
+	}
+	return ref, "latest"
+}
+
+func showEnvironment(w *tabwriter.Writer, v *workspace.Environment) {
+	fmt.Fprintf(w, "name:\t%s\n", v.Name)
+	fmt.Fprintf(w, "version:\t%s\n", v.Version)
+	if v.Description != "" {
+		fmt.Fprintf(w, "description:\t%s\n", v.Description)
+	}
+	fmt.Fprintf(w, "kind:\t%s\n", v.Spec.Describe())
+	fmt.Fprintf(w, "hash:\t%s\n", v.Hash)
+	fmt.Fprintf(w, "created:\t%s\n", v.Created.Local().Format("2006-01-02 15:04:05"))
+	fmt.Fprintf(w, "use it in a job as:\tenvironment: azureml:%s:%s\n", v.Name, v.Version)
+}

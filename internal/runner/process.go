@@ -1,0 +1,214 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+
+	"github.com/ferry-ml/ferry/internal/environment"
+)
+
+// process is a started job command, on the host or in a container. The
+// runner's loop treats both alike: wait for the end, or signal it.
+type process interface {
+	// wait blocks until the command ends and returns its exit code,
+	// 128+signal when a signal ended it.
+	wait() (int, error)
+	// stop sends SIGTERM to the whole job, or SIGKILL when kill is set.
+	stop(kill bool)
+	// cleanup makes sure nothing the job started is left running.
+	cleanup()
+}
+
+// hostProcess is a command in its own process group on this machine.
+type hostProcess struct {
+	cmd  *exec.Cmd
+	pgid int
+}
+
+func startHost(shellPath, command, dir string, env []string, spool *os.File) (*hostProcess, error) {
+	cmd := exec.Command(shellPath, "-c", command)
+	cmd.Dir = dir
+	cmd.Env = env
+	// One file for both streams, opened O_APPEND: lines land in the order
+	// the job wrote them and nothing is lost if this runner dies.
+	cmd.Stdout, cmd.Stderr = spool, spool
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &hostProcess{cmd: cmd, pgid: cmd.Process.Pid}, nil
+}
+
+func (p *hostProcess) wait() (int, error) {
+	err := p.cmd.Wait()
+	return exitCode(p.cmd.ProcessState, err), nil
+}
+
+func (p *hostProcess) stop(kill bool) {
+	sig := syscall.SIGTERM
+	if kill {
+		sig = syscall.SIGKILL
+	}
+	_ = syscall.Kill(-p.pgid, sig)
+}
+
+// cleanup kills the group: nothing the job started may outlive it and hold
+// the slot.
+func (p *hostProcess) cleanup() { _ = syscall.Kill(-p.pgid, syscall.SIGKILL) }
+
+// exitCode is the process's exit status, or 128+signal as shells report it.
+func exitCode(ps *os.ProcessState, err error) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	if ps.ExitCode() >= 0 {
+		return ps.ExitCode()
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+// containerJob is what a job's container is made from.
+type containerJob struct {
+	Image   string
+	Command string
+	Dir     string   // the attempt's folder, mounted at the same path
+	WorkDir string   // the job's working directory, inside Dir
+	Spool   string   // the log spool, inside Dir
+	Env     []string // the job's variables only: the host's PATH means nothing in the image
+	Labels  map[string]string
+	Opts    environment.ContainerOptions
+	// GPUs: the node's CUDA_VISIBLE_DEVICES for this runner ("" = all the
+	// node has, when it has any; "none" or "-1" = none), and whether the node
+	// has NVIDIA devices at all.
+	GPUs    string
+	HasGPUs bool
+}
+
+// containerConfig turns a job into the engine's container settings. The
+// attempt's folder is mounted at the same path, so the paths the command
+// was given for inputs, outputs and code are the same inside; the network
+// is the host's, so FERRY_API_URL reaches the server as it does for a host
+// job. The command writes straight into the O_APPEND spool, as on the host,
+// so nothing is lost if the runner dies while the container runs.
+func containerConfig(j containerJob) (*container.Config, *container.HostConfig) {
+	wrapper := `exec >>"$0" 2>&1; if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; fi; exec sh -c "$1"`
+	cfg := &container.Config{
+		Image:      j.Image,
+		Cmd:        []string{"/bin/sh", "-c", wrapper, j.Spool, j.Command},
+		Env:        j.Env,
+		WorkingDir: j.WorkDir,
+		User:       strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid()),
+		Labels:     j.Labels,
+	}
+	init := true // docker-init forwards SIGTERM to the job; a shell as PID 1 would ignore it
+	hc := &container.HostConfig{
+		Binds:       []string{j.Dir + ":" + j.Dir},
+		NetworkMode: "host",
+		Init:        &init,
+		ShmSize:     j.Opts.ShmSize,
+		IpcMode:     container.IpcMode(j.Opts.IPC),
+	}
+	hc.NanoCPUs = j.Opts.NanoCPUs
+	hc.Memory = j.Opts.Memory
+	if j.Opts.PidsLimit != 0 {
+		n := j.Opts.PidsLimit
+		hc.PidsLimit = &n
+	}
+	for name, l := range j.Opts.Ulimits {
+		hc.Ulimits = append(hc.Ulimits, &container.Ulimit{Name: name, Soft: l[0], Hard: l[1]})
+	}
+	hc.DeviceRequests = gpuRequests(j.GPUs, j.HasGPUs)
+	return cfg, hc
+}
+
+// gpuRequests gives the container the GPUs this runner was given: those
+// named in CUDA_VISIBLE_DEVICES, or every GPU of the node when it names
+// none, as a job on the host would see them.
+func gpuRequests(visible string, hasGPUs bool) []container.DeviceRequest {
+	visible = strings.TrimSpace(visible)
+	switch {
+	case visible == "none" || visible == "-1" || (visible == "" && !hasGPUs):
+		return nil
+	case visible == "" || visible == "all":
+		return []container.DeviceRequest{{Driver: "nvidia", Count: -1, Capabilities: [][]string{{"gpu"}}}}
+	}
+	var ids []string
+	for _, id := range strings.Split(visible, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return []container.DeviceRequest{{Driver: "nvidia", DeviceIDs: ids, Capabilities: [][]string{{"gpu"}}}}
+}
+
+// containerProcess is a job running in a container of the node's engine.
+type containerProcess struct {
+	api *client.Client
+	id  string
+}
+
+func startContainer(ctx context.Context, api *client.Client, j containerJob) (*containerProcess, error) {
+	cfg, hc := containerConfig(j)
+	created, err := api.ContainerCreate(ctx, cfg, hc, nil, nil, "")
+	if err != nil {
+		return nil, fmt.Errorf("create container from %s: %w", j.Image, err)
+	}
+	p := &containerProcess{api: api, id: created.ID}
+	if err := api.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		p.cleanup()
+		return nil, fmt.Errorf("start container from %s: %w", j.Image, err)
+	}
+	return p, nil
+}
+
+func (p *containerProcess) wait() (int, error) {
+	// The wait outlives any request context: the job may run for days.
+	ctx := context.Background()
+	for {
+		res, errc := p.api.ContainerWait(ctx, p.id, container.WaitConditionNotRunning)
+		select {
+		case r := <-res:
+			return int(r.StatusCode), nil
+		case err := <-errc:
+			// The engine restarted or the connection dropped: ask again,
+			// unless the container is gone.
+			if client.IsErrNotFound(err) {
+				return -1, fmt.Errorf("container %s disappeared: %w", p.id[:12], err)
+			}
+			time.Sleep(time.Second)
+		}
+	}
+}
+
+func (p *containerProcess) stop(kill bool) {
+	sig := "TERM"
+	if kill {
+		sig = "KILL"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = p.api.ContainerKill(ctx, p.id, sig)
+}
+
+func (p *containerProcess) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = p.api.ContainerRemove(ctx, p.id, container.RemoveOptions{Force: true})
+}

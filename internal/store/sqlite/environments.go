@@ -1,0 +1,75 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+const environmentColumns = `name, version, description, spec, hash, created`
+
+func scanEnvironment(s scanner) (store.Environment, error) {
+	var (
+		e       store.Environment
+		spec    []byte
+		created sql.NullInt64
+	)
+	if err := s.Scan(&e.Name, &e.Version, &e.Description, &spec, &e.Hash, &created); err != nil {
+		return store.Environment{}, err
+	}
+	e.Spec, e.Created = spec, timeOf(created)
+	return e, nil
+}
+
+// CreateEnvironment implements store.Store.
+func (s *Store) CreateEnvironment(ctx context.Context, e store.Environment) error {
+	_, err := s.w.ExecContext(ctx, `INSERT INTO environments (`+environmentColumns+`) VALUES (?, ?, ?, ?, ?, ?)`,
+		e.Name, e.Version, e.Description, jsonArg(e.Spec), e.Hash, timeArg(e.Created))
+	if isUnique(err) {
+		return fmt.Errorf("environment %s:%s: %w", e.Name, e.Version, store.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("create environment %s:%s: %w", e.Name, e.Version, err)
+	}
+	return nil
+}
+
+// GetEnvironment implements store.Store.
+func (s *Store) GetEnvironment(ctx context.Context, name, version string) (store.Environment, error) {
+	e, err := scanEnvironment(s.r.QueryRowContext(ctx,
+		`SELECT `+environmentColumns+` FROM environments WHERE name = ? AND version = ?`, name, version))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Environment{}, fmt.Errorf("environment %s:%s: %w", name, version, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Environment{}, fmt.Errorf("get environment %s:%s: %w", name, version, err)
+	}
+	return e, nil
+}
+
+// ListEnvironments implements store.Store.
+func (s *Store) ListEnvironments(ctx context.Context, name string) ([]store.Environment, error) {
+	q := `SELECT ` + environmentColumns + ` FROM environments`
+	var args []any
+	if name != "" {
+		q += ` WHERE name = ?`
+		args = append(args, name)
+	}
+	rows, err := s.r.QueryContext(ctx, q+` ORDER BY name, seq`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list environments: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Environment{}
+	for rows.Next() {
+		e, err := scanEnvironment(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list environments: %w", err)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}

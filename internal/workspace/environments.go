@@ -1,0 +1,219 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// Environment is a registered environment version as the API shows it.
+type Environment struct {
+	Name        string            `json:"name"`
+	Version     string            `json:"version"`
+	Description string            `json:"description,omitempty"`
+	Hash        string            `json:"hash"`
+	Created     time.Time         `json:"created"`
+	Spec        *environment.Spec `json:"spec"`
+}
+
+func environmentView(rec store.Environment) (*Environment, error) {
+	var es environment.Spec
+	if err := json.Unmarshal(rec.Spec, &es); err != nil {
+		return nil, fmt.Errorf("environment %s:%s: stored spec: %w", rec.Name, rec.Version, err)
+	}
+	return &Environment{Name: rec.Name, Version: rec.Version, Description: rec.Description,
+		Hash: rec.Hash, Created: rec.Created, Spec: &es}, nil
+}
+
+// CreateEnvironment registers a version of an environment. snap is the
+// snapshot of the files it refers to. Versions are immutable: registering
+// the same name and version again with the same content returns the
+// existing one, with other content it is refused. With no version, the
+// next whole number is taken, unless the latest version has the same
+// content, which is then returned.
+func (s *Service) CreateEnvironment(ctx context.Context, who auth.Principal, f *spec.EnvironmentFile, snap string) (*Environment, error) {
+	if !who.IsOwner() {
+		return nil, Forbidden("a run token cannot register environments")
+	}
+	if f == nil {
+		return nil, Invalid("the environment is missing")
+	}
+	if err := f.Validate(); err != nil {
+		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	if snap != "" {
+		if err := s.requireSnapshot(snap, "context"); err != nil {
+			return nil, err
+		}
+	}
+	es, err := environment.Resolve(f.Environment(), snap)
+	if err != nil {
+		return nil, Invalid("%v", err)
+	}
+	es.Name, es.Version = "", ""
+	hash := es.Hash()
+
+	versions, err := s.st.ListEnvironments(ctx, f.Name)
+	if err != nil {
+		return nil, err
+	}
+	version := f.Version
+	if version == "" {
+		if n := len(versions); n > 0 && versions[n-1].Hash == hash {
+			return environmentView(versions[n-1])
+		}
+		version = nextVersion(versions)
+	}
+	for _, v := range versions {
+		if v.Version != version {
+			continue
+		}
+		if v.Hash == hash {
+			return environmentView(v)
+		}
+		return nil, Conflict("environment %s:%s is registered with other content, and versions do not change; give a new version, or leave version out to get %s", f.Name, version, nextVersion(versions))
+	}
+	es.Name, es.Version = f.Name, version
+	raw, err := json.Marshal(es)
+	if err != nil {
+		return nil, err
+	}
+	rec := store.Environment{Name: f.Name, Version: version, Description: f.Description, Spec: raw, Hash: hash, Created: s.now()}
+	if err := s.st.CreateEnvironment(ctx, rec); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return nil, Conflict("environment %s:%s was registered at the same time by someone else; run the command again", f.Name, version)
+		}
+		return nil, err
+	}
+	return environmentView(rec)
+}
+
+// nextVersion is one more than the highest whole-number version.
+func nextVersion(versions []store.Environment) string {
+	n := 0
+	for _, v := range versions {
+		if i, err := strconv.Atoi(v.Version); err == nil && i > n {
+			n = i
+		}
+	}
+	return strconv.Itoa(n + 1)
+}
+
+// GetEnvironment returns one version of an environment; version "" or
+// "latest" is the one registered last.
+func (s *Service) GetEnvironment(ctx context.Context, name, version string) (*Environment, error) {
+	rec, err := s.lookupEnvironment(ctx, name, version)
+	if err != nil {
+		return nil, err
+	}
+	return environmentView(rec)
+}
+
+// ListEnvironments returns every version of every environment, or of one.
+func (s *Service) ListEnvironments(ctx context.Context, name string) ([]*Environment, error) {
+	recs, err := s.st.ListEnvironments(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	out := []*Environment{}
+	for _, r := range recs {
+		v, err := environmentView(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (s *Service) lookupEnvironment(ctx context.Context, name, version string) (store.Environment, error) {
+	if version == "" || version == "latest" {
+		versions, err := s.st.ListEnvironments(ctx, name)
+		if err != nil {
+			return store.Environment{}, err
+		}
+		if len(versions) == 0 {
+			return store.Environment{}, s.unknownEnvironment(ctx, name, "")
+		}
+		return versions[len(versions)-1], nil
+	}
+	rec, err := s.st.GetEnvironment(ctx, name, version)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Environment{}, s.unknownEnvironment(ctx, name, version)
+	}
+	return rec, err
+}
+
+// unknownEnvironment says that name (at version) is not registered and
+// what is: the versions of that name, or the names close to it.
+func (s *Service) unknownEnvironment(ctx context.Context, name, version string) error {
+	all, err := s.st.ListEnvironments(ctx, "")
+	if err != nil {
+		return err
+	}
+	var names, versions []string
+	for _, e := range all {
+		if !slices.Contains(names, e.Name) {
+			names = append(names, e.Name)
+		}
+		if e.Name == name {
+			versions = append(versions, e.Version)
+		}
+	}
+	switch {
+	case len(versions) > 0:
+		return NotFound("environment %s has no version %s; it has %s", name, version, strings.Join(versions, ", "))
+	case len(names) == 0:
+		return NotFound("environment %s is not registered, and the workspace has no environments; register it with `ferry environment create -f FILE`", name)
+	}
+	msg := fmt.Sprintf("environment %s is not registered", name)
+	if close := spec.Suggest(name, names); close != "" {
+		msg += fmt.Sprintf("; did you mean %s?", close)
+	}
+	return NotFound("%s (registered: %s)", msg, strings.Join(names, ", "))
+}
+
+// resolveEnvironment turns a job's environment into what its runner
+// builds: a registered one looked up, an inline one checked against the
+// snapshot of its files.
+func (s *Service) resolveEnvironment(ctx context.Context, e *spec.Environment, snap string) (*environment.Spec, error) {
+	if e != nil && e.Ref != "" {
+		if snap != "" {
+			return nil, Invalid("environment_snapshot: the job refers to registered environment %s, which carries its own files", e.Ref)
+		}
+		name, version, _, _ := e.RefParts()
+		rec, err := s.lookupEnvironment(ctx, name, version)
+		if err != nil {
+			var we *Error
+			if errors.As(err, &we) && we.Code == CodeNotFound {
+				return nil, Invalid("environment: %s", we.Msg)
+			}
+			return nil, err
+		}
+		var es environment.Spec
+		if err := json.Unmarshal(rec.Spec, &es); err != nil {
+			return nil, fmt.Errorf("environment %s:%s: stored spec: %w", rec.Name, rec.Version, err)
+		}
+		return &es, nil
+	}
+	if snap != "" {
+		if err := s.requireSnapshot(snap, "environment_snapshot"); err != nil {
+			return nil, err
+		}
+	}
+	es, err := environment.Resolve(e, snap)
+	if err != nil {
+		return nil, Invalid("environment: %v; `ferry job create` uploads them", err)
+	}
+	return es, nil
+}
