@@ -56,6 +56,7 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 		{method: "POST", path: "/v1/computes", summary: "Create a compute target from an Azure ML v2 compute spec (as JSON)", handle: s.createCompute},
 		{method: "GET", path: "/v1/computes/{name}", summary: "Show a compute target", handle: s.getCompute},
 		{method: "DELETE", path: "/v1/computes/{name}", summary: "Delete a compute target", handle: s.deleteCompute},
+		{method: "GET", path: "/v1/sizes", summary: "The size catalog: node shapes clusters and serverless jobs use", handle: s.listSizes},
 		{method: "GET", path: "/v1/environments", summary: "List registered environments (?name= for the versions of one)", handle: s.listEnvironments},
 		{method: "POST", path: "/v1/environments", summary: "Register an environment version: {spec, context_snapshot}", handle: s.createEnvironment},
 		{method: "GET", path: "/v1/environments/{name}/versions/{version}", summary: "Show an environment version (version latest: the one registered last)", handle: s.getEnvironment},
@@ -242,6 +243,10 @@ func (s *Server) deleteCompute(r *http.Request, _ auth.Principal) (any, error) {
 	}
 	return map[string]string{"deleted": r.PathValue("name")}, nil
 }
+
+// ---- sizes ----
+
+func (s *Server) listSizes(*http.Request, auth.Principal) (any, error) { return s.ws.ListSizes(), nil }
 
 // ---- environments ----
 

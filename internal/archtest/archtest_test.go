@@ -20,6 +20,9 @@ var forbidden = map[string][]string{
 	"internal/spec":          {"internal/"},
 	"internal/snapshot":      {"internal/workspace", "internal/api", "internal/store"},
 	"internal/scheduler":     {"internal/"},
+	"internal/sizes":         {"internal/"},
+	"internal/nodeproto":     {"internal/"},
+	"internal/autoscale":     {"internal/api", "internal/workspace", "internal/store", "internal/compute", "internal/server"},
 	// The workspace resolves and hashes environments: the package must not
 	// bring the builders' engines (Docker's HTTP client) into the domain.
 	"internal/environment": {"internal/workspace", "internal/api", "internal/store", "internal/compute", "net/http"},

@@ -54,6 +54,7 @@ when the server stops, and report back when it is up again.`,
 	f.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL that runners use to reach this server (default: http://ADDR)")
 	f.IntVar(&cfg.LocalCapacity, "local-capacity", 0, "jobs the local target runs at once (default: CPUs of this machine)")
 	f.StringVar(&maxSnap, "max-snapshot-size", "", "largest snapshot accepted, e.g. 1GiB (default 1GiB)")
+	f.StringVar(&cfg.SizesFile, "sizes", "", "YAML file of sizes that extend or override the built-in catalog (see `ferry size list`)")
 	f.StringVar(&cfg.EnvCacheSize, "env-cache-size", "50g", "bound of this machine's built environments (virtualenvs, conda envs, images); least recently used ones above it are removed")
 	f.DurationVar(&cfg.LeaseTimeout, "lease-timeout", 30*time.Second, "how long a silent runner keeps its job before it is failed as lost")
 	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "time a canceled job gets between SIGTERM and SIGKILL")

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/api"
+	"github.com/ferry-ml/ferry/internal/sizes"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
@@ -151,6 +152,12 @@ func (c *Client) DeleteCompute(ctx context.Context, name string) error {
 func (c *Client) SubmitJob(ctx context.Context, req api.JobRequest) (*workspace.Job, error) {
 	var out workspace.Job
 	return &out, c.do(ctx, "POST", "/v1/jobs", req, &out)
+}
+
+// ListSizes returns the workspace's size catalog.
+func (c *Client) ListSizes(ctx context.Context) ([]sizes.Size, error) {
+	var out []sizes.Size
+	return out, c.do(ctx, "GET", "/v1/sizes", nil, &out)
 }
 
 // CreateEnvironment registers an environment version.

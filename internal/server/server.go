@@ -39,11 +39,14 @@ type Config struct {
 	AdvertiseURL    string // URL runners use; default http://<listen address>
 	LocalCapacity   int    // slots of the built-in local target; 0 = CPUs
 	MaxSnapshotSize int64  // 0 = 1 GiB
-	EnvCacheSize    string // bound of the local machine's environment cache, such as 50g; "" = none
-	LeaseTimeout    time.Duration
-	CancelGrace     time.Duration // runners' SIGTERM→SIGKILL grace; 0 = 10 s
-	Log             *slog.Logger
-	Out             io.Writer // where the server tells its user what it did
+	// SizesFile is a YAML file of sizes that extend or override the
+	// built-in catalog ("" = the built-in one only).
+	SizesFile    string
+	EnvCacheSize string // bound of the local machine's environment cache, such as 50g; "" = none
+	LeaseTimeout time.Duration
+	CancelGrace  time.Duration // runners' SIGTERM→SIGKILL grace; 0 = 10 s
+	Log          *slog.Logger
+	Out          io.Writer // where the server tells its user what it did
 }
 
 // Info is written to DataDir/server.json once the server listens, so that
@@ -99,6 +102,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	fmt.Fprintf(cfg.Out, "owner token: %s (send it as `Authorization: Bearer <token>`, or let the CLI read it)\n", tokenPath)
 
+	catalog, err := loadSizes(cfg.SizesFile)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
@@ -138,6 +145,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return mk(c), nil
 		},
 		MaxSnapshotSize: cfg.MaxSnapshotSize, LeaseTimeout: cfg.LeaseTimeout, Log: cfg.Log,
+		Sizes: catalog,
 	})
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/sizes"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -37,8 +38,10 @@ type Config struct {
 	LeaseTimeout time.Duration
 	// MaxSnapshotSize bounds one snapshot's total size. Zero means 1 GiB.
 	MaxSnapshotSize int64
-	Now             func() time.Time // clock; nil means time.Now
-	Log             *slog.Logger
+	// Sizes is the size catalog; nil means the built-in one.
+	Sizes *sizes.Catalog
+	Now   func() time.Time // clock; nil means time.Now
+	Log   *slog.Logger
 }
 
 // Service is the workspace. It is safe for concurrent use.
@@ -70,6 +73,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Sizes == nil {
+		cfg.Sizes = sizes.Builtin()
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -95,6 +101,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	return s, nil
 }
+
+// ListSizes returns the size catalog, ordered by name.
+func (s *Service) ListSizes() []sizes.Size { return s.cfg.Sizes.List() }
 
 // APIURL is the URL runners are told to use.
 func (s *Service) APIURL() string { return s.cfg.APIURL }
