@@ -1,5 +1,6 @@
-// Package store defines how Ferry keeps workspace state: compute targets,
-// jobs with their status history, metrics and API tokens.
+// Package store defines how Ferry keeps workspace state: compute targets with
+// their nodes, scaling events and quotas, jobs with their status history,
+// metrics and API tokens.
 //
 // There is one interface, Store, with an SQLite implementation (sqlite/) and,
 // later, a PostgreSQL one. Every implementation must pass storetest.Run, which
@@ -54,6 +55,7 @@ type Job struct {
 	Inputs         json.RawMessage
 	Outputs        json.RawMessage
 	Environment    json.RawMessage // the resolved environment
+	Placement      json.RawMessage // where the current attempt runs (JSON owned by the workspace)
 	Created        time.Time
 	Started        time.Time
 	Ended          time.Time
@@ -69,6 +71,31 @@ type Environment struct {
 	Spec        json.RawMessage
 	Hash        string
 	Created     time.Time
+}
+
+// Node is a machine of a pool compute (a cluster or an instance). State and
+// Reason are owned by the workspace; Facts is JSON the store keeps opaque.
+type Node struct {
+	Name      string // unique in the workspace
+	Compute   string
+	State     string
+	Reason    string
+	Size      string
+	Machine   string // the provider's id of the machine
+	Address   string
+	Facts     json.RawMessage
+	Created   time.Time // when its launch was asked
+	Joined    time.Time // zero until its agent joined
+	Heartbeat time.Time // zero until its first heartbeat
+	IdleSince time.Time // zero while busy
+}
+
+// ComputeEvent is one scaling or health event of a compute, for people.
+type ComputeEvent struct {
+	Compute string
+	Time    time.Time
+	Kind    string // e.g. scale_up, scale_down, launch_failed, node_lost, resize
+	Message string
 }
 
 // Event is one stored status change of a job.
@@ -111,13 +138,14 @@ type JobFilter struct {
 //
 // Every implementation makes the same choices, which storetest checks:
 // times are kept in UTC to the microsecond (finer parts are cut off) and the
-// zero time reads back as zero; Spec, Inputs and Outputs come back byte for
-// byte; UpdateJob ignores changes to Name and Seq and UpdateCompute to Name;
+// zero time reads back as zero; JSON fields (Spec, Inputs, Outputs,
+// Environment, Placement, Facts) come back byte for byte; UpdateJob ignores
+// changes to Name and Seq, and UpdateCompute and UpdateNode to Name;
 // events are stored under the job they are for; ListEvents, ListMetrics and
 // LatestMetrics report ErrNotFound for a missing job; empty results are
 // empty, not nil; NaN and infinite metric values round-trip. The function
-// given to UpdateJob or UpdateCompute may read through the store but must
-// not write through it.
+// given to UpdateJob, UpdateCompute or UpdateNode may read through the store
+// but must not write through it.
 type Store interface {
 	// CreateCompute stores a new compute target; ErrConflict if the name is taken.
 	CreateCompute(ctx context.Context, c Compute) error
@@ -129,8 +157,50 @@ type Store interface {
 	// single transaction. If fn returns an error nothing is written and that
 	// error is returned as is.
 	UpdateCompute(ctx context.Context, name string, fn func(*Compute) error) (Compute, error)
-	// DeleteCompute removes a target; ErrNotFound if there is none.
+	// DeleteCompute removes a target; ErrNotFound if there is none. Its
+	// nodes and events stay: removing nodes is the workspace's decision, as
+	// it must first give their machines back.
 	DeleteCompute(ctx context.Context, name string) error
+
+	// CreateNode stores a new node; ErrConflict if the name is taken. The
+	// compute it names need not exist.
+	CreateNode(ctx context.Context, n Node) error
+	// GetNode returns one node; ErrNotFound if there is none by that name.
+	GetNode(ctx context.Context, name string) (Node, error)
+	// ListNodes returns the nodes of compute, or of every compute when it is
+	// empty, ordered by Created and then by Name.
+	ListNodes(ctx context.Context, compute string) ([]Node, error)
+	// UpdateNode reads, modifies with fn and writes back one node in a
+	// single transaction; ErrNotFound if there is none, and then fn is not
+	// called. A change fn makes to Name is ignored. If fn returns an error
+	// nothing is written and that error is returned as is. Concurrent
+	// UpdateNode calls on one node are serialised.
+	UpdateNode(ctx context.Context, name string, fn func(*Node) error) (Node, error)
+	// DeleteNode removes a node; ErrNotFound if there is none.
+	DeleteNode(ctx context.Context, name string) error
+
+	// AddComputeEvent stores an event of e.Compute, which need not exist.
+	AddComputeEvent(ctx context.Context, e ComputeEvent) error
+	// ListComputeEvents returns the newest limit events of compute (all of
+	// them if limit <= 0), oldest first; events with equal times are in the
+	// order they were added. A compute without events, or with no such
+	// compute, has an empty list, not ErrNotFound: events outlive their
+	// compute.
+	ListComputeEvents(ctx context.Context, compute string, limit int) ([]ComputeEvent, error)
+
+	// SetQuota sets the core limit of a size family, replacing the default
+	// or an earlier limit. The store does not check the number.
+	SetQuota(ctx context.Context, family string, cores int) error
+	// DeleteQuota puts a family back to its default limit; ErrNotFound if
+	// no limit was set for it.
+	DeleteQuota(ctx context.Context, family string) error
+	// ListQuotas returns every limit set, by family.
+	ListQuotas(ctx context.Context) (map[string]int, error)
+	// SetSizeEnabled enables or disables a restricted size. Enabling an
+	// enabled size or disabling a disabled one is not an error.
+	SetSizeEnabled(ctx context.Context, size string, enabled bool) error
+	// ListEnabledSizes returns the enabled restricted sizes, sorted.
+	ListEnabledSizes(ctx context.Context) ([]string, error)
 
 	// CreateJob stores a new job with its first event in one transaction and
 	// returns it with Seq assigned; ErrConflict if the name is taken.

@@ -14,7 +14,7 @@ import (
 // order of jobValues.
 const jobDataColumns = `display_name, experiment_name, compute, status, status_reason,
 	priority, attempt, exit_code, error, created_by, cancel_by, spec, code_snapshot,
-	inputs, outputs, created, started, ended, heartbeat, environment`
+	inputs, outputs, created, started, ended, heartbeat, environment, placement`
 
 // jobColumns are the columns of jobs in the order scanJob reads them.
 const jobColumns = `seq, name, ` + jobDataColumns
@@ -22,7 +22,8 @@ const jobColumns = `seq, name, ` + jobDataColumns
 // jobSets assigns jobValues to jobDataColumns.
 const jobSets = `display_name = ?, experiment_name = ?, compute = ?, status = ?, status_reason = ?,
 	priority = ?, attempt = ?, exit_code = ?, error = ?, created_by = ?, cancel_by = ?, spec = ?,
-	code_snapshot = ?, inputs = ?, outputs = ?, created = ?, started = ?, ended = ?, heartbeat = ?, environment = ?`
+	code_snapshot = ?, inputs = ?, outputs = ?, created = ?, started = ?, ended = ?, heartbeat = ?, environment = ?,
+	placement = ?`
 
 // jobValues are the stored forms of j's fields after Seq and Name.
 func jobValues(j store.Job) []any {
@@ -35,7 +36,7 @@ func jobValues(j store.Job) []any {
 		j.Priority, j.Attempt, exit, j.Error, j.CreatedBy, j.CancelBy, jsonArg(j.Spec),
 		j.CodeSnapshot, jsonArg(j.Inputs), jsonArg(j.Outputs),
 		timeArg(j.Created), timeArg(j.Started), timeArg(j.Ended), timeArg(j.Heartbeat),
-		jsonArg(j.Environment),
+		jsonArg(j.Environment), jsonArg(j.Placement),
 	}
 }
 
@@ -43,12 +44,12 @@ func scanJob(s scanner) (store.Job, error) {
 	var (
 		j                                  store.Job
 		exit                               sql.NullInt64
-		spec, inputs, outputs, env         []byte
+		spec, inputs, outputs, env, place  []byte
 		created, started, ended, heartbeat sql.NullInt64
 	)
 	err := s.Scan(&j.Seq, &j.Name, &j.DisplayName, &j.ExperimentName, &j.Compute, &j.Status, &j.StatusReason,
 		&j.Priority, &j.Attempt, &exit, &j.Error, &j.CreatedBy, &j.CancelBy, &spec, &j.CodeSnapshot,
-		&inputs, &outputs, &created, &started, &ended, &heartbeat, &env)
+		&inputs, &outputs, &created, &started, &ended, &heartbeat, &env, &place)
 	if err != nil {
 		return store.Job{}, err
 	}
@@ -56,7 +57,7 @@ func scanJob(s scanner) (store.Job, error) {
 		code := int(exit.Int64)
 		j.ExitCode = &code
 	}
-	j.Spec, j.Inputs, j.Outputs, j.Environment = spec, inputs, outputs, env
+	j.Spec, j.Inputs, j.Outputs, j.Environment, j.Placement = spec, inputs, outputs, env, place
 	j.Created, j.Started, j.Ended, j.Heartbeat = timeOf(created), timeOf(started), timeOf(ended), timeOf(heartbeat)
 	return j, nil
 }
@@ -82,9 +83,10 @@ func insertEvent(ctx context.Context, tx *sql.Tx, job string, e store.Event) err
 // an event of j whatever its Job field says.
 func (s *Store) CreateJob(ctx context.Context, j store.Job, first store.Event) (store.Job, error) {
 	err := s.write(ctx, func(tx *sql.Tx) error {
+		vals := jobValues(j)
 		err := tx.QueryRowContext(ctx, `INSERT INTO jobs (name, `+jobDataColumns+`)
-			VALUES (?`+strings.Repeat(", ?", 20)+`) RETURNING seq`,
-			append([]any{j.Name}, jobValues(j)...)...).Scan(&j.Seq)
+			VALUES (?`+strings.Repeat(", ?", len(vals))+`) RETURNING seq`,
+			append([]any{j.Name}, vals...)...).Scan(&j.Seq)
 		if isUnique(err) {
 			return fmt.Errorf("job %q: %w", j.Name, store.ErrConflict)
 		}

@@ -9,16 +9,20 @@
 //     the Unix epoch as the epoch, not as zero).
 //   - Returned records (CreateJob's and the Update methods') equal what a
 //     later Get returns.
-//   - JSON fields (Spec, Inputs, Outputs) read back byte for byte, whitespace
-//     and key order included; nil reads back as nil.
+//   - JSON fields (Spec, Inputs, Outputs, Environment, Placement, Facts) read
+//     back byte for byte, whitespace and key order included; nil reads back as
+//     nil.
 //   - ExitCode nil and ExitCode 0 are different values.
-//   - UpdateJob ignores changes fn makes to Name and Seq; UpdateCompute
-//     ignores changes to Name. CreateJob ignores the Seq it is given. The
-//     event given to CreateJob or returned by UpdateJob's fn is stored for
-//     that job whatever its Job field says.
+//   - UpdateJob ignores changes fn makes to Name and Seq; UpdateCompute and
+//     UpdateNode ignore changes to Name. CreateJob ignores the Seq it is
+//     given. The event given to CreateJob or returned by UpdateJob's fn is
+//     stored for that job whatever its Job field says.
 //   - ListEvents, ListMetrics and LatestMetrics return ErrNotFound for a
 //     missing job. Lists and maps are empty, never nil, when there is nothing.
 //   - Metric values NaN and ±Inf round-trip.
+//   - The zero time sorts before every other time (ListNodes,
+//     ListComputeEvents).
+//   - DeleteCompute leaves the compute's nodes and events alone.
 package storetest
 
 import (
@@ -54,6 +58,26 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Compute/UpdateNotFound", testComputeUpdateNotFound},
 		{"Compute/UpdateIgnoresName", testComputeUpdateIgnoresName},
 		{"Compute/Delete", testComputeDelete},
+		{"Compute/DeleteKeepsNodesAndEvents", testComputeDeleteKeepsNodesAndEvents},
+
+		{"Node/RoundTrip", testNodeRoundTrip},
+		{"Node/ZeroValues", testNodeZeroValues},
+		{"Node/CreateConflict", testNodeCreateConflict},
+		{"Node/GetNotFound", testNodeGetNotFound},
+		{"Node/List", testNodeList},
+		{"Node/Update", testNodeUpdate},
+		{"Node/UpdateFnError", testNodeUpdateFnError},
+		{"Node/UpdateNotFound", testNodeUpdateNotFound},
+		{"Node/UpdateIgnoresName", testNodeUpdateIgnoresName},
+		{"Node/UpdateConcurrent", testNodeUpdateConcurrent},
+		{"Node/Delete", testNodeDelete},
+
+		{"ComputeEvent/Order", testComputeEventOrder},
+		{"ComputeEvent/Limit", testComputeEventLimit},
+		{"ComputeEvent/Empty", testComputeEventEmpty},
+
+		{"Quota/SetListDelete", testQuotaSetListDelete},
+		{"Quota/EnabledSizes", testQuotaEnabledSizes},
 
 		{"Job/CreateAssignsSeq", testJobCreateAssignsSeq},
 		{"Job/CreateConcurrent", testJobCreateConcurrent},
@@ -493,6 +517,7 @@ func fullJob(name string) store.Job {
 		CodeSnapshot:   "sha256:0123abcd",
 		Inputs:         json.RawMessage(`{"data":{"type":"uri_folder","path":"./data"}}`),
 		Environment:    json.RawMessage(`{"kind":"python","requirements":"requirements.txt"}`),
+		Placement:      json.RawMessage("{\"nodes\": [\"gpu-1\", \"gpu-2\"],\n \"gpus\": 8}"),
 		Outputs:        json.RawMessage(`[]`),
 		Created:        t0,
 		Started:        t0.Add(90 * time.Second),
@@ -538,8 +563,9 @@ func testJobZeroValues(t *testing.T, s store.Store) {
 	if got.ExitCode != nil {
 		t.Errorf("ExitCode = %d, want nil", *got.ExitCode)
 	}
-	if got.Spec != nil || got.Inputs != nil || got.Outputs != nil {
-		t.Errorf("Spec, Inputs, Outputs = %q, %q, %q; want nil", got.Spec, got.Inputs, got.Outputs)
+	if got.Spec != nil || got.Inputs != nil || got.Outputs != nil || got.Environment != nil || got.Placement != nil {
+		t.Errorf("Spec, Inputs, Outputs, Environment, Placement = %q, %q, %q, %q, %q; want nil",
+			got.Spec, got.Inputs, got.Outputs, got.Environment, got.Placement)
 	}
 	for what, tm := range map[string]time.Time{"Created": got.Created, "Started": got.Started, "Ended": got.Ended, "Heartbeat": got.Heartbeat} {
 		if !tm.IsZero() {
@@ -668,13 +694,14 @@ func testJobUpdate(t *testing.T, s store.Store) {
 	want.Attempt = 1
 	want.Started = t0.Add(time.Minute)
 	want.Outputs = json.RawMessage(`{"model": "azureml://x"}`)
+	want.Placement = json.RawMessage(`{"nodes": ["node-1"]}`)
 	ev := store.Event{Job: "ignored", Time: t0.Add(time.Minute), From: "Queued", To: "Running", Reason: "placed on node-1"}
 
 	got, err := s.UpdateJob(context.Background(), "j1", func(j *store.Job) (*store.Event, error) {
 		if d := diff(before, *j); d != "" {
 			t.Errorf("fn got (-want +got):\n%s", d)
 		}
-		j.Status, j.Attempt, j.Started, j.Outputs = want.Status, want.Attempt, want.Started, want.Outputs
+		j.Status, j.Attempt, j.Started, j.Outputs, j.Placement = want.Status, want.Attempt, want.Started, want.Outputs, want.Placement
 		return &ev, nil
 	})
 	if err != nil {
@@ -716,6 +743,7 @@ func testJobUpdateFnError(t *testing.T, s store.Store) {
 		j.Status = "Canceled"
 		j.ExitCode = nil
 		j.Spec = nil
+		j.Placement = nil
 		return &store.Event{Time: t0, From: "Failed", To: "Canceled"}, errTest
 	})
 	if err != errTest {
@@ -1078,5 +1106,468 @@ func testEnvironmentListOrder(t *testing.T, s store.Store) {
 	}
 	if d := cmp.Diff([]string{"torch:10", "torch:9", "torch:11"}, versions(torch)); d != "" {
 		t.Errorf("ListEnvironments(torch) (-want +got):\n%s", d)
+	}
+}
+
+// --- nodes ---
+
+// fullNode has every field set to a value other than its zero value.
+func fullNode(name, compute string, created time.Time) store.Node {
+	return store.Node{
+		Name:      name,
+		Compute:   compute,
+		State:     "Idle",
+		Reason:    "no job for 4m ✓",
+		Size:      "Standard_NC24ads_A100_v4",
+		Machine:   "/subscriptions/x/vm-" + name,
+		Address:   "10.0.0.7:7946",
+		Facts:     json.RawMessage("{\"gpus\": [\"A100\", \"A100\"],\n  \"cores\": 24, \"b\": 1.50}"),
+		Created:   created,
+		Joined:    created.Add(90 * time.Second),
+		Heartbeat: created.Add(time.Hour + time.Microsecond),
+		IdleSince: time.Unix(0, 0), // the epoch is a time, not "busy"
+	}
+}
+
+func mustCreateNode(t *testing.T, s store.Store, n store.Node) {
+	t.Helper()
+	if err := s.CreateNode(context.Background(), n); err != nil {
+		t.Fatalf("CreateNode(%q): %v", n.Name, err)
+	}
+}
+
+func mustGetNode(t *testing.T, s store.Store, name string) store.Node {
+	t.Helper()
+	n, err := s.GetNode(context.Background(), name)
+	if err != nil {
+		t.Fatalf("GetNode(%q): %v", name, err)
+	}
+	return n
+}
+
+func mustListNodes(t *testing.T, s store.Store, compute string) []store.Node {
+	t.Helper()
+	ns, err := s.ListNodes(context.Background(), compute)
+	if err != nil {
+		t.Fatalf("ListNodes(%q): %v", compute, err)
+	}
+	return ns
+}
+
+func testNodeRoundTrip(t *testing.T, s store.Store) {
+	want := fullNode("gpu-1", "gpu-cluster", t0)
+	mustCreateNode(t, s, want)
+	got := mustGetNode(t, s, "gpu-1")
+	if d := diff(want, got); d != "" {
+		t.Errorf("GetNode (-want +got):\n%s", d)
+	}
+	for what, tm := range map[string]time.Time{"Created": got.Created, "Joined": got.Joined, "Heartbeat": got.Heartbeat, "IdleSince": got.IdleSince} {
+		if tm.Location() != time.UTC {
+			t.Errorf("GetNode: %s is in %v, want UTC", what, tm.Location())
+		}
+	}
+	if got.IdleSince.IsZero() {
+		t.Error("GetNode: an IdleSince at the Unix epoch read back as the zero time")
+	}
+	if ns := mustListNodes(t, s, ""); len(ns) != 1 || diff(want, ns[0]) != "" {
+		t.Errorf("ListNodes = %+v, want just %+v", ns, want)
+	}
+}
+
+func testNodeZeroValues(t *testing.T, s store.Store) {
+	want := store.Node{Name: "n1"}
+	mustCreateNode(t, s, want)
+	got := mustGetNode(t, s, "n1")
+	if d := diff(want, got); d != "" {
+		t.Errorf("GetNode (-want +got):\n%s", d)
+	}
+	if got.Facts != nil {
+		t.Errorf("Facts = %q, want nil", got.Facts)
+	}
+	for what, tm := range map[string]time.Time{"Created": got.Created, "Joined": got.Joined, "Heartbeat": got.Heartbeat, "IdleSince": got.IdleSince} {
+		if !tm.IsZero() {
+			t.Errorf("%s = %v, want the zero time", what, tm)
+		}
+	}
+}
+
+func testNodeCreateConflict(t *testing.T, s store.Store) {
+	first := fullNode("n1", "cpu", t0)
+	mustCreateNode(t, s, first)
+	second := fullNode("n1", "gpu", t0.Add(time.Hour))
+	second.Facts = json.RawMessage(`{}`)
+	wantErrIs(t, "second CreateNode", s.CreateNode(context.Background(), second), store.ErrConflict)
+	if d := diff(first, mustGetNode(t, s, "n1")); d != "" {
+		t.Errorf("first node changed by a conflicting create (-want +got):\n%s", d)
+	}
+}
+
+func testNodeGetNotFound(t *testing.T, s store.Store) {
+	_, err := s.GetNode(context.Background(), "nope")
+	wantErrIs(t, "GetNode of a missing node", err, store.ErrNotFound)
+}
+
+func testNodeList(t *testing.T, s store.Store) {
+	if ns := mustListNodes(t, s, ""); ns == nil || len(ns) != 0 {
+		t.Errorf("ListNodes on an empty store = %#v, want an empty, non-nil slice", ns)
+	}
+	all := map[string]store.Node{}
+	// Created out of name order, with ties broken by name and a zero
+	// Created, which sorts first.
+	for _, n := range []struct {
+		name, compute string
+		created       time.Time
+	}{
+		{"d", "cpu", t0.Add(2 * time.Minute)},
+		{"b", "gpu", t0.Add(time.Minute)},
+		{"c", "cpu", t0},
+		{"a", "cpu", t0.Add(time.Minute)},
+		{"e", "gpu", time.Time{}},
+	} {
+		all[n.name] = fullNode(n.name, n.compute, n.created)
+		mustCreateNode(t, s, all[n.name])
+	}
+	nodes := func(names ...string) []store.Node {
+		ns := []store.Node{}
+		for _, n := range names {
+			ns = append(ns, all[n])
+		}
+		return ns
+	}
+	for _, tt := range []struct {
+		compute string
+		want    []store.Node
+	}{
+		{"", nodes("e", "c", "a", "b", "d")},
+		{"cpu", nodes("c", "a", "d")},
+		{"gpu", nodes("e", "b")},
+		{"tpu", nodes()},
+	} {
+		if d := diff(tt.want, mustListNodes(t, s, tt.compute)); d != "" {
+			t.Errorf("ListNodes(%q) (-want +got):\n%s", tt.compute, d)
+		}
+	}
+}
+
+func testNodeUpdate(t *testing.T, s store.Store) {
+	before := store.Node{Name: "n1", Compute: "gpu", State: "Launching", Size: "Standard_NC6", Created: t0}
+	mustCreateNode(t, s, before)
+	want := before
+	want.State = "Ready"
+	want.Machine = "vm-123"
+	want.Address = "10.0.0.8:7946"
+	want.Facts = json.RawMessage(`{"gpus": 1}`)
+	want.Joined = t0.Add(time.Minute)
+	want.Heartbeat = t0.Add(2 * time.Minute)
+
+	got, err := s.UpdateNode(context.Background(), "n1", func(n *store.Node) error {
+		if d := diff(before, *n); d != "" {
+			t.Errorf("fn got (-want +got):\n%s", d)
+		}
+		n.State, n.Machine, n.Address, n.Facts = want.State, want.Machine, want.Address, want.Facts
+		n.Joined, n.Heartbeat = want.Joined, want.Heartbeat
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("UpdateNode: %v", err)
+	}
+	if d := diff(want, got); d != "" {
+		t.Errorf("UpdateNode returned (-want +got):\n%s", d)
+	}
+	if d := diff(want, mustGetNode(t, s, "n1")); d != "" {
+		t.Errorf("GetNode after UpdateNode (-want +got):\n%s", d)
+	}
+
+	// Back to zero: nil Facts and zero times are written too.
+	want = before
+	got, err = s.UpdateNode(context.Background(), "n1", func(n *store.Node) error {
+		*n = before
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("second UpdateNode: %v", err)
+	}
+	if d := diff(want, got); d != "" {
+		t.Errorf("second UpdateNode returned (-want +got):\n%s", d)
+	}
+	if d := diff(want, mustGetNode(t, s, "n1")); d != "" {
+		t.Errorf("GetNode after the second UpdateNode (-want +got):\n%s", d)
+	}
+}
+
+func testNodeUpdateFnError(t *testing.T, s store.Store) {
+	want := fullNode("n1", "gpu", t0)
+	mustCreateNode(t, s, want)
+	_, err := s.UpdateNode(context.Background(), "n1", func(n *store.Node) error {
+		n.State = "Lost"
+		n.Facts = nil
+		n.Heartbeat = time.Time{}
+		return errTest
+	})
+	if err != errTest {
+		t.Errorf("UpdateNode with a failing fn: got error %v, want fn's error as is", err)
+	}
+	if d := diff(want, mustGetNode(t, s, "n1")); d != "" {
+		t.Errorf("node changed by an update whose fn failed (-want +got):\n%s", d)
+	}
+}
+
+func testNodeUpdateNotFound(t *testing.T, s store.Store) {
+	called := false
+	_, err := s.UpdateNode(context.Background(), "nope", func(*store.Node) error {
+		called = true
+		return nil
+	})
+	wantErrIs(t, "UpdateNode of a missing node", err, store.ErrNotFound)
+	if called {
+		t.Error("UpdateNode called fn for a missing node")
+	}
+}
+
+func testNodeUpdateIgnoresName(t *testing.T, s store.Store) {
+	mustCreateNode(t, s, fullNode("n1", "gpu", t0))
+	want := fullNode("n1", "gpu", t0)
+	want.State = "Draining"
+	got, err := s.UpdateNode(context.Background(), "n1", func(n *store.Node) error {
+		n.Name = "renamed"
+		n.State = "Draining"
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("UpdateNode: %v", err)
+	}
+	if d := diff(want, got); d != "" {
+		t.Errorf("UpdateNode returned (-want +got):\n%s", d)
+	}
+	if d := diff([]store.Node{want}, mustListNodes(t, s, "")); d != "" {
+		t.Errorf("ListNodes (-want +got):\n%s", d)
+	}
+	_, err = s.GetNode(context.Background(), "renamed")
+	wantErrIs(t, "GetNode of the name fn set", err, store.ErrNotFound)
+}
+
+func testNodeUpdateConcurrent(t *testing.T, s store.Store) {
+	const n = 20
+	mustCreateNode(t, s, store.Node{Name: "n1", Compute: "gpu"})
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		seen = map[int]int{}
+	)
+	for range n {
+		wg.Go(func() {
+			_, err := s.UpdateNode(context.Background(), "n1", func(node *store.Node) error {
+				mu.Lock()
+				seen[len(node.Reason)]++
+				mu.Unlock()
+				node.Reason += "+"
+				return nil
+			})
+			if err != nil {
+				t.Errorf("UpdateNode: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := mustGetNode(t, s, "n1").Reason; len(got) != n {
+		t.Errorf("after %d concurrent appends Reason = %q (%d long)", n, got, len(got))
+	}
+	// Serialised updates each saw a different state: 0, 1, ..., n-1 appends.
+	for i := range n {
+		if seen[i] != 1 {
+			t.Errorf("%d updates saw %d earlier appends, want 1", seen[i], i)
+		}
+	}
+}
+
+func testNodeDelete(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustCreateNode(t, s, fullNode("a", "gpu", t0))
+	mustCreateNode(t, s, fullNode("b", "gpu", t0))
+	if err := s.DeleteNode(ctx, "a"); err != nil {
+		t.Fatalf("DeleteNode: %v", err)
+	}
+	_, err := s.GetNode(ctx, "a")
+	wantErrIs(t, "GetNode after DeleteNode", err, store.ErrNotFound)
+	wantErrIs(t, "second DeleteNode", s.DeleteNode(ctx, "a"), store.ErrNotFound)
+	mustGetNode(t, s, "b")
+	// The name is free again.
+	mustCreateNode(t, s, fullNode("a", "cpu", t0))
+}
+
+func testComputeDeleteKeepsNodesAndEvents(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustCreateCompute(t, s, testCompute("gpu"))
+	node := fullNode("n1", "gpu", t0)
+	mustCreateNode(t, s, node)
+	ev := store.ComputeEvent{Compute: "gpu", Time: t0, Kind: "scale_up", Message: "1 node for 1 queued job"}
+	if err := s.AddComputeEvent(ctx, ev); err != nil {
+		t.Fatalf("AddComputeEvent: %v", err)
+	}
+	if err := s.DeleteCompute(ctx, "gpu"); err != nil {
+		t.Fatalf("DeleteCompute: %v", err)
+	}
+	if d := diff([]store.Node{node}, mustListNodes(t, s, "gpu")); d != "" {
+		t.Errorf("ListNodes after DeleteCompute (-want +got):\n%s", d)
+	}
+	if d := diff([]store.ComputeEvent{ev}, mustListComputeEvents(t, s, "gpu", 0)); d != "" {
+		t.Errorf("ListComputeEvents after DeleteCompute (-want +got):\n%s", d)
+	}
+}
+
+// --- compute events ---
+
+func mustListComputeEvents(t *testing.T, s store.Store, compute string, limit int) []store.ComputeEvent {
+	t.Helper()
+	es, err := s.ListComputeEvents(context.Background(), compute, limit)
+	if err != nil {
+		t.Fatalf("ListComputeEvents(%q, %d): %v", compute, limit, err)
+	}
+	return es
+}
+
+// addComputeEvents adds events of compute at the given minutes after t0 (a
+// negative minute is the zero time) and returns them in insertion order.
+func addComputeEvents(t *testing.T, s store.Store, compute string, minutes ...int) []store.ComputeEvent {
+	t.Helper()
+	var out []store.ComputeEvent
+	for i, m := range minutes {
+		e := store.ComputeEvent{Compute: compute, Kind: "scale_up", Message: fmt.Sprintf("%s event %d\nsecond line ✓", compute, i)}
+		if m >= 0 {
+			e.Time = t0.Add(time.Duration(m) * time.Minute)
+		}
+		if err := s.AddComputeEvent(context.Background(), e); err != nil {
+			t.Fatalf("AddComputeEvent: %v", err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// pick returns es[i] for each index, in that order.
+func pick(es []store.ComputeEvent, indexes ...int) []store.ComputeEvent {
+	out := []store.ComputeEvent{}
+	for _, i := range indexes {
+		out = append(out, es[i])
+	}
+	return out
+}
+
+func testComputeEventOrder(t *testing.T, s store.Store) {
+	// Times out of insertion order, two ties, and a zero time (the oldest).
+	gpu := addComputeEvents(t, s, "gpu", 5, 1, 3, 1, -1, 5)
+	cpu := addComputeEvents(t, s, "cpu", 2)
+	if d := diff(pick(gpu, 4, 1, 3, 2, 0, 5), mustListComputeEvents(t, s, "gpu", 0)); d != "" {
+		t.Errorf("ListComputeEvents(gpu) (-want +got):\n%s", d)
+	}
+	if d := diff(pick(cpu, 0), mustListComputeEvents(t, s, "cpu", -1)); d != "" {
+		t.Errorf("ListComputeEvents(cpu, -1) (-want +got):\n%s", d)
+	}
+	for _, e := range mustListComputeEvents(t, s, "gpu", 0) {
+		if e.Time.Location() != time.UTC {
+			t.Errorf("ListComputeEvents: Time %v is not in UTC", e.Time)
+		}
+	}
+}
+
+func testComputeEventLimit(t *testing.T, s store.Store) {
+	gpu := addComputeEvents(t, s, "gpu", 5, 1, 3, 1, -1, 5)
+	addComputeEvents(t, s, "cpu", 9, 9, 9)
+	for _, tt := range []struct {
+		limit int
+		want  []int
+	}{
+		{1, []int{5}},
+		{2, []int{0, 5}},
+		{3, []int{2, 0, 5}},
+		{4, []int{3, 2, 0, 5}},
+		{6, []int{4, 1, 3, 2, 0, 5}},
+		{100, []int{4, 1, 3, 2, 0, 5}},
+	} {
+		if d := diff(pick(gpu, tt.want...), mustListComputeEvents(t, s, "gpu", tt.limit)); d != "" {
+			t.Errorf("ListComputeEvents(gpu, %d) (-want +got):\n%s", tt.limit, d)
+		}
+	}
+}
+
+func testComputeEventEmpty(t *testing.T, s store.Store) {
+	mustCreateCompute(t, s, testCompute("gpu"))
+	addComputeEvents(t, s, "cpu", 1)
+	for _, compute := range []string{"gpu", "nope"} {
+		if es := mustListComputeEvents(t, s, compute, 10); es == nil || len(es) != 0 {
+			t.Errorf("ListComputeEvents(%q) = %#v, want an empty, non-nil slice", compute, es)
+		}
+	}
+}
+
+// --- quotas and enabled sizes ---
+
+func mustListQuotas(t *testing.T, s store.Store) map[string]int {
+	t.Helper()
+	qs, err := s.ListQuotas(context.Background())
+	if err != nil {
+		t.Fatalf("ListQuotas: %v", err)
+	}
+	return qs
+}
+
+func testQuotaSetListDelete(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if qs := mustListQuotas(t, s); qs == nil || len(qs) != 0 {
+		t.Errorf("ListQuotas on an empty store = %#v, want an empty, non-nil map", qs)
+	}
+	for _, q := range []struct {
+		family string
+		cores  int
+	}{{"NCadsA100v4", 96}, {"Dv5", 0}, {"NCadsA100v4", 48}, {"ESv5", 200}} {
+		if err := s.SetQuota(ctx, q.family, q.cores); err != nil {
+			t.Fatalf("SetQuota(%q, %d): %v", q.family, q.cores, err)
+		}
+	}
+	if d := diff(map[string]int{"NCadsA100v4": 48, "Dv5": 0, "ESv5": 200}, mustListQuotas(t, s)); d != "" {
+		t.Errorf("ListQuotas (-want +got):\n%s", d)
+	}
+	if err := s.DeleteQuota(ctx, "Dv5"); err != nil {
+		t.Fatalf("DeleteQuota: %v", err)
+	}
+	wantErrIs(t, "second DeleteQuota", s.DeleteQuota(ctx, "Dv5"), store.ErrNotFound)
+	wantErrIs(t, "DeleteQuota of a family never set", s.DeleteQuota(ctx, "nope"), store.ErrNotFound)
+	if d := diff(map[string]int{"NCadsA100v4": 48, "ESv5": 200}, mustListQuotas(t, s)); d != "" {
+		t.Errorf("ListQuotas after DeleteQuota (-want +got):\n%s", d)
+	}
+}
+
+func testQuotaEnabledSizes(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	list := func() []string {
+		t.Helper()
+		sizes, err := s.ListEnabledSizes(ctx)
+		if err != nil {
+			t.Fatalf("ListEnabledSizes: %v", err)
+		}
+		return sizes
+	}
+	if sizes := list(); sizes == nil || len(sizes) != 0 {
+		t.Errorf("ListEnabledSizes on an empty store = %#v, want an empty, non-nil slice", sizes)
+	}
+	for _, op := range []struct {
+		size    string
+		enabled bool
+	}{
+		{"Standard_ND96asr_v4", true},
+		{"Standard_NC6", false}, // never enabled
+		{"Standard_M128", true},
+		{"Standard_ND96asr_v4", true}, // twice
+		{"Standard_HB120rs_v3", true},
+		{"Standard_M128", false},
+		{"Standard_M128", false}, // twice
+		{"Standard_HB120rs_v2", true},
+	} {
+		if err := s.SetSizeEnabled(ctx, op.size, op.enabled); err != nil {
+			t.Fatalf("SetSizeEnabled(%q, %t): %v", op.size, op.enabled, err)
+		}
+	}
+	if d := cmp.Diff([]string{"Standard_HB120rs_v2", "Standard_HB120rs_v3", "Standard_ND96asr_v4"}, list()); d != "" {
+		t.Errorf("ListEnabledSizes (-want +got):\n%s", d)
 	}
 }
