@@ -1,6 +1,7 @@
 // Package runner runs one attempt of a job on the machine it is on: it
 // materialises the snapshot and inputs, runs the command in its own process
-// group, ships the combined stdout/stderr to the workspace as it is written,
+// group (one group per process of a distributed job: distributed.go),
+// ships the combined stdout/stderr to the workspace as it is written,
 // uploads the outputs and reports the end (DESIGN.md section 3).
 //
 // The runner is built to outlive its server: the job writes its output
@@ -384,13 +385,12 @@ func (r *runner) jobVars(j *spec.Job) []string {
 // returns the report that describes how it ended.
 func (r *runner) execute(jobCtx context.Context, j *spec.Job, p *paths, rt *environment.Runtime, spool *os.File) workspace.Report {
 	command := Command(j.Command, p.inputs, p.outputs)
-	var proc process
-	var err error
-	if rt.Image != "" {
-		proc, err = r.startInContainer(jobCtx, j, rt.Image, command)
-	} else {
-		proc, err = startHost(shell(), command, r.wd, rt.Environ(r.env(j)), spool)
+	procs, err := r.planJob(j)
+	if err != nil {
+		fmt.Fprintf(spool, "ferry: the job's processes could not be laid out: %v\n", err)
+		return failed("the distribution does not fit this job", err)
 	}
+	proc, err := r.start(jobCtx, j, rt, command, procs, spool)
 	if err != nil {
 		fmt.Fprintf(spool, "ferry: the command could not be started: %v\n", err)
 		return failed("the command could not be started", err)
@@ -452,14 +452,19 @@ loop:
 		return workspace.Report{Status: workspace.StatusFailed, Reason: "timeout", ExitCode: &code, Error: msg}
 	case code == 0:
 		return workspace.Report{Status: workspace.StatusCompleted, Reason: "exit code 0", ExitCode: &code}
-	default:
-		return workspace.Report{Status: workspace.StatusFailed, Reason: fmt.Sprintf("exit code %d", code), ExitCode: &code,
-			Error: fmt.Sprintf("the command exited with code %d; the job's log has its output", code)}
 	}
+	if fe, ok := proc.(failureExplainer); ok && fe.failure() != nil {
+		f := fe.failure()
+		return workspace.Report{Status: workspace.StatusFailed, Reason: fmt.Sprintf("rank %d exited with code %d", f.Rank, f.Code), ExitCode: &code,
+			Error: f.String() + "; the job's log has its output"}
+	}
+	return workspace.Report{Status: workspace.StatusFailed, Reason: fmt.Sprintf("exit code %d", code), ExitCode: &code,
+		Error: fmt.Sprintf("the command exited with code %d; the job's log has its output", code)}
 }
 
-// startInContainer starts the command in a container of image.
-func (r *runner) startInContainer(ctx context.Context, j *spec.Job, image, command string) (process, error) {
+// startInContainer starts the command in a container of image, as rp when
+// it is one process of a distributed job.
+func (r *runner) startInContainer(ctx context.Context, j *spec.Job, image, command string, rp *rankProcess) (process, error) {
 	var shm, dargs string
 	if j.Resources != nil {
 		shm, dargs = j.Resources.ShmSize, j.Resources.DockerArgs
@@ -468,12 +473,17 @@ func (r *runner) startInContainer(ctx context.Context, j *spec.Job, image, comma
 	if err != nil {
 		return nil, err
 	}
+	env := r.jobVars(j)
+	labels := map[string]string{"ferry.job": r.cfg.Job, "ferry.attempt": strconv.Itoa(r.cfg.Attempt)}
+	if rp != nil {
+		env = withVars(env, rp.Vars)
+		labels["ferry.rank"] = strconv.Itoa(rp.Rank)
+	}
 	_, statErr := os.Stat("/dev/nvidia0")
 	return startContainer(ctx, r.docker.API, containerJob{
 		Image: image, Command: command, Dir: r.cfg.Dir, WorkDir: r.wd, Spool: r.spool,
-		Env:    r.jobVars(j),
-		Labels: map[string]string{"ferry.job": r.cfg.Job, "ferry.attempt": strconv.Itoa(r.cfg.Attempt)},
-		Opts:   opts, GPUs: os.Getenv("CUDA_VISIBLE_DEVICES"), HasGPUs: statErr == nil,
+		Env: env, Labels: labels,
+		Opts: opts, GPUs: os.Getenv("CUDA_VISIBLE_DEVICES"), HasGPUs: statErr == nil,
 	})
 }
 
