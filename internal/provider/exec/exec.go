@@ -23,10 +23,10 @@
 // "labels": {"k": "v"}}; id and state are required, and a machine's pool
 // may be left out when it is the pool asked for.
 //
-// On launch the program starts `ferry agent AGENT_ARGS... --dir DIR` on the
-// new machine with the variables of agent_env in its environment (never on
-// a command line: FERRY_JOIN_TOKEN is a secret), DIR being a directory of
-// the machine's own. An agent started on this host must be in a session of
+// On launch the program starts `ferry AGENT_ARGS... --dir DIR` (agent_args
+// begin with "agent") on the new machine, with the variables of agent_env
+// in its environment (never on a command line: FERRY_JOIN_TOKEN is a
+// secret), DIR being a directory of the machine's own. An agent started on this host must be in a session of
 // its own (setsid) with stdin, stdout and stderr redirected: the provider
 // kills the program's process group when it times out, and waits for its
 // stdout and stderr to close. Terminate must succeed for a machine that is

@@ -69,14 +69,20 @@ func waitFile(t *testing.T, path string) string {
 	return ""
 }
 
-// gone says whether pid has ended (a zombie has).
+// gone says whether pid ends soon (a zombie has ended). A process
+// dies a little after kill(2) returns, so it gets a while.
 func gone(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
+	for range 200 {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return true
+		}
+		if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); f[0] == "Z" || f[0] == "X" {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	return f[0] == "Z" || f[0] == "X"
+	return false
 }
 
 func TestExampleScriptRoundTrip(t *testing.T) {
