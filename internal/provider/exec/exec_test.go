@@ -3,6 +3,7 @@ package exec
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -100,7 +101,7 @@ func TestExampleScriptRoundTrip(t *testing.T) {
 			p.Terminate(context.Background(), m.ID)
 		}
 	})
-	agent := `[ "$FERRY_JOIN_TOKEN" = "` + secret + `" ] && echo ok > token-ok; echo "$*" > args; exec sleep 300`
+	agent := `printf %s "$FERRY_JOIN_TOKEN" | od -An -tx1 | tr -d ' \n' > token-hex; echo "$*" > args; exec sleep 300`
 	a, err := p.Launch(ctx, request("cpu", "a", agent))
 	if err != nil {
 		t.Fatal(err)
@@ -114,8 +115,8 @@ func TestExampleScriptRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(root, "cpu", "a")
-	if got := waitFile(t, filepath.Join(dir, "token-ok")); got != "ok" {
-		t.Errorf("the agent did not get its join token")
+	if got := waitFile(t, filepath.Join(dir, "token-hex")); got != hex.EncodeToString([]byte(secret)) {
+		t.Errorf("the agent got FERRY_JOIN_TOKEN in hex %q; want %x", got, secret)
 	}
 	if got, want := waitFile(t, filepath.Join(dir, "args")), "--dir "+dir; got != want {
 		t.Errorf("agent args %q; want %q", got, want)

@@ -2,6 +2,7 @@ package process
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"os"
 	"os/exec"
@@ -57,7 +58,7 @@ func shAgent(pool, name string, gpus int, script string) provider.LaunchRequest 
 
 // sleeper records what the agent got, then sleeps.
 const sleeper = `echo "args: $*"; echo "${CUDA_VISIBLE_DEVICES-unset}" > cvd
-[ "$FERRY_JOIN_TOKEN" = "` + secret + `" ] && echo ok > token-ok
+printf %s "$FERRY_JOIN_TOKEN" | od -An -tx1 | tr -d ' \n' > token-hex
 echo started > ready; exec sleep 300`
 
 func launch(t *testing.T, p *Provider, r provider.LaunchRequest) provider.Machine {
@@ -340,7 +341,11 @@ func TestSecretsStayInTheEnvironment(t *testing.T) {
 	ctx := context.Background()
 	p := newProvider(t, Config{})
 	m := launch(t, p, shAgent("pool", "a", 0, sleeper))
-	waitFile(t, filepath.Join(m.Labels["dir"], "token-ok")) // it got there
+	// It got there (shown in hex: the script must not hold the token, or
+	// the test would put it on the command line itself).
+	if got := waitFile(t, filepath.Join(m.Labels["dir"], "token-hex")); got != hex.EncodeToString([]byte(secret)) {
+		t.Errorf("the agent got FERRY_JOIN_TOKEN in hex %q; want %x", got, secret)
+	}
 	for _, f := range []string{filepath.Join(m.Labels["dir"], recordFile), "/proc/" + m.Labels["pid"] + "/cmdline"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
