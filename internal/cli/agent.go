@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferry-ml/ferry/internal/agent"
+	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/selfexe"
+)
+
+func (a *app) agentCmd() *cobra.Command {
+	var cfg agent.Config
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run a node agent: join a compute target and run the jobs it gets (started by node providers)",
+		Long: `Run the node agent of a cluster or compute instance node. It joins the
+workspace at --server with the compute's join token, read from
+$FERRY_JOIN_TOKEN, reports the node's CPUs, memory and GPUs (nvidia-smi;
+CUDA_VISIBLE_DEVICES limits them), heartbeats, and starts a runner for each
+job attempt the server assigns to the node.
+
+Runners outlive the agent: SIGTERM stops the agent and leaves them running,
+and an agent restarted with the same --dir takes them back. The agent exits
+0 when the server drains the node and nothing runs any more, and non-zero
+when the server refuses it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.JoinToken = a.getenv("FERRY_JOIN_TOKEN")
+			// Out of the process's environment, so that nothing started
+			// from here inherits it.
+			os.Unsetenv("FERRY_JOIN_TOKEN")
+			if cfg.JoinToken == "" {
+				return errors.New("FERRY_JOIN_TOKEN is not set; set it to the compute's join token")
+			}
+			if cfg.EnvCacheSize != "" {
+				if _, err := environment.ParseBytes(cfg.EnvCacheSize); err != nil {
+					return fmt.Errorf("--env-cache-size: %w", err)
+				}
+			}
+			if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+				return err
+			}
+			// Runners are started from a stable copy of this binary, so an
+			// upgrade or a `go run` that deletes it leaves them able to start.
+			exe, err := selfexe.Install(filepath.Join(cfg.Dir, "bin"))
+			if err != nil {
+				return err
+			}
+			cfg.Exe = exe
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cfg.Log = slog.New(slog.NewTextHandler(a.stderr, nil))
+			return agent.Run(ctx, cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Server, "server", "", "workspace URL (required)")
+	f.StringVar(&cfg.Name, "name", "", "node name (default: the hostname)")
+	f.StringVar(&cfg.Dir, "dir", "", "the node's directory: state, runs, caches (required)")
+	f.StringVar(&cfg.CacheDir, "cache", "", "the node's blob cache (default DIR/cache)")
+	f.StringVar(&cfg.EnvCacheDir, "env-cache", "", "the node's built environments (default DIR/env-cache)")
+	f.StringVar(&cfg.EnvCacheSize, "env-cache-size", "50g", "bound of the built environments; least recently used ones above it are removed")
+	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "time a canceled job gets between SIGTERM and SIGKILL")
+	f.StringVar(&cfg.Address, "address", "", "address other nodes reach this one at (default: the IP toward the server)")
+	for _, n := range []string{"server", "dir"} {
+		_ = cmd.MarkFlagRequired(n)
+	}
+	return cmd
+}
