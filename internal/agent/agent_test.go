@@ -327,6 +327,7 @@ func TestAgentRunsAssignments(t *testing.T) {
 }
 
 func TestStopFromHeartbeat(t *testing.T) {
+	fakeNvidiaSMI(t, "", 0) // a node without GPUs, even on a host with some
 	fs := newFakeServer(t, nil)
 	dir := t.TempDir()
 	startAgent(t, fs, dir, nil)
