@@ -271,9 +271,14 @@ func (a *agent) runnerEnv(as nodeproto.Assignment) []string {
 		switch {
 		case k == "" || strings.ContainsAny(k, "=\x00") || strings.Contains(as.Env[k], "\x00"):
 			a.log.Warn("assignment variable is not a valid name; left out", "job", as.Job, "attempt", as.Attempt, "var", k)
+		case strings.HasPrefix(k, "FERRY_NODE_"):
+			// The node's place in a multi-node attempt (rank, count,
+			// addresses): the runner reads them to start its ranks and to
+			// report as its node rank.
+			set[k] = as.Env[k]
 		case strings.HasPrefix(k, "FERRY_") || k == "CUDA_VISIBLE_DEVICES":
-			// FERRY_ variables configure the runner (and would not reach
-			// the job); GPUs are given by the assignment's GPUs alone.
+			// Other FERRY_ variables configure the runner (and would not
+			// reach the job); GPUs are given by the assignment's GPUs alone.
 			a.log.Warn("assignment variable is reserved; left out", "job", as.Job, "attempt", as.Attempt, "var", k)
 		default:
 			set[k] = as.Env[k]

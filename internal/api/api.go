@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 	"github.com/ferry-ml/ferry/internal/workspace"
@@ -42,6 +43,7 @@ type route struct {
 	method, path, summary string
 	public                bool // no token needed
 	run                   bool // run-scoped tokens may call it
+	node                  bool // node agents' tokens (join, node) may call it
 	handle                func(r *http.Request, who auth.Principal) (any, error)
 	raw                   func(w http.ResponseWriter, r *http.Request, who auth.Principal) error // writes its own response
 }
@@ -55,6 +57,14 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 		{method: "GET", path: "/v1/computes", summary: "List compute targets", handle: s.listComputes},
 		{method: "POST", path: "/v1/computes", summary: "Create a compute target from an Azure ML v2 compute spec (as JSON)", handle: s.createCompute},
 		{method: "GET", path: "/v1/computes/{name}", summary: "Show a compute target", handle: s.getCompute},
+		{method: "GET", path: "/v1/computes/{name}/nodes", summary: "List a cluster's nodes", handle: s.listNodes},
+		{method: "POST", path: "/v1/computes/{name}/resize", summary: "Change a cluster's bounds: {min_instances, max_instances, idle_time_before_scale_down}", handle: s.resizeCompute},
+		{method: "GET", path: "/v1/quotas", summary: "Core quotas and use per size family", handle: s.listQuotas},
+		{method: "PUT", path: "/v1/quotas/{family}", summary: "Set a family's core quota: {cores}", handle: s.setQuota},
+		{method: "POST", path: "/v1/sizes/{size}/enable", summary: "Let clusters of a restricted size be made", handle: s.enableSize},
+		{method: "POST", path: "/v1/nodes/join", summary: "Agent: join with a node's join token", node: true, handle: s.joinNode},
+		{method: "POST", path: "/v1/nodes/{node}/heartbeat", summary: "Agent: renew the node's lease", node: true, handle: s.nodeHeartbeat},
+		{method: "GET", path: "/v1/nodes/{node}/assignments", summary: "Agent: attempts placed on the node (?wait=SECONDS long-polls)", node: true, handle: s.nodeAssignments},
 		{method: "DELETE", path: "/v1/computes/{name}", summary: "Delete a compute target", handle: s.deleteCompute},
 		{method: "GET", path: "/v1/sizes", summary: "The size catalog: node shapes clusters and serverless jobs use", handle: s.listSizes},
 		{method: "GET", path: "/v1/environments", summary: "List registered environments (?name= for the versions of one)", handle: s.listEnvironments},
@@ -103,6 +113,10 @@ func (s *Server) wrap(rt route) http.HandlerFunc {
 			}
 			if p.Kind == auth.KindRun && !rt.run {
 				s.writeError(w, r, workspace.Forbidden("a run token may not call %s %s", rt.method, rt.path))
+				return
+			}
+			if (p.Kind == workspace.KindNode || p.Kind == workspace.KindJoin) != rt.node && !p.IsOwner() {
+				s.writeError(w, r, workspace.Forbidden("a %s token may not call %s %s", p.Kind, rt.method, rt.path))
 				return
 			}
 			who = p
@@ -244,6 +258,85 @@ func (s *Server) deleteCompute(r *http.Request, _ auth.Principal) (any, error) {
 	return map[string]string{"deleted": r.PathValue("name")}, nil
 }
 
+// ---- nodes and clusters ----
+
+func (s *Server) listNodes(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.ListNodes(r.Context(), r.PathValue("name"))
+}
+
+// ResizeRequest is the body of POST /v1/computes/{name}/resize.
+type ResizeRequest struct {
+	MinInstances            *int `json:"min_instances,omitempty"`
+	MaxInstances            *int `json:"max_instances,omitempty"`
+	IdleTimeBeforeScaleDown *int `json:"idle_time_before_scale_down,omitempty"`
+}
+
+func (s *Server) resizeCompute(r *http.Request, who auth.Principal) (any, error) {
+	if !who.IsOwner() {
+		return nil, workspace.Forbidden("only an owner may resize computes")
+	}
+	var req ResizeRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	return s.ws.ResizeCompute(r.Context(), r.PathValue("name"), req.MinInstances, req.MaxInstances, req.IdleTimeBeforeScaleDown)
+}
+
+func (s *Server) listQuotas(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.ListQuotas(r.Context())
+}
+
+func (s *Server) setQuota(r *http.Request, who auth.Principal) (any, error) {
+	var req struct {
+		Cores *int `json:"cores"`
+	}
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if req.Cores == nil {
+		return nil, workspace.Invalid("cores: say how many cores the family may use, e.g. {\"cores\": 48}")
+	}
+	if err := s.ws.SetQuota(r.Context(), who, r.PathValue("family"), *req.Cores); err != nil {
+		return nil, err
+	}
+	return s.ws.ListQuotas(r.Context())
+}
+
+func (s *Server) enableSize(r *http.Request, who auth.Principal) (any, error) {
+	if err := s.ws.EnableSize(r.Context(), who, r.PathValue("size")); err != nil {
+		return nil, err
+	}
+	return map[string]string{"enabled": r.PathValue("size")}, nil
+}
+
+func (s *Server) joinNode(r *http.Request, who auth.Principal) (any, error) {
+	var req nodeproto.JoinRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	return s.ws.JoinNode(r.Context(), who, req)
+}
+
+func (s *Server) nodeHeartbeat(r *http.Request, who auth.Principal) (any, error) {
+	var hb nodeproto.Heartbeat
+	if err := decode(r, &hb); err != nil {
+		return nil, err
+	}
+	return s.ws.NodeHeartbeat(r.Context(), who, r.PathValue("node"), hb)
+}
+
+func (s *Server) nodeAssignments(r *http.Request, who auth.Principal) (any, error) {
+	wait := time.Duration(0)
+	if w := r.URL.Query().Get("wait"); w != "" {
+		n, err := strconv.Atoi(w)
+		if err != nil || n < 0 {
+			return nil, workspace.Invalid("wait: %q is not a number of seconds", w)
+		}
+		wait = time.Duration(n) * time.Second
+	}
+	return s.ws.NodeAssignments(r.Context(), who, r.PathValue("node"), wait)
+}
+
 // ---- sizes ----
 
 func (s *Server) listSizes(*http.Request, auth.Principal) (any, error) { return s.ws.ListSizes(), nil }
@@ -357,9 +450,13 @@ func (s *Server) streamLogs(w http.ResponseWriter, r *http.Request, _ auth.Princ
 		offset = n
 	}
 	follow := r.URL.Query().Get("follow") == "true"
+	rank, err := rankOf(r)
+	if err != nil {
+		return err
+	}
 	ctx := r.Context()
 	// Check the job exists before the 200 goes out.
-	if _, _, err := s.ws.ReadLog(ctx, name, 0, 0, io.Discard); err != nil {
+	if _, _, err := s.ws.ReadLog(ctx, name, rank, 0, 0, io.Discard); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -368,7 +465,7 @@ func (s *Server) streamLogs(w http.ResponseWriter, r *http.Request, _ auth.Princ
 	out := flushWriter{w: w, f: http.NewResponseController(w)}
 	for {
 		changed := s.ws.Changes(name) // before reading, so no change is missed
-		n, status, err := s.ws.ReadLog(ctx, name, offset, 4<<20, out)
+		n, status, err := s.ws.ReadLog(ctx, name, rank, offset, 4<<20, out)
 		offset += n
 		if err != nil {
 			s.log.Warn("log stream ended", "job", name, "err", err)
@@ -461,6 +558,19 @@ func (s *Server) reportStatus(r *http.Request, who auth.Principal) (any, error) 
 	return map[string]string{"status": rep.Status}, nil
 }
 
+// rankOf reads ?rank=, the node rank of a multi-node job's runner (0 when absent).
+func rankOf(r *http.Request) (int, error) {
+	v := r.URL.Query().Get("rank")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 100000 {
+		return 0, workspace.Invalid("rank: %q is not a node rank", v)
+	}
+	return n, nil
+}
+
 // LogSize is the reply to the runner's log calls.
 type LogSize struct {
 	Size int64 `json:"size"`
@@ -471,7 +581,11 @@ func (s *Server) logSize(r *http.Request, who auth.Principal) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.ws.LogSize(r.Context(), who, r.PathValue("name"), a)
+	rank, err := rankOf(r)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.ws.LogSize(r.Context(), who, r.PathValue("name"), a, rank)
 	return LogSize{Size: n}, err
 }
 
@@ -488,7 +602,11 @@ func (s *Server) appendLog(r *http.Request, who auth.Principal) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.ws.AppendLog(r.Context(), who, r.PathValue("name"), a, offset, data)
+	rank, err := rankOf(r)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.ws.AppendLog(r.Context(), who, r.PathValue("name"), a, rank, offset, data)
 	return LogSize{Size: n}, err
 }
 
@@ -500,6 +618,15 @@ func (s *Server) setOutputs(r *http.Request, who auth.Principal) (any, error) {
 	var out workspace.Outputs
 	if err := decode(r, &out); err != nil {
 		return nil, err
+	}
+	rank, err := rankOf(r)
+	if err != nil {
+		return nil, err
+	}
+	if rank > 0 {
+		// A multi-node job's outputs are rank 0's, as Azure keeps the
+		// outputs of the first node; the other ranks' are not recorded.
+		return out, nil
 	}
 	if err := s.ws.SetOutputs(r.Context(), who, r.PathValue("name"), a, out); err != nil {
 		return nil, err

@@ -13,8 +13,11 @@ const mod = "github.com/ferry-ml/ferry/"
 
 // forbidden maps a package to imports it must not have, directly or not.
 var forbidden = map[string][]string{
-	"internal/api":           {"internal/store/sqlite", "internal/compute/", "internal/server", "internal/cli", "internal/runner"},
-	"internal/workspace":     {"internal/api", "internal/store/sqlite", "internal/compute/", "internal/server", "internal/cli", "net/http"},
+	"internal/api":       {"internal/store/sqlite", "internal/compute/", "internal/server", "internal/cli", "internal/runner"},
+	"internal/workspace": {"internal/api", "internal/store/sqlite", "internal/compute/", "internal/provider/", "internal/server", "internal/cli", "net/http"},
+	// The agent is what runs on nodes: no server code in it.
+	"internal/agent":         {"internal/workspace", "internal/api", "internal/store", "internal/server", "internal/scheduler", "internal/autoscale"},
+	"internal/provider/...":  {"internal/workspace", "internal/api", "internal/store", "internal/server"},
 	"internal/compute/local": {"internal/api", "internal/workspace", "internal/store"},
 	"internal/store":         {"internal/workspace", "internal/api"},
 	"internal/spec":          {"internal/"},

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -54,6 +55,8 @@ when the server stops, and report back when it is up again.`,
 	f.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL that runners use to reach this server (default: http://ADDR)")
 	f.IntVar(&cfg.LocalCapacity, "local-capacity", 0, "jobs the local target runs at once (default: CPUs of this machine)")
 	f.StringVar(&maxSnap, "max-snapshot-size", "", "largest snapshot accepted, e.g. 1GiB (default 1GiB)")
+	f.StringVar(&cfg.Provider, "provider", "process", "node provider of clusters whose file names none: process (agents on this machine) or exec")
+	f.DurationVar(&cfg.NodeLease, "node-lease", 30*time.Second, "how long a silent cluster node keeps its jobs before it is lost")
 	f.StringVar(&cfg.SizesFile, "sizes", "", "YAML file of sizes that extend or override the built-in catalog (see `ferry size list`)")
 	f.StringVar(&cfg.EnvCacheSize, "env-cache-size", "50g", "bound of this machine's built environments (virtualenvs, conda envs, images); least recently used ones above it are removed")
 	f.DurationVar(&cfg.LeaseTimeout, "lease-timeout", 30*time.Second, "how long a silent runner keeps its job before it is failed as lost")
@@ -85,6 +88,13 @@ func (a *app) runnerCmd() *cobra.Command {
 			go func() { <-sigs; close(cancel) }()
 			cfg.Cancel = cancel
 			cfg.Client = client.New(api, tok)
+			if r := os.Getenv("FERRY_NODE_RANK"); r != "" {
+				n, err := strconv.Atoi(r)
+				if err != nil || n < 0 {
+					return fmt.Errorf("FERRY_NODE_RANK %q is not a node rank", r)
+				}
+				cfg.Client.Rank = n
+			}
 			cfg.APIURL, cfg.RunToken = api, tok
 			cfg.Log = slog.New(slog.NewTextHandler(a.stderr, nil))
 			if envCacheSize != "" {

@@ -28,6 +28,9 @@ type Client struct {
 	base  string
 	token string
 	http  *http.Client
+	// Rank is the node rank a runner reports logs and status as (0 for
+	// single-node jobs and for everyone else).
+	Rank int
 }
 
 // New returns a client of the workspace at baseURL.
@@ -154,6 +157,35 @@ func (c *Client) SubmitJob(ctx context.Context, req api.JobRequest) (*workspace.
 	return &out, c.do(ctx, "POST", "/v1/jobs", req, &out)
 }
 
+// ListNodes lists a cluster's nodes.
+func (c *Client) ListNodes(ctx context.Context, compute string) ([]*workspace.Node, error) {
+	var out []*workspace.Node
+	return out, c.do(ctx, "GET", "/v1/computes/"+url.PathEscape(compute)+"/nodes", nil, &out)
+}
+
+// ResizeCompute changes a cluster's bounds.
+func (c *Client) ResizeCompute(ctx context.Context, compute string, req api.ResizeRequest) (*workspace.Compute, error) {
+	var out workspace.Compute
+	return &out, c.do(ctx, "POST", "/v1/computes/"+url.PathEscape(compute)+"/resize", req, &out)
+}
+
+// ListQuotas lists core quotas and use per family.
+func (c *Client) ListQuotas(ctx context.Context) ([]workspace.Quota, error) {
+	var out []workspace.Quota
+	return out, c.do(ctx, "GET", "/v1/quotas", nil, &out)
+}
+
+// SetQuota sets a family's core quota.
+func (c *Client) SetQuota(ctx context.Context, family string, cores int) ([]workspace.Quota, error) {
+	var out []workspace.Quota
+	return out, c.do(ctx, "PUT", "/v1/quotas/"+url.PathEscape(family), map[string]int{"cores": cores}, &out)
+}
+
+// EnableSize lets clusters of a restricted size be made.
+func (c *Client) EnableSize(ctx context.Context, size string) error {
+	return c.do(ctx, "POST", "/v1/sizes/"+url.PathEscape(size)+"/enable", nil, nil)
+}
+
 // ListSizes returns the workspace's size catalog.
 func (c *Client) ListSizes(ctx context.Context) ([]sizes.Size, error) {
 	var out []sizes.Size
@@ -245,21 +277,30 @@ func (c *Client) Heartbeat(ctx context.Context, job string, attempt int) (*works
 	return &out, c.do(ctx, "POST", attemptPath(job, attempt, "heartbeat"), struct{}{}, &out)
 }
 
-// ReportStatus reports an attempt's progress or end.
+// ReportStatus reports an attempt's progress or end, as the client's Rank.
 func (c *Client) ReportStatus(ctx context.Context, job string, attempt int, r workspace.Report) error {
+	r.Rank = c.Rank
 	return c.do(ctx, "POST", attemptPath(job, attempt, "status"), r, nil)
+}
+
+// rankQuery is "rank=R" after sep for a runner of node rank R > 0.
+func (c *Client) rankQuery(sep string) string {
+	if c.Rank == 0 {
+		return ""
+	}
+	return sep + "rank=" + strconv.Itoa(c.Rank)
 }
 
 // LogSize returns how many bytes of an attempt's log the server has.
 func (c *Client) LogSize(ctx context.Context, job string, attempt int) (int64, error) {
 	var out api.LogSize
-	err := c.do(ctx, "GET", attemptPath(job, attempt, "logs"), nil, &out)
+	err := c.do(ctx, "GET", attemptPath(job, attempt, "logs")+c.rankQuery("?"), nil, &out)
 	return out.Size, err
 }
 
 // AppendLog sends log bytes that start at offset; it returns the stored size.
 func (c *Client) AppendLog(ctx context.Context, job string, attempt int, offset int64, data []byte) (int64, error) {
-	resp, err := c.request(ctx, "POST", attemptPath(job, attempt, "logs")+"?offset="+strconv.FormatInt(offset, 10), bytes.NewReader(data), "application/octet-stream")
+	resp, err := c.request(ctx, "POST", attemptPath(job, attempt, "logs")+"?offset="+strconv.FormatInt(offset, 10)+c.rankQuery("&"), bytes.NewReader(data), "application/octet-stream")
 	if err != nil {
 		return 0, err
 	}
@@ -270,7 +311,7 @@ func (c *Client) AppendLog(ctx context.Context, job string, attempt int, offset 
 
 // SetOutputs records an attempt's output snapshots.
 func (c *Client) SetOutputs(ctx context.Context, job string, attempt int, o workspace.Outputs) error {
-	return c.do(ctx, "PUT", attemptPath(job, attempt, "outputs"), o, nil)
+	return c.do(ctx, "PUT", attemptPath(job, attempt, "outputs")+c.rankQuery("?"), o, nil)
 }
 
 // ---- blobs and snapshots ----

@@ -41,7 +41,11 @@ type Config struct {
 	MaxSnapshotSize int64  // 0 = 1 GiB
 	// SizesFile is a YAML file of sizes that extend or override the
 	// built-in catalog ("" = the built-in one only).
-	SizesFile    string
+	SizesFile string
+	// Provider is the node provider of clusters that name none ("" = process).
+	Provider string
+	// NodeLease is how long a silent node keeps its jobs (0 = 30 s).
+	NodeLease    time.Duration
 	EnvCacheSize string // bound of the local machine's environment cache, such as 50g; "" = none
 	LeaseTimeout time.Duration
 	CancelGrace  time.Duration // runners' SIGTERM→SIGKILL grace; 0 = 10 s
@@ -145,7 +149,8 @@ func Run(ctx context.Context, cfg Config) error {
 			return mk(c), nil
 		},
 		MaxSnapshotSize: cfg.MaxSnapshotSize, LeaseTimeout: cfg.LeaseTimeout, Log: cfg.Log,
-		Sizes: catalog,
+		Sizes: catalog, Providers: newProviders(exe, dir, cfg.Provider).factory(),
+		NodeLease: cfg.NodeLease, NodeHeartbeat: nodeHeartbeat(cfg.NodeLease),
 	})
 	if err != nil {
 		return err
@@ -261,4 +266,13 @@ func lockDir(dir string) (func(), error) {
 		return nil, fmt.Errorf("another ferry server is using %s; stop it or pick another --data-dir", dir)
 	}
 	return func() { f.Close() }, nil
+}
+
+// nodeHeartbeat is how often agents heartbeat: often enough that a few
+// lost heartbeats do not lose a node.
+func nodeHeartbeat(lease time.Duration) time.Duration {
+	if lease <= 0 {
+		return 0 // the workspace's default
+	}
+	return max(time.Second, min(2*time.Second, lease/3)) // the protocol counts whole seconds
 }

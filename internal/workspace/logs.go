@@ -26,8 +26,14 @@ func newLogStore(dir string) (*logStore, error) {
 	return &logStore{dir: dir, locks: map[string]*sync.Mutex{}}, nil
 }
 
-func (l *logStore) path(job string, attempt int) string {
-	return filepath.Join(l.dir, job, strconv.Itoa(attempt)+".log")
+// path is where an attempt's log is kept: rank 0's (the only one of a
+// single-node job) as <attempt>.log, other node ranks' beside it.
+func (l *logStore) path(job string, attempt, rank int) string {
+	name := strconv.Itoa(attempt)
+	if rank > 0 {
+		name += ".rank" + strconv.Itoa(rank)
+	}
+	return filepath.Join(l.dir, job, name+".log")
 }
 
 func (l *logStore) lock(job string) *sync.Mutex {
@@ -47,11 +53,11 @@ var errLogGap = errors.New("log chunk leaves a gap")
 // Append writes data, which starts at byte offset of the attempt's log, and
 // returns the log's new size. Bytes already stored are skipped; a chunk that
 // starts past the end fails with errLogGap and the current size.
-func (l *logStore) Append(job string, attempt int, offset int64, data []byte) (int64, error) {
+func (l *logStore) Append(job string, attempt, rank int, offset int64, data []byte) (int64, error) {
 	m := l.lock(job)
 	m.Lock()
 	defer m.Unlock()
-	p := l.path(job, attempt)
+	p := l.path(job, attempt, rank)
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return 0, err
 	}
@@ -84,8 +90,8 @@ func (l *logStore) Append(job string, attempt int, offset int64, data []byte) (i
 }
 
 // Size returns the stored size of an attempt's log (0 if none yet).
-func (l *logStore) Size(job string, attempt int) int64 {
-	st, err := os.Stat(l.path(job, attempt))
+func (l *logStore) Size(job string, attempt, rank int) int64 {
+	st, err := os.Stat(l.path(job, attempt, rank))
 	if err != nil {
 		return 0
 	}
@@ -94,8 +100,8 @@ func (l *logStore) Size(job string, attempt int) int64 {
 
 // ReadAt copies the log from offset to w, at most max bytes, and returns how
 // many bytes it copied.
-func (l *logStore) ReadAt(job string, attempt int, offset, max int64, w io.Writer) (int64, error) {
-	f, err := os.Open(l.path(job, attempt))
+func (l *logStore) ReadAt(job string, attempt, rank int, offset, max int64, w io.Writer) (int64, error) {
+	f, err := os.Open(l.path(job, attempt, rank))
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}

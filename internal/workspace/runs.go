@@ -24,6 +24,9 @@ func (s *Service) Run(ctx context.Context) {
 		if err := s.expireLeases(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("lease check", "err", err)
 		}
+		if err := s.reconcilePools(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("pools", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -50,6 +53,9 @@ func (s *Service) dispatch(ctx context.Context) error {
 	free := map[string]int{}
 	anyFree := false
 	for _, c := range computes {
+		if isPool(c.Type) {
+			continue // the pool loop places these
+		}
 		t, err := s.target(ctx, c.Name)
 		if err != nil {
 			s.log.Error("compute unusable", "compute", c.Name, "err", err)
@@ -66,7 +72,14 @@ func (s *Service) dispatch(ctx context.Context) error {
 		return err
 	}
 	cands := make([]scheduler.Candidate, 0, len(queued))
+	pool := map[string]bool{}
+	for _, c := range computes {
+		pool[c.Name] = isPool(c.Type)
+	}
 	for _, j := range queued {
+		if pool[j.Compute] {
+			continue
+		}
 		if _, ok := free[j.Compute]; !ok {
 			s.failQueued(ctx, j.Name, fmt.Sprintf("compute %s no longer exists or is unusable", j.Compute))
 			continue
@@ -225,6 +238,9 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 		return err
 	}
 	s.heard(name)
+	if r.Rank > 0 && (r.Status == StatusRunning || r.Status == StatusFinalizing) {
+		return nil // rank 0 speaks for a multi-node job's progress
+	}
 	switch r.Status {
 	case StatusRunning, StatusFinalizing:
 		_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
@@ -244,7 +260,15 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 		}
 		s.changed(name)
 	case StatusCompleted, StatusFailed, StatusCanceled:
-		return s.finish(ctx, name, attempt, r.Status, r.Reason, r.ExitCode, r.Error)
+		done, err := s.rankEnded(ctx, name, attempt, r)
+		if err != nil || !done {
+			return err
+		}
+		reason := r.Reason
+		if r.Rank > 0 {
+			reason = fmt.Sprintf("node rank %d: %s", r.Rank, r.Reason)
+		}
+		return s.finish(ctx, name, attempt, r.Status, reason, r.ExitCode, r.Error)
 	default:
 		return Invalid("status: a runner may report Running, Finalizing, Completed, Failed or Canceled, not %q", r.Status)
 	}
@@ -324,4 +348,35 @@ func (s *Service) SetOutputs(ctx context.Context, who auth.Principal, name strin
 	})
 	s.heard(name)
 	return err
+}
+
+// rankEnded records the end of one node rank of a multi-node attempt and
+// says whether the attempt is over: at the first rank that did not
+// complete (the others are then stopped through their agents), or when the
+// last rank completed. A single-node attempt is over at once.
+func (s *Service) rankEnded(ctx context.Context, name string, attempt int, r Report) (bool, error) {
+	over := true
+	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		pl := placementOf(*j)
+		if j.Attempt != attempt || len(pl.Ranks) < 2 {
+			return nil, nil
+		}
+		if r.Rank >= len(pl.Ranks) {
+			return nil, Invalid("rank: attempt %d of job %s has %d node ranks, not %d", attempt, name, len(pl.Ranks), r.Rank+1)
+		}
+		pl.Ranks[r.Rank].Status, pl.Ranks[r.Rank].ExitCode = r.Status, r.ExitCode
+		for _, rp := range pl.Ranks {
+			if rp.Status != StatusCompleted {
+				over = r.Status != StatusCompleted
+				break
+			}
+		}
+		raw, err := json.Marshal(pl)
+		if err != nil {
+			return nil, err
+		}
+		j.Placement = raw
+		return nil, nil
+	})
+	return over, err
 }

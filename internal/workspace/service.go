@@ -16,10 +16,15 @@ import (
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/provider"
 	"github.com/ferry-ml/ferry/internal/sizes"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
+
+// ProviderFactory returns the node provider of a pool compute: the one its
+// provider: block names, or the server's default.
+type ProviderFactory func(c *spec.Compute) (provider.Provider, error)
 
 // TargetFactory makes the compute.Target for a stored compute record.
 type TargetFactory func(c *spec.Compute) (compute.Target, error)
@@ -40,8 +45,17 @@ type Config struct {
 	MaxSnapshotSize int64
 	// Sizes is the size catalog; nil means the built-in one.
 	Sizes *sizes.Catalog
-	Now   func() time.Time // clock; nil means time.Now
-	Log   *slog.Logger
+	// Providers gives pool computes (clusters) their machines; nil means
+	// pool computes cannot be made.
+	Providers ProviderFactory
+	// NodeHeartbeat is how often agents heartbeat (default 2 s); a node
+	// silent for NodeLease (default 30 s) is Lost. JoinTimeout bounds how
+	// long a launched node may take to join (default 10 min).
+	NodeHeartbeat, NodeLease, JoinTimeout time.Duration
+	// PoolTick is how often the pool loop runs without being woken (default 1 s).
+	PoolTick time.Duration
+	Now      func() time.Time // clock; nil means time.Now
+	Log      *slog.Logger
 }
 
 // Service is the workspace. It is safe for concurrent use.
@@ -60,6 +74,13 @@ type Service struct {
 	targets    map[string]compute.Target
 	waiters    map[string]chan struct{} // per job: closed on any change
 	heartbeats map[string]time.Time     // per job: last word from its runner
+
+	pmu         sync.Mutex               // guards the pool loop's memory below
+	delivered   map[string]bool          // node/job/attempt handed to its agent
+	nodeWait    map[string]chan struct{} // per node: closed when it has new work
+	launchFails map[string]int           // per compute: launches failed in a row
+	launchRetry map[string]time.Time     // per compute: no launch before
+	launchErr   map[string]string        // per compute: the last launch error
 }
 
 // New makes a Service and makes sure the workspace has its `local` target.
@@ -76,6 +97,15 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Sizes == nil {
 		cfg.Sizes = sizes.Builtin()
 	}
+	if cfg.NodeHeartbeat == 0 {
+		cfg.NodeHeartbeat = 2 * time.Second
+	}
+	if cfg.NodeLease == 0 {
+		cfg.NodeLease = 30 * time.Second
+	}
+	if cfg.JoinTimeout == 0 {
+		cfg.JoinTimeout = 10 * time.Minute
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -89,6 +119,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		targets:    map[string]compute.Target{},
 		waiters:    map[string]chan struct{}{},
 		heartbeats: map[string]time.Time{},
+		delivered:  map[string]bool{}, nodeWait: map[string]chan struct{}{},
+		launchFails: map[string]int{}, launchRetry: map[string]time.Time{}, launchErr: map[string]string{},
 	}
 	s.started = s.now()
 	if _, err := s.st.GetCompute(ctx, "local"); errors.Is(err, store.ErrNotFound) {
@@ -150,7 +182,14 @@ func (s *Service) CreateCompute(ctx context.Context, c *spec.Compute) (*Compute,
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	c.ApplyDefaults()
-	if _, err := s.cfg.Targets(c); err != nil {
+	if isPool(c.Type) {
+		if s.cfg.Providers == nil {
+			return nil, Invalid("type: this server has no node provider, so it cannot make clusters")
+		}
+		if err := s.validatePool(ctx, c); err != nil {
+			return nil, err
+		}
+	} else if _, err := s.cfg.Targets(c); err != nil {
 		return nil, err
 	}
 	raw, err := json.Marshal(c)
@@ -186,7 +225,11 @@ func (s *Service) computeView(ctx context.Context, rec store.Compute) (*Compute,
 		return nil, fmt.Errorf("compute %s: stored spec: %w", rec.Name, err)
 	}
 	v := &Compute{Name: rec.Name, Type: rec.Type, State: rec.State, Created: rec.Created, Spec: &c}
-	if t, err := s.target(ctx, rec.Name); err == nil {
+	if isPool(rec.Type) {
+		if err := s.poolView(ctx, v); err != nil {
+			return nil, err
+		}
+	} else if t, err := s.target(ctx, rec.Name); err == nil {
 		v.Capacity = t.Capacity()
 	}
 	active, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: activeStatuses, Compute: rec.Name})
@@ -303,16 +346,12 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 	if computeName == "" {
 		computeName = "local"
 	}
-	t, err := s.target(ctx, computeName)
-	if err != nil {
-		return nil, err
-	}
 	env, err := s.resolveEnvironment(ctx, j.Environment, sub.EnvironmentSnapshot)
 	if err != nil {
 		return nil, err
 	}
-	if err := t.Admit(j, env); err != nil {
-		return nil, Invalid("compute %s (type %s) cannot run this job: %v", computeName, t.Type(), err)
+	if err := s.admit(ctx, computeName, j, env); err != nil {
+		return nil, err
 	}
 	if j.Code != "" && sub.CodeSnapshot == "" {
 		return nil, Invalid("code: the job names code %q but no code snapshot was uploaded with it", j.Code)
@@ -542,7 +581,7 @@ func (s *Service) CancelJob(ctx context.Context, who auth.Principal, name string
 // ReadLog copies up to max bytes of the job's current attempt's log from
 // offset to w. It returns the bytes copied and the job's status when the
 // read began, so a streamer knows when it has everything.
-func (s *Service) ReadLog(ctx context.Context, name string, offset, max int64, w io.Writer) (int64, string, error) {
+func (s *Service) ReadLog(ctx context.Context, name string, rank int, offset, max int64, w io.Writer) (int64, string, error) {
 	rec, err := s.st.GetJob(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, "", NotFound("job %q does not exist (see `ferry job list`)", name)
@@ -553,17 +592,17 @@ func (s *Service) ReadLog(ctx context.Context, name string, offset, max int64, w
 	if rec.Attempt == 0 {
 		return 0, rec.Status, nil
 	}
-	n, err := s.logs.ReadAt(name, rec.Attempt, offset, max, w)
+	n, err := s.logs.ReadAt(name, rec.Attempt, rank, offset, max, w)
 	return n, rec.Status, err
 }
 
 // AppendLog stores a chunk of an attempt's log that starts at offset and
 // returns the stored size. Resent bytes are skipped.
-func (s *Service) AppendLog(ctx context.Context, who auth.Principal, name string, attempt int, offset int64, data []byte) (int64, error) {
+func (s *Service) AppendLog(ctx context.Context, who auth.Principal, name string, attempt, rank int, offset int64, data []byte) (int64, error) {
 	if err := s.fence(ctx, who, name, attempt); err != nil {
 		return 0, err
 	}
-	size, err := s.logs.Append(name, attempt, offset, data)
+	size, err := s.logs.Append(name, attempt, rank, offset, data)
 	if errors.Is(err, errLogGap) {
 		return size, Conflict("log offset %d is past the stored end %d; resend from %d", offset, size, size)
 	}
@@ -576,11 +615,11 @@ func (s *Service) AppendLog(ctx context.Context, who auth.Principal, name string
 }
 
 // LogSize returns how much of an attempt's log is stored.
-func (s *Service) LogSize(ctx context.Context, who auth.Principal, name string, attempt int) (int64, error) {
+func (s *Service) LogSize(ctx context.Context, who auth.Principal, name string, attempt, rank int) (int64, error) {
 	if err := s.fence(ctx, who, name, attempt); err != nil {
 		return 0, err
 	}
-	return s.logs.Size(name, attempt), nil
+	return s.logs.Size(name, attempt, rank), nil
 }
 
 // AddMetrics records metric values for a job.

@@ -185,7 +185,7 @@ func TestLogAppendIsIdempotentByOffset(t *testing.T) {
 		{10, "zz", 6, CodeConflict}, // a gap
 	}
 	for i, st := range steps {
-		size, err := s.AppendLog(ctx, who, "a", 1, st.offset, []byte(st.data))
+		size, err := s.AppendLog(ctx, who, "a", 1, 0, st.offset, []byte(st.data))
 		if st.code != 0 {
 			if CodeOf(err) != st.code {
 				t.Fatalf("step %d: err %v, want code %d", i, err, st.code)
@@ -197,7 +197,7 @@ func TestLogAppendIsIdempotentByOffset(t *testing.T) {
 		}
 	}
 	var buf bytes.Buffer
-	if _, _, err := s.ReadLog(ctx, "a", 0, 1<<20, &buf); err != nil || buf.String() != "abcdef" {
+	if _, _, err := s.ReadLog(ctx, "a", 0, 0, 1<<20, &buf); err != nil || buf.String() != "abcdef" {
 		t.Fatalf("log = %q, %v", buf.String(), err)
 	}
 }

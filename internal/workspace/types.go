@@ -79,14 +79,19 @@ type Submission struct {
 
 // Compute is a compute target as the API shows it.
 type Compute struct {
-	Name     string        `json:"name"`
-	Type     string        `json:"type"`
-	State    string        `json:"state"`
-	Capacity int           `json:"capacity,omitempty"`
-	Active   int           `json:"active_jobs"`
-	Queued   int           `json:"queued_jobs"`
-	Created  time.Time     `json:"created"`
-	Spec     *spec.Compute `json:"spec,omitempty"`
+	Name     string `json:"name"`
+	Type     string `json:"type"`
+	State    string `json:"state"`
+	Capacity int    `json:"capacity,omitempty"`
+	Active   int    `json:"active_jobs"`
+	Queued   int    `json:"queued_jobs"`
+	// Pool computes (clusters): node counts by state, the target count the
+	// autoscaler last aimed at, and the newest scaling events.
+	Nodes        map[string]int `json:"nodes,omitempty"`
+	CurrentNodes int            `json:"current_nodes"`
+	Events       []ComputeEvent `json:"events,omitempty"`
+	Created      time.Time      `json:"created"`
+	Spec         *spec.Compute  `json:"spec,omitempty"`
 }
 
 // Metric is one logged metric value.
@@ -110,6 +115,9 @@ type Assignment struct {
 
 // Report is a runner's word on its attempt.
 type Report struct {
+	// Rank is the node rank of the runner: a multi-node job has one runner
+	// per node, and is done when every rank is.
+	Rank     int    `json:"rank,omitempty"`
 	Status   string `json:"status"`
 	Reason   string `json:"reason,omitempty"`
 	ExitCode *int   `json:"exit_code,omitempty"`

@@ -1,0 +1,340 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// clusterFile is an Azure ML amlCompute file, unchanged but for its numbers.
+func clusterFile(t *testing.T, name, size string, maxN, idle int) string {
+	t.Helper()
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"cluster.yml": `$schema: https://azuremlschemas.azureedge.net/latest/amlCompute.schema.json
+name: ` + name + `
+type: amlcompute
+size: ` + size + `
+min_instances: 0
+max_instances: ` + strconv.Itoa(maxN) + `
+idle_time_before_scale_down: ` + strconv.Itoa(idle) + `
+tier: dedicated
+`})
+	return filepath.Join(dir, "cluster.yml")
+}
+
+type nodeView struct {
+	Name    string   `json:"name"`
+	State   string   `json:"state"`
+	Size    string   `json:"size"`
+	Address string   `json:"address"`
+	Jobs    []string `json:"jobs"`
+	Facts   *struct {
+		CPUs int `json:"cpus"`
+	} `json:"facts"`
+}
+
+func (s *server) nodes(compute string) []nodeView {
+	s.t.Helper()
+	var ns []nodeView
+	r := s.mustFerry("compute", "list-nodes", compute, "-o", "json")
+	if err := json.Unmarshal([]byte(r.stdout), &ns); err != nil {
+		s.t.Fatalf("list-nodes: %v\n%s", err, r.stdout)
+	}
+	return ns
+}
+
+// waitNodes waits until the compute has n nodes in one of the states.
+func (s *server) waitNodes(compute string, n int, states ...string) []nodeView {
+	s.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		ns := s.nodes(compute)
+		count := 0
+		for _, x := range ns {
+			for _, st := range states {
+				if x.State == st {
+					count++
+				}
+			}
+		}
+		if count == n && len(ns) == n {
+			return ns
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("compute %s has nodes %+v, want %d in %v", compute, ns, n, states)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// processesWith returns the pids whose command line contains all of words.
+func processesWith(words ...string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		cmd := strings.ReplaceAll(string(b), "\x00", " ")
+		all := true
+		for _, w := range words {
+			all = all && strings.Contains(cmd, w)
+		}
+		if all {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func TestClusterScalesFromZeroToNAndBack(t *testing.T) {
+	s := startServer(t, "--node-lease", "4s")
+	s.mustFerry("compute", "create", "-f", clusterFile(t, "cpu-cluster", "Standard_DS1_v2", 2, 3))
+	mustContain(t, "new cluster", s.mustFerry("compute", "show", "cpu-cluster").stdout, "nodes:", "0 now (min 0, max 2)")
+
+	// A burst of three jobs: the cluster grows to its max of 2, runs them,
+	// and after its idle time goes back to zero.
+	job := jobFile(t, "command: echo ran $FERRY_JOB_ID on rank $NODE_RANK; sleep 1\ncompute: azureml:cpu-cluster\n", nil)
+	for i := range 3 {
+		s.mustFerry("job", "create", "-f", job, "--name", "burst-"+strconv.Itoa(i))
+	}
+	s.waitNodes("cpu-cluster", 2, "Idle", "Busy")
+	for i := range 3 {
+		name := "burst-" + strconv.Itoa(i)
+		if j := s.waitStatus(name, "Completed", "Failed"); j.Status != "Completed" {
+			t.Fatalf("%s: %s (%s)", name, j.Status, j.StatusReason)
+		}
+		mustContain(t, name, s.mustFerry("job", "stream", name).stdout, "ran "+name+" on rank 0")
+	}
+	ns := s.nodes("cpu-cluster")
+	for _, n := range ns {
+		if n.Size != "Standard_DS1_v2" || n.Address == "" || n.Facts == nil || n.Facts.CPUs < 1 {
+			t.Errorf("node %+v lacks its size, address or facts", n)
+		}
+	}
+	s.waitNodes("cpu-cluster", 0)
+	show := s.mustFerry("compute", "show", "cpu-cluster").stdout
+	mustContain(t, "events", show, "scale_up", "node_joined", "scale_down")
+	if pids := processesWith("agent", "--server", s.url); len(pids) > 0 {
+		t.Errorf("agents still running after scale-down: %v", pids)
+	}
+
+	// Live bounds: at max 1, a second job waits for the first and says why;
+	// raising the bound again lets it run at once.
+	s.mustFerry("compute", "resize", "cpu-cluster", "--max", "1")
+	s.mustFerry("job", "create", "-f", jobFile(t, "command: sleep 60\ncompute: azureml:cpu-cluster\n", nil), "--name", "hog")
+	s.waitStatus("hog", "Running")
+	s.mustFerry("job", "create", "-f", job, "--name", "held")
+	j := s.waitReason("held", "max_instances 1")
+	if j.Status != "Queued" {
+		t.Fatalf("held: %s", j.Status)
+	}
+	mustContain(t, "resized", s.mustFerry("compute", "show", "cpu-cluster").stdout, "resize")
+	s.mustFerry("compute", "update", "cpu-cluster", "--max-instances", "2")
+	if j := s.waitStatus("held", "Completed", "Failed"); j.Status != "Completed" {
+		t.Fatalf("held after resize: %s (%s)", j.Status, j.StatusReason)
+	}
+	s.mustFerry("job", "cancel", "hog")
+}
+
+// waitReason waits until a job's status reason contains want.
+func (s *server) waitReason(name, want string) job {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		j := s.show(name)
+		if strings.Contains(j.StatusReason, want) {
+			return j
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("job %s: %s (%s), want a reason with %q", name, j.Status, j.StatusReason, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestQuotaBlocksScaleUp(t *testing.T) {
+	s := startServer(t)
+	mustContain(t, "quota list", s.mustFerry("quota", "list").stdout, "standardDSv2Family")
+	s.mustFerry("quota", "set", "standardDSv2Family", "2")
+	s.mustFerry("compute", "create", "-f", clusterFile(t, "small", "Standard_DS2_v2", 3, 60))
+	s.mustFerry("job", "create", "-f", jobFile(t, "command: sleep 30\ncompute: azureml:small\n", nil), "--name", "q1")
+	s.mustFerry("job", "create", "-f", jobFile(t, "command: \"true\"\ncompute: azureml:small\n", nil), "--name", "q2")
+	s.waitStatus("q1", "Running")
+	j := s.waitReason("q2", "quota for family DSv2 is 2/2 cores")
+	if j.Status != "Queued" {
+		t.Errorf("q2: %s", j.Status)
+	}
+	if ns := s.nodes("small"); len(ns) != 1 {
+		t.Errorf("the quota allows one 2-core node; the cluster has %d", len(ns))
+	}
+	mustContain(t, "quota use", s.mustFerry("quota", "list").stdout, "standardDSv2Family")
+	s.mustFerry("job", "cancel", "q1")
+	if j := s.waitStatus("q2", "Completed", "Failed"); j.Status != "Completed" {
+		t.Errorf("q2 after q1's node freed: %s (%s)", j.Status, j.StatusReason)
+	}
+}
+
+func TestNodeKilledMidJobIsLostAndReplaced(t *testing.T) {
+	s := startServer(t, "--node-lease", "3s")
+	s.mustFerry("compute", "create", "-f", clusterFile(t, "fragile", "Standard_DS1_v2", 1, 60))
+	s.mustFerry("job", "create", "-f", jobFile(t, "command: echo started; sleep 300\ncompute: azureml:fragile\n", nil), "--name", "victim")
+	s.waitStatus("victim", "Running")
+	waitLog(t, s, "victim", "started")
+	ns := s.nodes("fragile")
+	if len(ns) != 1 {
+		t.Fatalf("nodes %+v", ns)
+	}
+	// Kill the node: its agent and every process it started.
+	pids := processesWith(ns[0].Name)
+	if len(pids) == 0 {
+		t.Fatalf("no processes of node %s", ns[0].Name)
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	j := s.waitStatus("victim", "Failed", "Completed", "Canceled")
+	if j.Status != "Failed" || j.StatusReason != "node lost" {
+		t.Fatalf("victim: %s (%s), want Failed (node lost)", j.Status, j.StatusReason)
+	}
+	mustContain(t, "events", s.mustFerry("compute", "show", "fragile").stdout, "node_lost")
+	// Demand remains: a new job gets a new node.
+	s.mustFerry("job", "create", "-f", jobFile(t, "command: echo second\ncompute: azureml:fragile\n", nil), "--name", "after")
+	if j := s.waitStatus("after", "Completed", "Failed"); j.Status != "Completed" {
+		t.Fatalf("after: %s (%s)", j.Status, j.StatusReason)
+	}
+	for _, n := range s.nodes("fragile") {
+		if n.Name == ns[0].Name {
+			t.Errorf("the lost node %s is still listed", n.Name)
+		}
+	}
+}
+
+func TestClusterInputRefusals(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	for file, want := range map[string]string{
+		"name: cc1\ntype: amlcompute\nsize: Standard_Nope\n":                                       "is not in the size catalog",
+		"name: cc2\ntype: amlcompute\nsize: Standard_DS3_v2\nmin_instances: 3\nmax_instances: 1\n": "max_instances",
+		"name: cc3\ntype: amlcompute\nsize: Standard_ND96asr_v4\n":                                 "restricted",
+		"name: cc4\ntype: amlcompute\nsize: Standard_DS3_v2\nprovider: {type: cloud9}\n":           "provider",
+	} {
+		p := filepath.Join(dir, "c.yml")
+		if err := os.WriteFile(p, []byte(file), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := s.ferry("compute", "create", "-f", p)
+		if r.code == 0 {
+			t.Errorf("%q was taken", file)
+		}
+		mustContain(t, file, r.stderr, want)
+	}
+	s.mustFerry("compute", "create", "-f", clusterFile(t, "cpu", "Standard_DS3_v2", 2, 60))
+	for spec, want := range map[string]string{
+		"command: x\ncompute: azureml:cpu\nresources: {instance_count: 3}\n":               "max_instances 2",
+		"command: x\ncompute: azureml:cpu\nresources: {properties: {gpus: 1}}\n":           "has none",
+		"command: x\ncompute: azureml:cpu\nresources: {instance_type: Standard_NC6s_v3}\n": "instance_type",
+	} {
+		r := s.ferry("job", "create", "-f", jobFile(t, spec, nil))
+		if r.code == 0 {
+			t.Errorf("%q was taken", spec)
+		}
+		mustContain(t, spec, r.stderr, want)
+	}
+}
+
+// requireTorch skips unless Debian's python3-torch is there (the system
+// python: Debian's packages are not seen by other pythons on PATH).
+func requireTorch(t *testing.T) {
+	t.Helper()
+	if err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true and /usr/bin/python3 has no torch: .ci/run installs python3-torch")
+		}
+		t.Skip("needs torch for /usr/bin/python3: apt-get install python3-torch")
+	}
+}
+
+const ddpScript = `import os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+rank, world = dist.get_rank(), dist.get_world_size()
+t = torch.tensor([float(rank + 1)])
+dist.all_reduce(t)
+print(f"rank {rank}/{world} node {os.environ['NODE_RANK']} local {os.environ['LOCAL_RANK']} sum {t.item()}", flush=True)
+assert t.item() == world * (world + 1) / 2, t.item()
+dist.destroy_process_group()
+`
+
+func TestPyTorchDDPOnTwoNodes(t *testing.T) {
+	requireTorch(t)
+	s := startServer(t)
+	s.mustFerry("compute", "create", "-f", clusterFile(t, "ddp-cluster", "Standard_DS2_v2", 2, 60))
+	job := jobFile(t, `command: /usr/bin/python3 ddp.py
+code: src
+compute: azureml:ddp-cluster
+resources:
+  instance_count: 2
+distribution:
+  type: pytorch
+  process_count_per_instance: 2
+`, map[string]string{"src/ddp.py": ddpScript})
+	r := s.ferry("job", "create", "-f", job, "--stream", "--name", "ddp")
+	if r.code != 0 {
+		t.Fatalf("ddp job: %s", r)
+	}
+	// Node rank 0's log is the job's; node rank 1's is beside it.
+	code, rank1 := s.call("GET", "/v1/jobs/ddp/logs?rank=1", s.token, nil)
+	if code != 200 {
+		t.Fatalf("rank 1 log: %d %s", code, rank1)
+	}
+	all := r.stdout + string(rank1)
+	for rank := range 4 {
+		mustContain(t, "ranks' logs", all, fmt.Sprintf("rank %d/4 node %d local %d sum 10.0", rank, rank/2, rank%2))
+	}
+	if j := s.show("ddp"); j.Status != "Completed" {
+		t.Errorf("ddp: %s (%s)", j.Status, j.StatusReason)
+	}
+}
+
+func TestFailingRankFailsTheMultiNodeJob(t *testing.T) {
+	s := startServer(t, "--cancel-grace", "2s")
+	s.mustFerry("compute", "create", "-f", clusterFile(t, "gang", "Standard_DS1_v2", 2, 60))
+	job := jobFile(t, `command: 'if [ "$NODE_RANK" = 1 ]; then sleep 1; echo giving up; exit 3; fi; echo waiting; sleep 300'
+compute: azureml:gang
+resources:
+  instance_count: 2
+distribution:
+  type: pytorch
+`, nil)
+	r := s.ferry("job", "create", "-f", job, "--stream", "--name", "gang-fail")
+	if r.code == 0 {
+		t.Fatalf("the job passed: %s", r)
+	}
+	j := s.show("gang-fail")
+	if j.Status != "Failed" || !strings.Contains(j.StatusReason, "node rank 1") {
+		t.Errorf("gang-fail: %s (%s), want Failed naming node rank 1", j.Status, j.StatusReason)
+	}
+	// Node rank 0's sleep is stopped through its agent.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(processesWith("sleep 300")) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 0's process still runs: %v", processesWith("sleep 300"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

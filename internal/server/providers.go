@@ -1,0 +1,108 @@
+package server
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/provider"
+	execprov "github.com/ferry-ml/ferry/internal/provider/exec"
+	"github.com/ferry-ml/ferry/internal/provider/process"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+// providerTypes are the node providers a compute's provider: block may name.
+var providerTypes = []string{"process", "exec"}
+
+// providers is the registry of node providers: the server's default (the
+// process provider, so Azure files work unchanged on one machine) and the
+// ones computes ask for in a provider: block. Providers are made once per
+// configuration and shared, since they keep track of their machines.
+type providers struct {
+	exe, dir string
+	def      string
+	mu       sync.Mutex
+	made     map[string]provider.Provider
+}
+
+func newProviders(exe, dataDir, def string) *providers {
+	if def == "" {
+		def = "process"
+	}
+	return &providers{exe: exe, dir: filepath.Join(dataDir, "nodes"), def: def, made: map[string]provider.Provider{}}
+}
+
+// factory is the workspace's ProviderFactory.
+func (p *providers) factory() workspace.ProviderFactory {
+	return func(c *spec.Compute) (provider.Provider, error) {
+		typ := p.def
+		if t, ok := c.Provider["type"]; ok {
+			s, ok := t.(string)
+			if !ok {
+				return nil, fmt.Errorf("provider.type must be a name: %s", strings.Join(providerTypes, " or "))
+			}
+			typ = s
+		}
+		switch typ {
+		case "process":
+			return p.get("process", func() (provider.Provider, error) {
+				return process.New(process.Config{Exe: p.exe, Dir: filepath.Join(p.dir, "process"), GPUs: hostGPUs()})
+			})
+		case "exec":
+			prog, _ := c.Provider["program"].(string)
+			if prog == "" {
+				return nil, fmt.Errorf("provider.program: an exec provider needs the program that launches, lists and terminates machines (see docs/providers.md)")
+			}
+			var args []string
+			if raw, ok := c.Provider["args"].([]any); ok {
+				for i, a := range raw {
+					s, ok := a.(string)
+					if !ok {
+						return nil, fmt.Errorf("provider.args[%d] must be a string", i)
+					}
+					args = append(args, s)
+				}
+			}
+			key := "exec\x00" + prog + "\x00" + strings.Join(args, "\x00")
+			return p.get(key, func() (provider.Provider, error) {
+				return execprov.New(execprov.Config{Program: prog, Args: args, Timeout: 2 * time.Minute})
+			})
+		}
+		return nil, fmt.Errorf("provider.type: %q is not a node provider; available: %s", typ, strings.Join(providerTypes, ", "))
+	}
+}
+
+func (p *providers) get(key string, mk func() (provider.Provider, error)) (provider.Provider, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if v, ok := p.made[key]; ok {
+		return v, nil
+	}
+	v, err := mk()
+	if err != nil {
+		return nil, err
+	}
+	p.made[key] = v
+	return v, nil
+}
+
+// hostGPUs are the indices of this machine's NVIDIA GPUs, which the process
+// provider shares out among its nodes; none without nvidia-smi.
+func hostGPUs() []int {
+	out, err := exec.Command("nvidia-smi", "--query-gpu=index", "--format=csv,noheader").Output()
+	if err != nil {
+		return nil
+	}
+	var gpus []int
+	for _, l := range strings.Fields(string(out)) {
+		if i, err := strconv.Atoi(l); err == nil {
+			gpus = append(gpus, i)
+		}
+	}
+	return gpus
+}

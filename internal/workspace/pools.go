@@ -1,0 +1,1047 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/autoscale"
+	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/nodeproto"
+	"github.com/ferry-ml/ferry/internal/provider"
+	"github.com/ferry-ml/ferry/internal/scheduler"
+	"github.com/ferry-ml/ferry/internal/sizes"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// Pool computes get their machines from a node provider; each machine runs
+// an agent that joins the workspace and pulls the attempts placed on it.
+// The pool loop (reconcilePools) is level-triggered: every pass reads the
+// stored nodes and jobs, places queued jobs with scheduler.Place, asks
+// autoscale.Decide for launches and terminations, and applies both.
+
+// Node states, as DESIGN.md section 5 names them.
+const (
+	NodeProvisioning = "Provisioning"
+	NodeIdle         = "Idle"
+	NodeBusy         = "Busy"
+	NodeDraining     = "Draining"
+	NodeLost         = "Lost"
+)
+
+// Token kinds of nodes: a join token is made for one launch and used once;
+// the node token it is traded for is the agent's credential.
+const (
+	KindJoin = "join"
+	KindNode = "node"
+)
+
+// isPool reports whether computes of type typ are pools of agent nodes.
+func isPool(typ string) bool { return typ == "amlcompute" }
+
+// Placement is where the current attempt of a pool job runs: one entry per
+// node rank, and the port rank 0 listens on for distributed jobs.
+type Placement struct {
+	Ranks      []RankPlacement `json:"ranks"`
+	MasterPort int             `json:"master_port,omitempty"`
+}
+
+// RankPlacement is one node of an attempt. Status is the rank's final
+// status once its runner reported one.
+type RankPlacement struct {
+	Node     string `json:"node"`
+	GPUs     []int  `json:"gpus,omitempty"`
+	Status   string `json:"status,omitempty"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+}
+
+// Node is a node of a pool compute as the API shows it.
+type Node struct {
+	Name      string           `json:"name"`
+	Compute   string           `json:"compute"`
+	State     string           `json:"state"`
+	Reason    string           `json:"reason,omitempty"`
+	Size      string           `json:"size"`
+	Address   string           `json:"address,omitempty"`
+	Facts     *nodeproto.Facts `json:"facts,omitempty"`
+	Jobs      []string         `json:"jobs"`
+	Created   time.Time        `json:"created"`
+	Joined    *time.Time       `json:"joined"`
+	Heartbeat *time.Time       `json:"heartbeat"`
+}
+
+// ComputeEvent is a scaling or health event of a compute.
+type ComputeEvent struct {
+	Time    time.Time `json:"time"`
+	Kind    string    `json:"kind"`
+	Message string    `json:"message"`
+}
+
+// poolSize is the size of a pool compute, from the catalog.
+func (s *Service) poolSize(c *spec.Compute) (sizes.Size, error) {
+	sz, ok := s.cfg.Sizes.Lookup(c.Size)
+	if !ok {
+		return sizes.Size{}, Invalid("size: %q is not in the size catalog; see `ferry size list`", c.Size)
+	}
+	return sz, nil
+}
+
+// validatePool checks a pool compute against the catalog and quotas.
+func (s *Service) validatePool(ctx context.Context, c *spec.Compute) error {
+	sz, err := s.poolSize(c)
+	if err != nil {
+		return err
+	}
+	if sz.Restricted {
+		enabled, err := s.st.ListEnabledSizes(ctx)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(enabled, func(e string) bool { return strings.EqualFold(e, sz.Name) }) {
+			return Invalid("size: %s is restricted: an owner must enable it first with `ferry quota enable-size %s`", sz.Name, sz.Name)
+		}
+	}
+	if s.cfg.Providers != nil {
+		if _, err := s.cfg.Providers(c); err != nil {
+			return Invalid("provider: %v", err)
+		}
+	}
+	return nil
+}
+
+// admitPool refuses, naming the field, a job its pool compute cannot run.
+func (s *Service) admitPool(c *spec.Compute, j *spec.Job, env *environment.Spec) error {
+	sz, err := s.poolSize(c)
+	if err != nil {
+		return err
+	}
+	if r := j.Resources; r != nil {
+		if r.InstanceCount > *c.MaxInstances {
+			return Invalid("resources.instance_count: %d nodes asked, but compute %s has max_instances %d", r.InstanceCount, c.Name, *c.MaxInstances)
+		}
+		if r.InstanceType != "" && !strings.EqualFold(r.InstanceType, sz.Name) {
+			return Invalid("resources.instance_type: compute %s is made of %s nodes, not %s; leave instance_type out or use another compute", c.Name, sz.Name, r.InstanceType)
+		}
+		if (r.DockerArgs != "" || r.ShmSize != "") && (env == nil || !env.NeedsDocker()) {
+			return Invalid("resources: docker_args and shm_size apply to image environments (image or build)")
+		}
+		if _, err := environment.ParseContainerOptions(r.ShmSize, r.DockerArgs); err != nil {
+			return Invalid("%v", err)
+		}
+	}
+	if wantsGPU(j) && sz.GPUs == 0 {
+		return Invalid("resources: the job asks for GPUs, but compute %s is made of %s, which has none; use a GPU size", c.Name, sz.Name)
+	}
+	if len(j.Services) > 0 {
+		return Invalid("services: interactive services are not available on clusters yet")
+	}
+	return nil
+}
+
+// wantsGPU reports whether a job says it needs GPUs: a gpu count in
+// resources.properties, as some Azure files carry.
+func wantsGPU(j *spec.Job) bool {
+	if j.Resources == nil {
+		return false
+	}
+	for _, k := range []string{"gpus", "gpu_count", "gpu"} {
+		switch v := j.Resources.Properties[k].(type) {
+		case int:
+			return v > 0
+		case float64:
+			return v > 0
+		case string:
+			n, _ := strconv.Atoi(v)
+			return n > 0
+		}
+	}
+	return false
+}
+
+func instancesOf(j *spec.Job) int {
+	if j.Resources != nil && j.Resources.InstanceCount > 0 {
+		return j.Resources.InstanceCount
+	}
+	return 1
+}
+
+func shapeOf(sz sizes.Size) scheduler.Resources {
+	return scheduler.Resources{MilliCPU: int64(sz.VCPUs) * 1000, Memory: sz.MemoryBytes(), GPUs: sz.GPUs}
+}
+
+// poolCompute is a pool compute with its stored spec and size.
+type poolCompute struct {
+	rec  store.Compute
+	spec spec.Compute
+	size sizes.Size
+}
+
+// reconcilePools is one pass of the pool loop.
+func (s *Service) reconcilePools(ctx context.Context) error {
+	recs, err := s.st.ListComputes(ctx)
+	if err != nil {
+		return err
+	}
+	pools := map[string]*poolCompute{}
+	var names []string
+	for _, r := range recs {
+		if !isPool(r.Type) {
+			continue
+		}
+		pc := &poolCompute{rec: r}
+		if err := json.Unmarshal(r.Spec, &pc.spec); err != nil {
+			return fmt.Errorf("compute %s: stored spec: %w", r.Name, err)
+		}
+		if pc.size, err = s.poolSize(&pc.spec); err != nil {
+			s.log.Error("pool compute unusable", "compute", r.Name, "err", err)
+			continue
+		}
+		pools[r.Name] = pc
+		names = append(names, r.Name)
+	}
+	nodes, err := s.st.ListNodes(ctx, "")
+	if err != nil {
+		return err
+	}
+	if len(pools) == 0 && len(nodes) == 0 {
+		return nil
+	}
+	active, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: activeStatuses})
+	if err != nil {
+		return err
+	}
+	// Which node runs which active attempt.
+	onNode := map[string][]store.Job{}
+	for _, j := range active {
+		if _, ok := pools[j.Compute]; !ok {
+			continue
+		}
+		for _, r := range placementOf(j).Ranks {
+			onNode[r.Node] = append(onNode[r.Node], j)
+		}
+	}
+	now := s.now()
+
+	// Leases, and Idle/Busy from what runs.
+	var live []store.Node
+	for _, n := range nodes {
+		if _, ok := pools[n.Compute]; !ok {
+			s.retireNode(ctx, n, "its compute was deleted")
+			continue
+		}
+		if n.State == NodeIdle || n.State == NodeBusy || n.State == NodeDraining {
+			last := n.Heartbeat
+			if last.Before(s.started) {
+				last = s.started // silence while the server was down is not the node's fault
+			}
+			if now.Sub(last) > s.cfg.NodeLease {
+				n = s.loseNode(ctx, n, onNode[n.Name], now.Sub(last))
+			}
+		}
+		if n.State == NodeIdle || n.State == NodeBusy {
+			busy := len(onNode[n.Name]) > 0
+			want, idleSince := NodeIdle, n.IdleSince
+			if busy {
+				want, idleSince = NodeBusy, time.Time{}
+			} else if n.State == NodeBusy || idleSince.IsZero() {
+				idleSince = now
+			}
+			if want != n.State || !idleSince.Equal(n.IdleSince) {
+				if u, err := s.st.UpdateNode(ctx, n.Name, func(x *store.Node) error {
+					if x.State != NodeIdle && x.State != NodeBusy {
+						return nil
+					}
+					x.State, x.IdleSince = want, idleSince
+					return nil
+				}); err == nil {
+					n = u
+				}
+			}
+		}
+		live = append(live, n)
+	}
+
+	// Placement.
+	queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}})
+	if err != nil {
+		return err
+	}
+	var st scheduler.State
+	for _, n := range live {
+		pc := pools[n.Compute]
+		if n.State != NodeIdle && n.State != NodeBusy {
+			continue
+		}
+		st.Nodes = append(st.Nodes, s.schedNode(n, pc, onNode[n.Name]))
+	}
+	specs := map[string]*spec.Job{}
+	for _, j := range queued {
+		pc, ok := pools[j.Compute]
+		if !ok {
+			continue
+		}
+		var js spec.Job
+		if err := json.Unmarshal(j.Spec, &js); err != nil {
+			continue
+		}
+		specs[j.Name] = &js
+		st.Jobs = append(st.Jobs, scheduler.Job{Name: j.Name, Compute: j.Compute, Priority: j.Priority, Seq: j.Seq,
+			Demand: shapeOf(pc.size), Instances: instancesOf(&js)})
+	}
+	placed := map[string]bool{}
+	if len(st.Jobs) > 0 {
+		plan := scheduler.Place(st)
+		for _, p := range plan.Placements {
+			if err := s.startPool(ctx, p); err != nil {
+				s.log.Error("start pool job", "job", p.Job, "err", err)
+				continue
+			}
+			placed[p.Job] = true
+		}
+		for _, w := range plan.Waiting {
+			s.setQueuedReason(ctx, w.Job, w.Reason)
+		}
+	}
+
+	// Scaling.
+	return s.scale(ctx, pools, names, live, st.Jobs, placed, now)
+}
+
+// schedNode is a node as the scheduler sees it: jobs on clusters take whole
+// nodes, as on Azure ML, so a node is either wholly free or wholly taken.
+func (s *Service) schedNode(n store.Node, pc *poolCompute, jobs []store.Job) scheduler.Node {
+	full := shapeOf(pc.size)
+	sn := scheduler.Node{ID: n.Name, Compute: n.Compute, Size: pc.size.Name, State: scheduler.NodeState(n.State), Total: full}
+	if len(jobs) == 0 {
+		sn.FreeMilliCPU, sn.FreeMemory = full.MilliCPU, full.Memory
+		for i := range full.GPUs {
+			sn.FreeGPUs = append(sn.FreeGPUs, i)
+		}
+	}
+	return sn
+}
+
+// scale asks autoscale.Decide what to launch and terminate and does it.
+func (s *Service) scale(ctx context.Context, pools map[string]*poolCompute, names []string, live []store.Node, queued []scheduler.Job, placed map[string]bool, now time.Time) error {
+	quotas, err := s.quotas(ctx)
+	if err != nil {
+		return err
+	}
+	var state autoscale.State
+	state.Quotas = quotas
+	state.Usage = sizes.Usage{FamilyCores: map[string]int{}}
+	byCompute := map[string][]store.Node{}
+	for _, n := range live {
+		byCompute[n.Compute] = append(byCompute[n.Compute], n)
+		if pc := pools[n.Compute]; pc != nil {
+			state.Usage.Add(pc.size, 1, pc.spec.Tier == "low_priority")
+		}
+	}
+	for _, name := range names {
+		pc := pools[name]
+		cl := autoscale.Cluster{
+			Name: name, Size: pc.size, LowPriority: pc.spec.Tier == "low_priority",
+			MinInstances: *pc.spec.MinInstances, MaxInstances: *pc.spec.MaxInstances,
+			IdleTimeBeforeScaleDown: time.Duration(*pc.spec.IdleTimeBeforeScaleDown) * time.Second,
+			JoinTimeout:             s.cfg.JoinTimeout,
+		}
+		s.pmu.Lock()
+		cl.LaunchRetryAt, cl.LaunchError = s.launchRetry[name], s.launchErr[name]
+		s.pmu.Unlock()
+		for _, n := range byCompute[name] {
+			an := autoscale.Node{Node: scheduler.Node{ID: n.Name, Compute: name, Size: pc.size.Name, State: scheduler.NodeState(n.State), Total: shapeOf(pc.size)},
+				LaunchedAt: n.Created, IdleSince: n.IdleSince}
+			if n.State == NodeIdle {
+				an.Node = s.schedNode(n, pc, nil)
+			}
+			cl.Nodes = append(cl.Nodes, an)
+		}
+		for _, j := range queued {
+			if j.Compute == name && !placed[j.Name] {
+				cl.Queued = append(cl.Queued, j)
+			}
+		}
+		state.Clusters = append(state.Clusters, cl)
+	}
+	plan := autoscale.Decide(state, now)
+	for _, cp := range plan.Clusters {
+		pc := pools[cp.Cluster]
+		for _, t := range cp.Terminate {
+			for _, n := range byCompute[cp.Cluster] {
+				if n.Name == t.Node {
+					s.event(ctx, cp.Cluster, "scale_down", fmt.Sprintf("node %s removed: %s", n.Name, t.Reason))
+					s.retireNode(ctx, n, t.Reason)
+				}
+			}
+		}
+		if cp.Launch > 0 {
+			s.event(ctx, cp.Cluster, "scale_up", fmt.Sprintf("%d → %d nodes: %s", cp.Current, cp.Current+cp.Launch, strings.Join(cp.LaunchReasons, "; ")))
+			for range cp.Launch {
+				if err := s.launchNode(ctx, pc); err != nil {
+					s.log.Error("launch node", "compute", cp.Cluster, "err", err)
+					break
+				}
+			}
+		}
+		for _, w := range cp.Waiting {
+			s.setQueuedReason(ctx, w.Job, w.Reason)
+		}
+		for _, w := range cp.Unfit {
+			s.setQueuedReason(ctx, w.Job, w.Reason)
+		}
+		if cp.Blocked != "" {
+			for _, j := range cl(state, cp.Cluster).Queued {
+				s.setQueuedReason(ctx, j.Name, cp.Blocked)
+			}
+		}
+	}
+	return nil
+}
+
+func cl(s autoscale.State, name string) autoscale.Cluster {
+	for _, c := range s.Clusters {
+		if c.Name == name {
+			return c
+		}
+	}
+	return autoscale.Cluster{}
+}
+
+// quotas are the default quotas with the workspace's overrides.
+func (s *Service) quotas(ctx context.Context) (sizes.Quotas, error) {
+	q := sizes.DefaultQuotas()
+	set, err := s.st.ListQuotas(ctx)
+	if err != nil {
+		return q, err
+	}
+	if q.FamilyCores == nil {
+		q.FamilyCores = map[string]int{}
+	}
+	for f, n := range set {
+		q.FamilyCores[f] = n
+	}
+	enabled, err := s.st.ListEnabledSizes(ctx)
+	if err != nil {
+		return q, err
+	}
+	if q.EnabledSizes == nil {
+		q.EnabledSizes = map[string]bool{}
+	}
+	for _, e := range enabled {
+		q.EnabledSizes[e] = true
+	}
+	return q, nil
+}
+
+// launchNode asks the compute's provider for one more machine, with a join
+// token made for it alone.
+func (s *Service) launchNode(ctx context.Context, pc *poolCompute) error {
+	prov, err := s.cfg.Providers(&pc.spec)
+	if err != nil {
+		return err
+	}
+	name := pc.rec.Name + "-" + randomSuffix(6)
+	secret, hash := auth.NewToken()
+	now := s.now()
+	if err := s.st.CreateNode(ctx, store.Node{Name: name, Compute: pc.rec.Name, State: NodeProvisioning,
+		Reason: "launched; waiting for its agent to join", Size: pc.size.Name, Created: now}); err != nil {
+		return err
+	}
+	if err := s.st.CreateToken(ctx, store.Token{Hash: hash, Kind: KindJoin, Subject: name, Created: now}); err != nil {
+		return err
+	}
+	m, err := prov.Launch(ctx, provider.LaunchRequest{
+		Pool: pc.rec.Name, Name: name, Size: pc.size.Name, GPUs: pc.size.GPUs,
+		AgentArgs: []string{"agent", "--server", s.cfg.APIURL, "--name", name},
+		AgentEnv:  []string{"FERRY_JOIN_TOKEN=" + secret},
+	})
+	if err != nil {
+		backoff := s.launchBackoff(pc.rec.Name, err)
+		s.event(ctx, pc.rec.Name, "launch_failed", fmt.Sprintf("node %s could not be launched (%v); retrying in %s", name, err, backoff))
+		_ = s.st.DeleteTokens(ctx, KindJoin, name)
+		_ = s.st.DeleteNode(ctx, name)
+		return err
+	}
+	s.pmu.Lock()
+	delete(s.launchFails, pc.rec.Name)
+	delete(s.launchErr, pc.rec.Name)
+	delete(s.launchRetry, pc.rec.Name)
+	s.pmu.Unlock()
+	_, err = s.st.UpdateNode(ctx, name, func(n *store.Node) error {
+		n.Machine, n.Address = m.ID, m.Address
+		return nil
+	})
+	return err
+}
+
+// launchBackoff records a failed launch and returns how long the compute
+// waits before the next one: 5 s, doubling to 5 min.
+func (s *Service) launchBackoff(compute string, err error) time.Duration {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	s.launchFails[compute]++
+	d := 5 * time.Second << min(s.launchFails[compute]-1, 6)
+	d = min(d, 5*time.Minute)
+	s.launchRetry[compute] = s.now().Add(d)
+	s.launchErr[compute] = err.Error()
+	return d
+}
+
+// retireNode terminates a node's machine and forgets the node.
+func (s *Service) retireNode(ctx context.Context, n store.Node, why string) {
+	if n.Machine != "" {
+		pc, err := s.st.GetCompute(ctx, n.Compute)
+		var c spec.Compute
+		if err == nil && json.Unmarshal(pc.Spec, &c) == nil && s.cfg.Providers != nil {
+			if prov, err := s.cfg.Providers(&c); err == nil {
+				if err := prov.Terminate(ctx, n.Machine); err != nil && !errors.Is(err, provider.ErrNotFound) {
+					s.log.Error("terminate node", "node", n.Name, "err", err)
+					return // try again next pass
+				}
+			}
+		}
+	}
+	_ = s.st.DeleteTokens(ctx, KindNode, n.Name)
+	_ = s.st.DeleteTokens(ctx, KindJoin, n.Name)
+	if err := s.st.DeleteNode(ctx, n.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.log.Error("delete node", "node", n.Name, "err", err)
+	}
+	s.log.Info("node retired", "node", n.Name, "why", why)
+}
+
+// loseNode marks a silent node Lost and fails the attempts it ran.
+func (s *Service) loseNode(ctx context.Context, n store.Node, jobs []store.Job, silent time.Duration) store.Node {
+	why := fmt.Sprintf("node lost: no heartbeat for %s", silent.Round(time.Second))
+	u, err := s.st.UpdateNode(ctx, n.Name, func(x *store.Node) error {
+		x.State, x.Reason = NodeLost, why
+		return nil
+	})
+	if err != nil {
+		return n
+	}
+	s.event(ctx, n.Compute, "node_lost", fmt.Sprintf("node %s: %s", n.Name, why))
+	for _, j := range jobs {
+		_ = s.finish(ctx, j.Name, j.Attempt, StatusFailed, "node lost", nil, fmt.Sprintf("node %s was lost (%s) while it ran this job", n.Name, why))
+	}
+	return u
+}
+
+func (s *Service) event(ctx context.Context, compute, kind, msg string) {
+	if err := s.st.AddComputeEvent(ctx, store.ComputeEvent{Compute: compute, Time: s.now(), Kind: kind, Message: msg}); err != nil {
+		s.log.Error("compute event", "compute", compute, "err", err)
+	}
+}
+
+// setQueuedReason explains why a queued job waits, without an event: the
+// reason changes often and is not a status change.
+func (s *Service) setQueuedReason(ctx context.Context, name, reason string) {
+	if !strings.HasPrefix(reason, "queued") {
+		reason = "queued: " + reason
+	}
+	changed := false
+	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		if j.Status != StatusQueued || j.StatusReason == reason {
+			return nil, errNotQueued
+		}
+		j.StatusReason, changed = reason, true
+		return nil, nil
+	})
+	if err != nil && !errors.Is(err, errNotQueued) {
+		s.log.Error("queued reason", "job", name, "err", err)
+	}
+	if changed {
+		s.changed(name)
+	}
+}
+
+// startPool moves a placed job to Preparing with a new attempt on its nodes;
+// the nodes' agents pick the attempt up on their next poll.
+func (s *Service) startPool(ctx context.Context, p scheduler.Placement) error {
+	pl := Placement{MasterPort: freePortHint()}
+	for _, a := range p.Instances {
+		pl.Ranks = append(pl.Ranks, RankPlacement{Node: a.Node, GPUs: a.GPUs})
+	}
+	raw, err := json.Marshal(pl)
+	if err != nil {
+		return err
+	}
+	var nodes []string
+	for _, r := range pl.Ranks {
+		nodes = append(nodes, r.Node)
+	}
+	_, err = s.st.UpdateJob(ctx, p.Job, func(j *store.Job) (*store.Event, error) {
+		if j.Status != StatusQueued {
+			return nil, errNotQueued
+		}
+		j.Attempt++
+		now := s.now()
+		j.Status, j.StatusReason, j.Heartbeat, j.Placement = StatusPreparing, "placed on "+strings.Join(nodes, ", "), now, raw
+		return &store.Event{Job: p.Job, Time: now, From: StatusQueued, To: j.Status, Reason: j.StatusReason}, nil
+	})
+	if errors.Is(err, errNotQueued) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.heard(p.Job)
+	s.changed(p.Job)
+	for _, n := range nodes {
+		s.wakeNode(n)
+	}
+	return nil
+}
+
+// freePortHint picks the port rank 0 of a distributed job listens on: one
+// free on this machine now, which on a single-host pool is the nodes' host.
+func freePortHint() int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 29500 // torch's customary default
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func placementOf(j store.Job) Placement {
+	var p Placement
+	if len(j.Placement) > 0 {
+		_ = json.Unmarshal(j.Placement, &p)
+	}
+	return p
+}
+
+// ---- the agents' side ----
+
+// JoinNode admits the agent of a launched node in exchange for its join
+// token, which is used up.
+func (s *Service) JoinNode(ctx context.Context, who auth.Principal, req nodeproto.JoinRequest) (*nodeproto.JoinReply, error) {
+	if who.Kind != KindJoin {
+		return nil, Forbidden("joining needs a node's join token")
+	}
+	if req.Name != who.Subject {
+		return nil, Forbidden("this join token is for node %s, not %s", who.Subject, req.Name)
+	}
+	facts, err := json.Marshal(req.Facts)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	n, err := s.st.UpdateNode(ctx, req.Name, func(n *store.Node) error {
+		if n.State != NodeProvisioning {
+			return Conflict("node %s has already joined (it is %s)", n.Name, n.State)
+		}
+		n.State, n.Reason, n.Joined, n.Heartbeat, n.IdleSince, n.Facts = NodeIdle, "joined", now, now, now, facts
+		if req.Facts.Address != "" {
+			n.Address = req.Facts.Address
+		}
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, NotFound("node %s is not known to this workspace", req.Name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.st.DeleteTokens(ctx, KindJoin, n.Name); err != nil {
+		return nil, err
+	}
+	secret, hash := auth.NewToken()
+	if err := s.st.CreateToken(ctx, store.Token{Hash: hash, Kind: KindNode, Subject: n.Name, Created: now}); err != nil {
+		return nil, err
+	}
+	s.event(ctx, n.Compute, "node_joined", fmt.Sprintf("node %s joined from %s (%d CPUs, %d GPUs)", n.Name, n.Address, req.Facts.CPUs, len(req.Facts.GPUs)))
+	s.wakeDispatcher()
+	return &nodeproto.JoinReply{Node: n.Name, NodeToken: secret,
+		HeartbeatSeconds: int(s.cfg.NodeHeartbeat / time.Second), LeaseSeconds: int(s.cfg.NodeLease / time.Second)}, nil
+}
+
+// NodeHeartbeat renews a node's lease and says which of the attempts it
+// runs the workspace no longer wants.
+func (s *Service) NodeHeartbeat(ctx context.Context, who auth.Principal, name string, hb nodeproto.Heartbeat) (*nodeproto.HeartbeatReply, error) {
+	if who.Kind != KindNode || who.Subject != name {
+		return nil, Forbidden("only node %s's own token may send its heartbeat", name)
+	}
+	n, err := s.st.UpdateNode(ctx, name, func(n *store.Node) error {
+		n.Heartbeat = s.now()
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, NotFound("node %s is not known to this workspace", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	reply := &nodeproto.HeartbeatReply{Drain: n.State == NodeDraining || n.State == NodeLost}
+	for _, r := range hb.Running {
+		j, err := s.st.GetJob(ctx, r.Job)
+		if err != nil || IsTerminal(j.Status) || j.Attempt != r.Attempt || !slices.ContainsFunc(placementOf(j).Ranks, func(p RankPlacement) bool { return p.Node == name }) {
+			reply.Stop = append(reply.Stop, r)
+		}
+	}
+	return reply, nil
+}
+
+// NodeAssignments returns the attempts placed on a node that were not
+// handed to it yet, waiting up to wait for one.
+func (s *Service) NodeAssignments(ctx context.Context, who auth.Principal, name string, wait time.Duration) (*nodeproto.Assignments, error) {
+	if who.Kind != KindNode || who.Subject != name {
+		return nil, Forbidden("only node %s's own token may ask for its work", name)
+	}
+	deadline := time.NewTimer(min(wait, 60*time.Second))
+	defer deadline.Stop()
+	for {
+		wake := s.nodeWaiter(name)
+		out, err := s.pendingFor(ctx, name)
+		if err != nil || len(out.Assignments) > 0 {
+			return out, err
+		}
+		select {
+		case <-wake:
+		case <-deadline.C:
+			return out, nil
+		case <-ctx.Done():
+			return out, nil
+		}
+	}
+}
+
+func (s *Service) pendingFor(ctx context.Context, name string) (*nodeproto.Assignments, error) {
+	out := &nodeproto.Assignments{Assignments: []nodeproto.Assignment{}}
+	n, err := s.st.GetNode(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, NotFound("node %s is not known to this workspace", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if n.State != NodeIdle && n.State != NodeBusy {
+		return out, nil
+	}
+	active, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: activeStatuses, Compute: n.Compute})
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range active {
+		pl := placementOf(j)
+		rank := slices.IndexFunc(pl.Ranks, func(r RankPlacement) bool { return r.Node == name })
+		if rank < 0 || j.Status == StatusCancelRequested {
+			continue
+		}
+		key := fmt.Sprintf("%s/%s/%d", name, j.Name, j.Attempt)
+		s.pmu.Lock()
+		done := s.delivered[key]
+		s.delivered[key] = true
+		s.pmu.Unlock()
+		if done {
+			continue
+		}
+		a, err := s.assignment(ctx, j, pl, rank)
+		if err != nil {
+			return nil, err
+		}
+		out.Assignments = append(out.Assignments, a)
+	}
+	return out, nil
+}
+
+// assignment is what a node's agent needs to start rank's runner, with a
+// fresh run token for it.
+func (s *Service) assignment(ctx context.Context, j store.Job, pl Placement, rank int) (nodeproto.Assignment, error) {
+	secret, hash := auth.NewToken()
+	if err := s.st.CreateToken(ctx, store.Token{Hash: hash, Kind: auth.KindRun, Subject: j.Name, Attempt: j.Attempt, Created: s.now()}); err != nil {
+		return nodeproto.Assignment{}, err
+	}
+	var addrs []string
+	for _, r := range pl.Ranks {
+		addr := "127.0.0.1"
+		if n, err := s.st.GetNode(ctx, r.Node); err == nil && n.Address != "" {
+			addr = n.Address
+		}
+		addrs = append(addrs, addr)
+	}
+	env := map[string]string{
+		"FERRY_NODE_RANK":      strconv.Itoa(rank),
+		"FERRY_NODE_COUNT":     strconv.Itoa(len(pl.Ranks)),
+		"FERRY_NODE_ADDRESSES": strings.Join(addrs, ","),
+		"MASTER_ADDR":          addrs[0],
+		"MASTER_PORT":          strconv.Itoa(pl.MasterPort),
+		"NODE_RANK":            strconv.Itoa(rank),
+	}
+	return nodeproto.Assignment{Job: j.Name, Attempt: j.Attempt, Rank: rank, APIURL: s.cfg.APIURL,
+		RunToken: secret, GPUs: pl.Ranks[rank].GPUs, Env: env}, nil
+}
+
+func (s *Service) nodeWaiter(name string) <-chan struct{} {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	ch, ok := s.nodeWait[name]
+	if !ok {
+		ch = make(chan struct{})
+		s.nodeWait[name] = ch
+	}
+	return ch
+}
+
+func (s *Service) wakeNode(name string) {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	if ch, ok := s.nodeWait[name]; ok {
+		close(ch)
+		delete(s.nodeWait, name)
+	}
+}
+
+// ---- people's side ----
+
+// ListNodes returns the nodes of a pool compute (as az ml compute list-nodes).
+func (s *Service) ListNodes(ctx context.Context, compute string) ([]*Node, error) {
+	rec, err := s.st.GetCompute(ctx, compute)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, s.unknownCompute(ctx, compute)
+	}
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := s.st.ListNodes(ctx, rec.Name)
+	if err != nil {
+		return nil, err
+	}
+	active, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: activeStatuses, Compute: rec.Name})
+	if err != nil {
+		return nil, err
+	}
+	out := []*Node{}
+	for _, n := range nodes {
+		v := &Node{Name: n.Name, Compute: n.Compute, State: n.State, Reason: n.Reason, Size: n.Size, Address: n.Address,
+			Jobs: []string{}, Created: n.Created, Joined: timePtr(n.Joined), Heartbeat: timePtr(n.Heartbeat)}
+		if len(n.Facts) > 0 {
+			v.Facts = &nodeproto.Facts{}
+			_ = json.Unmarshal(n.Facts, v.Facts)
+		}
+		for _, j := range active {
+			for _, r := range placementOf(j).Ranks {
+				if r.Node == n.Name {
+					v.Jobs = append(v.Jobs, j.Name)
+				}
+			}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// ComputeEvents returns the newest limit events of a compute, oldest first.
+func (s *Service) ComputeEvents(ctx context.Context, compute string, limit int) ([]ComputeEvent, error) {
+	evs, err := s.st.ListComputeEvents(ctx, compute, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := []ComputeEvent{}
+	for _, e := range evs {
+		out = append(out, ComputeEvent{Time: e.Time, Kind: e.Kind, Message: e.Message})
+	}
+	return out, nil
+}
+
+// ResizeCompute changes a cluster's bounds live.
+func (s *Service) ResizeCompute(ctx context.Context, name string, minN, maxN *int, idle *int) (*Compute, error) {
+	_, err := s.st.UpdateCompute(ctx, name, func(rec *store.Compute) error {
+		if !isPool(rec.Type) {
+			return Invalid("compute %s is a %s target; only clusters (amlcompute) are resized", name, rec.Type)
+		}
+		var c spec.Compute
+		if err := json.Unmarshal(rec.Spec, &c); err != nil {
+			return err
+		}
+		if minN != nil {
+			c.MinInstances = minN
+		}
+		if maxN != nil {
+			c.MaxInstances = maxN
+		}
+		if idle != nil {
+			c.IdleTimeBeforeScaleDown = idle
+		}
+		if err := c.Validate(); err != nil {
+			return &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		}
+		raw, err := json.Marshal(&c)
+		if err != nil {
+			return err
+		}
+		rec.Spec, rec.Modified = raw, s.now()
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, s.unknownCompute(ctx, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.GetCompute(ctx, name)
+	if err == nil {
+		s.event(ctx, name, "resize", fmt.Sprintf("bounds now min %d, max %d, idle %ds", *v.Spec.MinInstances, *v.Spec.MaxInstances, *v.Spec.IdleTimeBeforeScaleDown))
+		s.wakeDispatcher()
+	}
+	return v, err
+}
+
+// Quota is a family's core quota as the API shows it.
+type Quota struct {
+	Family string `json:"family"`
+	Limit  int    `json:"limit"`
+	Used   int    `json:"used"`
+	Set    bool   `json:"set"` // set by an owner rather than the default
+}
+
+// ListQuotas returns the core quota and use of every family the catalog has.
+func (s *Service) ListQuotas(ctx context.Context) ([]Quota, error) {
+	q, err := s.quotas(ctx)
+	if err != nil {
+		return nil, err
+	}
+	set, err := s.st.ListQuotas(ctx)
+	if err != nil {
+		return nil, err
+	}
+	usage, err := s.usage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []Quota
+	for _, sz := range s.cfg.Sizes.List() {
+		if seen[sz.Family] {
+			continue
+		}
+		seen[sz.Family] = true
+		limit, used := q.Limit(usage, sz, false)
+		_, isSet := set[sz.Family]
+		out = append(out, Quota{Family: sz.Family, Limit: limit, Used: used, Set: isSet})
+	}
+	slices.SortFunc(out, func(a, b Quota) int { return strings.Compare(a.Family, b.Family) })
+	return out, nil
+}
+
+// SetQuota sets a family's core quota.
+func (s *Service) SetQuota(ctx context.Context, who auth.Principal, family string, cores int) error {
+	if !who.IsOwner() {
+		return Forbidden("only an owner may set quotas")
+	}
+	known := false
+	var families []string
+	for _, sz := range s.cfg.Sizes.List() {
+		known = known || strings.EqualFold(sz.Family, family)
+		if strings.EqualFold(sz.Family, family) {
+			family = sz.Family
+		}
+		if !slices.Contains(families, sz.Family) {
+			families = append(families, sz.Family)
+		}
+	}
+	if !known {
+		msg := fmt.Sprintf("family: %q is not a family of any size in the catalog", family)
+		if close := spec.Suggest(family, families); close != "" {
+			msg += fmt.Sprintf("; did you mean %s?", close)
+		}
+		return Invalid("%s", msg)
+	}
+	if cores < 0 {
+		return Invalid("cores: a quota is a number of cores, 0 or more (got %d)", cores)
+	}
+	if err := s.st.SetQuota(ctx, family, cores); err != nil {
+		return err
+	}
+	s.wakeDispatcher()
+	return nil
+}
+
+// EnableSize lets clusters of a restricted size be made.
+func (s *Service) EnableSize(ctx context.Context, who auth.Principal, size string) error {
+	if !who.IsOwner() {
+		return Forbidden("only an owner may enable restricted sizes")
+	}
+	sz, ok := s.cfg.Sizes.Lookup(size)
+	if !ok {
+		return Invalid("size: %q is not in the size catalog; see `ferry size list`", size)
+	}
+	return s.st.SetSizeEnabled(ctx, sz.Name, true)
+}
+
+// usage is the cores every pool node of the workspace holds, per family.
+func (s *Service) usage(ctx context.Context) (sizes.Usage, error) {
+	u := sizes.Usage{FamilyCores: map[string]int{}}
+	nodes, err := s.st.ListNodes(ctx, "")
+	if err != nil {
+		return u, err
+	}
+	for _, n := range nodes {
+		if sz, ok := s.cfg.Sizes.Lookup(n.Size); ok {
+			u.Add(sz, 1, false)
+		}
+	}
+	return u, nil
+}
+
+// admit checks that compute may run j with env.
+func (s *Service) admit(ctx context.Context, computeName string, j *spec.Job, env *environment.Spec) error {
+	rec, err := s.st.GetCompute(ctx, computeName)
+	if errors.Is(err, store.ErrNotFound) {
+		return s.unknownCompute(ctx, computeName)
+	}
+	if err != nil {
+		return err
+	}
+	if isPool(rec.Type) {
+		var c spec.Compute
+		if err := json.Unmarshal(rec.Spec, &c); err != nil {
+			return fmt.Errorf("compute %s: stored spec: %w", rec.Name, err)
+		}
+		if err := s.admitPool(&c, j, env); err != nil {
+			return Invalid("compute %s (type %s) cannot run this job: %s", computeName, rec.Type, strings.TrimPrefix(err.Error(), "invalid: "))
+		}
+		return nil
+	}
+	t, err := s.target(ctx, computeName)
+	if err != nil {
+		return err
+	}
+	if err := t.Admit(j, env); err != nil {
+		return Invalid("compute %s (type %s) cannot run this job: %v", computeName, t.Type(), err)
+	}
+	return nil
+}
+
+// poolView adds a cluster's nodes and newest events to its view.
+func (s *Service) poolView(ctx context.Context, v *Compute) error {
+	nodes, err := s.st.ListNodes(ctx, v.Name)
+	if err != nil {
+		return err
+	}
+	v.Nodes = map[string]int{}
+	for _, n := range nodes {
+		v.Nodes[n.State]++
+		v.CurrentNodes++
+	}
+	v.Events, err = s.ComputeEvents(ctx, v.Name, 10)
+	return err
+}
+
+func randomSuffix(n int) string {
+	const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = letters[rand.IntN(len(letters))]
+	}
+	return string(b)
+}
