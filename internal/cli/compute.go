@@ -191,7 +191,7 @@ func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
 	}
 	if v.Spec != nil && v.Spec.MinInstances != nil && v.Spec.MaxInstances != nil {
 		fmt.Fprintf(w, "size:\t%s\n", v.Spec.Size)
-		fmt.Fprintf(w, "nodes:\t%d now (min %d, max %d)", v.CurrentNodes, *v.Spec.MinInstances, *v.Spec.MaxInstances)
+		fmt.Fprintf(w, "nodes:\t%d now, target %d (min %d, max %d)", v.CurrentNodes, v.TargetNodes, *v.Spec.MinInstances, *v.Spec.MaxInstances)
 		for _, st := range slices.Sorted(maps.Keys(v.Nodes)) {
 			fmt.Fprintf(w, ", %d %s", v.Nodes[st], st)
 		}

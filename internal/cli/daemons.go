@@ -56,6 +56,8 @@ when the server stops, and report back when it is up again.`,
 	f.IntVar(&cfg.LocalCapacity, "local-capacity", 0, "jobs the local target runs at once (default: CPUs of this machine)")
 	f.StringVar(&maxSnap, "max-snapshot-size", "", "largest snapshot accepted, e.g. 1GiB (default 1GiB)")
 	f.StringVar(&cfg.Provider, "provider", "process", "node provider of clusters whose file names none: process (agents on this machine) or exec")
+	f.DurationVar(&cfg.NodeJoinTimeout, "node-join-timeout", 10*time.Minute, "how long a launched cluster node may take to join before it is terminated")
+	f.DurationVar(&cfg.ServerlessIdle, "serverless-idle", 120*time.Second, "idle time before the nodes of serverless jobs go")
 	f.DurationVar(&cfg.NodeLease, "node-lease", 30*time.Second, "how long a silent cluster node keeps its jobs before it is lost")
 	f.StringVar(&cfg.SizesFile, "sizes", "", "YAML file of sizes that extend or override the built-in catalog (see `ferry size list`)")
 	f.StringVar(&cfg.EnvCacheSize, "env-cache-size", "50g", "bound of this machine's built environments (virtualenvs, conda envs, images); least recently used ones above it are removed")

@@ -102,7 +102,7 @@ func processesWith(words ...string) []int {
 func TestClusterScalesFromZeroToNAndBack(t *testing.T) {
 	s := startServer(t, "--node-lease", "4s")
 	s.mustFerry("compute", "create", "-f", clusterFile(t, "cpu-cluster", "Standard_DS1_v2", 2, 3))
-	mustContain(t, "new cluster", s.mustFerry("compute", "show", "cpu-cluster").stdout, "nodes:", "0 now (min 0, max 2)")
+	mustContain(t, "new cluster", s.mustFerry("compute", "show", "cpu-cluster").stdout, "nodes:", "0 now, target 0 (min 0, max 2)")
 
 	// A burst of three jobs: the cluster grows to its max of 2, runs them,
 	// and after its idle time goes back to zero.
@@ -336,5 +336,117 @@ distribution:
 			t.Fatalf("rank 0's process still runs: %v", processesWith("sleep 300"))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestServerlessJobRunsOnAnImplicitCluster(t *testing.T) {
+	s := startServer(t, "--serverless-idle", "2s")
+	job := jobFile(t, "command: echo serverless $FERRY_JOB_ID\nresources:\n  instance_type: Standard_DS1_v2\n", nil)
+	r := s.mustFerry("job", "create", "-f", job, "--stream", "--name", "sl-1")
+	mustContain(t, "serverless log", r.stdout, "serverless sl-1")
+	var j struct {
+		Compute string `json:"compute"`
+	}
+	if err := json.Unmarshal([]byte(s.mustFerry("job", "show", "sl-1", "-o", "json").stdout), &j); err != nil || j.Compute != "serverless-standard-ds1-v2" {
+		t.Fatalf("serverless job ran on %q (%v)", j.Compute, err)
+	}
+	mustContain(t, "compute list", s.mustFerry("compute", "list").stdout, "serverless-standard-ds1-v2", "amlcompute")
+	s.waitNodes("serverless-standard-ds1-v2", 0)
+
+	bad := jobFile(t, "command: \"true\"\nresources:\n  instance_type: Standard_DS1_v3\n", nil)
+	r = s.ferry("job", "create", "-f", bad)
+	if r.code == 0 {
+		t.Fatalf("an unknown size was taken: %s", r)
+	}
+	mustContain(t, "unknown size", r.stderr, "resources.instance_type", "did you mean Standard_DS1_v2")
+}
+
+func TestExecProviderCluster(t *testing.T) {
+	script, err := filepath.Abs("../../examples/providers/local-exec.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FERRY_EXE", ferryBin)
+	t.Setenv("FERRY_EXEC_DIR", t.TempDir())
+	t.Setenv("FERRY_EXEC_GRACE", "2")
+	s := startServer(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"c.yml": "name: exec-cluster\ntype: amlcompute\nsize: Standard_DS1_v2\nmax_instances: 1\nidle_time_before_scale_down: 2\nprovider:\n  type: exec\n  program: " + script + "\n"})
+	s.mustFerry("compute", "create", "-f", filepath.Join(dir, "c.yml"))
+	r := s.mustFerry("job", "create", "-f", jobFile(t, "command: echo via exec\ncompute: azureml:exec-cluster\n", nil), "--stream")
+	mustContain(t, "exec job", r.stdout, "via exec")
+	s.waitNodes("exec-cluster", 0)
+	if pids := processesWith("agent", "--server", s.url); len(pids) > 0 {
+		t.Errorf("agents left after scale-down: %v", pids)
+	}
+}
+
+func TestFailingLaunchesAndNodesThatNeverJoin(t *testing.T) {
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "calls")
+	writeFiles(t, dir, map[string]string{
+		// A cloud that is out of capacity.
+		"fail.sh": "#!/bin/sh\ncat >/dev/null\ncase $1 in\nlaunch) echo 'no capacity in region lab-1' >&2; exit 1;;\nlist) echo '{\"machines\": []}';;\n*) echo '{}';;\nesac\n",
+		// A cloud whose machines never start their agent.
+		"ghost.sh": "#!/bin/sh\nin=$(cat)\necho \"$1 $in\" >> " + calls + "\ncase $1 in\nlaunch) echo '{\"id\": \"ghost-1\", \"state\": \"running\"}';;\nlist) echo '{\"machines\": []}';;\n*) echo '{}';;\nesac\n",
+	})
+	for _, f := range []string{"fail.sh", "ghost.sh"} {
+		if err := os.Chmod(filepath.Join(dir, f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startServer(t, "--node-join-timeout", "3s")
+	for name, prog := range map[string]string{"failing": "fail.sh", "ghostly": "ghost.sh"} {
+		writeFiles(t, dir, map[string]string{name + ".yml": "name: " + name + "\ntype: amlcompute\nsize: Standard_DS1_v2\nmax_instances: 1\nprovider:\n  type: exec\n  program: " + filepath.Join(dir, prog) + "\n"})
+		s.mustFerry("compute", "create", "-f", filepath.Join(dir, name+".yml"))
+		s.mustFerry("job", "create", "-f", jobFile(t, "command: \"true\"\ncompute: azureml:"+name+"\n", nil), "--name", "on-"+name)
+	}
+	waitShow := func(compute string, wants ...string) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			out := s.mustFerry("compute", "show", compute).stdout
+			ok := true
+			for _, w := range wants {
+				ok = ok && strings.Contains(out, w)
+			}
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("compute show %s never showed %q:\n%s", compute, wants, out)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitShow("failing", "launch_failed", "no capacity in region lab-1", "retrying in")
+	if j := s.show("on-failing"); j.Status != "Queued" {
+		t.Errorf("on-failing: %s", j.Status)
+	}
+	waitShow("ghostly", "did not join within 3s")
+	b, err := os.ReadFile(calls)
+	if err != nil || !strings.Contains(string(b), `terminate {"id":"ghost-1"}`) {
+		t.Errorf("the node that never joined was not terminated; calls:\n%s (%v)", b, err)
+	}
+}
+
+func TestClusterJobSurvivesServerRestart(t *testing.T) {
+	s := startServer(t, "--node-lease", "5s")
+	s.mustFerry("compute", "create", "-f", clusterFile(t, "steady", "Standard_DS1_v2", 1, 60))
+	s.mustFerry("job", "create", "-f", jobFile(t, "command: for i in 1 2 3 4 5 6; do echo tick $i; sleep 1; done\ncompute: azureml:steady\n", nil), "--name", "through")
+	s.waitStatus("through", "Running")
+	waitLog(t, s, "through", "tick 1")
+	s.kill9()
+	time.Sleep(2 * time.Second)
+	s.start()
+	if j := s.waitStatus("through", "Completed", "Failed"); j.Status != "Completed" {
+		t.Fatalf("through: %s (%s)", j.Status, j.StatusReason)
+	}
+	log := s.mustFerry("job", "stream", "through").stdout
+	if want := "tick 1\ntick 2\ntick 3\ntick 4\ntick 5\ntick 6\n"; log != want {
+		t.Errorf("log after the restart = %q, want %q", log, want)
+	}
+	if ns := s.nodes("steady"); len(ns) != 1 || ns[0].State == "Lost" {
+		t.Errorf("the node did not ride out the restart: %+v", ns)
 	}
 }

@@ -45,12 +45,16 @@ type Config struct {
 	// Provider is the node provider of clusters that name none ("" = process).
 	Provider string
 	// NodeLease is how long a silent node keeps its jobs (0 = 30 s).
-	NodeLease    time.Duration
-	EnvCacheSize string // bound of the local machine's environment cache, such as 50g; "" = none
-	LeaseTimeout time.Duration
-	CancelGrace  time.Duration // runners' SIGTERM→SIGKILL grace; 0 = 10 s
-	Log          *slog.Logger
-	Out          io.Writer // where the server tells its user what it did
+	NodeLease time.Duration
+	// NodeJoinTimeout bounds how long a launched node may take to join (0 = 10 min).
+	NodeJoinTimeout time.Duration
+	// ServerlessIdle is the idle time of serverless jobs' implicit clusters (0 = 120 s).
+	ServerlessIdle time.Duration
+	EnvCacheSize   string // bound of the local machine's environment cache, such as 50g; "" = none
+	LeaseTimeout   time.Duration
+	CancelGrace    time.Duration // runners' SIGTERM→SIGKILL grace; 0 = 10 s
+	Log            *slog.Logger
+	Out            io.Writer // where the server tells its user what it did
 }
 
 // Info is written to DataDir/server.json once the server listens, so that
@@ -151,6 +155,7 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxSnapshotSize: cfg.MaxSnapshotSize, LeaseTimeout: cfg.LeaseTimeout, Log: cfg.Log,
 		Sizes: catalog, Providers: newProviders(exe, dir, cfg.Provider).factory(),
 		NodeLease: cfg.NodeLease, NodeHeartbeat: nodeHeartbeat(cfg.NodeLease),
+		JoinTimeout: cfg.NodeJoinTimeout, ServerlessIdle: cfg.ServerlessIdle,
 	})
 	if err != nil {
 		return err

@@ -54,8 +54,13 @@ type Config struct {
 	NodeHeartbeat, NodeLease, JoinTimeout time.Duration
 	// PoolTick is how often the pool loop runs without being woken (default 1 s).
 	PoolTick time.Duration
-	Now      func() time.Time // clock; nil means time.Now
-	Log      *slog.Logger
+	// ServerlessIdle is how long the nodes of serverless jobs' implicit
+	// clusters stay idle before they go (default 120 s, Azure's default);
+	// ServerlessMax bounds each implicit cluster (default 10).
+	ServerlessIdle time.Duration
+	ServerlessMax  int
+	Now            func() time.Time // clock; nil means time.Now
+	Log            *slog.Logger
 }
 
 // Service is the workspace. It is safe for concurrent use.
@@ -81,6 +86,7 @@ type Service struct {
 	launchFails map[string]int           // per compute: launches failed in a row
 	launchRetry map[string]time.Time     // per compute: no launch before
 	launchErr   map[string]string        // per compute: the last launch error
+	nodeTargets map[string]int           // per compute: the node count the autoscaler last aimed at
 }
 
 // New makes a Service and makes sure the workspace has its `local` target.
@@ -103,6 +109,12 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.NodeLease == 0 {
 		cfg.NodeLease = 30 * time.Second
 	}
+	if cfg.ServerlessIdle == 0 {
+		cfg.ServerlessIdle = 120 * time.Second
+	}
+	if cfg.ServerlessMax == 0 {
+		cfg.ServerlessMax = 10
+	}
 	if cfg.JoinTimeout == 0 {
 		cfg.JoinTimeout = 10 * time.Minute
 	}
@@ -120,7 +132,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		waiters:    map[string]chan struct{}{},
 		heartbeats: map[string]time.Time{},
 		delivered:  map[string]bool{}, nodeWait: map[string]chan struct{}{},
-		launchFails: map[string]int{}, launchRetry: map[string]time.Time{}, launchErr: map[string]string{},
+		launchFails: map[string]int{}, launchRetry: map[string]time.Time{}, launchErr: map[string]string{}, nodeTargets: map[string]int{},
 	}
 	s.started = s.now()
 	if _, err := s.st.GetCompute(ctx, "local"); errors.Is(err, store.ErrNotFound) {
@@ -343,6 +355,13 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	computeName := j.ComputeName()
+	if computeName == "" && j.Resources != nil && j.Resources.InstanceType != "" {
+		name, err := s.serverless(ctx, j)
+		if err != nil {
+			return nil, err
+		}
+		computeName = name
+	}
 	if computeName == "" {
 		computeName = "local"
 	}

@@ -89,6 +89,7 @@ type Compute struct {
 	// autoscaler last aimed at, and the newest scaling events.
 	Nodes        map[string]int `json:"nodes,omitempty"`
 	CurrentNodes int            `json:"current_nodes"`
+	TargetNodes  int            `json:"target_nodes"`
 	Events       []ComputeEvent `json:"events,omitempty"`
 	Created      time.Time      `json:"created"`
 	Spec         *spec.Compute  `json:"spec,omitempty"`
