@@ -182,7 +182,9 @@ func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
 	fmt.Fprintf(w, "name:\t%s\n", v.Name)
 	fmt.Fprintf(w, "type:\t%s\n", v.Type)
 	fmt.Fprintf(w, "state:\t%s\n", v.State)
-	fmt.Fprintf(w, "capacity:\t%d\n", v.Capacity)
+	if v.Spec == nil || v.Spec.MaxInstances == nil {
+		fmt.Fprintf(w, "capacity:\t%d\n", v.Capacity)
+	}
 	fmt.Fprintf(w, "active jobs:\t%d\n", v.Active)
 	fmt.Fprintf(w, "queued jobs:\t%d\n", v.Queued)
 	fmt.Fprintf(w, "created:\t%s\n", fmtTime(&v.Created))

@@ -257,7 +257,8 @@ func (a *app) finalSummary(j *workspace.Job) error {
 }
 
 func (a *app) jobStreamCmd() *cobra.Command {
-	return &cobra.Command{
+	var rank int
+	cmd := &cobra.Command{
 		Use:   "stream NAME",
 		Short: "Print a job's log from the start and follow it until the job ends",
 		Args:  cobra.ExactArgs(1),
@@ -266,12 +267,18 @@ func (a *app) jobStreamCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if rank < 0 {
+				return fmt.Errorf("--rank: %d is not a node rank", rank)
+			}
+			c.Rank = rank
 			if _, err := c.GetJob(cmd.Context(), args[0]); err != nil {
 				return err
 			}
 			return a.streamToEnd(cmd.Context(), c, args[0])
 		},
 	}
+	cmd.Flags().IntVar(&rank, "rank", 0, "node rank whose log to follow, for jobs on several nodes (0 is the first)")
+	return cmd
 }
 
 func (a *app) jobShowCmd() *cobra.Command {

@@ -28,8 +28,9 @@ type Client struct {
 	base  string
 	token string
 	http  *http.Client
-	// Rank is the node rank a runner reports logs and status as (0 for
-	// single-node jobs and for everyone else).
+	// Rank is the node rank a runner reports logs and status as, and
+	// whose log StreamLogs reads (0: single-node jobs, and rank 0 of
+	// multi-node ones).
 	Rank int
 }
 
@@ -232,7 +233,7 @@ func (c *Client) CancelJob(ctx context.Context, name string) (*workspace.Job, er
 // job ends when follow is set, and returns the new offset. On an error the
 // offset says how far it got, so a caller can resume.
 func (c *Client) StreamLogs(ctx context.Context, name string, offset int64, follow bool, w io.Writer) (int64, error) {
-	path := fmt.Sprintf("/v1/jobs/%s/logs?offset=%d&follow=%t", url.PathEscape(name), offset, follow)
+	path := fmt.Sprintf("/v1/jobs/%s/logs?offset=%d&follow=%t", url.PathEscape(name), offset, follow) + c.rankQuery("&")
 	resp, err := c.request(ctx, "GET", path, nil, "")
 	if err != nil {
 		return offset, err

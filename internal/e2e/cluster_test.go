@@ -298,11 +298,8 @@ distribution:
 		t.Fatalf("ddp job: %s", r)
 	}
 	// Node rank 0's log is the job's; node rank 1's is beside it.
-	code, rank1 := s.call("GET", "/v1/jobs/ddp/logs?rank=1", s.token, nil)
-	if code != 200 {
-		t.Fatalf("rank 1 log: %d %s", code, rank1)
-	}
-	all := r.stdout + string(rank1)
+	rank1 := s.mustFerry("job", "stream", "ddp", "--rank", "1").stdout
+	all := r.stdout + rank1
 	for rank := range 4 {
 		mustContain(t, "ranks' logs", all, fmt.Sprintf("rank %d/4 node %d local %d sum 10.0", rank, rank/2, rank%2))
 	}

@@ -163,9 +163,9 @@ func TestComputeCommands(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "already exists") {
 		t.Errorf("duplicate compute: %s", r)
 	}
-	r = s.ferry("compute", "create", "-f", jobFile(t, "name: cpu-cluster\ntype: amlcompute\nmax_instances: 2\n", nil))
-	if r.code == 0 || !strings.Contains(r.stderr, "amlcompute") {
-		t.Errorf("amlcompute on this server: %s", r)
+	r = s.ferry("compute", "create", "-f", jobFile(t, "name: dev-box\ntype: computeinstance\nsize: Standard_DS3_v2\n", nil))
+	if r.code == 0 || !strings.Contains(r.stderr, "computeinstance") {
+		t.Errorf("computeinstance on this server: %s", r)
 	}
 	r = s.ferry("compute", "create", "-f", jobFile(t, "name: bad\ntype: local\ncapacity: -1\n", nil))
 	if r.code == 0 || !strings.Contains(r.stderr, "capacity") {

@@ -781,7 +781,7 @@ func (s *Service) assignment(ctx context.Context, j store.Job, pl Placement, ran
 		"NODE_RANK":            strconv.Itoa(rank),
 	}
 	return nodeproto.Assignment{Job: j.Name, Attempt: j.Attempt, Rank: rank,
-		RunToken: secret, GPUs: pl.Ranks[rank].GPUs, Env: env}, nil
+		RunToken: secret, GPUs: s.nodeGPUs(ctx, pl.Ranks[rank]), Env: env}, nil
 	// APIURL is left empty: the agent gives its runners the URL it reaches
 	// the server at, which on another host or in a container is not ours.
 }
@@ -1113,3 +1113,24 @@ func (s *Service) serverless(ctx context.Context, j *spec.Job) (string, error) {
 }
 
 func intp(n int) *int { return &n }
+
+// nodeGPUs turns the scheduler's GPU slots of a node (0..GPUs-1 of its
+// size) into the GPU indices the node's agent reported: a node given host
+// GPUs 2 and 3 by its provider calls them 2 and 3, not 0 and 1.
+func (s *Service) nodeGPUs(ctx context.Context, r RankPlacement) []int {
+	if len(r.GPUs) == 0 {
+		return nil
+	}
+	n, err := s.st.GetNode(ctx, r.Node)
+	var facts nodeproto.Facts
+	if err != nil || len(n.Facts) == 0 || json.Unmarshal(n.Facts, &facts) != nil || len(facts.GPUs) == 0 {
+		return r.GPUs
+	}
+	out := make([]int, 0, len(r.GPUs))
+	for _, slot := range r.GPUs {
+		if slot < len(facts.GPUs) {
+			out = append(out, facts.GPUs[slot].Index)
+		}
+	}
+	return out
+}
