@@ -11,6 +11,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 
 	"github.com/ferry-ml/ferry/internal/testutil"
 )
@@ -185,6 +186,7 @@ func containersOf(t *testing.T, job string) []string {
 
 func TestImageEnvironments(t *testing.T) {
 	testutil.RequireBaseImage(t)
+	removeNewEnvironmentImages(t)
 	s := startServer(t, "--cancel-grace", "2s")
 
 	// A build context with a Dockerfile FROM the base image; outputs
@@ -334,4 +336,32 @@ func TestImageEnvironmentRefusedWithoutDocker(t *testing.T) {
 		t.Errorf("the refused job was stored")
 	}
 	s.mustFerry("job", "create", "-f", jobFile(t, "command: \"true\"\nenvironment:\n  user_managed: true\n", nil), "--stream")
+}
+
+// removeNewEnvironmentImages removes, when the test ends, the environment
+// images (ferry-env:<hash>) it made, so test runs do not fill the engine.
+func removeNewEnvironmentImages(t *testing.T) {
+	t.Helper()
+	c := testutil.RequireDocker(t)
+	tags := func() map[string]bool {
+		out := map[string]bool{}
+		list, err := c.ImageList(context.Background(), image.ListOptions{Filters: filters.NewArgs(filters.Arg("reference", "ferry-env"))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, im := range list {
+			for _, tag := range im.RepoTags {
+				out[tag] = true
+			}
+		}
+		return out
+	}
+	before := tags()
+	t.Cleanup(func() {
+		for tag := range tags() {
+			if !before[tag] {
+				_, _ = c.ImageRemove(context.Background(), tag, image.RemoveOptions{PruneChildren: true})
+			}
+		}
+	})
 }
