@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,6 +12,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // clusterFile is an Azure ML amlCompute file, unchanged but for its numbers.
@@ -445,5 +451,105 @@ func TestClusterJobSurvivesServerRestart(t *testing.T) {
 	}
 	if ns := s.nodes("steady"); len(ns) != 1 || ns[0].State == "Lost" {
 		t.Errorf("the node did not ride out the restart: %+v", ns)
+	}
+}
+
+// dockerCluster is a cluster file whose nodes are containers of the node image.
+func dockerCluster(t *testing.T, name, size string, maxN, idle int) string {
+	t.Helper()
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"c.yml": fmt.Sprintf("name: %s\ntype: amlcompute\nsize: %s\nmin_instances: 0\nmax_instances: %d\nidle_time_before_scale_down: %d\nprovider:\n  type: docker\n  image: %s\n",
+		name, size, maxN, idle, testutil.NodeImage)})
+	return filepath.Join(dir, "c.yml")
+}
+
+// startNodeServer starts a server that containers can reach: it listens on
+// every address, and the docker provider points agents at the network's gateway.
+func startNodeServer(t *testing.T, args ...string) *server {
+	t.Helper()
+	testutil.RequireNodeImage(t)
+	port := freeAddr(t)[len("127.0.0.1:"):]
+	s := &server{t: t, dir: t.TempDir(), addr: "127.0.0.1:" + port, home: t.TempDir(), output: &syncBuffer{},
+		args: append([]string{"--addr", "0.0.0.0:" + port}, args...)}
+	s.start()
+	t.Cleanup(func() { s.stop() })
+	return s
+}
+
+func TestDockerProviderScalesAndRunsDDP(t *testing.T) {
+	s := startNodeServer(t)
+	s.mustFerry("compute", "create", "-f", dockerCluster(t, "box-cluster", "Standard_DS2_v2", 2, 3))
+
+	// Two jobs at once: two nodes, each a container with its own address.
+	job := jobFile(t, "command: echo on $(hostname) at $(hostname -I)\ncompute: azureml:box-cluster\n", nil)
+	s.mustFerry("job", "create", "-f", job, "--name", "box-1")
+	s.mustFerry("job", "create", "-f", job, "--name", "box-2")
+	ns := s.waitNodes("box-cluster", 2, "Idle", "Busy")
+	if ns[0].Address == ns[1].Address || ns[0].Address == "127.0.0.1" {
+		t.Errorf("docker nodes share an address: %+v", ns)
+	}
+	for _, name := range []string{"box-1", "box-2"} {
+		if j := s.waitStatus(name, "Completed", "Failed"); j.Status != "Completed" {
+			t.Fatalf("%s: %s (%s)", name, j.Status, j.StatusReason)
+		}
+	}
+
+	// DDP across the two containers: 2 nodes x 2 processes, gloo over the network.
+	ddp := jobFile(t, `command: /usr/bin/python3 ddp.py
+code: src
+compute: azureml:box-cluster
+resources:
+  instance_count: 2
+distribution:
+  type: pytorch
+  process_count_per_instance: 2
+`, map[string]string{"src/ddp.py": ddpScript})
+	r := s.ferry("job", "create", "-f", ddp, "--stream", "--name", "box-ddp")
+	if r.code != 0 {
+		t.Fatalf("ddp on docker nodes: %s", r)
+	}
+	all := r.stdout + s.mustFerry("job", "stream", "box-ddp", "--rank", "1").stdout
+	for rank := range 4 {
+		mustContain(t, "ranks' logs", all, fmt.Sprintf("rank %d/4 node %d local %d sum 10.0", rank, rank/2, rank%2))
+	}
+
+	// Idle for 3 s: back to zero, and the containers are gone.
+	s.waitNodes("box-cluster", 0)
+	c := testutil.RequireDocker(t)
+	left, err := c.ContainerList(context.Background(), container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "ferry.pool=box-cluster"))})
+	if err != nil || len(left) > 0 {
+		t.Errorf("containers left after scale-down: %d (%v)", len(left), err)
+	}
+}
+
+func TestDockerProviderQuotaAndLostNode(t *testing.T) {
+	s := startNodeServer(t, "--node-lease", "3s")
+	s.mustFerry("quota", "set", "standardDSv2Family", "1")
+	s.mustFerry("compute", "create", "-f", dockerCluster(t, "box-quota", "Standard_DS1_v2", 2, 60))
+	s.mustFerry("job", "create", "-f", jobFile(t, "command: echo started; sleep 300\ncompute: azureml:box-quota\n", nil), "--name", "box-victim")
+	s.mustFerry("job", "create", "-f", jobFile(t, "command: echo second\ncompute: azureml:box-quota\n", nil), "--name", "box-waiter")
+	s.waitStatus("box-victim", "Running")
+	waitLog(t, s, "box-victim", "started")
+	s.waitReason("box-waiter", "quota for family DSv2 is 1/1 cores")
+
+	// Kill the node's container: the node is lost, its job fails, and the
+	// waiting job gets a new node in its place.
+	ns := s.nodes("box-quota")
+	if len(ns) != 1 {
+		t.Fatalf("nodes %+v", ns)
+	}
+	c := testutil.RequireDocker(t)
+	list, err := c.ContainerList(context.Background(), container.ListOptions{Filters: filters.NewArgs(filters.Arg("label", "ferry.node="+ns[0].Name))})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("container of node %s: %v %v", ns[0].Name, list, err)
+	}
+	if err := c.ContainerKill(context.Background(), list[0].ID, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	if j := s.waitStatus("box-victim", "Failed", "Completed", "Canceled"); j.Status != "Failed" || j.StatusReason != "node lost" {
+		t.Fatalf("box-victim: %s (%s), want Failed (node lost)", j.Status, j.StatusReason)
+	}
+	if j := s.waitStatus("box-waiter", "Completed", "Failed"); j.Status != "Completed" {
+		t.Fatalf("box-waiter: %s (%s)", j.Status, j.StatusReason)
 	}
 }

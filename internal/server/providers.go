@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/provider"
+	dockerprov "github.com/ferry-ml/ferry/internal/provider/docker"
 	execprov "github.com/ferry-ml/ferry/internal/provider/exec"
 	"github.com/ferry-ml/ferry/internal/provider/process"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -17,7 +18,7 @@ import (
 )
 
 // providerTypes are the node providers a compute's provider: block may name.
-var providerTypes = []string{"process", "exec"}
+var providerTypes = []string{"process", "docker", "exec"}
 
 // providers is the registry of node providers: the server's default (the
 // process provider, so Azure files work unchanged on one machine) and the
@@ -52,6 +53,23 @@ func (p *providers) factory() workspace.ProviderFactory {
 		case "process":
 			return p.get("process", func() (provider.Provider, error) {
 				return process.New(process.Config{Exe: p.exe, Dir: filepath.Join(p.dir, "process"), GPUs: hostGPUs()})
+			})
+		case "docker":
+			image, _ := c.Provider["image"].(string)
+			network, _ := c.Provider["network"].(string)
+			var mounts []string
+			if raw, ok := c.Provider["mounts"].([]any); ok {
+				for i, m := range raw {
+					s, ok := m.(string)
+					if !ok {
+						return nil, fmt.Errorf("provider.mounts[%d] must be a string HOST:CONTAINER[:ro]", i)
+					}
+					mounts = append(mounts, s)
+				}
+			}
+			key := "docker\x00" + image + "\x00" + network + "\x00" + strings.Join(mounts, "\x00")
+			return p.get(key, func() (provider.Provider, error) {
+				return dockerprov.New(dockerprov.Config{Image: image, Network: network, Exe: p.exe, Mounts: mounts})
 			})
 		case "exec":
 			prog, _ := c.Provider["program"].(string)

@@ -62,6 +62,19 @@ func RequireBaseImage(t testing.TB) {
 	}
 }
 
+// NodeImage is the docker node provider's image, with python3-torch, that
+// scripts/make-node-image.sh makes from BaseImage.
+const NodeImage = "ferry-node:bookworm"
+
+// RequireNodeImage skips the test unless the engine has NodeImage.
+func RequireNodeImage(t testing.TB) {
+	t.Helper()
+	c := RequireDocker(t)
+	if _, err := c.ImageInspect(context.Background(), NodeImage); err != nil {
+		skip(t, "needs the image %s: run scripts/make-node-image.sh (no registry needed)", NodeImage)
+	}
+}
+
 // MakeWheel is WriteWheel for tests: it fails the test on an error.
 func MakeWheel(t testing.TB, dir, name, version string, files map[string]string) string {
 	t.Helper()
