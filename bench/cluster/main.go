@@ -3,13 +3,16 @@
 //
 //   - submit → scale-up decision: the job's creation to the cluster's
 //     scale_up event (the aim: within a second);
+//
 //   - cold start: submit → Running when the cluster has no node (launch,
 //     agent join, runner start);
+//
 //   - warm start: submit → Running with an idle node;
+//
 //   - the peer, measured in the same run: submit → Running on the local
 //     target, which starts a runner directly with no agent in between.
 //
-//	go run ./bench/cluster [-n 5]
+//     go run ./bench/cluster [-n 5]
 //
 // It prints figures and ratios; it asserts nothing.
 package main
