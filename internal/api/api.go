@@ -59,6 +59,9 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 		{method: "GET", path: "/v1/computes/{name}", summary: "Show a compute target", handle: s.getCompute},
 		{method: "GET", path: "/v1/computes/{name}/nodes", summary: "List a cluster's nodes", handle: s.listNodes},
 		{method: "POST", path: "/v1/computes/{name}/resize", summary: "Change a cluster's bounds: {min_instances, max_instances, idle_time_before_scale_down}", handle: s.resizeCompute},
+		{method: "POST", path: "/v1/computes/{name}/start", summary: "Start a stopped compute instance", handle: s.instanceAction("start")},
+		{method: "POST", path: "/v1/computes/{name}/stop", summary: "Stop a compute instance", handle: s.instanceAction("stop")},
+		{method: "POST", path: "/v1/computes/{name}/restart", summary: "Restart a compute instance on a fresh node", handle: s.instanceAction("restart")},
 		{method: "GET", path: "/v1/quotas", summary: "Core quotas and use per size family", handle: s.listQuotas},
 		{method: "PUT", path: "/v1/quotas/{family}", summary: "Set a family's core quota: {cores}", handle: s.setQuota},
 		{method: "POST", path: "/v1/sizes/{size}/enable", summary: "Let clusters of a restricted size be made", handle: s.enableSize},
@@ -280,6 +283,19 @@ func (s *Server) resizeCompute(r *http.Request, who auth.Principal) (any, error)
 		return nil, err
 	}
 	return s.ws.ResizeCompute(r.Context(), r.PathValue("name"), req.MinInstances, req.MaxInstances, req.IdleTimeBeforeScaleDown)
+}
+
+func (s *Server) instanceAction(action string) func(*http.Request, auth.Principal) (any, error) {
+	return func(r *http.Request, who auth.Principal) (any, error) {
+		name := r.PathValue("name")
+		switch action {
+		case "start":
+			return s.ws.StartInstance(r.Context(), who, name)
+		case "stop":
+			return s.ws.StopInstance(r.Context(), who, name)
+		}
+		return s.ws.RestartInstance(r.Context(), who, name)
+	}
 }
 
 func (s *Server) listQuotas(r *http.Request, _ auth.Principal) (any, error) {

@@ -101,8 +101,30 @@ func (a *app) computeCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(create, list, show, del, a.listNodesCmd(), a.resizeCmd("resize"), a.resizeCmd("update"))
+	cmd.AddCommand(create, list, show, del, a.listNodesCmd(), a.resizeCmd("resize"), a.resizeCmd("update"),
+		a.instanceCmd("start", "Start a stopped compute instance"),
+		a.instanceCmd("stop", "Stop a compute instance: its machine is given back until it is started"),
+		a.instanceCmd("restart", "Restart a compute instance on a fresh machine"))
 	return cmd
+}
+
+func (a *app) instanceCmd(action, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   action + " NAME",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			v, err := c.InstanceAction(cmd.Context(), args[0], action)
+			if err != nil {
+				return err
+			}
+			return a.print(v, func(w *tabwriter.Writer) { showCompute(w, v) })
+		},
+	}
 }
 
 func (a *app) listNodesCmd() *cobra.Command {
@@ -182,7 +204,7 @@ func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
 	fmt.Fprintf(w, "name:\t%s\n", v.Name)
 	fmt.Fprintf(w, "type:\t%s\n", v.Type)
 	fmt.Fprintf(w, "state:\t%s\n", v.State)
-	if v.Spec == nil || v.Spec.MaxInstances == nil {
+	if v.Type == "local" {
 		fmt.Fprintf(w, "capacity:\t%d\n", v.Capacity)
 	}
 	fmt.Fprintf(w, "active jobs:\t%d\n", v.Active)
@@ -190,6 +212,13 @@ func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
 	fmt.Fprintf(w, "created:\t%s\n", fmtTime(&v.Created))
 	if v.Spec != nil && v.Spec.Description != "" {
 		fmt.Fprintf(w, "description:\t%s\n", v.Spec.Description)
+	}
+	if v.Type == "computeinstance" && v.Spec != nil {
+		fmt.Fprintf(w, "size:\t%s\n", v.Spec.Size)
+		fmt.Fprintf(w, "nodes:\t%d\n", v.CurrentNodes)
+		for _, e := range v.Events {
+			fmt.Fprintf(w, "event %s:\t%s %s\n", e.Time.Local().Format("15:04:05"), e.Kind, e.Message)
+		}
 	}
 	if v.Spec != nil && v.Spec.MinInstances != nil && v.Spec.MaxInstances != nil {
 		fmt.Fprintf(w, "size:\t%s\n", v.Spec.Size)

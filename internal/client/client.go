@@ -170,6 +170,12 @@ func (c *Client) ResizeCompute(ctx context.Context, compute string, req api.Resi
 	return &out, c.do(ctx, "POST", "/v1/computes/"+url.PathEscape(compute)+"/resize", req, &out)
 }
 
+// InstanceAction starts, stops or restarts a compute instance.
+func (c *Client) InstanceAction(ctx context.Context, compute, action string) (*workspace.Compute, error) {
+	var out workspace.Compute
+	return &out, c.do(ctx, "POST", "/v1/computes/"+url.PathEscape(compute)+"/"+action, nil, &out)
+}
+
 // ListQuotas lists core quotas and use per family.
 func (c *Client) ListQuotas(ctx context.Context) ([]workspace.Quota, error) {
 	var out []workspace.Quota

@@ -163,9 +163,9 @@ func TestComputeCommands(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "already exists") {
 		t.Errorf("duplicate compute: %s", r)
 	}
-	r = s.ferry("compute", "create", "-f", jobFile(t, "name: dev-box\ntype: computeinstance\nsize: Standard_DS3_v2\n", nil))
-	if r.code == 0 || !strings.Contains(r.stderr, "computeinstance") {
-		t.Errorf("computeinstance on this server: %s", r)
+	r = s.ferry("compute", "create", "-f", jobFile(t, "name: k8s-ns\ntype: kubernetes\nresource_id: /subscriptions/x/k8s\n", nil))
+	if r.code == 0 || !strings.Contains(r.stderr, "kubernetes") {
+		t.Errorf("kubernetes on this server: %s", r)
 	}
 	r = s.ferry("compute", "create", "-f", jobFile(t, "name: bad\ntype: local\ncapacity: -1\n", nil))
 	if r.code == 0 || !strings.Contains(r.stderr, "capacity") {

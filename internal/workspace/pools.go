@@ -45,8 +45,26 @@ const (
 	KindNode = "node"
 )
 
-// isPool reports whether computes of type typ are pools of agent nodes.
-func isPool(typ string) bool { return typ == "amlcompute" }
+// isPool reports whether computes of type typ are pools of agent nodes: a
+// cluster, or a compute instance, which is a pool of one node that its
+// owner starts and stops.
+func isPool(typ string) bool { return typ == "amlcompute" || typ == "computeinstance" }
+
+// Compute instance states, as Azure ML names them.
+const (
+	InstanceCreating   = "Creating"
+	InstanceRunning    = "Running"
+	InstanceJobRunning = "JobRunning"
+	InstanceStopping   = "Stopping"
+	InstanceStopped    = "Stopped"
+	InstanceStarting   = "Starting"
+	InstanceRestarting = "Restarting"
+)
+
+// instanceWantsNode reports whether an instance in state st should have its node.
+func instanceWantsNode(st string) bool {
+	return st != InstanceStopping && st != InstanceStopped
+}
 
 // Placement is where the current attempt of a pool job runs: one entry per
 // node rank, and the port rank 0 listens on for distributed jobs.
@@ -123,6 +141,15 @@ func (s *Service) admitPool(c *spec.Compute, j *spec.Job, env *environment.Spec)
 	sz, err := s.poolSize(c)
 	if err != nil {
 		return err
+	}
+	if c.Type == "computeinstance" {
+		if j.Resources != nil && j.Resources.InstanceCount > 1 {
+			return Invalid("resources.instance_count: compute instance %s is one machine; use a cluster for %d nodes", c.Name, j.Resources.InstanceCount)
+		}
+		if j.Resources != nil && j.Resources.InstanceType != "" && !strings.EqualFold(j.Resources.InstanceType, sz.Name) {
+			return Invalid("resources.instance_type: compute instance %s is a %s, not %s", c.Name, sz.Name, j.Resources.InstanceType)
+		}
+		return nil
 	}
 	if r := j.Resources; r != nil {
 		if r.InstanceCount > *c.MaxInstances {
@@ -270,6 +297,8 @@ func (s *Service) reconcilePools(ctx context.Context) error {
 		live = append(live, n)
 	}
 
+	s.instanceStates(ctx, pools, live, onNode)
+
 	// Placement.
 	queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}})
 	if err != nil {
@@ -348,11 +377,18 @@ func (s *Service) scale(ctx context.Context, pools map[string]*poolCompute, name
 	}
 	for _, name := range names {
 		pc := pools[name]
-		cl := autoscale.Cluster{
-			Name: name, Size: pc.size, LowPriority: pc.spec.Tier == "low_priority",
-			MinInstances: *pc.spec.MinInstances, MaxInstances: *pc.spec.MaxInstances,
-			IdleTimeBeforeScaleDown: time.Duration(*pc.spec.IdleTimeBeforeScaleDown) * time.Second,
-			JoinTimeout:             s.cfg.JoinTimeout,
+		cl := autoscale.Cluster{Name: name, Size: pc.size, LowPriority: pc.spec.Tier == "low_priority", JoinTimeout: s.cfg.JoinTimeout}
+		if pc.rec.Type == "computeinstance" {
+			// One node while the instance is meant to run, none once stopped;
+			// idleness is the instance's own business, not the autoscaler's.
+			n := 0
+			if instanceWantsNode(pc.rec.State) {
+				n = 1
+			}
+			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = n, n, 100*365*24*time.Hour
+		} else {
+			cl.MinInstances, cl.MaxInstances = *pc.spec.MinInstances, *pc.spec.MaxInstances
+			cl.IdleTimeBeforeScaleDown = time.Duration(*pc.spec.IdleTimeBeforeScaleDown) * time.Second
 		}
 		s.pmu.Lock()
 		cl.LaunchRetryAt, cl.LaunchError = s.launchRetry[name], s.launchErr[name]
@@ -1015,6 +1051,9 @@ func (s *Service) admit(ctx context.Context, computeName string, j *spec.Job, en
 		if err := s.admitPool(&c, j, env); err != nil {
 			return Invalid("compute %s (type %s) cannot run this job: %s", computeName, rec.Type, strings.TrimPrefix(err.Error(), "invalid: "))
 		}
+		if rec.Type == "computeinstance" && !instanceWantsNode(rec.State) {
+			return Invalid("compute: compute instance %s is %s; start it with `ferry compute start %s`", computeName, rec.State, computeName)
+		}
 		return nil
 	}
 	t, err := s.target(ctx, computeName)
@@ -1133,4 +1172,131 @@ func (s *Service) nodeGPUs(ctx context.Context, r RankPlacement) []int {
 		}
 	}
 	return out
+}
+
+// instanceStates moves compute instances along with their node: Creating,
+// Starting and Restarting become Running once the node has joined;
+// Running and JobRunning follow whether a job runs; Stopping becomes
+// Stopped once the node is gone.
+func (s *Service) instanceStates(ctx context.Context, pools map[string]*poolCompute, live []store.Node, onNode map[string][]store.Job) {
+	for name, pc := range pools {
+		if pc.rec.Type != "computeinstance" {
+			continue
+		}
+		var node *store.Node
+		for i := range live {
+			if live[i].Compute == name {
+				node = &live[i]
+			}
+		}
+		want := pc.rec.State
+		switch {
+		case pc.rec.State == InstanceStopping && node == nil:
+			want = InstanceStopped
+		case !instanceWantsNode(pc.rec.State):
+		case node != nil && (node.State == NodeIdle || node.State == NodeBusy):
+			want = InstanceRunning
+			if len(onNode[node.Name]) > 0 {
+				want = InstanceJobRunning
+			}
+		}
+		if want != pc.rec.State {
+			s.setInstanceState(ctx, name, pc.rec.State, want, "")
+			pc.rec.State = want
+		}
+	}
+}
+
+// setInstanceState moves an instance from one state to another (only if it
+// is still in from) and records why.
+func (s *Service) setInstanceState(ctx context.Context, name, from, to, why string) bool {
+	moved := false
+	_, err := s.st.UpdateCompute(ctx, name, func(c *store.Compute) error {
+		if c.State != from {
+			return nil
+		}
+		c.State, c.Modified, moved = to, s.now(), true
+		return nil
+	})
+	if err != nil {
+		s.log.Error("instance state", "compute", name, "err", err)
+		return false
+	}
+	if moved {
+		msg := from + " → " + to
+		if why != "" {
+			msg += ": " + why
+		}
+		s.event(ctx, name, "state", msg)
+		s.wakeDispatcher()
+	}
+	return moved
+}
+
+// StartInstance, StopInstance and RestartInstance act on a compute instance
+// as `az ml compute start|stop|restart` do.
+func (s *Service) StartInstance(ctx context.Context, who auth.Principal, name string) (*Compute, error) {
+	return s.instanceAction(ctx, who, name, "start")
+}
+
+// StopInstance stops a compute instance: its node is given back, and jobs
+// cannot be submitted to it until it is started again.
+func (s *Service) StopInstance(ctx context.Context, who auth.Principal, name string) (*Compute, error) {
+	return s.instanceAction(ctx, who, name, "stop")
+}
+
+// RestartInstance gives the instance a fresh node.
+func (s *Service) RestartInstance(ctx context.Context, who auth.Principal, name string) (*Compute, error) {
+	return s.instanceAction(ctx, who, name, "restart")
+}
+
+func (s *Service) instanceAction(ctx context.Context, who auth.Principal, name, action string) (*Compute, error) {
+	if !who.IsOwner() {
+		return nil, Forbidden("only an owner may %s compute instances", action)
+	}
+	rec, err := s.st.GetCompute(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, s.unknownCompute(ctx, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rec.Type != "computeinstance" {
+		return nil, Invalid("compute %s is a %s; only compute instances are started, stopped and restarted", name, rec.Type)
+	}
+	from, to := rec.State, ""
+	switch action {
+	case "start":
+		if from != InstanceStopped {
+			return nil, Conflict("compute instance %s is %s; only a Stopped instance can be started", name, from)
+		}
+		to = InstanceStarting
+	case "stop":
+		if !instanceWantsNode(from) {
+			return nil, Conflict("compute instance %s is already %s", name, from)
+		}
+		if from == InstanceJobRunning {
+			return nil, Conflict("compute instance %s is running a job; cancel it first, or wait for it to end", name)
+		}
+		to = InstanceStopping
+	case "restart":
+		if !instanceWantsNode(from) {
+			return nil, Conflict("compute instance %s is %s; start it instead", name, from)
+		}
+		to = InstanceRestarting
+	}
+	if !s.setInstanceState(ctx, name, from, to, action+" asked by "+who.Subject) {
+		return nil, Conflict("compute instance %s changed state meanwhile; try again", name)
+	}
+	if action == "restart" {
+		nodes, err := s.st.ListNodes(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range nodes {
+			s.retireNode(ctx, n, "restart")
+		}
+	}
+	s.wakeDispatcher()
+	return s.GetCompute(ctx, name)
 }

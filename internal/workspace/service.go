@@ -209,7 +209,11 @@ func (s *Service) CreateCompute(ctx context.Context, c *spec.Compute) (*Compute,
 		return nil, err
 	}
 	now := s.now()
-	rec := store.Compute{Name: c.Name, Type: c.Type, Spec: raw, State: "Succeeded", Created: now, Modified: now}
+	state := "Succeeded"
+	if c.Type == "computeinstance" {
+		state = InstanceCreating
+	}
+	rec := store.Compute{Name: c.Name, Type: c.Type, Spec: raw, State: state, Created: now, Modified: now}
 	if err := s.st.CreateCompute(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return nil, Conflict("compute %q already exists; delete it first or pick another name", c.Name)
