@@ -246,6 +246,7 @@ func (s *Service) reconcilePools(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.forgetDelivered(active)
 	// Which node runs which active attempt.
 	onNode := map[string][]store.Job{}
 	for _, j := range active {
@@ -1299,4 +1300,21 @@ func (s *Service) instanceAction(ctx context.Context, who auth.Principal, name, 
 	}
 	s.wakeDispatcher()
 	return s.GetCompute(ctx, name)
+}
+
+// forgetDelivered drops the record of assignments handed out for attempts
+// that are no longer active, so it does not grow with every job ever run.
+func (s *Service) forgetDelivered(active []store.Job) {
+	live := map[string]bool{}
+	for _, j := range active {
+		live[fmt.Sprintf("%s/%d", j.Name, j.Attempt)] = true
+	}
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	for key := range s.delivered {
+		// key is node/job/attempt; node names have no '/'.
+		if _, jobAttempt, ok := strings.Cut(key, "/"); ok && !live[jobAttempt] {
+			delete(s.delivered, key)
+		}
+	}
 }
