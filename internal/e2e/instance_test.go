@@ -91,3 +91,48 @@ idle_time_before_shutdown_minutes: 60
 		t.Errorf("started the local target: %s", r)
 	}
 }
+
+func TestComputeInstanceScheduleStopsItOnTime(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"ci.yml": `name: night-box
+type: computeinstance
+size: Standard_DS1_v2
+schedules:
+  compute_start_stop:
+    - action: stop
+      trigger:
+        type: cron
+        expression: "* * * * *"
+        time_zone: Pacific Standard Time
+`,
+		"bad.yml": `name: bad-box
+type: computeinstance
+size: Standard_DS1_v2
+schedules:
+  compute_start_stop:
+    - action: stop
+      trigger:
+        type: cron
+        expression: "0 25 * * *"
+`,
+	})
+	r := s.ferry("compute", "create", "-f", filepath.Join(dir, "bad.yml"))
+	if r.code == 0 {
+		t.Fatalf("an impossible cron was taken: %s", r)
+	}
+	mustContain(t, "bad schedule", r.stderr, "schedules.compute_start_stop[0].trigger.expression", "hour")
+
+	// The schedule fires at the next whole minute (in its time zone) and
+	// stops the instance; the event says which schedule did it.
+	s.mustFerry("compute", "create", "-f", filepath.Join(dir, "ci.yml"))
+	deadline := time.Now().Add(90 * time.Second)
+	for s.computeState("night-box") != "Stopped" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the schedule did not stop night-box: %s", s.mustFerry("compute", "show", "night-box").stdout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	mustContain(t, "events", s.mustFerry("compute", "show", "night-box").stdout, "schedule", "cron * * * * *", "Pacific Standard Time")
+}

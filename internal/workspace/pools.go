@@ -15,6 +15,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/autoscale"
 	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/instance"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/provider"
 	"github.com/ferry-ml/ferry/internal/scheduler"
@@ -131,6 +132,11 @@ func (s *Service) validatePool(ctx context.Context, c *spec.Compute) error {
 	if s.cfg.Providers != nil {
 		if _, err := s.cfg.Providers(c); err != nil {
 			return Invalid("provider: %v", err)
+		}
+	}
+	if c.Type == "computeinstance" {
+		if _, err := instance.ParseConfig(c); err != nil {
+			return &Error{Code: CodeInvalid, Msg: "compute " + c.Name + ": " + err.Error(), Err: err}
 		}
 	}
 	return nil
@@ -1205,6 +1211,54 @@ func (s *Service) instanceStates(ctx context.Context, pools map[string]*poolComp
 			s.setInstanceState(ctx, name, pc.rec.State, want, "")
 			pc.rec.State = want
 		}
+		s.decideInstance(ctx, pc, node, onNode)
+	}
+}
+
+// decideInstance applies instance.Decide: idle shutdown and the
+// instance's start/stop schedules.
+func (s *Service) decideInstance(ctx context.Context, pc *poolCompute, node *store.Node, onNode map[string][]store.Job) {
+	cfg, err := instance.ParseConfig(&pc.spec)
+	if err != nil {
+		return // refused at create; a stored spec is valid
+	}
+	name := pc.rec.Name
+	s.pmu.Lock()
+	fired := slices.Clone(s.lastFired[name])
+	s.pmu.Unlock()
+	snap := instance.Snapshot{
+		State: instance.State(pc.rec.State), Created: pc.rec.Created,
+		IdleTimeBeforeShutdown: cfg.IdleTimeBeforeShutdown, Schedules: cfg.Schedules, LastFired: fired,
+	}
+	if pc.rec.State == InstanceRunning || pc.rec.State == InstanceJobRunning {
+		snap.StartedAt = pc.rec.Modified
+	}
+	if node != nil {
+		snap.Jobs = len(onNode[node.Name])
+		snap.LastActivity = node.IdleSince
+		if node.Joined.After(snap.StartedAt) {
+			snap.StartedAt = node.Joined
+		}
+	}
+	plan := instance.Decide(snap, s.now())
+	moved := false
+	switch plan.Action {
+	case instance.ActionStop:
+		moved = s.setInstanceState(ctx, name, pc.rec.State, InstanceStopping, plan.Reason)
+	case instance.ActionStart:
+		moved = s.setInstanceState(ctx, name, pc.rec.State, InstanceStarting, plan.Reason)
+	}
+	if len(plan.Fired) > 0 && (moved || plan.Action == instance.ActionNone) {
+		s.pmu.Lock()
+		lf := s.lastFired[name]
+		for _, f := range plan.Fired {
+			for len(lf) <= f.Schedule {
+				lf = append(lf, time.Time{})
+			}
+			lf[f.Schedule] = f.At
+		}
+		s.lastFired[name] = lf
+		s.pmu.Unlock()
 	}
 }
 

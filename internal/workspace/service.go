@@ -87,6 +87,7 @@ type Service struct {
 	launchRetry map[string]time.Time     // per compute: no launch before
 	launchErr   map[string]string        // per compute: the last launch error
 	nodeTargets map[string]int           // per compute: the node count the autoscaler last aimed at
+	lastFired   map[string][]time.Time   // per instance: the schedule occurrences that fired
 }
 
 // New makes a Service and makes sure the workspace has its `local` target.
@@ -132,7 +133,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		waiters:    map[string]chan struct{}{},
 		heartbeats: map[string]time.Time{},
 		delivered:  map[string]bool{}, nodeWait: map[string]chan struct{}{},
-		launchFails: map[string]int{}, launchRetry: map[string]time.Time{}, launchErr: map[string]string{}, nodeTargets: map[string]int{},
+		launchFails: map[string]int{}, launchRetry: map[string]time.Time{}, launchErr: map[string]string{}, nodeTargets: map[string]int{}, lastFired: map[string][]time.Time{},
 	}
 	s.started = s.now()
 	if _, err := s.st.GetCompute(ctx, "local"); errors.Is(err, store.ErrNotFound) {
