@@ -120,6 +120,11 @@ type agent struct {
 	draining bool
 	detached bool          // Run has returned: the state file is the next agent's
 	wake     chan struct{} // the running set shrank or a drain began
+
+	sessions sessions // exec, shell and port-forward sessions (sessions.go)
+
+	setupScripts []nodeproto.SetupScript // from the join reply
+	setup        setupState              // how they went, for heartbeats
 }
 
 // Run runs the agent until the server asks it to drain and nothing runs
@@ -154,6 +159,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer func() {
 		cancel()
 		wg.Wait()
+		a.sessions.wg.Wait()
 		a.mu.Lock()
 		a.detached = true
 		n := len(a.running)
@@ -179,6 +185,15 @@ func Run(ctx context.Context, cfg Config) error {
 	pollCtx, stopPolling := context.WithCancel(ctx)
 	defer stopPolling()
 	wg.Go(func() { a.heartbeats(ctx, fatal) })
+	if len(a.setupScripts) > 0 {
+		// Setup runs beside the heartbeats, which keep the lease and
+		// report the result; the server gives the node no work before.
+		wg.Go(func() {
+			r := runSetup(ctx, a.cfg.Dir, a.setupScripts, a.env)
+			a.log.Info("setup scripts ended", "ok", r.OK, "script", r.Script, "exit_code", r.ExitCode)
+			a.setup.set(r) // the next heartbeat reports it
+		})
+	}
 	wg.Go(func() { a.poll(pollCtx, fatal) })
 	for {
 		select {
@@ -309,6 +324,7 @@ func (a *agent) join(ctx context.Context, facts nodeproto.Facts) error {
 			} else if rep.LeaseSeconds > 0 {
 				a.every = time.Duration(rep.LeaseSeconds) * time.Second / 3
 			}
+			a.setupScripts = rep.Setup
 			a.log.Info("joined", "as", a.node, "heartbeat", a.every, "lease_seconds", rep.LeaseSeconds)
 			return nil
 		case ctx.Err() != nil:
@@ -341,7 +357,7 @@ func (a *agent) heartbeats(ctx context.Context, fatal chan<- error) {
 	for {
 		var rep nodeproto.HeartbeatReply
 		err := a.call(ctx, callTimeout, "POST", a.nodePath("heartbeat"), a.nodeToken,
-			nodeproto.Heartbeat{Running: a.runningList()}, &rep)
+			nodeproto.Heartbeat{Running: a.runningList(), Setup: a.setup.get()}, &rep)
 		wait := a.every
 		switch {
 		case err == nil:
@@ -436,9 +452,10 @@ func (a *agent) poll(ctx context.Context, fatal chan<- error) {
 					started++
 				}
 			}
+			a.openSessions(ctx, as.Sessions)
 			// A server that answers at once with what already runs must
 			// not make the agent spin.
-			if started == 0 {
+			if started == 0 && len(as.Sessions) == 0 {
 				wait = minPollGap - a.clock.Now().Sub(began)
 			}
 		case ctx.Err() != nil:

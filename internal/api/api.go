@@ -46,6 +46,7 @@ type route struct {
 	node                  bool // node agents' tokens (join, node) may call it
 	handle                func(r *http.Request, who auth.Principal) (any, error)
 	raw                   func(w http.ResponseWriter, r *http.Request, who auth.Principal) error // writes its own response
+	upgrade               bool                                                                   // answers 101 and carries a session stream (raw)
 }
 
 // New makes the API server. tokens is where API tokens are looked up.
@@ -62,12 +63,14 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 		{method: "POST", path: "/v1/computes/{name}/start", summary: "Start a stopped compute instance", handle: s.instanceAction("start")},
 		{method: "POST", path: "/v1/computes/{name}/stop", summary: "Stop a compute instance", handle: s.instanceAction("stop")},
 		{method: "POST", path: "/v1/computes/{name}/restart", summary: "Restart a compute instance on a fresh node", handle: s.instanceAction("restart")},
+		{method: "GET", path: "/v1/computes/{name}/session", summary: "Open an exec, shell or port-forward session on a compute instance (?kind=exec|shell|forward): an upgrade (Connection: Upgrade, Upgrade: ferry-session) to an SSH stream to its agent", raw: s.openSession, upgrade: true},
 		{method: "GET", path: "/v1/quotas", summary: "Core quotas and use per size family", handle: s.listQuotas},
 		{method: "PUT", path: "/v1/quotas/{family}", summary: "Set a family's core quota: {cores}", handle: s.setQuota},
 		{method: "POST", path: "/v1/sizes/{size}/enable", summary: "Let clusters of a restricted size be made", handle: s.enableSize},
 		{method: "POST", path: "/v1/nodes/join", summary: "Agent: join with a node's join token", node: true, handle: s.joinNode},
 		{method: "POST", path: "/v1/nodes/{node}/heartbeat", summary: "Agent: renew the node's lease", node: true, handle: s.nodeHeartbeat},
 		{method: "GET", path: "/v1/nodes/{node}/assignments", summary: "Agent: attempts placed on the node (?wait=SECONDS long-polls)", node: true, handle: s.nodeAssignments},
+		{method: "GET", path: "/v1/nodes/{node}/sessions/{id}", summary: "Agent: connect to a session its poll asked for: an upgrade (Connection: Upgrade, Upgrade: ferry-session)", node: true, raw: s.nodeSession, upgrade: true},
 		{method: "DELETE", path: "/v1/computes/{name}", summary: "Delete a compute target", handle: s.deleteCompute},
 		{method: "GET", path: "/v1/sizes", summary: "The size catalog: node shapes clusters and serverless jobs use", handle: s.listSizes},
 		{method: "GET", path: "/v1/environments", summary: "List registered environments (?name= for the versions of one)", handle: s.listEnvironments},
@@ -172,6 +175,7 @@ var statusOf = map[workspace.Code]int{
 	workspace.CodeUnauthorized: http.StatusUnauthorized,
 	workspace.CodeForbidden:    http.StatusForbidden,
 	workspace.CodeTooLarge:     http.StatusRequestEntityTooLarge,
+	workspace.CodeUnavailable:  http.StatusServiceUnavailable,
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {

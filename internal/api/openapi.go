@@ -22,6 +22,10 @@ func (s *Server) openapi(*http.Request, auth.Principal) (any, error) {
 				"default": map[string]any{"description": "An error", "content": map[string]any{"application/problem+json": map[string]any{"schema": map[string]any{"$ref": "#/components/schemas/Problem"}}}},
 			},
 		}
+		if rt.upgrade {
+			op["responses"].(map[string]any)["101"] = map[string]any{"description": "Switching Protocols: the connection carries the session's SSH stream from here on"}
+			delete(op["responses"].(map[string]any), "200")
+		}
 		if rt.public {
 			op["security"] = []any{}
 		}

@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -74,5 +77,34 @@ when the server refuses it.`,
 	for _, n := range []string{"server", "dir"} {
 		_ = cmd.MarkFlagRequired(n)
 	}
+	return cmd
+}
+
+// probeCmd answers whether this machine reaches a workspace server: the ssh
+// node provider runs it on an attached machine to decide between a direct
+// connection and a reverse tunnel. Any HTTP answer counts as reachable.
+func (a *app) probeCmd() *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:    "probe URL",
+		Short:  "Exit 0 when the workspace server at URL answers (used by the ssh node provider)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(args[0], "/")+"/openapi.json", nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return fmt.Errorf("server at %s does not answer: %w", args[0], err)
+			}
+			resp.Body.Close()
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "how long to wait for an answer")
 	return cmd
 }

@@ -4,14 +4,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ferry-ml/ferry/internal/api"
+	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
@@ -20,34 +24,8 @@ func jsonOf(v any) (json.RawMessage, error) { return json.Marshal(v) }
 
 func (a *app) computeCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "compute", Short: "Manage compute targets (Azure ML v2 compute files)"}
-	var file string
-	create := &cobra.Command{
-		Use:   "create -f FILE",
-		Short: "Create a compute target from a compute YAML file",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				return err
-			}
-			s, err := spec.ParseCompute(data)
-			if err != nil {
-				return fmt.Errorf("%s: %w", file, err)
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			v, err := c.CreateCompute(cmd.Context(), s)
-			if err != nil {
-				return err
-			}
-			return a.print(v, func(w *tabwriter.Writer) { showCompute(w, v) })
-		},
-	}
-	create.Flags().StringVarP(&file, "file", "f", "", "compute YAML file (required)")
-	_ = create.MarkFlagRequired("file")
-
+	create := a.createComputeCmd("create -f FILE", "Create a compute target from a compute YAML file")
+	attach := a.createComputeCmd("attach -f FILE", "Attach an existing machine over SSH (a virtualmachine compute file); same as create")
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List compute targets",
@@ -85,26 +63,13 @@ func (a *app) computeCmd() *cobra.Command {
 			return a.print(v, func(w *tabwriter.Writer) { showCompute(w, v) })
 		},
 	}
-	del := &cobra.Command{
-		Use:   "delete NAME",
-		Short: "Delete a compute target that has no unfinished jobs",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if err := c.DeleteCompute(cmd.Context(), args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stderr, "deleted compute %s\n", args[0])
-			return nil
-		},
-	}
-	cmd.AddCommand(create, list, show, del, a.listNodesCmd(), a.resizeCmd("resize"), a.resizeCmd("update"),
+	del := a.deleteComputeCmd("delete NAME", "Delete a compute target that has no unfinished jobs; a cluster's or attached machine's nodes are given back first")
+	detach := a.deleteComputeCmd("detach NAME", "Detach an attached machine: stop its agent and remove what Ferry put there; same as delete")
+	cmd.AddCommand(create, attach, list, show, del, detach, a.listNodesCmd(), a.resizeCmd("resize"), a.resizeCmd("update"),
 		a.instanceCmd("start", "Start a stopped compute instance"),
 		a.instanceCmd("stop", "Stop a compute instance: its machine is given back until it is started"),
 		a.instanceCmd("restart", "Restart a compute instance on a fresh machine"))
+	cmd.AddCommand(a.sessionCmds()...)
 	return cmd
 }
 
@@ -213,9 +178,26 @@ func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
 	if v.Spec != nil && v.Spec.Description != "" {
 		fmt.Fprintf(w, "description:\t%s\n", v.Spec.Description)
 	}
+	if v.Type == "virtualmachine" && v.Spec != nil {
+		addr := v.Spec.Address
+		if s := v.Spec.SSHSettings; s != nil {
+			addr = fmt.Sprintf("%s@%s port %d", s.AdminUsername, addr, s.SSHPort)
+		}
+		fmt.Fprintf(w, "address:\t%s\n", addr)
+		fmt.Fprintf(w, "host key:\t%s\n", v.Spec.HostKey)
+		nodes := fmt.Sprintf("%d", v.CurrentNodes)
+		for _, st := range slices.Sorted(maps.Keys(v.Nodes)) {
+			nodes += fmt.Sprintf(", %d %s", v.Nodes[st], st)
+		}
+		fmt.Fprintf(w, "nodes:\t%s\n", nodes)
+		for _, e := range v.Events {
+			fmt.Fprintf(w, "event %s:\t%s %s\n", e.Time.Local().Format("15:04:05"), e.Kind, e.Message)
+		}
+	}
 	if v.Type == "computeinstance" && v.Spec != nil {
 		fmt.Fprintf(w, "size:\t%s\n", v.Spec.Size)
 		fmt.Fprintf(w, "nodes:\t%d\n", v.CurrentNodes)
+		fmt.Fprintf(w, "open sessions:\t%d, port-forwards %d\n", v.Sessions, v.PortForwards)
 		for _, e := range v.Events {
 			fmt.Fprintf(w, "event %s:\t%s %s\n", e.Time.Local().Format("15:04:05"), e.Kind, e.Message)
 		}
@@ -232,4 +214,136 @@ func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
 			fmt.Fprintf(w, "event %s:\t%s %s\n", e.Time.Local().Format("15:04:05"), e.Kind, e.Message)
 		}
 	}
+}
+
+func (a *app) createComputeCmd(use, short string) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				return err
+			}
+			s, err := spec.ParseCompute(data)
+			if err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
+			if err := readSSHKeys(file, s); err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			v, err := c.CreateCompute(cmd.Context(), s)
+			if err != nil {
+				return err
+			}
+			return a.print(v, func(w *tabwriter.Writer) { showCompute(w, v) })
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "compute YAML file (required)")
+	_ = cmd.MarkFlagRequired("file")
+	return cmd
+}
+
+// readSSHKeys reads the files a compute file names (an attached machine's
+// ssh_settings.ssh_private_key_file, a fleet's
+// provider.ssh_settings.ssh_private_key_file, an instance's setup script
+// paths) and sends their content: the server never reads files named by a
+// request. Relative paths are relative to the compute file, and ~ (for
+// keys) is the user's home.
+func readSSHKeys(file string, s *spec.Compute) error {
+	read := func(field, p string) (string, error) {
+		if strings.HasPrefix(p, "~/") {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return "", fmt.Errorf("%s: %w", field, err)
+			}
+			p = filepath.Join(home, p[2:])
+		} else if !filepath.IsAbs(p) {
+			p = filepath.Join(filepath.Dir(file), p)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return "", fmt.Errorf("%s: cannot read the private key: %w", field, err)
+		}
+		return string(b), nil
+	}
+	if st := s.SSHSettings; st != nil && st.SSHPrivateKeyFile != "" && st.SSHPrivateKey == "" && s.Type == "virtualmachine" {
+		k, err := read("ssh_settings.ssh_private_key_file", st.SSHPrivateKeyFile)
+		if err != nil {
+			return err
+		}
+		st.SSHPrivateKey = k
+	}
+	for _, k := range []string{"creation_script", "startup_script"} {
+		m, _ := s.SetupScripts[k].(map[string]any)
+		if p, _ := m["path"].(string); p != "" {
+			b, err := os.ReadFile(filepath.Join(filepath.Dir(file), filepath.FromSlash(p)))
+			if err != nil {
+				return fmt.Errorf("setup_scripts.%s.path: %w (the path is relative to the compute file)", k, err)
+			}
+			m["content"] = string(b)
+		}
+	}
+	if m, ok := s.Provider["ssh_settings"].(map[string]any); ok {
+		if p, ok := m["ssh_private_key_file"].(string); ok && p != "" {
+			k, err := read("provider.ssh_settings.ssh_private_key_file", p)
+			if err != nil {
+				return err
+			}
+			m["ssh_private_key"] = k
+		}
+	}
+	return nil
+}
+
+func (a *app) deleteComputeCmd(use, short string) *cobra.Command {
+	var noWait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			if err := c.DeleteCompute(ctx, args[0]); err != nil {
+				return err
+			}
+			if noWait {
+				fmt.Fprintf(a.stderr, "deleting compute %s\n", args[0])
+				return nil
+			}
+			deadline := time.Now().Add(timeout)
+			for {
+				v, err := c.GetCompute(ctx, args[0])
+				if client.StatusOf(err) == http.StatusNotFound {
+					fmt.Fprintf(a.stderr, "deleted compute %s\n", args[0])
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("compute %s is still %s after %s; see `ferry compute show %s` for why", args[0], v.State, timeout, args[0])
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(250 * time.Millisecond):
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once deletion has begun")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the compute's machines to be given back")
+	return cmd
 }

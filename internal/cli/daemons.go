@@ -56,6 +56,7 @@ when the server stops, and report back when it is up again.`,
 	f.IntVar(&cfg.LocalCapacity, "local-capacity", 0, "jobs the local target runs at once (default: CPUs of this machine)")
 	f.StringVar(&maxSnap, "max-snapshot-size", "", "largest snapshot accepted, e.g. 1GiB (default 1GiB)")
 	f.StringVar(&cfg.Provider, "provider", "process", "node provider of clusters whose file names none: process (agents on this machine) or exec")
+	f.StringVar(&cfg.AgentBinaries, "agent-binaries", "", "directory of ferry-linux-ARCH binaries to copy to attached machines whose architecture differs from this server's")
 	f.DurationVar(&cfg.NodeJoinTimeout, "node-join-timeout", 10*time.Minute, "how long a launched cluster node may take to join before it is terminated")
 	f.DurationVar(&cfg.ServerlessIdle, "serverless-idle", 120*time.Second, "idle time before the nodes of serverless jobs go")
 	f.DurationVar(&cfg.NodeLease, "node-lease", 30*time.Second, "how long a silent cluster node keeps its jobs before it is lost")

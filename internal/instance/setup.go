@@ -24,6 +24,10 @@ type SetupScript struct {
 	Path    string
 	Command string
 	Timeout time.Duration
+	// Content is the text of the script at Path. The CLI reads it next to
+	// the compute file and sends it (the server does not read files named
+	// by a request).
+	Content string
 }
 
 // SetupScripts are an instance's scripts; nil where none is given.
@@ -71,7 +75,7 @@ func ParseSetupScripts(m map[string]any) (SetupScripts, error) {
 }
 
 func parseScript(add addFunc, f string, m map[string]any) *SetupScript {
-	unknownFields(add, f, m, "path", "command", "timeout_minutes")
+	unknownFields(add, f, m, "path", "command", "timeout_minutes", "content")
 	s := &SetupScript{Timeout: DefaultScriptTimeout}
 	for _, k := range []string{"path", "command"} {
 		if v, ok := m[k]; ok && v != nil {
@@ -82,6 +86,7 @@ func parseScript(add addFunc, f string, m map[string]any) *SetupScript {
 	}
 	s.Path, _ = m["path"].(string)
 	s.Command, _ = m["command"].(string)
+	s.Content, _ = m["content"].(string)
 	switch p := s.Path; {
 	case strings.TrimSpace(p) == "" && strings.TrimSpace(s.Command) == "":
 		add(f, "give path (a script in the workspace files) or command (a shell command line)")

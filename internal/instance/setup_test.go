@@ -45,7 +45,7 @@ func TestParseSetupScriptsErrors(t *testing.T) {
 		{"escaping path", "creation_script: {path: Users/../../x.sh}", []string{`setup_scripts.creation_script.path: "Users/../../x.sh" leaves the workspace files; give a path inside them`}},
 		{"timeouts", "creation_script: {path: a.sh, timeout_minutes: 0}\nstartup_script: {path: b.sh, timeout_minutes: 181, args: x}", []string{
 			"setup_scripts.creation_script.timeout_minutes: must be a whole number of minutes from 1 to 180, got 0",
-			"setup_scripts.startup_script.args: unknown field; known here: path, command, timeout_minutes",
+			"setup_scripts.startup_script.args: unknown field; known here: path, command, timeout_minutes, content",
 			"setup_scripts.startup_script.timeout_minutes: must be a whole number of minutes from 1 to 180, got 181"}},
 		{"path not a string", "startup_script: {path: 3}", []string{
 			"setup_scripts.startup_script.path: must be a string",

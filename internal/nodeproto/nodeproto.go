@@ -12,6 +12,10 @@
 //	GET  /v1/nodes/{node}/assignments?wait=SECONDS   bearer: node token
 //	     -> Assignments                    (long poll: answers at once when there is work,
 //	                                        else after wait seconds with none)
+//	GET  /v1/nodes/{node}/sessions/{id}  bearer: node token; Connection: Upgrade, Upgrade: ferry-session
+//	     -> 101 Switching Protocols        (the agent's side of a session an Assignments reply
+//	                                        asked for; the connection carries SSH from then on,
+//	                                        with the agent as the server: see package session)
 //
 // An agent whose node token is refused (401/403) or whose node is gone
 // (404) stops asking and exits: the server has forgotten it.
@@ -48,6 +52,29 @@ type JoinReply struct {
 	NodeToken        string `json:"node_token"` // secret: the agent's credential
 	HeartbeatSeconds int    `json:"heartbeat_seconds"`
 	LeaseSeconds     int    `json:"lease_seconds"`
+	// Setup are scripts the node runs, in order, before it takes work: a
+	// compute instance's creation_script (once, when it is made) and
+	// startup_script (at every start). The agent reports how they went in
+	// its heartbeats (Heartbeat.Setup).
+	Setup []SetupScript `json:"setup,omitempty"`
+}
+
+// SetupScript is one setup script: Content (a script file's text, run with
+// bash and Command as its arguments) or Command alone (a bash command line).
+type SetupScript struct {
+	Name           string `json:"name"` // creation_script or startup_script
+	Content        string `json:"content,omitempty"`
+	Command        string `json:"command,omitempty"`
+	TimeoutSeconds int    `json:"timeout_seconds"`
+}
+
+// SetupResult is how a node's setup scripts went.
+type SetupResult struct {
+	OK       bool   `json:"ok"`
+	Script   string `json:"script,omitempty"` // the one that failed
+	ExitCode int    `json:"exit_code,omitempty"`
+	TimedOut bool   `json:"timed_out,omitempty"`
+	Output   string `json:"output,omitempty"` // the end of the failed script's output
 }
 
 // Running is one attempt an agent has running.
@@ -61,6 +88,8 @@ type Running struct {
 // so that after an outage the two agree again.
 type Heartbeat struct {
 	Running []Running `json:"running"`
+	// Setup is set once the setup scripts of JoinReply.Setup have ended.
+	Setup *SetupResult `json:"setup,omitempty"`
 }
 
 // HeartbeatReply says what the server wants of the node.
@@ -88,7 +117,21 @@ type Assignment struct {
 	Env map[string]string `json:"env,omitempty"`
 }
 
+// SessionRequest asks the agent to serve a session of its instance
+// (`ferry compute exec|ssh|port-forward`): it calls the node's session
+// route for ID with an upgrade and serves SSH on the connection.
+type SessionRequest struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"` // exec | shell | forward
+	// AuthorizedKeys are the instance's ssh_settings.ssh_key_value, one
+	// public key per entry: when there are any, the client must log in
+	// with one of them.
+	AuthorizedKeys []string `json:"authorized_keys,omitempty"`
+}
+
 // Assignments is the answer to a poll.
 type Assignments struct {
 	Assignments []Assignment `json:"assignments"`
+	// Sessions are sessions waiting for the agent to connect.
+	Sessions []SessionRequest `json:"sessions,omitempty"`
 }

@@ -87,3 +87,25 @@ type Getter interface {
 // ErrNotFound is wrapped by Getter.Get when the provider has no machine
 // with the ID asked for. Terminate does not return it (see Provider).
 var ErrNotFound = errors.New("no such machine")
+
+// Checker is the optional power to check, before a compute is stored, that
+// its machines can be reached and logged in to, and to learn the host keys
+// of machines configured trust-on-first-use. Find it by type assertion.
+type Checker interface {
+	// Check logs in to each configured machine once. It returns, for each
+	// machine in configuration order, the host key to pin from now on (a
+	// known_hosts line) where the configuration said trust-on-first-use,
+	// and "" elsewhere. Its error is a *CheckError that names the field to
+	// fix and never contains a secret.
+	Check(ctx context.Context) ([]string, error)
+}
+
+// CheckError says why a machine could not be reached or logged in to.
+type CheckError struct {
+	Field string // the configuration field to fix, e.g. ssh_settings.admin_password
+	Msg   string
+	Err   error // the underlying classified error (for errors.Is)
+}
+
+func (e *CheckError) Error() string { return e.Field + ": " + e.Msg }
+func (e *CheckError) Unwrap() error { return e.Err }

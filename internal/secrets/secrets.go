@@ -198,3 +198,6 @@ var (
 	_ fmt.Formatter  = Secret("")
 	_ slog.LogValuer = Secret("")
 )
+
+// IsSealed reports whether s looks like a value made by Seal.
+func IsSealed(s string) bool { return strings.HasPrefix(s, prefix) }

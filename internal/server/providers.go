@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"log/slog"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -13,12 +14,14 @@ import (
 	dockerprov "github.com/ferry-ml/ferry/internal/provider/docker"
 	execprov "github.com/ferry-ml/ferry/internal/provider/exec"
 	"github.com/ferry-ml/ferry/internal/provider/process"
+	sshprov "github.com/ferry-ml/ferry/internal/provider/ssh"
+	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // providerTypes are the node providers a compute's provider: block may name.
-var providerTypes = []string{"process", "docker", "exec"}
+var providerTypes = []string{"process", "docker", "exec", "ssh"}
 
 // providers is the registry of node providers: the server's default (the
 // process provider, so Azure files work unchanged on one machine) and the
@@ -29,19 +32,32 @@ type providers struct {
 	def      string
 	mu       sync.Mutex
 	made     map[string]provider.Provider
+
+	// For the ssh provider: the workspace key that opens the computes'
+	// SSH secrets, where the server listens (reverse tunnels lead there),
+	// ferry binaries for other architectures, and the tunnels kept.
+	key        *secrets.Key
+	serverAddr string
+	binaries   string
+	tunnels    *sshprov.Tunnels
+	log        *slog.Logger
 }
 
 func newProviders(exe, dataDir, def string) *providers {
 	if def == "" {
 		def = "process"
 	}
-	return &providers{exe: exe, dir: filepath.Join(dataDir, "nodes"), def: def, made: map[string]provider.Provider{}}
+	return &providers{exe: exe, dir: filepath.Join(dataDir, "nodes"), def: def, made: map[string]provider.Provider{},
+		tunnels: sshprov.NewTunnels(), log: slog.New(slog.DiscardHandler)}
 }
 
 // factory is the workspace's ProviderFactory.
 func (p *providers) factory() workspace.ProviderFactory {
 	return func(c *spec.Compute) (provider.Provider, error) {
 		typ := p.def
+		if c.Type == "virtualmachine" {
+			typ = "ssh"
+		}
 		if t, ok := c.Provider["type"]; ok {
 			s, ok := t.(string)
 			if !ok {
@@ -90,6 +106,9 @@ func (p *providers) factory() workspace.ProviderFactory {
 			return p.get(key, func() (provider.Provider, error) {
 				return execprov.New(execprov.Config{Program: prog, Args: args, Timeout: 2 * time.Minute})
 			})
+		}
+		if typ == "ssh" {
+			return p.ssh(c)
 		}
 		return nil, fmt.Errorf("provider.type: %q is not a node provider; available: %s", typ, strings.Join(providerTypes, ", "))
 	}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/compute/local"
 	"github.com/ferry-ml/ferry/internal/environment/docker"
+	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/selfexe"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -44,6 +46,9 @@ type Config struct {
 	SizesFile string
 	// Provider is the node provider of clusters that name none ("" = process).
 	Provider string
+	// AgentBinaries is a directory of ferry-linux-ARCH binaries that the
+	// ssh provider copies to attached machines of other architectures.
+	AgentBinaries string
 	// NodeLease is how long a silent node keeps its jobs (0 = 30 s).
 	NodeLease time.Duration
 	// NodeJoinTimeout bounds how long a launched node may take to join (0 = 10 min).
@@ -68,6 +73,9 @@ type Info struct {
 const (
 	InfoFile  = "server.json"
 	TokenFile = "owner.token"
+	// KeyFile is the workspace key (mode 0600) that seals the SSH secrets
+	// of attached machines at rest.
+	KeyFile = "workspace.key"
 )
 
 // Run serves the workspace until ctx is done.
@@ -143,6 +151,14 @@ func Run(ctx context.Context, cfg Config) error {
 		typeNames = append(typeNames, t)
 	}
 	sort.Strings(typeNames)
+	key, err := secrets.LoadOrCreateKey(filepath.Join(dir, KeyFile))
+	if err != nil {
+		return fmt.Errorf("workspace key: %w", err)
+	}
+	provs := newProviders(exe, dir, cfg.Provider)
+	provs.key, provs.binaries, provs.log = key, cfg.AgentBinaries, cfg.Log
+	provs.serverAddr = dialable(ln.Addr().(*net.TCPAddr))
+	defer provs.tunnels.Close()
 	ws, err := workspace.New(ctx, workspace.Config{
 		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: url,
 		Targets: func(c *spec.Compute) (compute.Target, error) {
@@ -153,7 +169,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return mk(c), nil
 		},
 		MaxSnapshotSize: cfg.MaxSnapshotSize, LeaseTimeout: cfg.LeaseTimeout, Log: cfg.Log,
-		Sizes: catalog, Providers: newProviders(exe, dir, cfg.Provider).factory(),
+		Sizes: catalog, Providers: provs.factory(), Secrets: key,
 		NodeLease: cfg.NodeLease, NodeHeartbeat: nodeHeartbeat(cfg.NodeLease),
 		JoinTimeout: cfg.NodeJoinTimeout, ServerlessIdle: cfg.ServerlessIdle,
 	})
@@ -195,6 +211,15 @@ func targetTypes(lc local.Config) map[string]func(*spec.Compute) compute.Target 
 			return local.New(cfg)
 		},
 	}
+}
+
+// dialable is an address this host can dial to reach a listener on a.
+func dialable(a *net.TCPAddr) string {
+	ip := a.IP
+	if ip == nil || ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return net.JoinHostPort(ip.String(), strconv.Itoa(a.Port))
 }
 
 func advertised(a *net.TCPAddr) string {

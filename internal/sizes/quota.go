@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strings"
 )
 
@@ -167,7 +168,9 @@ func (q Quotas) Headroom(u Usage, s Size, lowPriority bool) (int, error) {
 		return 0, &RestrictedError{Size: s.Name}
 	}
 	if s.VCPUs <= 0 {
-		return 0, fmt.Errorf("size %s has no vCPUs", s.Name)
+		// Nodes without cores of their own to count (an attached machine,
+		// which the team owns) take nothing from a quota.
+		return math.MaxInt32, nil
 	}
 	limit, used := q.Limit(u, s, lowPriority)
 	n := 0

@@ -78,11 +78,13 @@ var computeFields = map[string][]string{
 
 // sshFields says which types each field of ssh_settings belongs to.
 var sshFields = map[string][]string{
-	"admin_username":       {"amlcompute", "computeinstance", "virtualmachine"},
-	"admin_password":       {"amlcompute", "virtualmachine"},
-	"ssh_key_value":        {"amlcompute", "computeinstance"},
-	"ssh_private_key_file": {"virtualmachine"},
-	"ssh_port":             {"virtualmachine"},
+	"admin_username":             {"amlcompute", "computeinstance", "virtualmachine"},
+	"admin_password":             {"amlcompute", "virtualmachine"},
+	"ssh_key_value":              {"amlcompute", "computeinstance"},
+	"ssh_private_key_file":       {"virtualmachine"},
+	"ssh_port":                   {"virtualmachine"},
+	"ssh_private_key_passphrase": {"virtualmachine"},
+	"ssh_private_key":            {"virtualmachine"},
 }
 
 var (
@@ -285,15 +287,34 @@ func (c *Compute) validateVM(es *Errors) {
 	if s.AdminUsername == "" {
 		es.add("ssh_settings.admin_username", "is required: the user Ferry logs in as over SSH")
 	}
+	key := s.SSHPrivateKeyFile != "" || s.SSHPrivateKey != ""
 	switch {
-	case s.AdminPassword == "" && s.SSHPrivateKeyFile == "":
+	case s.AdminPassword == "" && !key:
 		es.add("ssh_settings", "give ssh_private_key_file (recommended) or admin_password to log in with")
-	case s.AdminPassword != "" && s.SSHPrivateKeyFile != "":
+	case s.AdminPassword != "" && key:
 		es.add("ssh_settings", "give one of ssh_private_key_file and admin_password, not both")
+	}
+	if s.SSHPrivateKeyPassphrase != "" && !key {
+		es.add("ssh_settings.ssh_private_key_passphrase", "applies only with ssh_private_key_file; remove it")
+	}
+	if hk := strings.TrimSpace(c.HostKey); hk != "" && hk != HostKeyTOFU && !strings.HasPrefix(hk, "SHA256:") && len(strings.Fields(hk)) < 2 {
+		es.add("host_key", "%s is not a host key: give a known_hosts line (as ssh-keyscan prints), a SHA256:... fingerprint (as ssh-keygen -lf prints) or %s", quote(shorten(hk)), HostKeyTOFU)
 	}
 	if s.SSHPort < 0 || s.SSHPort > 65535 {
 		es.add("ssh_settings.ssh_port", "must be a port number from 1 to 65535, got %d", s.SSHPort)
 	}
+}
+
+// HostKeyTOFU is the host_key value that trusts the machine's key the
+// first time Ferry connects and pins it from then on.
+const HostKeyTOFU = "trust-on-first-use"
+
+// shorten keeps messages readable when a value is long.
+func shorten(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
 }
 
 // str is v if it is a string, else "".

@@ -165,4 +165,12 @@ type SSHSettings struct {
 	SSHKeyValue       string `yaml:"ssh_key_value,omitempty" json:"ssh_key_value,omitempty"`
 	SSHPrivateKeyFile string `yaml:"ssh_private_key_file,omitempty" json:"ssh_private_key_file,omitempty"`
 	SSHPort           int    `yaml:"ssh_port,omitempty" json:"ssh_port,omitempty"`
+	// SSHPrivateKeyPassphrase unlocks an encrypted ssh_private_key_file
+	// (Ferry's addition; Azure has none).
+	SSHPrivateKeyPassphrase string `yaml:"ssh_private_key_passphrase,omitempty" json:"ssh_private_key_passphrase,omitempty"`
+	// SSHPrivateKey is the content of a private key (Ferry's addition).
+	// The CLI reads ssh_private_key_file on the user's machine and sends
+	// the key here, since the server does not read files named by a
+	// request.
+	SSHPrivateKey string `yaml:"ssh_private_key,omitempty" json:"ssh_private_key,omitempty"`
 }

@@ -676,6 +676,55 @@ func (c *Conn) forward(ctx context.Context, remote net.Conn, localAddr string) {
 	<-done
 }
 
+// WriteFile writes data to remotePath with mode, which is set before any
+// byte is written (a secret is never readable by others, not even for a
+// moment). The parent directory must exist.
+func (c *Conn) WriteFile(ctx context.Context, remotePath string, data []byte, mode os.FileMode) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sc, err := c.sftpClient()
+	if err != nil {
+		return err
+	}
+	fail := func(what string, err error) error {
+		return fmt.Errorf("ssh: %s: write %s: %s: %w", c.name, remotePath, what, err)
+	}
+	f, err := sc.OpenFile(remotePath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC)
+	if err != nil {
+		return fail("create", err)
+	}
+	if err := f.Chmod(mode.Perm()); err != nil {
+		f.Close()
+		return fail("chmod", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fail("write", err)
+	}
+	if err := f.Close(); err != nil {
+		return fail("close", err)
+	}
+	return nil
+}
+
+// Home returns the login user's home directory on the machine (where SFTP
+// starts).
+func (c *Conn) Home() (string, error) {
+	sc, err := c.sftpClient()
+	if err != nil {
+		return "", err
+	}
+	wd, err := sc.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("ssh: %s: home directory: %w", c.name, err)
+	}
+	return wd, nil
+}
+
+// Wait blocks until the connection is closed, by either side.
+func (c *Conn) Wait() error { return c.client.Wait() }
+
 // Close closes the connection, its SFTP session and its forwards.
 func (c *Conn) Close() error {
 	c.mu.Lock()

@@ -32,6 +32,9 @@ type Compute struct {
 	State    string
 	Created  time.Time
 	Modified time.Time
+	// Status is runtime state the workspace keeps (JSON it owns; nil when
+	// none), e.g. the schedule occurrences of an instance that fired.
+	Status json.RawMessage
 }
 
 // Job is one submitted job. Spec, Inputs and Outputs are JSON owned by the

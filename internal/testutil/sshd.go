@@ -52,6 +52,8 @@ type SSHD struct {
 
 	authorizedKeys string
 	log            syncBuffer
+	stopOnce       sync.Once
+	stopFn         func()
 }
 
 // syncBuffer collects sshd's output; the exec package writes to it from a
@@ -240,7 +242,7 @@ LogLevel VERBOSE
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	t.Cleanup(func() {
+	s.stopFn = func() {
 		// SIGTERM makes sshd -D close its listener; sessions it forked
 		// are separate processes and end when their clients close.
 		_ = cmd.Process.Signal(syscall.SIGTERM)
@@ -250,11 +252,59 @@ LogLevel VERBOSE
 			_ = cmd.Process.Kill()
 			<-exited
 		}
+	}
+	t.Cleanup(func() {
+		s.Stop()
 		if t.Failed() {
 			t.Logf("sshd log:\n%s", s.Log())
 		}
 	})
 	return nil
+}
+
+// Stop stops the server: new connections are refused from then on.
+// Sessions it already forked go on until their clients close them.
+func (s *SSHD) Stop() { s.stopOnce.Do(s.stopFn) }
+
+// ChangeHostKey gives the server a new host key, as a reinstalled machine
+// would have, and returns its known_hosts line. sshd reads it at SIGHUP.
+func (s *SSHD) ChangeHostKey(t testing.TB) string {
+	t.Helper()
+	hostKey := filepath.Join(s.Dir, "host_ed25519")
+	os.Remove(hostKey)
+	os.Remove(hostKey + ".pub")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ferry-test", "-f", hostKey).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v\n%s", err, out)
+	}
+	pub, err := os.ReadFile(hostKey + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(s.Dir, "sshd.pid"))
+	if err != nil {
+		t.Fatalf("sshd pid file: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatalf("sshd pid file: %q", raw)
+	}
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+		t.Fatalf("SIGHUP sshd: %v", err)
+	}
+	fields := strings.Fields(string(pub))
+	line := fmt.Sprintf("[%s]:%d %s %s", s.Address, s.Port, fields[0], fields[1])
+	// sshd re-executes itself at SIGHUP; wait until it answers with the new key.
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		out, _ := exec.Command("ssh-keyscan", "-p", strconv.Itoa(s.Port), "-t", "ed25519", s.Address).Output()
+		if strings.Contains(string(out), fields[1]) {
+			s.HostKeyLine = line
+			return line
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("sshd did not take its new host key")
+	return ""
 }
 
 func freePort(t testing.TB) int {
@@ -312,4 +362,23 @@ func ensurePasswordUser(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return pw
+}
+
+// RestartSSHD starts a new server on the port, keys and users of old,
+// which must be stopped, as a machine that comes back would.
+func RestartSSHD(t testing.TB, old *SSHD) *SSHD {
+	t.Helper()
+	old.Stop()
+	s := &SSHD{Address: old.Address, Port: old.Port, User: old.User, ClientKey: old.ClientKey,
+		PasswordUser: old.PasswordUser, Password: old.Password, HostKeyLine: old.HostKeyLine,
+		Fingerprint: old.Fingerprint, Dir: old.Dir, authorizedKeys: old.authorizedKeys}
+	var err error
+	for range 50 { // the old listener may take a moment to go
+		if err = s.start(t); err == nil {
+			return s
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("restart sshd on port %d: %v\n%s", s.Port, err, s.Log())
+	return nil
 }

@@ -18,6 +18,7 @@ const (
 	CodeUnauthorized             // no or unknown credentials
 	CodeForbidden                // credentials that may not do this
 	CodeTooLarge                 // a body or snapshot over its limit
+	CodeUnavailable              // a part the request needs (a node's agent) did not answer in time
 )
 
 // Error is an error whose message is safe and useful to show a user.
@@ -51,6 +52,11 @@ func Forbidden(format string, args ...any) error {
 // Unauthorized returns a CodeUnauthorized error.
 func Unauthorized(format string, args ...any) error {
 	return newError(CodeUnauthorized, nil, format, args...)
+}
+
+// Unavailable returns a CodeUnavailable error.
+func Unavailable(format string, args ...any) error {
+	return newError(CodeUnavailable, nil, format, args...)
 }
 
 // CodeOf returns the code of err: that of the first *Error in its chain, or

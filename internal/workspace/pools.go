@@ -49,7 +49,13 @@ const (
 // isPool reports whether computes of type typ are pools of agent nodes: a
 // cluster, or a compute instance, which is a pool of one node that its
 // owner starts and stops.
-func isPool(typ string) bool { return typ == "amlcompute" || typ == "computeinstance" }
+func isPool(typ string) bool {
+	return typ == "amlcompute" || typ == "computeinstance" || typ == "virtualmachine"
+}
+
+// StateDeleting is the state of a pool compute being deleted (an attached
+// machine being detached): its machines are given back, then it is gone.
+const StateDeleting = "Deleting"
 
 // Compute instance states, as Azure ML names them.
 const (
@@ -60,6 +66,11 @@ const (
 	InstanceStopped    = "Stopped"
 	InstanceStarting   = "Starting"
 	InstanceRestarting = "Restarting"
+	// InstanceSettingUp: the node is up and runs its setup scripts;
+	// InstanceSetupFailed: one of them failed (the node stays, to look
+	// into; restart or stop the instance).
+	InstanceSettingUp   = "SettingUp"
+	InstanceSetupFailed = "SetupFailed"
 )
 
 // instanceWantsNode reports whether an instance in state st should have its node.
@@ -107,6 +118,9 @@ type ComputeEvent struct {
 
 // poolSize is the size of a pool compute, from the catalog.
 func (s *Service) poolSize(c *spec.Compute) (sizes.Size, error) {
+	if c.Type == "virtualmachine" {
+		return attachedSize, nil
+	}
 	sz, ok := s.cfg.Sizes.Lookup(c.Size)
 	if !ok {
 		return sizes.Size{}, Invalid("size: %q is not in the size catalog; see `ferry size list`", c.Size)
@@ -147,6 +161,15 @@ func (s *Service) admitPool(c *spec.Compute, j *spec.Job, env *environment.Spec)
 	sz, err := s.poolSize(c)
 	if err != nil {
 		return err
+	}
+	if c.Type == "virtualmachine" {
+		if j.Resources != nil && j.Resources.InstanceCount > 1 {
+			return Invalid("resources.instance_count: %s is one attached machine; use a cluster (an ssh fleet) for %d nodes", c.Name, j.Resources.InstanceCount)
+		}
+		if j.Resources != nil && j.Resources.InstanceType != "" {
+			return Invalid("resources.instance_type: %s is an attached machine, which has no size; leave instance_type out", c.Name)
+		}
+		return nil
 	}
 	if c.Type == "computeinstance" {
 		if j.Resources != nil && j.Resources.InstanceCount > 1 {
@@ -240,6 +263,13 @@ func (s *Service) reconcilePools(ctx context.Context) error {
 		}
 		pools[r.Name] = pc
 		names = append(names, r.Name)
+		if usesSSH(&pc.spec) && s.cfg.Providers != nil {
+			// Making the provider re-opens the reverse tunnels of its
+			// machines after a server restart (it is made once and kept).
+			if _, err := s.cfg.Providers(&pc.spec); err != nil {
+				s.log.Error("ssh provider", "compute", r.Name, "err", err)
+			}
+		}
 	}
 	nodes, err := s.st.ListNodes(ctx, "")
 	if err != nil {
@@ -304,6 +334,7 @@ func (s *Service) reconcilePools(ctx context.Context) error {
 		live = append(live, n)
 	}
 
+	live, names = s.deletePools(ctx, pools, names, live)
 	s.instanceStates(ctx, pools, live, onNode)
 
 	// Placement.
@@ -316,6 +347,9 @@ func (s *Service) reconcilePools(ctx context.Context) error {
 		pc := pools[n.Compute]
 		if n.State != NodeIdle && n.State != NodeBusy {
 			continue
+		}
+		if pc.rec.Type == "computeinstance" && pc.rec.State != InstanceRunning && pc.rec.State != InstanceJobRunning {
+			continue // setting up, failed setup, stopping: no work
 		}
 		st.Nodes = append(st.Nodes, s.schedNode(n, pc, onNode[n.Name]))
 	}
@@ -352,6 +386,50 @@ func (s *Service) reconcilePools(ctx context.Context) error {
 	return s.scale(ctx, pools, names, live, st.Jobs, placed, now)
 }
 
+// deletePools gives back the machines of pool computes being deleted and
+// forgets the computes once none is left. It returns the live nodes and
+// pool names that remain for placement and scaling.
+func (s *Service) deletePools(ctx context.Context, pools map[string]*poolCompute, names []string, live []store.Node) ([]store.Node, []string) {
+	var keepNames []string
+	deleting := map[string]int{}
+	for _, name := range names {
+		if pools[name].rec.State == StateDeleting {
+			deleting[name] = 0
+			continue
+		}
+		keepNames = append(keepNames, name)
+	}
+	if len(deleting) == 0 {
+		return live, names
+	}
+	var keep []store.Node
+	for _, n := range live {
+		if _, ok := deleting[n.Compute]; !ok {
+			keep = append(keep, n)
+			continue
+		}
+		s.retireNode(ctx, n, "its compute is being deleted")
+		if _, err := s.st.GetNode(ctx, n.Name); err == nil {
+			deleting[n.Compute]++ // terminate failed; tried again next pass
+		}
+	}
+	for name, left := range deleting {
+		if left > 0 {
+			continue
+		}
+		if err := s.st.DeleteCompute(ctx, name); err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.log.Error("delete compute", "compute", name, "err", err)
+			continue
+		}
+		s.mu.Lock()
+		delete(s.targets, name)
+		s.mu.Unlock()
+		delete(pools, name)
+		s.log.Info("compute deleted", "compute", name)
+	}
+	return keep, keepNames
+}
+
 // schedNode is a node as the scheduler sees it: jobs on clusters take whole
 // nodes, as on Azure ML, so a node is either wholly free or wholly taken.
 func (s *Service) schedNode(n store.Node, pc *poolCompute, jobs []store.Job) scheduler.Node {
@@ -385,7 +463,13 @@ func (s *Service) scale(ctx context.Context, pools map[string]*poolCompute, name
 	for _, name := range names {
 		pc := pools[name]
 		cl := autoscale.Cluster{Name: name, Size: pc.size, LowPriority: pc.spec.Tier == "low_priority", JoinTimeout: s.cfg.JoinTimeout}
-		if pc.rec.Type == "computeinstance" {
+		switch {
+		case pc.rec.State == StateDeleting:
+			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = 0, 0, 0
+		case pc.rec.Type == "virtualmachine":
+			// The one machine, always: it is the team's own.
+			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = 1, 1, 100*365*24*time.Hour
+		case pc.rec.Type == "computeinstance":
 			// One node while the instance is meant to run, none once stopped;
 			// idleness is the instance's own business, not the autoscaler's.
 			n := 0
@@ -393,7 +477,7 @@ func (s *Service) scale(ctx context.Context, pools map[string]*poolCompute, name
 				n = 1
 			}
 			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = n, n, 100*365*24*time.Hour
-		} else {
+		default:
 			cl.MinInstances, cl.MaxInstances = *pc.spec.MinInstances, *pc.spec.MaxInstances
 			cl.IdleTimeBeforeScaleDown = time.Duration(*pc.spec.IdleTimeBeforeScaleDown) * time.Second
 		}
@@ -682,11 +766,19 @@ func (s *Service) JoinNode(ctx context.Context, who auth.Principal, req nodeprot
 		return nil, err
 	}
 	now := s.now()
+	setup, err := s.setupFor(ctx, req.Name)
+	if err != nil {
+		return nil, err
+	}
 	n, err := s.st.UpdateNode(ctx, req.Name, func(n *store.Node) error {
 		if n.State != NodeProvisioning {
 			return Conflict("node %s has already joined (it is %s)", n.Name, n.State)
 		}
-		n.State, n.Reason, n.Joined, n.Heartbeat, n.IdleSince, n.Facts = NodeIdle, "joined", now, now, now, facts
+		reason := "joined"
+		if len(setup) > 0 {
+			reason = nodeSettingUp
+		}
+		n.State, n.Reason, n.Joined, n.Heartbeat, n.IdleSince, n.Facts = NodeIdle, reason, now, now, now, facts
 		if req.Facts.Address != "" {
 			n.Address = req.Facts.Address
 		}
@@ -707,8 +799,81 @@ func (s *Service) JoinNode(ctx context.Context, who auth.Principal, req nodeprot
 	}
 	s.event(ctx, n.Compute, "node_joined", fmt.Sprintf("node %s joined from %s (%d CPUs, %d GPUs)", n.Name, n.Address, req.Facts.CPUs, len(req.Facts.GPUs)))
 	s.wakeDispatcher()
-	return &nodeproto.JoinReply{Node: n.Name, NodeToken: secret,
+	return &nodeproto.JoinReply{Node: n.Name, NodeToken: secret, Setup: setup,
 		HeartbeatSeconds: int(s.cfg.NodeHeartbeat / time.Second), LeaseSeconds: int(s.cfg.NodeLease / time.Second)}, nil
+}
+
+// Setup states of a compute instance's node, kept in its Reason.
+const (
+	nodeSettingUp     = "running setup scripts"
+	nodeSetUp         = "set up"
+	nodeSetupFailedAt = "setup failed: "
+)
+
+// setupFor returns the setup scripts a joining node runs: those of a
+// compute instance, the creation_script only when the instance is being
+// made, the startup_script at every start.
+func (s *Service) setupFor(ctx context.Context, node string) ([]nodeproto.SetupScript, error) {
+	n, err := s.st.GetNode(ctx, node)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, NotFound("node %s is not known to this workspace", node)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.st.GetCompute(ctx, n.Compute)
+	if err != nil || rec.Type != "computeinstance" {
+		return nil, nil
+	}
+	var c spec.Compute
+	if err := json.Unmarshal(rec.Spec, &c); err != nil {
+		return nil, err
+	}
+	cfg, err := instance.ParseConfig(&c)
+	if err != nil {
+		return nil, nil
+	}
+	var out []nodeproto.SetupScript
+	add := func(name string, sc *instance.SetupScript) {
+		if sc != nil {
+			out = append(out, nodeproto.SetupScript{Name: name, Content: sc.Content, Command: sc.Command, TimeoutSeconds: int(sc.Timeout / time.Second)})
+		}
+	}
+	if rec.State == InstanceCreating {
+		add("creation_script", cfg.SetupScripts.Creation)
+	}
+	add("startup_script", cfg.SetupScripts.Startup)
+	return out, nil
+}
+
+// setupReported records how a node's setup scripts went.
+func (s *Service) setupReported(ctx context.Context, n store.Node, r *nodeproto.SetupResult) {
+	reason := nodeSetUp
+	if !r.OK {
+		what := fmt.Sprintf("exited with code %d", r.ExitCode)
+		if r.TimedOut {
+			what = "timed out"
+		}
+		reason = fmt.Sprintf("%s%s %s", nodeSetupFailedAt, r.Script, what)
+		if out := strings.TrimSpace(r.Output); out != "" {
+			reason += "; its output ends:\n" + out
+		}
+	}
+	moved := false
+	if _, err := s.st.UpdateNode(ctx, n.Name, func(x *store.Node) error {
+		if x.Reason == nodeSettingUp {
+			x.Reason, moved = reason, true
+		}
+		return nil
+	}); err != nil || !moved {
+		return
+	}
+	if r.OK {
+		s.event(ctx, n.Compute, "setup", "setup scripts succeeded on node "+n.Name)
+	} else {
+		s.event(ctx, n.Compute, "setup_failed", reason)
+	}
+	s.wakeDispatcher()
 }
 
 // NodeHeartbeat renews a node's lease and says which of the attempts it
@@ -726,6 +891,9 @@ func (s *Service) NodeHeartbeat(ctx context.Context, who auth.Principal, name st
 	}
 	if err != nil {
 		return nil, err
+	}
+	if hb.Setup != nil && n.Reason == nodeSettingUp {
+		s.setupReported(ctx, n, hb.Setup)
 	}
 	reply := &nodeproto.HeartbeatReply{Drain: n.State == NodeDraining || n.State == NodeLost}
 	for _, r := range hb.Running {
@@ -748,7 +916,10 @@ func (s *Service) NodeAssignments(ctx context.Context, who auth.Principal, name 
 	for {
 		wake := s.nodeWaiter(name)
 		out, err := s.pendingFor(ctx, name)
-		if err != nil || len(out.Assignments) > 0 {
+		if err == nil {
+			out.Sessions = s.sessionsFor(name)
+		}
+		if err != nil || len(out.Assignments) > 0 || len(out.Sessions) > 0 {
 			return out, err
 		}
 		select {
@@ -1051,6 +1222,9 @@ func (s *Service) admit(ctx context.Context, computeName string, j *spec.Job, en
 		return err
 	}
 	if isPool(rec.Type) {
+		if rec.State == StateDeleting {
+			return Conflict("compute: %s is being deleted", computeName)
+		}
 		var c spec.Compute
 		if err := json.Unmarshal(rec.Spec, &c); err != nil {
 			return fmt.Errorf("compute %s: stored spec: %w", rec.Name, err)
@@ -1087,6 +1261,9 @@ func (s *Service) poolView(ctx context.Context, v *Compute) error {
 	s.pmu.Lock()
 	v.TargetNodes = s.nodeTargets[v.Name]
 	s.pmu.Unlock()
+	if v.Type == "computeinstance" {
+		v.Sessions, v.PortForwards, _ = s.sessionUse(v.Name)
+	}
 	v.Events, err = s.ComputeEvents(ctx, v.Name, 10)
 	return err
 }
@@ -1203,12 +1380,21 @@ func (s *Service) instanceStates(ctx context.Context, pools map[string]*poolComp
 		case !instanceWantsNode(pc.rec.State):
 		case node != nil && (node.State == NodeIdle || node.State == NodeBusy):
 			want = InstanceRunning
-			if len(onNode[node.Name]) > 0 {
+			switch {
+			case node.Reason == nodeSettingUp:
+				want = InstanceSettingUp
+			case strings.HasPrefix(node.Reason, nodeSetupFailedAt):
+				want = InstanceSetupFailed
+			case len(onNode[node.Name]) > 0:
 				want = InstanceJobRunning
 			}
 		}
 		if want != pc.rec.State {
-			s.setInstanceState(ctx, name, pc.rec.State, want, "")
+			why := ""
+			if want == InstanceSetupFailed {
+				why = node.Reason
+			}
+			s.setInstanceState(ctx, name, pc.rec.State, want, why)
 			pc.rec.State = want
 		}
 		s.decideInstance(ctx, pc, node, onNode)
@@ -1223,9 +1409,11 @@ func (s *Service) decideInstance(ctx context.Context, pc *poolCompute, node *sto
 		return // refused at create; a stored spec is valid
 	}
 	name := pc.rec.Name
-	s.pmu.Lock()
-	fired := slices.Clone(s.lastFired[name])
-	s.pmu.Unlock()
+	var st instanceStatus
+	if len(pc.rec.Status) > 0 {
+		_ = json.Unmarshal(pc.rec.Status, &st) // a status it cannot read is one with nothing fired
+	}
+	fired := st.LastFired
 	snap := instance.Snapshot{
 		State: instance.State(pc.rec.State), Created: pc.rec.Created,
 		IdleTimeBeforeShutdown: cfg.IdleTimeBeforeShutdown, Schedules: cfg.Schedules, LastFired: fired,
@@ -1240,26 +1428,51 @@ func (s *Service) decideInstance(ctx context.Context, pc *poolCompute, node *sto
 			snap.StartedAt = node.Joined
 		}
 	}
+	// An open session or port-forward is use; the last one's end is activity.
+	var closed time.Time
+	snap.Sessions, snap.PortForwards, closed = s.sessionUse(name)
+	if closed.After(snap.LastActivity) {
+		snap.LastActivity = closed
+	}
 	plan := instance.Decide(snap, s.now())
 	moved := false
 	switch plan.Action {
 	case instance.ActionStop:
-		moved = s.setInstanceState(ctx, name, pc.rec.State, InstanceStopping, plan.Reason)
+		if moved = s.setInstanceState(ctx, name, pc.rec.State, InstanceStopping, plan.Reason); moved {
+			pc.rec.State = InstanceStopping // the scaling below gives the node back, not a new one
+		}
 	case instance.ActionStart:
-		moved = s.setInstanceState(ctx, name, pc.rec.State, InstanceStarting, plan.Reason)
+		if moved = s.setInstanceState(ctx, name, pc.rec.State, InstanceStarting, plan.Reason); moved {
+			pc.rec.State = InstanceStarting
+		}
 	}
 	if len(plan.Fired) > 0 && (moved || plan.Action == instance.ActionNone) {
-		s.pmu.Lock()
-		lf := s.lastFired[name]
-		for _, f := range plan.Fired {
-			for len(lf) <= f.Schedule {
-				lf = append(lf, time.Time{})
+		// Kept with the compute, so that a restarted server neither fires
+		// an occurrence again nor forgets it.
+		if _, err := s.st.UpdateCompute(ctx, name, func(c *store.Compute) error {
+			var cur instanceStatus
+			if len(c.Status) > 0 {
+				_ = json.Unmarshal(c.Status, &cur)
 			}
-			lf[f.Schedule] = f.At
+			for _, f := range plan.Fired {
+				for len(cur.LastFired) <= f.Schedule {
+					cur.LastFired = append(cur.LastFired, time.Time{})
+				}
+				cur.LastFired[f.Schedule] = f.At
+			}
+			raw, err := json.Marshal(cur)
+			c.Status = raw
+			return err
+		}); err != nil {
+			s.log.Error("instance schedule firings", "compute", name, "err", err)
 		}
-		s.lastFired[name] = lf
-		s.pmu.Unlock()
 	}
+}
+
+// instanceStatus is what a compute instance keeps in store.Compute.Status.
+type instanceStatus struct {
+	// LastFired[i] is the occurrence of schedule i that fired last.
+	LastFired []time.Time `json:"last_fired,omitempty"`
 }
 
 // setInstanceState moves an instance from one state to another (only if it

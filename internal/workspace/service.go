@@ -17,6 +17,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/provider"
+	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/sizes"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -59,8 +60,11 @@ type Config struct {
 	// ServerlessMax bounds each implicit cluster (default 10).
 	ServerlessIdle time.Duration
 	ServerlessMax  int
-	Now            func() time.Time // clock; nil means time.Now
-	Log            *slog.Logger
+	// Secrets seals the SSH secrets of attached machines and fleets at
+	// rest; nil means such computes cannot be made.
+	Secrets *secrets.Key
+	Now     func() time.Time // clock; nil means time.Now
+	Log     *slog.Logger
 }
 
 // Service is the workspace. It is safe for concurrent use.
@@ -87,7 +91,8 @@ type Service struct {
 	launchRetry map[string]time.Time     // per compute: no launch before
 	launchErr   map[string]string        // per compute: the last launch error
 	nodeTargets map[string]int           // per compute: the node count the autoscaler last aimed at
-	lastFired   map[string][]time.Time   // per instance: the schedule occurrences that fired
+
+	sessions sessionTable // exec, shell and port-forward sessions of instances (sessions.go)
 }
 
 // New makes a Service and makes sure the workspace has its `local` target.
@@ -133,7 +138,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		waiters:    map[string]chan struct{}{},
 		heartbeats: map[string]time.Time{},
 		delivered:  map[string]bool{}, nodeWait: map[string]chan struct{}{},
-		launchFails: map[string]int{}, launchRetry: map[string]time.Time{}, launchErr: map[string]string{}, nodeTargets: map[string]int{}, lastFired: map[string][]time.Time{},
+		launchFails: map[string]int{}, launchRetry: map[string]time.Time{}, launchErr: map[string]string{}, nodeTargets: map[string]int{},
 	}
 	s.started = s.now()
 	if _, err := s.st.GetCompute(ctx, "local"); errors.Is(err, store.ErrNotFound) {
@@ -199,7 +204,15 @@ func (s *Service) CreateCompute(ctx context.Context, c *spec.Compute) (*Compute,
 		if s.cfg.Providers == nil {
 			return nil, Invalid("type: this server has no node provider, so it cannot make clusters")
 		}
+		if usesSSH(c) {
+			if err := s.attach(ctx, c); err != nil {
+				return nil, err
+			}
+		}
 		if err := s.validatePool(ctx, c); err != nil {
+			return nil, err
+		}
+		if err := checkSetupContent(c); err != nil {
 			return nil, err
 		}
 	} else if _, err := s.cfg.Targets(c); err != nil {
@@ -241,6 +254,7 @@ func (s *Service) computeView(ctx context.Context, rec store.Compute) (*Compute,
 	if err := json.Unmarshal(rec.Spec, &c); err != nil {
 		return nil, fmt.Errorf("compute %s: stored spec: %w", rec.Name, err)
 	}
+	redactCompute(&c)
 	v := &Compute{Name: rec.Name, Type: rec.Type, State: rec.State, Created: rec.Created, Spec: &c}
 	if isPool(rec.Type) {
 		if err := s.poolView(ctx, v); err != nil {
@@ -283,7 +297,8 @@ func (s *Service) DeleteCompute(ctx context.Context, name string) error {
 	if name == "local" {
 		return Conflict("compute \"local\" is built in and cannot be deleted")
 	}
-	if _, err := s.st.GetCompute(ctx, name); errors.Is(err, store.ErrNotFound) {
+	rec, err := s.st.GetCompute(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
 		return s.unknownCompute(ctx, name)
 	} else if err != nil {
 		return err
@@ -294,6 +309,20 @@ func (s *Service) DeleteCompute(ctx context.Context, name string) error {
 	}
 	if len(busy) > 0 {
 		return Conflict("compute %q has %d unfinished jobs (for example %s); cancel them or wait before deleting it", name, len(busy), busy[0].Name)
+	}
+	if isPool(rec.Type) {
+		// The pool loop terminates the compute's machines (stops the agent
+		// of an attached machine and removes what Ferry put there) and then
+		// forgets the compute.
+		if _, err := s.st.UpdateCompute(ctx, name, func(c *store.Compute) error {
+			c.State, c.Modified = StateDeleting, s.now()
+			return nil
+		}); err != nil {
+			return err
+		}
+		s.event(ctx, name, "deleting", "deleting: its machines are being given back")
+		s.wakeDispatcher()
+		return nil
 	}
 	if err := s.st.DeleteCompute(ctx, name); err != nil {
 		return err

@@ -93,6 +93,10 @@ type Compute struct {
 	Events       []ComputeEvent `json:"events,omitempty"`
 	Created      time.Time      `json:"created"`
 	Spec         *spec.Compute  `json:"spec,omitempty"`
+
+	// Compute instances: the exec/ssh sessions and port-forwards open now.
+	Sessions     int `json:"sessions,omitempty"`
+	PortForwards int `json:"port_forwards,omitempty"`
 }
 
 // Metric is one logged metric value.

@@ -9,18 +9,21 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-const computeColumns = `name, type, spec, state, created, modified`
+const computeColumns = `name, type, spec, state, created, modified, status`
 
 func scanCompute(s scanner) (store.Compute, error) {
 	var (
 		c                 store.Compute
-		spec              []byte
+		spec, status      []byte
 		created, modified sql.NullInt64
 	)
-	if err := s.Scan(&c.Name, &c.Type, &spec, &c.State, &created, &modified); err != nil {
+	if err := s.Scan(&c.Name, &c.Type, &spec, &c.State, &created, &modified, &status); err != nil {
 		return store.Compute{}, err
 	}
 	c.Spec = spec
+	if len(status) > 0 {
+		c.Status = status
+	}
 	c.Created = timeOf(created)
 	c.Modified = timeOf(modified)
 	return c, nil
@@ -35,8 +38,8 @@ func normCompute(c store.Compute) store.Compute {
 
 // CreateCompute implements store.Store.
 func (s *Store) CreateCompute(ctx context.Context, c store.Compute) error {
-	_, err := s.w.ExecContext(ctx, `INSERT INTO computes (`+computeColumns+`) VALUES (?, ?, ?, ?, ?, ?)`,
-		c.Name, c.Type, jsonArg(c.Spec), c.State, timeArg(c.Created), timeArg(c.Modified))
+	_, err := s.w.ExecContext(ctx, `INSERT INTO computes (`+computeColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		c.Name, c.Type, jsonArg(c.Spec), c.State, timeArg(c.Created), timeArg(c.Modified), jsonArg(c.Status))
 	if isUnique(err) {
 		return fmt.Errorf("compute %q: %w", c.Name, store.ErrConflict)
 	}
@@ -96,8 +99,8 @@ func (s *Store) UpdateCompute(ctx context.Context, name string, fn func(*store.C
 			return err
 		}
 		c.Name = name
-		if _, err := tx.ExecContext(ctx, `UPDATE computes SET type = ?, spec = ?, state = ?, created = ?, modified = ? WHERE name = ?`,
-			c.Type, jsonArg(c.Spec), c.State, timeArg(c.Created), timeArg(c.Modified), name); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE computes SET type = ?, spec = ?, state = ?, created = ?, modified = ?, status = ? WHERE name = ?`,
+			c.Type, jsonArg(c.Spec), c.State, timeArg(c.Created), timeArg(c.Modified), jsonArg(c.Status), name); err != nil {
 			return fmt.Errorf("update compute %q: %w", name, err)
 		}
 		out = normCompute(c)

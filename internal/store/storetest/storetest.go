@@ -322,6 +322,7 @@ func testComputeUpdate(t *testing.T, s store.Store) {
 	want := testCompute("gpu-cluster")
 	want.State = "Resizing"
 	want.Spec = json.RawMessage(`{"max_instances":8}`)
+	want.Status = json.RawMessage(`{"last_fired":["2026-01-02T18:00:00Z"]}`)
 	want.Modified = t0.Add(time.Hour)
 
 	got, err := s.UpdateCompute(context.Background(), "gpu-cluster", func(c *store.Compute) error {
@@ -330,6 +331,7 @@ func testComputeUpdate(t *testing.T, s store.Store) {
 		}
 		c.State = want.State
 		c.Spec = want.Spec
+		c.Status = want.Status
 		c.Modified = want.Modified
 		return nil
 	})

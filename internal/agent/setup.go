@@ -1,0 +1,89 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/nodeproto"
+)
+
+// setupOutputLimit bounds how much of a failed setup script's output is
+// reported: its end, where the error usually is.
+const setupOutputLimit = 16 << 10
+
+// setupState holds the result of the node's setup scripts for heartbeats.
+type setupState struct {
+	mu     sync.Mutex
+	result *nodeproto.SetupResult
+}
+
+func (s *setupState) set(r nodeproto.SetupResult) {
+	s.mu.Lock()
+	s.result = &r
+	s.mu.Unlock()
+}
+
+func (s *setupState) get() *nodeproto.SetupResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.result
+}
+
+// runSetup runs the setup scripts in order in dir/setup, each with its
+// timeout, and stops at the first that fails.
+func runSetup(ctx context.Context, dir string, scripts []nodeproto.SetupScript, env []string) nodeproto.SetupResult {
+	work := filepath.Join(dir, "setup")
+	if err := os.MkdirAll(work, 0o700); err != nil {
+		return nodeproto.SetupResult{Script: "setup", ExitCode: -1, Output: err.Error()}
+	}
+	for _, sc := range scripts {
+		env := slices.Clone(env)
+		argv := []string{"bash", "-c", sc.Command}
+		if sc.Content != "" {
+			file := filepath.Join(work, filepath.Base(sc.Name)+".sh")
+			if err := os.WriteFile(file, []byte(sc.Content), 0o700); err != nil {
+				return nodeproto.SetupResult{Script: sc.Name, ExitCode: -1, Output: err.Error()}
+			}
+			// The command, if any, gives the script its arguments, as Azure
+			// passes them.
+			argv = []string{"bash", "-c", `f="$1"; shift; eval "set -- $FERRY_SETUP_ARGS"; exec bash "$f" "$@"`, "setup", file}
+			env = append(env, "FERRY_SETUP_ARGS="+sc.Command)
+		}
+		timeout := time.Duration(sc.TimeoutSeconds) * time.Second
+		if timeout <= 0 {
+			timeout = 30 * time.Minute
+		}
+		sctx, cancel := context.WithTimeout(ctx, timeout)
+		var out bytes.Buffer
+		cmd := exec.CommandContext(sctx, argv[0], argv[1:]...)
+		cmd.Dir, cmd.Env = work, append(os.Environ(), env...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		err := cmd.Run()
+		timedOut := errors.Is(sctx.Err(), context.DeadlineExceeded)
+		cancel()
+		if err == nil {
+			continue
+		}
+		code := -1
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && !timedOut {
+			code = ee.ExitCode()
+		}
+		b := out.Bytes()
+		if len(b) > setupOutputLimit {
+			b = b[len(b)-setupOutputLimit:]
+		}
+		return nodeproto.SetupResult{Script: sc.Name, ExitCode: code, TimedOut: timedOut, Output: string(b)}
+	}
+	return nodeproto.SetupResult{OK: true}
+}
