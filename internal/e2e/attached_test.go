@@ -402,3 +402,97 @@ func TestAttachedMachineReverseTunnel(t *testing.T) {
 		t.Fatalf("%s is left after detach (%v)", agentDir, err)
 	}
 }
+
+// An ssh fleet: a cluster of existing machines. It scales from zero onto
+// them for a burst, back to zero when idle, and each scale-down stops the
+// agent, cleans up and runs the power-off command.
+func TestSSHFleetScalesOverExistingMachines(t *testing.T) {
+	a, b := testutil.StartSSHD(t), testutil.StartSSHD(t)
+	s := startServer(t)
+	dir := t.TempDir()
+	marks := t.TempDir()
+	agentDir := filepath.Join(homeOf(t, a.User), ".ferry-agent")
+	t.Cleanup(func() { killUnder(t, agentDir); os.RemoveAll(agentDir) })
+	writeFiles(t, dir, map[string]string{"id_fleet": string(a.ClientKey), "fleet.yml": fmt.Sprintf(`name: fleet
+type: amlcompute
+min_instances: 0
+max_instances: 2
+idle_time_before_scale_down: 1
+provider:
+  type: ssh
+  hosts:
+    - {address: 127.0.0.1, port: %d, host_key: %q}
+    - {address: 127.0.0.1, port: %d, host_key: trust-on-first-use}
+  ssh_settings:
+    admin_username: %s
+    ssh_private_key_file: id_fleet
+  power_off_command: touch %s/powered-off-$(date +%%s%%N)
+`, a.Port, a.HostKeyLine, b.Port, a.User, marks)})
+	// Both machines accept the same key (the second server gets the first's).
+	b.Authorize(t, publicKeyOf(t, a.ClientKey))
+	s.mustFerry("compute", "create", "-f", filepath.Join(dir, "fleet.yml"))
+	var c struct {
+		Spec struct {
+			Provider map[string]any `json:"provider"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal([]byte(s.mustFerry("compute", "show", "fleet", "-o", "json").stdout), &c); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(c.Spec.Provider)
+	if f := strings.Fields(b.HostKeyLine); !strings.Contains(string(raw), f[len(f)-1]) {
+		t.Errorf("the second host's key was not pinned: %s", raw)
+	}
+	if !strings.Contains(string(raw), `"ssh_private_key":"[secret]"`) {
+		t.Errorf("the fleet's key is not redacted: %s", raw)
+	}
+	for _, l := range keyBody(a.ClientKey) {
+		noSecrets(t, "compute show", string(raw), l)
+	}
+
+	job := jobFile(t, "command: echo on $(hostname) && sleep 3\ncompute: azureml:fleet\n", nil)
+	s.mustFerry("job", "create", "-f", job, "--name", "f-1")
+	s.mustFerry("job", "create", "-f", job, "--name", "f-2")
+	s.waitStatus("f-1", "Running")
+	s.waitStatus("f-2", "Running")
+	if n := len(s.nodes("fleet")); n != 2 {
+		t.Fatalf("fleet runs two jobs on %d nodes", n)
+	}
+	for _, j := range []string{"f-1", "f-2"} {
+		if got := s.waitStatus(j, "Completed", "Failed"); got.Status != "Completed" {
+			t.Fatalf("%s: %s (%s)", j, got.Status, got.StatusReason)
+		}
+	}
+	s.waitNodes("fleet", 0)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ents, _ := os.ReadDir(marks)
+		if len(ents) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("power-off ran %d times, want 2", len(ents))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if ps := procsUnder(agentDir); len(ps) > 0 {
+		t.Fatalf("processes left after scale-down: %v", ps)
+	}
+	if _, err := os.Stat(agentDir); !os.IsNotExist(err) {
+		t.Fatalf("%s left after scale-down (%v)", agentDir, err)
+	}
+}
+
+// publicKeyOf is the authorized_keys line of a private key.
+func publicKeyOf(t *testing.T, pem []byte) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "k")
+	if err := os.WriteFile(f, pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("ssh-keygen", "-y", "-f", f).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
