@@ -32,7 +32,7 @@ func (p *schedProvider) Launch(_ context.Context, r provider.LaunchRequest) (pro
 	return provider.Machine{ID: r.Name, Pool: r.Pool, State: provider.StateRunning}, nil
 }
 func (p *schedProvider) List(context.Context, string) ([]provider.Machine, error) { return nil, nil }
-func (p *schedProvider) Terminate(context.Context, string) error                 { return nil }
+func (p *schedProvider) Terminate(context.Context, string) error                  { return nil }
 
 // newPoolService is a workspace on st with the paper provider and clock clk,
 // as a server (re)started on the same data would be.
