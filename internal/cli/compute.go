@@ -196,6 +196,9 @@ func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
 	}
 	if v.Type == "computeinstance" && v.Spec != nil {
 		fmt.Fprintf(w, "size:\t%s\n", v.Spec.Size)
+		if id, ok := v.Spec.CreateOnBehalfOf["user_object_id"].(string); ok {
+			fmt.Fprintf(w, "made for:\t%s\n", id)
+		}
 		fmt.Fprintf(w, "nodes:\t%d\n", v.CurrentNodes)
 		fmt.Fprintf(w, "open sessions:\t%d, port-forwards %d\n", v.Sessions, v.PortForwards)
 		for _, e := range v.Events {

@@ -227,6 +227,19 @@ func (c *Compute) validateInstance(es *Errors) {
 			validateSchedule(es, fmt.Sprintf("schedules.compute_start_stop[%d]", i), item)
 		}
 	}
+	for _, k := range slices.Sorted(maps.Keys(c.CreateOnBehalfOf)) {
+		switch k {
+		case "user_object_id", "user_tenant_id":
+			if s, ok := c.CreateOnBehalfOf[k].(string); !ok || strings.TrimSpace(s) == "" {
+				es.add("create_on_behalf_of."+k, "must be a non-empty string (the user the instance is made for)")
+			}
+		default:
+			es.add("create_on_behalf_of."+k, "unknown field %q; create_on_behalf_of has user_object_id and user_tenant_id", k)
+		}
+	}
+	if c.CreateOnBehalfOf != nil && c.CreateOnBehalfOf["user_object_id"] == nil {
+		es.add("create_on_behalf_of.user_object_id", "is required: the user the instance is made for")
+	}
 	for _, k := range slices.Sorted(maps.Keys(c.SetupScripts)) {
 		f := "setup_scripts." + k
 		if k != "creation_script" && k != "startup_script" {

@@ -768,6 +768,10 @@ func TestComputeRulesReject(t *testing.T) {
 		{"vm credential", "name: box\ntype: virtualmachine\naddress: h\nssh_settings: {admin_username: u}\n", "ssh_settings", "ssh_private_key_file (recommended) or admin_password"},
 		{"vm two credentials", "name: box\ntype: virtualmachine\naddress: h\nssh_settings: {admin_username: u, admin_password: p, ssh_private_key_file: k}\n", "ssh_settings", "not both"},
 		{"vm port", "name: box\ntype: virtualmachine\naddress: h\nssh_settings: {admin_username: u, admin_password: p, ssh_port: 70000}\n", "ssh_settings.ssh_port", "65535"},
+		{"vm host key", "name: box\ntype: virtualmachine\naddress: h\nhost_key: yes\nssh_settings: {admin_username: u, admin_password: p}\n", "host_key", "trust-on-first-use"},
+		{"vm passphrase without key", "name: box\ntype: virtualmachine\naddress: h\nssh_settings: {admin_username: u, admin_password: p, ssh_private_key_passphrase: x}\n", "ssh_settings.ssh_private_key_passphrase", "only with ssh_private_key_file"},
+		{"on behalf of no user", "name: dev1\ntype: computeinstance\ncreate_on_behalf_of: {user_tenant_id: t}\n", "create_on_behalf_of.user_object_id", "required"},
+		{"on behalf of field", "name: dev1\ntype: computeinstance\ncreate_on_behalf_of: {user_object_id: u, email: x}\n", "create_on_behalf_of.email", "user_object_id and user_tenant_id"},
 		{"k8s namespace", "name: k8\ntype: kubernetes\nnamespace: My_NS\n", "namespace", "Kubernetes namespace"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -71,6 +71,8 @@ const (
 	// into; restart or stop the instance).
 	InstanceSettingUp   = "SettingUp"
 	InstanceSetupFailed = "SetupFailed"
+	// InstanceUnusable: its node was lost; a new one is on its way.
+	InstanceUnusable = "Unusable"
 )
 
 // instanceWantsNode reports whether an instance in state st should have its node.
@@ -1378,6 +1380,9 @@ func (s *Service) instanceStates(ctx context.Context, pools map[string]*poolComp
 		case pc.rec.State == InstanceStopping && node == nil:
 			want = InstanceStopped
 		case !instanceWantsNode(pc.rec.State):
+		case node != nil && node.State == NodeLost:
+			// Its machine is gone; a new one is launched.
+			want = InstanceUnusable
 		case node != nil && (node.State == NodeIdle || node.State == NodeBusy):
 			want = InstanceRunning
 			switch {
@@ -1391,7 +1396,7 @@ func (s *Service) instanceStates(ctx context.Context, pools map[string]*poolComp
 		}
 		if want != pc.rec.State {
 			why := ""
-			if want == InstanceSetupFailed {
+			if want == InstanceSetupFailed || want == InstanceUnusable {
 				why = node.Reason
 			}
 			s.setInstanceState(ctx, name, pc.rec.State, want, why)

@@ -171,3 +171,44 @@ func mustNodes(t *testing.T, s *Service, compute string) []store.Node {
 	}
 	return ns
 }
+
+// An instance whose node is lost is Unusable until a new node has joined.
+func TestInstanceUnusableWhileItsNodeIsReplaced(t *testing.T) {
+	dir := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	clk := &clock{now: time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)}
+	prov := &schedProvider{}
+	s := newPoolService(t, st, dir, prov, clk)
+	c := &spec.Compute{Name: "lone-box", Type: "computeinstance", Size: "Standard_DS1_v2",
+		CreateOnBehalfOf: map[string]any{"user_object_id": "u-1", "user_tenant_id": "t-1"}}
+	if _, err := s.CreateCompute(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	pass(t, s)
+	joinAll(t, s)
+	pass(t, s)
+	if got := computeState(t, s, "lone-box"); got != InstanceRunning {
+		t.Fatalf("%s, want Running", got)
+	}
+	// No heartbeat for longer than the lease: the node is lost.
+	clk.advance(s.cfg.NodeLease + time.Second)
+	if err := s.reconcilePools(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := computeState(t, s, "lone-box"); got != InstanceUnusable {
+		t.Fatalf("with its node lost: %s, want Unusable", got)
+	}
+	pass(t, s)
+	joinAll(t, s)
+	pass(t, s)
+	if got := computeState(t, s, "lone-box"); got != InstanceRunning {
+		t.Fatalf("with a new node: %s, want Running", got)
+	}
+	if n := len(prov.launched); n != 2 {
+		t.Fatalf("%d launches, want 2", n)
+	}
+}
