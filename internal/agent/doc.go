@@ -3,8 +3,10 @@
 // joins the workspace with the compute's join token, reports what the node
 // is (CPUs, memory, GPUs), renews the node's lease with heartbeats that say
 // which attempts run there, long-polls for assignments and starts one
-// `ferry runner` per assignment (DESIGN.md sections 3 and 4). It speaks
-// only the wire protocol of package nodeproto and links no server code.
+// `ferry runner` per assignment (DESIGN.md sections 3 and 4). It also
+// serves the exec, shell and port-forward sessions of its instance
+// (package session), which its polls ask for. It speaks only the wire
+// protocols of packages nodeproto and session and links no server code.
 //
 // Runners belong to their jobs, not to the agent: each is started in its
 // own session, reports to the workspace with its own run token and keeps

@@ -30,6 +30,8 @@ var forbidden = map[string][]string{
 	// The workspace resolves and hashes environments: the package must not
 	// bring the builders' engines (Docker's HTTP client) into the domain.
 	"internal/environment": {"internal/workspace", "internal/api", "internal/store", "internal/compute", "net/http"},
+	// The agent links it: the session protocol brings no Ferry code along.
+	"internal/session": {"internal/"},
 }
 
 func TestDependencyDirection(t *testing.T) {

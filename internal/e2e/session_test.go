@@ -109,18 +109,35 @@ func (s *server) sessionCounts(name string) (sessions, forwards int) {
 	return c.Sessions, c.PortForwards
 }
 
+// startSessionServer starts a server whose instances' shells have a home
+// of their own: a login shell there runs no profile of this machine's
+// (which may be slow, or wait on a lock another shell left).
+func startSessionServer(t *testing.T) *server {
+	t.Helper()
+	t.Setenv("HOME", t.TempDir())
+	return startServer(t)
+}
+
 // makeInstance creates a compute instance (with extra YAML) and waits
-// until it runs.
+// until it runs. The test's end stops it, so that its agent does not
+// outlive the test.
 func (s *server) makeInstance(name, extra string) {
 	s.t.Helper()
 	dir := s.t.TempDir()
 	writeFiles(s.t, dir, map[string]string{"ci.yml": "name: " + name + "\ntype: computeinstance\nsize: Standard_DS1_v2\n" + extra})
 	s.mustFerry("compute", "create", "-f", filepath.Join(dir, "ci.yml"))
+	s.t.Cleanup(func() {
+		s.ferry("compute", "stop", name)
+		deadline := time.Now().Add(30 * time.Second)
+		for s.computeState(name) != "Stopped" && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 	s.waitComputeState(name, "Running")
 }
 
 func TestSessionExecAndSSH(t *testing.T) {
-	s := startServer(t)
+	s := startSessionServer(t)
 	s.makeInstance("dev-box", "")
 
 	r := s.ferry("compute", "exec", "dev-box", "--", "echo out; echo err >&2; exit 7")
@@ -173,12 +190,7 @@ func TestSessionExecAndSSH(t *testing.T) {
 	// The echo of the typed line has the quotes; only output matches.
 	first := regexp.MustCompile(`tty=/dev/pts/\d+ term=xterm-256color size=30 100`)
 	typeLine(`echo "tty=$(tty) term=$TERM size=$(stty size)"`)
-	eventually(t, "the remote terminal's name, type and size", func() bool {
-		if time.Now().Second()%10 == 0 {
-			t.Logf("screen: %q", screen.String())
-		}
-		return first.MatchString(screen.String())
-	})
+	eventually(t, "the remote terminal's name, type and size", func() bool { return first.MatchString(screen.String()) })
 	if err := pty.Setsize(tty, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +218,7 @@ func TestSessionExecAndSSH(t *testing.T) {
 }
 
 func TestSessionPortForwardAndStoppedInstance(t *testing.T) {
-	s := startServer(t)
+	s := startSessionServer(t)
 	s.makeInstance("web-box", "")
 	s.mustFerry("compute", "exec", "web-box", "--", "echo hello-forward > forward-probe.txt")
 
@@ -300,7 +312,7 @@ func sshKeyPair(t *testing.T, path string) string {
 }
 
 func TestSessionSSHKey(t *testing.T) {
-	s := startServer(t)
+	s := startSessionServer(t)
 	keys := t.TempDir()
 	good := filepath.Join(keys, "good")
 	bad := filepath.Join(keys, "bad")

@@ -112,6 +112,10 @@ func (s *Service) OpenSession(ctx context.Context, who auth.Principal, compute, 
 	}
 	switch rec.State {
 	case InstanceRunning, InstanceJobRunning:
+	case InstanceSetupFailed:
+		// The node stays up for its owner to look into what failed.
+	case InstanceSettingUp:
+		return nil, Conflict("compute instance %s is SettingUp: its setup scripts are running; wait until `ferry compute show %s` says Running (or SetupFailed)", compute, compute)
 	case InstanceStopped:
 		return nil, Conflict("compute instance %s is Stopped; start it with `ferry compute start %s`", compute, compute)
 	case InstanceStopping:
