@@ -59,6 +59,11 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 // other end; Serve's error comes on the channel when it returns.
 func serve(t *testing.T, cfg ServerConfig) (net.Conn, <-chan error) {
 	t.Helper()
+	if cfg.Env == nil {
+		// A home of its own: a login shell then runs none of this
+		// machine's profile, which may be slow or wait on a lock.
+		cfg.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cc, sc := tcpPair(t)
 	done := make(chan error, 1)
