@@ -146,8 +146,16 @@ func StartSSHD(t testing.TB) *SSHD {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(s.authorizedKeys, pub, 0o600); err != nil {
+	// sshd reads authorized_keys as the user logging in, who may be the
+	// test user: the file (public keys only) and the path to it are
+	// readable by all.
+	if err := os.WriteFile(s.authorizedKeys, pub, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	hostPub, err := os.ReadFile(hostKey + ".pub")
 	if err != nil {
