@@ -219,7 +219,8 @@ PermitRootLogin yes
 AllowTcpForwarding yes
 Subsystem sftp internal-sftp
 LogLevel VERBOSE
-`, s.Port, filepath.Join(s.Dir, "sshd.pid"), filepath.Join(s.Dir, "host_ed25519"), s.authorizedKeys)
+SetEnv HOME=%s
+`, s.Port, filepath.Join(s.Dir, "sshd.pid"), filepath.Join(s.Dir, "host_ed25519"), s.authorizedKeys, s.home())
 	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
 		return err
 	}
@@ -268,6 +269,18 @@ LogLevel VERBOSE
 		}
 	})
 	return nil
+}
+
+// home is the HOME of sessions on this server: a directory of its own, so
+// that a login runs none of the host account's shell profile (this host's
+// root profile runs pyenv rehash, which waits 60 s on a lock that any shell
+// killed mid-rehash leaves). Files still land in the account's real home
+// (the passwd entry), where SFTP starts.
+func (s *SSHD) home() string {
+	h := filepath.Join(s.Dir, "home")
+	_ = os.MkdirAll(h, 0o777)
+	_ = os.Chmod(h, 0o777)
+	return h
 }
 
 // Stop stops the server: new connections are refused from then on.
