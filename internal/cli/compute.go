@@ -234,7 +234,7 @@ func (a *app) createComputeCmd(use, short string) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("%s: %w", file, err)
 			}
-			if err := readSSHKeys(file, s); err != nil {
+			if err := readNamedFiles(file, s); err != nil {
 				return fmt.Errorf("%s: %w", file, err)
 			}
 			c, err := a.connect(cmd.Context())
@@ -253,13 +253,13 @@ func (a *app) createComputeCmd(use, short string) *cobra.Command {
 	return cmd
 }
 
-// readSSHKeys reads the files a compute file names (an attached machine's
+// readNamedFiles reads the files a compute file names (an attached machine's
 // ssh_settings.ssh_private_key_file, a fleet's
 // provider.ssh_settings.ssh_private_key_file, an instance's setup script
 // paths) and sends their content: the server never reads files named by a
 // request. Relative paths are relative to the compute file, and ~ (for
 // keys) is the user's home.
-func readSSHKeys(file string, s *spec.Compute) error {
+func readNamedFiles(file string, s *spec.Compute) error {
 	read := func(field, p string) (string, error) {
 		if strings.HasPrefix(p, "~/") {
 			home, err := os.UserHomeDir()

@@ -3,9 +3,7 @@ package workspace
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/ferry-ml/ferry/internal/provider"
 	"github.com/ferry-ml/ferry/internal/secrets"
@@ -169,10 +167,7 @@ func (s *Service) attach(ctx context.Context, c *spec.Compute) error {
 	}
 	pins, err := ch.Check(ctx)
 	if err != nil {
-		var ce *provider.CheckError
-		if errors.As(err, &ce) {
-			return &Error{Code: CodeInvalid, Msg: ce.Error(), Err: err}
-		}
+		// A *provider.CheckError names the field and holds no secret.
 		return &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	for i, pin := range pins {
@@ -194,18 +189,6 @@ func (s *Service) attach(ctx context.Context, c *spec.Compute) error {
 		}
 	}
 	return nil
-}
-
-// attachedAddress is how an attached machine is shown: user@host:port.
-func attachedAddress(c *spec.Compute) string {
-	if c.SSHSettings == nil {
-		return c.Address
-	}
-	addr := c.Address
-	if c.SSHSettings.SSHPort != 0 && c.SSHSettings.SSHPort != 22 && !strings.Contains(addr, ":") {
-		addr = fmt.Sprintf("%s:%d", addr, c.SSHSettings.SSHPort)
-	}
-	return c.SSHSettings.AdminUsername + "@" + addr
 }
 
 // checkSetupContent refuses a setup script given by path whose text did not

@@ -423,9 +423,6 @@ func (s *Service) deletePools(ctx context.Context, pools map[string]*poolCompute
 			s.log.Error("delete compute", "compute", name, "err", err)
 			continue
 		}
-		s.mu.Lock()
-		delete(s.targets, name)
-		s.mu.Unlock()
 		delete(pools, name)
 		s.log.Info("compute deleted", "compute", name)
 	}
