@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/nodeproto"
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // fakeServer is the workspace side of nodeproto, kept as small as the
@@ -236,23 +236,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that a logger writes while a test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer a logger writes while a test reads.
+type syncBuffer = testutil.SyncBuffer
 
 // assertNoSecrets fails the test if text holds any of the secrets.
 func assertNoSecrets(t *testing.T, where, text string, secrets ...string) {

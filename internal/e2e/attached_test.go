@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -311,7 +312,7 @@ func TestAttachedMachineHostKeyAndLoss(t *testing.T) {
 	}
 
 	// It comes back reinstalled, with another host key: Ferry refuses it.
-	sshd2 := restartSSHDOnPort(t, sshd)
+	sshd2 := testutil.RestartSSHD(t, sshd)
 	sshd2.ChangeHostKey(t)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -341,17 +342,10 @@ func killUnder(t *testing.T, dir string) {
 		}
 		for _, p := range ps {
 			pid, _ := strconv.Atoi(strings.SplitN(p, ":", 2)[0])
-			_ = exec.Command("kill", "-9", strconv.Itoa(pid)).Run()
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// restartSSHDOnPort starts a new sshd on the port of a stopped one, with
-// the same keys, as a machine coming back would.
-func restartSSHDOnPort(t *testing.T, old *testutil.SSHD) *testutil.SSHD {
-	t.Helper()
-	return testutil.RestartSSHD(t, old)
 }
 
 // The machine cannot reach the server (its URL does not answer there): the

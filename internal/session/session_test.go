@@ -17,12 +17,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // tcpPair returns the two ends of a loopback TCP connection. (net.Pipe
@@ -161,24 +162,6 @@ func TestShellWithoutTerminal(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects a stream that a test polls.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // waitFor polls until cond holds, trying again (say, retyping a command)
 // with retry between polls.
 func waitFor(t *testing.T, what string, cond func() bool, retry func()) {
@@ -209,7 +192,7 @@ func TestPTYShell(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out lockedBuffer
+	var out testutil.SyncBuffer
 	s.Stdout = &out
 	if err := s.Shell(); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package testutil
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -51,28 +50,9 @@ type SSHD struct {
 	Dir string
 
 	authorizedKeys string
-	log            syncBuffer
+	log            SyncBuffer
 	stopOnce       sync.Once
 	stopFn         func()
-}
-
-// syncBuffer collects sshd's output; the exec package writes to it from a
-// goroutine while a test may read it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // Addr returns "Address:Port".

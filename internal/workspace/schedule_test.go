@@ -34,6 +34,17 @@ func (p *schedProvider) Launch(_ context.Context, r provider.LaunchRequest) (pro
 func (p *schedProvider) List(context.Context, string) ([]provider.Machine, error) { return nil, nil }
 func (p *schedProvider) Terminate(context.Context, string) error                  { return nil }
 
+// openStore opens a SQLite store in dir, closed when the test ends.
+func openStore(t *testing.T, dir string) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 // newPoolService is a workspace on st with the paper provider and clock clk,
 // as a server (re)started on the same data would be.
 func newPoolService(t *testing.T, st store.Store, dir string, prov *schedProvider, clk *clock) *Service {
@@ -103,11 +114,7 @@ func computeState(t *testing.T, s *Service, name string) string {
 // by the same 18:00 occurrence when the server restarts at 18:02.
 func TestInstanceScheduleFiresOnceAcrossRestart(t *testing.T) {
 	dir := t.TempDir()
-	st, err := sqlite.Open(filepath.Join(dir, "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t, dir)
 	// 17:59 in New York is 22:59 UTC in January.
 	clk := &clock{now: time.Date(2026, 1, 5, 22, 59, 0, 0, time.UTC)}
 	prov := &schedProvider{}
@@ -175,11 +182,7 @@ func mustNodes(t *testing.T, s *Service, compute string) []store.Node {
 // An instance whose node is lost is Unusable until a new node has joined.
 func TestInstanceUnusableWhileItsNodeIsReplaced(t *testing.T) {
 	dir := t.TempDir()
-	st, err := sqlite.Open(filepath.Join(dir, "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t, dir)
 	clk := &clock{now: time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)}
 	prov := &schedProvider{}
 	s := newPoolService(t, st, dir, prov, clk)

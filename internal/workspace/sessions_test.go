@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/store/sqlite"
 )
 
 // newInstance makes a workspace with a Running compute instance c (whose
@@ -22,11 +20,7 @@ import (
 func newInstance(t *testing.T, c *spec.Compute) (*Service, *clock, string) {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := sqlite.Open(filepath.Join(dir, "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t, dir)
 	clk := &clock{now: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)}
 	s := newPoolService(t, st, dir, &schedProvider{}, clk)
 	if c == nil {
