@@ -248,3 +248,36 @@ func stopHomeServer(t *testing.T, home string) {
 		}
 	}
 }
+
+// Every count and duration from outside is bounded at the API, with the
+// field named: these are the values that once crashed the server in a loop
+// (2^31 instances with a quota of 2^63-1 cores), grew a runner to 11.8 GB
+// (10^8 processes per instance) or overflowed the timeout into an instant
+// kill. And the server keeps serving afterwards.
+func TestCountsAndDurationsAreBounded(t *testing.T) {
+	s := startServer(t)
+	for _, c := range []struct{ what, method, path, body, field string }{
+		{"instance_count 2^31", "POST", "/v1/jobs", `{"spec": {"command": "true", "resources": {"instance_type": "Standard_DS1_v2", "instance_count": 2147483648}}}`, "resources.instance_count"},
+		{"process_count_per_instance 10^8", "POST", "/v1/jobs", `{"spec": {"command": "true", "compute": "local", "distribution": {"type": "pytorch", "process_count_per_instance": 100000000}}}`, "distribution.process_count_per_instance"},
+		{"timeout 9.3e9 s", "POST", "/v1/jobs", `{"spec": {"command": "true", "limits": {"timeout": 9300000000}}}`, "limits.timeout"},
+		{"quota 2^63-1 cores", "PUT", "/v1/quotas/standardDSv2Family", `{"cores": 9223372036854775807}`, "cores"},
+		{"max_instances 2^31", "POST", "/v1/computes", `{"name": "big-cluster", "type": "amlcompute", "size": "Standard_DS1_v2", "max_instances": 2147483648}`, "max_instances"},
+	} {
+		code, body := s.call(c.method, c.path, s.token, c.body)
+		if code != 400 || !strings.Contains(string(body), c.field) {
+			t.Errorf("%s: %d %s, want 400 naming %s", c.what, code, body, c.field)
+		}
+	}
+	// A cluster may not promise more processes per node than its size has cores.
+	code, body := s.call("POST", "/v1/computes", s.token, `{"name": "ds1", "type": "amlcompute", "size": "Standard_DS1_v2", "max_instances": 1}`)
+	if code != 200 {
+		t.Fatalf("create cluster: %d %s", code, body)
+	}
+	code, body = s.call("POST", "/v1/jobs", s.token, `{"spec": {"command": "true", "compute": "ds1", "distribution": {"type": "pytorch", "process_count_per_instance": 64}}}`)
+	if code != 400 || !strings.Contains(string(body), "process_count_per_instance") || !strings.Contains(string(body), "vCPUs") {
+		t.Errorf("64 processes on a 1-vCPU size: %d %s", code, body)
+	}
+	if code, body := s.call("GET", "/v1/jobs", s.token, nil); code != 200 {
+		t.Errorf("the server stopped answering: %d %s", code, body)
+	}
+}

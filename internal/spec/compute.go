@@ -130,11 +130,8 @@ func (c *Compute) validate() Errors {
 		return es // which fields belong depends on the type
 	}
 	c.validateFieldsOfType(&es)
+	c.checkBounds(&es)
 	switch c.Type {
-	case "local":
-		if c.Capacity < 0 {
-			es.add("capacity", "must be ≥ 0 (0 means one job per CPU), got %d", c.Capacity)
-		}
 	case "amlcompute":
 		c.validateCluster(&es)
 	case "computeinstance":
@@ -185,17 +182,11 @@ func (c *Compute) validateCluster(es *Errors) {
 	if c.MaxInstances != nil {
 		hi = *c.MaxInstances
 	}
-	if lo < 0 {
-		es.add("min_instances", "must be ≥ 0, got %d", lo)
-	}
 	switch {
 	case hi < lo:
 		es.add("max_instances", "must be ≥ min_instances (got %d < %d)", hi, lo)
 	case hi < 1:
 		es.add("max_instances", "must be ≥ 1, got %d", hi)
-	}
-	if s := c.IdleTimeBeforeScaleDown; s != nil && *s < 0 {
-		es.add("idle_time_before_scale_down", "must be a whole number of seconds ≥ 0, got %d", *s)
 	}
 	oneOf(es, "tier", c.Tier, true, []string{"dedicated", "low_priority"})
 	if strings.ContainsAny(c.Size, " \t/") {

@@ -205,13 +205,8 @@ func (j *Job) Validate() error {
 			es.add(f, "the value must not contain a NUL character")
 		}
 	}
-	if j.Limits != nil && j.Limits.Timeout < 0 {
-		es.add("limits.timeout", "must be a whole number of seconds ≥ 0 (0 means no limit), got %d", j.Limits.Timeout)
-	}
+	j.checkBounds(&es)
 	if r := j.Resources; r != nil {
-		if r.InstanceCount < 0 {
-			es.add("resources.instance_count", "must be ≥ 1 (leave it out for 1), got %d", r.InstanceCount)
-		}
 		if r.ShmSize != "" && !shmRe.MatchString(r.ShmSize) {
 			es.add("resources.shm_size", "must be a size such as 2g, 512m or 1024k, got %s", quote(r.ShmSize))
 		}
@@ -344,15 +339,6 @@ func (j *Job) validateDistribution(es *Errors) {
 		return
 	}
 	oneOf(es, "distribution.type", d.Type, false, distTypes)
-	if d.ProcessCountPerInstance < 0 {
-		es.add("distribution.process_count_per_instance", "must be ≥ 0, got %d", d.ProcessCountPerInstance)
-	}
-	if d.ParameterServerCount < 0 {
-		es.add("distribution.parameter_server_count", "must be ≥ 0, got %d", d.ParameterServerCount)
-	}
-	if d.WorkerCount < 0 {
-		es.add("distribution.worker_count", "must be ≥ 0, got %d", d.WorkerCount)
-	}
 	switch d.Type {
 	case "pytorch", "mpi":
 		if d.ParameterServerCount != 0 {

@@ -164,6 +164,10 @@ func (s *Service) admitPool(c *spec.Compute, j *spec.Job, env *environment.Spec)
 	if err != nil {
 		return err
 	}
+	if d := j.Distribution; d != nil && c.Type != "virtualmachine" && d.ProcessCountPerInstance > max(sz.VCPUs, sz.GPUs) {
+		return Invalid("distribution.process_count_per_instance: %d processes per node, but a %s node of compute %s has %d vCPUs and %d GPUs; use at most one process per GPU or vCPU",
+			d.ProcessCountPerInstance, sz.Name, c.Name, sz.VCPUs, sz.GPUs)
+	}
 	if c.Type == "virtualmachine" {
 		if j.Resources != nil && j.Resources.InstanceCount > 1 {
 			return Invalid("resources.instance_count: %s is one attached machine; use a cluster (an ssh fleet) for %d nodes", c.Name, j.Resources.InstanceCount)
@@ -250,17 +254,23 @@ func (s *Service) reconcilePools(ctx context.Context) error {
 		return err
 	}
 	pools := map[string]*poolCompute{}
+	broken := map[string]string{} // unusable pool computes: why
 	var names []string
 	for _, r := range recs {
 		if !isPool(r.Type) {
 			continue
 		}
 		pc := &poolCompute{rec: r}
-		if err := json.Unmarshal(r.Spec, &pc.spec); err != nil {
-			return fmt.Errorf("compute %s: stored spec: %w", r.Name, err)
+		c, err := storedComputeSpec(r)
+		if err == nil {
+			pc.spec = *c
+			pc.size, err = s.poolSize(&pc.spec)
 		}
-		if pc.size, err = s.poolSize(&pc.spec); err != nil {
-			s.log.Error("pool compute unusable", "compute", r.Name, "err", err)
+		if err != nil {
+			// Its nodes are retired below as for a deleted compute; a
+			// compute being deleted is forgotten once none is left.
+			broken[r.Name] = err.Error()
+			s.failCompute(ctx, r.Name, err.Error())
 			continue
 		}
 		pools[r.Name] = pc
@@ -336,6 +346,7 @@ func (s *Service) reconcilePools(ctx context.Context) error {
 		live = append(live, n)
 	}
 
+	s.forgetBroken(ctx, recs, broken)
 	live, names = s.deletePools(ctx, pools, names, live)
 	s.instanceStates(ctx, pools, live, onNode)
 
@@ -359,22 +370,29 @@ func (s *Service) reconcilePools(ctx context.Context) error {
 	for _, j := range queued {
 		pc, ok := pools[j.Compute]
 		if !ok {
+			if why, bad := broken[j.Compute]; bad {
+				s.setQueuedReason(ctx, j.Name, fmt.Sprintf("compute %s is unusable: %s", j.Compute, why))
+			}
 			continue
 		}
-		var js spec.Job
-		if err := json.Unmarshal(j.Spec, &js); err != nil {
+		js, err := storedJobSpec(j)
+		if err != nil {
+			s.failQueued(ctx, j.Name, err.Error())
 			continue
 		}
-		specs[j.Name] = &js
+		specs[j.Name] = js
 		st.Jobs = append(st.Jobs, scheduler.Job{Name: j.Name, Compute: j.Compute, Priority: j.Priority, Seq: j.Seq,
-			Demand: shapeOf(pc.size), Instances: instancesOf(&js)})
+			Demand: shapeOf(pc.size), Instances: instancesOf(js)})
 	}
 	placed := map[string]bool{}
 	if len(st.Jobs) > 0 {
 		plan := scheduler.Place(st)
 		for _, p := range plan.Placements {
-			if err := s.startPool(ctx, p); err != nil {
+			if err := s.guard("job "+p.Job, func() error { return s.startPool(ctx, p) }); err != nil {
 				s.log.Error("start pool job", "job", p.Job, "err", err)
+				if errors.Is(err, errInternal) {
+					s.failBroken(ctx, p.Job, err)
+				}
 				continue
 			}
 			placed[p.Job] = true
@@ -1174,8 +1192,8 @@ func (s *Service) SetQuota(ctx context.Context, who auth.Principal, family strin
 		}
 		return Invalid("%s", msg)
 	}
-	if cores < 0 {
-		return Invalid("cores: a quota is a number of cores, 0 or more (got %d)", cores)
+	if cores < 0 || cores > spec.MaxQuotaCores {
+		return Invalid("cores: a quota is a number of cores from 0 to %d (got %d)", spec.MaxQuotaCores, cores)
 	}
 	if err := s.st.SetQuota(ctx, family, cores); err != nil {
 		return err

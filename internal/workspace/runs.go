@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
@@ -18,14 +19,16 @@ func (s *Service) Run(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		if err := s.dispatch(ctx); err != nil && ctx.Err() == nil {
-			s.log.Error("dispatch", "err", err)
-		}
-		if err := s.expireLeases(ctx); err != nil && ctx.Err() == nil {
-			s.log.Error("lease check", "err", err)
-		}
-		if err := s.reconcilePools(ctx); err != nil && ctx.Err() == nil {
-			s.log.Error("pools", "err", err)
+		// Each pass is guarded as a whole too: a panic the per-record
+		// guards did not catch costs one pass, not the server, so the API
+		// stays up for the owner to cancel or delete what causes it.
+		for _, pass := range []struct {
+			name string
+			run  func(context.Context) error
+		}{{"dispatch", s.dispatch}, {"lease check", s.expireLeases}, {"pools", s.reconcilePools}} {
+			if err := s.guard(pass.name+" pass", func() error { return pass.run(ctx) }); err != nil && ctx.Err() == nil {
+				s.log.Error(pass.name, "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -87,8 +90,17 @@ func (s *Service) dispatch(ctx context.Context) error {
 		cands = append(cands, scheduler.Candidate{Job: j.Name, Compute: j.Compute, Priority: j.Priority, Seq: j.Seq})
 	}
 	for _, c := range scheduler.Pick(cands, free) {
-		if err := s.start(ctx, c.Job, c.Compute); err != nil {
+		if j, err := s.st.GetJob(ctx, c.Job); err == nil {
+			if _, err := storedJobSpec(j); err != nil {
+				s.failQueued(ctx, c.Job, err.Error())
+				continue
+			}
+		}
+		if err := s.guard("job "+c.Job, func() error { return s.start(ctx, c.Job, c.Compute) }); err != nil {
 			s.log.Error("start job", "job", c.Job, "err", err)
+			if errors.Is(err, errInternal) {
+				s.failBroken(ctx, c.Job, err)
+			}
 		}
 	}
 	return nil
@@ -212,6 +224,11 @@ func (s *Service) Assignment(ctx context.Context, who auth.Principal, name strin
 	v, err := s.GetJob(ctx, name, false)
 	if err != nil {
 		return nil, err
+	}
+	if len(v.Unreadable) > 0 {
+		why := "its stored record is damaged (" + strings.Join(v.Unreadable, "; ") + "); submit it again"
+		s.finish(ctx, name, attempt, StatusFailed, why, nil, why)
+		return nil, Conflict("job %s: %s", name, why)
 	}
 	s.heard(name)
 	return &Assignment{Job: name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, Environment: v.Environment}, nil

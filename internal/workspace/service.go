@@ -359,11 +359,12 @@ func (s *Service) target(ctx context.Context, name string) (compute.Target, erro
 	if err != nil {
 		return nil, err
 	}
-	var c spec.Compute
-	if err := json.Unmarshal(rec.Spec, &c); err != nil {
-		return nil, fmt.Errorf("compute %s: stored spec: %w", name, err)
+	c, err := storedComputeSpec(rec)
+	if err != nil {
+		s.failCompute(ctx, name, err.Error())
+		return nil, fmt.Errorf("compute %s: %w", name, err)
 	}
-	t, err = s.cfg.Targets(&c)
+	t, err = s.cfg.Targets(c)
 	if err != nil {
 		return nil, err
 	}
@@ -545,26 +546,34 @@ func (s *Service) jobView(ctx context.Context, rec store.Job) (*Job, error) {
 		Created: timePtr(rec.Created), Started: timePtr(rec.Started), Ended: timePtr(rec.Ended),
 		CodeSnapshot: rec.CodeSnapshot, Metrics: map[string]float64{},
 	}
+	// A part that cannot be read is left out and named, so one damaged
+	// record can still be shown, listed and canceled.
+	unreadable := func(part string, err error) {
+		v.Unreadable = append(v.Unreadable, part+": "+err.Error())
+	}
 	var j spec.Job
 	if err := json.Unmarshal(rec.Spec, &j); err != nil {
-		return nil, fmt.Errorf("job %s: stored spec: %w", rec.Name, err)
+		unreadable("spec", err)
+	} else {
+		v.Spec = &j
 	}
-	v.Spec = &j
 	if len(rec.Inputs) > 0 {
 		if err := json.Unmarshal(rec.Inputs, &v.InputSnapshots); err != nil {
-			return nil, fmt.Errorf("job %s: stored inputs: %w", rec.Name, err)
+			unreadable("inputs", err)
 		}
 	}
 	if len(rec.Environment) > 0 {
 		v.Environment = &environment.Spec{}
 		if err := json.Unmarshal(rec.Environment, v.Environment); err != nil {
-			return nil, fmt.Errorf("job %s: stored environment: %w", rec.Name, err)
+			v.Environment = nil
+			unreadable("environment", err)
 		}
 	}
 	if len(rec.Outputs) > 0 {
 		v.Outputs = &Outputs{}
 		if err := json.Unmarshal(rec.Outputs, v.Outputs); err != nil {
-			return nil, fmt.Errorf("job %s: stored outputs: %w", rec.Name, err)
+			v.Outputs = nil
+			unreadable("outputs", err)
 		}
 	}
 	latest, err := s.st.LatestMetrics(ctx, rec.Name)

@@ -49,7 +49,10 @@ type Job struct {
 	Environment       *environment.Spec  `json:"environment,omitempty"`
 	Outputs           *Outputs           `json:"outputs,omitempty"`
 	Spec              *spec.Job          `json:"spec,omitempty"`
-	History           []Event            `json:"history,omitempty"`
+	// Unreadable names the stored parts of a damaged record that could
+	// not be read, and why; they are left out of the view.
+	Unreadable []string `json:"unreadable,omitempty"`
+	History    []Event  `json:"history,omitempty"`
 }
 
 // Event is one status change of a job.

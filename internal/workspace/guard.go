@@ -1,0 +1,118 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// One bad stored record must never stop the server (DESIGN.md section 7):
+// records are checked again when a loop reads them, a record that fails the
+// check is marked Failed with the reason, and a panic while one record is
+// handled becomes that record's error instead of the process's end.
+
+// StateFailed is the state of a compute whose stored spec Ferry can no
+// longer use; its reason is in the compute's events.
+const StateFailed = "Failed"
+
+// errInternal is wrapped by the error guard returns for a panic.
+var errInternal = errors.New("internal error")
+
+// guard runs fn and turns a panic into an error wrapping errInternal that
+// names what, logging the stack so the bug can be found.
+func (s *Service) guard(what string, fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("internal error", "record", what, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = fmt.Errorf("%w while handling %s: %v", errInternal, what, r)
+		}
+	}()
+	return fn()
+}
+
+// storedJobSpec decodes and checks a stored job's spec again, so that a
+// job stored before a bound existed (or by a buggy version) is refused
+// with the reason rather than handed to the scheduler.
+func storedJobSpec(j store.Job) (*spec.Job, error) {
+	var js spec.Job
+	if err := json.Unmarshal(j.Spec, &js); err != nil {
+		return nil, fmt.Errorf("its stored spec cannot be read (%v); submit it again", err)
+	}
+	if err := js.CheckBounds(); err != nil {
+		return nil, fmt.Errorf("its stored spec is no longer valid: %v; fix the file and submit it again", err)
+	}
+	return &js, nil
+}
+
+// storedComputeSpec decodes and checks a stored compute's spec again.
+func storedComputeSpec(rec store.Compute) (*spec.Compute, error) {
+	var c spec.Compute
+	if err := json.Unmarshal(rec.Spec, &c); err != nil {
+		return nil, fmt.Errorf("its stored spec cannot be read (%v)", err)
+	}
+	if err := c.CheckBounds(); err != nil {
+		return nil, fmt.Errorf("its stored spec is no longer valid: %v", err)
+	}
+	return &c, nil
+}
+
+// failCompute marks a compute Failed with why, once: the reason goes into
+// its events, where `compute show` lists it. A compute being deleted stays
+// Deleting, so that its deletion can finish.
+func (s *Service) failCompute(ctx context.Context, name, why string) {
+	changed := false
+	_, err := s.st.UpdateCompute(ctx, name, func(c *store.Compute) error {
+		if c.State == StateFailed || c.State == StateDeleting {
+			return nil
+		}
+		c.State, c.Modified, changed = StateFailed, s.now(), true
+		return nil
+	})
+	if err != nil {
+		s.log.Error("mark compute failed", "compute", name, "err", err)
+		return
+	}
+	if changed {
+		s.log.Error("compute unusable", "compute", name, "reason", why)
+		s.event(ctx, name, "failed", "Failed: "+why+"; delete it and create it again")
+	}
+}
+
+// forgetBroken deletes the records of unusable pool computes that are being
+// deleted once their nodes, which the pool loop retires, are gone.
+func (s *Service) forgetBroken(ctx context.Context, recs []store.Compute, broken map[string]string) {
+	for _, r := range recs {
+		if _, bad := broken[r.Name]; !bad || r.State != StateDeleting {
+			continue
+		}
+		if left, err := s.st.ListNodes(ctx, r.Name); err != nil || len(left) > 0 {
+			continue
+		}
+		if err := s.st.DeleteCompute(ctx, r.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.log.Error("delete compute", "compute", r.Name, "err", err)
+		}
+	}
+}
+
+// failBroken fails a job that a panic stopped the loop from handling,
+// whatever its status short of the end: a job left Preparing with no runner
+// would otherwise wait for its lease to run out.
+func (s *Service) failBroken(ctx context.Context, name string, err error) {
+	j, gerr := s.st.GetJob(ctx, name)
+	if gerr != nil || IsTerminal(j.Status) {
+		return
+	}
+	why := "it could not be started: " + err.Error()
+	if j.Status == StatusQueued {
+		s.failQueued(ctx, name, why)
+		return
+	}
+	if ferr := s.finish(ctx, name, j.Attempt, StatusFailed, why, nil, why); ferr != nil {
+		s.log.Error("fail job", "job", name, "err", ferr)
+	}
+}
