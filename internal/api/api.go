@@ -661,28 +661,28 @@ type DigestList struct {
 	Digests []string `json:"digests"`
 }
 
-func (s *Server) missingBlobs(r *http.Request, _ auth.Principal) (any, error) {
+func (s *Server) missingBlobs(r *http.Request, who auth.Principal) (any, error) {
 	var req DigestList
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
-	missing, err := s.ws.MissingBlobs(req.Digests)
+	missing, err := s.ws.MissingBlobs(r.Context(), who, req.Digests)
 	if missing == nil {
 		missing = []string{}
 	}
 	return DigestList{Digests: missing}, err
 }
 
-func (s *Server) putBlob(r *http.Request, _ auth.Principal) (any, error) {
+func (s *Server) putBlob(r *http.Request, who auth.Principal) (any, error) {
 	d := r.PathValue("digest")
-	if err := s.ws.PutBlob(d, http.MaxBytesReader(nil, r.Body, s.ws.MaxSnapshotSize())); err != nil {
+	if err := s.ws.PutBlob(r.Context(), who, d, http.MaxBytesReader(nil, r.Body, s.ws.MaxSnapshotSize())); err != nil {
 		return nil, err
 	}
 	return map[string]string{"digest": d}, nil
 }
 
-func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
-	f, err := s.ws.OpenBlob(r.PathValue("digest"))
+func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, who auth.Principal) error {
+	f, err := s.ws.OpenBlob(r.Context(), who, r.PathValue("digest"))
 	if err != nil {
 		return err
 	}
@@ -697,15 +697,15 @@ type SnapshotID struct {
 	ID string `json:"id"`
 }
 
-func (s *Server) createSnapshot(r *http.Request, _ auth.Principal) (any, error) {
+func (s *Server) createSnapshot(r *http.Request, who auth.Principal) (any, error) {
 	body, err := readBody(r, 512<<20)
 	if err != nil {
 		return nil, err
 	}
-	id, err := s.ws.CreateSnapshot(body)
+	id, err := s.ws.CreateSnapshot(r.Context(), who, body)
 	return SnapshotID{ID: id}, err
 }
 
-func (s *Server) getSnapshot(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.GetSnapshot(r.PathValue("id"))
+func (s *Server) getSnapshot(r *http.Request, who auth.Principal) (any, error) {
+	return s.ws.GetSnapshot(r.Context(), who, r.PathValue("id"))
 }

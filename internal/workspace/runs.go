@@ -319,6 +319,7 @@ func (s *Service) finish(ctx context.Context, name string, attempt int, status, 
 	s.mu.Lock()
 	delete(s.heartbeats, name)
 	s.mu.Unlock()
+	s.scopes.forget(name)
 	s.changed(name)
 	s.wakeDispatcher()
 	return nil

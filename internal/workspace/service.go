@@ -93,6 +93,7 @@ type Service struct {
 	nodeTargets map[string]int           // per compute: the node count the autoscaler last aimed at
 
 	sessions sessionTable // exec, shell and port-forward sessions of instances (sessions.go)
+	scopes   runScopes    // what each job's run token may read (blobscope.go)
 }
 
 // New makes a Service and makes sure the workspace has its `local` target.
