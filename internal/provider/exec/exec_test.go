@@ -226,7 +226,7 @@ func TestGoodOutputDefaults(t *testing.T) {
 	ctx := context.Background()
 	p := newProvider(t, Config{Program: script(t, `cat >/dev/null
 case $1 in
-list) echo '{"machines":[{"id":"i-1","state":"pending"},{"id":"i-2","state":"failed","labels":{"zone":"b"}}], "next": null}' ;;
+list) echo '{"machines":[{"id":"i-1","state":"pending"},{"id":"i-2","state":"failed","labels":{"zone":"b"}},{"id":"i-4","state":"preempted"}], "next": null}' ;;
 launch) echo '{"id":"i-3","state":"pending"}' ;;
 esac`)})
 	ms, err := p.List(ctx, "cpu")
@@ -236,6 +236,7 @@ esac`)})
 	want := []provider.Machine{
 		{ID: "i-1", Pool: "cpu", State: "pending"},
 		{ID: "i-2", Pool: "cpu", State: "failed", Error: "the provider program gave no reason", Labels: map[string]string{"zone": "b"}},
+		{ID: "i-4", Pool: "cpu", State: "preempted"},
 	}
 	if d := cmp.Diff(want, ms); d != "" {
 		t.Errorf("List (-want +got):\n%s", d)
