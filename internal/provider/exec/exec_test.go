@@ -145,6 +145,15 @@ func TestExampleScriptRoundTrip(t *testing.T) {
 	if got := list(""); len(got) != 3 {
 		t.Errorf("List(\"\") = %v; want all 3 machines", got)
 	}
+	// A machine taken back by hand is listed preempted, still reachable.
+	if err := os.WriteFile(filepath.Join(root, "cpu", "b", "preempted"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	preempted := []seen{want[0], {"cpu/b", "cpu", "preempted", "127.0.0.1"}}
+	if d := cmp.Diff(preempted, list("cpu")); d != "" {
+		t.Errorf("List(cpu) with cpu/b preempted (-want +got):\n%s", d)
+	}
+	want[1] = preempted[1]
 
 	pid, _ := strconv.Atoi(a.Labels["pid"])
 	if err := p.Terminate(ctx, a.ID); err != nil {
