@@ -245,11 +245,13 @@ var cmpPreemption = cmp.Comparer(func(a, b Preemption) bool { return a.Attempt =
 
 // A machine its provider lists as preempted makes its node Preempted; an
 // attempt whose runner does not report within the grace is queued again
-// all the same, with no outputs of its own to resume from.
+// all the same, with no outputs of its own to resume from, and is not
+// failed as lost meanwhile.
 func TestProviderPreemptionAndSilentRunner(t *testing.T) {
 	ctx := context.Background()
 	prov := &spotProvider{preempted: map[string]bool{}}
 	s, clk := newSpotService(t, prov)
+	s.cfg.PreemptGrace = 2 * s.cfg.LeaseTimeout
 	lowPriorityCluster(t, s, "spot", "low_priority")
 	submitTo(t, s, "train", "spot")
 	node := placedOn(t, s, "train")
@@ -266,11 +268,16 @@ func TestProviderPreemptionAndSilentRunner(t *testing.T) {
 	if j := status(t, s, "train"); j.Status != StatusPreparing {
 		t.Fatalf("within the grace the job is %s; want it left to its runner", j.Status)
 	}
-	clk.advance(s.cfg.PreemptGrace)
-	// The runner still heartbeats (it has not stopped): the lease holds.
-	if _, err := s.Heartbeat(ctx, runPrincipal("train", 1), "train", 1); err != nil {
+	// The runner, told to stop, heartbeats no more: past its lease, the
+	// attempt is not failed as lost.
+	clk.advance(s.cfg.LeaseTimeout + time.Second)
+	if err := s.expireLeases(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if j := status(t, s, "train"); j.Status != StatusPreparing {
+		t.Fatalf("past the runner's lease, within the grace: %s (%s); want it left to its runner", j.Status, j.StatusReason)
+	}
+	clk.advance(s.cfg.PreemptGrace - s.cfg.LeaseTimeout)
 	pass(t, s)
 	j := status(t, s, "train")
 	if j.Status != StatusQueued || len(j.Preemptions) != 1 {

@@ -176,6 +176,11 @@ func (s *Service) expireLeases(ctx context.Context) error {
 		if now.Sub(last) <= s.cfg.LeaseTimeout {
 			continue
 		}
+		if s.onPreemptedNode(ctx, j) != "" {
+			// Its runner stops heartbeating once told of the preemption;
+			// PreemptGrace bounds the wait, and it is no failure.
+			continue
+		}
 		why := fmt.Sprintf("runner lost: no word from it for %s", now.Sub(last).Round(time.Second))
 		s.finish(ctx, j.Name, j.Attempt, StatusFailed, why, nil, why)
 	}
