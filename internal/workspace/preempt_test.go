@@ -350,3 +350,34 @@ func TestLowPriorityQuotaIsSeparate(t *testing.T) {
 		t.Errorf("job b is %s; want it queued for quota", j.Status)
 	}
 }
+
+// A serverless job with queue_settings.job_tier: spot runs on a
+// low-priority implicit cluster: its node counts against the low-priority
+// quota, and it can be preempted.
+func TestSpotServerlessJobIsLowPriority(t *testing.T) {
+	ctx := context.Background()
+	prov := &spotProvider{preempted: map[string]bool{}}
+	s, _ := newSpotService(t, prov)
+	j := &spec.Job{Name: "spot-job", Command: "true", Resources: &spec.Resources{InstanceType: "Standard_DS3_v2"},
+		QueueSettings: &spec.QueueSettings{JobTier: "spot"}}
+	v, err := s.SubmitJob(ctx, owner, Submission{Spec: j})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Compute != "serverless-standard-ds3-v2-spot" {
+		t.Fatalf("compute %s", v.Compute)
+	}
+	node := placedOn(t, s, "spot-job")
+	qs, err := s.ListQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if q.Family == LowPriorityQuota && q.Used != 4 || q.Family == "standardDSv2Family" && q.Used != 0 {
+			t.Errorf("quota %+v; want the spot node's 4 cores on %s alone", q, LowPriorityQuota)
+		}
+	}
+	if _, err := s.PreemptNode(ctx, owner, v.Compute, node); err != nil {
+		t.Fatal(err)
+	}
+}
