@@ -381,3 +381,16 @@ func TestSpotServerlessJobIsLowPriority(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Only an attempt on a cluster node can end preempted: a runner of the
+// local target that reports it is refused, and its job goes on.
+func TestPreemptedReportOffAClusterIsRefused(t *testing.T) {
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	submit(t, s, "j")
+	dispatch(t, s)
+	err := s.ReportStatus(context.Background(), runPrincipal("j", 1), "j", 1, Report{Status: StatusPreempted})
+	wantCode(t, "a Preempted report of a local job", err, CodeInvalid, "no cluster node")
+	if j := status(t, s, "j"); j.Status != StatusPreparing || len(j.Preemptions) != 0 {
+		t.Errorf("job after the refused report: %s, preemptions %+v", j.Status, j.Preemptions)
+	}
+}

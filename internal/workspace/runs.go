@@ -287,7 +287,10 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 		}
 		node := s.onPreemptedNode(ctx, rec)
 		if ranks := placementOf(rec).Ranks; node == "" && r.Rank < len(ranks) {
-			node = ranks[r.Rank].Node
+			node = ranks[r.Rank].Node // the node went since; the attempt still ends
+		}
+		if node == "" {
+			return Invalid("status: attempt %d of job %s runs on no cluster node, which alone can be preempted; report how the command ended", attempt, name)
 		}
 		return s.requeuePreempted(ctx, name, attempt, node, "node "+node+" was preempted; the runner stopped the job and kept its outputs")
 	default:
