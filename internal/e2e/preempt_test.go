@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // counter is a job that checkpoints a count into ./outputs every step and
@@ -34,7 +36,19 @@ print("done at", n, flush=True)
 // goes on counting from its checkpoint (not from 0), and completes; the
 // preemption is listed and is no failure.
 func TestPreemptedJobResumesFromItsOutputs(t *testing.T) {
-	s := startServer(t)
+	preemptAndResume(t, startServer(t), "")
+}
+
+// The same on nodes that are containers: the docker provider has no mark
+// of its own, and preempt-node works on the server's side alone.
+func TestDockerNodePreemptedJobResumes(t *testing.T) {
+	preemptAndResume(t, startNodeServer(t), "provider:\n  type: docker\n  image: "+testutil.NodeImage+"\n")
+}
+
+// preemptAndResume runs the counter on a low-priority cluster (of the
+// server's default provider, or the one in providerYAML), preempts its
+// node mid-run and checks that it resumes.
+func preemptAndResume(t *testing.T, s *server, providerYAML string) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"cluster.yml": `$schema: https://azuremlschemas.azureedge.net/latest/amlCompute.schema.json
 name: spot
@@ -44,7 +58,7 @@ min_instances: 0
 max_instances: 1
 idle_time_before_scale_down: 60
 tier: low_priority
-`})
+` + providerYAML})
 	s.mustFerry("compute", "create", "-f", filepath.Join(dir, "cluster.yml"))
 	quotas := s.mustFerry("quota", "list").stdout
 	mustContain(t, "quota list", quotas, "lowPriority")
