@@ -56,7 +56,7 @@ type: amlcompute
 size: Standard_DS1_v2
 min_instances: 0
 max_instances: 1
-idle_time_before_scale_down: 60
+idle_time_before_scale_down: 2
 tier: low_priority
 ` + providerYAML})
 	s.mustFerry("compute", "create", "-f", filepath.Join(dir, "cluster.yml"))
@@ -129,4 +129,6 @@ tier: low_priority
 			t.Errorf("the preempted node %s is still listed", first)
 		}
 	}
+	// Idle for 2 s, the cluster goes back to zero: no machine is left behind.
+	s.waitNodes("spot", 0)
 }
