@@ -41,11 +41,13 @@ machine() {
 	local dir=$root/$1/$2 pid start state=stopped
 	read -r pid start <"$dir/pid"
 	alive "$pid" "$start" && state=running
+	# A machine "taken back" (touch DIR/preempted) is listed preempted.
+	[[ $state == running && -e $dir/preempted ]] && state=preempted
 	python3 -c '
 import json, sys
 pool, name, state, dir, pid = sys.argv[1:]
 print(json.dumps({"id": pool + "/" + name, "pool": pool, "state": state,
-                  "address": "127.0.0.1" if state == "running" else "",
+                  "address": "127.0.0.1" if state in ("running", "preempted") else "",
                   "labels": {"dir": dir, "pid": pid}}))' "$1" "$2" "$state" "$dir" "$pid"
 }
 

@@ -68,7 +68,7 @@ func (a *app) computeCmd() *cobra.Command {
 	cmd.AddCommand(create, attach, list, show, del, detach, a.listNodesCmd(), a.resizeCmd("resize"), a.resizeCmd("update"),
 		a.instanceCmd("start", "Start a stopped compute instance"),
 		a.instanceCmd("stop", "Stop a compute instance: its machine is given back until it is started"),
-		a.instanceCmd("restart", "Restart a compute instance on a fresh machine"))
+		a.instanceCmd("restart", "Restart a compute instance on a fresh machine"), a.preemptNodeCmd())
 	cmd.AddCommand(a.sessionCmds()...)
 	return cmd
 }
@@ -88,6 +88,27 @@ func (a *app) instanceCmd(action, short string) *cobra.Command {
 				return err
 			}
 			return a.print(v, func(w *tabwriter.Writer) { showCompute(w, v) })
+		},
+	}
+}
+
+func (a *app) preemptNodeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "preempt-node NAME NODE",
+		Short: "Preempt a node of a low-priority cluster now, as its cloud would (owners only): its jobs stop, keep their outputs and run again as a new attempt",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			n, err := c.PreemptNode(cmd.Context(), args[0], args[1])
+			if err != nil {
+				return err
+			}
+			return a.print(n, func(w *tabwriter.Writer) {
+				fmt.Fprintf(w, "node:\t%s\nstate:\t%s\nreason:\t%s\njobs:\t%s\n", n.Name, n.State, n.Reason, strings.Join(n.Jobs, ", "))
+			})
 		},
 	}
 }

@@ -333,6 +333,12 @@ func showJob(w *tabwriter.Writer, j *workspace.Job) {
 	for _, k := range slices.Sorted(maps.Keys(j.Metrics)) {
 		fmt.Fprintf(w, "metric %s:\t%g\n", k, j.Metrics[k])
 	}
+	if len(j.Preemptions) > 0 {
+		fmt.Fprintf(w, "preemptions:\t%d (not failures: each attempt was queued again)\n", len(j.Preemptions))
+		for _, p := range j.Preemptions {
+			fmt.Fprintf(w, "  attempt %d\t%s\tnode %s: %s\n", p.Attempt, p.Time.Local().Format("15:04:05.000"), p.Node, p.Reason)
+		}
+	}
 	if len(j.History) > 0 {
 		fmt.Fprintf(w, "history:\t\n")
 		for _, e := range j.History {

@@ -42,7 +42,7 @@ func (a *app) quotaCmd() *cobra.Command {
 	}
 	set := &cobra.Command{
 		Use:   "set FAMILY CORES",
-		Short: "Set a family's core quota (e.g. standardDSv2Family 16)",
+		Short: "Set a family's core quota (e.g. standardDSv2Family 16), or lowPriority: that of all low-priority nodes together",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cores, err := strconv.Atoi(args[1])

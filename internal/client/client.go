@@ -164,6 +164,12 @@ func (c *Client) ListNodes(ctx context.Context, compute string) ([]*workspace.No
 	return out, c.do(ctx, "GET", "/v1/computes/"+url.PathEscape(compute)+"/nodes", nil, &out)
 }
 
+// PreemptNode preempts a node of a low-priority cluster.
+func (c *Client) PreemptNode(ctx context.Context, compute, node string) (*workspace.Node, error) {
+	var out workspace.Node
+	return &out, c.do(ctx, "POST", "/v1/computes/"+url.PathEscape(compute)+"/nodes/"+url.PathEscape(node)+"/preempt", nil, &out)
+}
+
 // ResizeCompute changes a cluster's bounds.
 func (c *Client) ResizeCompute(ctx context.Context, compute string, req api.ResizeRequest) (*workspace.Compute, error) {
 	var out workspace.Compute

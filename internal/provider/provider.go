@@ -20,6 +20,11 @@ const (
 	StateRunning = "running" // up; its agent may or may not have joined yet
 	StateStopped = "stopped" // gone or halted; still listed until terminated
 	StateFailed  = "failed"  // the provider gave up on it; Machine.Error says why
+	// StatePreempted: the provider is taking the machine back (a
+	// low-priority or spot machine evicted). It may run on for a short
+	// notice, in which its jobs stop and keep their outputs; the server
+	// then terminates it and puts its jobs back in the queue.
+	StatePreempted = "preempted"
 )
 
 // Machine is one machine a provider made for a pool.
@@ -82,6 +87,18 @@ type Getter interface {
 	// Get returns the machine, or an error wrapping ErrNotFound when the
 	// provider has no machine with that ID.
 	Get(ctx context.Context, id string) (Machine, error)
+}
+
+// Preempter is the optional power to preempt a machine on request, as a
+// cloud takes back a low-priority machine: for tests and for operators who
+// want to see what their jobs do when it happens. Find it by type assertion.
+type Preempter interface {
+	// Preempt marks the machine preempted: List and Get report it in
+	// StatePreempted from then on, across server restarts, until it is
+	// terminated. It does not stop the machine; the server does, once the
+	// machine's jobs have stopped. Preempting a preempted machine is not
+	// an error; one that does not exist is ErrNotFound.
+	Preempt(ctx context.Context, id string) error
 }
 
 // ErrNotFound is wrapped by Getter.Get when the provider has no machine

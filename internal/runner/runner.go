@@ -74,8 +74,9 @@ type runner struct {
 	wd    string
 	spool string
 
-	docker   *docker.Engine // the node's engine, for image environments
-	canceled atomic.Bool    // the server or the node asked the job to stop
+	docker    *docker.Engine // the node's engine, for image environments
+	canceled  atomic.Bool    // the server or the node asked the job to stop
+	preempted atomic.Bool    // the server asked because the node is preempted (resume.go)
 
 	reports chan workspace.Report // sent in order by one goroutine
 	sent    chan struct{}         // closed when reports are all sent
@@ -173,6 +174,9 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 	if err := <-shipped; err != nil {
 		return failed("shipping the log failed", err)
 	}
+	if r.preempted.Load() {
+		return preemptedReport(res, outErr)
+	}
 	if outErr != nil && res.Status == workspace.StatusCompleted {
 		return failed("uploading outputs failed", outErr)
 	}
@@ -198,7 +202,8 @@ func (r *runner) watch(jobCtx context.Context, cancelJob context.CancelFunc) {
 				r.log.Warn("heartbeat", "err", err)
 				continue
 			}
-			if hb.Cancel {
+			if hb.Cancel || hb.Preempt {
+				r.preempted.Store(hb.Preempt && !hb.Cancel)
 				r.canceled.Store(true)
 				cancelJob()
 				return
@@ -290,6 +295,9 @@ func (r *runner) prepare(ctx context.Context, a *workspace.Assignment) (*paths, 
 		}
 	}
 	if err := os.MkdirAll(filepath.Join(r.wd, "outputs"), 0o755); err != nil {
+		return nil, err
+	}
+	if err := r.restoreOutputs(ctx, a, filepath.Join(r.wd, "outputs")); err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -51,6 +51,8 @@ type Config struct {
 	AgentBinaries string
 	// NodeLease is how long a silent node keeps its jobs (0 = 30 s).
 	NodeLease time.Duration
+	// PreemptPoll and PreemptGrace: workspace.Config's (0 = 10 s and 30 s).
+	PreemptPoll, PreemptGrace time.Duration
 	// NodeJoinTimeout bounds how long a launched node may take to join (0 = 10 min).
 	NodeJoinTimeout time.Duration
 	// ServerlessIdle is the idle time of serverless jobs' implicit clusters (0 = 120 s).
@@ -171,6 +173,7 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxSnapshotSize: cfg.MaxSnapshotSize, LeaseTimeout: cfg.LeaseTimeout, Log: cfg.Log,
 		Sizes: catalog, Providers: provs.factory(), Secrets: key,
 		NodeLease: cfg.NodeLease, NodeHeartbeat: nodeHeartbeat(cfg.NodeLease),
+		PreemptPoll: cfg.PreemptPoll, PreemptGrace: cfg.PreemptGrace,
 		JoinTimeout: cfg.NodeJoinTimeout, ServerlessIdle: cfg.ServerlessIdle,
 	})
 	if err != nil {

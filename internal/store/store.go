@@ -110,6 +110,16 @@ type Event struct {
 	Reason string
 }
 
+// Preemption is one attempt of a job that ended because the node it ran
+// on was preempted; the job was queued again as a new attempt.
+type Preemption struct {
+	Job     string
+	Attempt int
+	Node    string
+	Time    time.Time
+	Reason  string
+}
+
 // Metric is one logged value of a job's metric.
 type Metric struct {
 	Name  string
@@ -219,6 +229,13 @@ type Store interface {
 	UpdateJob(ctx context.Context, name string, fn func(*Job) (*Event, error)) (Job, error)
 	// ListEvents returns a job's events in the order they were stored.
 	ListEvents(ctx context.Context, job string) ([]Event, error)
+	// AddPreemption records that an attempt of p.Job was preempted;
+	// ErrNotFound if there is no such job. Recording the same job and
+	// attempt again keeps the first record and is not an error.
+	AddPreemption(ctx context.Context, p Preemption) error
+	// ListPreemptions returns a job's preemptions by attempt, empty when
+	// it had none; ErrNotFound if there is no such job.
+	ListPreemptions(ctx context.Context, job string) ([]Preemption, error)
 
 	// AddMetrics appends metric values to a job; ErrNotFound if no such job.
 	AddMetrics(ctx context.Context, job string, ms []Metric) error

@@ -165,10 +165,3 @@ func mustCreate(t *testing.T, s *Service, name string, max int) {
 		t.Fatal(err)
 	}
 }
-
-func submitTo(t *testing.T, s *Service, name, computeName string) {
-	t.Helper()
-	if _, err := s.SubmitJob(context.Background(), owner, Submission{Spec: &spec.Job{Name: name, Command: "true", Compute: computeName}}); err != nil {
-		t.Fatal(err)
-	}
-}

@@ -348,6 +348,7 @@ func (s *Service) reconcilePools(ctx context.Context) error {
 
 	s.forgetBroken(ctx, recs, broken)
 	live, names = s.deletePools(ctx, pools, names, live)
+	live = s.preemptions(ctx, pools, live, onNode, now)
 	s.instanceStates(ctx, pools, live, onNode)
 
 	// Placement.
@@ -403,7 +404,7 @@ func (s *Service) reconcilePools(ctx context.Context) error {
 	}
 
 	// Scaling.
-	return s.scale(ctx, pools, names, live, st.Jobs, placed, now)
+	return s.scale(ctx, pools, names, live, onNode, st.Jobs, placed, now)
 }
 
 // deletePools gives back the machines of pool computes being deleted and
@@ -462,7 +463,7 @@ func (s *Service) schedNode(n store.Node, pc *poolCompute, jobs []store.Job) sch
 }
 
 // scale asks autoscale.Decide what to launch and terminate and does it.
-func (s *Service) scale(ctx context.Context, pools map[string]*poolCompute, names []string, live []store.Node, queued []scheduler.Job, placed map[string]bool, now time.Time) error {
+func (s *Service) scale(ctx context.Context, pools map[string]*poolCompute, names []string, live []store.Node, onNode map[string][]store.Job, queued []scheduler.Job, placed map[string]bool, now time.Time) error {
 	quotas, err := s.quotas(ctx)
 	if err != nil {
 		return err
@@ -502,7 +503,7 @@ func (s *Service) scale(ctx context.Context, pools map[string]*poolCompute, name
 		cl.LaunchRetryAt, cl.LaunchError = s.launchRetry[name], s.launchErr[name]
 		s.pmu.Unlock()
 		for _, n := range byCompute[name] {
-			an := autoscale.Node{Node: scheduler.Node{ID: n.Name, Compute: name, Size: pc.size.Name, State: scheduler.NodeState(n.State), Total: shapeOf(pc.size)},
+			an := autoscale.Node{Node: scheduler.Node{ID: n.Name, Compute: name, Size: pc.size.Name, State: autoscaleState(n, onNode[n.Name]), Total: shapeOf(pc.size)},
 				LaunchedAt: n.Created, IdleSince: n.IdleSince}
 			if n.State == NodeIdle {
 				an.Node = s.schedNode(n, pc, nil)
@@ -574,6 +575,10 @@ func (s *Service) quotas(ctx context.Context) (sizes.Quotas, error) {
 		q.FamilyCores = map[string]int{}
 	}
 	for f, n := range set {
+		if f == LowPriorityQuota {
+			q.LowPriorityCores = n
+			continue
+		}
 		q.FamilyCores[f] = n
 	}
 	enabled, err := s.st.ListEnabledSizes(ctx)
@@ -1132,13 +1137,21 @@ func (s *Service) ResizeCompute(ctx context.Context, name string, minN, maxN *in
 	return v, err
 }
 
-// Quota is a family's core quota as the API shows it.
+// Quota is a family's core quota as the API shows it. The low-priority
+// quota is one more row, Family LowPriorityQuota: as in Azure, the cores
+// of low-priority nodes of every family count against it and against no
+// family's dedicated quota.
 type Quota struct {
-	Family string `json:"family"`
-	Limit  int    `json:"limit"`
-	Used   int    `json:"used"`
-	Set    bool   `json:"set"` // set by an owner rather than the default
+	Family      string `json:"family"`
+	Limit       int    `json:"limit"`
+	Used        int    `json:"used"`
+	Set         bool   `json:"set"` // set by an owner rather than the default
+	LowPriority bool   `json:"low_priority,omitempty"`
 }
+
+// LowPriorityQuota is the name of the quota of low-priority cores, all
+// families together: `ferry quota set lowPriority 48`.
+const LowPriorityQuota = "lowPriority"
 
 // ListQuotas returns the core quota and use of every family the catalog has.
 func (s *Service) ListQuotas(ctx context.Context) ([]Quota, error) {
@@ -1166,6 +1179,8 @@ func (s *Service) ListQuotas(ctx context.Context) ([]Quota, error) {
 		out = append(out, Quota{Family: sz.Family, Limit: limit, Used: used, Set: isSet})
 	}
 	slices.SortFunc(out, func(a, b Quota) int { return strings.Compare(a.Family, b.Family) })
+	_, isSet := set[LowPriorityQuota]
+	out = append(out, Quota{Family: LowPriorityQuota, Limit: q.LowPriorityCores, Used: usage.LowPriorityCores, Set: isSet, LowPriority: true})
 	return out, nil
 }
 
@@ -1173,6 +1188,16 @@ func (s *Service) ListQuotas(ctx context.Context) ([]Quota, error) {
 func (s *Service) SetQuota(ctx context.Context, who auth.Principal, family string, cores int) error {
 	if !who.IsOwner() {
 		return Forbidden("only an owner may set quotas")
+	}
+	if strings.EqualFold(family, LowPriorityQuota) {
+		if cores < 0 {
+			return Invalid("cores: a quota is a number of cores, 0 or more (got %d)", cores)
+		}
+		if err := s.st.SetQuota(ctx, LowPriorityQuota, cores); err != nil {
+			return err
+		}
+		s.wakeDispatcher()
+		return nil
 	}
 	known := false
 	var families []string
@@ -1186,7 +1211,8 @@ func (s *Service) SetQuota(ctx context.Context, who auth.Principal, family strin
 		}
 	}
 	if !known {
-		msg := fmt.Sprintf("family: %q is not a family of any size in the catalog", family)
+		families = append(families, LowPriorityQuota)
+		msg := fmt.Sprintf("family: %q is not a family of any size in the catalog, nor %s", family, LowPriorityQuota)
 		if close := spec.Suggest(family, families); close != "" {
 			msg += fmt.Sprintf("; did you mean %s?", close)
 		}
@@ -1214,16 +1240,28 @@ func (s *Service) EnableSize(ctx context.Context, who auth.Principal, size strin
 	return s.st.SetSizeEnabled(ctx, sz.Name, true)
 }
 
-// usage is the cores every pool node of the workspace holds, per family.
+// usage is the cores every pool node of the workspace holds: per family
+// for dedicated nodes, together for low-priority ones.
 func (s *Service) usage(ctx context.Context) (sizes.Usage, error) {
 	u := sizes.Usage{FamilyCores: map[string]int{}}
 	nodes, err := s.st.ListNodes(ctx, "")
 	if err != nil {
 		return u, err
 	}
+	recs, err := s.st.ListComputes(ctx)
+	if err != nil {
+		return u, err
+	}
+	low := map[string]bool{}
+	for _, r := range recs {
+		var c spec.Compute
+		if json.Unmarshal(r.Spec, &c) == nil && lowPriority(&c) {
+			low[r.Name] = true
+		}
+	}
 	for _, n := range nodes {
 		if sz, ok := s.cfg.Sizes.Lookup(n.Size); ok {
-			u.Add(sz, 1, false)
+			u.Add(sz, 1, low[n.Compute])
 		}
 	}
 	return u, nil

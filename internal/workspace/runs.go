@@ -188,6 +188,11 @@ func (s *Service) expireLeases(ctx context.Context) error {
 		if now.Sub(last) <= s.cfg.LeaseTimeout {
 			continue
 		}
+		if s.onPreemptedNode(ctx, j) != "" {
+			// Its runner stops heartbeating once told of the preemption;
+			// PreemptGrace bounds the wait, and it is no failure.
+			continue
+		}
 		why := fmt.Sprintf("runner lost: no word from it for %s", now.Sub(last).Round(time.Second))
 		s.finish(ctx, j.Name, j.Attempt, StatusFailed, why, nil, why)
 	}
@@ -231,7 +236,11 @@ func (s *Service) Assignment(ctx context.Context, who auth.Principal, name strin
 		return nil, Conflict("job %s: %s", name, why)
 	}
 	s.heard(name)
-	return &Assignment{Job: name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, Environment: v.Environment}, nil
+	a := &Assignment{Job: name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, Environment: v.Environment}
+	if v.Outputs != nil && attempt > 1 {
+		a.ResumeOutputs = v.Outputs.Artifacts
+	}
+	return a, nil
 }
 
 // Heartbeat renews an attempt's lease and says whether it should stop.
@@ -244,7 +253,9 @@ func (s *Service) Heartbeat(ctx context.Context, who auth.Principal, name string
 		return nil, err
 	}
 	s.heard(name)
-	return &HeartbeatReply{Cancel: rec.Status == StatusCancelRequested || IsTerminal(rec.Status)}, nil
+	reply := &HeartbeatReply{Cancel: rec.Status == StatusCancelRequested || IsTerminal(rec.Status)}
+	reply.Preempt = !reply.Cancel && s.onPreemptedNode(ctx, rec) != ""
+	return reply, nil
 }
 
 // ReportStatus records a runner's report. Running and Finalizing are
@@ -286,8 +297,21 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 			reason = fmt.Sprintf("node rank %d: %s", r.Rank, r.Reason)
 		}
 		return s.finish(ctx, name, attempt, r.Status, reason, r.ExitCode, r.Error)
+	case StatusPreempted:
+		rec, err := s.st.GetJob(ctx, name)
+		if err != nil {
+			return err
+		}
+		node := s.onPreemptedNode(ctx, rec)
+		if ranks := placementOf(rec).Ranks; node == "" && r.Rank < len(ranks) {
+			node = ranks[r.Rank].Node // the node went since; the attempt still ends
+		}
+		if node == "" {
+			return Invalid("status: attempt %d of job %s runs on no cluster node, which alone can be preempted; report how the command ended", attempt, name)
+		}
+		return s.requeuePreempted(ctx, name, attempt, node, "node "+node+" was preempted; the runner stopped the job and kept its outputs")
 	default:
-		return Invalid("status: a runner may report Running, Finalizing, Completed, Failed or Canceled, not %q", r.Status)
+		return Invalid("status: a runner may report Running, Finalizing, Completed, Failed, Canceled or Preempted, not %q", r.Status)
 	}
 	return nil
 }

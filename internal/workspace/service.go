@@ -55,6 +55,12 @@ type Config struct {
 	NodeHeartbeat, NodeLease, JoinTimeout time.Duration
 	// PoolTick is how often the pool loop runs without being woken (default 1 s).
 	PoolTick time.Duration
+	// PreemptPoll is how often the machines of low-priority clusters are
+	// listed to find those their provider takes back (default 10 s).
+	// PreemptGrace is how long the runners on a preempted node have to
+	// stop their jobs and upload the outputs before the attempts are
+	// queued again without them (default 30 s, a cloud's eviction notice).
+	PreemptPoll, PreemptGrace time.Duration
 	// ServerlessIdle is how long the nodes of serverless jobs' implicit
 	// clusters stay idle before they go (default 120 s, Azure's default);
 	// ServerlessMax bounds each implicit cluster (default 10).
@@ -92,6 +98,10 @@ type Service struct {
 	launchErr   map[string]string        // per compute: the last launch error
 	nodeTargets map[string]int           // per compute: the node count the autoscaler last aimed at
 
+	// Preemption (preempt.go), guarded by pmu too.
+	preemptedAt   map[string]time.Time // per node: when it was found preempted
+	preemptPolled map[string]time.Time // per compute: when its machines were last listed for preemption
+
 	sessions sessionTable // exec, shell and port-forward sessions of instances (sessions.go)
 	scopes   runScopes    // what each job's run token may read (blobscope.go)
 }
@@ -125,6 +135,12 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.JoinTimeout == 0 {
 		cfg.JoinTimeout = 10 * time.Minute
 	}
+	if cfg.PreemptPoll == 0 {
+		cfg.PreemptPoll = 10 * time.Second
+	}
+	if cfg.PreemptGrace == 0 {
+		cfg.PreemptGrace = 30 * time.Second
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -140,6 +156,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		heartbeats: map[string]time.Time{},
 		delivered:  map[string]bool{}, nodeWait: map[string]chan struct{}{},
 		launchFails: map[string]int{}, launchRetry: map[string]time.Time{}, launchErr: map[string]string{}, nodeTargets: map[string]int{},
+		preemptedAt: map[string]time.Time{}, preemptPolled: map[string]time.Time{},
 	}
 	s.started = s.now()
 	if _, err := s.st.GetCompute(ctx, "local"); errors.Is(err, store.ErrNotFound) {
@@ -526,6 +543,9 @@ func (s *Service) GetJob(ctx context.Context, name string, history bool) (*Job, 
 		}
 		for _, e := range evs {
 			v.History = append(v.History, Event{Time: e.Time, From: e.From, To: e.To, Reason: e.Reason})
+		}
+		if v.Preemptions, err = s.preemptionsOf(ctx, name); err != nil {
+			return nil, err
 		}
 	}
 	return v, nil

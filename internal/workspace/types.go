@@ -53,6 +53,9 @@ type Job struct {
 	// not be read, and why; they are left out of the view.
 	Unreadable []string `json:"unreadable,omitempty"`
 	History    []Event  `json:"history,omitempty"`
+	// Preemptions are the attempts that ended because their node was
+	// preempted; each was followed by a new attempt (shown with History).
+	Preemptions []Preemption `json:"preemptions,omitempty"`
 }
 
 // Event is one status change of a job.
@@ -119,6 +122,11 @@ type Assignment struct {
 	InputSnapshots map[string]string `json:"input_snapshots,omitempty"`
 	// Environment is the job's environment, resolved; nil = the node's own.
 	Environment *environment.Spec `json:"environment,omitempty"`
+	// ResumeOutputs is the snapshot of ./outputs an earlier attempt of the
+	// job uploaded (one its node's preemption stopped, say). The runner
+	// puts it in ./outputs before the command starts, so a job that
+	// checkpoints there resumes.
+	ResumeOutputs string `json:"resume_outputs,omitempty"`
 }
 
 // Report is a runner's word on its attempt.
@@ -135,4 +143,7 @@ type Report struct {
 // HeartbeatReply tells a runner what the server wants of it.
 type HeartbeatReply struct {
 	Cancel bool `json:"cancel"`
+	// Preempt asks the runner to stop the job because its node is being
+	// preempted: upload the outputs and report StatusPreempted.
+	Preempt bool `json:"preempt,omitempty"`
 }

@@ -212,9 +212,9 @@ func (p *Provider) check(verb string, mj machineJSON, pool string, red *redactor
 		return provider.Machine{}, p.fail(red, verb, nil, `printed a machine without an "id"; stderr: %s`, stderr)
 	}
 	switch mj.State {
-	case provider.StatePending, provider.StateRunning, provider.StateStopped, provider.StateFailed:
+	case provider.StatePending, provider.StateRunning, provider.StateStopped, provider.StateFailed, provider.StatePreempted:
 	default:
-		return provider.Machine{}, p.fail(red, verb, nil, "machine %q has state %q; use pending, running, stopped or failed; stderr: %s", mj.ID, mj.State, stderr)
+		return provider.Machine{}, p.fail(red, verb, nil, "machine %q has state %q; use pending, running, stopped, failed or preempted; stderr: %s", mj.ID, mj.State, stderr)
 	}
 	if mj.Pool == "" {
 		mj.Pool = pool

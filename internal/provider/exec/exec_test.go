@@ -145,6 +145,15 @@ func TestExampleScriptRoundTrip(t *testing.T) {
 	if got := list(""); len(got) != 3 {
 		t.Errorf("List(\"\") = %v; want all 3 machines", got)
 	}
+	// A machine taken back by hand is listed preempted, still reachable.
+	if err := os.WriteFile(filepath.Join(root, "cpu", "b", "preempted"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	preempted := []seen{want[0], {"cpu/b", "cpu", "preempted", "127.0.0.1"}}
+	if d := cmp.Diff(preempted, list("cpu")); d != "" {
+		t.Errorf("List(cpu) with cpu/b preempted (-want +got):\n%s", d)
+	}
+	want[1] = preempted[1]
 
 	pid, _ := strconv.Atoi(a.Labels["pid"])
 	if err := p.Terminate(ctx, a.ID); err != nil {
@@ -226,7 +235,7 @@ func TestGoodOutputDefaults(t *testing.T) {
 	ctx := context.Background()
 	p := newProvider(t, Config{Program: script(t, `cat >/dev/null
 case $1 in
-list) echo '{"machines":[{"id":"i-1","state":"pending"},{"id":"i-2","state":"failed","labels":{"zone":"b"}}], "next": null}' ;;
+list) echo '{"machines":[{"id":"i-1","state":"pending"},{"id":"i-2","state":"failed","labels":{"zone":"b"}},{"id":"i-4","state":"preempted"}], "next": null}' ;;
 launch) echo '{"id":"i-3","state":"pending"}' ;;
 esac`)})
 	ms, err := p.List(ctx, "cpu")
@@ -236,6 +245,7 @@ esac`)})
 	want := []provider.Machine{
 		{ID: "i-1", Pool: "cpu", State: "pending"},
 		{ID: "i-2", Pool: "cpu", State: "failed", Error: "the provider program gave no reason", Labels: map[string]string{"zone": "b"}},
+		{ID: "i-4", Pool: "cpu", State: "preempted"},
 	}
 	if d := cmp.Diff(want, ms); d != "" {
 		t.Errorf("List (-want +got):\n%s", d)

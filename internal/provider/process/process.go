@@ -367,6 +367,9 @@ func (p *Provider) machine(rec *record) provider.Machine {
 	}
 	if p.alive(rec) {
 		m.State, m.Address = provider.StateRunning, address
+		if preempted(dir) {
+			m.State = provider.StatePreempted
+		}
 	}
 	return m
 }

@@ -97,6 +97,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Job/UpdateConcurrent", testJobUpdateConcurrent},
 		{"Job/ListEventsOrder", testJobListEventsOrder},
 		{"Job/ListEventsNotFound", testJobListEventsNotFound},
+		{"Job/Preemptions", testJobPreemptions},
+		{"Job/PreemptionsNotFound", testJobPreemptionsNotFound},
 
 		{"Metrics/AddList", testMetricsAddList},
 		{"Metrics/Latest", testMetricsLatest},
@@ -856,6 +858,37 @@ func testJobListEventsOrder(t *testing.T, s store.Store) {
 func testJobListEventsNotFound(t *testing.T, s store.Store) {
 	_, err := s.ListEvents(context.Background(), "nope")
 	wantErrIs(t, "ListEvents of a missing job", err, store.ErrNotFound)
+}
+
+func testJobPreemptions(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustCreateJob(t, s, testJob("j1"))
+	mustCreateJob(t, s, testJob("j2"))
+	if ps, err := s.ListPreemptions(ctx, "j1"); err != nil || ps == nil || len(ps) != 0 {
+		t.Fatalf("ListPreemptions of a job without any = %v, %v; want empty, not nil", ps, err)
+	}
+	p2 := store.Preemption{Job: "j1", Attempt: 2, Node: "n2", Time: t0.Add(time.Minute), Reason: "node n2 preempted"}
+	p1 := store.Preemption{Job: "j1", Attempt: 1, Node: "n1", Time: t0, Reason: "node n1 preempted"}
+	for _, p := range []store.Preemption{p2, p1, {Job: "j1", Attempt: 1, Node: "other", Time: t0, Reason: "again"}, {Job: "j2", Attempt: 1, Node: "x", Time: t0}} {
+		if err := s.AddPreemption(ctx, p); err != nil {
+			t.Fatalf("AddPreemption(%+v): %v", p, err)
+		}
+	}
+	ps, err := s.ListPreemptions(ctx, "j1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// By attempt, and the second record of attempt 1 changed nothing.
+	if d := diff([]store.Preemption{p1, p2}, ps); d != "" {
+		t.Errorf("ListPreemptions (-want +got):\n%s", d)
+	}
+}
+
+func testJobPreemptionsNotFound(t *testing.T, s store.Store) {
+	_, err := s.ListPreemptions(context.Background(), "nope")
+	wantErrIs(t, "ListPreemptions of a missing job", err, store.ErrNotFound)
+	err = s.AddPreemption(context.Background(), store.Preemption{Job: "nope", Attempt: 1, Node: "n"})
+	wantErrIs(t, "AddPreemption to a missing job", err, store.ErrNotFound)
 }
 
 // --- metrics ---
