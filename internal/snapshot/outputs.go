@@ -37,8 +37,8 @@ type OutputOptions struct {
 	// output snapshot").
 	MaxFileSize   int64
 	FileLimitName string
-	// MaxSize is the most bytes the snapshot may hold in all (0: no limit).
-	// Over it, the largest files are skipped until the rest fit, so that as
+	// MaxSize is the most bytes the snapshot may hold in all (0: no limit;
+	// negative: none at all, so only empty files are kept). Over it, the largest files are skipped until the rest fit, so that as
 	// many files as possible are kept. SizeLimitName names that limit in
 	// the reason ("the job's output quota").
 	MaxSize       int64
@@ -151,7 +151,7 @@ func (o *OutputBuild) overLimits(entries []entry, opt OutputOptions) []entry {
 		keep[i] = true
 		total += e.size
 	}
-	if opt.MaxSize > 0 && total > opt.MaxSize {
+	if opt.MaxSize != 0 && total > max(opt.MaxSize, 0) {
 		order := make([]int, 0, len(entries))
 		for i := range entries {
 			if keep[i] {
@@ -165,12 +165,12 @@ func (o *OutputBuild) overLimits(entries []entry, opt OutputOptions) []entry {
 			return strings.Compare(entries[a].rel, entries[b].rel)
 		})
 		for _, i := range order {
-			if total <= opt.MaxSize {
+			if total <= max(opt.MaxSize, 0) {
 				break
 			}
 			keep[i] = false
 			total -= entries[i].size
-			o.skip(entries[i].rel, fmt.Sprintf("%s; with it the outputs would pass %s of %s", humanSize(entries[i].size), orDefault(opt.SizeLimitName, "the size limit"), humanSize(opt.MaxSize)))
+			o.skip(entries[i].rel, fmt.Sprintf("%s; with it the outputs would pass %s of %s", humanSize(entries[i].size), orDefault(opt.SizeLimitName, "the size limit"), humanSize(max(opt.MaxSize, 0))))
 		}
 	}
 	var kept []entry

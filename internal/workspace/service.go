@@ -44,6 +44,10 @@ type Config struct {
 	LeaseTimeout time.Duration
 	// MaxSnapshotSize bounds one snapshot's total size. Zero means 1 GiB.
 	MaxSnapshotSize int64
+	// OutputQuota bounds the bytes of one job attempt's outputs, so that
+	// a job cannot fill the workspace's disk. Zero means DefaultOutputQuota;
+	// negative means no quota.
+	OutputQuota int64
 	// Sizes is the size catalog; nil means the built-in one.
 	Sizes *sizes.Catalog
 	// Providers gives pool computes (clusters) their machines; nil means
@@ -103,6 +107,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.MaxSnapshotSize == 0 {
 		cfg.MaxSnapshotSize = 1 << 30
 	}
+	if cfg.OutputQuota == 0 {
+		cfg.OutputQuota = DefaultOutputQuota
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -157,6 +164,15 @@ func (s *Service) ListSizes() []sizes.Size { return s.cfg.Sizes.List() }
 
 // APIURL is the URL runners are told to use.
 func (s *Service) APIURL() string { return s.cfg.APIURL }
+
+// DefaultOutputQuota is the per-job output quota of a workspace that sets
+// none: 10 GiB.
+const DefaultOutputQuota = 10 << 30
+
+// outputLimits are the limits a runner applies to its attempt's outputs.
+func (s *Service) outputLimits() OutputLimits {
+	return OutputLimits{JobBytes: max(s.cfg.OutputQuota, 0), SnapshotBytes: s.cfg.MaxSnapshotSize}
+}
 
 // MaxSnapshotSize is the largest total size of one snapshot.
 func (s *Service) MaxSnapshotSize() int64 { return s.cfg.MaxSnapshotSize }
