@@ -306,6 +306,7 @@ func (s *Service) finish(ctx context.Context, name string, attempt int, status, 
 	}
 	s.mu.Lock()
 	delete(s.heartbeats, name)
+	delete(s.diskFull, name)
 	s.mu.Unlock()
 	s.changed(name)
 	s.wakeDispatcher()

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"archive/tar"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 )
@@ -25,8 +27,9 @@ func (s *Service) MissingBlobs(digests []string) ([]string, error) {
 	return missing, err
 }
 
-// PutBlob stores content that must hash to digest.
-func (s *Service) PutBlob(digest string, r io.Reader) error {
+// PutBlob stores content that must hash to digest. who is the uploader: a
+// run token's job is told when the disk is full.
+func (s *Service) PutBlob(who auth.Principal, digest string, r io.Reader) error {
 	if !blob.ValidDigest(digest) {
 		return Invalid("digest %q is not a lowercase hex SHA-256", digest)
 	}
@@ -35,7 +38,74 @@ func (s *Service) PutBlob(digest string, r io.Reader) error {
 	case errors.Is(err, blob.ErrDigestMismatch):
 		return &Error{Code: CodeInvalid, Msg: fmt.Sprintf("blob %s: the uploaded content does not hash to this digest; nothing was stored", digest), Err: err}
 	}
+	return s.noteNoSpace(who, noSpace(err, "blob "+digest))
+}
+
+// noteNoSpace shows a full disk on the job of a run token that could not
+// upload, and clears it once an upload succeeds; it returns err.
+func (s *Service) noteNoSpace(who auth.Principal, err error) error {
+	if who.Kind != auth.KindRun {
+		return err
+	}
+	switch {
+	case err == nil:
+		s.setDiskFull(who.Subject, "")
+	case CodeOf(err) == CodeNoSpace:
+		s.setDiskFull(who.Subject, "server disk full: output upload paused; the job's node keeps its outputs and sends them when there is room again")
+	}
 	return err
+}
+
+// MaxBatchBlobs is the most blobs one PutBlobs stream may hold.
+const MaxBatchBlobs = 100_000
+
+// PutBlobs stores the blobs of a tar stream in one go: every entry is a
+// regular file named by the lowercase hex SHA-256 of its content. Each
+// blob is verified as it is written; the batch is made durable and
+// installed only once all of it has been read and verified, so a bad entry
+// stores nothing. It returns how many blobs the stream held.
+//
+// It is how clients send many small files: one request and one disk sync
+// for thousands of blobs instead of one of each per blob.
+func (s *Service) PutBlobs(who auth.Principal, r io.Reader) (int, error) {
+	n, err := s.putBlobs(r)
+	return n, s.noteNoSpace(who, err)
+}
+
+func (s *Service) putBlobs(r io.Reader) (int, error) {
+	b := s.blobs.NewBatch()
+	defer b.Abort()
+	tr := tar.NewReader(r)
+	n := 0
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			// The cause stays in the chain: a body over its limit is
+			// answered as such.
+			return 0, &Error{Code: CodeInvalid, Err: err, Msg: fmt.Sprintf("blob batch: entry %d: %v (send a tar stream of files named by their SHA-256)", n+1, err)}
+		}
+		switch {
+		case n >= MaxBatchBlobs:
+			return 0, Invalid("blob batch: more than %d blobs; send the rest in another batch", MaxBatchBlobs)
+		case h.Typeflag != tar.TypeReg:
+			return 0, Invalid("blob batch: entry %q is not a regular file", h.Name)
+		case !blob.ValidDigest(h.Name):
+			return 0, Invalid("blob batch: entry %q is not named by a lowercase hex SHA-256", h.Name)
+		case h.Size > s.cfg.MaxSnapshotSize:
+			return 0, &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("blob batch: blob %s is %d bytes, over the limit of %d", h.Name, h.Size, s.cfg.MaxSnapshotSize)}
+		}
+		if _, err := b.Put(tr, h.Name); err != nil {
+			if errors.Is(err, blob.ErrDigestMismatch) {
+				return 0, &Error{Code: CodeInvalid, Msg: fmt.Sprintf("blob batch: blob %s: the content does not hash to its name; nothing was stored", h.Name), Err: err}
+			}
+			return 0, noSpace(err, "a batch of blobs")
+		}
+		n++
+	}
+	return n, noSpace(b.Commit(), "a batch of blobs")
 }
 
 // OpenBlob opens stored content.
@@ -72,7 +142,7 @@ func (s *Service) CreateSnapshot(data []byte) (string, error) {
 		return "", err
 	}
 	id, _, err := s.blobs.Put(bytes.NewReader(canonical), "")
-	return id, err
+	return id, noSpace(err, "the snapshot manifest")
 }
 
 // GetSnapshot returns a stored manifest.
