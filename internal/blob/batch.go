@@ -1,12 +1,16 @@
 package blob
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
 )
 
 // Batch stores many blobs with two file-system syncs in all instead of two
@@ -14,11 +18,16 @@ import (
 // all durable at once, then installs them. Storing thousands of small files
 // one by one is bound by fsync; a batch is bound by the disk.
 //
-// A Batch is used by one goroutine. Until Commit returns, none of its blobs
+// Put is safe for concurrent use; Commit and Abort are called once, after
+// every Put has returned. Until Commit returns, none of the batch's blobs
 // is visible; a Batch that is not committed must be aborted, which removes
 // its temporary files.
 type Batch struct {
-	s       *Store
+	s      *Store
+	prefix string // of this batch's temporary files
+	next   atomic.Int64
+
+	mu      sync.Mutex
 	pending []pendingBlob
 	seen    map[string]bool
 }
@@ -29,8 +38,14 @@ type pendingBlob struct {
 
 // NewBatch starts a batch of Puts.
 func (s *Store) NewBatch() *Batch {
-	return &Batch{s: s, seen: map[string]bool{}}
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	return &Batch{s: s, prefix: filepath.Join(s.dir, ".tmp-batch-"+hex.EncodeToString(r[:])+"-"), seen: map[string]bool{}}
 }
+
+// copyBufs are the copy buffers of batch Puts: thousands of tiny blobs
+// would otherwise allocate one each.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // Put reads one blob from r, which must hash to want (a valid digest), and
 // returns its size. Content the store or the batch already holds is read
@@ -39,9 +54,15 @@ func (b *Batch) Put(r io.Reader, want string) (int64, error) {
 	if err := checkDigest(want); err != nil {
 		return 0, err
 	}
-	if b.seen[want] || b.s.Has(want) {
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	b.mu.Lock()
+	dup := b.seen[want]
+	b.seen[want] = true // reserved: a concurrent Put of the same content only checks it
+	b.mu.Unlock()
+	if dup || b.s.Has(want) {
 		h := sha256.New()
-		n, err := io.Copy(h, r)
+		n, err := io.CopyBuffer(h, r, *buf)
 		if err != nil {
 			return 0, fmt.Errorf("put blob %s: %w", want, err)
 		}
@@ -50,16 +71,28 @@ func (b *Batch) Put(r io.Reader, want string) (int64, error) {
 		}
 		return n, nil
 	}
-	tmp, err := os.CreateTemp(b.s.dir, tempPattern)
+	n, tmp, err := b.write(r, want, *buf)
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if err != nil {
-		return 0, fmt.Errorf("put blob: %w", err)
+		delete(b.seen, want)
+		return 0, fmt.Errorf("put blob %s: %w", want, err)
+	}
+	b.pending = append(b.pending, pendingBlob{tmp: tmp, digest: want})
+	return n, nil
+}
+
+// write copies r into a new read-only temporary file and checks its digest.
+func (b *Batch) write(r io.Reader, want string, buf []byte) (int64, string, error) {
+	name := b.prefix + strconv.FormatInt(b.next.Add(1), 10)
+	// Read-only from the start: blobs never change once stored.
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return 0, "", err
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), r)
-	if err == nil {
-		err = tmp.Chmod(0o444)
-	}
-	if cerr := tmp.Close(); err == nil {
+	n, err := io.CopyBuffer(io.MultiWriter(f, h), r, buf)
+	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
@@ -68,12 +101,10 @@ func (b *Batch) Put(r io.Reader, want string) (int64, error) {
 		}
 	}
 	if err != nil {
-		os.Remove(tmp.Name())
-		return 0, fmt.Errorf("put blob %s: %w", want, err)
+		os.Remove(name)
+		return 0, "", err
 	}
-	b.seen[want] = true
-	b.pending = append(b.pending, pendingBlob{tmp: tmp.Name(), digest: want})
-	return n, nil
+	return n, name, nil
 }
 
 // Commit makes every blob of the batch durable and then installs them

@@ -539,8 +539,9 @@ func (c *Client) putBlobs(ctx context.Context, blobs []blobFile, progress func(i
 // digests; progress (if not nil) hears of the file bytes written.
 func writeBlobTar(w io.Writer, blobs []blobFile, progress func(int64)) error {
 	tw := tar.NewWriter(w)
+	buf := make([]byte, 64<<10)
 	for _, b := range blobs {
-		if err := writeBlobEntry(tw, b); err != nil {
+		if err := writeBlobEntry(tw, b, buf); err != nil {
 			return err
 		}
 		if progress != nil {
@@ -550,7 +551,7 @@ func writeBlobTar(w io.Writer, blobs []blobFile, progress func(int64)) error {
 	return tw.Close()
 }
 
-func writeBlobEntry(tw *tar.Writer, b blobFile) error {
+func writeBlobEntry(tw *tar.Writer, b blobFile, buf []byte) error {
 	f, err := os.Open(b.path)
 	if err != nil {
 		return err
@@ -563,7 +564,10 @@ func writeBlobEntry(tw *tar.Writer, b blobFile) error {
 	if err := tw.WriteHeader(&tar.Header{Name: b.digest, Typeflag: tar.TypeReg, Mode: 0o644, Size: st.Size()}); err != nil {
 		return err
 	}
-	_, err = io.CopyN(tw, f, st.Size())
+	n, err := io.CopyBuffer(tw, io.LimitReader(f, st.Size()), buf)
+	if err == nil && n < st.Size() {
+		err = fmt.Errorf("%s: shrank while it was read", b.path)
+	}
 	return err
 }
 

@@ -51,12 +51,18 @@ var hashFile = func(name string) (string, int64, error) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	n, err := io.CopyBuffer(h, f, *buf)
 	if err != nil {
 		return "", 0, err
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
+
+// copyBufs are hashFile's read buffers: a tree of many tiny files would
+// otherwise allocate one per file.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // Build makes the manifest of the directory root. It returns the manifest
 // and, for every digest in it, the absolute local path of a file with that

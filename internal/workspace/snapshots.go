@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
@@ -72,12 +73,81 @@ func (s *Service) PutBlobs(who auth.Principal, r io.Reader) (int, error) {
 	return n, s.noteNoSpace(who, err)
 }
 
+// batchWorkers write a batch's small blobs at once: creating thousands of
+// files is bound by file-system latency more than by a CPU.
+const batchWorkers = 4
+
 func (s *Service) putBlobs(r io.Reader) (int, error) {
 	b := s.blobs.NewBatch()
 	defer b.Abort()
-	tr := tar.NewReader(r)
+	type item struct {
+		digest string
+		data   []byte
+	}
+	items := make(chan item, batchWorkers*4)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return firstErr != nil
+	}
+	put := func(digest string, r io.Reader) {
+		if _, err := b.Put(r, digest); err != nil {
+			if errors.Is(err, blob.ErrDigestMismatch) {
+				err = &Error{Code: CodeInvalid, Msg: fmt.Sprintf("blob batch: blob %s: the content does not hash to its name; nothing was stored", digest), Err: err}
+			}
+			fail(noSpace(err, "a batch of blobs"))
+		}
+	}
+	for range batchWorkers {
+		wg.Go(func() {
+			for it := range items {
+				put(it.digest, bytes.NewReader(it.data))
+			}
+		})
+	}
+	n, err := readBatch(tar.NewReader(r), s.cfg.MaxSnapshotSize, failed, func(h *tar.Header, tr io.Reader) error {
+		if h.Size > smallBatchBlob {
+			put(h.Name, tr) // streamed, not held in memory
+			return nil
+		}
+		data := make([]byte, h.Size)
+		if _, err := io.ReadFull(tr, data); err != nil {
+			return &Error{Code: CodeInvalid, Err: err, Msg: fmt.Sprintf("blob batch: blob %s: %v", h.Name, err)}
+		}
+		items <- item{h.Name, data}
+		return nil
+	})
+	close(items)
+	wg.Wait()
+	if err != nil {
+		return 0, err
+	}
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return n, noSpace(b.Commit(), "a batch of blobs")
+}
+
+// smallBatchBlob is the size up to which a batch's blob is read into
+// memory and written by a worker.
+const smallBatchBlob = 1 << 20
+
+// readBatch checks every entry of a batch's tar stream and hands it to fn,
+// until the stream ends, fn fails or stop says to; it returns how many
+// entries it handed on.
+func readBatch(tr *tar.Reader, maxBlob int64, stop func() bool, fn func(*tar.Header, io.Reader) error) (int, error) {
 	n := 0
-	for {
+	for !stop() {
 		h, err := tr.Next()
 		if err == io.EOF {
 			break
@@ -94,18 +164,15 @@ func (s *Service) putBlobs(r io.Reader) (int, error) {
 			return 0, Invalid("blob batch: entry %q is not a regular file", h.Name)
 		case !blob.ValidDigest(h.Name):
 			return 0, Invalid("blob batch: entry %q is not named by a lowercase hex SHA-256", h.Name)
-		case h.Size > s.cfg.MaxSnapshotSize:
-			return 0, &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("blob batch: blob %s is %d bytes, over the limit of %d", h.Name, h.Size, s.cfg.MaxSnapshotSize)}
+		case h.Size > maxBlob:
+			return 0, &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("blob batch: blob %s is %d bytes, over the limit of %d", h.Name, h.Size, maxBlob)}
 		}
-		if _, err := b.Put(tr, h.Name); err != nil {
-			if errors.Is(err, blob.ErrDigestMismatch) {
-				return 0, &Error{Code: CodeInvalid, Msg: fmt.Sprintf("blob batch: blob %s: the content does not hash to its name; nothing was stored", h.Name), Err: err}
-			}
-			return 0, noSpace(err, "a batch of blobs")
+		if err := fn(h, tr); err != nil {
+			return 0, err
 		}
 		n++
 	}
-	return n, noSpace(b.Commit(), "a batch of blobs")
+	return n, nil
 }
 
 // OpenBlob opens stored content.
