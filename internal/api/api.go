@@ -193,6 +193,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &fe) {
 		p.Errors = fe
 	}
+	if code == workspace.CodeNoSpace {
+		s.log.Warn("the data directory's disk is full; writes are refused until there is room", "method", r.Method, "path", r.URL.Path, "err", errors.Unwrap(err))
+	}
 	if code == workspace.CodeInternal {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		p.Detail = "internal error; the server's log has the details"
