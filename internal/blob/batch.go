@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -117,23 +118,51 @@ func (b *Batch) Commit() error {
 	if err := syncFS(b.s.dir); err != nil {
 		return fmt.Errorf("put blobs: %w", err)
 	}
-	for i, p := range b.pending {
-		fan := filepath.Join(b.s.dir, p.digest[:2])
-		err := os.MkdirAll(fan, 0o755)
-		if err == nil {
-			err = os.Rename(p.tmp, b.s.path(p.digest))
-		}
-		if err != nil {
-			b.pending = b.pending[i:]
-			return fmt.Errorf("put blob %s: %w", p.digest, err)
+	// The fan-out folders first (256 at most), then the renames, several
+	// at once: each waits on the file system more than on a CPU.
+	fans := map[string]bool{}
+	for _, p := range b.pending {
+		if fan := p.digest[:2]; !fans[fan] {
+			fans[fan] = true
+			if err := os.MkdirAll(filepath.Join(b.s.dir, fan), 0o755); err != nil {
+				return fmt.Errorf("put blob %s: %w", p.digest, err)
+			}
 		}
 	}
-	b.pending = nil
+	installed := make([]bool, len(b.pending))
+	errs := make([]error, commitWorkers)
+	var wg sync.WaitGroup
+	for w := range commitWorkers {
+		wg.Go(func() {
+			for i := w; i < len(b.pending); i += commitWorkers {
+				p := b.pending[i]
+				if err := os.Rename(p.tmp, b.s.path(p.digest)); err != nil {
+					errs[w] = fmt.Errorf("put blob %s: %w", p.digest, err)
+					return
+				}
+				installed[i] = true
+			}
+		})
+	}
+	wg.Wait()
+	var left []pendingBlob
+	for i, p := range b.pending {
+		if !installed[i] {
+			left = append(left, p)
+		}
+	}
+	b.pending = left
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
 	if err := syncFS(b.s.dir); err != nil {
 		return fmt.Errorf("put blobs: %w", err)
 	}
 	return nil
 }
+
+// commitWorkers is how many renames a Commit runs at once.
+const commitWorkers = 4
 
 // Abort removes the temporary files of blobs not yet installed.
 func (b *Batch) Abort() {
