@@ -92,6 +92,7 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 		{method: "POST", path: "/v1/jobs/{name}/attempts/{attempt}/logs", summary: "Runner: append log bytes starting at ?offset=", run: true, handle: s.appendLog},
 		{method: "PUT", path: "/v1/jobs/{name}/attempts/{attempt}/outputs", summary: "Runner: record output snapshots", run: true, handle: s.setOutputs},
 		{method: "POST", path: "/v1/blobs/missing", summary: "Which of {digests: [...]} are not stored", run: true, handle: s.missingBlobs},
+		{method: "POST", path: "/v1/blobs/batch", summary: "Upload many blobs in one request: a tar stream (application/x-tar) of regular files each named by the SHA-256 of its content; all or none are stored", run: true, handle: s.putBlobs},
 		{method: "PUT", path: "/v1/blobs/{digest}", summary: "Upload content by its SHA-256", run: true, handle: s.putBlob},
 		{method: "GET", path: "/v1/blobs/{digest}", summary: "Download content by its SHA-256", run: true, raw: s.getBlob},
 		{method: "POST", path: "/v1/snapshots", summary: "Store a snapshot manifest whose files are uploaded", run: true, handle: s.createSnapshot},
@@ -177,6 +178,7 @@ var statusOf = map[workspace.Code]int{
 	workspace.CodeForbidden:    http.StatusForbidden,
 	workspace.CodeTooLarge:     http.StatusRequestEntityTooLarge,
 	workspace.CodeUnavailable:  http.StatusServiceUnavailable,
+	workspace.CodeNoSpace:      http.StatusInsufficientStorage,
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -191,6 +193,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var fe spec.Errors
 	if errors.As(err, &fe) {
 		p.Errors = fe
+	}
+	if code == workspace.CodeNoSpace {
+		s.log.Warn("the data directory's disk is full; writes are refused until there is room", "method", r.Method, "path", r.URL.Path, "err", errors.Unwrap(err))
 	}
 	if code == workspace.CodeInternal {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
@@ -684,6 +689,16 @@ func (s *Server) putBlob(r *http.Request, who auth.Principal) (any, error) {
 		return nil, err
 	}
 	return map[string]string{"digest": d}, nil
+}
+
+// BlobCount is the reply of POST /v1/blobs/batch.
+type BlobCount struct {
+	Blobs int `json:"blobs"`
+}
+
+func (s *Server) putBlobs(r *http.Request, who auth.Principal) (any, error) {
+	n, err := s.ws.PutBlobs(r.Context(), who, http.MaxBytesReader(nil, r.Body, s.ws.MaxSnapshotSize()))
+	return BlobCount{Blobs: n}, err
 }
 
 func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, who auth.Principal) error {

@@ -21,7 +21,7 @@ import (
 
 func (a *app) serverCmd() *cobra.Command {
 	var cfg server.Config
-	var maxSnap string
+	var maxSnap, outputQuota string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a workspace server",
@@ -42,6 +42,17 @@ when the server stops, and report back when it is up again.`,
 				}
 				cfg.MaxSnapshotSize = n
 			}
+			switch outputQuota {
+			case "none":
+				cfg.OutputQuota = -1
+			case "":
+			default:
+				n, err := parseSize(outputQuota)
+				if err != nil || n == 0 {
+					return fmt.Errorf("--output-quota: %q is not a size such as 10GiB (or none for no quota)", outputQuota)
+				}
+				cfg.OutputQuota = n
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			cfg.Log = slog.New(slog.NewTextHandler(a.stderr, nil))
@@ -55,6 +66,7 @@ when the server stops, and report back when it is up again.`,
 	f.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL that runners use to reach this server (default: http://ADDR)")
 	f.IntVar(&cfg.LocalCapacity, "local-capacity", 0, "jobs the local target runs at once (default: CPUs of this machine)")
 	f.StringVar(&maxSnap, "max-snapshot-size", "", "largest snapshot accepted, e.g. 1GiB (default 1GiB)")
+	f.StringVar(&outputQuota, "output-quota", "", "most bytes one job's outputs may hold, e.g. 10GiB (default 10GiB; none for no quota); runners skip and list what is over it")
 	f.StringVar(&cfg.Provider, "provider", "process", "node provider of clusters whose file names none: process (agents on this machine) or exec")
 	f.StringVar(&cfg.AgentBinaries, "agent-binaries", "", "directory of ferry-linux-ARCH binaries to copy to attached machines whose architecture differs from this server's")
 	f.DurationVar(&cfg.NodeJoinTimeout, "node-join-timeout", 10*time.Minute, "how long a launched cluster node may take to join before it is terminated")

@@ -339,6 +339,15 @@ func showJob(w *tabwriter.Writer, j *workspace.Job) {
 			fmt.Fprintf(w, "  attempt %d\t%s\tnode %s: %s\n", p.Attempt, p.Time.Local().Format("15:04:05.000"), p.Node, p.Reason)
 		}
 	}
+	if o := j.Outputs; o != nil && (len(o.Skipped) > 0 || o.SkippedMore > 0) {
+		fmt.Fprintf(w, "skipped outputs:\t%d (not uploaded; the rest were)\n", len(o.Skipped)+o.SkippedMore)
+		for _, sk := range o.Skipped {
+			fmt.Fprintf(w, "  %s/%s\t%s\n", sk.Output, sk.Path, sk.Reason)
+		}
+		if o.SkippedMore > 0 {
+			fmt.Fprintf(w, "  …\t%d more, not listed\n", o.SkippedMore)
+		}
+	}
 	if len(j.History) > 0 {
 		fmt.Fprintf(w, "history:\t\n")
 		for _, e := range j.History {

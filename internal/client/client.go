@@ -3,6 +3,7 @@
 package client
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -393,30 +394,187 @@ type UploadStats struct {
 	Bytes    int64 // bytes sent
 }
 
+// Batching of small blobs: a blob of at most smallBlob bytes goes into a
+// tar stream with others, up to batchBytes or batchBlobs a request, so that
+// a tree of many tiny files costs a few requests and disk syncs instead of
+// one of each per file.
+const (
+	smallBlob     = 1 << 20
+	batchBytes    = 32 << 20
+	batchBlobs    = 20_000
+	missingChunk  = 100_000 // digests per Missing call: its JSON stays well under the server's body limit
+	uploadWorkers = 4       // requests in flight at once
+)
+
 // Upload sends the files of m the server lacks (files maps a digest to a
 // local path) and stores the manifest; it returns the snapshot id and what
-// it sent. progress, if not nil, hears of every byte sent.
+// it sent. Small files travel many to a request. progress, if not nil,
+// hears of every byte sent; it may be called from several goroutines.
 func (c *Client) Upload(ctx context.Context, m *snapshot.Manifest, files map[string]string, progress func(int64)) (string, UploadStats, error) {
 	stats := UploadStats{Files: len(m.Files)}
-	missing, err := c.Missing(ctx, m.Digests())
-	if err != nil {
-		return "", stats, err
+	digests := m.Digests()
+	var missing []string
+	for len(digests) > 0 {
+		chunk := digests[:min(len(digests), missingChunk)]
+		digests = digests[len(chunk):]
+		miss, err := c.Missing(ctx, chunk)
+		if err != nil {
+			return "", stats, err
+		}
+		missing = append(missing, miss...)
 	}
+	sizes := make(map[string]int64, len(m.Files))
+	for _, f := range m.Files {
+		sizes[f.Digest] = f.Size
+	}
+	var jobs []uploadJob
+	var batch uploadJob
 	for _, d := range missing {
 		path, ok := files[d]
 		if !ok {
 			return "", stats, fmt.Errorf("no local file for blob %s", d)
 		}
-		if err := c.PutBlob(ctx, d, path, progress); err != nil {
-			return "", stats, err
+		b := blobFile{digest: d, path: path, size: sizes[d]}
+		if b.size > smallBlob {
+			jobs = append(jobs, uploadJob{b})
+			continue
 		}
-		stats.Uploaded++
-		if st, err := os.Stat(path); err == nil {
-			stats.Bytes += st.Size()
+		if len(batch) > 0 && (len(batch) >= batchBlobs || batch.size()+b.size > batchBytes) {
+			jobs = append(jobs, batch)
+			batch = nil
 		}
+		batch = append(batch, b)
+	}
+	if len(batch) > 0 {
+		jobs = append(jobs, batch)
+	}
+	if err := c.runUploads(ctx, jobs, progress); err != nil {
+		return "", stats, err
+	}
+	stats.Uploaded = len(missing)
+	for _, d := range missing {
+		stats.Bytes += sizes[d]
 	}
 	id, err := c.CreateSnapshot(ctx, m)
 	return id, stats, err
+}
+
+// blobFile is a local file to upload as a blob.
+type blobFile struct {
+	digest, path string
+	size         int64
+}
+
+// uploadJob is one request's worth of blobs: one large blob, or a batch of
+// small ones.
+type uploadJob []blobFile
+
+func (j uploadJob) size() int64 {
+	var n int64
+	for _, b := range j {
+		n += b.size
+	}
+	return n
+}
+
+// runUploads sends the jobs, uploadWorkers at a time, and returns the first
+// error.
+func (c *Client) runUploads(ctx context.Context, jobs []uploadJob, progress func(int64)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan uploadJob)
+	errs := make(chan error, uploadWorkers)
+	for range uploadWorkers {
+		go func() {
+			var err error
+			for j := range next {
+				if err != nil {
+					continue
+				}
+				if len(j) == 1 && j[0].size > smallBlob {
+					err = c.PutBlob(ctx, j[0].digest, j[0].path, progress)
+				} else {
+					err = c.putBlobs(ctx, j, progress)
+				}
+				if err != nil {
+					cancel()
+				}
+			}
+			errs <- err
+		}()
+	}
+	for _, j := range jobs {
+		select {
+		case next <- j:
+		case <-ctx.Done():
+		}
+	}
+	close(next)
+	var first error
+	for range uploadWorkers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// putBlobs uploads local files as blobs in one request: a tar stream of
+// files each named by its digest. A server without batch uploads gets them
+// one by one.
+func (c *Client) putBlobs(ctx context.Context, blobs []blobFile, progress func(int64)) error {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(writeBlobTar(pw, blobs, progress)) }()
+	resp, err := c.request(ctx, "POST", "/v1/blobs/batch", pr, "application/x-tar")
+	pr.CloseWithError(errors.New("request ended"))
+	if s := StatusOf(err); s == http.StatusNotFound || s == http.StatusMethodNotAllowed {
+		for _, b := range blobs {
+			if err := c.PutBlob(ctx, b.digest, b.path, progress); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("upload %d files: %w", len(blobs), err)
+	}
+	return resp.Body.Close()
+}
+
+// writeBlobTar writes the files as a tar stream of entries named by their
+// digests; progress (if not nil) hears of the file bytes written.
+func writeBlobTar(w io.Writer, blobs []blobFile, progress func(int64)) error {
+	tw := tar.NewWriter(w)
+	buf := make([]byte, 64<<10)
+	for _, b := range blobs {
+		if err := writeBlobEntry(tw, b, buf); err != nil {
+			return err
+		}
+		if progress != nil {
+			progress(b.size)
+		}
+	}
+	return tw.Close()
+}
+
+func writeBlobEntry(tw *tar.Writer, b blobFile, buf []byte) error {
+	f, err := os.Open(b.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: b.digest, Typeflag: tar.TypeReg, Mode: 0o644, Size: st.Size()}); err != nil {
+		return err
+	}
+	n, err := io.CopyBuffer(tw, io.LimitReader(f, st.Size()), buf)
+	if err == nil && n < st.Size() {
+		err = fmt.Errorf("%s: shrank while it was read", b.path)
+	}
+	return err
 }
 
 // Download writes snapshot id into dest.

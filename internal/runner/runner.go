@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -168,7 +169,7 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 	var outErr error
 	if p != nil {
 		r.reports <- workspace.Report{Status: workspace.StatusFinalizing, Reason: "uploading outputs"}
-		outErr = r.uploadOutputs(ctx, a.Spec, p)
+		outErr = r.uploadOutputs(ctx, a, p, spool)
 	}
 	stopShipping()
 	if err := <-shipped; err != nil {
@@ -545,25 +546,71 @@ func (r *runner) ship(ctx, stop context.Context) error {
 }
 
 // uploadOutputs uploads ./outputs of the working directory and every named
-// output, and records them with the server.
-func (r *runner) uploadOutputs(ctx context.Context, j *spec.Job, p *paths) error {
+// output, and records them with the server. What cannot be uploaded safely
+// (a symlink out, a special file, a bad name) or is over a limit is left
+// out: each such entry gets a line in the job's log and is listed with the
+// outputs, and everything else is kept. It returns an error only when the
+// upload itself failed.
+func (r *runner) uploadOutputs(ctx context.Context, a *workspace.Assignment, p *paths, logw io.Writer) error {
 	var out workspace.Outputs
 	var errs []error
-	id, err := r.uploadDir(ctx, filepath.Join(r.wd, "outputs"), false)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("outputs: %w", err))
-	}
-	out.Artifacts = id
+	dirs := []outputDir{{name: "outputs", dir: filepath.Join(r.wd, "outputs")}}
 	for _, name := range slices.Sorted(maps.Keys(p.outDirs)) {
-		id, err := r.uploadDir(ctx, p.outDirs[name], true)
+		dirs = append(dirs, outputDir{name: name, dir: p.outDirs[name], named: true})
+	}
+	quota := a.OutputLimits.JobBytes
+	var used int64
+	for _, d := range dirs {
+		opt := snapshot.OutputOptions{
+			MaxFileSize: a.OutputLimits.SnapshotBytes, FileLimitName: "the limit of one output snapshot",
+			SizeLimitName: "the job's output quota",
+		}
+		if quota > 0 {
+			opt.MaxSize = quota - used
+			if used > 0 {
+				opt.SizeLimitName = "what the job's other outputs left of its output quota,"
+			}
+			if opt.MaxSize <= 0 {
+				opt.MaxSize = -1
+			}
+		}
+		ob, err := snapshot.BuildOutputs(d.dir, opt)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("output %s: %w", name, err))
+			errs = append(errs, fmt.Errorf("%s: %w", d.label(), err))
+			continue
+		}
+		used += ob.Manifest.TotalSize()
+		for _, sk := range ob.Skipped {
+			fmt.Fprintf(logw, "ferry: skipped %s/%s: %s\n", d.label(), sk.Path, sk.Reason)
+			if len(out.Skipped) < workspace.MaxSkippedOutputs {
+				out.Skipped = append(out.Skipped, workspace.SkippedOutput{Output: d.name, Path: sk.Path, Reason: sk.Reason})
+			} else {
+				out.SkippedMore++
+			}
+		}
+		if ob.SkippedMore > 0 {
+			fmt.Fprintf(logw, "ferry: skipped %d more entries of %s (not listed)\n", ob.SkippedMore, d.label())
+			out.SkippedMore += ob.SkippedMore
+		}
+		if len(ob.Manifest.Files) == 0 && !d.named {
+			continue // an empty ./outputs gives no snapshot
+		}
+		id, err := r.upload(ctx, ob)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", d.label(), err))
+			continue
+		}
+		if !d.named {
+			out.Artifacts = id
 			continue
 		}
 		if out.Named == nil {
 			out.Named = map[string]string{}
 		}
-		out.Named[name] = id
+		out.Named[d.name] = id
+	}
+	if n := len(out.Skipped) + out.SkippedMore; n > 0 {
+		fmt.Fprintf(logw, "ferry: %d output entries were skipped and the rest uploaded; `ferry job show` lists them\n", n)
 	}
 	if err := client.Retry(ctx, 5*time.Second, func() error {
 		return r.c.SetOutputs(ctx, r.cfg.Job, r.cfg.Attempt, out)
@@ -573,18 +620,30 @@ func (r *runner) uploadOutputs(ctx context.Context, j *spec.Job, p *paths) error
 	return errors.Join(errs...)
 }
 
-// uploadDir uploads a directory as a snapshot. An empty directory gives
-// no snapshot unless keepEmpty: a declared named output exists even when
-// the job wrote nothing to it.
-func (r *runner) uploadDir(ctx context.Context, dir string, keepEmpty bool) (string, error) {
-	m, files, err := snapshot.Build(dir, snapshot.BuildOptions{})
-	if err != nil || (len(m.Files) == 0 && !keepEmpty) {
-		return "", err
+// outputDir is one directory of outputs the runner uploads.
+type outputDir struct {
+	name  string // "outputs", or the named output's name
+	dir   string
+	named bool
+}
+
+// label is how the log names the directory.
+func (d outputDir) label() string {
+	if d.named {
+		return "output " + d.name
 	}
+	return "outputs"
+}
+
+// upload sends a built output directory, retrying through server restarts.
+func (r *runner) upload(ctx context.Context, ob *snapshot.OutputBuild) (string, error) {
 	var id string
-	err = client.Retry(ctx, 5*time.Second, func() error {
+	err := client.Retry(ctx, 5*time.Second, func() error {
 		var err error
-		id, _, err = r.c.Upload(ctx, m, files, nil)
+		id, _, err = r.c.Upload(ctx, ob.Manifest, ob.Files, nil)
+		if client.StatusOf(err) == http.StatusInsufficientStorage {
+			r.log.Warn("the server's disk is full; the outputs stay on this node and are uploaded when it has room", "err", err)
+		}
 		return err
 	})
 	return id, err

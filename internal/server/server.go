@@ -41,6 +41,9 @@ type Config struct {
 	AdvertiseURL    string // URL runners use; default http://<listen address>
 	LocalCapacity   int    // slots of the built-in local target; 0 = CPUs
 	MaxSnapshotSize int64  // 0 = 1 GiB
+	// OutputQuota bounds the bytes of one job attempt's outputs
+	// (0 = workspace.DefaultOutputQuota, negative = none).
+	OutputQuota int64
 	// SizesFile is a YAML file of sizes that extend or override the
 	// built-in catalog ("" = the built-in one only).
 	SizesFile string
@@ -170,7 +173,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			return mk(c), nil
 		},
-		MaxSnapshotSize: cfg.MaxSnapshotSize, LeaseTimeout: cfg.LeaseTimeout, Log: cfg.Log,
+		MaxSnapshotSize: cfg.MaxSnapshotSize, OutputQuota: cfg.OutputQuota, LeaseTimeout: cfg.LeaseTimeout, Log: cfg.Log,
 		Sizes: catalog, Providers: provs.factory(), Secrets: key,
 		NodeLease: cfg.NodeLease, NodeHeartbeat: nodeHeartbeat(cfg.NodeLease),
 		PreemptPoll: cfg.PreemptPoll, PreemptGrace: cfg.PreemptGrace,

@@ -51,12 +51,18 @@ var hashFile = func(name string) (string, int64, error) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	n, err := io.CopyBuffer(h, f, *buf)
 	if err != nil {
 		return "", 0, err
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
+
+// copyBufs are hashFile's read buffers: a tree of many tiny files would
+// otherwise allocate one per file.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // Build makes the manifest of the directory root. It returns the manifest
 // and, for every digest in it, the absolute local path of a file with that
@@ -160,8 +166,20 @@ func finish(display string, entries []entry, opt BuildOptions) (*Manifest, map[s
 }
 
 // hashAll hashes the entries in parallel, updating their sizes to what was
-// read, and returns the files in the same order.
+// read, and returns the files in the same order, or the first error.
 func hashAll(entries []entry) ([]File, error) {
+	files, errs := hashEach(entries)
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
+}
+
+// hashEach hashes the entries in parallel, updating their sizes to what
+// was read, and returns the files and each entry's error in the same order.
+func hashEach(entries []entry) ([]File, []error) {
 	files := make([]File, len(entries))
 	errs := make([]error, len(entries))
 	next := make(chan int)
@@ -185,12 +203,7 @@ func hashAll(entries []entry) ([]File, error) {
 	}
 	close(next)
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return files, nil
+	return files, errs
 }
 
 // checkSize returns an ErrTooLarge error if the entries hold more than limit
@@ -284,6 +297,10 @@ type walker struct {
 	display string // the root as the caller named it, for messages
 	ignore  gitignore.Matcher
 	entries []entry
+	// skip, when set, hears of every entry that cannot be part of a
+	// snapshot (an unsafe or dangling link, a bad name, a special file,
+	// an unreadable directory) instead of the walk failing on it.
+	skip func(rel, why string)
 }
 
 // walk adds the files under dir, whose real path is dir and whose snapshot
@@ -292,6 +309,10 @@ type walker struct {
 func (w *walker) walk(dir string, parts []string, ancestors map[string]bool) error {
 	des, err := os.ReadDir(dir)
 	if err != nil {
+		if w.skip != nil && len(parts) > 0 {
+			w.skip(path.Join(parts...), "the directory cannot be read: "+errText(err))
+			return nil
+		}
 		return err
 	}
 	for _, de := range des {
@@ -304,15 +325,24 @@ func (w *walker) walk(dir string, parts []string, ancestors map[string]bool) err
 		src := filepath.Join(dir, name)
 		var fi fs.FileInfo
 		if de.Type()&fs.ModeSymlink != 0 {
-			if src, fi, err = w.resolve(src, rel); err != nil {
+			var why string
+			if src, fi, why, err = w.resolve(src, rel); err != nil {
 				// A link the user ignores need not resolve, wherever
 				// it points and whatever it would resolve to.
 				if w.ignored(sub, false) || w.ignored(sub, true) {
 					continue
 				}
+				if w.skip != nil {
+					w.skip(rel, why)
+					continue
+				}
 				return err
 			}
 		} else if fi, err = de.Info(); err != nil {
+			if w.skip != nil {
+				w.skip(rel, "cannot be read: "+errText(err))
+				continue
+			}
 			return err
 		}
 		if w.ignored(sub, fi.IsDir()) {
@@ -320,7 +350,17 @@ func (w *walker) walk(dir string, parts []string, ancestors map[string]bool) err
 		}
 		switch {
 		case fi.IsDir():
+			if w.skip != nil {
+				if why := pathProblem(rel); why != "" {
+					w.skip(rel, "the directory's name "+why)
+					continue
+				}
+			}
 			if ancestors[src] {
+				if w.skip != nil {
+					w.skip(rel, "a symlink to one of its own parent directories (a loop)")
+					continue
+				}
 				return fmt.Errorf("%w: symlink %s points to %s, one of its own parent directories (a loop); remove it or add it to .ferryignore", ErrUnsafePath, rel, src)
 			}
 			ancestors[src] = true
@@ -331,14 +371,26 @@ func (w *walker) walk(dir string, parts []string, ancestors map[string]bool) err
 			}
 		case fi.Mode().IsRegular():
 			if err := checkPath(rel); err != nil {
+				if w.skip != nil {
+					w.skip(rel, "the name "+pathProblem(rel))
+					continue
+				}
 				return err
 			}
 			if len(w.entries) >= MaxFiles {
+				if w.skip != nil {
+					w.skip(rel, fmt.Sprintf("past the limit of %d files", MaxFiles))
+					continue
+				}
 				return fmt.Errorf("more than %d files; add some to .ferryignore", MaxFiles)
 			}
 			w.entries = append(w.entries, entry{rel: rel, src: src, mode: modeOf(fi), size: fi.Size()})
+		default:
+			// A socket, FIFO or device is not part of a snapshot.
+			if w.skip != nil {
+				w.skip(rel, "not a regular file or directory ("+kindOf(fi.Mode())+")")
+			}
 		}
-		// Anything else (socket, FIFO, device) is not part of a snapshot.
 	}
 	return nil
 }
@@ -349,12 +401,14 @@ func (w *walker) ignored(parts []string, isDir bool) bool {
 
 // resolve follows the symlink at src (snapshot path rel) and returns the
 // real path of its target and the target's info. Targets outside the root
-// are refused.
-func (w *walker) resolve(src, rel string) (string, fs.FileInfo, error) {
+// are refused. On an error, why says in a few words what is wrong with the
+// link, for a list of skipped entries.
+func (w *walker) resolve(src, rel string) (string, fs.FileInfo, string, error) {
 	target, err := os.Readlink(src)
 	if err != nil {
-		return "", nil, err
+		return "", nil, "the symlink cannot be read: " + errText(err), err
 	}
+	outsideWhy := fmt.Sprintf("a symlink to %s, outside the directory", target)
 	outside := fmt.Errorf("%w: symlink %s -> %s points outside %s; remove it or add it to .ferryignore", ErrUnsafePath, rel, target, w.display)
 	real, err := filepath.EvalSymlinks(src)
 	if err != nil {
@@ -364,18 +418,22 @@ func (w *walker) resolve(src, rel string) (string, fs.FileInfo, error) {
 			lexical = filepath.Join(filepath.Dir(src), lexical)
 		}
 		if !w.inside(lexical) {
-			return "", nil, outside
+			return "", nil, outsideWhy, outside
 		}
-		return "", nil, fmt.Errorf("symlink %s -> %s: cannot resolve: %w", rel, target, err)
+		why := fmt.Sprintf("a dangling symlink to %s", target)
+		if !errors.Is(err, fs.ErrNotExist) {
+			why = fmt.Sprintf("a symlink to %s that cannot be resolved: %s", target, errText(err))
+		}
+		return "", nil, why, fmt.Errorf("symlink %s -> %s: cannot resolve: %w", rel, target, err)
 	}
 	if !w.inside(real) {
-		return "", nil, outside
+		return "", nil, outsideWhy, outside
 	}
 	fi, err := os.Stat(real)
 	if err != nil {
-		return "", nil, fmt.Errorf("symlink %s -> %s: %w", rel, target, err)
+		return "", nil, "the symlink's target cannot be read: " + errText(err), fmt.Errorf("symlink %s -> %s: %w", rel, target, err)
 	}
-	return real, fi, nil
+	return real, fi, "", nil
 }
 
 // inside reports whether the absolute path p is the root or below it.

@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 var fuzzSeeds = []string{
@@ -116,4 +118,54 @@ func FuzzExtract(f *testing.F) {
 			t.Errorf("outside holds %d entries (%v)", len(inside), err)
 		}
 	})
+}
+
+// FuzzBuildOutputs writes a file and a symlink with fuzzed names and a
+// fuzzed link target into an output directory, and checks that
+// BuildOutputs never fails on them, keeps only safe paths, and accounts for
+// every entry: kept or listed as skipped with a printable path.
+func FuzzBuildOutputs(f *testing.F) {
+	for _, s := range []struct{ name, link, target string }{
+		{"normal.txt", "inside", "normal.txt"},
+		{`back\slash`, "out", "../../etc/passwd"},
+		{"bad\xffname", "dangling", "missing"},
+		{"a\nb", "abs", "/"},
+		{"x", "self", "."},
+	} {
+		f.Add(s.name, s.link, s.target)
+	}
+	f.Fuzz(func(t *testing.T, name, link, target string) {
+		if name == link || !validEntryName(name) || !validEntryName(link) || strings.IndexByte(target, 0) >= 0 || target == "" {
+			return
+		}
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644); err != nil {
+			return // a name the file system refuses
+		}
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			return
+		}
+		ob, err := BuildOutputs(dir, OutputOptions{})
+		if err != nil {
+			t.Fatalf("BuildOutputs: %v", err)
+		}
+		for _, file := range ob.Manifest.Files {
+			if !filepath.IsLocal(filepath.FromSlash(file.Path)) || pathProblem(file.Path) != "" {
+				t.Errorf("kept unsafe path %q", file.Path)
+			}
+		}
+		for _, s := range ob.Skipped {
+			if !utf8.ValidString(s.Path) || s.Reason == "" {
+				t.Errorf("skipped entry %q: %q", s.Path, s.Reason)
+			}
+		}
+		if len(ob.Manifest.Files) == 0 && len(ob.Skipped) == 0 {
+			t.Errorf("neither kept nor skipped: %q", name)
+		}
+	})
+}
+
+// validEntryName reports whether s can name one entry of a directory.
+func validEntryName(s string) bool {
+	return s != "" && s != "." && s != ".." && s != ".git" && len(s) < 200 && !strings.ContainsAny(s, "/\x00")
 }

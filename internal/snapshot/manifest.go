@@ -67,43 +67,43 @@ type Manifest struct {
 
 // checkPath reports what is unsafe about a snapshot path, or nil.
 func checkPath(p string) error {
-	why := ""
-	switch {
-	case p == "":
-		why = "is empty"
-	case len(p) > MaxPathLen:
-		why = fmt.Sprintf("is %d bytes long, over the limit of %d", len(p), MaxPathLen)
-	case strings.IndexByte(p, 0) >= 0:
-		why = "contains a NUL byte"
-	case !utf8.ValidString(p):
-		why = "is not valid UTF-8"
-	case strings.IndexByte(p, '\\') >= 0:
-		why = "contains a backslash (paths are slash-separated)"
-	case p[0] == '/':
-		why = "is absolute (must be relative to the snapshot root)"
-	}
-	if why == "" {
-		for c := range strings.SplitSeq(p, "/") {
-			switch c {
-			case "..":
-				why = `has a ".." component`
-			case ".":
-				why = `has a "." component`
-			case "":
-				why = "has an empty component"
-			}
-			if why != "" {
-				break
-			}
-		}
-	}
-	if why == "" && path.Clean(p) != p {
-		why = fmt.Sprintf("is not clean (want %q)", path.Clean(p))
-	}
-	if why != "" {
+	if why := pathProblem(p); why != "" {
 		return fmt.Errorf("%w: %w %q: %s", ErrInvalidManifest, ErrUnsafePath, p, why)
 	}
 	return nil
+}
+
+// pathProblem says what is unsafe about a snapshot path ("contains a
+// backslash ..."), or "" when it is safe.
+func pathProblem(p string) string {
+	switch {
+	case p == "":
+		return "is empty"
+	case len(p) > MaxPathLen:
+		return fmt.Sprintf("is %d bytes long, over the limit of %d", len(p), MaxPathLen)
+	case strings.IndexByte(p, 0) >= 0:
+		return "contains a NUL byte"
+	case !utf8.ValidString(p):
+		return "is not valid UTF-8"
+	case strings.IndexByte(p, '\\') >= 0:
+		return "contains a backslash (paths are slash-separated)"
+	case p[0] == '/':
+		return "is absolute (must be relative to the snapshot root)"
+	}
+	for c := range strings.SplitSeq(p, "/") {
+		switch c {
+		case "..":
+			return `has a ".." component`
+		case ".":
+			return `has a "." component`
+		case "":
+			return "has an empty component"
+		}
+	}
+	if path.Clean(p) != p {
+		return fmt.Sprintf("is not clean (want %q)", path.Clean(p))
+	}
+	return ""
 }
 
 // Validate checks that the manifest is safe to extract: every path is

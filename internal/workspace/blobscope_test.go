@@ -93,6 +93,14 @@ func TestRunTokenReadsOnlyItsOwnJobsContent(t *testing.T) {
 	if string(b) != "their secret code" {
 		t.Errorf("read back %q", b)
 	}
+	// Nor record it as its outputs, which would make it readable later.
+	if err := s.SetOutputs(ctx, run, "mine", 1, Outputs{Artifacts: theirs}); CodeOf(err) != CodeInvalid {
+		t.Errorf("another job's snapshot as outputs: %v, want refused", err)
+	}
+	s.scopes.forget("mine") // as after a server restart
+	if _, err := s.GetSnapshot(ctx, run, theirs); CodeOf(err) != CodeNotFound {
+		t.Errorf("another job's snapshot after SetOutputs: %v, want not found", err)
+	}
 	// The owner is not scoped.
 	if _, err := s.GetSnapshot(ctx, owner, theirs); err != nil {
 		t.Errorf("owner: %v", err)

@@ -3,6 +3,7 @@ package workspace
 import (
 	"errors"
 	"fmt"
+	"syscall"
 )
 
 // Code classifies an error for whoever called the service: the API layer
@@ -19,6 +20,7 @@ const (
 	CodeForbidden                // credentials that may not do this
 	CodeTooLarge                 // a body or snapshot over its limit
 	CodeUnavailable              // a part the request needs (a node's agent) did not answer in time
+	CodeNoSpace                  // the server's disk is full; the caller keeps its data and retries
 )
 
 // Error is an error whose message is safe and useful to show a user.
@@ -67,4 +69,14 @@ func CodeOf(err error) Code {
 		return e.Code
 	}
 	return CodeInternal
+}
+
+// noSpace turns a write that failed because the server's disk (or the data
+// directory's quota) is full into a CodeNoSpace error that says so; other
+// errors are returned as they are. what names what was being stored.
+func noSpace(err error, what string) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return &Error{Code: CodeNoSpace, Err: err, Msg: fmt.Sprintf("the server's disk is full: %s was not stored; free space in the server's data directory (nothing is lost: runners keep what they could not send and send it again)", what)}
+	}
+	return err
 }

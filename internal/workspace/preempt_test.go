@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/provider"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -85,8 +86,8 @@ func lowPriorityCluster(t *testing.T, s *Service, name, tier string) {
 	}
 }
 
-// outputsSnapshot stores a snapshot of one file, as a runner uploads ./outputs.
-func outputsSnapshot(t *testing.T, s *Service, name, content string) string {
+// outputsSnapshot stores a snapshot of one file as who, as a runner uploads ./outputs.
+func outputsSnapshot(t *testing.T, s *Service, who auth.Principal, name, content string) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
@@ -101,7 +102,7 @@ func outputsSnapshot(t *testing.T, s *Service, name, content string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _, err = s.blobs.Put(f, digest)
+		err = s.PutBlob(context.Background(), who, digest, f)
 		f.Close()
 		if err != nil {
 			t.Fatal(err)
@@ -111,7 +112,7 @@ func outputsSnapshot(t *testing.T, s *Service, name, content string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := s.CreateSnapshot(context.Background(), owner, raw)
+	id, err := s.CreateSnapshot(context.Background(), who, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +192,7 @@ func TestPreemptedAttemptIsRequeuedWithItsOutputs(t *testing.T) {
 		t.Fatalf("terminated %v while its attempt was stopping", prov.terminated)
 	}
 
-	ckpt := outputsSnapshot(t, s, "step.txt", "41")
+	ckpt := outputsSnapshot(t, s, runPrincipal("train", 1), "step.txt", "41")
 	if err := s.SetOutputs(ctx, runPrincipal("train", 1), "train", 1, Outputs{Artifacts: ckpt}); err != nil {
 		t.Fatal(err)
 	}

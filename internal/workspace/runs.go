@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/scheduler"
+	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
@@ -236,7 +240,8 @@ func (s *Service) Assignment(ctx context.Context, who auth.Principal, name strin
 		return nil, Conflict("job %s: %s", name, why)
 	}
 	s.heard(name)
-	a := &Assignment{Job: name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, Environment: v.Environment}
+	a := &Assignment{Job: name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, Environment: v.Environment,
+		OutputLimits: s.outputLimits()}
 	if v.Outputs != nil && attempt > 1 {
 		a.ResumeOutputs = v.Outputs.Artifacts
 	}
@@ -342,6 +347,7 @@ func (s *Service) finish(ctx context.Context, name string, attempt int, status, 
 	}
 	s.mu.Lock()
 	delete(s.heartbeats, name)
+	delete(s.diskFull, name)
 	s.mu.Unlock()
 	s.scopes.forget(name)
 	s.changed(name)
@@ -376,6 +382,12 @@ func (s *Service) SetOutputs(ctx context.Context, who auth.Principal, name strin
 		if err := s.requireSnapshot(id, "named."+k); err != nil {
 			return err
 		}
+	}
+	if err := checkSkipped(out, j.Outputs); err != nil {
+		return err
+	}
+	if err := s.checkOutputQuota(ctx, who, out); err != nil {
+		return err
 	}
 	raw, err := json.Marshal(out)
 	if err != nil {
@@ -421,4 +433,54 @@ func (s *Service) rankEnded(ctx context.Context, name string, attempt int, r Rep
 		return nil, nil
 	})
 	return over, err
+}
+
+// checkSkipped bounds a runner's list of skipped outputs: it is shown to
+// users as it is.
+func checkSkipped(out Outputs, declared map[string]json.RawMessage) error {
+	if len(out.Skipped) > MaxSkippedOutputs {
+		return Invalid("skipped: at most %d entries (got %d); count the rest in skipped_more", MaxSkippedOutputs, len(out.Skipped))
+	}
+	if out.SkippedMore < 0 {
+		return Invalid("skipped_more: %d is negative", out.SkippedMore)
+	}
+	for i, sk := range out.Skipped {
+		if _, ok := declared[sk.Output]; !ok && sk.Output != "outputs" {
+			return Invalid("skipped[%d].output: %q is neither outputs nor an output the job declares", i, sk.Output)
+		}
+		if len(sk.Path) > 4*snapshot.MaxPathLen || len(sk.Reason) > 1024 || !utf8.ValidString(sk.Path) || !utf8.ValidString(sk.Reason) {
+			return Invalid("skipped[%d]: path and reason must be UTF-8 of at most %d and 1024 bytes", i, 4*snapshot.MaxPathLen)
+		}
+	}
+	return nil
+}
+
+// checkOutputQuota refuses outputs that hold more than the per-job output
+// quota: the runner skips what is over it before uploading, so only a
+// runner that ignores its assignment gets here. It also refuses, to a run
+// token, snapshots its job did not make or receive: recorded as outputs
+// they would become readable to it (blobscope.go).
+func (s *Service) checkOutputQuota(ctx context.Context, who auth.Principal, out Outputs) error {
+	limit := s.outputLimits().JobBytes
+	var total int64
+	for _, id := range append(slices.Collect(maps.Values(out.Named)), out.Artifacts) {
+		if id == "" {
+			continue
+		}
+		m, err := s.GetSnapshot(ctx, who, id)
+		if CodeOf(err) == CodeNotFound {
+			return Invalid("outputs: snapshot %s is not stored; upload the outputs first", id)
+		}
+		if err != nil {
+			return err
+		}
+		total += m.TotalSize()
+	}
+	if limit <= 0 {
+		return nil
+	}
+	if total > limit {
+		return &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("outputs: they hold %d bytes, over the job's output quota of %d (ferry server --output-quota)", total, limit)}
+	}
+	return nil
 }

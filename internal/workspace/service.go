@@ -44,6 +44,10 @@ type Config struct {
 	LeaseTimeout time.Duration
 	// MaxSnapshotSize bounds one snapshot's total size. Zero means 1 GiB.
 	MaxSnapshotSize int64
+	// OutputQuota bounds the bytes of one job attempt's outputs, so that
+	// a job cannot fill the workspace's disk. Zero means DefaultOutputQuota;
+	// negative means no quota.
+	OutputQuota int64
 	// Sizes is the size catalog; nil means the built-in one.
 	Sizes *sizes.Catalog
 	// Providers gives pool computes (clusters) their machines; nil means
@@ -89,6 +93,11 @@ type Service struct {
 	targets    map[string]compute.Target
 	waiters    map[string]chan struct{} // per job: closed on any change
 	heartbeats map[string]time.Time     // per job: last word from its runner
+	// diskFull holds, per job, why the server could not store what its
+	// runner sent (a full disk): shown as the job's status reason until a
+	// write succeeds again. Kept in memory, as a full disk may refuse the
+	// store's writes too.
+	diskFull map[string]string
 
 	pmu         sync.Mutex               // guards the pool loop's memory below
 	delivered   map[string]bool          // node/job/attempt handed to its agent
@@ -113,6 +122,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	if cfg.MaxSnapshotSize == 0 {
 		cfg.MaxSnapshotSize = 1 << 30
+	}
+	if cfg.OutputQuota == 0 {
+		cfg.OutputQuota = DefaultOutputQuota
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -154,6 +166,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		targets:    map[string]compute.Target{},
 		waiters:    map[string]chan struct{}{},
 		heartbeats: map[string]time.Time{},
+		diskFull:   map[string]string{},
 		delivered:  map[string]bool{}, nodeWait: map[string]chan struct{}{},
 		launchFails: map[string]int{}, launchRetry: map[string]time.Time{}, launchErr: map[string]string{}, nodeTargets: map[string]int{},
 		preemptedAt: map[string]time.Time{}, preemptPolled: map[string]time.Time{},
@@ -175,6 +188,15 @@ func (s *Service) ListSizes() []sizes.Size { return s.cfg.Sizes.List() }
 
 // APIURL is the URL runners are told to use.
 func (s *Service) APIURL() string { return s.cfg.APIURL }
+
+// DefaultOutputQuota is the per-job output quota of a workspace that sets
+// none: 10 GiB.
+const DefaultOutputQuota = 10 << 30
+
+// outputLimits are the limits a runner applies to its attempt's outputs.
+func (s *Service) outputLimits() OutputLimits {
+	return OutputLimits{JobBytes: max(s.cfg.OutputQuota, 0), SnapshotBytes: s.cfg.MaxSnapshotSize}
+}
 
 // MaxSnapshotSize is the largest total size of one snapshot.
 func (s *Service) MaxSnapshotSize() int64 { return s.cfg.MaxSnapshotSize }
@@ -597,6 +619,9 @@ func (s *Service) jobView(ctx context.Context, rec store.Job) (*Job, error) {
 			unreadable("outputs", err)
 		}
 	}
+	if why := s.diskFullReason(rec.Name); why != "" && !IsTerminal(v.Status) {
+		v.StatusReason = why
+	}
 	latest, err := s.st.LatestMetrics(ctx, rec.Name)
 	if err != nil {
 		return nil, err
@@ -690,8 +715,13 @@ func (s *Service) AppendLog(ctx context.Context, who auth.Principal, name string
 		return size, Conflict("log offset %d is past the stored end %d; resend from %d", offset, size, size)
 	}
 	if err != nil {
+		err = noSpace(err, fmt.Sprintf("the log of job %s", name))
+		if CodeOf(err) == CodeNoSpace {
+			s.setDiskFull(name, "server disk full: log delivery paused; the job's node keeps its log and sends it when there is room again")
+		}
 		return 0, err
 	}
+	s.setDiskFull(name, "")
 	s.heard(name)
 	s.changed(name)
 	return size, nil
@@ -758,4 +788,27 @@ func (s *Service) ListMetrics(ctx context.Context, name, metric string) ([]Metri
 		out[i] = Metric{Name: m.Name, Value: m.Value, Step: m.Step, Time: m.Time}
 	}
 	return out, nil
+}
+
+// setDiskFull records why job's runner cannot deliver (a full disk), or
+// clears it when why is "". A change wakes those following the job.
+func (s *Service) setDiskFull(job, why string) {
+	s.mu.Lock()
+	old, had := s.diskFull[job]
+	if why == "" {
+		delete(s.diskFull, job)
+	} else {
+		s.diskFull[job] = why
+	}
+	s.mu.Unlock()
+	if (why == "" && had) || (why != "" && why != old) {
+		s.changed(job)
+	}
+}
+
+// diskFullReason says why job's runner cannot deliver now, or "".
+func (s *Service) diskFullReason(job string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.diskFull[job]
 }

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
@@ -51,7 +53,7 @@ func (s *Service) MissingBlobs(ctx context.Context, who auth.Principal, digests 
 }
 
 // PutBlob stores content that must hash to digest. A run token may read
-// back what it stored.
+// back what it stored, and its job is told when the disk is full.
 func (s *Service) PutBlob(ctx context.Context, who auth.Principal, digest string, r io.Reader) error {
 	if !blob.ValidDigest(digest) {
 		return Invalid("digest %q is not a lowercase hex SHA-256", digest)
@@ -67,7 +69,151 @@ func (s *Service) PutBlob(ctx context.Context, who auth.Principal, digest string
 	case err == nil:
 		s.grant(sc, digest, false)
 	}
+	return s.noteNoSpace(who, noSpace(err, "blob "+digest))
+}
+
+// noteNoSpace shows a full disk on the job of a run token that could not
+// upload, and clears it once an upload succeeds; it returns err.
+func (s *Service) noteNoSpace(who auth.Principal, err error) error {
+	if who.Kind != auth.KindRun {
+		return err
+	}
+	switch {
+	case err == nil:
+		s.setDiskFull(who.Subject, "")
+	case CodeOf(err) == CodeNoSpace:
+		s.setDiskFull(who.Subject, "server disk full: output upload paused; the job's node keeps its outputs and sends them when there is room again")
+	}
 	return err
+}
+
+// MaxBatchBlobs is the most blobs one PutBlobs stream may hold.
+const MaxBatchBlobs = 100_000
+
+// PutBlobs stores the blobs of a tar stream in one go: every entry is a
+// regular file named by the lowercase hex SHA-256 of its content. Each
+// blob is verified as it is written; the batch is made durable and
+// installed only once all of it has been read and verified, so a bad entry
+// stores nothing. It returns how many blobs the stream held.
+//
+// It is how clients send many small files: one request and one disk sync
+// for thousands of blobs instead of one of each per blob.
+func (s *Service) PutBlobs(ctx context.Context, who auth.Principal, r io.Reader) (int, error) {
+	sc, err := s.scopeOf(ctx, who)
+	if err != nil {
+		return 0, err
+	}
+	digests, err := s.putBlobs(r)
+	if err == nil {
+		for _, d := range digests {
+			s.grant(sc, d, false)
+		}
+	}
+	return len(digests), s.noteNoSpace(who, err)
+}
+
+// batchWorkers write a batch's small blobs at once: creating thousands of
+// files is bound by file-system latency more than by a CPU.
+const batchWorkers = 4
+
+func (s *Service) putBlobs(r io.Reader) ([]string, error) {
+	b := s.blobs.NewBatch()
+	defer b.Abort()
+	type item struct {
+		digest string
+		data   []byte
+	}
+	items := make(chan item, batchWorkers*4)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return firstErr != nil
+	}
+	put := func(digest string, r io.Reader) {
+		if _, err := b.Put(r, digest); err != nil {
+			if errors.Is(err, blob.ErrDigestMismatch) {
+				err = &Error{Code: CodeInvalid, Msg: fmt.Sprintf("blob batch: blob %s: the content does not hash to its name; nothing was stored", digest), Err: err}
+			}
+			fail(noSpace(err, "a batch of blobs"))
+		}
+	}
+	for range batchWorkers {
+		wg.Go(func() {
+			for it := range items {
+				put(it.digest, bytes.NewReader(it.data))
+			}
+		})
+	}
+	var digests []string
+	_, err := readBatch(tar.NewReader(r), s.cfg.MaxSnapshotSize, failed, func(h *tar.Header, tr io.Reader) error {
+		digests = append(digests, h.Name)
+		if h.Size > smallBatchBlob {
+			put(h.Name, tr) // streamed, not held in memory
+			return nil
+		}
+		data := make([]byte, h.Size)
+		if _, err := io.ReadFull(tr, data); err != nil {
+			return &Error{Code: CodeInvalid, Err: err, Msg: fmt.Sprintf("blob batch: blob %s: %v", h.Name, err)}
+		}
+		items <- item{h.Name, data}
+		return nil
+	})
+	close(items)
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	return digests, noSpace(b.Commit(), "a batch of blobs")
+}
+
+// smallBatchBlob is the size up to which a batch's blob is read into
+// memory and written by a worker.
+const smallBatchBlob = 1 << 20
+
+// readBatch checks every entry of a batch's tar stream and hands it to fn,
+// until the stream ends, fn fails or stop says to; it returns how many
+// entries it handed on.
+func readBatch(tr *tar.Reader, maxBlob int64, stop func() bool, fn func(*tar.Header, io.Reader) error) (int, error) {
+	n := 0
+	for !stop() {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			// The cause stays in the chain: a body over its limit is
+			// answered as such.
+			return 0, &Error{Code: CodeInvalid, Err: err, Msg: fmt.Sprintf("blob batch: entry %d: %v (send a tar stream of files named by their SHA-256)", n+1, err)}
+		}
+		switch {
+		case n >= MaxBatchBlobs:
+			return 0, Invalid("blob batch: more than %d blobs; send the rest in another batch", MaxBatchBlobs)
+		case h.Typeflag != tar.TypeReg:
+			return 0, Invalid("blob batch: entry %q is not a regular file", h.Name)
+		case !blob.ValidDigest(h.Name):
+			return 0, Invalid("blob batch: entry %q is not named by a lowercase hex SHA-256", h.Name)
+		case h.Size > maxBlob:
+			return 0, &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("blob batch: blob %s is %d bytes, over the limit of %d", h.Name, h.Size, maxBlob)}
+		}
+		if err := fn(h, tr); err != nil {
+			return 0, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // OpenBlob opens stored content that who may read.
@@ -126,7 +272,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, who auth.Principal, data [
 	if err == nil {
 		s.grant(sc, id, true)
 	}
-	return id, err
+	return id, noSpace(err, "the snapshot manifest")
 }
 
 // GetSnapshot returns a stored manifest that who may read.

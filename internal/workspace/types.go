@@ -71,6 +71,35 @@ type Event struct {
 type Outputs struct {
 	Artifacts string            `json:"artifacts,omitempty"`
 	Named     map[string]string `json:"named,omitempty"`
+	// Skipped lists the entries the runner left out because they were
+	// unsafe or over a limit (DESIGN.md section 7: outputs are never lost
+	// wholesale); SkippedMore counts those past MaxSkippedOutputs.
+	Skipped     []SkippedOutput `json:"skipped,omitempty"`
+	SkippedMore int             `json:"skipped_more,omitempty"`
+}
+
+// MaxSkippedOutputs is the most skipped entries one attempt may list.
+const MaxSkippedOutputs = 1000
+
+// SkippedOutput is an output entry the runner did not upload, and why.
+type SkippedOutput struct {
+	// Output is "outputs" for the working directory's ./outputs, else the
+	// name of a named output.
+	Output string `json:"output"`
+	Path   string `json:"path"` // relative to the output's directory
+	Reason string `json:"reason"`
+}
+
+// OutputLimits bound what a runner uploads of an attempt's outputs; the
+// runner checks them on the sizes the file system reports, before it
+// uploads anything, and skips what is over them.
+type OutputLimits struct {
+	// JobBytes is the most bytes all of an attempt's outputs may hold
+	// together: the per-job output quota (0: none).
+	JobBytes int64 `json:"job_bytes,omitempty"`
+	// SnapshotBytes is the most bytes one output directory may hold: the
+	// server's snapshot size limit (0: none).
+	SnapshotBytes int64 `json:"snapshot_bytes,omitempty"`
 }
 
 // Submission is a job to create: its spec plus the snapshots the client
@@ -127,6 +156,8 @@ type Assignment struct {
 	// puts it in ./outputs before the command starts, so a job that
 	// checkpoints there resumes.
 	ResumeOutputs string `json:"resume_outputs,omitempty"`
+	// OutputLimits bound the outputs the runner uploads.
+	OutputLimits OutputLimits `json:"output_limits"`
 }
 
 // Report is a runner's word on its attempt.

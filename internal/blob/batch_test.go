@@ -1,0 +1,71 @@
+package blob
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+)
+
+func TestBatchInstallsOnlyOnCommit(t *testing.T) {
+	s := newStore(t)
+	held := []byte("already held")
+	if _, _, err := s.Put(bytes.NewReader(held), ""); err != nil {
+		t.Fatal(err)
+	}
+	b := s.NewBatch()
+	contents := [][]byte{[]byte("one"), []byte("two"), []byte("one"), held, {}}
+	for _, c := range contents {
+		n, err := b.Put(bytes.NewReader(c), sum(c))
+		if err != nil || n != int64(len(c)) {
+			t.Fatalf("Put(%q) = %d, %v", c, n, err)
+		}
+	}
+	if _, err := b.Put(bytes.NewReader([]byte("liar")), sum([]byte("truth"))); !errors.Is(err, ErrDigestMismatch) {
+		t.Errorf("mismatched Put err = %v, want ErrDigestMismatch", err)
+	}
+	if _, err := b.Put(bytes.NewReader(held[:3]), sum(held)); !errors.Is(err, ErrDigestMismatch) {
+		t.Errorf("mismatched Put of held content err = %v, want ErrDigestMismatch", err)
+	}
+	if s.Has(sum([]byte("one"))) {
+		t.Error("a blob is visible before Commit")
+	}
+	if n := len(listTemps(t, s)); n != 3 {
+		t.Errorf("%d temporary files before Commit, want 3 (one, two, empty)", n)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range contents {
+		f, err := s.Open(sum(c))
+		if err != nil {
+			t.Fatalf("Open(%q): %v", c, err)
+		}
+		got, _ := io.ReadAll(f)
+		f.Close()
+		if !bytes.Equal(got, c) {
+			t.Errorf("blob %q holds %q", c, got)
+		}
+	}
+	if s.Has(sum([]byte("liar"))) || s.Has(sum([]byte("truth"))) {
+		t.Error("mismatched content was stored")
+	}
+	if temps := listTemps(t, s); len(temps) != 0 {
+		t.Errorf("temporary files left: %v", temps)
+	}
+}
+
+func TestBatchAbortLeavesNothing(t *testing.T) {
+	s := newStore(t)
+	b := s.NewBatch()
+	if _, err := b.Put(bytes.NewReader([]byte("x")), sum([]byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Put(bytes.NewReader(nil), "NOT-A-DIGEST"); !errors.Is(err, ErrInvalidDigest) {
+		t.Errorf("invalid digest err = %v", err)
+	}
+	b.Abort()
+	if s.Has(sum([]byte("x"))) || len(listTemps(t, s)) != 0 {
+		t.Error("an aborted batch left a blob or a temporary file")
+	}
+}
