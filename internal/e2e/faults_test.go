@@ -5,7 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -86,10 +88,12 @@ func TestStreamSurvivesServerRestart(t *testing.T) {
 	}
 }
 
-// A runner that dies is noticed by its lease and its job is failed.
+// A runner that dies is noticed by its lease and its job is failed, and
+// the job's whole tree dies with the runner: the slot is not reused while
+// a grandchild of the job still runs.
 func TestLostRunnerFailsJob(t *testing.T) {
 	s := startServer(t, "--lease-timeout", "2s")
-	file := jobFile(t, "command: sleep 60\n", nil)
+	file := jobFile(t, "command: bash -c 'sleep 1000 & sleep 1000' & setsid sleep 1000 & echo forked; sleep 1000\n", nil)
 	name := strings.TrimSpace(s.mustFerry("job", "create", "-f", file).stdout)
 	s.waitStatus(name, "Running")
 	// Find the runner by its command line and kill it.
@@ -114,6 +118,40 @@ func TestLostRunnerFailsJob(t *testing.T) {
 	}
 	j := s.waitStatus(name, "Failed")
 	mustContain(t, "reason", j.StatusReason, "runner lost")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		left := jobProcs(name)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, p := range left {
+				var pid int
+				fmt.Sscan(p, &pid)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			t.Fatalf("processes of job %s outlived its runner:\n%s", name, strings.Join(left, "\n"))
+		}
+	}
+}
+
+// jobProcs are the live processes of a job, found by the FERRY_JOB_ID
+// that every process of it inherits.
+func jobProcs(name string) []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !slices.Contains(strings.Split(string(env), "\x00"), "FERRY_JOB_ID="+name) {
+			continue
+		}
+		st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if i := strings.LastIndexByte(string(st), ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		out = append(out, e.Name()+" "+strings.ReplaceAll(string(cmd), "\x00", " "))
+	}
+	return out
 }
 
 // Ctrl-C stops streaming, not the job.
