@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/compute"
@@ -164,6 +166,39 @@ func TestRunnerWritesAreFenced(t *testing.T) {
 	}
 	if err := s.AddMetrics(ctx, runPrincipal("b", 1), "a", []Metric{{Name: "x", Value: 1}}); CodeOf(err) != CodeForbidden {
 		t.Errorf("metrics into another job: %v", err)
+	}
+}
+
+// A runner's numbered metrics are recorded once however often a batch is
+// sent; only a run token numbers them.
+func TestNumberedMetricsAreRecordedOnce(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	submit(t, s, "a")
+	dispatch(t, s)
+	run := runPrincipal("a", 1)
+	batch := []Metric{{Name: "loss", Value: 1, Step: 1}, {Name: "loss", Value: 2, Step: 2}}
+	for range 2 {
+		if high, err := s.AddNumberedMetrics(ctx, run, "a", 1, batch); err != nil || high != 2 {
+			t.Fatalf("AddNumberedMetrics = %d, %v; want 2", high, err)
+		}
+	}
+	if _, err := s.AddNumberedMetrics(ctx, run, "a", 2, []Metric{batch[1], {Name: "loss", Value: 3, Step: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ListMetrics(ctx, "a", "loss")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []int64
+	for _, m := range got {
+		steps = append(steps, m.Step)
+	}
+	if d := cmp.Diff([]int64{1, 2, 3}, steps); d != "" {
+		t.Errorf("steps recorded (-want +got):\n%s", d)
+	}
+	if _, err := s.AddNumberedMetrics(ctx, owner, "a", 9, batch); CodeOf(err) != CodeInvalid {
+		t.Errorf("numbered metrics with an owner token: %v", err)
 	}
 }
 
