@@ -514,8 +514,9 @@ type MetricsRequest struct {
 	workspace.Metric
 	Metrics []workspace.Metric `json:"metrics,omitempty"`
 	// Seq, set by a runner, numbers the first of the values in its
-	// attempt's sequence (from 1): values already recorded under their
-	// numbers are skipped, so a batch sent again is recorded once.
+	// sequence (from 1; one per attempt and node rank, ?rank=): values
+	// already recorded under their numbers are skipped, so a batch sent
+	// again is recorded once.
 	Seq int64 `json:"seq,omitempty"`
 }
 
@@ -529,7 +530,11 @@ func (s *Server) addMetrics(r *http.Request, who auth.Principal) (any, error) {
 		ms = append(ms, req.Metric)
 	}
 	if req.Seq != 0 {
-		high, err := s.ws.AddNumberedMetrics(r.Context(), who, r.PathValue("name"), req.Seq, ms)
+		rank, err := rankOf(r)
+		if err != nil {
+			return nil, err
+		}
+		high, err := s.ws.AddNumberedMetrics(r.Context(), who, r.PathValue("name"), rank, req.Seq, ms)
 		if err != nil {
 			return nil, err
 		}

@@ -255,11 +255,12 @@ func (c *Client) Metrics(ctx context.Context, job, name string) ([]workspace.Met
 	return out, c.do(ctx, "GET", "/v1/jobs/"+url.PathEscape(job)+"/metrics?name="+url.QueryEscape(name), nil, &out)
 }
 
-// AddNumberedMetrics logs metric values numbered from first in the run
-// token's attempt; values the server already has under their numbers are
-// skipped (see api.MetricsRequest).
+// AddNumberedMetrics logs metric values numbered from first in the
+// sequence of the run token's attempt and the client's Rank; values the
+// server already has under their numbers are skipped (see
+// api.MetricsRequest).
 func (c *Client) AddNumberedMetrics(ctx context.Context, job string, first int64, ms []workspace.Metric) error {
-	return c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(job)+"/metrics", api.MetricsRequest{Metrics: ms, Seq: first}, nil)
+	return c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(job)+"/metrics"+c.rankQuery("?"), api.MetricsRequest{Metrics: ms, Seq: first}, nil)
 }
 
 // AddMetrics logs metric values.

@@ -677,28 +677,28 @@ func (s *Service) LogSize(ctx context.Context, who auth.Principal, name string, 
 
 // AddMetrics records metric values for a job.
 func (s *Service) AddMetrics(ctx context.Context, who auth.Principal, name string, ms []Metric) error {
-	_, err := s.addMetrics(ctx, who, name, 0, ms)
+	_, err := s.addMetrics(ctx, who, name, 0, 0, ms)
 	return err
 }
 
-// AddNumberedMetrics records metric values that the runner of the
-// caller's attempt numbered first, first+1, ...; values already recorded
+// AddNumberedMetrics records metric values that the runner of node rank of
+// the caller's attempt numbered first, first+1, ...; values already recorded
 // under their numbers are skipped, so a batch sent again after a lost
 // answer or a server restart is recorded once. It returns the highest
 // number recorded. Only a run token numbers metrics.
-func (s *Service) AddNumberedMetrics(ctx context.Context, who auth.Principal, name string, first int64, ms []Metric) (int64, error) {
+func (s *Service) AddNumberedMetrics(ctx context.Context, who auth.Principal, name string, rank int, first int64, ms []Metric) (int64, error) {
 	if who.Kind != auth.KindRun {
 		return 0, Invalid("seq: only a job's run token numbers its metrics; leave seq out")
 	}
 	if first < 1 {
 		return 0, Invalid("seq: the number of the first metric must be at least 1 (got %d)", first)
 	}
-	return s.addMetrics(ctx, who, name, first, ms)
+	return s.addMetrics(ctx, who, name, rank, first, ms)
 }
 
-// addMetrics records ms, numbered from first in the caller's attempt when
-// first is not 0.
-func (s *Service) addMetrics(ctx context.Context, who auth.Principal, name string, first int64, ms []Metric) (int64, error) {
+// addMetrics records ms, numbered from first in the sequence of the runner
+// of node rank of the caller's attempt when first is not 0.
+func (s *Service) addMetrics(ctx context.Context, who auth.Principal, name string, rank int, first int64, ms []Metric) (int64, error) {
 	if !who.MayWriteJob(name) {
 		return 0, Forbidden("this token may not write metrics of job %s", name)
 	}
@@ -733,7 +733,7 @@ func (s *Service) addMetrics(ctx context.Context, who auth.Principal, name strin
 	if first == 0 {
 		err = s.st.AddMetrics(ctx, name, recs)
 	} else {
-		high, err = s.st.AddNumberedMetrics(ctx, name, who.Attempt, first, recs)
+		high, err = s.st.AddNumberedMetrics(ctx, name, who.Attempt, rank, first, recs)
 	}
 	if err != nil {
 		return 0, err

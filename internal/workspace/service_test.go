@@ -179,11 +179,11 @@ func TestNumberedMetricsAreRecordedOnce(t *testing.T) {
 	run := runPrincipal("a", 1)
 	batch := []Metric{{Name: "loss", Value: 1, Step: 1}, {Name: "loss", Value: 2, Step: 2}}
 	for range 2 {
-		if high, err := s.AddNumberedMetrics(ctx, run, "a", 1, batch); err != nil || high != 2 {
+		if high, err := s.AddNumberedMetrics(ctx, run, "a", 0, 1, batch); err != nil || high != 2 {
 			t.Fatalf("AddNumberedMetrics = %d, %v; want 2", high, err)
 		}
 	}
-	if _, err := s.AddNumberedMetrics(ctx, run, "a", 2, []Metric{batch[1], {Name: "loss", Value: 3, Step: 3}}); err != nil {
+	if _, err := s.AddNumberedMetrics(ctx, run, "a", 0, 2, []Metric{batch[1], {Name: "loss", Value: 3, Step: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.ListMetrics(ctx, "a", "loss")
@@ -197,7 +197,7 @@ func TestNumberedMetricsAreRecordedOnce(t *testing.T) {
 	if d := cmp.Diff([]int64{1, 2, 3}, steps); d != "" {
 		t.Errorf("steps recorded (-want +got):\n%s", d)
 	}
-	if _, err := s.AddNumberedMetrics(ctx, owner, "a", 9, batch); CodeOf(err) != CodeInvalid {
+	if _, err := s.AddNumberedMetrics(ctx, owner, "a", 0, 9, batch); CodeOf(err) != CodeInvalid {
 		t.Errorf("numbered metrics with an owner token: %v", err)
 	}
 }

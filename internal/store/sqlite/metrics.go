@@ -34,7 +34,7 @@ func (s *Store) AddMetrics(ctx context.Context, job string, ms []store.Metric) e
 }
 
 // AddNumberedMetrics implements store.Store.
-func (s *Store) AddNumberedMetrics(ctx context.Context, job string, attempt int, first int64, ms []store.Metric) (int64, error) {
+func (s *Store) AddNumberedMetrics(ctx context.Context, job string, attempt, rank int, first int64, ms []store.Metric) (int64, error) {
 	if first < 1 {
 		return 0, fmt.Errorf("add metrics to job %q: sequence numbers start at 1, not %d", job, first)
 	}
@@ -43,7 +43,7 @@ func (s *Store) AddNumberedMetrics(ctx context.Context, job string, attempt int,
 		if err := jobExists(ctx, tx, job); err != nil {
 			return err
 		}
-		err := tx.QueryRowContext(ctx, `SELECT seq FROM metric_seqs WHERE job = ? AND attempt = ?`, job, attempt).Scan(&high)
+		err := tx.QueryRowContext(ctx, `SELECT seq FROM metric_seqs WHERE job = ? AND attempt = ? AND rank = ?`, job, attempt, rank).Scan(&high)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("add metrics to job %q: %w", job, err)
 		}
@@ -62,8 +62,8 @@ func (s *Store) AddNumberedMetrics(ctx context.Context, job string, attempt int,
 			}
 		}
 		high = first + int64(len(ms)) - 1
-		_, err = tx.ExecContext(ctx, `INSERT INTO metric_seqs (job, attempt, seq) VALUES (?, ?, ?)
-			ON CONFLICT (job, attempt) DO UPDATE SET seq = excluded.seq`, job, attempt, high)
+		_, err = tx.ExecContext(ctx, `INSERT INTO metric_seqs (job, attempt, rank, seq) VALUES (?, ?, ?, ?)
+			ON CONFLICT (job, attempt, rank) DO UPDATE SET seq = excluded.seq`, job, attempt, rank, high)
 		if err != nil {
 			return fmt.Errorf("add metrics to job %q: %w", job, err)
 		}
