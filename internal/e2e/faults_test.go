@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // The server is killed with SIGKILL while a local job runs; the job carries
@@ -183,5 +188,84 @@ func TestInterruptStopsStreamingNotTheJob(t *testing.T) {
 	j := s.waitStatus(name, "Canceled")
 	if j.StatusReason != "canceled by owner" {
 		t.Errorf("reason = %q, want who canceled", j.StatusReason)
+	}
+}
+
+// A job logs metrics while the server is down: the runner takes them,
+// keeps them in its queue, and once the server is back every point is
+// recorded exactly once, in order, before the job shows as ended.
+func TestMetricsSurviveServerOutage(t *testing.T) {
+	s := startServer(t)
+	gate := filepath.Join(t.TempDir(), "gate")
+	file := jobFile(t, fmt.Sprintf(`code: .
+command: python3 log.py %s
+`, gate), map[string]string{"log.py": `import json, os, sys, time, urllib.request
+
+def log(step):
+    req = urllib.request.Request(
+        os.environ["FERRY_API_URL"] + "/v1/jobs/" + os.environ["FERRY_JOB_ID"] + "/metrics",
+        data=json.dumps({"name": "loss", "value": 1.0 / step, "step": step}).encode(),
+        headers={"Authorization": "Bearer " + os.environ["FERRY_RUN_TOKEN"]}, method="POST")
+    urllib.request.urlopen(req, timeout=10).read()  # no retries: a failure fails the job
+
+for step in range(1, 21):
+    log(step)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+for step in range(21, 41):
+    log(step)
+    time.sleep(0.02)
+print("logged 40")
+`})
+	name := strings.TrimSpace(s.mustFerry("job", "create", "-f", file).stdout)
+	metrics := func() []workspace.Metric {
+		t.Helper()
+		code, body := s.call("GET", "/v1/jobs/"+name+"/metrics", s.token, nil)
+		var ms []workspace.Metric
+		if code != 200 || json.Unmarshal(body, &ms) != nil {
+			t.Fatalf("GET metrics: %d %s", code, body)
+		}
+		return ms
+	}
+	for deadline := time.Now().Add(time.Minute); len(metrics()) < 20; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(s.dir, "runs", name, "1", "std.log"))
+			rlog, _ := os.ReadFile(filepath.Join(s.dir, "runs", name, "1", "runner.log"))
+			t.Fatalf("the first 20 points did not arrive: %v\njob log:\n%s\nrunner log:\n%s", metrics(), log, rlog)
+		}
+	}
+
+	s.kill9()
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The job logs the other 20 points while the server is down.
+	queue := filepath.Join(s.dir, "runs", name, "1", "metrics.jsonl")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		data, _ := os.ReadFile(queue)
+		if strings.Count(string(data), "\n") == 40 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the runner did not queue 40 points in %s:\n%s", queue, data)
+		}
+	}
+	time.Sleep(3 * time.Second) // an outage of some seconds: the runner keeps retrying
+	s.start()
+
+	j := s.waitStatus(name, "Completed", "Failed")
+	if j.Status != "Completed" {
+		t.Fatalf("job = %+v\n%s", j, s.mustFerry("job", "stream", name).stdout)
+	}
+	var steps []int64
+	for _, m := range metrics() {
+		steps = append(steps, m.Step)
+	}
+	var want []int64
+	for i := int64(1); i <= 40; i++ {
+		want = append(want, i)
+	}
+	if d := cmp.Diff(want, steps); d != "" {
+		t.Fatalf("steps recorded (-want +got):\n%s", d)
 	}
 }

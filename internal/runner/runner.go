@@ -12,6 +12,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,6 +75,7 @@ type runner struct {
 	wd    string
 	spool string
 
+	jobAPI   string         // the job's FERRY_API_URL: the metrics endpoint (metrics.go)
 	docker   *docker.Engine // the node's engine, for image environments
 	canceled atomic.Bool    // the server or the node asked the job to stop
 
@@ -161,8 +163,16 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 	jobCtx, cancelJob := context.WithCancel(ctx)
 	defer cancelJob()
 	go r.watch(jobCtx, cancelJob)
+	finishMetrics := r.startMetrics(ctx)
 
 	res, p := r.prepareAndExecute(ctx, jobCtx, a, spool)
+	// The job has ended: the final report waits until what it logged is
+	// delivered, so its metrics are all there when it shows as ended.
+	defer func() {
+		if err := finishMetrics(ctx); err != nil {
+			r.log.Error("metrics not all delivered; they stay in the attempt's folder", "file", MetricsQueueName, "err", err)
+		}
+	}()
 
 	var outErr error
 	if p != nil {
@@ -376,7 +386,7 @@ func (r *runner) jobVars(j *spec.Job) []string {
 		"FERRY_JOB_ID="+r.cfg.Job,
 		"FERRY_ATTEMPT="+strconv.Itoa(r.cfg.Attempt),
 		"FERRY_OUTPUTS_DIR="+filepath.Join(r.wd, "outputs"),
-		"FERRY_API_URL="+r.cfg.APIURL,
+		"FERRY_API_URL="+cmp.Or(r.jobAPI, r.cfg.APIURL),
 		"FERRY_RUN_TOKEN="+r.cfg.RunToken,
 	)
 }
