@@ -32,6 +32,10 @@ type Client struct {
 	// whose log StreamLogs reads (0: single-node jobs, and rank 0 of
 	// multi-node ones).
 	Rank int
+	// Heard, when set, is called each time the server answers, whatever
+	// the answer: a runner measures how long its server has been silent
+	// with it. A gateway's 502, 503 or 504 is not the server answering.
+	Heard func()
 }
 
 // New returns a client of the workspace at baseURL.
@@ -83,6 +87,9 @@ func (c *Client) request(ctx context.Context, method, path string, body io.Reade
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach the Ferry workspace at %s: %w", c.base, err)
+	}
+	if h := c.Heard; h != nil && (resp.StatusCode < 502 || resp.StatusCode > 504) {
+		h()
 	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()

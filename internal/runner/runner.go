@@ -56,8 +56,14 @@ type Config struct {
 	// HeartbeatEvery is how often the runner renews its lease.
 	HeartbeatEvery time.Duration
 	// Cancel, when closed, stops the job as if the server had canceled it
-	// (the runner closes it on SIGTERM).
+	// (the runner closes it on SIGTERM); the runner then ends once the
+	// job has had CancelGrace and the runner a few seconds to report
+	// (lifetime.go).
 	Cancel <-chan struct{}
+	// GiveUpAfter is how long the server may be silent before the runner
+	// stops the job, keeps its final report on disk and ends
+	// (lifetime.go); 0 means DefaultGiveUpAfter.
+	GiveUpAfter time.Duration
 	Log    *slog.Logger
 }
 
@@ -81,10 +87,12 @@ type runner struct {
 
 	reports chan workspace.Report // sent in order by one goroutine
 	sent    chan struct{}         // closed when reports are all sent
+	lastErr error                 // of the last report sent, once sent is closed
 }
 
 // Run runs the attempt to its end and reports it. It returns an error only
-// when it could not tell the server how the attempt ended.
+// when it could not tell the server how the attempt ended; the report is
+// then in FinalReportName in the attempt's folder.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.CancelGrace == 0 {
 		cfg.CancelGrace = 10 * time.Second
@@ -92,23 +100,35 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.HeartbeatEvery == 0 {
 		cfg.HeartbeatEvery = 2 * time.Second
 	}
+	if cfg.GiveUpAfter <= 0 {
+		cfg.GiveUpAfter = DefaultGiveUpAfter
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	r := &runner{cfg: cfg, c: cfg.Client, log: cfg.Log.With("job", cfg.Job, "attempt", cfg.Attempt),
 		wd: filepath.Join(cfg.Dir, WorkDirName), spool: filepath.Join(cfg.Dir, LogName),
 		reports: make(chan workspace.Report, 8), sent: make(chan struct{})}
+	ctx, end := context.WithCancelCause(ctx)
+	defer end(nil)
+	h := &heardClock{}
+	h.heard()
+	cfg.Client.Heard = h.heard
+	go r.lifetime(ctx, end, h)
 	go r.sendReports(ctx)
 
-	final := r.run(ctx)
+	final := gaveUp(r.run(ctx), context.Cause(ctx))
 	r.reports <- final
 	close(r.reports)
-	select {
-	case <-r.sent:
-	case <-ctx.Done():
-		return fmt.Errorf("final status %s not delivered: %w", final.Status, ctx.Err())
+	<-r.sent // sendReports ends when ctx does
+	if r.lastErr == nil {
+		return nil
 	}
-	return nil
+	err := fmt.Errorf("final status %s not delivered: %w", final.Status, r.lastErr)
+	if kerr := r.keepFinalReport(final); kerr != nil {
+		return errors.Join(err, fmt.Errorf("keeping the final report in %s: %w", FinalReportName, kerr))
+	}
+	return fmt.Errorf("%w; it is kept in %s", err, filepath.Join(r.cfg.Dir, FinalReportName))
 }
 
 // sendReports delivers reports in order, each retried until the server
@@ -119,9 +139,14 @@ func (r *runner) sendReports(ctx context.Context) {
 		err := client.Retry(ctx, 5*time.Second, func() error {
 			return r.c.ReportStatus(ctx, r.cfg.Job, r.cfg.Attempt, rep)
 		})
-		if err != nil {
+		if s := client.StatusOf(err); s >= 400 && s < 500 {
+			// Refused, not undelivered: keeping it would not change that.
 			r.log.Error("report refused", "status", rep.Status, "err", err)
+			err = nil
+		} else if err != nil {
+			r.log.Error("report not delivered", "status", rep.Status, "err", err)
 		}
+		r.lastErr = err
 	}
 }
 
