@@ -64,7 +64,7 @@ type Config struct {
 	// stops the job, keeps its final report on disk and ends
 	// (lifetime.go); 0 means DefaultGiveUpAfter.
 	GiveUpAfter time.Duration
-	Log    *slog.Logger
+	Log         *slog.Logger
 }
 
 // File names inside an attempt's directory.
