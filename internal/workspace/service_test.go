@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +28,14 @@ type fakeTarget struct {
 	capacity int
 	launched []compute.Launch
 	fail     error
+	kept     map[string][]byte // "job/attempt" -> a final report a runner kept
+}
+
+func (f *fakeTarget) FinalReport(job string, attempt int) ([]byte, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	data, ok := f.kept[fmt.Sprintf("%s/%d", job, attempt)]
+	return data, ok
 }
 
 func (f *fakeTarget) Type() string                             { return "fake" }
@@ -264,6 +274,31 @@ func TestSilentRunnerLosesItsLease(t *testing.T) {
 	// A runner that comes back late is told to stop.
 	if hb, err := s.Heartbeat(ctx, runPrincipal("a", 1), "a", 1); err != nil || !hb.Cancel {
 		t.Fatalf("heartbeat after the lease ended: %+v %v", hb, err)
+	}
+}
+
+// A silent attempt whose runner kept its final report on the target (it
+// gave up on the server) ends as that report says, not as lost.
+func TestSilentRunnerFinalReportIsCollected(t *testing.T) {
+	ctx := context.Background()
+	target := &fakeTarget{capacity: 2, kept: map[string][]byte{
+		"a/1": []byte(`{"status": "Completed", "reason": "exit code 0", "exit_code": 0}`),
+		"b/1": []byte(`{"status": "Running"}`), // not an end: ignored
+	}}
+	s, clk := newService(t, target)
+	submit(t, s, "a")
+	submit(t, s, "b")
+	dispatch(t, s)
+	clk.advance(11 * time.Second)
+	if err := s.expireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := status(t, s, "a")
+	if a.Status != StatusCompleted || a.ExitCode == nil || *a.ExitCode != 0 || !strings.Contains(a.StatusReason, "final report") {
+		t.Errorf("a with a kept report: %+v", a)
+	}
+	if b := status(t, s, "b"); b.Status != StatusFailed || !strings.Contains(b.StatusReason, "runner lost") {
+		t.Errorf("b with a kept non-final report: %+v", b)
 	}
 }
 
