@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -58,6 +59,10 @@ type Config struct {
 	// server is away (default 5s).
 	PollWait   time.Duration
 	MaxBackoff time.Duration
+	// GiveUpAfter is how long the server may be unreachable before the
+	// agent gives up and exits with ErrServerGone (default a day); its
+	// runners keep going and give up on their own.
+	GiveUpAfter time.Duration
 	// Clock is the time source of heartbeats, retries and the watch of
 	// adopted runners (default: the real clock).
 	Clock Clock
@@ -87,6 +92,8 @@ var (
 	// no longer knows the node (401, 403 or 404 to a heartbeat or poll).
 	// The node's runners keep going and report on their own.
 	ErrForgotten = errors.New("the server has forgotten this node")
+	// ErrServerGone: the server has not answered for GiveUpAfter.
+	ErrServerGone = errors.New("the server has not answered for too long")
 )
 
 // Times that are not worth a flag.
@@ -110,6 +117,7 @@ type agent struct {
 	node      string
 	nodeToken string // secret
 	every     time.Duration
+	heard     atomic.Int64 // when the server last answered, Unix nanoseconds of clock
 
 	mu      sync.Mutex
 	running map[key]*proc
@@ -130,8 +138,9 @@ type agent struct {
 // Run runs the agent until the server asks it to drain and nothing runs
 // any more (nil), ctx ends (nil: SIGTERM stops the agent, never its
 // runners), or the server refuses the node (ErrJoinRefused,
-// ErrForgotten). A server that cannot be reached is waited for, however
-// long. Run holds a lock on Dir: one agent per directory.
+// ErrForgotten). A server that cannot be reached is waited for up to
+// GiveUpAfter (ErrServerGone). Run holds a lock on Dir: one agent per
+// directory.
 func Run(ctx context.Context, cfg Config) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -154,6 +163,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer unlock()
 
 	a.adopt()
+	a.heard.Store(a.clock.Now().UnixNano())
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
@@ -235,6 +245,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = filepath.Join(cfg.Dir, "cache")
+	}
+	if cfg.GiveUpAfter <= 0 {
+		cfg.GiveUpAfter = 24 * time.Hour
 	}
 	if cfg.EnvCacheDir == "" {
 		cfg.EnvCacheDir = filepath.Join(cfg.Dir, "env-cache")
@@ -332,7 +345,9 @@ func (a *agent) join(ctx context.Context, facts nodeproto.Facts) error {
 		case !transient(err):
 			return fmt.Errorf("%w (check the join token in FERRY_JOIN_TOKEN and --server): %w", ErrJoinRefused, err)
 		}
-		out.failed(a, err)
+		if err := out.failed(a, err); err != nil {
+			return err
+		}
 		if !a.sleep(ctx, b.next()) {
 			return ctx.Err()
 		}
@@ -370,7 +385,10 @@ func (a *agent) heartbeats(ctx context.Context, fatal chan<- error) {
 			fatal <- a.forgottenError("heartbeat", err)
 			return
 		default:
-			out.failed(a, err)
+			if err := out.failed(a, err); err != nil {
+				fatal <- err
+				return
+			}
 			wait = min(b.next(), a.every)
 		}
 		if !a.sleep(ctx, wait) {
@@ -464,7 +482,10 @@ func (a *agent) poll(ctx context.Context, fatal chan<- error) {
 			fatal <- a.forgottenError("poll", err)
 			return
 		default:
-			out.failed(a, err)
+			if err := out.failed(a, err); err != nil {
+				fatal <- err
+				return
+			}
 			wait = b.next()
 		}
 		if wait > 0 && !a.sleep(ctx, wait) {

@@ -441,6 +441,38 @@ func TestServerOutage(t *testing.T) {
 	}
 }
 
+// An agent whose server stays away past GiveUpAfter exits with
+// ErrServerGone, and leaves its runners running: they give up on their own.
+func TestAgentGivesUpOnSilentServer(t *testing.T) {
+	fs := newFakeServer(t, nil)
+	dir := t.TempDir()
+	ta := startAgent(t, fs, dir, func(c *Config) { c.GiveUpAfter = time.Minute })
+	fs.set(func(fs *fakeServer) {
+		fs.assign = []nodeproto.Assignment{{Job: "j", Attempt: 1, RunToken: "run-secret-1"}}
+	})
+	pid := runnerPID(t, runDir(dir, "j", 1))
+	fs.set(func(fs *fakeServer) { fs.down = true })
+	if err := ta.wait(); !errors.Is(err, ErrServerGone) {
+		t.Fatalf("Run = %v, want ErrServerGone", err)
+	}
+	if !running(pid) {
+		t.Error("the runner stopped with the agent")
+	}
+
+	// An agent that never reached its server gives up too.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ta = startAgent(t, &fakeServer{URL: "http://" + addr, joinToken: "join-secret-7f3a", nodeToken: "node-secret-91c2"},
+		t.TempDir(), func(c *Config) { c.GiveUpAfter = time.Minute })
+	if err := ta.wait(); !errors.Is(err, ErrServerGone) {
+		t.Fatalf("Run without a server = %v, want ErrServerGone", err)
+	}
+}
+
 func TestJoinWaitsForTheServer(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

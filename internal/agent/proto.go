@@ -145,16 +145,24 @@ type outage struct {
 	failures int
 }
 
-func (o *outage) failed(a *agent, err error) {
+// failed notes a failed call, and returns ErrServerGone once the server
+// has not answered for GiveUpAfter.
+func (o *outage) failed(a *agent, err error) error {
+	if silent := a.clock.Now().Sub(time.Unix(0, a.heard.Load())); silent > a.cfg.GiveUpAfter {
+		a.log.Error("giving up: the server has not answered; exiting, runners keep going", "for", silent.Round(time.Second), "give_up_after", a.cfg.GiveUpAfter)
+		return fmt.Errorf("%w (%s, --give-up-after %s): %w", ErrServerGone, silent.Round(time.Second), a.cfg.GiveUpAfter, err)
+	}
 	if o.failures == 0 {
 		a.log.Warn("cannot reach the server; retrying, runners keep going", "call", o.what, "err", err)
 	} else {
 		a.log.Debug("server still unreachable", "call", o.what, "err", err)
 	}
 	o.failures++
+	return nil
 }
 
 func (o *outage) ok(a *agent) {
+	a.heard.Store(a.clock.Now().UnixNano())
 	if o.failures > 0 {
 		a.log.Info("server reachable again", "call", o.what, "failed_tries", o.failures)
 	}

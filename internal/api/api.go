@@ -523,6 +523,11 @@ func (s *Server) streamLogs(w http.ResponseWriter, r *http.Request, _ auth.Princ
 type MetricsRequest struct {
 	workspace.Metric
 	Metrics []workspace.Metric `json:"metrics,omitempty"`
+	// Seq, set by a runner, numbers the first of the values in its
+	// sequence (from 1; one per attempt and node rank, ?rank=): values
+	// already recorded under their numbers are skipped, so a batch sent
+	// again is recorded once.
+	Seq int64 `json:"seq,omitempty"`
 }
 
 func (s *Server) addMetrics(r *http.Request, who auth.Principal) (any, error) {
@@ -533,6 +538,17 @@ func (s *Server) addMetrics(r *http.Request, who auth.Principal) (any, error) {
 	ms := req.Metrics
 	if req.Name != "" {
 		ms = append(ms, req.Metric)
+	}
+	if req.Seq != 0 {
+		rank, err := rankOf(r)
+		if err != nil {
+			return nil, err
+		}
+		high, err := s.ws.AddNumberedMetrics(r.Context(), who, r.PathValue("name"), rank, req.Seq, ms)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]int64{"recorded": int64(len(ms)), "seq": high}, nil
 	}
 	if err := s.ws.AddMetrics(r.Context(), who, r.PathValue("name"), ms); err != nil {
 		return nil, err

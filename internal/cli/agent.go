@@ -73,6 +73,7 @@ when the server refuses it.`,
 	f.StringVar(&cfg.EnvCacheDir, "env-cache", "", "the node's built environments (default DIR/env-cache)")
 	f.StringVar(&cfg.EnvCacheSize, "env-cache-size", "50g", "bound of the built environments; least recently used ones above it are removed")
 	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "time a canceled job gets between SIGTERM and SIGKILL")
+	f.DurationVar(&cfg.GiveUpAfter, "give-up-after", 24*time.Hour, "exit when the server has not answered for this long (runners keep going and give up on their own)")
 	f.StringVar(&cfg.Address, "address", "", "address other nodes reach this one at (default: the IP toward the server)")
 	for _, n := range []string{"server", "dir"} {
 		_ = cmd.MarkFlagRequired(n)

@@ -97,7 +97,8 @@ func (a *app) runnerCmd() *cobra.Command {
 			}
 			os.Unsetenv("FERRY_RUN_TOKEN")
 			// The runner is a daemon in its own session: a hang-up is no
-			// reason to stop, and SIGTERM/SIGINT mean "cancel the job".
+			// reason to stop, and SIGTERM/SIGINT mean "cancel the job and
+			// end after the grace".
 			signal.Ignore(syscall.SIGHUP)
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
@@ -133,6 +134,7 @@ func (a *app) runnerCmd() *cobra.Command {
 	f.StringVar(&cfg.EnvCacheDir, "env-cache", "", "the node's built environments")
 	f.StringVar(&envCacheSize, "env-cache-size", "", "evict least recently used environments above this size (such as 50g)")
 	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "SIGTERM to SIGKILL grace on cancel")
+	f.DurationVar(&cfg.GiveUpAfter, "give-up-after", runner.DefaultGiveUpAfter, "stop the job and end, keeping the final report in the attempt's directory, when the server has not answered for this long")
 	for _, n := range []string{"api", "job", "attempt", "dir", "cache", "env-cache"} {
 		_ = cmd.MarkFlagRequired(n)
 	}

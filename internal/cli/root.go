@@ -20,6 +20,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/runner"
 	"github.com/ferry-ml/ferry/internal/selfexe"
 	"github.com/ferry-ml/ferry/internal/server"
 )
@@ -46,6 +47,11 @@ type app struct {
 
 // Run runs the ferry command line and returns the process exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == runner.ShimCommand {
+		// The supervisor of a host job (runner.ShimMain): its arguments
+		// are the job's command line, which no flag parser may touch.
+		return runner.ShimMain(args[1:])
+	}
 	a := &app{stdout: stdout, stderr: stderr, getenv: os.Getenv}
 	root := a.rootCmd()
 	root.SetArgs(args)

@@ -33,6 +33,10 @@ type Client struct {
 	// whose log StreamLogs reads (0: single-node jobs, and rank 0 of
 	// multi-node ones).
 	Rank int
+	// Heard, when set, is called each time the server answers, whatever
+	// the answer: a runner measures how long its server has been silent
+	// with it. A gateway's 502, 503 or 504 is not the server answering.
+	Heard func()
 }
 
 // New returns a client of the workspace at baseURL.
@@ -84,6 +88,9 @@ func (c *Client) request(ctx context.Context, method, path string, body io.Reade
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach the Ferry workspace at %s: %w", c.base, err)
+	}
+	if h := c.Heard; h != nil && (resp.StatusCode < 502 || resp.StatusCode > 504) {
+		h()
 	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
@@ -260,6 +267,14 @@ func (c *Client) StreamLogs(ctx context.Context, name string, offset int64, foll
 func (c *Client) Metrics(ctx context.Context, job, name string) ([]workspace.Metric, error) {
 	var out []workspace.Metric
 	return out, c.do(ctx, "GET", "/v1/jobs/"+url.PathEscape(job)+"/metrics?name="+url.QueryEscape(name), nil, &out)
+}
+
+// AddNumberedMetrics logs metric values numbered from first in the
+// sequence of the run token's attempt and the client's Rank; values the
+// server already has under their numbers are skipped (see
+// api.MetricsRequest).
+func (c *Client) AddNumberedMetrics(ctx context.Context, job string, first int64, ms []workspace.Metric) error {
+	return c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(job)+"/metrics"+c.rankQuery("?"), api.MetricsRequest{Metrics: ms, Seq: first}, nil)
 }
 
 // AddMetrics logs metric values.

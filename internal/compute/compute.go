@@ -44,3 +44,12 @@ type Target interface {
 	Capacity() int
 	Launch(ctx context.Context, l Launch) error
 }
+
+// FinalReports is an optional power of a target whose runners keep, on
+// the target's machine, the final report they could not deliver (a runner
+// that gave up on a silent server). FinalReport returns the report of an
+// attempt as JSON, as the runner would have sent it, and true when there
+// is one. The workspace asks before it fails a silent attempt as lost.
+type FinalReports interface {
+	FinalReport(job string, attempt int) ([]byte, bool)
+}

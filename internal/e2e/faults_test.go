@@ -1,13 +1,20 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // The server is killed with SIGKILL while a local job runs; the job carries
@@ -86,10 +93,12 @@ func TestStreamSurvivesServerRestart(t *testing.T) {
 	}
 }
 
-// A runner that dies is noticed by its lease and its job is failed.
+// A runner that dies is noticed by its lease and its job is failed, and
+// the job's whole tree dies with the runner: the slot is not reused while
+// a grandchild of the job still runs.
 func TestLostRunnerFailsJob(t *testing.T) {
 	s := startServer(t, "--lease-timeout", "2s")
-	file := jobFile(t, "command: sleep 60\n", nil)
+	file := jobFile(t, "command: bash -c 'sleep 1000 & sleep 1000' & setsid sleep 1000 & echo forked; sleep 1000\n", nil)
 	name := strings.TrimSpace(s.mustFerry("job", "create", "-f", file).stdout)
 	s.waitStatus(name, "Running")
 	// Find the runner by its command line and kill it.
@@ -114,6 +123,40 @@ func TestLostRunnerFailsJob(t *testing.T) {
 	}
 	j := s.waitStatus(name, "Failed")
 	mustContain(t, "reason", j.StatusReason, "runner lost")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		left := jobProcs(name)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, p := range left {
+				var pid int
+				fmt.Sscan(p, &pid)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			t.Fatalf("processes of job %s outlived its runner:\n%s", name, strings.Join(left, "\n"))
+		}
+	}
+}
+
+// jobProcs are the live processes of a job, found by the FERRY_JOB_ID
+// that every process of it inherits.
+func jobProcs(name string) []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !slices.Contains(strings.Split(string(env), "\x00"), "FERRY_JOB_ID="+name) {
+			continue
+		}
+		st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if i := strings.LastIndexByte(string(st), ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		out = append(out, e.Name()+" "+strings.ReplaceAll(string(cmd), "\x00", " "))
+	}
+	return out
 }
 
 // Ctrl-C stops streaming, not the job.
@@ -145,5 +188,84 @@ func TestInterruptStopsStreamingNotTheJob(t *testing.T) {
 	j := s.waitStatus(name, "Canceled")
 	if j.StatusReason != "canceled by owner" {
 		t.Errorf("reason = %q, want who canceled", j.StatusReason)
+	}
+}
+
+// A job logs metrics while the server is down: the runner takes them,
+// keeps them in its queue, and once the server is back every point is
+// recorded exactly once, in order, before the job shows as ended.
+func TestMetricsSurviveServerOutage(t *testing.T) {
+	s := startServer(t)
+	gate := filepath.Join(t.TempDir(), "gate")
+	file := jobFile(t, fmt.Sprintf(`code: .
+command: python3 log.py %s
+`, gate), map[string]string{"log.py": `import json, os, sys, time, urllib.request
+
+def log(step):
+    req = urllib.request.Request(
+        os.environ["FERRY_API_URL"] + "/v1/jobs/" + os.environ["FERRY_JOB_ID"] + "/metrics",
+        data=json.dumps({"name": "loss", "value": 1.0 / step, "step": step}).encode(),
+        headers={"Authorization": "Bearer " + os.environ["FERRY_RUN_TOKEN"]}, method="POST")
+    urllib.request.urlopen(req, timeout=10).read()  # no retries: a failure fails the job
+
+for step in range(1, 21):
+    log(step)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+for step in range(21, 41):
+    log(step)
+    time.sleep(0.02)
+print("logged 40")
+`})
+	name := strings.TrimSpace(s.mustFerry("job", "create", "-f", file).stdout)
+	metrics := func() []workspace.Metric {
+		t.Helper()
+		code, body := s.call("GET", "/v1/jobs/"+name+"/metrics", s.token, nil)
+		var ms []workspace.Metric
+		if code != 200 || json.Unmarshal(body, &ms) != nil {
+			t.Fatalf("GET metrics: %d %s", code, body)
+		}
+		return ms
+	}
+	for deadline := time.Now().Add(time.Minute); len(metrics()) < 20; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(s.dir, "runs", name, "1", "std.log"))
+			rlog, _ := os.ReadFile(filepath.Join(s.dir, "runs", name, "1", "runner.log"))
+			t.Fatalf("the first 20 points did not arrive: %v\njob log:\n%s\nrunner log:\n%s", metrics(), log, rlog)
+		}
+	}
+
+	s.kill9()
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The job logs the other 20 points while the server is down.
+	queue := filepath.Join(s.dir, "runs", name, "1", "metrics.jsonl")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		data, _ := os.ReadFile(queue)
+		if strings.Count(string(data), "\n") == 40 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the runner did not queue 40 points in %s:\n%s", queue, data)
+		}
+	}
+	time.Sleep(3 * time.Second) // an outage of some seconds: the runner keeps retrying
+	s.start()
+
+	j := s.waitStatus(name, "Completed", "Failed")
+	if j.Status != "Completed" {
+		t.Fatalf("job = %+v\n%s", j, s.mustFerry("job", "stream", name).stdout)
+	}
+	var steps []int64
+	for _, m := range metrics() {
+		steps = append(steps, m.Step)
+	}
+	var want []int64
+	for i := int64(1); i <= 40; i++ {
+		want = append(want, i)
+	}
+	if d := cmp.Diff(want, steps); d != "" {
+		t.Fatalf("steps recorded (-want +got):\n%s", d)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,42 +30,73 @@ type process interface {
 	cleanup()
 }
 
-// hostProcess is a command in its own process group on this machine.
+// hostProcess is a command on this machine, run by a shim (shim.go) in a
+// process group of its own, so that the job's whole tree dies with the
+// runner.
 type hostProcess struct {
 	cmd  *exec.Cmd
-	pgid int
+	done chan struct{} // closed when the shim has ended
+	err  error         // of cmd.Wait, once done
 }
 
 func startHost(shellPath, command, dir string, env []string, spool *os.File) (*hostProcess, error) {
-	cmd := exec.Command(shellPath, "-c", command)
+	cmd := exec.Command(shimExe, shimArgs(shellPath, command)...)
 	cmd.Dir = dir
 	cmd.Env = env
 	// One file for both streams, opened O_APPEND: lines land in the order
 	// the job wrote them and nothing is lost if this runner dies.
 	cmd.Stdout, cmd.Stderr = spool, spool
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: shimParentDied}
+	p := &hostProcess{cmd: cmd, done: make(chan struct{})}
+	// The parent-death signal is sent when the thread that forked the
+	// shim ends, not the process: the thread is held until the shim ends.
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
 		return nil, err
 	}
-	return &hostProcess{cmd: cmd, pgid: cmd.Process.Pid}, nil
+	return p, nil
 }
 
 func (p *hostProcess) wait() (int, error) {
-	err := p.cmd.Wait()
-	return exitCode(p.cmd.ProcessState, err), nil
+	<-p.done
+	return exitCode(p.cmd.ProcessState, p.err), nil
 }
 
 func (p *hostProcess) stop(kill bool) {
 	sig := syscall.SIGTERM
 	if kill {
-		sig = syscall.SIGKILL
+		sig = shimKill
 	}
-	_ = syscall.Kill(-p.pgid, sig)
+	_ = p.cmd.Process.Signal(sig)
 }
 
-// cleanup kills the group: nothing the job started may outlive it and hold
-// the slot.
-func (p *hostProcess) cleanup() { _ = syscall.Kill(-p.pgid, syscall.SIGKILL) }
+// cleanup makes sure nothing the job started outlives it and holds the
+// slot: the shim kills what the job left when the job's shell ends, and
+// is told to kill the whole tree if it still runs.
+func (p *hostProcess) cleanup() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(shimKill)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+	}
+}
 
 // exitCode is the process's exit status, or 128+signal as shells report it.
 func exitCode(ps *os.ProcessState, err error) int {

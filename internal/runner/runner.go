@@ -12,6 +12,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,9 +57,15 @@ type Config struct {
 	// HeartbeatEvery is how often the runner renews its lease.
 	HeartbeatEvery time.Duration
 	// Cancel, when closed, stops the job as if the server had canceled it
-	// (the runner closes it on SIGTERM).
+	// (the runner closes it on SIGTERM); the runner then ends once the
+	// job has had CancelGrace and the runner a few seconds to report
+	// (lifetime.go).
 	Cancel <-chan struct{}
-	Log    *slog.Logger
+	// GiveUpAfter is how long the server may be silent before the runner
+	// stops the job, keeps its final report on disk and ends
+	// (lifetime.go); 0 means DefaultGiveUpAfter.
+	GiveUpAfter time.Duration
+	Log         *slog.Logger
 }
 
 // File names inside an attempt's directory.
@@ -75,16 +82,19 @@ type runner struct {
 	wd    string
 	spool string
 
+	jobAPI    string         // the job's FERRY_API_URL: the metrics endpoint (metrics.go)
 	docker    *docker.Engine // the node's engine, for image environments
 	canceled  atomic.Bool    // the server or the node asked the job to stop
 	preempted atomic.Bool    // the server asked because the node is preempted (resume.go)
 
 	reports chan workspace.Report // sent in order by one goroutine
 	sent    chan struct{}         // closed when reports are all sent
+	lastErr error                 // of the last report sent, once sent is closed
 }
 
 // Run runs the attempt to its end and reports it. It returns an error only
-// when it could not tell the server how the attempt ended.
+// when it could not tell the server how the attempt ended; the report is
+// then in FinalReportName in the attempt's folder.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.CancelGrace == 0 {
 		cfg.CancelGrace = 10 * time.Second
@@ -92,23 +102,35 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.HeartbeatEvery == 0 {
 		cfg.HeartbeatEvery = 2 * time.Second
 	}
+	if cfg.GiveUpAfter <= 0 {
+		cfg.GiveUpAfter = DefaultGiveUpAfter
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	r := &runner{cfg: cfg, c: cfg.Client, log: cfg.Log.With("job", cfg.Job, "attempt", cfg.Attempt),
 		wd: filepath.Join(cfg.Dir, WorkDirName), spool: filepath.Join(cfg.Dir, LogName),
 		reports: make(chan workspace.Report, 8), sent: make(chan struct{})}
+	ctx, end := context.WithCancelCause(ctx)
+	defer end(nil)
+	h := &heardClock{}
+	h.heard()
+	cfg.Client.Heard = h.heard
+	go r.lifetime(ctx, end, h)
 	go r.sendReports(ctx)
 
-	final := r.run(ctx)
+	final := gaveUp(r.run(ctx), context.Cause(ctx))
 	r.reports <- final
 	close(r.reports)
-	select {
-	case <-r.sent:
-	case <-ctx.Done():
-		return fmt.Errorf("final status %s not delivered: %w", final.Status, ctx.Err())
+	<-r.sent // sendReports ends when ctx does
+	if r.lastErr == nil {
+		return nil
 	}
-	return nil
+	err := fmt.Errorf("final status %s not delivered: %w", final.Status, r.lastErr)
+	if kerr := r.keepFinalReport(final); kerr != nil {
+		return errors.Join(err, fmt.Errorf("keeping the final report in %s: %w", FinalReportName, kerr))
+	}
+	return fmt.Errorf("%w; it is kept in %s", err, filepath.Join(r.cfg.Dir, FinalReportName))
 }
 
 // sendReports delivers reports in order, each retried until the server
@@ -119,9 +141,14 @@ func (r *runner) sendReports(ctx context.Context) {
 		err := client.Retry(ctx, 5*time.Second, func() error {
 			return r.c.ReportStatus(ctx, r.cfg.Job, r.cfg.Attempt, rep)
 		})
-		if err != nil {
+		if s := client.StatusOf(err); s >= 400 && s < 500 {
+			// Refused, not undelivered: keeping it would not change that.
 			r.log.Error("report refused", "status", rep.Status, "err", err)
+			err = nil
+		} else if err != nil {
+			r.log.Error("report not delivered", "status", rep.Status, "err", err)
 		}
+		r.lastErr = err
 	}
 }
 
@@ -163,8 +190,16 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 	jobCtx, cancelJob := context.WithCancel(ctx)
 	defer cancelJob()
 	go r.watch(jobCtx, cancelJob)
+	finishMetrics := r.startMetrics(ctx)
 
 	res, p := r.prepareAndExecute(ctx, jobCtx, a, spool)
+	// The job has ended: the final report waits until what it logged is
+	// delivered, so its metrics are all there when it shows as ended.
+	defer func() {
+		if err := finishMetrics(ctx); err != nil {
+			r.log.Error("metrics not all delivered; they stay in the attempt's folder", "file", MetricsQueueName, "err", err)
+		}
+	}()
 
 	var outErr error
 	if p != nil {
@@ -385,7 +420,7 @@ func (r *runner) jobVars(j *spec.Job) []string {
 		"FERRY_JOB_ID="+r.cfg.Job,
 		"FERRY_ATTEMPT="+strconv.Itoa(r.cfg.Attempt),
 		"FERRY_OUTPUTS_DIR="+filepath.Join(r.wd, "outputs"),
-		"FERRY_API_URL="+r.cfg.APIURL,
+		"FERRY_API_URL="+cmp.Or(r.jobAPI, r.cfg.APIURL),
 		"FERRY_RUN_TOKEN="+r.cfg.RunToken,
 	)
 }

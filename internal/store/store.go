@@ -239,6 +239,13 @@ type Store interface {
 
 	// AddMetrics appends metric values to a job; ErrNotFound if no such job.
 	AddMetrics(ctx context.Context, job string, ms []Metric) error
+	// AddNumberedMetrics appends ms, numbered first, first+1, ... in the
+	// sequence of the runner of node rank of the job's attempt, skipping
+	// those numbered at or below the highest number stored for that
+	// sequence (an earlier call stored them), all in one transaction. It
+	// returns the highest number stored; ErrNotFound if no such job. first
+	// must be ≥ 1.
+	AddNumberedMetrics(ctx context.Context, job string, attempt, rank int, first int64, ms []Metric) (int64, error)
 	// ListMetrics returns a job's values of one metric (all metrics if name
 	// is empty) in the order they were added.
 	ListMetrics(ctx context.Context, job, name string) ([]Metric, error)

@@ -197,10 +197,38 @@ func (s *Service) expireLeases(ctx context.Context) error {
 			// PreemptGrace bounds the wait, and it is no failure.
 			continue
 		}
+		if s.collectFinalReport(ctx, j) {
+			continue
+		}
 		why := fmt.Sprintf("runner lost: no word from it for %s", now.Sub(last).Round(time.Second))
 		s.finish(ctx, j.Name, j.Attempt, StatusFailed, why, nil, why)
 	}
 	return nil
+}
+
+// collectFinalReport ends a silent attempt with the final report its
+// runner kept on the target when it could not deliver it (it gave up on
+// the server), and says whether there was one.
+func (s *Service) collectFinalReport(ctx context.Context, j store.Job) bool {
+	t, err := s.target(ctx, j.Compute)
+	if err != nil {
+		return false
+	}
+	fr, ok := t.(compute.FinalReports)
+	if !ok {
+		return false
+	}
+	data, ok := fr.FinalReport(j.Name, j.Attempt)
+	if !ok {
+		return false
+	}
+	var rep Report
+	if err := json.Unmarshal(data, &rep); err != nil || !IsTerminal(rep.Status) {
+		s.log.Warn("a runner's kept final report is not one; the attempt is failed as lost", "job", j.Name, "attempt", j.Attempt, "err", err)
+		return false
+	}
+	s.log.Info("collected the final report a runner kept", "job", j.Name, "attempt", j.Attempt, "status", rep.Status)
+	return s.finish(ctx, j.Name, j.Attempt, rep.Status, rep.Reason+" (collected from the runner's final report)", rep.ExitCode, rep.Error) == nil
 }
 
 // fence checks that who may write the attempt of job and that the attempt

@@ -737,20 +737,42 @@ func (s *Service) LogSize(ctx context.Context, who auth.Principal, name string, 
 
 // AddMetrics records metric values for a job.
 func (s *Service) AddMetrics(ctx context.Context, who auth.Principal, name string, ms []Metric) error {
+	_, err := s.addMetrics(ctx, who, name, 0, 0, ms)
+	return err
+}
+
+// AddNumberedMetrics records metric values that the runner of node rank of
+// the caller's attempt numbered first, first+1, ...; values already recorded
+// under their numbers are skipped, so a batch sent again after a lost
+// answer or a server restart is recorded once. It returns the highest
+// number recorded. Only a run token numbers metrics.
+func (s *Service) AddNumberedMetrics(ctx context.Context, who auth.Principal, name string, rank int, first int64, ms []Metric) (int64, error) {
+	if who.Kind != auth.KindRun {
+		return 0, Invalid("seq: only a job's run token numbers its metrics; leave seq out")
+	}
+	if first < 1 {
+		return 0, Invalid("seq: the number of the first metric must be at least 1 (got %d)", first)
+	}
+	return s.addMetrics(ctx, who, name, rank, first, ms)
+}
+
+// addMetrics records ms, numbered from first in the sequence of the runner
+// of node rank of the caller's attempt when first is not 0.
+func (s *Service) addMetrics(ctx context.Context, who auth.Principal, name string, rank int, first int64, ms []Metric) (int64, error) {
 	if !who.MayWriteJob(name) {
-		return Forbidden("this token may not write metrics of job %s", name)
+		return 0, Forbidden("this token may not write metrics of job %s", name)
 	}
 	if len(ms) == 0 {
-		return Invalid("metrics: at least one metric is needed")
+		return 0, Invalid("metrics: at least one metric is needed")
 	}
-	if len(ms) > 10000 {
-		return Invalid("metrics: at most 10000 values per request (got %d)", len(ms))
+	if len(ms) > MaxMetricsPerRequest {
+		return 0, Invalid("metrics: at most %d values per request (got %d)", MaxMetricsPerRequest, len(ms))
 	}
 	now := s.now()
 	recs := make([]store.Metric, len(ms))
 	for i, m := range ms {
-		if strings.TrimSpace(m.Name) == "" || len(m.Name) > 255 {
-			return Invalid("metrics[%d].name: a metric needs a name of 1 to 255 characters", i)
+		if err := CheckMetric(m); err != nil {
+			return 0, Invalid("metrics[%d].%v", i, err)
 		}
 		if m.Time.IsZero() {
 			m.Time = now
@@ -759,18 +781,37 @@ func (s *Service) AddMetrics(ctx context.Context, who auth.Principal, name strin
 	}
 	rec, err := s.st.GetJob(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return NotFound("job %q does not exist", name)
+		return 0, NotFound("job %q does not exist", name)
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if IsTerminal(rec.Status) {
-		return Conflict("job %s is %s; metrics can only be logged while it runs", name, rec.Status)
+		return 0, Conflict("job %s is %s; metrics can only be logged while it runs", name, rec.Status)
 	}
-	if err := s.st.AddMetrics(ctx, name, recs); err != nil {
-		return err
+	var high int64
+	if first == 0 {
+		err = s.st.AddMetrics(ctx, name, recs)
+	} else {
+		high, err = s.st.AddNumberedMetrics(ctx, name, who.Attempt, rank, first, recs)
+	}
+	if err != nil {
+		return 0, err
 	}
 	s.changed(name)
+	return high, nil
+}
+
+// MaxMetricsPerRequest bounds the values of one request to log metrics.
+const MaxMetricsPerRequest = 10000
+
+// CheckMetric says what is wrong with a metric value a job logs, naming
+// the field; nil if nothing is. The runner checks with it too, before it
+// queues a value for a server that would refuse it.
+func CheckMetric(m Metric) error {
+	if strings.TrimSpace(m.Name) == "" || len(m.Name) > 255 {
+		return errors.New("name: a metric needs a name of 1 to 255 characters")
+	}
 	return nil
 }
 

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
@@ -24,6 +28,14 @@ type fakeTarget struct {
 	capacity int
 	launched []compute.Launch
 	fail     error
+	kept     map[string][]byte // "job/attempt" -> a final report a runner kept
+}
+
+func (f *fakeTarget) FinalReport(job string, attempt int) ([]byte, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	data, ok := f.kept[fmt.Sprintf("%s/%d", job, attempt)]
+	return data, ok
 }
 
 func (f *fakeTarget) Type() string                             { return "fake" }
@@ -167,6 +179,39 @@ func TestRunnerWritesAreFenced(t *testing.T) {
 	}
 }
 
+// A runner's numbered metrics are recorded once however often a batch is
+// sent; only a run token numbers them.
+func TestNumberedMetricsAreRecordedOnce(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	submit(t, s, "a")
+	dispatch(t, s)
+	run := runPrincipal("a", 1)
+	batch := []Metric{{Name: "loss", Value: 1, Step: 1}, {Name: "loss", Value: 2, Step: 2}}
+	for range 2 {
+		if high, err := s.AddNumberedMetrics(ctx, run, "a", 0, 1, batch); err != nil || high != 2 {
+			t.Fatalf("AddNumberedMetrics = %d, %v; want 2", high, err)
+		}
+	}
+	if _, err := s.AddNumberedMetrics(ctx, run, "a", 0, 2, []Metric{batch[1], {Name: "loss", Value: 3, Step: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ListMetrics(ctx, "a", "loss")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []int64
+	for _, m := range got {
+		steps = append(steps, m.Step)
+	}
+	if d := cmp.Diff([]int64{1, 2, 3}, steps); d != "" {
+		t.Errorf("steps recorded (-want +got):\n%s", d)
+	}
+	if _, err := s.AddNumberedMetrics(ctx, owner, "a", 0, 9, batch); CodeOf(err) != CodeInvalid {
+		t.Errorf("numbered metrics with an owner token: %v", err)
+	}
+}
+
 func TestLogAppendIsIdempotentByOffset(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newService(t, &fakeTarget{capacity: 1})
@@ -229,6 +274,31 @@ func TestSilentRunnerLosesItsLease(t *testing.T) {
 	// A runner that comes back late is told to stop.
 	if hb, err := s.Heartbeat(ctx, runPrincipal("a", 1), "a", 1); err != nil || !hb.Cancel {
 		t.Fatalf("heartbeat after the lease ended: %+v %v", hb, err)
+	}
+}
+
+// A silent attempt whose runner kept its final report on the target (it
+// gave up on the server) ends as that report says, not as lost.
+func TestSilentRunnerFinalReportIsCollected(t *testing.T) {
+	ctx := context.Background()
+	target := &fakeTarget{capacity: 2, kept: map[string][]byte{
+		"a/1": []byte(`{"status": "Completed", "reason": "exit code 0", "exit_code": 0}`),
+		"b/1": []byte(`{"status": "Running"}`), // not an end: ignored
+	}}
+	s, clk := newService(t, target)
+	submit(t, s, "a")
+	submit(t, s, "b")
+	dispatch(t, s)
+	clk.advance(11 * time.Second)
+	if err := s.expireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := status(t, s, "a")
+	if a.Status != StatusCompleted || a.ExitCode == nil || *a.ExitCode != 0 || !strings.Contains(a.StatusReason, "final report") {
+		t.Errorf("a with a kept report: %+v", a)
+	}
+	if b := status(t, s, "b"); b.Status != StatusFailed || !strings.Contains(b.StatusReason, "runner lost") {
+		t.Errorf("b with a kept non-final report: %+v", b)
 	}
 }
 

@@ -7,11 +7,13 @@ package local
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,7 +44,10 @@ type Target struct {
 	cfg Config
 }
 
-var _ compute.Target = (*Target)(nil)
+var (
+	_ compute.Target       = (*Target)(nil)
+	_ compute.FinalReports = (*Target)(nil)
+)
 
 // New returns a local target.
 func New(cfg Config) *Target {
@@ -132,4 +137,23 @@ func (t *Target) Launch(_ context.Context, l compute.Launch) error {
 	}
 	go func() { _ = cmd.Wait() }() // reap it while we live; init does after
 	return nil
+}
+
+// finalReportName is runner.FinalReportName; the target does not import
+// the runner for one name.
+const finalReportName = "final-report.json"
+
+// FinalReport implements compute.FinalReports: the report a runner that
+// gave up kept in its attempt's folder.
+func (t *Target) FinalReport(job string, attempt int) ([]byte, bool) {
+	if job == "" || job == "." || job == ".." || strings.ContainsAny(job, `/\`) {
+		return nil, false
+	}
+	f, err := os.Open(filepath.Join(t.cfg.RunsDir, job, strconv.Itoa(attempt), finalReportName))
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, 1<<20)) // a report is small; bound what is read
+	return data, err == nil
 }

@@ -3,6 +3,8 @@ package local
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -63,5 +65,29 @@ func TestAdmitRefusesWhatOneMachineCannotHonour(t *testing.T) {
 	}
 	if err := noDocker.Admit(&spec.Job{Command: "x"}, image); !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("a missing engine should say why: %v", err)
+	}
+}
+
+// The target hands over the final report a runner kept in its attempt's
+// folder, and reads nothing outside the runs folder.
+func TestFinalReport(t *testing.T) {
+	runs := t.TempDir()
+	tgt := New(Config{RunsDir: runs})
+	dir := filepath.Join(runs, "j", "2")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tgt.FinalReport("j", 2); ok {
+		t.Error("a report where the runner kept none")
+	}
+	want := `{"status": "Failed"}`
+	if err := os.WriteFile(filepath.Join(dir, "final-report.json"), []byte(want), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := tgt.FinalReport("j", 2); !ok || string(got) != want {
+		t.Errorf("FinalReport = %q, %v", got, ok)
+	}
+	if _, ok := tgt.FinalReport("..", 2); ok {
+		t.Error("a job name of .. was followed")
 	}
 }

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/ferry-ml/ferry/internal/store"
@@ -30,6 +31,48 @@ func (s *Store) AddMetrics(ctx context.Context, job string, ms []store.Metric) e
 		}
 		return nil
 	})
+}
+
+// AddNumberedMetrics implements store.Store.
+func (s *Store) AddNumberedMetrics(ctx context.Context, job string, attempt, rank int, first int64, ms []store.Metric) (int64, error) {
+	if first < 1 {
+		return 0, fmt.Errorf("add metrics to job %q: sequence numbers start at 1, not %d", job, first)
+	}
+	var high int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if err := jobExists(ctx, tx, job); err != nil {
+			return err
+		}
+		err := tx.QueryRowContext(ctx, `SELECT seq FROM metric_seqs WHERE job = ? AND attempt = ? AND rank = ?`, job, attempt, rank).Scan(&high)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("add metrics to job %q: %w", job, err)
+		}
+		skip := max(high-first+1, 0)
+		if skip >= int64(len(ms)) {
+			return nil
+		}
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO metrics (job, name, value, step, time) VALUES (?, ?, ?, ?, ?)`)
+		if err != nil {
+			return fmt.Errorf("add metrics to job %q: %w", job, err)
+		}
+		defer stmt.Close()
+		for _, m := range ms[skip:] {
+			if _, err := stmt.ExecContext(ctx, job, m.Name, floatArg(m.Value), m.Step, timeArg(m.Time)); err != nil {
+				return fmt.Errorf("add metric %q to job %q: %w", m.Name, job, err)
+			}
+		}
+		high = first + int64(len(ms)) - 1
+		_, err = tx.ExecContext(ctx, `INSERT INTO metric_seqs (job, attempt, rank, seq) VALUES (?, ?, ?, ?)
+			ON CONFLICT (job, attempt, rank) DO UPDATE SET seq = excluded.seq`, job, attempt, rank, high)
+		if err != nil {
+			return fmt.Errorf("add metrics to job %q: %w", job, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return high, nil
 }
 
 func scanMetric(s scanner) (store.Metric, error) {

@@ -105,6 +105,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Metrics/SpecialValues", testMetricsSpecialValues},
 		{"Metrics/Empty", testMetricsEmpty},
 		{"Metrics/NotFound", testMetricsNotFound},
+		{"Metrics/NumberedOnce", testMetricsNumberedOnce},
 
 		{"Environment/CreateGet", testEnvironmentCreateGet},
 		{"Environment/Conflict", testEnvironmentConflict},
@@ -919,6 +920,38 @@ func testMetricsAddList(t *testing.T, s store.Store) {
 	}
 	if ms := mustListMetrics(t, s, "j1", "f1"); ms == nil || len(ms) != 0 {
 		t.Errorf("ListMetrics of a metric never logged = %#v, want an empty, non-nil slice", ms)
+	}
+}
+
+// A runner that sends a numbered batch again (its answer was lost, the
+// server restarted) gets each value stored once; attempts and the
+// runners of an attempt's nodes number apart.
+func testMetricsNumberedOnce(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustCreateJob(t, s, testJob("j1"))
+	m := func(i int) store.Metric { return metric("loss", float64(i), int64(i)) }
+	add := func(attempt, rank int, first int64, ms ...store.Metric) {
+		t.Helper()
+		high, err := s.AddNumberedMetrics(ctx, "j1", attempt, rank, first, ms)
+		if err != nil {
+			t.Fatalf("AddNumberedMetrics(attempt %d, first %d): %v", attempt, first, err)
+		}
+		if want := first + int64(len(ms)) - 1; high < want {
+			t.Fatalf("AddNumberedMetrics(attempt %d, first %d) = %d, want at least %d", attempt, first, high, want)
+		}
+	}
+	add(1, 0, 1, m(1), m(2))
+	add(1, 0, 1, m(1), m(2))       // the same batch again
+	add(1, 0, 2, m(2), m(3), m(4)) // overlapping the stored ones
+	add(2, 0, 1, m(10))            // another attempt numbers from 1
+	add(1, 1, 1, m(20))            // so does the runner of another node
+	add(1, 0, 5, m(5))
+	want := []store.Metric{m(1), m(2), m(3), m(4), m(10), m(20), m(5)}
+	if d := diff(want, mustListMetrics(t, s, "j1", "")); d != "" {
+		t.Errorf("ListMetrics (-want +got):\n%s", d)
+	}
+	if _, err := s.AddNumberedMetrics(ctx, "nope", 1, 0, 1, []store.Metric{m(1)}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("AddNumberedMetrics of a missing job = %v, want ErrNotFound", err)
 	}
 }
 

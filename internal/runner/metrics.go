@@ -1,0 +1,329 @@
+package runner
+
+import (
+	"bufio"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/api"
+	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+// A job logs metrics by POSTing them to FERRY_API_URL with its run token.
+// FERRY_API_URL is the runner's own endpoint on the loopback interface,
+// not the server: the runner appends what the job logs to a queue file in
+// the attempt's folder, answers at once, and delivers the queue in order,
+// numbered, so that the server records each value once however often a
+// batch is sent again. A server that is down for a while loses no metric,
+// and the job is never held up by it. Every other call the job makes is
+// passed through to the server as it is.
+//
+// A container job shares the host's network, so the loopback endpoint is
+// the same for it; on a docker node the job runs in the runner's container.
+
+// MetricsQueueName is the queue of an attempt's metrics, in its folder:
+// one JSON object per line, numbered from 1.
+const MetricsQueueName = "metrics.jsonl"
+
+// queuedMetric is one line of the queue.
+type queuedMetric struct {
+	Seq int64 `json:"seq"`
+	workspace.Metric
+}
+
+// metricQueue is the durable, numbered queue of an attempt's metrics.
+type metricQueue struct {
+	path string
+	wake chan struct{} // a value was added, or the queue was closed
+
+	mu     sync.Mutex
+	f      *os.File
+	next   int64 // the number of the next value
+	closed bool
+}
+
+// openMetricQueue opens (or makes) the queue at path and goes on with its
+// numbering.
+func openMetricQueue(path string) (*metricQueue, error) {
+	q := &metricQueue{path: path, next: 1, wake: make(chan struct{}, 1)}
+	if f, err := os.Open(path); err == nil {
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var m queuedMetric
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m.Seq >= q.next {
+				q.next = m.Seq + 1
+			}
+		}
+		f.Close()
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	q.f = f
+	return q, nil
+}
+
+// add numbers ms and appends them to the queue, synced to disk, so that
+// once the job is told they are taken they survive the runner too.
+func (q *metricQueue) add(ms []workspace.Metric) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return errors.New("the job has ended; its metrics are no longer taken")
+	}
+	var buf []byte
+	for i, m := range ms {
+		line, err := json.Marshal(queuedMetric{Seq: q.next + int64(i), Metric: m})
+		if err != nil {
+			return fmt.Errorf("metrics[%d]: %w", i, err)
+		}
+		buf = append(append(buf, line...), '\n')
+	}
+	if _, err := q.f.Write(buf); err != nil {
+		return err
+	}
+	if err := q.f.Sync(); err != nil {
+		return err
+	}
+	q.next += int64(len(ms))
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// close takes no more values; what is queued is still delivered.
+func (q *metricQueue) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.closed {
+		q.closed = true
+		q.f.Close()
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// state is the number of the last value queued, and whether the queue is
+// closed.
+func (q *metricQueue) state() (last int64, closed bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.next - 1, q.closed
+}
+
+// maxMetricBatch bounds the values the sender posts at once.
+const maxMetricBatch = 1000
+
+// deliver sends the queue to the server in order, in batches, each retried
+// until the server takes it, and returns once the queue is closed and all
+// of it is delivered, or when ctx is done (what is left stays in the file).
+// A batch the server refuses as such (4xx) is dropped and logged: sending
+// it again would not change the answer, and it must not hold up the rest.
+func (q *metricQueue) deliver(ctx context.Context, send func(ctx context.Context, first int64, ms []workspace.Metric) error, log *slog.Logger) error {
+	f, err := os.Open(q.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 64<<10)
+	var sent int64 // the number of the last value delivered
+	var batch []workspace.Metric
+	var first int64
+	wait := 100 * time.Millisecond
+	for {
+		last, closed := q.state()
+		// Read up to a batch of the values queued so far. A value is
+		// counted only once add has written all of it, so no line is
+		// read half written.
+		for len(batch) < maxMetricBatch && sent+int64(len(batch)) < last {
+			line, err := br.ReadBytes('\n')
+			if err != nil {
+				return fmt.Errorf("reading the metrics queue: %w", err)
+			}
+			var m queuedMetric
+			if err := json.Unmarshal(line, &m); err != nil {
+				return fmt.Errorf("metrics queue line %d: %w", sent+int64(len(batch))+1, err)
+			}
+			if len(batch) == 0 {
+				first = m.Seq
+			}
+			batch = append(batch, m.Metric)
+		}
+		if len(batch) == 0 {
+			if closed {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-q.wake:
+			}
+			continue
+		}
+		err := send(ctx, first, batch)
+		if s := client.StatusOf(err); err == nil || (s >= 400 && s < 500) {
+			if err != nil {
+				log.Error("the server refused metrics; they are dropped", "first", first, "count", len(batch), "err", err)
+			}
+			sent += int64(len(batch))
+			batch, wait = batch[:0], 100*time.Millisecond
+			continue
+		}
+		log.Warn("metrics not delivered yet; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+// metricsEndpoint is the job's FERRY_API_URL: metric POSTs of the job's own
+// attempt go to the queue, everything else to the server.
+type metricsEndpoint struct {
+	q        *metricQueue
+	path     string // /v1/jobs/JOB/metrics
+	token    string // the run token; secret
+	upstream http.Handler
+	now      func() time.Time
+}
+
+// serveMetrics starts the endpoint on a free loopback port and returns its
+// URL and the server to close when the job has ended.
+func serveMetrics(q *metricQueue, job, token, apiURL string) (string, *http.Server, error) {
+	u, err := url.Parse(apiURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("--api %q: %w", apiURL, err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	e := &metricsEndpoint{q: q, path: "/v1/jobs/" + job + "/metrics", token: token,
+		upstream: httputil.NewSingleHostReverseProxy(u), now: time.Now}
+	srv := &http.Server{Handler: e, ReadHeaderTimeout: 30 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), srv, nil
+}
+
+func (e *metricsEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	secret, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if r.Method != http.MethodPost || r.URL.Path != e.path || r.URL.RawQuery != "" ||
+		subtle.ConstantTimeCompare([]byte(secret), []byte(e.token)) != 1 {
+		// Not the job logging its own metrics with its own token: the
+		// server answers it, refusals included.
+		e.upstream.ServeHTTP(w, r)
+		return
+	}
+	n, err := e.take(r)
+	if err != nil {
+		status := http.StatusBadRequest
+		if errors.Is(err, errQueue) {
+			status = http.StatusServiceUnavailable
+		}
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(api.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]int{"recorded": n})
+}
+
+// errQueue marks a failure to queue, as opposed to a bad request.
+var errQueue = errors.New("the runner could not queue the metrics")
+
+// take checks a metrics request as the server would and queues its values.
+func (e *metricsEndpoint) take(r *http.Request) (int, error) {
+	var req api.MetricsRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 16<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return 0, fmt.Errorf("the body is not a metrics request: %w", err)
+	}
+	if req.Seq != 0 {
+		return 0, errors.New("seq: the runner numbers metrics; leave seq out")
+	}
+	ms := req.Metrics
+	if req.Name != "" {
+		ms = append(ms, req.Metric)
+	}
+	if len(ms) == 0 {
+		return 0, errors.New("metrics: at least one metric is needed")
+	}
+	if len(ms) > workspace.MaxMetricsPerRequest {
+		return 0, fmt.Errorf("metrics: at most %d values per request (got %d)", workspace.MaxMetricsPerRequest, len(ms))
+	}
+	now := e.now()
+	for i := range ms {
+		if err := workspace.CheckMetric(ms[i]); err != nil {
+			return 0, fmt.Errorf("metrics[%d].%w", i, err)
+		}
+		if ms[i].Time.IsZero() {
+			ms[i].Time = now // when it was logged, not when it is delivered
+		}
+	}
+	if err := e.q.add(ms); err != nil {
+		return 0, fmt.Errorf("%w: %v", errQueue, err)
+	}
+	return len(ms), nil
+}
+
+// startMetrics starts the job's metrics endpoint and the delivery of its
+// queue, and sets the FERRY_API_URL the job gets. finish, called once the
+// job has ended, takes no more metrics and waits until the queue is
+// delivered or ctx is done; the queue stays in the attempt's folder either
+// way. Without an endpoint (no loopback port, no queue file) the job
+// reaches the server directly, as it did before the runner buffered.
+func (r *runner) startMetrics(ctx context.Context) (finish func(ctx context.Context) error) {
+	q, err := openMetricQueue(filepath.Join(r.cfg.Dir, MetricsQueueName))
+	if err != nil {
+		r.log.Warn("no metrics queue; the job logs metrics to the server directly", "err", err)
+		return func(context.Context) error { return nil }
+	}
+	u, srv, err := serveMetrics(q, r.cfg.Job, r.cfg.RunToken, r.cfg.APIURL)
+	if err != nil {
+		q.close()
+		r.log.Warn("no metrics endpoint; the job logs metrics to the server directly", "err", err)
+		return func(context.Context) error { return nil }
+	}
+	r.jobAPI = u
+	delivered := make(chan error, 1)
+	go func() {
+		delivered <- q.deliver(ctx, func(ctx context.Context, first int64, ms []workspace.Metric) error {
+			return r.c.AddNumberedMetrics(ctx, r.cfg.Job, first, ms)
+		}, r.log)
+	}()
+	return func(wctx context.Context) error {
+		_ = srv.Close()
+		q.close()
+		select {
+		case err := <-delivered:
+			return err
+		case <-wctx.Done():
+			return wctx.Err()
+		}
+	}
+}

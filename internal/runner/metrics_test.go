@@ -1,0 +1,136 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+// fakeServer records numbered metrics as the workspace does: a value is
+// kept once however often its batch is sent. It fails the first sends, as
+// a server that is down would.
+type fakeServer struct {
+	mu        sync.Mutex
+	high      int64
+	steps     []int64
+	failFirst int
+	sends     int
+}
+
+func (f *fakeServer) send(_ context.Context, first int64, ms []workspace.Metric) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sends++
+	if f.sends <= f.failFirst {
+		return errors.New("connection refused")
+	}
+	for i, m := range ms {
+		if seq := first + int64(i); seq > f.high {
+			f.high = seq
+			f.steps = append(f.steps, m.Step)
+		}
+	}
+	return nil
+}
+
+// Values queued while the server is unreachable are delivered in order and
+// once; a queue opened again goes on with its numbering.
+func TestMetricQueueDeliversInOrderOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), MetricsQueueName)
+	q, err := openMetricQueue(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := int64(1); i <= 5; i++ {
+		if err := q.add([]workspace.Metric{{Name: "loss", Step: i}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.close()
+	if err := q.add([]workspace.Metric{{Name: "loss", Step: 99}}); err == nil {
+		t.Error("a closed queue took a value")
+	}
+	f := &fakeServer{failFirst: 3}
+	if err := q.deliver(context.Background(), f.send, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	// A runner that delivers the same queue again (it died before it knew
+	// the server had it all) adds nothing.
+	q2, err := openMetricQueue(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q2.add([]workspace.Metric{{Name: "loss", Step: 6}}); err != nil {
+		t.Fatal(err)
+	}
+	q2.close()
+	if err := q2.deliver(context.Background(), f.send, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]int64{1, 2, 3, 4, 5, 6}, f.steps); d != "" {
+		t.Errorf("steps recorded (-want +got):\n%s", d)
+	}
+}
+
+// The endpoint queues the job's own metric POSTs, checked as the server
+// checks them, and passes everything else to the server.
+func TestMetricsEndpoint(t *testing.T) {
+	var upstream []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstream = append(upstream, r.Method+" "+r.URL.String())
+		w.WriteHeader(http.StatusForbidden)
+	}))
+	defer srv.Close()
+	q, err := openMetricQueue(filepath.Join(t.TempDir(), MetricsQueueName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, hs, err := serveMetrics(q, "j", "tok", srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hs.Close()
+	post := func(path, token, body string) int {
+		t.Helper()
+		req, _ := http.NewRequest("POST", u+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		path, token, body string
+		want              int
+	}{
+		{"/v1/jobs/j/metrics", "tok", `{"name": "loss", "value": 1, "step": 1}`, 200},
+		{"/v1/jobs/j/metrics", "tok", `{"metrics": [{"name": "a", "value": 2}, {"name": "b", "value": 3}]}`, 200},
+		{"/v1/jobs/j/metrics", "tok", `{"metrics": [{"name": " ", "value": 2}]}`, 400},
+		{"/v1/jobs/j/metrics", "tok", `{"name": "x", "value": 1, "seq": 4}`, 400},
+		{"/v1/jobs/j/metrics", "tok", `not json`, 400},
+		{"/v1/jobs/j/metrics", "other", `{"name": "x", "value": 1}`, 403}, // the server decides
+		{"/v1/jobs/k/metrics", "tok", `{"name": "x", "value": 1}`, 403},
+	} {
+		if got := post(c.path, c.token, c.body); got != c.want {
+			t.Errorf("POST %s %s: %d, want %d", c.path, c.body, got, c.want)
+		}
+	}
+	if last, _ := q.state(); last != 3 {
+		t.Errorf("%d values queued, want 3", last)
+	}
+	if d := cmp.Diff([]string{"POST /v1/jobs/j/metrics", "POST /v1/jobs/k/metrics"}, upstream); d != "" {
+		t.Errorf("passed to the server (-want +got):\n%s", d)
+	}
+}
