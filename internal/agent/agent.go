@@ -44,6 +44,9 @@ type Config struct {
 	// CancelGrace is passed to runners: SIGTERM to SIGKILL of a canceled
 	// job. 0 = the runner's default.
 	CancelGrace time.Duration
+	// RunAs is the account runners start jobs as ("" = their own). The
+	// node's runs/ directories are then passable (0711) by it.
+	RunAs string
 	// Address is where other nodes reach this one (MASTER_ADDR of
 	// distributed jobs). "" = the IP of the interface toward Server.
 	Address string

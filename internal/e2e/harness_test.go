@@ -46,6 +46,7 @@ type syncBuffer = testutil.SyncBuffer
 type server struct {
 	t      *testing.T
 	dir    string
+	work   string // --work-dir: jobs' directories, outside dir
 	addr   string
 	url    string
 	token  string
@@ -68,16 +69,33 @@ func freeAddr(t *testing.T) string {
 // startServer starts a server on a fresh data dir and free loopback port.
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
-	s := &server{t: t, dir: t.TempDir(), addr: freeAddr(t), args: args, home: t.TempDir(), output: &syncBuffer{}}
+	s := &server{t: t, dir: t.TempDir(), work: workDir(t), addr: freeAddr(t), args: args, home: t.TempDir(), output: &syncBuffer{}}
 	s.start()
 	t.Cleanup(func() { s.stop() })
 	return s
 }
 
+// workDir is a server's --work-dir: a fresh directory that the account
+// jobs run as when the tests run as root (ferry-job, which the server
+// makes) can pass through. t.TempDir's are in a directory only the test's
+// user may enter.
+func workDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ferry-e2e-work-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "work")
+}
+
 func (s *server) start() {
 	s.t.Helper()
 	os.Remove(filepath.Join(s.dir, "server.json"))
-	args := append([]string{"server", "--data-dir", s.dir, "--addr", s.addr}, s.args...)
+	args := append([]string{"server", "--data-dir", s.dir, "--work-dir", s.work, "--addr", s.addr}, s.args...)
 	s.cmd = exec.Command(ferryBin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.output, s.output
 	if err := s.cmd.Start(); err != nil {

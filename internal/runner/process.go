@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -35,14 +34,17 @@ type hostProcess struct {
 	pgid int
 }
 
-func startHost(shellPath, command, dir string, env []string, spool *os.File) (*hostProcess, error) {
+// startHost starts command in dir with env, as cred's account when it is
+// not nil (the working directory is entered as that account, so it must
+// be able to reach it).
+func startHost(shellPath, command, dir string, env []string, spool *os.File, cred *syscall.Credential) (*hostProcess, error) {
 	cmd := exec.Command(shellPath, "-c", command)
 	cmd.Dir = dir
 	cmd.Env = env
 	// One file for both streams, opened O_APPEND: lines land in the order
 	// the job wrote them and nothing is lost if this runner dies.
 	cmd.Stdout, cmd.Stderr = spool, spool
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -92,6 +94,9 @@ type containerJob struct {
 	WorkDir string   // the job's working directory, inside Dir
 	Spool   string   // the log spool, inside Dir
 	Env     []string // the job's variables only: the host's PATH means nothing in the image
+	// User is uid:gid the command runs as: the job's account's, or the
+	// runner's own, so that the files it writes in Dir are the runner's.
+	User string
 	Labels  map[string]string
 	Opts    environment.ContainerOptions
 	// GPUs: the node's CUDA_VISIBLE_DEVICES for this runner ("" = all the
@@ -114,7 +119,7 @@ func containerConfig(j containerJob) (*container.Config, *container.HostConfig) 
 		Cmd:        []string{"/bin/sh", "-c", wrapper, j.Spool, j.Command},
 		Env:        j.Env,
 		WorkingDir: j.WorkDir,
-		User:       strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid()),
+		User:       j.User,
 		Labels:     j.Labels,
 	}
 	init := true // docker-init forwards SIGTERM to the job; a shell as PID 1 would ignore it
