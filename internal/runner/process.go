@@ -96,9 +96,9 @@ type containerJob struct {
 	Env     []string // the job's variables only: the host's PATH means nothing in the image
 	// User is uid:gid the command runs as: the job's account's, or the
 	// runner's own, so that the files it writes in Dir are the runner's.
-	User string
-	Labels  map[string]string
-	Opts    environment.ContainerOptions
+	User   string
+	Labels map[string]string
+	Opts   environment.ContainerOptions
 	// GPUs: the node's CUDA_VISIBLE_DEVICES for this runner ("" = all the
 	// node has, when it has any; "none" or "-1" = none), and whether the node
 	// has NVIDIA devices at all.
