@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 func TestChoose(t *testing.T) {
@@ -98,7 +100,7 @@ func TestCheckReachable(t *testing.T) {
 // with no login shell. The server makes it too; it is left in place, as
 // the server leaves it (docs/security.md).
 func TestEnsureMakesTheDefaultUser(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	u, err := Ensure(context.Background(), DefaultUser)
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +117,7 @@ func TestEnsureMakesTheDefaultUser(t *testing.T) {
 }
 
 func TestChownTreeDoesNotFollowLinks(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	root := t.TempDir()
 	outside := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(outside, []byte("x"), 0o600); err != nil {
