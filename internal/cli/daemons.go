@@ -114,6 +114,9 @@ func (a *app) runnerCmd() *cobra.Command {
 					return fmt.Errorf("--run-as: %w", err)
 				}
 				cfg.RunAs = u
+				// The job's PATH, and the one its environments' Python is
+				// found in, hold only what the job's account can reach.
+				os.Setenv("PATH", isolation.ReachablePath(os.Getenv("PATH"), u))
 			}
 			cfg.Log = slog.New(slog.NewTextHandler(a.stderr, nil))
 			if envCacheSize != "" {

@@ -81,7 +81,14 @@ func startServer(t *testing.T, args ...string) *server {
 // user may enter.
 func workDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "ferry-e2e-work-")
+	return filepath.Join(passableDir(t), "work")
+}
+
+// passableDir is a fresh directory that every account may pass through
+// (not list), removed when the test ends.
+func passableDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ferry-e2e-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +96,22 @@ func workDir(t *testing.T) string {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(dir, "work")
+	return dir
+}
+
+// jobWritableDir is a fresh directory outside the server's where a job
+// may write, whichever account it runs as: for tests that watch a job
+// from outside.
+func jobWritableDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(passableDir(t), "shared")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func (s *server) start() {

@@ -184,3 +184,17 @@ func ChownTree(root string, u *User) error {
 		return os.Lchown(p, int(u.UID), int(u.GID))
 	})
 }
+
+// ReachablePath is the list of directories path (PATH's form) less those
+// u cannot reach: a job's PATH, and where the runner looks for the Python
+// it builds the job's environments from, which the job must be able to
+// run (a pyenv under /root, say, is root's alone).
+func ReachablePath(path string, u *User) string {
+	var keep []string
+	for _, d := range filepath.SplitList(path) {
+		if d != "" && filepath.IsAbs(d) && CheckReachable(d, u) == nil {
+			keep = append(keep, d)
+		}
+	}
+	return strings.Join(keep, string(filepath.ListSeparator))
+}

@@ -150,3 +150,17 @@ func TestChownTreeDoesNotFollowLinks(t *testing.T) {
 		t.Errorf("the link's target outside the tree changed owner to %d", uid)
 	}
 }
+
+func TestReachablePath(t *testing.T) {
+	private, open := t.TempDir(), t.TempDir()
+	for d, mode := range map[string]os.FileMode{private: 0o700, open: 0o755, filepath.Dir(open): 0o755} {
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := &User{Name: "other", UID: 54321, GID: 54321}
+	path := strings.Join([]string{filepath.Join(private, "bin"), "relative/bin", open, "", "/usr/bin"}, ":")
+	if got, want := ReachablePath(path, other), open+":/usr/bin"; got != want {
+		t.Errorf("ReachablePath = %q, want %q", got, want)
+	}
+}

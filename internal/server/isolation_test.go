@@ -62,7 +62,10 @@ func TestWorkDirIsOutsideTheDataDir(t *testing.T) {
 // a --work-dir it cannot reach is refused with a way out.
 func TestWorkDirForAnotherUser(t *testing.T) {
 	other := &isolation.User{Name: "other", UID: 54321, GID: 54321}
-	private := t.TempDir() // 0700: other cannot pass
+	private := t.TempDir()
+	if err := os.Chmod(private, 0o700); err != nil { // other cannot pass
+		t.Fatal(err)
+	}
 	data := filepath.Join(private, "data")
 	if got := defaultWorkDir(data, other); !strings.HasPrefix(got, sharedWorkRoot+"/") {
 		t.Errorf("default work dir behind a 0700 directory = %s, want one under %s", got, sharedWorkRoot)
