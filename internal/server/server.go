@@ -76,6 +76,8 @@ type Config struct {
 type Info struct {
 	URL string `json:"url"`
 	PID int    `json:"pid"`
+	// WorkDir is where the jobs on this machine work (Config.WorkDir).
+	WorkDir string `json:"work_dir"`
 }
 
 // InfoFile, TokenFile are names inside the data dir.
@@ -112,6 +114,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer unlock()
+	catalog, err := loadSizes(cfg.SizesFile)
+	if err != nil {
+		return err
+	}
 	jobUser, err := jobAccount(ctx, cfg.RunAs)
 	if err != nil {
 		return err
@@ -148,10 +154,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	fmt.Fprintf(cfg.Out, "owner token: %s (send it as `Authorization: Bearer <token>`, or let the CLI read it)\n", tokenPath)
 
-	catalog, err := loadSizes(cfg.SizesFile)
-	if err != nil {
-		return err
-	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
@@ -208,7 +210,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	hs := &http.Server{Handler: api.New(ws, st, cfg.Log), ReadHeaderTimeout: 10 * time.Second}
-	if err := writeJSONFile(filepath.Join(dir, InfoFile), Info{URL: url, PID: os.Getpid()}); err != nil {
+	if err := writeJSONFile(filepath.Join(dir, InfoFile), Info{URL: url, PID: os.Getpid(), WorkDir: work}); err != nil {
 		return err
 	}
 	defer os.Remove(filepath.Join(dir, InfoFile))
