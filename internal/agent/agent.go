@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 )
 
@@ -107,7 +108,8 @@ type agent struct {
 	log   *slog.Logger
 	clock Clock
 	http  *http.Client
-	env   []string // the runners' base environment, secrets removed
+	env   []string        // the runners' base environment, secrets removed
+	runAs *isolation.User // Config.RunAs, looked up; nil = none
 
 	hasGPUs   bool
 	node      string
@@ -145,6 +147,11 @@ func Run(ctx context.Context, cfg Config) error {
 	for _, kv := range cfg.Env {
 		if k, _, _ := strings.Cut(kv, "="); !slices.Contains(secretEnv, k) {
 			a.env = append(a.env, kv)
+		}
+	}
+	if cfg.RunAs != "" {
+		if a.runAs, err = isolation.Lookup(cfg.RunAs); err != nil {
+			return fmt.Errorf("RunAs: %w", err)
 		}
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {

@@ -180,3 +180,22 @@ func TestPremadeDataDirBecomesPrivate(t *testing.T) {
 	s.start()
 	check("after restart")
 }
+
+// `ferry compute exec` on a process-provider instance of a root server
+// runs as ferry-job too, in a home of its own: no root shell on the
+// server's host, and no owner token.
+func TestInstanceSessionRunsAsTheJobUser(t *testing.T) {
+	testutil.RequireRoot(t)
+	s := startSessionServer(t)
+	s.makeInstance("iso-box", "")
+	r := s.mustFerry("compute", "exec", "iso-box", "--",
+		`id -u; echo "home=$HOME"; touch "$HOME/x" && echo home-writable; cat "`+s.dir+`/owner.token" >/dev/null 2>&1 && echo READ-token || echo denied-token`)
+	u, err := isolation.Lookup(isolation.DefaultUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "exec", r.stdout, strconv.Itoa(int(u.UID))+"\n", "home-writable", "denied-token")
+	if strings.Contains(r.stdout, "READ-token") || strings.Contains(r.stdout, s.token) {
+		t.Errorf("a session read the owner token:\n%s", r.stdout)
+	}
+}
