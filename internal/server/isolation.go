@@ -70,7 +70,7 @@ const sharedWorkRoot = "/var/lib/ferry-work"
 // /var/lib/ferry-work/HASH, HASH being that of the data dir's path.
 func defaultWorkDir(dataDir string, u *isolation.User) string {
 	sibling := filepath.Clean(dataDir) + "-work"
-	if u == nil || isolation.CheckReachable(sibling, u) == nil {
+	if u == nil || isolation.CheckReachable(filepath.Dir(sibling), u) == nil {
 		return sibling
 	}
 	sum := sha256.Sum256([]byte(filepath.Clean(dataDir)))
@@ -95,18 +95,23 @@ func workDir(dataDir, flag string, u *isolation.User) (string, error) {
 	mode := os.FileMode(0o700)
 	if u != nil {
 		mode = 0o711
-		if err := isolation.CheckReachable(dir, u); err != nil {
+		// The work dir itself is given its mode below, whatever it had.
+		if err := isolation.CheckReachable(filepath.Dir(dir), u); err != nil {
 			return "", fmt.Errorf("--work-dir %s: jobs run as %s, who must reach it, and %v; choose a work dir such as %s/NAME, or make the way passable (chmod o+x)", dir, u.Name, err, sharedWorkRoot)
 		}
 		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 			return "", fmt.Errorf("--work-dir %s: %w", dir, err)
 		}
 	}
-	if err := os.MkdirAll(dir, mode); err != nil {
-		return "", fmt.Errorf("--work-dir %s: %w", dir, err)
-	}
-	if err := os.Chmod(dir, mode); err != nil {
-		return "", fmt.Errorf("--work-dir %s: %w", dir, err)
+	// nodes/ too: the process provider sets the mode of nodes/process and
+	// below, and one made by a server that ran jobs as itself is 0700.
+	for _, d := range []string{dir, filepath.Join(dir, "nodes")} {
+		if err := os.MkdirAll(d, mode); err != nil {
+			return "", fmt.Errorf("--work-dir %s: %w", dir, err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			return "", fmt.Errorf("--work-dir %s: %w", dir, err)
+		}
 	}
 	return dir, nil
 }

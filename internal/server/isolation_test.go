@@ -80,6 +80,10 @@ func TestWorkDirForAnotherUser(t *testing.T) {
 		}
 	}
 	data = filepath.Join(open, "data")
+	// A work dir left 0700 by a server that ran jobs as itself is reused.
+	if err := os.Mkdir(data+"-work", 0o700); err != nil {
+		t.Fatal(err)
+	}
 	if got := defaultWorkDir(data, other); got != data+"-work" {
 		t.Errorf("default work dir beside a reachable data dir = %s, want %s", got, data+"-work")
 	}
@@ -87,7 +91,16 @@ func TestWorkDirForAnotherUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi, err := os.Stat(got); err != nil || fi.Mode().Perm() != 0o711 {
-		t.Errorf("work dir of jobs run as another user: %v %v, want mode 0711", fi, err)
+	// nodes/ made by a server that ran jobs as itself is opened up too.
+	if err := os.Chmod(filepath.Join(got, "nodes"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := workDir(data, "", other); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{got, filepath.Join(got, "nodes")} {
+		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm() != 0o711 {
+			t.Errorf("%s, of jobs run as another user: %v %v, want mode 0711", d, fi, err)
+		}
 	}
 }
