@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 )
 
@@ -45,6 +46,9 @@ type Config struct {
 	// CancelGrace is passed to runners: SIGTERM to SIGKILL of a canceled
 	// job. 0 = the runner's default.
 	CancelGrace time.Duration
+	// RunAs is the account runners start jobs as ("" = their own). The
+	// node's runs/ directories are then passable (0711) by it.
+	RunAs string
 	// Address is where other nodes reach this one (MASTER_ADDR of
 	// distributed jobs). "" = the IP of the interface toward Server.
 	Address string
@@ -111,7 +115,8 @@ type agent struct {
 	log   *slog.Logger
 	clock Clock
 	http  *http.Client
-	env   []string // the runners' base environment, secrets removed
+	env   []string        // the runners' base environment, secrets removed
+	runAs *isolation.User // Config.RunAs, looked up; nil = none
 
 	hasGPUs   bool
 	node      string
@@ -151,6 +156,11 @@ func Run(ctx context.Context, cfg Config) error {
 	for _, kv := range cfg.Env {
 		if k, _, _ := strings.Cut(kv, "="); !slices.Contains(secretEnv, k) {
 			a.env = append(a.env, kv)
+		}
+	}
+	if cfg.RunAs != "" {
+		if a.runAs, err = isolation.Lookup(cfg.RunAs); err != nil {
+			return fmt.Errorf("RunAs: %w", err)
 		}
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {

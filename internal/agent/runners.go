@@ -174,6 +174,15 @@ func (a *agent) launch(as nodeproto.Assignment) (*proc, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
+	if a.cfg.RunAs != "" {
+		// Passable, not listable, by the job's account, whatever mode an
+		// earlier agent made them with.
+		for _, d := range []string{a.cfg.Dir, filepath.Join(a.cfg.Dir, "runs"), filepath.Dir(dir), dir} {
+			if err := os.Chmod(d, 0o711); err != nil {
+				return nil, err
+			}
+		}
+	}
 	logf, err := os.OpenFile(filepath.Join(dir, "runner.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -190,6 +199,9 @@ func (a *agent) launch(as nodeproto.Assignment) (*proc, error) {
 	}
 	if a.cfg.CancelGrace > 0 {
 		args = append(args, "--cancel-grace", a.cfg.CancelGrace.String())
+	}
+	if a.cfg.RunAs != "" {
+		args = append(args, "--run-as", a.cfg.RunAs)
 	}
 	cmd := exec.Command(a.cfg.Exe, args...)
 	cmd.Env = a.runnerEnv(as)

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/session"
 )
@@ -90,10 +93,46 @@ func (a *agent) serveSession(ctx context.Context, r nodeproto.SessionRequest) {
 		return
 	}
 	log.Info("session opened")
-	err = session.Serve(ctx, conn, session.ServerConfig{Dir: a.cfg.Dir, Env: a.env, AuthorizedKeys: keys, Kind: r.Kind, Log: log})
+	scfg := session.ServerConfig{Dir: a.cfg.Dir, Env: a.env, AuthorizedKeys: keys, Kind: r.Kind, Log: log}
+	if a.runAs != nil {
+		if scfg.Dir, scfg.Env, err = a.sessionAs(a.runAs); err != nil {
+			log.Warn("cannot prepare the session's account", "err", err)
+			conn.Close()
+			return
+		}
+		scfg.Credential = a.runAs.Credential()
+	}
+	err = session.Serve(ctx, conn, scfg)
 	if err != nil && ctx.Err() == nil {
 		log.Warn("session ended", "err", err)
 		return
 	}
 	log.Info("session ended")
+}
+
+// SessionHome is the directory, in the node's, where sessions of a node
+// whose jobs run as another account start, and their HOME.
+const SessionHome = "home"
+
+// sessionAs prepares sessions that run as u, as the node's jobs do: a
+// home of u's own in the node's directory, and the agent's environment
+// with u's HOME, USER, LOGNAME and a PATH of what u reaches.
+func (a *agent) sessionAs(u *isolation.User) (dir string, env []string, err error) {
+	dir = filepath.Join(a.cfg.Dir, SessionHome)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, err
+	}
+	if err := os.Lchown(dir, int(u.UID), int(u.GID)); err != nil {
+		return "", nil, err
+	}
+	for _, kv := range a.env {
+		switch k, v, _ := strings.Cut(kv, "="); k {
+		case "HOME", "USER", "LOGNAME":
+		case "PATH":
+			env = append(env, "PATH="+isolation.ReachablePath(v, u))
+		default:
+			env = append(env, kv)
+		}
+	}
+	return dir, append(env, "HOME="+dir, "USER="+u.Name, "LOGNAME="+u.Name), nil
 }

@@ -32,6 +32,9 @@ var forbidden = map[string][]string{
 	"internal/environment": {"internal/workspace", "internal/api", "internal/store", "internal/compute", "net/http"},
 	// The agent links it: the session protocol brings no Ferry code along.
 	"internal/session": {"internal/"},
+	// The agent and the runner link it: the account jobs run as needs
+	// nothing of Ferry's.
+	"internal/isolation": {"internal/"},
 }
 
 func TestDependencyDirection(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/agent"
 	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/selfexe"
 )
 
@@ -49,6 +50,11 @@ when the server refuses it.`,
 					return fmt.Errorf("--env-cache-size: %w", err)
 				}
 			}
+			if cfg.RunAs != "" {
+				if _, err := isolation.Lookup(cfg.RunAs); err != nil {
+					return fmt.Errorf("--run-as: %w", err)
+				}
+			}
 			if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 				return err
 			}
@@ -74,6 +80,7 @@ when the server refuses it.`,
 	f.StringVar(&cfg.EnvCacheSize, "env-cache-size", "50g", "bound of the built environments; least recently used ones above it are removed")
 	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "time a canceled job gets between SIGTERM and SIGKILL")
 	f.DurationVar(&cfg.GiveUpAfter, "give-up-after", 24*time.Hour, "exit when the server has not answered for this long (runners keep going and give up on their own)")
+	f.StringVar(&cfg.RunAs, "run-as", "", "account that jobs' processes run as (default: the agent's own); the way to --dir must be passable by it")
 	f.StringVar(&cfg.Address, "address", "", "address other nodes reach this one at (default: the IP toward the server)")
 	for _, n := range []string{"server", "dir"} {
 		_ = cmd.MarkFlagRequired(n)

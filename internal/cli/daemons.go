@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/runner"
 	"github.com/ferry-ml/ferry/internal/server"
 )
@@ -28,8 +29,14 @@ func (a *app) serverCmd() *cobra.Command {
 		Long: `Run a workspace: the API, the store and the dispatcher of jobs.
 
 On first start it makes the owner's API token and writes it to
-DATA_DIR/owner.token (mode 0600). Jobs on the local target keep running
-when the server stops, and report back when it is up again.`,
+DATA_DIR/owner.token (mode 0600). The data dir is private to the server's
+user (0700, its files 0600). Jobs on the local target keep running when the
+server stops, and report back when it is up again.
+
+Jobs on this machine (the local target, process-provider nodes) work in
+--work-dir, outside the data dir. A server that runs as root starts their
+commands as --run-as, by default the unprivileged account ferry-job, which
+it makes if missing. See docs/security.md for what the local target trusts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, err := environment.ParseBytes(cfg.EnvCacheSize); err != nil {
@@ -62,6 +69,8 @@ when the server stops, and report back when it is up again.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory of the workspace's database, blobs and logs (required)")
+	f.StringVar(&cfg.WorkDir, "work-dir", "", "directory of the jobs on this machine: attempts, built environments, process nodes; outside the data dir (default: DATA_DIR-work, or /var/lib/ferry-work/HASH when the job user cannot reach that)")
+	f.StringVar(&cfg.RunAs, "run-as", "", "account that jobs on the local target and process nodes run as (default: ferry-job, made if missing, when the server runs as root; else the server's own user). Naming the server's own user runs them as it")
 	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8580", "address to listen on (port 0 picks a free one)")
 	f.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL that runners use to reach this server (default: http://ADDR)")
 	f.IntVar(&cfg.LocalCapacity, "local-capacity", 0, "jobs the local target runs at once (default: CPUs of this machine)")
@@ -84,7 +93,7 @@ when the server stops, and report back when it is up again.`,
 
 func (a *app) runnerCmd() *cobra.Command {
 	var cfg runner.Config
-	var api, envCacheSize string
+	var api, envCacheSize, runAs string
 	cmd := &cobra.Command{
 		Use:    "runner",
 		Short:  "Run one attempt of a job (started by compute targets, not by people)",
@@ -114,6 +123,16 @@ func (a *app) runnerCmd() *cobra.Command {
 				cfg.Client.Rank = n
 			}
 			cfg.APIURL, cfg.RunToken = api, tok
+			if runAs != "" {
+				u, err := isolation.Lookup(runAs)
+				if err != nil {
+					return fmt.Errorf("--run-as: %w", err)
+				}
+				cfg.RunAs = u
+				// The job's PATH, and the one its environments' Python is
+				// found in, hold only what the job's account can reach.
+				os.Setenv("PATH", isolation.ReachablePath(os.Getenv("PATH"), u))
+			}
 			cfg.Log = slog.New(slog.NewTextHandler(a.stderr, nil))
 			if envCacheSize != "" {
 				n, err := environment.ParseBytes(envCacheSize)
@@ -135,6 +154,7 @@ func (a *app) runnerCmd() *cobra.Command {
 	f.StringVar(&envCacheSize, "env-cache-size", "", "evict least recently used environments above this size (such as 50g)")
 	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "SIGTERM to SIGKILL grace on cancel")
 	f.DurationVar(&cfg.GiveUpAfter, "give-up-after", runner.DefaultGiveUpAfter, "stop the job and end, keeping the final report in the attempt's directory, when the server has not answered for this long")
+	f.StringVar(&runAs, "run-as", "", "account the job's processes run as (default: the runner's own)")
 	for _, n := range []string{"api", "job", "attempt", "dir", "cache", "env-cache"} {
 		_ = cmd.MarkFlagRequired(n)
 	}

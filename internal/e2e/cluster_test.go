@@ -469,7 +469,7 @@ func startNodeServer(t *testing.T, args ...string) *server {
 	t.Helper()
 	testutil.RequireNodeImage(t)
 	port := freeAddr(t)[len("127.0.0.1:"):]
-	s := &server{t: t, dir: t.TempDir(), addr: "127.0.0.1:" + port, home: t.TempDir(), output: &syncBuffer{},
+	s := &server{t: t, dir: t.TempDir(), work: workDir(t), addr: "127.0.0.1:" + port, home: t.TempDir(), output: &syncBuffer{},
 		args: append([]string{"--addr", "0.0.0.0:" + port}, args...)}
 	s.start()
 	t.Cleanup(func() { s.stop() })

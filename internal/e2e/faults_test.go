@@ -22,7 +22,7 @@ import (
 // outputs.
 func TestServerKill9WhileJobRuns(t *testing.T) {
 	s := startServer(t)
-	gate := filepath.Join(t.TempDir(), "gate")
+	gate := filepath.Join(passableDir(t), "gate")
 	file := jobFile(t, fmt.Sprintf(`command: |
   for i in $(seq 1 20); do echo "before $i"; done
   while [ ! -e %s ]; do sleep 0.05; done
@@ -66,7 +66,7 @@ func TestServerKill9WhileJobRuns(t *testing.T) {
 // whole log.
 func TestStreamSurvivesServerRestart(t *testing.T) {
 	s := startServer(t)
-	gate := filepath.Join(t.TempDir(), "gate")
+	gate := filepath.Join(passableDir(t), "gate")
 	file := jobFile(t, fmt.Sprintf(`command: |
   echo first
   while [ ! -e %s ]; do sleep 0.05; done

@@ -46,6 +46,7 @@ type syncBuffer = testutil.SyncBuffer
 type server struct {
 	t      *testing.T
 	dir    string
+	work   string // --work-dir: jobs' directories, outside dir
 	addr   string
 	url    string
 	token  string
@@ -68,16 +69,55 @@ func freeAddr(t *testing.T) string {
 // startServer starts a server on a fresh data dir and free loopback port.
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
-	s := &server{t: t, dir: t.TempDir(), addr: freeAddr(t), args: args, home: t.TempDir(), output: &syncBuffer{}}
+	s := &server{t: t, dir: t.TempDir(), work: workDir(t), addr: freeAddr(t), args: args, home: t.TempDir(), output: &syncBuffer{}}
 	s.start()
 	t.Cleanup(func() { s.stop() })
 	return s
 }
 
+// workDir is a server's --work-dir: a fresh directory that the account
+// jobs run as when the tests run as root (ferry-job, which the server
+// makes) can pass through. t.TempDir's are in a directory only the test's
+// user may enter.
+func workDir(t *testing.T) string {
+	t.Helper()
+	return filepath.Join(passableDir(t), "work")
+}
+
+// passableDir is a fresh directory that every account may pass through
+// (not list), removed when the test ends.
+func passableDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ferry-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// jobWritableDir is a fresh directory outside the server's where a job
+// may write, whichever account it runs as: for tests that watch a job
+// from outside.
+func jobWritableDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(passableDir(t), "shared")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func (s *server) start() {
 	s.t.Helper()
 	os.Remove(filepath.Join(s.dir, "server.json"))
-	args := append([]string{"server", "--data-dir", s.dir, "--addr", s.addr}, s.args...)
+	args := append([]string{"server", "--data-dir", s.dir, "--work-dir", s.work, "--addr", s.addr}, s.args...)
 	s.cmd = exec.Command(ferryBin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.output, s.output
 	if err := s.cmd.Start(); err != nil {

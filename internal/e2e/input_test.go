@@ -240,12 +240,20 @@ func stopHomeServer(t *testing.T, home string) {
 		return
 	}
 	var info struct {
-		PID int `json:"pid"`
+		PID     int    `json:"pid"`
+		WorkDir string `json:"work_dir"`
 	}
 	if json.Unmarshal(data, &info) == nil && info.PID > 0 {
 		if p, err := os.FindProcess(info.PID); err == nil {
 			_ = p.Signal(os.Interrupt)
 		}
+	}
+	// A server that runs as root, with its data dir where the job user
+	// cannot pass, works under /var/lib/ferry-work; the test's jobs have
+	// ended (quickstart waits for them).
+	if info.WorkDir != "" && info.WorkDir != home+"-work" {
+		_ = os.RemoveAll(info.WorkDir)
+		_ = os.Remove(filepath.Dir(info.WorkDir)) // when it was the last
 	}
 }
 

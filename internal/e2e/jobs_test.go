@@ -157,7 +157,7 @@ func pidAlive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 
 func TestCancelStopsTheWholeProcessGroup(t *testing.T) {
 	s := startServer(t, "--cancel-grace", "1s")
-	pidDir := t.TempDir()
+	pidDir := jobWritableDir(t)
 	// The job starts a child that ignores SIGTERM: cancel must still end it
 	// (SIGKILL after the grace period) and everything in its group.
 	file := jobFile(t, fmt.Sprintf(`command: |

@@ -151,13 +151,13 @@ func TestSessionExecAndSSH(t *testing.T) {
 	if r := s.ferryIn("hello\nworld\n", "compute", "exec", "dev-box", "--", "tr a-z A-Z"); r.code != 0 || r.stdout != "HELLO\nWORLD\n" {
 		t.Errorf("exec with stdin: %s", r)
 	}
-	// Commands run in the node's directory, under the server's data dir
+	// Commands run in the node's directory, under the server's work dir
 	// with the process provider.
 	r = s.mustFerry("compute", "exec", "-e", "GREETING=hi there", "dev-box", "--", `echo "$GREETING"; pwd`)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	dataDir, _ := filepath.EvalSymlinks(s.dir)
-	if len(lines) != 2 || lines[0] != "hi there" || !strings.HasPrefix(lines[1], dataDir) {
-		t.Errorf("exec env and dir: %q (data dir %s)", r.stdout, dataDir)
+	workDir, _ := filepath.EvalSymlinks(s.work)
+	if len(lines) != 2 || lines[0] != "hi there" || !strings.HasPrefix(lines[1], workDir) {
+		t.Errorf("exec env and dir: %q (work dir %s)", r.stdout, workDir)
 	}
 
 	// ssh without a terminal: the shell reads stdin.

@@ -286,7 +286,7 @@ func (r *runner) start(ctx context.Context, j *spec.Job, rt *environment.Runtime
 		if rt.Image != "" {
 			return r.startInContainer(ctx, j, rt.Image, command, nil)
 		}
-		return startHost(shell(), command, r.wd, rt.Environ(r.env(j)), spool)
+		return startHost(shell(), command, r.wd, rt.Environ(r.env(j)), spool, r.credential())
 	}
 	m := &multiProcess{grace: r.cfg.CancelGrace, notes: spool}
 	for _, rp := range procs {
@@ -295,7 +295,7 @@ func (r *runner) start(ctx context.Context, j *spec.Job, rt *environment.Runtime
 		if rt.Image != "" {
 			p, err = r.startInContainer(ctx, j, rt.Image, command, &rp)
 		} else {
-			p, err = startHost(shell(), command, r.wd, rt.Environ(withVars(r.env(j), rp.Vars)), spool)
+			p, err = startHost(shell(), command, r.wd, rt.Environ(withVars(r.env(j), rp.Vars)), spool, r.credential())
 		}
 		if err != nil {
 			m.stop(true)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -39,8 +38,10 @@ type hostProcess struct {
 	err  error         // of cmd.Wait, once done
 }
 
-func startHost(shellPath, command, dir string, env []string, spool *os.File) (*hostProcess, error) {
-	cmd := exec.Command(shimExe, shimArgs(shellPath, command)...)
+// startHost starts command in dir with env under a shim (shim.go), as
+// cred's account when it is not nil.
+func startHost(shellPath, command, dir string, env []string, spool *os.File, cred *syscall.Credential) (*hostProcess, error) {
+	cmd := exec.Command(shimExe, shimArgs(shellPath, command, cred)...)
 	cmd.Dir = dir
 	cmd.Env = env
 	// One file for both streams, opened O_APPEND: lines land in the order
@@ -124,8 +125,11 @@ type containerJob struct {
 	WorkDir string   // the job's working directory, inside Dir
 	Spool   string   // the log spool, inside Dir
 	Env     []string // the job's variables only: the host's PATH means nothing in the image
-	Labels  map[string]string
-	Opts    environment.ContainerOptions
+	// User is uid:gid the command runs as: the job's account's, or the
+	// runner's own, so that the files it writes in Dir are the runner's.
+	User   string
+	Labels map[string]string
+	Opts   environment.ContainerOptions
 	// GPUs: the node's CUDA_VISIBLE_DEVICES for this runner ("" = all the
 	// node has, when it has any; "none" or "-1" = none), and whether the node
 	// has NVIDIA devices at all.
@@ -146,7 +150,7 @@ func containerConfig(j containerJob) (*container.Config, *container.HostConfig) 
 		Cmd:        []string{"/bin/sh", "-c", wrapper, j.Spool, j.Command},
 		Env:        j.Env,
 		WorkingDir: j.WorkDir,
-		User:       strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid()),
+		User:       j.User,
 		Labels:     j.Labels,
 	}
 	init := true // docker-init forwards SIGTERM to the job; a shell as PID 1 would ignore it

@@ -1,8 +1,6 @@
 package runner
 
 import (
-	"os"
-	"strconv"
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
@@ -19,6 +17,7 @@ func TestContainerConfigMountsLimitsAndVariables(t *testing.T) {
 	cfg, hc := containerConfig(containerJob{
 		Image: "ferry-env:abc", Command: "python train.py", Dir: "/runs/j/1", WorkDir: "/runs/j/1/wd",
 		Spool: "/runs/j/1/std.log", Env: []string{"A=1"}, Labels: map[string]string{"ferry.job": "j"}, Opts: opts,
+		User: "999:998",
 	})
 	if cfg.Image != "ferry-env:abc" || cfg.WorkingDir != "/runs/j/1/wd" || cfg.Labels["ferry.job"] != "j" {
 		t.Errorf("config %+v", cfg)
@@ -31,8 +30,8 @@ func TestContainerConfigMountsLimitsAndVariables(t *testing.T) {
 	if n := len(cfg.Cmd); n != 5 || cfg.Cmd[3] != "/runs/j/1/std.log" || cfg.Cmd[4] != "python train.py" {
 		t.Errorf("cmd %q", cfg.Cmd)
 	}
-	if want := strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid()); cfg.User != want {
-		t.Errorf("user %q, want the runner's %q so outputs belong to it", cfg.User, want)
+	if cfg.User != "999:998" {
+		t.Errorf("user %q, want the job's 999:998", cfg.User)
 	}
 	if d := cmp.Diff([]string{"/runs/j/1:/runs/j/1"}, hc.Binds); d != "" {
 		t.Errorf("binds: %s", d)

@@ -34,6 +34,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/environment/docker"
+	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
@@ -52,6 +53,11 @@ type Config struct {
 	EnvCacheMax int64
 	APIURL      string // given to the job as FERRY_API_URL
 	RunToken    string // given to the job as FERRY_RUN_TOKEN; secret
+	// RunAs is the account the job's processes run as; nil = the runner's
+	// own. The runner stays itself (it keeps the run token's report
+	// channel, the caches and the spool) and gives the account the job's
+	// directories.
+	RunAs *isolation.User
 	// CancelGrace is how long a canceled job has between SIGTERM and SIGKILL.
 	CancelGrace time.Duration
 	// HeartbeatEvery is how often the runner renews its lease.
@@ -72,6 +78,9 @@ type Config struct {
 const (
 	WorkDirName = "wd"      // the job's working directory
 	LogName     = "std.log" // the job's combined stdout and stderr
+	// HomeName is the HOME of a job that runs as another account whose
+	// home directory does not exist.
+	HomeName = "home"
 )
 
 type runner struct {
@@ -180,6 +189,9 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 		return failed("opening the log spool failed", err)
 	}
 	defer spool.Close()
+	if err := r.shareAttemptDir(); err != nil {
+		return failed("preparing the working directory failed", err)
+	}
 
 	// The log ships from the start, so an environment build shows while
 	// the job is Preparing; the lease is renewed from the start, so a
@@ -336,6 +348,9 @@ func (r *runner) prepare(ctx context.Context, a *workspace.Assignment) (*paths, 
 	if err := r.restoreOutputs(ctx, a, filepath.Join(r.wd, "outputs")); err != nil {
 		return nil, err
 	}
+	if err := r.giveToJob(); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -395,13 +410,17 @@ func shell() string {
 }
 
 // env is the job's environment on the host: the runner's own (less its
-// FERRY_ secrets) and the job's variables.
+// FERRY_ secrets), the account's HOME, USER and LOGNAME when it runs as
+// another, and the job's variables.
 func (r *runner) env(j *spec.Job) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "FERRY_") {
 			env = append(env, kv)
 		}
+	}
+	if u := r.cfg.RunAs; u != nil {
+		env = withVars(env, []string{"HOME=" + r.jobHome(), "USER=" + u.Name, "LOGNAME=" + u.Name})
 	}
 	return append(env, r.jobVars(j)...)
 }
@@ -524,9 +543,13 @@ func (r *runner) startInContainer(ctx context.Context, j *spec.Job, image, comma
 		labels["ferry.rank"] = strconv.Itoa(rp.Rank)
 	}
 	_, statErr := os.Stat("/dev/nvidia0")
+	user := strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid())
+	if u := r.cfg.RunAs; u != nil {
+		user = fmt.Sprintf("%d:%d", u.UID, u.GID)
+	}
 	return startContainer(ctx, r.docker.API, containerJob{
 		Image: image, Command: command, Dir: r.cfg.Dir, WorkDir: r.wd, Spool: r.spool,
-		Env: env, Labels: labels,
+		Env: env, Labels: labels, User: user,
 		Opts: opts, GPUs: os.Getenv("CUDA_VISIBLE_DEVICES"), HasGPUs: statErr == nil,
 	})
 }

@@ -49,17 +49,26 @@ const (
 	shimParentDied = syscall.SIGUSR2
 )
 
-// shimArgs is the shim's command line for the job's shell command.
-func shimArgs(shellPath, command string) []string {
-	return []string{ShimCommand, strconv.Itoa(os.Getpid()), shellPath, "-c", command}
+// shimArgs is the shim's command line for the job's shell command, run as
+// cred's account when it is not nil.
+func shimArgs(shellPath, command string, cred *syscall.Credential) []string {
+	args := []string{ShimCommand, strconv.Itoa(os.Getpid())}
+	if cred != nil {
+		args = append(args, "--as", fmt.Sprintf("%d:%d", cred.Uid, cred.Gid))
+	}
+	return append(args, shellPath, "-c", command)
 }
 
-// ShimMain is `ferry runner-shim PARENT-PID PROGRAM ARGS...`: it runs
-// PROGRAM in a new process group, as described above, and returns the
-// exit code to exit with.
+// ShimMain is `ferry runner-shim PARENT-PID [--as UID:GID] PROGRAM ARGS...`:
+// it runs PROGRAM in a new process group, as UID:GID with no supplementary
+// groups when given, as described above, and returns the exit code to exit
+// with. The shim itself keeps the runner's account: the binary it is
+// started from may be private to that account, and the shim must be able
+// to end what the job starts.
 func ShimMain(args []string) int {
+	const usage = "ferry runner-shim: usage: runner-shim PARENT-PID [--as UID:GID] PROGRAM [ARGS...] (started by the runner, not by people)"
 	if len(args) < 2 {
-		fmt.Fprintln(os.Stderr, "ferry runner-shim: usage: runner-shim PARENT-PID PROGRAM [ARGS...] (started by the runner, not by people)")
+		fmt.Fprintln(os.Stderr, usage)
 		return 2
 	}
 	parent, err := strconv.Atoi(args[0])
@@ -67,6 +76,22 @@ func ShimMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "ferry runner-shim: parent pid %q is not a pid\n", args[0])
 		return 2
 	}
+	args = args[1:]
+	var cred *syscall.Credential
+	if args[0] == "--as" {
+		var uid, gid uint32
+		if len(args) < 3 {
+			fmt.Fprintln(os.Stderr, usage)
+			return 2
+		}
+		if _, err := fmt.Sscanf(args[1], "%d:%d", &uid, &gid); err != nil {
+			fmt.Fprintf(os.Stderr, "ferry runner-shim: --as %q is not UID:GID\n", args[1])
+			return 2
+		}
+		cred = &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}
+		args = args[2:]
+	}
+	args = append([]string{""}, args...) // PROGRAM is args[1] below
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGTERM, shimKill, shimParentDied)
 	// The runner is the one told of hang-ups and Ctrl-C, and it decides.
@@ -79,7 +104,7 @@ func ShimMain(args []string) int {
 	}
 	child, err := os.StartProcess(args[1], args[1:], &os.ProcAttr{
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: cred},
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ferry: the command could not be started: %v\n", err)

@@ -23,7 +23,7 @@ func fakeRunner(args []string) int {
 		fmt.Println(err)
 		return 1
 	}
-	if _, err := startHost(shell(), args[0], filepath.Dir(args[1]), os.Environ(), spool); err != nil {
+	if _, err := startHost(shell(), args[0], filepath.Dir(args[1]), os.Environ(), spool, nil); err != nil {
 		fmt.Println(err)
 		return 1
 	}
@@ -125,7 +125,7 @@ func TestHostProcessExitCodesAndStop(t *testing.T) {
 		{"exit 3", 3},
 		{"kill -TERM $$", 128 + int(syscall.SIGTERM)},
 	} {
-		p, err := startHost(shell(), c.command, t.TempDir(), os.Environ(), spool)
+		p, err := startHost(shell(), c.command, t.TempDir(), os.Environ(), spool, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +138,7 @@ func TestHostProcessExitCodesAndStop(t *testing.T) {
 
 	mark := fmt.Sprintf("FERRY_TEST_MARK=%d-%d", os.Getpid(), time.Now().UnixNano())
 	t.Cleanup(func() { killMarked(mark) })
-	p, err := startHost(shell(), `setsid sleep 1000 & trap 'exit 7' TERM; while :; do sleep 0.05; done`, t.TempDir(), append(os.Environ(), mark), spool)
+	p, err := startHost(shell(), `setsid sleep 1000 & trap 'exit 7' TERM; while :; do sleep 0.05; done`, t.TempDir(), append(os.Environ(), mark), spool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,8 +28,9 @@ var providerTypes = []string{"process", "docker", "exec", "ssh"}
 // ones computes ask for in a provider: block. Providers are made once per
 // configuration and shared, since they keep track of their machines.
 type providers struct {
-	exe, dir string
+	exe, dir string // dir: the work dir's nodes/, outside the data dir
 	def      string
+	runAs    string // the account jobs on process nodes run as ("" = the agent's)
 	mu       sync.Mutex
 	made     map[string]provider.Provider
 
@@ -43,11 +44,11 @@ type providers struct {
 	log        *slog.Logger
 }
 
-func newProviders(exe, dataDir, def string) *providers {
+func newProviders(exe, workDir, def string) *providers {
 	if def == "" {
 		def = "process"
 	}
-	return &providers{exe: exe, dir: filepath.Join(dataDir, "nodes"), def: def, made: map[string]provider.Provider{},
+	return &providers{exe: exe, dir: filepath.Join(workDir, "nodes"), def: def, made: map[string]provider.Provider{},
 		tunnels: sshprov.NewTunnels(), log: slog.New(slog.DiscardHandler)}
 }
 
@@ -68,7 +69,7 @@ func (p *providers) factory() workspace.ProviderFactory {
 		switch typ {
 		case "process":
 			return p.get("process", func() (provider.Provider, error) {
-				return process.New(process.Config{Exe: p.exe, Dir: filepath.Join(p.dir, "process"), GPUs: hostGPUs()})
+				return process.New(process.Config{Exe: p.exe, Dir: filepath.Join(p.dir, "process"), GPUs: hostGPUs(), RunAs: p.runAs})
 			})
 		case "docker":
 			image, _ := c.Provider["image"].(string)

@@ -36,7 +36,16 @@ import (
 
 // Config is how a server is set up.
 type Config struct {
-	DataDir         string
+	DataDir string
+	// WorkDir holds what jobs on this host use: the local target's
+	// attempts (runs/), its built environments (environments/) and the
+	// process provider's nodes (nodes/). It must be outside DataDir, which
+	// jobs may not reach. "" = defaultWorkDir.
+	WorkDir string
+	// RunAs is the account that jobs on the local target and process nodes
+	// run as ("" = isolation.Choose's default: isolation.DefaultUser when
+	// the server is root, else the server's own user).
+	RunAs           string
 	Addr            string // host:port to listen on; port 0 picks a free one
 	AdvertiseURL    string // URL runners use; default http://<listen address>
 	LocalCapacity   int    // slots of the built-in local target; 0 = CPUs
@@ -72,6 +81,8 @@ type Config struct {
 type Info struct {
 	URL string `json:"url"`
 	PID int    `json:"pid"`
+	// WorkDir is where the jobs on this machine work (Config.WorkDir).
+	WorkDir string `json:"work_dir"`
 }
 
 // InfoFile, TokenFile are names inside the data dir.
@@ -98,11 +109,33 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	// Private even when it was made before, by hand or by an older
+	// server, with a looser mode: the store holds jobs' secrets.
+	if err := privateDataDir(dir); err != nil {
+		return err
+	}
 	unlock, err := lockDir(dir)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	catalog, err := loadSizes(cfg.SizesFile)
+	if err != nil {
+		return err
+	}
+	jobUser, err := jobAccount(ctx, cfg.RunAs)
+	if err != nil {
+		return err
+	}
+	work, err := workDir(dir, cfg.WorkDir, jobUser)
+	if err != nil {
+		return err
+	}
+	runAs := ""
+	if jobUser != nil {
+		runAs = jobUser.Name
+		cfg.Log.Info("jobs on this host run as an unprivileged user", "user", runAs, "uid", jobUser.UID, "work_dir", work)
+	}
 
 	exe, err := selfexe.Install(filepath.Join(dir, "bin"))
 	if err != nil {
@@ -121,12 +154,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := ensureOwnerToken(ctx, st, tokenPath); err != nil {
 		return err
 	}
-	fmt.Fprintf(cfg.Out, "owner token: %s (send it as `Authorization: Bearer <token>`, or let the CLI read it)\n", tokenPath)
-
-	catalog, err := loadSizes(cfg.SizesFile)
-	if err != nil {
+	if err := privateDataDir(dir); err != nil { // the store's -wal and -shm are there now
 		return err
 	}
+	fmt.Fprintf(cfg.Out, "owner token: %s (send it as `Authorization: Bearer <token>`, or let the CLI read it)\n", tokenPath)
+
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
@@ -140,9 +172,9 @@ func Run(ctx context.Context, cfg Config) error {
 		grace = cfg.CancelGrace.String()
 	}
 	targets := targetTypes(local.Config{
-		Exe: exe, RunsDir: filepath.Join(dir, "runs"), CacheDir: filepath.Join(dir, "cache"),
-		Capacity: cfg.LocalCapacity, CancelGrace: grace,
-		EnvCacheDir: filepath.Join(dir, "environments"), EnvCacheSize: cfg.EnvCacheSize,
+		Exe: exe, RunsDir: filepath.Join(work, "runs"), CacheDir: filepath.Join(dir, "cache"),
+		Capacity: cfg.LocalCapacity, CancelGrace: grace, RunAs: runAs,
+		EnvCacheDir: filepath.Join(work, "environments"), EnvCacheSize: cfg.EnvCacheSize,
 		Docker: func(ctx context.Context) error {
 			d, err := docker.Connect(ctx)
 			if err == nil {
@@ -160,7 +192,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("workspace key: %w", err)
 	}
-	provs := newProviders(exe, dir, cfg.Provider)
+	provs := newProviders(exe, work, cfg.Provider)
+	provs.runAs = runAs
 	provs.key, provs.binaries, provs.log = key, cfg.AgentBinaries, cfg.Log
 	provs.serverAddr = dialable(ln.Addr().(*net.TCPAddr))
 	defer provs.tunnels.Close()
@@ -183,7 +216,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	hs := &http.Server{Handler: api.New(ws, st, cfg.Log), ReadHeaderTimeout: 10 * time.Second}
-	if err := writeJSONFile(filepath.Join(dir, InfoFile), Info{URL: url, PID: os.Getpid()}); err != nil {
+	if err := writeJSONFile(filepath.Join(dir, InfoFile), Info{URL: url, PID: os.Getpid(), WorkDir: work}); err != nil {
 		return err
 	}
 	defer os.Remove(filepath.Join(dir, InfoFile))

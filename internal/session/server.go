@@ -47,6 +47,9 @@ type ServerConfig struct {
 	// Env is the environment of commands and shells, to which a client's
 	// env requests and, with a terminal, TERM are added (nil = os.Environ()).
 	Env []string
+	// Credential is the account commands and shells run as (nil = the
+	// agent's own); Dir must be reachable by it.
+	Credential *syscall.Credential
 	// Shell runs commands (Shell -c COMMAND) and interactive shells
 	// ("" = /bin/bash, else /bin/sh).
 	Shell string
@@ -278,6 +281,7 @@ func (c *command) start(line string, shell bool) {
 	cmd := exec.Command(c.cfg.Shell, args...)
 	cmd.Dir = c.cfg.Dir
 	cmd.Env = append(append([]string{}, c.cfg.Env...), c.env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cfg.Credential} // startPTY adds a session of its own
 	var err error
 	if c.pty != nil {
 		err = c.startPTY(cmd)
@@ -314,7 +318,7 @@ func (c *command) startPipes(cmd *exec.Cmd) error {
 		return err
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr.Setpgid = true
 	err = cmd.Start()
 	inR.Close()
 	outW.Close()

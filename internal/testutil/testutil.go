@@ -139,3 +139,12 @@ func RequirePython(t testing.TB) string {
 	}
 	return p
 }
+
+// RequireRoot skips the test unless it runs as root: it starts processes
+// as another account or makes files for one. CI runs as root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		skip(t, "needs root (run the tests as root, as CI does): it starts jobs as another account")
+	}
+}

@@ -25,7 +25,7 @@ import (
 // Config sets up a local target.
 type Config struct {
 	Exe      string // the ferry binary that runners are started from
-	RunsDir  string // attempts get RunsDir/<job>/<attempt>
+	RunsDir  string // attempts get RunsDir/<job>/<attempt>; outside the data dir
 	CacheDir string // the machine's blob cache, shared by its runners
 	Capacity int    // attempts at once; 0 means the number of CPUs
 	// CancelGrace is passed to runners: SIGTERM to SIGKILL. 0 = runner's default.
@@ -37,6 +37,9 @@ type Config struct {
 	// Docker says whether this machine has a reachable Docker engine; nil
 	// means it has none. Image environments need one.
 	Docker func(ctx context.Context) error
+	// RunAs is the account the runners start jobs as ("" = the runner's
+	// own). The way to each attempt's directory is then passable by it.
+	RunAs string
 }
 
 // Target is the local compute target.
@@ -112,8 +115,15 @@ func (t *Target) Admit(j *spec.Job, env *environment.Spec) error {
 // environment, not the command line, where other users could read it.
 func (t *Target) Launch(_ context.Context, l compute.Launch) error {
 	dir := filepath.Join(t.cfg.RunsDir, l.Job, strconv.Itoa(l.Attempt))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	mode := runsDirMode(t.cfg.RunAs)
+	if err := os.MkdirAll(dir, mode); err != nil {
 		return err
+	}
+	// Made before by a server with another --run-as, they keep their mode.
+	for _, d := range []string{t.cfg.RunsDir, filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, mode); err != nil {
+			return err
+		}
 	}
 	logf, err := os.OpenFile(filepath.Join(dir, "runner.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -128,8 +138,11 @@ func (t *Target) Launch(_ context.Context, l compute.Launch) error {
 	if t.cfg.CancelGrace != "" {
 		args = append(args, "--cancel-grace", t.cfg.CancelGrace)
 	}
+	if t.cfg.RunAs != "" {
+		args = append(args, "--run-as", t.cfg.RunAs)
+	}
 	cmd := exec.Command(t.cfg.Exe, args...)
-	cmd.Env = append(os.Environ(), "FERRY_RUN_TOKEN="+l.RunToken)
+	cmd.Env = runnerEnv(os.Environ(), l.RunToken)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -156,4 +169,27 @@ func (t *Target) FinalReport(job string, attempt int) ([]byte, bool) {
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, 1<<20)) // a report is small; bound what is read
 	return data, err == nil
+}
+
+// runsDirMode is the mode of the directories on the way to an attempt's:
+// private to the runner's user, or passable (not listable) by the account
+// jobs run as when that is another.
+func runsDirMode(runAs string) os.FileMode {
+	if runAs != "" {
+		return 0o711
+	}
+	return 0o700
+}
+
+// runnerEnv is a runner's environment: the server's, as a job on the
+// server's own machine expects it, less its FERRY_ variables (a FERRY_TOKEN
+// of the server's shell, say), with the attempt's run token.
+func runnerEnv(server []string, runToken string) []string {
+	env := make([]string, 0, len(server)+1)
+	for _, kv := range server {
+		if !strings.HasPrefix(kv, "FERRY_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "FERRY_RUN_TOKEN="+runToken)
 }

@@ -43,6 +43,11 @@ type Config struct {
 	// Grace is how long Terminate waits between SIGTERM and SIGKILL;
 	// 0 means 10s.
 	Grace time.Duration
+	// RunAs is the account that agents start jobs as (their --run-as;
+	// "" = the agents' own user). Dir and the machines' directories are
+	// then passable (0711, not listable) by it, so its jobs reach their
+	// working directories.
+	RunAs string
 }
 
 // Provider is the process node provider. Its methods are safe for
@@ -99,7 +104,7 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("process provider: Dir: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := mkdirMode(dir, cfg.dirMode()); err != nil {
 		return nil, fmt.Errorf("process provider: %w", err)
 	}
 	// Working directories read from /proc are resolved paths; Dir must be
@@ -222,7 +227,10 @@ func (p *Provider) Launch(ctx context.Context, r provider.LaunchRequest) (provid
 	if err := os.RemoveAll(dir); err != nil {
 		return provider.Machine{}, fmt.Errorf("process provider: machine %s: clear leftover directory: %w", id, err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := mkdirMode(filepath.Dir(dir), p.cfg.dirMode()); err != nil {
+		return provider.Machine{}, fmt.Errorf("process provider: machine %s: %w", id, err)
+	}
+	if err := mkdirMode(dir, p.cfg.dirMode()); err != nil {
 		return provider.Machine{}, fmt.Errorf("process provider: machine %s: %w", id, err)
 	}
 	m, err := p.start(id, dir, r, gpus)
@@ -274,12 +282,17 @@ func (p *Provider) start(id, dir string, r provider.LaunchRequest, gpus []int) (
 		return provider.Machine{}, fmt.Errorf("process provider: machine %s: %w", id, err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(p.cfg.Exe, append(slices.Clone(r.AgentArgs), "--dir", dir)...)
+	args := append(slices.Clone(r.AgentArgs), "--dir", dir)
+	if p.cfg.RunAs != "" {
+		args = append(args, "--run-as", p.cfg.RunAs)
+	}
+	cmd := exec.Command(p.cfg.Exe, args...)
 	cmd.Dir = dir
 	// The join token travels in the environment, never on the command line
 	// where other users of the host could read it. Later entries win, so
-	// the request's variables and the GPU share override the server's own.
-	cmd.Env = append(os.Environ(), r.AgentEnv...)
+	// the request's variables and the GPU share override the few of the
+	// server's that an agent gets.
+	cmd.Env = append(AgentEnv(os.Environ()), r.AgentEnv...)
 	if len(p.cfg.GPUs) > 0 {
 		// Set even when the share is empty: CUDA_VISIBLE_DEVICES="" hides
 		// every GPU, which is right for a CPU machine on a GPU host. On a
@@ -619,4 +632,55 @@ func joinInts(xs []int) string {
 		s[i] = strconv.Itoa(x)
 	}
 	return strings.Join(s, ",")
+}
+
+// dirMode is the mode of Dir and of the directories under it on the way
+// to the agents' runs: private, or passable by the jobs' account.
+func (c Config) dirMode() os.FileMode {
+	if c.RunAs != "" {
+		return 0o711
+	}
+	return 0o700
+}
+
+// mkdirMode makes dir with mode, and gives it that mode when it exists.
+func mkdirMode(dir string, mode os.FileMode) error {
+	if err := os.MkdirAll(dir, mode); err != nil {
+		return err
+	}
+	return os.Chmod(dir, mode)
+}
+
+// agentVars are the variables of the server's environment an agent gets,
+// and agentPrefixes the families of them: what a machine's software
+// needs to find programs, speak the locale, reach the network through
+// its proxy, find the Docker engine and install packages from the
+// operator's mirror. Nothing else of the server's environment (tokens,
+// cloud keys) reaches an agent, its runners or its jobs.
+var (
+	agentVars = []string{
+		"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+		"http_proxy", "https_proxy", "no_proxy", "all_proxy",
+		"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
+		"SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+		"DOCKER_HOST", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY", "DOCKER_API_VERSION", "DOCKER_CONFIG",
+		"CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+	}
+	agentPrefixes = []string{"LC_", "PIP_", "CONDA_"}
+)
+
+// AgentEnv is the environment an agent starts with, from the server's:
+// the variables of agentVars and agentPrefixes, in their order in server.
+func AgentEnv(server []string) []string {
+	var env []string
+	for _, kv := range server {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		if slices.Contains(agentVars, k) || slices.ContainsFunc(agentPrefixes, func(p string) bool { return strings.HasPrefix(k, p) }) {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
