@@ -3,6 +3,8 @@ package workspace
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"sync"
 
 	"github.com/ferry-ml/ferry/internal/auth"
@@ -28,6 +30,8 @@ type runScopes struct {
 type runScope struct {
 	snapshots map[string]bool // snapshot ids
 	digests   map[string]bool // file digests
+	uploaded  int64           // bytes the attempt's uploads stored, against the output quota
+	attempt   int             // the attempt uploaded is counted for
 }
 
 func (r *runScopes) forget(job string) {
@@ -44,6 +48,9 @@ func (s *Service) scopeOf(ctx context.Context, who auth.Principal) (*runScope, e
 	}
 	s.scopes.mu.Lock()
 	sc, ok := s.scopes.jobs[who.Subject]
+	if ok && who.Attempt > sc.attempt {
+		sc.attempt, sc.uploaded = who.Attempt, 0 // the quota is per attempt
+	}
 	s.scopes.mu.Unlock()
 	if ok {
 		return sc, nil
@@ -59,7 +66,7 @@ func (s *Service) scopeOf(ctx context.Context, who auth.Principal) (*runScope, e
 	if err != nil {
 		return nil, err
 	}
-	sc = &runScope{snapshots: map[string]bool{}, digests: map[string]bool{}}
+	sc = &runScope{snapshots: map[string]bool{}, digests: map[string]bool{}, attempt: who.Attempt}
 	ids := []string{v.CodeSnapshot}
 	for _, id := range v.InputSnapshots {
 		ids = append(ids, id)
@@ -124,4 +131,56 @@ func (s *Service) grant(sc *runScope, digest string, snapshot bool) {
 	} else {
 		sc.digests[digest] = true
 	}
+}
+
+// What a job uploads counts against its output quota on the server too:
+// the runner skips outputs over it before uploading, but a job holds its
+// run token and could PUT blobs itself. Only uploads that succeed are
+// counted, so a runner retrying through a full disk is not charged for
+// every try; uploads in flight together may pass the quota by what each
+// of them sends.
+
+// errUploadQuota is returned by a metered reader past the quota.
+var errUploadQuota = errors.New("over the job's output quota")
+
+// meteredReader counts what one upload sends and stops past what is left
+// of the quota (left < 0: no quota).
+type meteredReader struct {
+	r    io.Reader
+	n    int64
+	left int64
+}
+
+func (m *meteredReader) Read(p []byte) (int, error) {
+	n, err := m.r.Read(p)
+	m.n += int64(n)
+	if m.left >= 0 && m.n > m.left {
+		return n, errUploadQuota
+	}
+	return n, err
+}
+
+// meter wraps an upload of the scope's job (nil: not a run token's).
+func (s *Service) meter(sc *runScope, r io.Reader) *meteredReader {
+	m := &meteredReader{r: r, left: -1}
+	if limit := s.outputLimits().JobBytes; sc != nil && limit > 0 {
+		s.scopes.mu.Lock()
+		m.left = max(limit-sc.uploaded, 0)
+		s.scopes.mu.Unlock()
+	}
+	return m
+}
+
+// charge counts a finished upload against the scope's quota.
+func (s *Service) charge(sc *runScope, m *meteredReader) {
+	if sc == nil {
+		return
+	}
+	s.scopes.mu.Lock()
+	sc.uploaded += m.n
+	s.scopes.mu.Unlock()
+}
+
+func (s *Service) uploadQuotaError() error {
+	return &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("upload refused: the job's uploads are over its output quota of %d bytes (ferry server --output-quota); nothing more is stored for it", s.outputLimits().JobBytes)}
 }

@@ -1,12 +1,14 @@
 package workspace
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -103,6 +105,60 @@ func TestRunTokenReadsOnlyItsOwnJobsContent(t *testing.T) {
 	}
 	// The owner is not scoped.
 	if _, err := s.GetSnapshot(ctx, owner, theirs); err != nil {
+		t.Errorf("owner: %v", err)
+	}
+}
+
+// tarOf is a blob batch: a tar stream of blobs named by their digests.
+func tarOf(t *testing.T, contents ...string) *bytes.Buffer {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, c := range contents {
+		sum := sha256.Sum256([]byte(c))
+		if err := tw.WriteHeader(&tar.Header{Name: hex.EncodeToString(sum[:]), Mode: 0o644, Size: int64(len(c)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return &b
+}
+
+// A job that uploads blobs itself with its run token, past the runner,
+// is still held to its output quota by the server: once what it stored
+// reaches the quota, nothing more is stored for it, singly or in batches.
+func TestRunTokenUploadsAreHeldToTheOutputQuota(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	s.cfg.OutputQuota = 1000
+	submit(t, s, "greedy")
+	dispatch(t, s)
+	run := runPrincipal("greedy", 1)
+
+	put := func(content string) error {
+		sum := sha256.Sum256([]byte(content))
+		return s.PutBlob(ctx, run, hex.EncodeToString(sum[:]), bytes.NewReader([]byte(content)))
+	}
+	if err := put(strings.Repeat("a", 600)); err != nil {
+		t.Fatalf("600 of 1000 bytes: %v", err)
+	}
+	if err := put(strings.Repeat("b", 600)); CodeOf(err) != CodeTooLarge {
+		t.Errorf("1200 of 1000 bytes: %v, want refused as too large", err)
+	}
+	if _, err := s.PutBlobs(ctx, run, tarOf(t, strings.Repeat("c", 300), strings.Repeat("d", 300))); CodeOf(err) != CodeTooLarge {
+		t.Errorf("a batch past the quota: %v, want refused as too large", err)
+	}
+	if n, err := s.PutBlobs(ctx, run, tarOf(t, strings.Repeat("e", 100))); err != nil || n != 1 {
+		t.Errorf("a batch within the quota: %d, %v", n, err)
+	}
+	// The owner is not held to a job's quota.
+	sum := sha256.Sum256([]byte(strings.Repeat("f", 5000)))
+	if err := s.PutBlob(ctx, owner, hex.EncodeToString(sum[:]), strings.NewReader(strings.Repeat("f", 5000))); err != nil {
 		t.Errorf("owner: %v", err)
 	}
 }

@@ -62,12 +62,16 @@ func (s *Service) PutBlob(ctx context.Context, who auth.Principal, digest string
 	if err != nil {
 		return err
 	}
-	_, _, err = s.blobs.Put(r, digest)
+	q := s.meter(sc, r)
+	_, _, err = s.blobs.Put(q, digest)
 	switch {
+	case errors.Is(err, errUploadQuota):
+		return s.uploadQuotaError()
 	case errors.Is(err, blob.ErrDigestMismatch):
 		return &Error{Code: CodeInvalid, Msg: fmt.Sprintf("blob %s: the uploaded content does not hash to this digest; nothing was stored", digest), Err: err}
 	case err == nil:
 		s.grant(sc, digest, false)
+		s.charge(sc, q)
 	}
 	return s.noteNoSpace(who, noSpace(err, "blob "+digest))
 }
@@ -103,11 +107,18 @@ func (s *Service) PutBlobs(ctx context.Context, who auth.Principal, r io.Reader)
 	if err != nil {
 		return 0, err
 	}
-	digests, err := s.putBlobs(r)
+	// A batch is metered by the sizes its entries declare, which the tar
+	// reader holds each entry to, not by its headers and padding.
+	q := s.meter(sc, nil)
+	digests, err := s.putBlobs(r, q)
+	if errors.Is(err, errUploadQuota) {
+		return 0, s.uploadQuotaError()
+	}
 	if err == nil {
 		for _, d := range digests {
 			s.grant(sc, d, false)
 		}
+		s.charge(sc, q)
 	}
 	return len(digests), s.noteNoSpace(who, err)
 }
@@ -116,7 +127,7 @@ func (s *Service) PutBlobs(ctx context.Context, who auth.Principal, r io.Reader)
 // files is bound by file-system latency more than by a CPU.
 const batchWorkers = 4
 
-func (s *Service) putBlobs(r io.Reader) ([]string, error) {
+func (s *Service) putBlobs(r io.Reader, q *meteredReader) ([]string, error) {
 	b := s.blobs.NewBatch()
 	defer b.Abort()
 	type item struct {
@@ -157,6 +168,9 @@ func (s *Service) putBlobs(r io.Reader) ([]string, error) {
 	var digests []string
 	_, err := readBatch(tar.NewReader(r), s.cfg.MaxSnapshotSize, failed, func(h *tar.Header, tr io.Reader) error {
 		digests = append(digests, h.Name)
+		if q.n += h.Size; q.left >= 0 && q.n > q.left {
+			return errUploadQuota
+		}
 		if h.Size > smallBatchBlob {
 			put(h.Name, tr) // streamed, not held in memory
 			return nil
