@@ -196,7 +196,7 @@ func TestInterruptStopsStreamingNotTheJob(t *testing.T) {
 // recorded exactly once, in order, before the job shows as ended.
 func TestMetricsSurviveServerOutage(t *testing.T) {
 	s := startServer(t)
-	gate := filepath.Join(t.TempDir(), "gate")
+	gate := filepath.Join(passableDir(t), "gate") // the job's account must see it
 	file := jobFile(t, fmt.Sprintf(`code: .
 command: python3 log.py %s
 `, gate), map[string]string{"log.py": `import json, os, sys, time, urllib.request
@@ -229,8 +229,8 @@ print("logged 40")
 	}
 	for deadline := time.Now().Add(time.Minute); len(metrics()) < 20; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(s.dir, "runs", name, "1", "std.log"))
-			rlog, _ := os.ReadFile(filepath.Join(s.dir, "runs", name, "1", "runner.log"))
+			log, _ := os.ReadFile(filepath.Join(s.work, "runs", name, "1", "std.log"))
+			rlog, _ := os.ReadFile(filepath.Join(s.work, "runs", name, "1", "runner.log"))
 			t.Fatalf("the first 20 points did not arrive: %v\njob log:\n%s\nrunner log:\n%s", metrics(), log, rlog)
 		}
 	}
@@ -240,7 +240,7 @@ print("logged 40")
 		t.Fatal(err)
 	}
 	// The job logs the other 20 points while the server is down.
-	queue := filepath.Join(s.dir, "runs", name, "1", "metrics.jsonl")
+	queue := filepath.Join(s.work, "runs", name, "1", "metrics.jsonl")
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
 		data, _ := os.ReadFile(queue)
 		if strings.Count(string(data), "\n") == 40 {

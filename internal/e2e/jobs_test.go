@@ -100,7 +100,12 @@ open(os.path.join(os.environ["FERRY_OUTPUTS_DIR"], "model.txt"), "w").write("mod
 	r := s.mustFerry("job", "create", "-f", file, "--stream", "--name", "io-1")
 	mustContain(t, "log", r.stdout,
 		"folder: ['a.txt', 'sub/b.txt']", "file: B", "n: 7",
-		"FERRY_JOB_ID = io-1", "FERRY_ATTEMPT = 1", "FERRY_API_URL = "+s.url, "MY_VAR = my value", "token set: True")
+		"FERRY_JOB_ID = io-1", "FERRY_ATTEMPT = 1", "FERRY_API_URL = http://127.0.0.1:", "MY_VAR = my value", "token set: True")
+	// FERRY_API_URL is the runner's own endpoint, which queues the job's
+	// metrics through server outages and passes the rest on.
+	if strings.Contains(r.stdout, "FERRY_API_URL = "+s.url+"\n") {
+		t.Errorf("FERRY_API_URL is the server's URL, not the runner's endpoint:\n%s", r.stdout)
+	}
 
 	dl := t.TempDir()
 	s.mustFerry("job", "download", "io-1", "--download-path", dl)
