@@ -52,6 +52,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// are the job's command line, which no flag parser may touch.
 		return runner.ShimMain(args[1:])
 	}
+	if len(args) > 0 && args[0] == runner.GuardCommand {
+		// Removes a container job when its runner dies (runner.GuardMain).
+		return runner.GuardMain(args[1:], os.Stdin)
+	}
 	a := &app{stdout: stdout, stderr: stderr, getenv: os.Getenv}
 	root := a.rootCmd()
 	root.SetArgs(args)

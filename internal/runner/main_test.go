@@ -13,6 +13,10 @@ func TestMain(m *testing.M) {
 		switch os.Args[1] {
 		case ShimCommand:
 			os.Exit(ShimMain(os.Args[2:]))
+		case GuardCommand:
+			os.Exit(GuardMain(os.Args[2:], os.Stdin))
+		case fakeContainerRunnerCommand:
+			os.Exit(fakeContainerRunner(os.Args[2:]))
 		case fakeRunnerCommand:
 			os.Exit(fakeRunner(os.Args[2:]))
 		}

@@ -196,8 +196,9 @@ func gpuRequests(visible string, hasGPUs bool) []container.DeviceRequest {
 
 // containerProcess is a job running in a container of the node's engine.
 type containerProcess struct {
-	api *client.Client
-	id  string
+	api   *client.Client
+	id    string
+	guard *os.File // the write end of its guard's pipe (guard.go)
 }
 
 func startContainer(ctx context.Context, api *client.Client, j containerJob) (*containerProcess, error) {
@@ -207,6 +208,12 @@ func startContainer(ctx context.Context, api *client.Client, j containerJob) (*c
 		return nil, fmt.Errorf("create container from %s: %w", j.Image, err)
 	}
 	p := &containerProcess{api: api, id: created.ID}
+	// The guard is in place before the container starts, so there is no
+	// moment when a dying runner would leave a running container behind.
+	if p.guard, err = startGuard(created.ID); err != nil {
+		p.cleanup()
+		return nil, err
+	}
 	if err := api.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 		p.cleanup()
 		return nil, fmt.Errorf("start container from %s: %w", j.Image, err)
@@ -247,4 +254,7 @@ func (p *containerProcess) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = p.api.ContainerRemove(ctx, p.id, container.RemoveOptions{Force: true})
+	if p.guard != nil {
+		p.guard.Close() // the guard finds nothing left and ends
+	}
 }
