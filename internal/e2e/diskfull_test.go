@@ -23,7 +23,7 @@ func TestServerDiskFullPausesLogDeliveryAndLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.MountTmpfs(t, logs, "1m")
-	s := &server{t: t, dir: dir, addr: freeAddr(t), home: t.TempDir(), output: &syncBuffer{}}
+	s := &server{t: t, dir: dir, work: workDir(t), addr: freeAddr(t), home: t.TempDir(), output: &syncBuffer{}}
 	s.start()
 	t.Cleanup(s.stop)
 
@@ -58,7 +58,7 @@ command: |
 	if err := testutil.ResizeTmpfs(logs, "64m"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "runs", "full-1", "1", "wd", "go-on"), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(s.work, "runs", "full-1", "1", "wd", "go-on"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	j := s.waitStatus("full-1", "Completed", "Failed")
