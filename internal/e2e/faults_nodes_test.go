@@ -301,6 +301,17 @@ compute: azureml:cutoff
 	// Back on the network, the old runner ships its log and reports its
 	// end; both are refused and it exits.
 	waitNoProcesses(t, "cutoff-job")
+	if proxy.heldCount() == 0 {
+		t.Errorf("the server never tried to stop the lost node's container")
+	}
+	// The runner's own log, read from the (stopped, not yet removed)
+	// container, shows its late reports were made and refused.
+	tmp := t.TempDir()
+	if out, err := exec.Command("docker", "cp", cid+":/var/lib/ferry-node", tmp).CombinedOutput(); err != nil {
+		t.Fatalf("docker cp: %v\n%s", err, out)
+	}
+	runnerLog, _ := exec.Command("sh", "-c", "find "+tmp+" -name runner.log | xargs cat").CombinedOutput()
+	mustContain(t, "the old runner's log", string(runnerLog), `msg="report refused"`, "revoked")
 
 	j = s.show("cutoff-job")
 	if j.Status != "Failed" || j.StatusReason != "node lost" {
