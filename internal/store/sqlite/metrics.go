@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -114,4 +115,60 @@ func (s *Store) LatestMetrics(ctx context.Context, job string) (map[string]store
 		return nil, err
 	}
 	return latest, nil
+}
+
+// latestChunk bounds the job names bound into one query, well under
+// SQLite's limit on host parameters.
+const latestChunk = 500
+
+// LatestMetricsOf implements store.Store: one read transaction, one query
+// per latestChunk jobs.
+func (s *Store) LatestMetricsOf(ctx context.Context, jobs []string) (map[string]map[string]store.Metric, error) {
+	out := map[string]map[string]store.Metric{}
+	err := s.read(ctx, func(tx *sql.Tx) error {
+		for len(jobs) > 0 {
+			chunk := jobs[:min(len(jobs), latestChunk)]
+			jobs = jobs[len(chunk):]
+			args := make([]any, len(chunk))
+			for i, j := range chunk {
+				args[i] = j
+			}
+			// As in LatestMetrics, the inner query reads only the
+			// metrics_job_name index.
+			rows, err := tx.QueryContext(ctx, `SELECT job, name, value, step, time FROM metrics
+				WHERE id IN (SELECT max(id) FROM metrics WHERE job IN (?`+strings.Repeat(", ?", len(chunk)-1)+`) GROUP BY job, name)`, args...)
+			if err != nil {
+				return fmt.Errorf("latest metrics of %d jobs: %w", len(chunk), err)
+			}
+			if err := scanLatest(rows, out); err != nil {
+				return fmt.Errorf("latest metrics of %d jobs: %w", len(chunk), err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func scanLatest(rows *sql.Rows, out map[string]map[string]store.Metric) error {
+	defer rows.Close()
+	for rows.Next() {
+		var job string
+		var (
+			m store.Metric
+			v sql.NullFloat64
+			t sql.NullInt64
+		)
+		if err := rows.Scan(&job, &m.Name, &v, &m.Step, &t); err != nil {
+			return err
+		}
+		m.Value, m.Time = floatOf(v), timeOf(t)
+		if out[job] == nil {
+			out[job] = map[string]store.Metric{}
+		}
+		out[job][m.Name] = m
+	}
+	return rows.Err()
 }
