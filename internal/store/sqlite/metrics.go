@@ -12,19 +12,14 @@ import (
 // AddMetrics implements store.Store. All of ms are stored, or none.
 func (s *Store) AddMetrics(ctx context.Context, job string, ms []store.Metric) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		if err := jobExists(ctx, tx, job); err != nil {
+		if err := s.jobExists(ctx, tx, s.w, job); err != nil {
 			return err
 		}
 		if len(ms) == 0 {
 			return nil
 		}
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO metrics (job, name, value, step, time) VALUES (?, ?, ?, ?, ?)`)
-		if err != nil {
-			return fmt.Errorf("add metrics to job %q: %w", job, err)
-		}
-		defer stmt.Close()
 		for _, m := range ms {
-			_, err := stmt.ExecContext(ctx, job, m.Name, floatArg(m.Value), m.Step, timeArg(m.Time))
+			_, err := s.txExec(ctx, tx, s.w, qAddMetric, job, m.Name, floatArg(m.Value), m.Step, timeArg(m.Time))
 			if err != nil {
 				return fmt.Errorf("add metric %q to job %q: %w", m.Name, job, err)
 			}
@@ -57,7 +52,7 @@ func (s *Store) ListMetrics(ctx context.Context, job, name string) ([]store.Metr
 	}
 	ms := []store.Metric{}
 	err := s.read(ctx, func(tx *sql.Tx) error {
-		if err := jobExists(ctx, tx, job); err != nil {
+		if err := s.jobExists(ctx, tx, s.r, job); err != nil {
 			return err
 		}
 		rows, err := tx.QueryContext(ctx, q, args...)
@@ -88,13 +83,12 @@ func (s *Store) ListMetrics(ctx context.Context, job, name string) ([]store.Metr
 func (s *Store) LatestMetrics(ctx context.Context, job string) (map[string]store.Metric, error) {
 	latest := map[string]store.Metric{}
 	err := s.read(ctx, func(tx *sql.Tx) error {
-		if err := jobExists(ctx, tx, job); err != nil {
+		if err := s.jobExists(ctx, tx, s.r, job); err != nil {
 			return err
 		}
 		// The metrics_job_name index holds the rowid (id), so the inner
 		// query reads only the index.
-		rows, err := tx.QueryContext(ctx, `SELECT name, value, step, time FROM metrics
-			WHERE id IN (SELECT max(id) FROM metrics WHERE job = ? GROUP BY name)`, job)
+		rows, err := s.txQuery(ctx, tx, s.r, qLatestMetrics, job)
 		if err != nil {
 			return fmt.Errorf("latest metrics of job %q: %w", job, err)
 		}
