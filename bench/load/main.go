@@ -21,7 +21,9 @@
 // The peer is a trivial net/http handler on loopback under the same
 // clients and think time: the floor that the client, the kernel and Go's
 // HTTP stack give on this machine. Server RSS is read from /proc/PID/status
-// after seeding and after the load.
+// after seeding and after the load, its CPU time from /proc/PID/stat, and
+// the machine's load average is printed beside them, since other work on
+// the same CPUs shows in the tail latencies.
 //
 // It prints figures and ratios; it asserts nothing.
 package main
@@ -136,9 +138,13 @@ func run(c config) error {
 	}
 	rssSeeded, _ := procStatus(srv.cmd.Process.Pid, "VmRSS")
 
+	load0 := loadAverage()
+	cpu0, _ := cpuTime(srv.cmd.Process.Pid)
 	res := drive(c.clients, c.duration, c.think, c.submitRate, func(ctx context.Context, op string) result {
 		return srv.do(ctx, op, c.seed)
 	}, false)
+	cpu1, _ := cpuTime(srv.cmd.Process.Pid)
+	load1 := loadAverage()
 	rssAfter, _ := procStatus(srv.cmd.Process.Pid, "VmRSS")
 	hwm, _ := procStatus(srv.cmd.Process.Pid, "VmHWM")
 
@@ -154,6 +160,10 @@ func run(c config) error {
 	report(res, peerRes)
 	fmt.Printf("\nserver RSS: %s after seeding %d jobs and warming up, %s after the load, peak %s (aim: ≤ 150 MB with 100,000 jobs)\n",
 		mb(rssSeeded), c.seed, mb(rssAfter), mb(hwm))
+	all := res["all"]
+	fmt.Printf("server CPU during the load: %.2f cores, %v a request\n", (cpu1-cpu0).Seconds()/all.wall.Seconds(),
+		((cpu1 - cpu0) / time.Duration(max(all.total, 1))).Round(time.Microsecond))
+	fmt.Printf("machine load average (1 min) at the start and end of the load: %s, %s (what else ran on these %d CPUs)\n", load0, load1, runtime.NumCPU())
 	fmt.Printf("jobs submitted during the load: %d\n", srv.submitted.Load())
 	return srv.drain()
 }
@@ -651,6 +661,35 @@ func procStatus(pid int, field string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
+}
+
+// cpuTime is the user and system CPU time a process has used, from
+// /proc/PID/stat (fields 14 and 15, in clock ticks of 1/100 s on Linux).
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond, errors.Join(err1, err2)
+}
+
+// loadAverage is the first field of /proc/loadavg.
+func loadAverage() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
 
 func mb(b int64) string { return fmt.Sprintf("%.1f MB", float64(b)/(1<<20)) }
