@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -152,7 +153,7 @@ type holdingProxy struct {
 func startHoldingProxy(t *testing.T) *holdingProxy {
 	t.Helper()
 	p := &holdingProxy{sock: filepath.Join(t.TempDir(), "docker.sock"), release: make(chan struct{})}
-	engine := strings.TrimPrefix(cmpOr(os.Getenv("DOCKER_HOST"), "unix:///var/run/docker.sock"), "unix://")
+	engine := strings.TrimPrefix(cmp.Or(os.Getenv("DOCKER_HOST"), "unix:///var/run/docker.sock"), "unix://")
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.Out.URL.Scheme, r.Out.URL.Host = "http", "docker"
@@ -205,13 +206,6 @@ func (p *holdingProxy) heldCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.held
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // waitFile waits until path exists and returns its content.
