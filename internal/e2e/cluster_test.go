@@ -522,8 +522,33 @@ distribution:
 	}
 }
 
+// removeNodeContainers removes, when the test ends, the containers of
+// the compute's nodes that are still there: a server that stops leaves its
+// nodes running, as it must to ride out a restart. Only this server's
+// nodes are touched, so a run of the same test beside this one keeps its own.
+func removeNodeContainers(t *testing.T, s *server, compute string) {
+	t.Helper()
+	c := testutil.RequireDocker(t)
+	t.Cleanup(func() {
+		r := s.ferry("compute", "list-nodes", compute, "-o", "json")
+		var ns []nodeView
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &ns) != nil {
+			t.Logf("cannot list the nodes of %s to remove their containers: %s", compute, r)
+			return
+		}
+		ctx := context.Background()
+		for _, n := range ns {
+			list, _ := c.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "ferry.node="+n.Name))})
+			for _, ct := range list {
+				_ = c.ContainerRemove(ctx, ct.ID, container.RemoveOptions{Force: true})
+			}
+		}
+	})
+}
+
 func TestDockerProviderQuotaAndLostNode(t *testing.T) {
 	s := startNodeServer(t, "--node-lease", "3s")
+	removeNodeContainers(t, s, "box-quota")
 	s.mustFerry("quota", "set", "standardDSv2Family", "1")
 	s.mustFerry("compute", "create", "-f", dockerCluster(t, "box-quota", "Standard_DS1_v2", 2, 60))
 	s.mustFerry("job", "create", "-f", jobFile(t, "command: echo started; sleep 300\ncompute: azureml:box-quota\n", nil), "--name", "box-victim")

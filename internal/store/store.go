@@ -251,6 +251,11 @@ type Store interface {
 	ListMetrics(ctx context.Context, job, name string) ([]Metric, error)
 	// LatestMetrics returns, per metric name, the value added last.
 	LatestMetrics(ctx context.Context, job string) (map[string]Metric, error)
+	// LatestMetricsOf returns what LatestMetrics returns for each of jobs,
+	// keyed by job, in one read: a list of jobs shows their metrics without
+	// a query per job. A job that has no metrics, or does not exist, has no
+	// key; the map is empty, never nil.
+	LatestMetricsOf(ctx context.Context, jobs []string) (map[string]map[string]Metric, error)
 
 	// CreateEnvironment stores a version of an environment; ErrConflict
 	// if that name and version exist.

@@ -581,6 +581,15 @@ func timePtr(t time.Time) *time.Time {
 }
 
 func (s *Service) jobView(ctx context.Context, rec store.Job) (*Job, error) {
+	latest, err := s.st.LatestMetrics(ctx, rec.Name)
+	if err != nil {
+		return nil, err
+	}
+	return s.jobViewWith(rec, latest)
+}
+
+// jobViewWith is the view of a stored job whose latest metrics are known.
+func (s *Service) jobViewWith(rec store.Job, latest map[string]store.Metric) (*Job, error) {
 	v := &Job{
 		Name: rec.Name, DisplayName: rec.DisplayName, ExperimentName: rec.ExperimentName,
 		Status: rec.Status, StatusReason: rec.StatusReason, Compute: rec.Compute,
@@ -622,26 +631,31 @@ func (s *Service) jobView(ctx context.Context, rec store.Job) (*Job, error) {
 	if why := s.diskFullReason(rec.Name); why != "" && !IsTerminal(v.Status) {
 		v.StatusReason = why
 	}
-	latest, err := s.st.LatestMetrics(ctx, rec.Name)
-	if err != nil {
-		return nil, err
-	}
 	for k, m := range latest {
 		v.Metrics[k] = m.Value
 	}
 	return v, nil
 }
 
-// ListJobs returns jobs, newest first.
+// ListJobs returns jobs, newest first, with their latest metrics read in
+// one go rather than a query per job.
 func (s *Service) ListJobs(ctx context.Context, f store.JobFilter) ([]*Job, error) {
 	f.Newest = true
 	recs, err := s.st.ListJobs(ctx, f)
 	if err != nil {
 		return nil, err
 	}
+	names := make([]string, len(recs))
+	for i, r := range recs {
+		names[i] = r.Name
+	}
+	latest, err := s.st.LatestMetricsOf(ctx, names)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]*Job, 0, len(recs))
 	for _, r := range recs {
-		v, err := s.jobView(ctx, r)
+		v, err := s.jobViewWith(r, latest[r.Name])
 		if err != nil {
 			return nil, err
 		}

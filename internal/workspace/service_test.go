@@ -18,6 +18,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
 	"github.com/ferry-ml/ferry/internal/store/sqlite"
 )
 
@@ -344,5 +345,36 @@ func TestLaunchFailureFailsTheJob(t *testing.T) {
 	j := status(t, s, "a")
 	if j.Status != StatusFailed || j.Error != "no such binary" {
 		t.Fatalf("job = %+v", j)
+	}
+}
+
+// A list shows each job's latest metrics, as showing the job does, though
+// it reads them for all the jobs at once.
+func TestListJobsShowsEachJobsLatestMetrics(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 3})
+	for _, n := range []string{"a", "b", "c"} {
+		submit(t, s, n)
+	}
+	if err := s.AddMetrics(ctx, owner, "a", []Metric{{Name: "loss", Value: 2}, {Name: "acc", Value: 0.5}, {Name: "loss", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddMetrics(ctx, owner, "c", []Metric{{Name: "loss", Value: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.ListJobs(ctx, store.JobFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := map[string]map[string]float64{}, map[string]map[string]float64{}
+	for _, j := range list {
+		got[j.Name] = j.Metrics
+		want[j.Name] = status(t, s, j.Name).Metrics
+	}
+	if len(got) != 3 || len(want["a"]) != 2 || want["a"]["loss"] != 1 {
+		t.Fatalf("jobs %v, a's metrics %v: the test's setup is off", got, want["a"])
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("metrics in the list (-show +list):\n%s", d)
 	}
 }

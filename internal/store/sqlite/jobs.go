@@ -106,7 +106,7 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job, first store.Event) (
 
 // GetJob implements store.Store.
 func (s *Store) GetJob(ctx context.Context, name string) (store.Job, error) {
-	j, err := scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE name = ?`, name))
+	j, err := scanJob(s.readRow(ctx, qGetJob, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Job{}, fmt.Errorf("job %q: %w", name, store.ErrNotFound)
 	}
@@ -172,7 +172,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 func (s *Store) UpdateJob(ctx context.Context, name string, fn func(*store.Job) (*store.Event, error)) (store.Job, error) {
 	var out store.Job
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE name = ?`, name))
+		j, err := scanJob(s.txRow(ctx, tx, s.w, qGetJob, name))
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("job %q: %w", name, store.ErrNotFound)
 		}
@@ -185,7 +185,7 @@ func (s *Store) UpdateJob(ctx context.Context, name string, fn func(*store.Job) 
 			return err
 		}
 		j.Name, j.Seq = name, seq
-		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET `+jobSets+` WHERE seq = ?`, append(jobValues(j), seq)...); err != nil {
+		if _, err := s.txExec(ctx, tx, s.w, qUpdateJob, append(jobValues(j), seq)...); err != nil {
 			return fmt.Errorf("update job %q: %w", name, err)
 		}
 		if e != nil {
@@ -203,9 +203,10 @@ func (s *Store) UpdateJob(ctx context.Context, name string, fn func(*store.Job) 
 }
 
 // jobExists returns ErrNotFound, wrapped, if there is no job by that name.
-func jobExists(ctx context.Context, tx *sql.Tx, job string) error {
+// tx is a transaction of db.
+func (s *Store) jobExists(ctx context.Context, tx *sql.Tx, db *sql.DB, job string) error {
 	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE name = ?`, job).Scan(&n); err != nil {
+	if err := s.txRow(ctx, tx, db, qJobExists, job).Scan(&n); err != nil {
 		return fmt.Errorf("job %q: %w", job, err)
 	}
 	if n == 0 {
@@ -219,10 +220,10 @@ func jobExists(ctx context.Context, tx *sql.Tx, job string) error {
 func (s *Store) ListEvents(ctx context.Context, job string) ([]store.Event, error) {
 	es := []store.Event{}
 	err := s.read(ctx, func(tx *sql.Tx) error {
-		if err := jobExists(ctx, tx, job); err != nil {
+		if err := s.jobExists(ctx, tx, s.r, job); err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT time, from_status, to_status, reason FROM events WHERE job = ? ORDER BY id`, job)
+		rows, err := s.txQuery(ctx, tx, s.r, qListEvents, job)
 		if err != nil {
 			return fmt.Errorf("list events of job %q: %w", job, err)
 		}

@@ -11,7 +11,7 @@ import (
 // AddPreemption implements store.Store.
 func (s *Store) AddPreemption(ctx context.Context, p store.Preemption) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		if err := jobExists(ctx, tx, p.Job); err != nil {
+		if err := s.jobExists(ctx, tx, s.w, p.Job); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO preemptions (job, attempt, node, time, reason) VALUES (?, ?, ?, ?, ?)
@@ -26,7 +26,7 @@ func (s *Store) AddPreemption(ctx context.Context, p store.Preemption) error {
 func (s *Store) ListPreemptions(ctx context.Context, job string) ([]store.Preemption, error) {
 	ps := []store.Preemption{}
 	err := s.read(ctx, func(tx *sql.Tx) error {
-		if err := jobExists(ctx, tx, job); err != nil {
+		if err := s.jobExists(ctx, tx, s.r, job); err != nil {
 			return err
 		}
 		rows, err := tx.QueryContext(ctx, `SELECT attempt, node, time, reason FROM preemptions WHERE job = ? ORDER BY attempt`, job)

@@ -55,8 +55,9 @@ const busyTimeout = 10 * time.Second
 // connection is held, so they must not write through the same Store: that
 // would wait for the connection forever. Reading through it is fine.
 type Store struct {
-	w *sql.DB
-	r *sql.DB
+	w     *sql.DB
+	r     *sql.DB
+	stmts stmts // prepared statements of hot queries (stmts.go)
 }
 
 // Open opens the SQLite database at path, creating the file if it does not
@@ -107,7 +108,12 @@ func Open(path string) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("sqlite store %s: %w", abs, err)
 	}
-	return &Store{w: w, r: r}, nil
+	st := &Store{w: w, r: r}
+	if err := errors.Join(st.stmts.prepare(ctx, w, writeQueries), st.stmts.prepare(ctx, r, readQueries)); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("sqlite store %s: %w", abs, err)
+	}
+	return st, nil
 }
 
 // dsn builds a file: URI for an absolute path, so that characters such as
@@ -141,7 +147,7 @@ func checkWAL(ctx context.Context, db *sql.DB) error {
 
 // Close closes both connection pools.
 func (s *Store) Close() error {
-	return errors.Join(s.r.Close(), s.w.Close())
+	return errors.Join(s.stmts.close(), s.r.Close(), s.w.Close())
 }
 
 // write runs f in an IMMEDIATE transaction on the write connection and

@@ -30,7 +30,7 @@ func (s *Store) TokenByHash(ctx context.Context, hash string) (store.Token, erro
 		t       store.Token
 		created sql.NullInt64
 	)
-	err := s.r.QueryRowContext(ctx, `SELECT hash, kind, subject, attempt, created FROM tokens WHERE hash = ?`, hash).
+	err := s.readRow(ctx, qTokenByHash, hash).
 		Scan(&t.Hash, &t.Kind, &t.Subject, &t.Attempt, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Token{}, fmt.Errorf("token: %w", store.ErrNotFound)

@@ -102,6 +102,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 
 		{"Metrics/AddList", testMetricsAddList},
 		{"Metrics/Latest", testMetricsLatest},
+		{"Metrics/LatestOf", testMetricsLatestOf},
 		{"Metrics/SpecialValues", testMetricsSpecialValues},
 		{"Metrics/Empty", testMetricsEmpty},
 		{"Metrics/NotFound", testMetricsNotFound},
@@ -968,6 +969,34 @@ func testMetricsLatest(t *testing.T, s store.Store) {
 	}
 	if d := diff(want, mustLatestMetrics(t, s, "j1")); d != "" {
 		t.Errorf("LatestMetrics (-want +got):\n%s", d)
+	}
+}
+
+func testMetricsLatestOf(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	var names []string
+	// More jobs than an implementation may bind into one query.
+	for i := range 1200 {
+		names = append(names, fmt.Sprintf("j%04d", i))
+		mustCreateJob(t, s, testJob(names[i]))
+	}
+	mustAddMetrics(t, s, "j0000", metric("loss", 3, 10), metric("acc", 0.2, 10), metric("loss", 2, 11))
+	mustAddMetrics(t, s, "j0007", metric("loss", 99, 50))
+	mustAddMetrics(t, s, "j1100", metric("loss", math.NaN(), 1))
+	mustAddMetrics(t, s, "j0000", metric("loss", 1, 5))
+	got, err := s.LatestMetricsOf(ctx, append(names, "nope"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]store.Metric{}
+	for _, n := range []string{"j0000", "j0007", "j1100"} {
+		want[n] = mustLatestMetrics(t, s, n)
+	}
+	if d := diff(want, got); d != "" {
+		t.Errorf("LatestMetricsOf (-want +got):\n%s", d)
+	}
+	if got, err := s.LatestMetricsOf(ctx, nil); err != nil || got == nil || len(got) != 0 {
+		t.Errorf("LatestMetricsOf(nil) = %#v, %v; want an empty, non-nil map", got, err)
 	}
 }
 
