@@ -359,8 +359,8 @@ func (s *Server) nodeAssignments(r *http.Request, who auth.Principal) (any, erro
 	wait := time.Duration(0)
 	if w := r.URL.Query().Get("wait"); w != "" {
 		n, err := strconv.Atoi(w)
-		if err != nil || n < 0 {
-			return nil, workspace.Invalid("wait: %q is not a number of seconds", w)
+		if err != nil || n < 0 || n > 3600 {
+			return nil, workspace.Invalid("wait: %q is not a number of seconds from 0 to 3600 (the server waits at most 60)", w)
 		}
 		wait = time.Duration(n) * time.Second
 	}
