@@ -472,7 +472,7 @@ func startNodeServer(t *testing.T, args ...string) *server {
 	s := &server{t: t, dir: t.TempDir(), work: workDir(t), addr: "127.0.0.1:" + port, home: t.TempDir(), output: &syncBuffer{},
 		args: append([]string{"--addr", "0.0.0.0:" + port}, args...)}
 	s.start()
-	t.Cleanup(func() { s.stop() })
+	t.Cleanup(s.end)
 	return s
 }
 

@@ -25,7 +25,7 @@ func TestServerDiskFullPausesLogDeliveryAndLosesNothing(t *testing.T) {
 	testutil.MountTmpfs(t, logs, "1m")
 	s := &server{t: t, dir: dir, work: workDir(t), addr: freeAddr(t), home: t.TempDir(), output: &syncBuffer{}}
 	s.start()
-	t.Cleanup(s.stop)
+	t.Cleanup(s.end)
 
 	const lines = 30000 // of 100 bytes: 3 MiB
 	file := jobFile(t, `

@@ -21,9 +21,26 @@ import (
 // ferryBin is the ferry binary built once for all tests.
 var ferryBin string
 
+// runRoot is the TMPDIR of this run: every test's folders are in it.
+var runRoot string
+
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "ferry-e2e-bin-")
+	// Everything this run makes lives under one root, its TMPDIR, so that
+	// the leak check (leaks_test.go) knows its own processes from those of
+	// another run on the same machine. Jobs' accounts pass through it and
+	// may make temporary files in it, as in /tmp.
+	root, err := os.MkdirTemp("", "ferry-e2e-run-")
+	if err == nil {
+		err = os.Chmod(root, 0o1777)
+	}
 	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("TMPDIR", root)
+	runRoot = root
+	dir := filepath.Join(root, "bin")
+	if err := os.Mkdir(dir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -34,8 +51,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building ferry:", err)
 		os.Exit(1)
 	}
+	start := time.Now()
 	code := m.Run()
-	os.RemoveAll(dir)
+	if !checkLeftovers(start) && code == 0 {
+		code = 1
+	}
+	os.RemoveAll(root)
 	os.Exit(code)
 }
 
@@ -71,7 +92,7 @@ func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
 	s := &server{t: t, dir: t.TempDir(), work: workDir(t), addr: freeAddr(t), args: args, home: t.TempDir(), output: &syncBuffer{}}
 	s.start()
-	t.Cleanup(func() { s.stop() })
+	t.Cleanup(func() { s.end() })
 	return s
 }
 

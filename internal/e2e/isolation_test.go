@@ -135,7 +135,7 @@ func TestPremadeDataDirBecomesPrivate(t *testing.T) {
 	}
 	s := &server{t: t, dir: dir, work: workDir(t), addr: freeAddr(t), home: t.TempDir(), output: &syncBuffer{}}
 	s.start()
-	t.Cleanup(func() { s.stop() })
+	t.Cleanup(s.end)
 	check := func(when string) {
 		t.Helper()
 		// A job with a secret variable writes to the store, so its WAL is there.
