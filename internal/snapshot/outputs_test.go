@@ -98,11 +98,11 @@ func TestBuildOutputsLimitsSkipBeforeReading(t *testing.T) {
 	f.Close()
 	var hashedBig atomic.Bool
 	orig := hashFile
-	hashFile = func(name string) (string, int64, error) {
+	hashFile = func(name string, keep []byte) (string, int64, []byte, error) {
 		if strings.HasSuffix(name, "sparse.bin") {
 			hashedBig.Store(true)
 		}
-		return orig(name)
+		return orig(name, keep)
 	}
 	t.Cleanup(func() { hashFile = orig })
 
