@@ -49,8 +49,9 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b 
 var packBufs = sync.Pool{New: func() any { b := make([]byte, packMax+1); return &b }}
 
 // Put reads one blob from r, which must hash to want (a valid digest), and
-// returns its size. Content the store or the batch already holds is read
-// and dropped. Errors are those of Store.Put; after an error the batch
+// returns its size. Content the batch or a known pack already holds is read
+// and dropped (a blob stored on its own is not looked for: a stat for each
+// of thousands of blobs would cost more than storing a small one twice). Errors are those of Store.Put; after an error the batch
 // holds nothing of that blob.
 func (b *Batch) Put(r io.Reader, want string) (int64, error) {
 	if err := checkDigest(want); err != nil {
@@ -60,9 +61,9 @@ func (b *Batch) Put(r io.Reader, want string) (int64, error) {
 	dup := b.seen[want]
 	b.seen[want] = true // reserved: a concurrent Put of the same content only checks it
 	b.mu.Unlock()
-	// Packs of other processes are not looked for: at worst a blob is
-	// stored twice.
-	if dup || b.s.has(want, false) {
+	// Packs of other processes are not looked for either: at worst a blob
+	// is stored twice.
+	if _, _, packed := b.s.lookup(want, false); dup || packed {
 		buf := copyBufs.Get().(*[]byte)
 		defer copyBufs.Put(buf)
 		h := sha256.New()

@@ -275,18 +275,33 @@ func (s *Store) Size(digest string) (int64, error) {
 // and each once; the result is never nil. Any malformed digest is an error
 // wrapping ErrInvalidDigest.
 func (s *Store) Missing(digests []string) ([]string, error) {
-	missing := []string{}
+	var uniq []string
 	seen := make(map[string]bool, len(digests))
-	s.refresh() // once for all, not once per digest not held
 	for _, d := range digests {
 		if err := checkDigest(d); err != nil {
 			return nil, err
 		}
-		if seen[d] {
-			continue
+		if !seen[d] {
+			seen[d] = true
+			uniq = append(uniq, d)
 		}
-		seen[d] = true
-		if !s.has(d, false) {
+	}
+	s.refresh() // once for all, not once per digest not held
+	// Several lookups at once: each that misses the packs waits on a stat.
+	held := make([]bool, len(uniq))
+	var wg sync.WaitGroup
+	const chunk = 4096
+	for lo := 0; lo < len(uniq); lo += chunk {
+		wg.Go(func() {
+			for i := lo; i < min(lo+chunk, len(uniq)); i++ {
+				held[i] = s.has(uniq[i], false)
+			}
+		})
+	}
+	wg.Wait()
+	missing := []string{}
+	for i, d := range uniq {
+		if !held[i] {
 			missing = append(missing, d)
 		}
 	}
