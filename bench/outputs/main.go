@@ -85,7 +85,7 @@ func run(n, single int) error {
 		return err
 	}
 	built := time.Since(start)
-	_, stats, err := c.Upload(ctx, ob.Manifest, ob.Files, nil)
+	_, stats, err := c.UploadData(ctx, ob.Manifest, ob.Files, ob.Data, nil)
 	if err != nil {
 		return err
 	}

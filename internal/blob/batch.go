@@ -1,7 +1,7 @@
 package blob
 
 import (
-	"crypto/rand"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -9,28 +9,27 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
-	"sync/atomic"
 )
 
-// Batch stores many blobs with two file-system syncs in all instead of two
-// for each: Put writes each blob to a temporary file, and Commit makes them
-// all durable at once, then installs them. Storing thousands of small files
-// one by one is bound by fsync; a batch is bound by the disk.
+// Batch stores many blobs with one fsync for all the small ones instead of
+// two for each: Put appends each blob of up to packMax bytes to one pack
+// file (pack.go) and writes a larger one to a synced temporary file of its
+// own, and Commit makes the pack durable and publishes it, then installs
+// the larger ones. Storing thousands of small files one by one is bound by
+// fsync and file creation; a batch is bound by the disk's bandwidth.
 //
 // Put is safe for concurrent use; Commit and Abort are called once, after
-// every Put has returned. Until Commit returns, none of the batch's blobs
-// is visible; a Batch that is not committed must be aborted, which removes
-// its temporary files.
+// every Put has returned. Until Commit, none of the batch's blobs is
+// visible; a Batch that is not committed must be aborted, which removes its
+// temporary files.
 type Batch struct {
-	s      *Store
-	prefix string // of this batch's temporary files
-	next   atomic.Int64
+	s *Store
 
-	mu      sync.Mutex
-	pending []pendingBlob
-	seen    map[string]bool
+	mu    sync.Mutex
+	pack  *packWriter // made by the first small blob
+	loose []pendingBlob
+	seen  map[string]bool
 }
 
 type pendingBlob struct {
@@ -39,29 +38,34 @@ type pendingBlob struct {
 
 // NewBatch starts a batch of Puts.
 func (s *Store) NewBatch() *Batch {
-	var r [8]byte
-	_, _ = rand.Read(r[:])
-	return &Batch{s: s, prefix: filepath.Join(s.dir, ".tmp-batch-"+hex.EncodeToString(r[:])+"-"), seen: map[string]bool{}}
+	return &Batch{s: s, seen: map[string]bool{}}
 }
 
 // copyBufs are the copy buffers of batch Puts: thousands of tiny blobs
 // would otherwise allocate one each.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
+// packBufs hold a blob while it is checked, before it goes into a pack.
+var packBufs = sync.Pool{New: func() any { b := make([]byte, packMax+1); return &b }}
+
 // Put reads one blob from r, which must hash to want (a valid digest), and
-// returns its size. Content the store or the batch already holds is read
-// and dropped. Errors are those of Store.Put.
+// returns its size. Content the batch or a known pack already holds is read
+// and dropped (a blob stored on its own is not looked for: a stat for each
+// of thousands of blobs would cost more than storing a small one twice). Errors are those of Store.Put; after an error the batch
+// holds nothing of that blob.
 func (b *Batch) Put(r io.Reader, want string) (int64, error) {
 	if err := checkDigest(want); err != nil {
 		return 0, err
 	}
-	buf := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(buf)
 	b.mu.Lock()
 	dup := b.seen[want]
 	b.seen[want] = true // reserved: a concurrent Put of the same content only checks it
 	b.mu.Unlock()
-	if dup || b.s.Has(want) {
+	// Packs of other processes are not looked for either: at worst a blob
+	// is stored twice.
+	if _, _, packed := b.s.lookup(want, false); dup || packed {
+		buf := copyBufs.Get().(*[]byte)
+		defer copyBufs.Put(buf)
 		h := sha256.New()
 		n, err := io.CopyBuffer(h, r, *buf)
 		if err != nil {
@@ -72,102 +76,148 @@ func (b *Batch) Put(r io.Reader, want string) (int64, error) {
 		}
 		return n, nil
 	}
-	n, tmp, err := b.write(r, want, *buf)
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	n, err := b.put(r, want)
 	if err != nil {
+		b.mu.Lock()
 		delete(b.seen, want)
+		b.mu.Unlock()
 		return 0, fmt.Errorf("put blob %s: %w", want, err)
 	}
-	b.pending = append(b.pending, pendingBlob{tmp: tmp, digest: want})
 	return n, nil
 }
 
-// write copies r into a new read-only temporary file and checks its digest.
-func (b *Batch) write(r io.Reader, want string, buf []byte) (int64, string, error) {
-	name := b.prefix + strconv.FormatInt(b.next.Add(1), 10)
-	// Read-only from the start: blobs never change once stored.
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
+// put stores a blob neither the store nor the batch holds: in the pack if
+// it is small, else in a file of its own.
+func (b *Batch) put(r io.Reader, want string) (int64, error) {
+	buf := packBufs.Get().(*[]byte)
+	defer packBufs.Put(buf)
+	n, err := readUpTo(r, *buf)
+	switch {
+	case err != nil:
+		return 0, err
+	case n == len(*buf): // over packMax
+		return b.writeLoose(io.MultiReader(bytes.NewReader(*buf), r), want)
+	}
+	data := (*buf)[:n]
+	if got := sha256.Sum256(data); hex.EncodeToString(got[:]) != want {
+		return 0, fmt.Errorf("got content with digest %s (%d bytes): %w", hex.EncodeToString(got[:]), n, ErrDigestMismatch)
+	}
+	k, _ := keyOf(want)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pack == nil {
+		if b.pack, err = newPackWriter(b.s.dir); err != nil {
+			return 0, err
+		}
+	}
+	return int64(n), b.pack.add(k, data)
+}
+
+// readUpTo reads r into buf until r ends or buf is full. Unlike
+// io.ReadFull, it tells a stream that ends early (an error) from one that
+// ends (n < len(buf), nil).
+func readUpTo(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		k, err := r.Read(buf[n:])
+		n += k
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// writeLoose copies r into a new read-only temporary file, checks its
+// digest and syncs it.
+func (b *Batch) writeLoose(r io.Reader, want string) (int64, error) {
+	f, err := os.CreateTemp(b.s.dir, tempPattern)
 	if err != nil {
-		return 0, "", err
+		return 0, err
 	}
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
 	h := sha256.New()
-	n, err := io.CopyBuffer(io.MultiWriter(f, h), r, buf)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	n, err := io.CopyBuffer(io.MultiWriter(f, h), r, *buf)
 	if err == nil {
 		if got := hex.EncodeToString(h.Sum(nil)); got != want {
 			err = fmt.Errorf("got content with digest %s (%d bytes): %w", got, n, ErrDigestMismatch)
 		}
 	}
-	if err != nil {
-		os.Remove(name)
-		return 0, "", err
+	if err == nil {
+		err = f.Chmod(0o444) // blobs never change once stored
 	}
-	return n, name, nil
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return 0, err
+	}
+	b.mu.Lock()
+	b.loose = append(b.loose, pendingBlob{tmp: f.Name(), digest: want})
+	b.mu.Unlock()
+	return n, nil
 }
 
-// Commit makes every blob of the batch durable and then installs them
-// under their digests: a crash leaves either no blob or a whole one, as
-// with Store.Put.
+// Commit makes every blob of the batch durable and visible: the pack is
+// synced, then renamed into packs/ and its folder synced; the larger blobs,
+// synced when written, are renamed into place and their folders synced. A
+// crash leaves either no blob or a whole one, as with Store.Put.
 func (b *Batch) Commit() error {
-	if len(b.pending) == 0 {
-		return nil
+	if b.pack != nil {
+		p := b.pack
+		if err := p.finish(); err != nil {
+			return fmt.Errorf("put blobs: %w", err)
+		}
+		name, err := p.publish(b.s.dir)
+		if err != nil {
+			return fmt.Errorf("put blobs: %w", err)
+		}
+		b.pack = nil
+		b.s.mu.Lock()
+		b.s.addPack(name, p.entries)
+		b.s.packsSeen++
+		b.s.mu.Unlock()
 	}
-	if err := syncFS(b.s.dir); err != nil {
-		return fmt.Errorf("put blobs: %w", err)
-	}
-	// The fan-out folders first (256 at most), then the renames, several
-	// at once: each waits on the file system more than on a CPU.
 	fans := map[string]bool{}
-	for _, p := range b.pending {
-		if fan := p.digest[:2]; !fans[fan] {
-			fans[fan] = true
-			if err := os.MkdirAll(filepath.Join(b.s.dir, fan), 0o755); err != nil {
+	for len(b.loose) > 0 {
+		p := b.loose[0]
+		fan := filepath.Join(b.s.dir, p.digest[:2])
+		if !fans[fan] {
+			if err := os.MkdirAll(fan, 0o755); err != nil {
 				return fmt.Errorf("put blob %s: %w", p.digest, err)
 			}
+			fans[fan] = true
+		}
+		if err := os.Rename(p.tmp, b.s.path(p.digest)); err != nil {
+			return fmt.Errorf("put blob %s: %w", p.digest, err)
+		}
+		b.loose = b.loose[1:]
+	}
+	var errs []error
+	for fan := range fans {
+		if err := syncDir(fan); err != nil {
+			errs = append(errs, fmt.Errorf("put blobs: %w", err))
 		}
 	}
-	installed := make([]bool, len(b.pending))
-	errs := make([]error, commitWorkers)
-	var wg sync.WaitGroup
-	for w := range commitWorkers {
-		wg.Go(func() {
-			for i := w; i < len(b.pending); i += commitWorkers {
-				p := b.pending[i]
-				if err := os.Rename(p.tmp, b.s.path(p.digest)); err != nil {
-					errs[w] = fmt.Errorf("put blob %s: %w", p.digest, err)
-					return
-				}
-				installed[i] = true
-			}
-		})
-	}
-	wg.Wait()
-	var left []pendingBlob
-	for i, p := range b.pending {
-		if !installed[i] {
-			left = append(left, p)
-		}
-	}
-	b.pending = left
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	if err := syncFS(b.s.dir); err != nil {
-		return fmt.Errorf("put blobs: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
-
-// commitWorkers is how many renames a Commit runs at once.
-const commitWorkers = 4
 
 // Abort removes the temporary files of blobs not yet installed.
 func (b *Batch) Abort() {
-	for _, p := range b.pending {
+	if b.pack != nil {
+		b.pack.abort()
+		b.pack = nil
+	}
+	for _, p := range b.loose {
 		os.Remove(p.tmp)
 	}
-	b.pending = nil
+	b.loose = nil
 }

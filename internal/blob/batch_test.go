@@ -30,8 +30,8 @@ func TestBatchInstallsOnlyOnCommit(t *testing.T) {
 	if s.Has(sum([]byte("one"))) {
 		t.Error("a blob is visible before Commit")
 	}
-	if n := len(listTemps(t, s)); n != 3 {
-		t.Errorf("%d temporary files before Commit, want 3 (one, two, empty)", n)
+	if n := len(listTemps(t, s)); n != 1 {
+		t.Errorf("%d temporary files before Commit, want 1 (the pack of one, two and empty)", n)
 	}
 	if err := b.Commit(); err != nil {
 		t.Fatal(err)

@@ -1,13 +1,14 @@
 // Package blob is Ferry's content-addressed blob store on the local
 // filesystem.
 //
-// A blob is named by the lowercase hex SHA-256 of its content and lives at
-// dir/ab/abcdef... (the first two hex characters are a fan-out folder, so no
-// single directory grows to millions of entries). Blobs are written to a
-// temporary file in the store directory, hashed while written, synced and
-// then renamed into place, so a reader never sees a partial blob and
-// concurrent writers of the same content are harmless: each rename installs
-// identical bytes.
+// A blob is named by the lowercase hex SHA-256 of its content. A blob
+// stored on its own lives at dir/ab/abcdef... (the first two hex characters
+// are a fan-out folder, so no single directory grows to millions of
+// entries); the small blobs of a Batch live together in a pack file
+// (pack.go). Either way they are written under a temporary name, hashed
+// while written, synced and then renamed into place, so a reader never
+// sees a partial blob and concurrent writers of the same content are
+// harmless: each rename installs identical bytes.
 //
 // Digests that come from outside are validated before any path is built
 // from them, so a malformed digest can never name a file outside the store.
@@ -22,6 +23,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 // Sentinel errors; test for them with errors.Is.
@@ -60,9 +62,16 @@ func ValidDigest(d string) bool {
 // directory.
 type Store struct {
 	dir string
+
+	mu        sync.RWMutex
+	packs     []string // names of the packs read, in packs/
+	packNames map[string]bool
+	packsSeen int // entries of packs/ when last listed
+	index     map[packKey]packLoc
 }
 
-// Open opens the store in dir, creating the directory if needed.
+// Open opens the store in dir, creating the directory if needed, and reads
+// the index of every pack. A damaged pack is an error naming it.
 func Open(dir string) (*Store, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -71,8 +80,22 @@ func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return nil, fmt.Errorf("blob store %s: %w", dir, err)
 	}
-	return &Store{dir: abs}, nil
+	s := &Store{dir: abs, packNames: map[string]bool{}, index: map[packKey]packLoc{}}
+	if err := s.loadPacks(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
+
+// Reader reads one stored blob. It seeks and reads at offsets (what
+// http.ServeContent needs) and knows its size; the caller closes it.
+type Reader struct {
+	*io.SectionReader
+	f *os.File
+}
+
+// Close closes the file the blob is read from.
+func (r *Reader) Close() error { return r.f.Close() }
 
 // path returns where the blob with a validated digest lives.
 func (s *Store) path(digest string) string {
@@ -89,11 +112,26 @@ func checkDigest(d string) error {
 // Has reports whether the store holds the blob. A malformed digest is
 // never held.
 func (s *Store) Has(digest string) bool {
+	return s.has(digest, true)
+}
+
+// has is Has; refresh says to look for packs another process wrote when
+// the blob is not known.
+func (s *Store) has(digest string, refresh bool) bool {
 	if !ValidDigest(digest) {
 		return false
 	}
-	fi, err := os.Stat(s.path(digest))
-	return err == nil && fi.Mode().IsRegular()
+	if _, _, ok := s.lookup(digest, false); ok {
+		return true
+	}
+	if fi, err := os.Stat(s.path(digest)); err == nil && fi.Mode().IsRegular() {
+		return true
+	}
+	if !refresh {
+		return false
+	}
+	_, _, ok := s.lookup(digest, true)
+	return ok
 }
 
 // Put stores everything read from r and returns its digest and size. If want
@@ -186,18 +224,29 @@ func (s *Store) PutFile(path string) (digest string, size int64, err error) {
 // Open opens the blob for reading; the caller closes it. A blob the store
 // does not hold is an error wrapping ErrNotFound, a malformed digest one
 // wrapping ErrInvalidDigest.
-func (s *Store) Open(digest string) (*os.File, error) {
+func (s *Store) Open(digest string) (*Reader, error) {
 	if err := checkDigest(digest); err != nil {
 		return nil, err
 	}
+	if loc, name, ok := s.lookup(digest, false); ok {
+		return s.openPacked(name, loc)
+	}
 	f, err := os.Open(s.path(digest))
 	if errors.Is(err, fs.ErrNotExist) {
+		if loc, name, ok := s.lookup(digest, true); ok {
+			return s.openPacked(name, loc)
+		}
 		return nil, fmt.Errorf("blob %s: %w", digest, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("blob %s: %w", digest, err)
 	}
-	return f, nil
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("blob %s: %w", digest, err)
+	}
+	return &Reader{SectionReader: io.NewSectionReader(f, 0, fi.Size()), f: f}, nil
 }
 
 // Size returns the size in bytes of a stored blob, with the same errors as
@@ -206,8 +255,14 @@ func (s *Store) Size(digest string) (int64, error) {
 	if err := checkDigest(digest); err != nil {
 		return 0, err
 	}
+	if loc, _, ok := s.lookup(digest, false); ok {
+		return loc.size, nil
+	}
 	fi, err := os.Stat(s.path(digest))
 	if errors.Is(err, fs.ErrNotExist) {
+		if loc, _, ok := s.lookup(digest, true); ok {
+			return loc.size, nil
+		}
 		return 0, fmt.Errorf("blob %s: %w", digest, ErrNotFound)
 	}
 	if err != nil {
@@ -220,17 +275,33 @@ func (s *Store) Size(digest string) (int64, error) {
 // and each once; the result is never nil. Any malformed digest is an error
 // wrapping ErrInvalidDigest.
 func (s *Store) Missing(digests []string) ([]string, error) {
-	missing := []string{}
+	var uniq []string
 	seen := make(map[string]bool, len(digests))
 	for _, d := range digests {
 		if err := checkDigest(d); err != nil {
 			return nil, err
 		}
-		if seen[d] {
-			continue
+		if !seen[d] {
+			seen[d] = true
+			uniq = append(uniq, d)
 		}
-		seen[d] = true
-		if !s.Has(d) {
+	}
+	s.refresh() // once for all, not once per digest not held
+	// Several lookups at once: each that misses the packs waits on a stat.
+	held := make([]bool, len(uniq))
+	var wg sync.WaitGroup
+	const chunk = 4096
+	for lo := 0; lo < len(uniq); lo += chunk {
+		wg.Go(func() {
+			for i := lo; i < min(lo+chunk, len(uniq)); i++ {
+				held[i] = s.has(uniq[i], false)
+			}
+		})
+	}
+	wg.Wait()
+	missing := []string{}
+	for i, d := range uniq {
+		if !held[i] {
 			missing = append(missing, d)
 		}
 	}

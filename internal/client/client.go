@@ -426,6 +426,13 @@ const (
 // it sent. Small files travel many to a request. progress, if not nil,
 // hears of every byte sent; it may be called from several goroutines.
 func (c *Client) Upload(ctx context.Context, m *snapshot.Manifest, files map[string]string, progress func(int64)) (string, UploadStats, error) {
+	return c.UploadData(ctx, m, files, nil, progress)
+}
+
+// UploadData is Upload where data holds the content of some of the files
+// by digest (snapshot.OutputBuild.Data): those are sent from memory, not
+// read again. files must still name a local file for every digest.
+func (c *Client) UploadData(ctx context.Context, m *snapshot.Manifest, files map[string]string, data map[string][]byte, progress func(int64)) (string, UploadStats, error) {
 	stats := UploadStats{Files: len(m.Files)}
 	digests := m.Digests()
 	var missing []string
@@ -444,21 +451,23 @@ func (c *Client) Upload(ctx context.Context, m *snapshot.Manifest, files map[str
 	}
 	var jobs []uploadJob
 	var batch uploadJob
+	var batchSize int64
 	for _, d := range missing {
 		path, ok := files[d]
 		if !ok {
 			return "", stats, fmt.Errorf("no local file for blob %s", d)
 		}
-		b := blobFile{digest: d, path: path, size: sizes[d]}
+		b := blobFile{digest: d, path: path, size: sizes[d], data: data[d]}
 		if b.size > smallBlob {
 			jobs = append(jobs, uploadJob{b})
 			continue
 		}
-		if len(batch) > 0 && (len(batch) >= batchBlobs || batch.size()+b.size > batchBytes) {
+		if len(batch) > 0 && (len(batch) >= batchBlobs || batchSize+b.size > batchBytes) {
 			jobs = append(jobs, batch)
-			batch = nil
+			batch, batchSize = nil, 0
 		}
 		batch = append(batch, b)
+		batchSize += b.size
 	}
 	if len(batch) > 0 {
 		jobs = append(jobs, batch)
@@ -474,23 +483,17 @@ func (c *Client) Upload(ctx context.Context, m *snapshot.Manifest, files map[str
 	return id, stats, err
 }
 
-// blobFile is a local file to upload as a blob.
+// blobFile is a local file to upload as a blob, and its content when it
+// is in memory already.
 type blobFile struct {
 	digest, path string
 	size         int64
+	data         []byte
 }
 
 // uploadJob is one request's worth of blobs: one large blob, or a batch of
 // small ones.
 type uploadJob []blobFile
-
-func (j uploadJob) size() int64 {
-	var n int64
-	for _, b := range j {
-		n += b.size
-	}
-	return n
-}
 
 // runUploads sends the jobs, uploadWorkers at a time, and returns the first
 // error.
@@ -573,6 +576,13 @@ func writeBlobTar(w io.Writer, blobs []blobFile, progress func(int64)) error {
 }
 
 func writeBlobEntry(tw *tar.Writer, b blobFile, buf []byte) error {
+	if b.data != nil {
+		if err := tw.WriteHeader(&tar.Header{Name: b.digest, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(b.data))}); err != nil {
+			return err
+		}
+		_, err := tw.Write(b.data)
+		return err
+	}
 	f, err := os.Open(b.path)
 	if err != nil {
 		return err

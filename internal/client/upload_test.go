@@ -161,3 +161,43 @@ func digest(b []byte) string {
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
 }
+
+// UploadData sends what BuildOutputs read while hashing, not the files as
+// they are now: a file rewritten after it was hashed does not spoil the
+// batch, and the server stores the content the manifest names.
+func TestUploadDataSendsWhatWasHashed(t *testing.T) {
+	var requests atomic.Int64
+	url, token, blobs := testWorkspace(t, &requests)
+	src := t.TempDir()
+	for i := range 20 {
+		if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("f%d", i)), fmt.Appendf(nil, "output %d\n", i), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ob, err := snapshot.BuildOutputs(src, snapshot.OutputOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ob.Data) != 20 {
+		t.Fatalf("BuildOutputs kept the content of %d files, want 20", len(ob.Data))
+	}
+	// Rewritten after hashing: read again, the batch would not match its
+	// digest.
+	if err := os.WriteFile(filepath.Join(src, "f3"), []byte("changed since"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := New(url, token)
+	if _, _, err := c.UploadData(context.Background(), ob.Manifest, ob.Files, ob.Data, nil); err != nil {
+		t.Fatalf("UploadData: %v", err)
+	}
+	for _, f := range ob.Manifest.Files {
+		r, err := blobs.Open(f.Digest)
+		if err != nil {
+			t.Fatalf("%s: %v", f.Path, err)
+		}
+		r.Close()
+	}
+	if requests.Load() != 1 {
+		t.Errorf("%d upload requests, want 1 batch", requests.Load())
+	}
+}

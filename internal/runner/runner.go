@@ -698,7 +698,7 @@ func (r *runner) upload(ctx context.Context, ob *snapshot.OutputBuild) (string, 
 	var id string
 	err := client.Retry(ctx, 5*time.Second, func() error {
 		var err error
-		id, _, err = r.c.Upload(ctx, ob.Manifest, ob.Files, nil)
+		id, _, err = r.c.UploadData(ctx, ob.Manifest, ob.Files, ob.Data, nil)
 		if client.StatusOf(err) == http.StatusInsufficientStorage {
 			r.log.Warn("the server's disk is full; the outputs stay on this node and are uploaded when it has room", "err", err)
 		}

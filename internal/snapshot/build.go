@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 )
@@ -42,27 +43,74 @@ type entry struct {
 	size int64 // from stat; the hash pass records what it actually read
 }
 
-// hashFile returns the SHA-256 and length of a local file. Tests replace it
-// to check that nothing is read before the size limit is checked.
-var hashFile = func(name string) (string, int64, error) {
+// hashFile returns the SHA-256 and length of a local file. When keep is not
+// nil and the whole file fits in it with room to spare, the file is read
+// into it and data is that content (keep[:n]); else data is nil. Tests
+// replace it to check that nothing is read before the size limit is checked.
+var hashFile = func(name string, keep []byte) (digest string, n int64, data []byte, err error) {
 	f, err := os.Open(name)
 	if err != nil {
-		return "", 0, err
+		return "", 0, nil, err
 	}
 	defer f.Close()
 	h := sha256.New()
+	if keep != nil {
+		k, err := readUpTo(f, keep)
+		if err != nil {
+			return "", 0, nil, err
+		}
+		h.Write(keep[:k])
+		if k < len(keep) {
+			return hex.EncodeToString(h.Sum(nil)), int64(k), keep[:k:k], nil
+		}
+		n = int64(k) // the file grew since it was listed: hash the rest
+	}
 	buf := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(buf)
-	n, err := io.CopyBuffer(h, f, *buf)
-	if err != nil {
-		return "", 0, err
+	// Read, not io.Copy: an *os.File's WriteTo allocates a buffer of its
+	// own on every call, which a tree of many tiny files pays for in GC.
+	for {
+		k, err := f.Read(*buf)
+		h.Write((*buf)[:k])
+		n += int64(k)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", 0, nil, err
+		}
 	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
+	return hex.EncodeToString(h.Sum(nil)), n, nil, nil
+}
+
+// readUpTo reads r into buf until r ends or buf is full.
+func readUpTo(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		k, err := r.Read(buf[n:])
+		n += k
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // copyBufs are hashFile's read buffers: a tree of many tiny files would
 // otherwise allocate one per file.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// Content that BuildOutputs keeps in memory while it hashes, so that an
+// upload need not read the files again: files of at most keepFileMax
+// bytes, keepTotal bytes in all.
+const (
+	keepFileMax = 1 << 20
+	keepTotal   = 64 << 20
+	keepSlab    = 1 << 20 // kept content is carved from slabs this large
+)
 
 // Build makes the manifest of the directory root. It returns the manifest
 // and, for every digest in it, the absolute local path of a file with that
@@ -168,7 +216,7 @@ func finish(display string, entries []entry, opt BuildOptions) (*Manifest, map[s
 // hashAll hashes the entries in parallel, updating their sizes to what was
 // read, and returns the files in the same order, or the first error.
 func hashAll(entries []entry) ([]File, error) {
-	files, errs := hashEach(entries)
+	files, errs, _ := hashEach(entries, false)
 	for _, err := range errs {
 		if err != nil {
 			return nil, err
@@ -179,31 +227,56 @@ func hashAll(entries []entry) ([]File, error) {
 
 // hashEach hashes the entries in parallel, updating their sizes to what
 // was read, and returns the files and each entry's error in the same order.
-func hashEach(entries []entry) ([]File, []error) {
+// With keep, it also returns the content of the small files it read (see
+// keepFileMax), in the same order (nil for the others).
+func hashEach(entries []entry, keep bool) ([]File, []error, [][]byte) {
 	files := make([]File, len(entries))
 	errs := make([]error, len(entries))
-	next := make(chan int)
+	var datas [][]byte
+	if keep {
+		datas = make([][]byte, len(entries))
+	}
+	var budget atomic.Int64
+	budget.Store(keepTotal)
+	// Entries go to the workers in runs: one channel operation a file
+	// costs more than hashing a tiny one.
+	const run = 64
+	next := make(chan int, 16)
 	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), 8, max(len(entries), 1)) {
 		wg.Go(func() {
-			for i := range next {
-				e := &entries[i]
-				d, n, err := hashFile(e.src)
-				if err != nil {
-					errs[i] = fmt.Errorf("%s: %w", e.rel, err)
-					continue
+			var slab []byte
+			for first := range next {
+				for i := first; i < min(first+run, len(entries)); i++ {
+					e := &entries[i]
+					var room []byte
+					if keep && e.size < keepFileMax && budget.Add(-(e.size+1)) >= 0 {
+						if int64(len(slab)) <= e.size {
+							slab = make([]byte, max(keepSlab, e.size+1))
+						}
+						room = slab[:e.size+1]
+					}
+					d, n, data, err := hashFile(e.src, room)
+					if err != nil {
+						errs[i] = fmt.Errorf("%s: %w", e.rel, err)
+						continue
+					}
+					if data != nil {
+						datas[i] = data
+						slab = slab[len(data):]
+					}
+					e.size = n
+					files[i] = File{Path: e.rel, Mode: e.mode, Size: n, Digest: d}
 				}
-				e.size = n
-				files[i] = File{Path: e.rel, Mode: e.mode, Size: n, Digest: d}
 			}
 		})
 	}
-	for i := range entries {
+	for i := 0; i < len(entries); i += run {
 		next <- i
 	}
 	close(next)
 	wg.Wait()
-	return files, errs
+	return files, errs, datas
 }
 
 // checkSize returns an ErrTooLarge error if the entries hold more than limit

@@ -50,6 +50,11 @@ type OutputBuild struct {
 	Manifest *Manifest
 	// Files maps every digest of Manifest to a local file with that content.
 	Files map[string]string
+	// Data holds the content of some small files, read while they were
+	// hashed, by digest: an upload sends it from memory instead of reading
+	// the files again (and sends what was hashed, even if a file changed
+	// since).
+	Data map[string][]byte
 	// Skipped lists the entries left out, at most MaxSkippedListed of them,
 	// in the order found; SkippedMore counts those past that.
 	Skipped     []Skipped
@@ -90,9 +95,10 @@ func BuildOutputs(root string, opt OutputOptions) (*OutputBuild, error) {
 		return nil, fmt.Errorf("snapshot %s: %w", root, err)
 	}
 	entries := out.overLimits(w.entries, opt)
-	files, errs := hashEach(entries)
+	files, errs, datas := hashEach(entries, true)
 	var kept []entry
 	var keptFiles []File
+	out.Data = map[string][]byte{}
 	for i, e := range entries {
 		if errs[i] != nil {
 			out.skip(e.rel, "cannot be read: "+errText(errs[i]))
@@ -100,6 +106,9 @@ func BuildOutputs(root string, opt OutputOptions) (*OutputBuild, error) {
 		}
 		kept = append(kept, e)
 		keptFiles = append(keptFiles, files[i])
+		if datas[i] != nil {
+			out.Data[files[i].Digest] = datas[i]
+		}
 	}
 	// A file may have grown between the walk and the read; what was read
 	// is what is uploaded, so that is what must fit.

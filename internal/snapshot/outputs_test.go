@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -98,11 +99,11 @@ func TestBuildOutputsLimitsSkipBeforeReading(t *testing.T) {
 	f.Close()
 	var hashedBig atomic.Bool
 	orig := hashFile
-	hashFile = func(name string) (string, int64, error) {
+	hashFile = func(name string, keep []byte) (string, int64, []byte, error) {
 		if strings.HasSuffix(name, "sparse.bin") {
 			hashedBig.Store(true)
 		}
-		return orig(name)
+		return orig(name, keep)
 	}
 	t.Cleanup(func() { hashFile = orig })
 
@@ -162,5 +163,24 @@ func TestDisplayPath(t *testing.T) {
 		if got := DisplayPath(in); got != want {
 			t.Errorf("DisplayPath(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+func TestBuildOutputsKeepsSmallFilesContent(t *testing.T) {
+	dir := t.TempDir()
+	small := []byte("a small output\n")
+	big := bytes.Repeat([]byte("b"), keepFileMax+1)
+	for name, data := range map[string][]byte{"small.txt": small, "copy.txt": small, "big.bin": big, "empty": nil} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ob, err := BuildOutputs(dir, OutputOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{sum(string(small)): small, sum(""): {}}
+	if diff := cmp.Diff(want, ob.Data); diff != "" {
+		t.Errorf("Data (-want +got):\n%s", diff)
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"sync"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
@@ -123,86 +121,58 @@ func (s *Service) PutBlobs(ctx context.Context, who auth.Principal, r io.Reader)
 	return len(digests), s.noteNoSpace(who, err)
 }
 
-// batchWorkers write a batch's small blobs at once: creating thousands of
-// files is bound by file-system latency more than by a CPU.
-const batchWorkers = 4
-
 func (s *Service) putBlobs(r io.Reader, q *meteredReader) ([]string, error) {
 	b := s.blobs.NewBatch()
 	defer b.Abort()
-	type item struct {
-		digest string
-		data   []byte
-	}
-	items := make(chan item, batchWorkers*4)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	fail := func(err error) {
-		mu.Lock()
-		if firstErr == nil {
-			firstErr = err
-		}
-		mu.Unlock()
-	}
-	failed := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return firstErr != nil
-	}
-	put := func(digest string, r io.Reader) {
-		if _, err := b.Put(r, digest); err != nil {
-			if errors.Is(err, blob.ErrDigestMismatch) {
-				err = &Error{Code: CodeInvalid, Msg: fmt.Sprintf("blob batch: blob %s: the content does not hash to its name; nothing was stored", digest), Err: err}
-			}
-			fail(noSpace(err, "a batch of blobs"))
-		}
-	}
-	for range batchWorkers {
-		wg.Go(func() {
-			for it := range items {
-				put(it.digest, bytes.NewReader(it.data))
-			}
-		})
-	}
 	var digests []string
-	_, err := readBatch(tar.NewReader(r), s.cfg.MaxSnapshotSize, failed, func(h *tar.Header, tr io.Reader) error {
+	// One blob at a time: a small one only costs hashing and a copy into
+	// the batch's pack, less than handing it to another goroutine would.
+	_, err := readBatch(tar.NewReader(r), s.cfg.MaxSnapshotSize, func(h *tar.Header, tr io.Reader) error {
 		digests = append(digests, h.Name)
 		if q.n += h.Size; q.left >= 0 && q.n > q.left {
 			return errUploadQuota
 		}
-		if h.Size > smallBatchBlob {
-			put(h.Name, tr) // streamed, not held in memory
-			return nil
+		src := &sourceReader{r: tr}
+		if _, err := b.Put(src, h.Name); err != nil {
+			if src.err != nil {
+				// The cause stays in the chain: a body over its limit is
+				// answered as such.
+				return &Error{Code: CodeInvalid, Err: src.err, Msg: fmt.Sprintf("blob batch: blob %s: %v", h.Name, src.err)}
+			}
+			if errors.Is(err, blob.ErrDigestMismatch) {
+				return &Error{Code: CodeInvalid, Msg: fmt.Sprintf("blob batch: blob %s: the content does not hash to its name; nothing was stored", h.Name), Err: err}
+			}
+			return noSpace(err, "a batch of blobs")
 		}
-		data := make([]byte, h.Size)
-		if _, err := io.ReadFull(tr, data); err != nil {
-			return &Error{Code: CodeInvalid, Err: err, Msg: fmt.Sprintf("blob batch: blob %s: %v", h.Name, err)}
-		}
-		items <- item{h.Name, data}
 		return nil
 	})
-	close(items)
-	wg.Wait()
 	if err != nil {
 		return nil, err
-	}
-	if firstErr != nil {
-		return nil, firstErr
 	}
 	return digests, noSpace(b.Commit(), "a batch of blobs")
 }
 
-// smallBatchBlob is the size up to which a batch's blob is read into
-// memory and written by a worker.
-const smallBatchBlob = 1 << 20
+// sourceReader tells a failure to read the request from one to store what
+// was read.
+type sourceReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		s.err = err
+	}
+	return n, err
+}
 
 // readBatch checks every entry of a batch's tar stream and hands it to fn,
-// until the stream ends, fn fails or stop says to; it returns how many
-// entries it handed on.
-func readBatch(tr *tar.Reader, maxBlob int64, stop func() bool, fn func(*tar.Header, io.Reader) error) (int, error) {
+// until the stream ends or fn fails; it returns how many entries it handed
+// on.
+func readBatch(tr *tar.Reader, maxBlob int64, fn func(*tar.Header, io.Reader) error) (int, error) {
 	n := 0
-	for !stop() {
+	for {
 		h, err := tr.Next()
 		if err == io.EOF {
 			break
@@ -231,7 +201,7 @@ func readBatch(tr *tar.Reader, maxBlob int64, stop func() bool, fn func(*tar.Hea
 }
 
 // OpenBlob opens stored content that who may read.
-func (s *Service) OpenBlob(ctx context.Context, who auth.Principal, digest string) (*os.File, error) {
+func (s *Service) OpenBlob(ctx context.Context, who auth.Principal, digest string) (*blob.Reader, error) {
 	sc, err := s.scopeOf(ctx, who)
 	if err != nil {
 		return nil, err
@@ -245,7 +215,7 @@ func (s *Service) OpenBlob(ctx context.Context, who auth.Principal, digest strin
 	return s.openBlob(digest)
 }
 
-func (s *Service) openBlob(digest string) (*os.File, error) {
+func (s *Service) openBlob(digest string) (*blob.Reader, error) {
 	f, err := s.blobs.Open(digest)
 	switch {
 	case errors.Is(err, blob.ErrInvalidDigest):
