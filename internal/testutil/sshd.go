@@ -325,7 +325,9 @@ func freePort(t testing.TB) int {
 // would change the password under another's feet.
 func ensurePasswordUser(t testing.TB) string {
 	t.Helper()
-	dir := filepath.Join(os.TempDir(), "ferry-sshd")
+	// One place per machine, whatever TMPDIR a test process has (the e2e
+	// tests set their own): two places would mean two passwords.
+	dir := "/tmp/ferry-sshd"
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
