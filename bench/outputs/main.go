@@ -1,19 +1,23 @@
 // Command outputs measures how fast Ferry uploads a tree of many tiny
-// files (a job's outputs, or a code snapshot: the same client.Upload)
-// beside tar, the peer that moves the same tree in one stream, measured in
-// the same run on the same disk:
+// files (a job's outputs) beside tar, the peer that moves the same tree in
+// one stream, measured in the same run on the same disk:
 //
 //	tar -cf - DIR | cat > /dev/null          (read and stream the tree)
 //	tar -cf - DIR | tar -xf - -C OTHER       (read, stream and write it again)
 //
-// Ferry's figure covers the whole of it: walking and hashing the tree
-// (snapshot.BuildOutputs, as the runner does), asking which blobs the
-// server lacks, sending them and storing the manifest, with the server
-// writing every blob durably.
+// Ferry's figures cover the whole of it: walking and hashing the tree
+// (snapshot.BuildOutputs, as the runner does) and uploading it to a server
+// that writes every blob durably, two ways, each to a fresh server:
+//
+//	stream   client.UploadStream: one POST /v1/snapshots/stream of every
+//	         file; the server hashes, packs and builds the manifest (what
+//	         the runner does)
+//	batched  client.UploadData: ask which blobs are missing, send them in
+//	         tar batches, then send the manifest (the way before)
 //
 //	go run ./bench/outputs [-n 100000] [-single 2000]
 //
-// -single also times the old way, one PUT per file, on that many files
+// -single also times the oldest way, one PUT per file, on that many files
 // and extrapolates it to n. It prints figures and ratios; it asserts
 // nothing.
 package main
