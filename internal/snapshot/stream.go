@@ -36,6 +36,11 @@ const StreamContentType = "application/x-ferry-snapshot-stream"
 // the underlying reader are passed through, wrapped.
 var ErrInvalidStream = errors.New("invalid snapshot stream")
 
+// MaxStreamPathBytes bounds the paths of one stream in all, so that what a
+// reader keeps of them (to refuse duplicates) stays within the 512 MiB a
+// manifest's JSON may take.
+const MaxStreamPathBytes = 256 << 20
+
 // StreamLimits bound what a StreamReader accepts.
 type StreamLimits struct {
 	MaxFileSize  int64 // largest file (0: no limit)
@@ -54,6 +59,7 @@ type StreamReader struct {
 	done    bool
 	n       int   // records read
 	total   int64 // content bytes declared so far
+	paths   int64 // path bytes so far
 	seen    map[string]bool
 	body    recordBody
 	path    []byte
@@ -105,6 +111,9 @@ func (s *StreamReader) Next() (File, io.Reader, error) {
 	}
 	if plen > MaxPathLen {
 		return File{}, nil, fmt.Errorf("%w: record %d: its path is %d bytes long, over the limit of %d", ErrInvalidStream, rec, plen, MaxPathLen)
+	}
+	if s.paths += int64(plen); s.paths > MaxStreamPathBytes {
+		return File{}, nil, fmt.Errorf("%w: record %d: the paths pass %d bytes in all", ErrTooLarge, rec, MaxStreamPathBytes)
 	}
 	if s.n >= s.lim.MaxFiles {
 		return File{}, nil, fmt.Errorf("%w: record %d: more than %d files", ErrTooLarge, rec, s.lim.MaxFiles)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
@@ -165,6 +166,17 @@ func TestStreamRefusesBadRecords(t *testing.T) {
 		{"data after the end", append(rawStream(rawRecord("a", 0o644, 0, "")), 'x'), StreamLimits{}, ErrInvalidStream, "data follows the end"},
 		{"content short of its size", append([]byte(StreamMagic), rawRecord("a", 0o644, 5, "abc")...), StreamLimits{}, ErrInvalidStream, `record 1 "a": the stream ends 2 bytes before`},
 	}
+	var long [][]byte
+	for i := range MaxStreamPathBytes/MaxPathLen + 1 {
+		long = append(long, rawRecord(fmt.Sprintf("%0*d", MaxPathLen, i), 0o644, 0, ""))
+	}
+	tests = append(tests, struct {
+		name     string
+		data     []byte
+		lim      StreamLimits
+		want     error
+		contains string
+	}{"paths over their limit", rawStream(long...), StreamLimits{}, ErrTooLarge, "the paths pass"})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := readStream(tt.data, tt.lim)
