@@ -95,6 +95,7 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 		{method: "POST", path: "/v1/blobs/batch", summary: "Upload many blobs in one request: a tar stream (application/x-tar) of regular files each named by the SHA-256 of its content; all or none are stored", run: true, handle: s.putBlobs},
 		{method: "PUT", path: "/v1/blobs/{digest}", summary: "Upload content by its SHA-256", run: true, handle: s.putBlob},
 		{method: "GET", path: "/v1/blobs/{digest}", summary: "Download content by its SHA-256", run: true, raw: s.getBlob},
+		{method: "POST", path: "/v1/snapshots/stream", summary: "Upload a whole folder as a snapshot in one request: a snapshot stream (application/x-ferry-snapshot-stream): the magic FRYSNAP\\x01, then per file a uvarint path length, the path, a uvarint mode, a uvarint size and the content, ended by a uvarint 0. The server checks every path and size, hashes the content, stores it and the manifest it builds, all or nothing, and answers {id, files, bytes}", run: true, handle: s.putSnapshotStream},
 		{method: "POST", path: "/v1/snapshots", summary: "Store a snapshot manifest whose files are uploaded", run: true, handle: s.createSnapshot},
 		{method: "GET", path: "/v1/snapshots/{id}", summary: "Get a snapshot manifest", run: true, handle: s.getSnapshot},
 	}
@@ -740,6 +741,10 @@ func (s *Server) createSnapshot(r *http.Request, who auth.Principal) (any, error
 	}
 	id, err := s.ws.CreateSnapshot(r.Context(), who, body)
 	return SnapshotID{ID: id}, err
+}
+
+func (s *Server) putSnapshotStream(r *http.Request, who auth.Principal) (any, error) {
+	return s.ws.PutSnapshotStream(r.Context(), who, r.Body)
 }
 
 func (s *Server) getSnapshot(r *http.Request, who auth.Principal) (any, error) {

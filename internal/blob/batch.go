@@ -96,7 +96,8 @@ func (b *Batch) put(r io.Reader, want string) (int64, error) {
 	case err != nil:
 		return 0, err
 	case n == len(*buf): // over packMax
-		return b.writeLoose(io.MultiReader(bytes.NewReader(*buf), r), want)
+		_, n, err := b.writeLoose(io.MultiReader(bytes.NewReader(*buf), r), want)
+		return n, err
 	}
 	data := (*buf)[:n]
 	if got := sha256.Sum256(data); hex.EncodeToString(got[:]) != want {
@@ -111,6 +112,47 @@ func (b *Batch) put(r io.Reader, want string) (int64, error) {
 		}
 	}
 	return int64(n), b.pack.add(k, data)
+}
+
+// Add reads one blob from r, whatever its content, stores it as Put does
+// and returns its digest and size: it is for content whose digest the
+// sender did not compute, hashed here once as it is written. Content the
+// batch or a known pack holds already is dropped after hashing.
+func (b *Batch) Add(r io.Reader) (string, int64, error) {
+	buf := packBufs.Get().(*[]byte)
+	defer packBufs.Put(buf)
+	n, err := readUpTo(r, *buf)
+	switch {
+	case err != nil:
+		return "", 0, fmt.Errorf("put blob: %w", err)
+	case n == len(*buf): // over packMax
+		d, n, err := b.writeLoose(io.MultiReader(bytes.NewReader(*buf), r), "")
+		if err != nil {
+			return "", 0, fmt.Errorf("put blob: %w", err)
+		}
+		return d, n, nil
+	}
+	data := (*buf)[:n]
+	k := packKey(sha256.Sum256(data))
+	d := hex.EncodeToString(k[:])
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seen[d] {
+		return d, int64(n), nil
+	}
+	if _, _, packed := b.s.lookup(d, false); packed {
+		return d, int64(n), nil
+	}
+	if b.pack == nil {
+		if b.pack, err = newPackWriter(b.s.dir); err != nil {
+			return "", 0, fmt.Errorf("put blob %s: %w", d, err)
+		}
+	}
+	if err := b.pack.add(k, data); err != nil {
+		return "", 0, fmt.Errorf("put blob %s: %w", d, err)
+	}
+	b.seen[d] = true
+	return d, int64(n), nil
 }
 
 // readUpTo reads r into buf until r ends or buf is full. Unlike
@@ -132,18 +174,24 @@ func readUpTo(r io.Reader, buf []byte) (int, error) {
 }
 
 // writeLoose copies r into a new read-only temporary file, checks its
-// digest and syncs it.
-func (b *Batch) writeLoose(r io.Reader, want string) (int64, error) {
+// digest (want "": takes it as it comes) and syncs it; it returns the
+// digest.
+func (b *Batch) writeLoose(r io.Reader, want string) (string, int64, error) {
+	added := want == "" // by Add: the batch may hold it already
 	f, err := os.CreateTemp(b.s.dir, tempPattern)
 	if err != nil {
-		return 0, err
+		return "", 0, err
 	}
 	buf := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(buf)
 	h := sha256.New()
 	n, err := io.CopyBuffer(io.MultiWriter(f, h), r, *buf)
 	if err == nil {
-		if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		got := hex.EncodeToString(h.Sum(nil))
+		if want == "" {
+			want = got
+		}
+		if got != want {
 			err = fmt.Errorf("got content with digest %s (%d bytes): %w", got, n, ErrDigestMismatch)
 		}
 	}
@@ -158,12 +206,17 @@ func (b *Batch) writeLoose(r io.Reader, want string) (int64, error) {
 	}
 	if err != nil {
 		os.Remove(f.Name())
-		return 0, err
+		return "", 0, err
 	}
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if added && b.seen[want] {
+		os.Remove(f.Name())
+		return want, n, nil
+	}
+	b.seen[want] = true
 	b.loose = append(b.loose, pendingBlob{tmp: f.Name(), digest: want})
-	b.mu.Unlock()
-	return n, nil
+	return want, n, nil
 }
 
 // Commit makes every blob of the batch durable and visible: the pack is

@@ -69,3 +69,47 @@ func TestBatchAbortLeavesNothing(t *testing.T) {
 		t.Error("an aborted batch left a blob or a temporary file")
 	}
 }
+
+// TestBatchAddHashesWhatItStores checks Add of content whose digest the
+// caller does not know: small and large (past packMax) blobs, twice each
+// and once already held, come back under their SHA-256, visible only after
+// Commit and each stored once.
+func TestBatchAddHashesWhatItStores(t *testing.T) {
+	s := newStore(t)
+	held := []byte("already held")
+	if _, _, err := s.Put(bytes.NewReader(held), ""); err != nil {
+		t.Fatal(err)
+	}
+	large := bytes.Repeat([]byte("L"), packMax+10)
+	contents := [][]byte{[]byte("one"), {}, large, []byte("one"), large, held}
+	b := s.NewBatch()
+	for _, c := range contents {
+		d, n, err := b.Add(bytes.NewReader(c))
+		if err != nil || d != sum(c) || n != int64(len(c)) {
+			t.Fatalf("Add(%d bytes) = %s, %d, %v; want %s", len(c), d, n, err, sum(c))
+		}
+	}
+	if s.Has(sum([]byte("one"))) || s.Has(sum(large)) {
+		t.Error("a blob is visible before Commit")
+	}
+	if n := len(listTemps(t, s)); n != 2 {
+		t.Errorf("%d temporary files before Commit, want 2 (the pack, and the large blob once)", n)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range contents {
+		f, err := s.Open(sum(c))
+		if err != nil {
+			t.Fatalf("Open(%d bytes): %v", len(c), err)
+		}
+		got, _ := io.ReadAll(f)
+		f.Close()
+		if !bytes.Equal(got, c) {
+			t.Errorf("blob of %d bytes holds %d other bytes", len(c), len(got))
+		}
+	}
+	if temps := listTemps(t, s); len(temps) != 0 {
+		t.Errorf("temporary files left: %v", temps)
+	}
+}

@@ -483,6 +483,66 @@ func (c *Client) UploadData(ctx context.Context, m *snapshot.Manifest, files map
 	return id, stats, err
 }
 
+// UploadStream sends a whole snapshot in one request, a snapshot stream
+// of every file's path, mode, size and content (snapshot.StreamWriter),
+// which the server hashes and stores with the manifest it builds; it
+// returns the snapshot id. It asks nothing first, so it sends every file
+// even if the server holds it: it is for content that is new, like a
+// job's outputs, where it saves the round trips of Missing and
+// CreateSnapshot and the digests on the wire. files and data are as for
+// UploadData (content in data is sent from memory). A server without the
+// stream gets UploadData.
+func (c *Client) UploadStream(ctx context.Context, m *snapshot.Manifest, files map[string]string, data map[string][]byte, progress func(int64)) (string, UploadStats, error) {
+	stats := UploadStats{Files: len(m.Files)}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(writeSnapshotStream(pw, m, files, data, progress)) }()
+	resp, err := c.request(ctx, "POST", "/v1/snapshots/stream", pr, snapshot.StreamContentType)
+	pr.CloseWithError(errors.New("request ended"))
+	if s := StatusOf(err); s == http.StatusNotFound || s == http.StatusMethodNotAllowed {
+		return c.UploadData(ctx, m, files, data, progress)
+	}
+	if err != nil {
+		return "", stats, fmt.Errorf("upload %d files: %w", len(m.Files), err)
+	}
+	defer resp.Body.Close()
+	var out workspace.StreamedSnapshot
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return "", stats, fmt.Errorf("upload %d files: the reply: %w", len(m.Files), err)
+	}
+	stats.Uploaded, stats.Bytes = out.Files, out.Bytes
+	return out.ID, stats, nil
+}
+
+// writeSnapshotStream writes m's files as a snapshot stream.
+func writeSnapshotStream(w io.Writer, m *snapshot.Manifest, files map[string]string, data map[string][]byte, progress func(int64)) error {
+	sw := snapshot.NewStreamWriter(w)
+	for _, f := range m.Files {
+		if d, ok := data[f.Digest]; ok {
+			if err := sw.WriteData(f, d); err != nil {
+				return err
+			}
+		} else if err := writeStreamFile(sw, f, files[f.Digest]); err != nil {
+			return err
+		}
+		if progress != nil {
+			progress(f.Size)
+		}
+	}
+	return sw.Close()
+}
+
+func writeStreamFile(sw *snapshot.StreamWriter, f snapshot.File, path string) error {
+	if path == "" {
+		return fmt.Errorf("no local file for %s (blob %s)", f.Path, f.Digest)
+	}
+	r, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return sw.WriteFrom(f, r)
+}
+
 // blobFile is a local file to upload as a blob, and its content when it
 // is in memory already.
 type blobFile struct {

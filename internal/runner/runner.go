@@ -693,12 +693,13 @@ func (d outputDir) label() string {
 	return "outputs"
 }
 
-// upload sends a built output directory, retrying through server restarts.
+// upload sends a built output directory as one snapshot stream (an older
+// server gets it the batched way), retrying through server restarts.
 func (r *runner) upload(ctx context.Context, ob *snapshot.OutputBuild) (string, error) {
 	var id string
 	err := client.Retry(ctx, 5*time.Second, func() error {
 		var err error
-		id, _, err = r.c.UploadData(ctx, ob.Manifest, ob.Files, ob.Data, nil)
+		id, _, err = r.c.UploadStream(ctx, ob.Manifest, ob.Files, ob.Data, nil)
 		if client.StatusOf(err) == http.StatusInsufficientStorage {
 			r.log.Warn("the server's disk is full; the outputs stay on this node and are uploaded when it has room", "err", err)
 		}
