@@ -342,20 +342,24 @@ func ensurePasswordUser(t testing.TB) string {
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
 
 	pwFile := filepath.Join(dir, PasswordUser+".password")
-	_, userErr := user.Lookup(PasswordUser)
-	if pw, err := os.ReadFile(pwFile); err == nil && userErr == nil && len(pw) > 0 {
-		return string(pw)
-	}
-	if userErr != nil {
+	if _, err := user.Lookup(PasswordUser); err != nil {
 		if out, err := exec.Command("useradd", "-m", "-s", "/bin/sh", PasswordUser).CombinedOutput(); err != nil {
 			t.Fatalf("useradd %s: %v\n%s", PasswordUser, err, out)
 		}
 	}
-	b := make([]byte, 12)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
+	// The kept password is set again each time (the same one, so a test
+	// process that read it before keeps a working password): the account's
+	// password may have been changed since it was kept.
+	pw := ""
+	if b, err := os.ReadFile(pwFile); err == nil && len(b) > 0 {
+		pw = string(b)
+	} else {
+		b := make([]byte, 12)
+		if _, err := rand.Read(b); err != nil {
+			t.Fatal(err)
+		}
+		pw = "pw-" + hex.EncodeToString(b)
 	}
-	pw := "pw-" + hex.EncodeToString(b)
 	cmd := exec.Command("chpasswd")
 	cmd.Stdin = strings.NewReader(PasswordUser + ":" + pw + "\n")
 	if out, err := cmd.CombinedOutput(); err != nil {
