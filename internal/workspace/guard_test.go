@@ -3,11 +3,13 @@ package workspace
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/provider"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -163,5 +165,75 @@ func mustCreate(t *testing.T, s *Service, name string, max int) {
 	c := &spec.Compute{Name: name, Type: "amlcompute", Size: "Standard_DS1_v2", MaxInstances: &max}
 	if _, err := s.CreateCompute(context.Background(), c); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// hangingProvider's Terminate blocks until released: a Docker stop that
+// waits out its grace, or an engine that does not answer.
+type hangingProvider struct {
+	schedProvider
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (p *hangingProvider) Terminate(ctx context.Context, _ string) error {
+	select {
+	case p.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-p.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// While a node provider hangs in the pool loop, the local target's jobs
+// are still dispatched: the pool loop runs beside the dispatcher.
+func TestHangingProviderDoesNotHoldTheDispatcher(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := openStore(t, dir)
+	clk := &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	prov := &hangingProvider{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	s := newPoolService(t, st, dir, &prov.schedProvider, clk)
+	target := &fakeTarget{capacity: 2}
+	s.cfg.Targets = func(*spec.Compute) (compute.Target, error) { return target, nil }
+	s.cfg.Providers = func(*spec.Compute) (provider.Provider, error) { return prov, nil }
+	s.targets = map[string]compute.Target{}
+
+	mustCreate(t, s, "cpu", 1)
+	submitTo(t, s, "pooled", "cpu")
+	pass(t, s)
+	joinAll(t, s)
+	pass(t, s)
+	if _, err := s.CancelJob(ctx, owner, "pooled"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.finish(ctx, "pooled", 1, StatusCanceled, "canceled on request", nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteCompute(ctx, "cpu"); err != nil {
+		t.Fatal(err)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { s.Run(runCtx); close(done) }()
+	defer func() { close(prov.release); cancel(); <-done }()
+	select {
+	case <-prov.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the pool loop never terminated the deleted cluster's node")
+	}
+	submit(t, s, "local-while-hung")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if slices.Contains(target.jobs(), "local-while-hung") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a local job was not dispatched while a provider hung: launched %v", target.jobs())
+		}
 	}
 }

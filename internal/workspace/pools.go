@@ -648,6 +648,9 @@ func (s *Service) launchBackoff(compute string, err error) time.Duration {
 	return d
 }
 
+// providerCallTimeout bounds one call to a node provider from the pool loop.
+const providerCallTimeout = 2 * time.Minute
+
 // retireNode terminates a node's machine and forgets the node.
 func (s *Service) retireNode(ctx context.Context, n store.Node, why string) {
 	if n.Machine != "" {
@@ -655,7 +658,11 @@ func (s *Service) retireNode(ctx context.Context, n store.Node, why string) {
 		var c spec.Compute
 		if err == nil && json.Unmarshal(pc.Spec, &c) == nil && s.cfg.Providers != nil {
 			if prov, err := s.cfg.Providers(&c); err == nil {
-				if err := prov.Terminate(ctx, n.Machine); err != nil && !errors.Is(err, provider.ErrNotFound) {
+				// A provider that hangs must not hold the pool loop forever.
+				tctx, cancel := context.WithTimeout(ctx, providerCallTimeout)
+				err := prov.Terminate(tctx, n.Machine)
+				cancel()
+				if err != nil && !errors.Is(err, provider.ErrNotFound) {
 					s.log.Error("terminate node", "node", n.Name, "err", err)
 					return // try again next pass
 				}

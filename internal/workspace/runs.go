@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -18,18 +19,35 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-// Run dispatches queued jobs and watches runner leases until ctx is done.
+// Run dispatches queued jobs, watches runner leases and runs the pool loop
+// until ctx is done. The pool loop has a goroutine of its own: it calls
+// node providers, which may be slow (a Docker stop waits out its grace),
+// and the local target's jobs and every runner's lease must not wait on
+// them.
 func (s *Service) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		s.loop(ctx, s.kick, loopPass{"dispatch", s.dispatch}, loopPass{"lease check", s.expireLeases})
+	})
+	wg.Go(func() { s.loop(ctx, s.kickPools, loopPass{"pools", s.reconcilePools}) })
+	wg.Wait()
+}
+
+// loopPass is one pass of a reconcile loop.
+type loopPass struct {
+	name string
+	run  func(context.Context) error
+}
+
+// loop runs its passes every second and when kicked, until ctx is done.
+func (s *Service) loop(ctx context.Context, kick <-chan struct{}, passes ...loopPass) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		// Each pass is guarded as a whole too: a panic the per-record
 		// guards did not catch costs one pass, not the server, so the API
 		// stays up for the owner to cancel or delete what causes it.
-		for _, pass := range []struct {
-			name string
-			run  func(context.Context) error
-		}{{"dispatch", s.dispatch}, {"lease check", s.expireLeases}, {"pools", s.reconcilePools}} {
+		for _, pass := range passes {
 			if err := s.guard(pass.name+" pass", func() error { return pass.run(ctx) }); err != nil && ctx.Err() == nil {
 				s.log.Error(pass.name, "err", err)
 			}
@@ -37,7 +55,7 @@ func (s *Service) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.kick:
+		case <-kick:
 		case <-tick.C:
 		}
 	}

@@ -87,7 +87,8 @@ type Service struct {
 	now     func() time.Time
 	started time.Time
 
-	kick chan struct{} // wakes the dispatcher
+	kick      chan struct{} // wakes the dispatcher and lease check
+	kickPools chan struct{} // wakes the pool loop
 
 	mu         sync.Mutex
 	targets    map[string]compute.Target
@@ -162,7 +163,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, st: cfg.Store, blobs: cfg.Blobs, logs: logs, log: cfg.Log, now: cfg.Now,
-		kick:       make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), kickPools: make(chan struct{}, 1),
 		targets:    map[string]compute.Target{},
 		waiters:    map[string]chan struct{}{},
 		heartbeats: map[string]time.Time{},
@@ -213,9 +214,11 @@ func (s *Service) changed(job string) {
 
 // wakeDispatcher asks for a dispatch pass: a job was queued or a slot freed.
 func (s *Service) wakeDispatcher() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
+	for _, k := range []chan struct{}{s.kick, s.kickPools} {
+		select {
+		case k <- struct{}{}:
+		default:
+		}
 	}
 }
 
