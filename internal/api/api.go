@@ -195,6 +195,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &fe) {
 		p.Errors = fe
 	}
+	if we := (*workspace.Error)(nil); code == workspace.CodeNoSpace && !errors.As(err, &we) {
+		p.Detail = "the server's disk is full: nothing was stored; free space in the server's data directory and try again"
+	}
 	if code == workspace.CodeNoSpace {
 		s.log.Warn("the data directory's disk is full; writes are refused until there is room", "method", r.Method, "path", r.URL.Path, "err", errors.Unwrap(err))
 	}

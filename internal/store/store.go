@@ -23,6 +23,10 @@ var ErrNotFound = errors.New("not found")
 // exists (a duplicate name).
 var ErrConflict = errors.New("already exists")
 
+// ErrNoSpace is wrapped by a write that failed because the disk (or quota)
+// under the store is full; nothing of it was stored.
+var ErrNoSpace = errors.New("the store's disk is full")
+
 // Compute is a stored compute target. Spec is the validated compute file as
 // JSON; the store does not look inside it.
 type Compute struct {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+
+	"github.com/ferry-ml/ferry/internal/store"
 )
 
 // Code classifies an error for whoever called the service: the API layer
@@ -67,6 +69,9 @@ func CodeOf(err error) Code {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Code
+	}
+	if errors.Is(err, store.ErrNoSpace) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return CodeNoSpace
 	}
 	return CodeInternal
 }

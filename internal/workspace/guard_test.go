@@ -3,8 +3,10 @@ package workspace
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -234,6 +236,16 @@ func TestHangingProviderDoesNotHoldTheDispatcher(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("a local job was not dispatched while a provider hung: launched %v", target.jobs())
+		}
+	}
+}
+
+// A store write refused for want of disk space is answered as a full disk
+// (507), not as an internal error.
+func TestStoreFullIsNoSpace(t *testing.T) {
+	for _, err := range []error{fmt.Errorf("commit: %w", store.ErrNoSpace), fmt.Errorf("write: %w", syscall.ENOSPC)} {
+		if got := CodeOf(err); got != CodeNoSpace {
+			t.Errorf("CodeOf(%v) = %v, want CodeNoSpace", err, got)
 		}
 	}
 }

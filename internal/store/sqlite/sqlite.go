@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	"modernc.org/sqlite"
@@ -159,12 +160,23 @@ func (s *Store) write(ctx context.Context, f func(*sql.Tx) error) error {
 	}
 	defer tx.Rollback()
 	if err := f(tx); err != nil {
-		return err
+		return full(err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return full(fmt.Errorf("commit: %w", err))
 	}
 	return nil
+}
+
+// full marks an error of a write that failed for want of disk space with
+// store.ErrNoSpace, so that it is answered as such and not as a bug.
+func full(err error) error {
+	var e *sqlite.Error
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) ||
+		(errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_FULL) {
+		return fmt.Errorf("%w: %w", store.ErrNoSpace, err)
+	}
+	return err
 }
 
 // read runs f in a read transaction, which sees one snapshot of the database.

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 	"github.com/ferry-ml/ferry/internal/store/sqlite"
 	"github.com/ferry-ml/ferry/internal/store/storetest"
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 func open(t *testing.T, path string) *sqlite.Store {
@@ -166,5 +169,33 @@ func killChild(path string) {
 			os.Exit(1)
 		}
 		fmt.Println(name)
+	}
+}
+
+// A write that fails because the disk under the store is full is marked
+// store.ErrNoSpace (the API answers 507 and says so, not "internal
+// error"), and the store works again once there is room.
+func TestFullDiskIsErrNoSpace(t *testing.T) {
+	dir := t.TempDir()
+	testutil.MountTmpfs(t, dir, "1m")
+	s := open(t, filepath.Join(dir, "ferry.db"))
+	defer s.Close()
+	ctx := context.Background()
+	spec := json.RawMessage(`{"command": "` + strings.Repeat("x", 64<<10) + `"}`)
+	var err error
+	for i := 0; i < 1000 && err == nil; i++ {
+		name := fmt.Sprintf("j%d", i)
+		_, err = s.CreateJob(ctx, store.Job{Name: name, Status: "Queued", Spec: spec, Created: time.Now()},
+			store.Event{Job: name, Time: time.Now(), To: "Queued"})
+	}
+	if !errors.Is(err, store.ErrNoSpace) {
+		t.Fatalf("filling a 1 MiB disk: %v, want store.ErrNoSpace", err)
+	}
+	if err := testutil.ResizeTmpfs(dir, "64m"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateJob(ctx, store.Job{Name: "after", Status: "Queued", Spec: json.RawMessage(`{}`), Created: time.Now()},
+		store.Event{Job: "after", Time: time.Now(), To: "Queued"}); err != nil {
+		t.Fatalf("after there was room again: %v", err)
 	}
 }
