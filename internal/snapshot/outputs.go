@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -74,6 +75,32 @@ type OutputBuild struct {
 //
 // It fails only when root itself cannot be read.
 func BuildOutputs(root string, opt OutputOptions) (*OutputBuild, error) {
+	p, err := PlanOutputs(root, opt)
+	if err != nil {
+		return nil, err
+	}
+	return p.Build()
+}
+
+// OutputPlan is what PlanOutputs decided to upload of a directory: the
+// files to send, with the sizes the walk found, and what it left out. No
+// file has been read yet: WriteStream reads them as it sends them, and
+// Build hashes them.
+type OutputPlan struct {
+	display string
+	opt     OutputOptions
+	entries []entry
+	// Skipped and SkippedMore are as in OutputBuild: what the walk and the
+	// limits left out.
+	Skipped     []Skipped
+	SkippedMore int
+}
+
+// PlanOutputs walks a job's output directory root as BuildOutputs does
+// and decides what to upload, by the same rules and limits, on the sizes
+// the file system reports; it reads no file. It fails only when root
+// itself cannot be read.
+func PlanOutputs(root string, opt OutputOptions) (*OutputPlan, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", root, err)
@@ -95,6 +122,29 @@ func BuildOutputs(root string, opt OutputOptions) (*OutputBuild, error) {
 		return nil, fmt.Errorf("snapshot %s: %w", root, err)
 	}
 	entries := out.overLimits(w.entries, opt)
+	return &OutputPlan{display: root, opt: opt, entries: entries, Skipped: out.Skipped, SkippedMore: out.SkippedMore}, nil
+}
+
+// Len returns how many files the plan sends.
+func (p *OutputPlan) Len() int { return len(p.entries) }
+
+// TotalSize returns the bytes the plan sends at most: the sum of the
+// sizes the walk found (a file that grew since is sent cut to that size).
+func (p *OutputPlan) TotalSize() int64 {
+	var n int64
+	for _, e := range p.entries {
+		n += e.size
+	}
+	return n
+}
+
+// Build reads and hashes the plan's files into a manifest, as
+// BuildOutputs: a file that cannot be read is left out with the reason,
+// and one that grew since the walk is kept whole if the limits still
+// allow. The plan is not changed.
+func (p *OutputPlan) Build() (*OutputBuild, error) {
+	out := &OutputBuild{Skipped: slices.Clone(p.Skipped), SkippedMore: p.SkippedMore}
+	entries := slices.Clone(p.entries)
 	files, errs, datas := hashEach(entries, true)
 	var kept []entry
 	var keptFiles []File
@@ -112,7 +162,7 @@ func BuildOutputs(root string, opt OutputOptions) (*OutputBuild, error) {
 	}
 	// A file may have grown between the walk and the read; what was read
 	// is what is uploaded, so that is what must fit.
-	if limited := out.overLimits(kept, opt); len(limited) != len(kept) {
+	if limited := out.overLimits(kept, p.opt); len(limited) != len(kept) {
 		in := make(map[string]bool, len(limited))
 		for _, e := range limited {
 			in[e.rel] = true
@@ -133,9 +183,92 @@ func BuildOutputs(root string, opt OutputOptions) (*OutputBuild, error) {
 	slices.SortFunc(out.Manifest.Files, comparePath)
 	if err := out.Manifest.Validate(); err != nil {
 		// The walk admits only paths Validate accepts; this is a bug.
-		return nil, fmt.Errorf("snapshot %s: %w", root, err)
+		return nil, fmt.Errorf("snapshot %s: %w", p.display, err)
 	}
 	return out, nil
+}
+
+// OutputSent is what OutputPlan.WriteStream sent, and what was left out:
+// the plan's skipped entries and those found while reading.
+type OutputSent struct {
+	Files       int
+	Bytes       int64
+	Skipped     []Skipped
+	SkippedMore int
+}
+
+func (o *OutputSent) skip(rel, why string) {
+	if len(o.Skipped) >= MaxSkippedListed {
+		o.SkippedMore++
+		return
+	}
+	o.Skipped = append(o.Skipped, Skipped{Path: DisplayPath(rel), Reason: why})
+}
+
+// readWhole is the largest file WriteStream reads whole before it sends
+// its record; a larger one is sent as it is read.
+const readWhole = 1 << 20
+
+// WriteStream reads the plan's files and writes them to w as a snapshot
+// stream (see StreamWriter), ending it, and returns what it sent. Each
+// file is sent with the size the walk found: one that grew since is cut
+// to that size (its end was being written; a later upload gets it), and
+// one that shrank, or that cannot be read (or was swapped for a symlink
+// or something other than a regular file), is left out and listed with
+// the reason. A file read whole (up to readWhole bytes) is checked before
+// its record is written; a larger one that shrinks while it is sent fails
+// the stream, which its reader then refuses as truncated. progress, if not
+// nil, hears of every file's bytes once they are sent to w's buffer.
+func (p *OutputPlan) WriteStream(w io.Writer, progress func(int64)) (OutputSent, error) {
+	sent := OutputSent{Skipped: slices.Clone(p.Skipped), SkippedMore: p.SkippedMore}
+	sw := NewStreamWriter(w)
+	var buf []byte
+	for _, e := range p.entries {
+		f := File{Path: e.rel, Mode: e.mode, Size: e.size}
+		if e.size <= readWhole {
+			if int64(len(buf)) < e.size {
+				buf = make([]byte, max(e.size, 64<<10))
+			}
+			n, err := readFileInto(e.src, buf[:e.size])
+			if err != nil {
+				sent.skip(e.rel, "cannot be read: "+errText(err))
+				continue
+			}
+			if n < e.size {
+				sent.skip(e.rel, shrankWhy(e.size, n))
+				continue
+			}
+			if err := sw.WriteData(f, buf[:n]); err != nil {
+				return sent, err
+			}
+		} else {
+			r, size, err := openFile(e.src)
+			if err != nil {
+				sent.skip(e.rel, "cannot be read: "+errText(err))
+				continue
+			}
+			if size < e.size {
+				r.Close()
+				sent.skip(e.rel, shrankWhy(e.size, size))
+				continue
+			}
+			err = sw.WriteFrom(f, r)
+			r.Close()
+			if err != nil {
+				return sent, err
+			}
+		}
+		sent.Files++
+		sent.Bytes += e.size
+		if progress != nil {
+			progress(e.size)
+		}
+	}
+	return sent, sw.Close()
+}
+
+func shrankWhy(was, now int64) string {
+	return fmt.Sprintf("it changed while it was read: %s when listed, %s when read (upload it again once it is written)", humanSize(was), humanSize(now))
 }
 
 func (o *OutputBuild) skip(rel, why string) {
