@@ -8,9 +8,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"unicode"
 	"unicode/utf8"
@@ -219,52 +221,169 @@ const readWhole = 1 << 20
 // its record is written; a larger one that shrinks while it is sent fails
 // the stream, which its reader then refuses as truncated. progress, if not
 // nil, hears of every file's bytes once they are sent to w's buffer.
+//
+// Small files are read ahead, by a few goroutines, in runs of files,
+// while the runs before them are written; they are sent in the plan's
+// order.
 func (p *OutputPlan) WriteStream(w io.Writer, progress func(int64)) (OutputSent, error) {
 	sent := OutputSent{Skipped: slices.Clone(p.Skipped), SkippedMore: p.SkippedMore}
 	sw := NewStreamWriter(w)
-	var buf []byte
-	for _, e := range p.entries {
-		f := File{Path: e.rel, Mode: e.mode, Size: e.size}
-		if e.size <= readWhole {
-			if int64(len(buf)) < e.size {
-				buf = make([]byte, max(e.size, 64<<10))
+	runs, stop := p.readAhead()
+	defer stop()
+	for run := range runs {
+		<-run.done
+		off := int64(0)
+		for i := run.first; i < run.end; i++ {
+			e := p.entries[i]
+			f := File{Path: e.rel, Mode: e.mode, Size: e.size}
+			k := i - run.first
+			n := run.n[k]
+			data := run.data[:0]
+			if n != streamed {
+				data = run.data[off : off+n]
+				off += e.size // the room the file had, whatever was read
 			}
-			n, err := readFileInto(e.src, buf[:e.size])
-			if err != nil {
-				sent.skip(e.rel, "cannot be read: "+errText(err))
+			switch {
+			case run.errs[k] != nil:
+				sent.skip(e.rel, "cannot be read: "+errText(run.errs[k]))
 				continue
-			}
-			if n < e.size {
+			case n == streamed:
+				skipped, err := sendLarge(sw, e, f)
+				if err != nil {
+					return sent, err
+				}
+				if skipped != "" {
+					sent.skip(e.rel, skipped)
+					continue
+				}
+			case n < e.size:
 				sent.skip(e.rel, shrankWhy(e.size, n))
 				continue
+			default:
+				if err := sw.WriteData(f, data); err != nil {
+					return sent, err
+				}
 			}
-			if err := sw.WriteData(f, buf[:n]); err != nil {
-				return sent, err
+			sent.Files++
+			sent.Bytes += e.size
+			if progress != nil {
+				progress(e.size)
 			}
-		} else {
-			r, size, err := openFile(e.src)
-			if err != nil {
-				sent.skip(e.rel, "cannot be read: "+errText(err))
-				continue
-			}
-			if size < e.size {
-				r.Close()
-				sent.skip(e.rel, shrankWhy(e.size, size))
-				continue
-			}
-			err = sw.WriteFrom(f, r)
-			r.Close()
-			if err != nil {
-				return sent, err
-			}
-		}
-		sent.Files++
-		sent.Bytes += e.size
-		if progress != nil {
-			progress(e.size)
 		}
 	}
 	return sent, sw.Close()
+}
+
+// streamed marks, in a readRun, a file too large to read whole, which
+// WriteStream reads as it sends it.
+const streamed = -1
+
+// readRun is a run of a plan's files read ahead: entries[first:end], each
+// file's content at its offset in data (the sum of the sizes before it),
+// how much was read of it (or streamed) and why it could not be.
+type readRun struct {
+	first, end int
+	data       []byte
+	n          []int64
+	errs       []error
+	done       chan struct{}
+}
+
+// Read-ahead bounds: a run holds at most runFiles files or runBytes bytes
+// (one file may take it past that, up to readWhole), and at most runsAhead
+// runs are read or waiting to be sent.
+const (
+	runFiles  = 256
+	runBytes  = 1 << 20
+	runsAhead = 4
+)
+
+// readAhead reads the plan's small files in runs, by a few goroutines, and
+// returns the runs in order (each to be waited on: done) and a func that
+// stops the reading; it must be called.
+func (p *OutputPlan) readAhead() (<-chan *readRun, func()) {
+	ordered := make(chan *readRun, runsAhead)
+	work := make(chan *readRun, runsAhead)
+	quit := make(chan struct{})
+	go func() {
+		defer close(ordered)
+		defer close(work)
+		for first := 0; first < len(p.entries); {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			run := &readRun{first: first, done: make(chan struct{})}
+			var size int64
+			for run.end = first; run.end < len(p.entries) && run.end-first < runFiles && size < runBytes; run.end++ {
+				if e := p.entries[run.end]; e.size <= readWhole {
+					size += e.size
+				}
+			}
+			run.data = make([]byte, size)
+			run.n = make([]int64, run.end-first)
+			run.errs = make([]error, run.end-first)
+			select {
+			case ordered <- run:
+			case <-quit:
+				return
+			}
+			// The workers take every run, even once stopped, so this
+			// waits at most for one of them to finish its run.
+			work <- run
+			first = run.end
+		}
+	}()
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), 4) {
+		wg.Go(func() {
+			for run := range work {
+				select {
+				case <-quit:
+				default:
+					run.read(p.entries)
+				}
+				close(run.done)
+			}
+		})
+	}
+	var once sync.Once
+	return ordered, func() {
+		once.Do(func() { close(quit) })
+		for range ordered {
+		}
+		wg.Wait()
+	}
+}
+
+// read reads the run's small files into its data.
+func (run *readRun) read(entries []entry) {
+	off := int64(0)
+	for i := run.first; i < run.end; i++ {
+		e := entries[i]
+		k := i - run.first
+		if e.size > readWhole {
+			run.n[k] = streamed
+			continue
+		}
+		run.n[k], run.errs[k] = readFileInto(e.src, run.data[off:off+e.size])
+		off += e.size
+	}
+}
+
+// sendLarge sends a file too large to read whole as it reads it; it
+// returns why the file was left out, if it was.
+func sendLarge(sw *StreamWriter, e entry, f File) (string, error) {
+	r, size, err := openFile(e.src)
+	if err != nil {
+		return "cannot be read: " + errText(err), nil
+	}
+	defer r.Close()
+	if size < e.size {
+		return shrankWhy(e.size, size), nil
+	}
+	return "", sw.WriteFrom(f, r)
 }
 
 func shrankWhy(was, now int64) string {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -83,6 +85,11 @@ func TestWriteStreamMatchesBuildOutputs(t *testing.T) {
 		"whole.bin":     strings.Repeat("w", 2<<20), // past readWhole, sent as it is read
 		"x/y/z.txt":     "deep",
 	})
+	many := map[string]string{}
+	for i := range 3*runFiles + 7 { // several runs read ahead
+		many[fmt.Sprintf("many/f%04d", i)] = strings.Repeat("m", i%50)
+	}
+	writeTree(t, out, many)
 	writeTree(t, dir, map[string]string{"secret": "s"})
 	for link, target := range map[string]string{
 		"escape":    "../secret",
@@ -259,4 +266,35 @@ func TestWriteStreamListsAtMostMaxSkippedListed(t *testing.T) {
 
 func itoa(i int) string {
 	return string(rune('0'+i/1000%10)) + string(rune('0'+i/100%10)) + string(rune('0'+i/10%10)) + string(rune('0'+i%10))
+}
+
+// failAfter is a writer that fails once it got n bytes.
+type failAfter struct{ n int }
+
+var errWriter = errors.New("the connection broke")
+
+func (w *failAfter) Write(p []byte) (int, error) {
+	if len(p) > w.n {
+		return 0, errWriter
+	}
+	w.n -= len(p)
+	return len(p), nil
+}
+
+// A writer that fails stops the stream with its error, while runs are
+// still being read ahead (WriteStream must not hang on them).
+func TestWriteStreamStopsOnAWriteError(t *testing.T) {
+	out := t.TempDir()
+	files := map[string]string{}
+	for i := range runFiles * (runsAhead + 4) {
+		files[fmt.Sprintf("f%05d", i)] = strings.Repeat("x", 1000)
+	}
+	writeTree(t, out, files)
+	p, err := PlanOutputs(out, OutputOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.WriteStream(&failAfter{n: 300 << 10}, nil); !errors.Is(err, errWriter) {
+		t.Fatalf("WriteStream = %v, want the writer's error", err)
+	}
 }
