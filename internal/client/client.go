@@ -513,6 +513,52 @@ func (c *Client) UploadStream(ctx context.Context, m *snapshot.Manifest, files m
 	return out.ID, stats, nil
 }
 
+// UploadOutputs sends the files of an output plan as one snapshot stream
+// (snapshot.OutputPlan.WriteStream), reading each file as the request
+// carries the ones before it, and returns the snapshot id the server
+// stored and what was sent and left out (the plan's skipped entries and
+// those found while reading). The client hashes nothing: the server
+// does. A server without the stream gets the plan hashed and uploaded the
+// batched way (UploadData).
+func (c *Client) UploadOutputs(ctx context.Context, p *snapshot.OutputPlan, progress func(int64)) (string, snapshot.OutputSent, error) {
+	pr, pw := io.Pipe()
+	sentc := make(chan snapshot.OutputSent, 1)
+	var werr error
+	go func() {
+		sent, err := p.WriteStream(pw, progress)
+		werr = err
+		sentc <- sent
+		pw.CloseWithError(err)
+	}()
+	resp, err := c.request(ctx, "POST", "/v1/snapshots/stream", pr, snapshot.StreamContentType)
+	pr.CloseWithError(errors.New("request ended"))
+	sent := <-sentc
+	if s := StatusOf(err); s == http.StatusNotFound || s == http.StatusMethodNotAllowed {
+		ob, err := p.Build()
+		if err != nil {
+			return "", snapshot.OutputSent{}, err
+		}
+		id, stats, err := c.UploadData(ctx, ob.Manifest, ob.Files, ob.Data, progress)
+		return id, snapshot.OutputSent{Files: stats.Files, Bytes: ob.Manifest.TotalSize(), Skipped: ob.Skipped, SkippedMore: ob.SkippedMore}, err
+	}
+	if err != nil {
+		if werr != nil && !errors.Is(err, werr) {
+			// Say what went wrong here, not only how the request ended.
+			err = fmt.Errorf("%w (the request: %w)", werr, err)
+		}
+		return "", sent, fmt.Errorf("upload %d files: %w", p.Len(), err)
+	}
+	defer resp.Body.Close()
+	var out workspace.StreamedSnapshot
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return "", sent, fmt.Errorf("upload %d files: the reply: %w", p.Len(), err)
+	}
+	if out.Files != sent.Files || out.Bytes != sent.Bytes {
+		return "", sent, fmt.Errorf("upload %d files: the server stored %d files of %d bytes, but %d of %d were sent", p.Len(), out.Files, out.Bytes, sent.Files, sent.Bytes)
+	}
+	return out.ID, sent, nil
+}
+
 // writeSnapshotStream writes m's files as a snapshot stream.
 func writeSnapshotStream(w io.Writer, m *snapshot.Manifest, files map[string]string, data map[string][]byte, progress func(int64)) error {
 	sw := snapshot.NewStreamWriter(w)

@@ -632,13 +632,24 @@ func (r *runner) uploadOutputs(ctx context.Context, a *workspace.Assignment, p *
 				opt.MaxSize = -1
 			}
 		}
-		ob, err := snapshot.BuildOutputs(d.dir, opt)
+		plan, err := snapshot.PlanOutputs(d.dir, opt)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", d.label(), err))
 			continue
 		}
-		used += ob.Manifest.TotalSize()
-		for _, sk := range ob.Skipped {
+		used += plan.TotalSize()
+		// The files are read as they are sent, so what cannot be read is
+		// known only once the upload is done.
+		skipped, skippedMore := plan.Skipped, plan.SkippedMore
+		upload := plan.Len() > 0 || d.named // an empty ./outputs gives no snapshot
+		var id string
+		if upload {
+			var sent snapshot.OutputSent
+			if id, sent, err = r.upload(ctx, plan); err == nil {
+				skipped, skippedMore = sent.Skipped, sent.SkippedMore
+			}
+		}
+		for _, sk := range skipped {
 			fmt.Fprintf(logw, "ferry: skipped %s/%s: %s\n", d.label(), sk.Path, sk.Reason)
 			if len(out.Skipped) < workspace.MaxSkippedOutputs {
 				out.Skipped = append(out.Skipped, workspace.SkippedOutput{Output: d.name, Path: sk.Path, Reason: sk.Reason})
@@ -646,14 +657,13 @@ func (r *runner) uploadOutputs(ctx context.Context, a *workspace.Assignment, p *
 				out.SkippedMore++
 			}
 		}
-		if ob.SkippedMore > 0 {
-			fmt.Fprintf(logw, "ferry: skipped %d more entries of %s (not listed)\n", ob.SkippedMore, d.label())
-			out.SkippedMore += ob.SkippedMore
+		if skippedMore > 0 {
+			fmt.Fprintf(logw, "ferry: skipped %d more entries of %s (not listed)\n", skippedMore, d.label())
+			out.SkippedMore += skippedMore
 		}
-		if len(ob.Manifest.Files) == 0 && !d.named {
-			continue // an empty ./outputs gives no snapshot
+		if !upload {
+			continue
 		}
-		id, err := r.upload(ctx, ob)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", d.label(), err))
 			continue
@@ -693,17 +703,19 @@ func (d outputDir) label() string {
 	return "outputs"
 }
 
-// upload sends a built output directory as one snapshot stream (an older
-// server gets it the batched way), retrying through server restarts.
-func (r *runner) upload(ctx context.Context, ob *snapshot.OutputBuild) (string, error) {
+// upload reads and sends a planned output directory as one snapshot
+// stream (an older server gets it the batched way), retrying through
+// server restarts.
+func (r *runner) upload(ctx context.Context, plan *snapshot.OutputPlan) (string, snapshot.OutputSent, error) {
 	var id string
+	var sent snapshot.OutputSent
 	err := client.Retry(ctx, 5*time.Second, func() error {
 		var err error
-		id, _, err = r.c.UploadStream(ctx, ob.Manifest, ob.Files, ob.Data, nil)
+		id, sent, err = r.c.UploadOutputs(ctx, plan, nil)
 		if client.StatusOf(err) == http.StatusInsufficientStorage {
 			r.log.Warn("the server's disk is full; the outputs stay on this node and are uploaded when it has room", "err", err)
 		}
 		return err
 	})
-	return id, err
+	return id, sent, err
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 var fuzzSeeds = []string{
@@ -123,7 +125,9 @@ func FuzzExtract(f *testing.F) {
 // FuzzBuildOutputs writes a file and a symlink with fuzzed names and a
 // fuzzed link target into an output directory, and checks that
 // BuildOutputs never fails on them, keeps only safe paths, and accounts for
-// every entry: kept or listed as skipped with a printable path.
+// every entry: kept or listed as skipped with a printable path; and that
+// the planned stream (PlanOutputs, WriteStream) holds the same files and
+// skips the same entries.
 func FuzzBuildOutputs(f *testing.F) {
 	for _, s := range []struct{ name, link, target string }{
 		{"normal.txt", "inside", "normal.txt"},
@@ -161,6 +165,23 @@ func FuzzBuildOutputs(f *testing.F) {
 		}
 		if len(ob.Manifest.Files) == 0 && len(ob.Skipped) == 0 {
 			t.Errorf("neither kept nor skipped: %q", name)
+		}
+		// The planned stream the runner sends holds the same.
+		plan, err := PlanOutputs(dir, OutputOptions{})
+		if err != nil {
+			t.Fatalf("PlanOutputs: %v", err)
+		}
+		var b bytes.Buffer
+		sent, err := plan.WriteStream(&b, nil)
+		if err != nil {
+			t.Fatalf("WriteStream: %v", err)
+		}
+		files, _ := readBackStream(t, b.Bytes())
+		if d := cmp.Diff(ob.Manifest.Files, files); d != "" {
+			t.Errorf("stream (-BuildOutputs +stream):\n%s", d)
+		}
+		if d := cmp.Diff(ob.Skipped, sent.Skipped); d != "" {
+			t.Errorf("skipped (-BuildOutputs +stream):\n%s", d)
 		}
 	})
 }

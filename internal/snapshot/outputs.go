@@ -4,12 +4,15 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"unicode"
 	"unicode/utf8"
@@ -74,6 +77,32 @@ type OutputBuild struct {
 //
 // It fails only when root itself cannot be read.
 func BuildOutputs(root string, opt OutputOptions) (*OutputBuild, error) {
+	p, err := PlanOutputs(root, opt)
+	if err != nil {
+		return nil, err
+	}
+	return p.Build()
+}
+
+// OutputPlan is what PlanOutputs decided to upload of a directory: the
+// files to send, with the sizes the walk found, and what it left out. No
+// file has been read yet: WriteStream reads them as it sends them, and
+// Build hashes them.
+type OutputPlan struct {
+	display string
+	opt     OutputOptions
+	entries []entry
+	// Skipped and SkippedMore are as in OutputBuild: what the walk and the
+	// limits left out.
+	Skipped     []Skipped
+	SkippedMore int
+}
+
+// PlanOutputs walks a job's output directory root as BuildOutputs does
+// and decides what to upload, by the same rules and limits, on the sizes
+// the file system reports; it reads no file. It fails only when root
+// itself cannot be read.
+func PlanOutputs(root string, opt OutputOptions) (*OutputPlan, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", root, err)
@@ -95,6 +124,29 @@ func BuildOutputs(root string, opt OutputOptions) (*OutputBuild, error) {
 		return nil, fmt.Errorf("snapshot %s: %w", root, err)
 	}
 	entries := out.overLimits(w.entries, opt)
+	return &OutputPlan{display: root, opt: opt, entries: entries, Skipped: out.Skipped, SkippedMore: out.SkippedMore}, nil
+}
+
+// Len returns how many files the plan sends.
+func (p *OutputPlan) Len() int { return len(p.entries) }
+
+// TotalSize returns the bytes the plan sends at most: the sum of the
+// sizes the walk found (a file that grew since is sent cut to that size).
+func (p *OutputPlan) TotalSize() int64 {
+	var n int64
+	for _, e := range p.entries {
+		n += e.size
+	}
+	return n
+}
+
+// Build reads and hashes the plan's files into a manifest, as
+// BuildOutputs: a file that cannot be read is left out with the reason,
+// and one that grew since the walk is kept whole if the limits still
+// allow. The plan is not changed.
+func (p *OutputPlan) Build() (*OutputBuild, error) {
+	out := &OutputBuild{Skipped: slices.Clone(p.Skipped), SkippedMore: p.SkippedMore}
+	entries := slices.Clone(p.entries)
 	files, errs, datas := hashEach(entries, true)
 	var kept []entry
 	var keptFiles []File
@@ -112,7 +164,7 @@ func BuildOutputs(root string, opt OutputOptions) (*OutputBuild, error) {
 	}
 	// A file may have grown between the walk and the read; what was read
 	// is what is uploaded, so that is what must fit.
-	if limited := out.overLimits(kept, opt); len(limited) != len(kept) {
+	if limited := out.overLimits(kept, p.opt); len(limited) != len(kept) {
 		in := make(map[string]bool, len(limited))
 		for _, e := range limited {
 			in[e.rel] = true
@@ -133,9 +185,209 @@ func BuildOutputs(root string, opt OutputOptions) (*OutputBuild, error) {
 	slices.SortFunc(out.Manifest.Files, comparePath)
 	if err := out.Manifest.Validate(); err != nil {
 		// The walk admits only paths Validate accepts; this is a bug.
-		return nil, fmt.Errorf("snapshot %s: %w", root, err)
+		return nil, fmt.Errorf("snapshot %s: %w", p.display, err)
 	}
 	return out, nil
+}
+
+// OutputSent is what OutputPlan.WriteStream sent, and what was left out:
+// the plan's skipped entries and those found while reading.
+type OutputSent struct {
+	Files       int
+	Bytes       int64
+	Skipped     []Skipped
+	SkippedMore int
+}
+
+func (o *OutputSent) skip(rel, why string) {
+	if len(o.Skipped) >= MaxSkippedListed {
+		o.SkippedMore++
+		return
+	}
+	o.Skipped = append(o.Skipped, Skipped{Path: DisplayPath(rel), Reason: why})
+}
+
+// readWhole is the largest file WriteStream reads whole before it sends
+// its record; a larger one is sent as it is read.
+const readWhole = 1 << 20
+
+// WriteStream reads the plan's files and writes them to w as a snapshot
+// stream (see StreamWriter), ending it, and returns what it sent. Each
+// file is sent with the size the walk found: one that grew since is cut
+// to that size (its end was being written; a later upload gets it), and
+// one that shrank, or that cannot be read (or was swapped for a symlink
+// or something other than a regular file), is left out and listed with
+// the reason. A file read whole (up to readWhole bytes) is checked before
+// its record is written; a larger one that shrinks while it is sent fails
+// the stream, which its reader then refuses as truncated. progress, if not
+// nil, hears of every file's bytes once they are sent to w's buffer.
+//
+// Small files are read ahead, by a few goroutines, in runs of files,
+// while the runs before them are written; they are sent in the plan's
+// order.
+func (p *OutputPlan) WriteStream(w io.Writer, progress func(int64)) (OutputSent, error) {
+	sent := OutputSent{Skipped: slices.Clone(p.Skipped), SkippedMore: p.SkippedMore}
+	sw := NewStreamWriter(w)
+	runs, stop := p.readAhead()
+	defer stop()
+	for run := range runs {
+		<-run.done
+		off := int64(0)
+		for i := run.first; i < run.end; i++ {
+			e := p.entries[i]
+			f := File{Path: e.rel, Mode: e.mode, Size: e.size}
+			k := i - run.first
+			n := run.n[k]
+			data := run.data[:0]
+			if n != streamed {
+				data = run.data[off : off+n]
+				off += e.size // the room the file had, whatever was read
+			}
+			switch {
+			case run.errs[k] != nil:
+				sent.skip(e.rel, "cannot be read: "+errText(run.errs[k]))
+				continue
+			case n == streamed:
+				skipped, err := sendLarge(sw, e, f)
+				if err != nil {
+					return sent, err
+				}
+				if skipped != "" {
+					sent.skip(e.rel, skipped)
+					continue
+				}
+			case n < e.size:
+				sent.skip(e.rel, shrankWhy(e.size, n))
+				continue
+			default:
+				if err := sw.WriteData(f, data); err != nil {
+					return sent, err
+				}
+			}
+			sent.Files++
+			sent.Bytes += e.size
+			if progress != nil {
+				progress(e.size)
+			}
+		}
+	}
+	return sent, sw.Close()
+}
+
+// streamed marks, in a readRun, a file too large to read whole, which
+// WriteStream reads as it sends it.
+const streamed = -1
+
+// readRun is a run of a plan's files read ahead: entries[first:end], each
+// file's content at its offset in data (the sum of the sizes before it),
+// how much was read of it (or streamed) and why it could not be.
+type readRun struct {
+	first, end int
+	data       []byte
+	n          []int64
+	errs       []error
+	done       chan struct{}
+}
+
+// Read-ahead bounds: a run holds at most runFiles files or runBytes bytes
+// (one file may take it past that, up to readWhole), and at most runsAhead
+// runs are read or waiting to be sent.
+const (
+	runFiles  = 256
+	runBytes  = 1 << 20
+	runsAhead = 4
+)
+
+// readAhead reads the plan's small files in runs, by a few goroutines, and
+// returns the runs in order (each to be waited on: done) and a func that
+// stops the reading; it must be called.
+func (p *OutputPlan) readAhead() (<-chan *readRun, func()) {
+	ordered := make(chan *readRun, runsAhead)
+	work := make(chan *readRun, runsAhead)
+	quit := make(chan struct{})
+	go func() {
+		defer close(ordered)
+		defer close(work)
+		for first := 0; first < len(p.entries); {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			run := &readRun{first: first, done: make(chan struct{})}
+			var size int64
+			for run.end = first; run.end < len(p.entries) && run.end-first < runFiles && size < runBytes; run.end++ {
+				if e := p.entries[run.end]; e.size <= readWhole {
+					size += e.size
+				}
+			}
+			run.data = make([]byte, size)
+			run.n = make([]int64, run.end-first)
+			run.errs = make([]error, run.end-first)
+			select {
+			case ordered <- run:
+			case <-quit:
+				return
+			}
+			// The workers take every run, even once stopped, so this
+			// waits at most for one of them to finish its run.
+			work <- run
+			first = run.end
+		}
+	}()
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), 4) {
+		wg.Go(func() {
+			for run := range work {
+				select {
+				case <-quit:
+				default:
+					run.read(p.entries)
+				}
+				close(run.done)
+			}
+		})
+	}
+	var once sync.Once
+	return ordered, func() {
+		once.Do(func() { close(quit) })
+		for range ordered {
+		}
+		wg.Wait()
+	}
+}
+
+// read reads the run's small files into its data.
+func (run *readRun) read(entries []entry) {
+	off := int64(0)
+	for i := run.first; i < run.end; i++ {
+		e := entries[i]
+		k := i - run.first
+		if e.size > readWhole {
+			run.n[k] = streamed
+			continue
+		}
+		run.n[k], run.errs[k] = readFileInto(e.src, run.data[off:off+e.size])
+		off += e.size
+	}
+}
+
+// sendLarge sends a file too large to read whole as it reads it; it
+// returns why the file was left out, if it was.
+func sendLarge(sw *StreamWriter, e entry, f File) (string, error) {
+	r, size, err := openFile(e.src)
+	if err != nil {
+		return "cannot be read: " + errText(err), nil
+	}
+	defer r.Close()
+	if size < e.size {
+		return shrankWhy(e.size, size), nil
+	}
+	return "", sw.WriteFrom(f, r)
+}
+
+func shrankWhy(was, now int64) string {
+	return fmt.Sprintf("it changed while it was read: %s when listed, %s when read (upload it again once it is written)", humanSize(was), humanSize(now))
 }
 
 func (o *OutputBuild) skip(rel, why string) {
