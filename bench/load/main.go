@@ -103,6 +103,11 @@ func run(c config) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	// A root server runs jobs as an unprivileged account, which must pass
+	// through to the folder the metric job leaves its token in.
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		return err
+	}
 	bin := filepath.Join(tmp, "ferry")
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/ferry").CombinedOutput(); err != nil {
 		return fmt.Errorf("build ferry (run from the repository root): %v\n%s", err, out)
