@@ -89,9 +89,11 @@ $FERRY_URL it uses the local workspace in $FERRY_HOME (default ~/.ferry),
 starting its server in the background when none is running.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version(),
 	}
+	root.SetVersionTemplate("ferry {{.Version}}\n")
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table, json or yaml")
-	root.AddCommand(a.serverCmd(), a.runnerCmd(), a.quickstartCmd(), a.jobCmd(), a.computeCmd(), a.environmentCmd(), a.sizeCmd(), a.quotaCmd(), a.agentCmd(), a.probeCmd())
+	root.AddCommand(a.serverCmd(), a.runnerCmd(), a.quickstartCmd(), a.jobCmd(), a.computeCmd(), a.environmentCmd(), a.sizeCmd(), a.quotaCmd(), a.agentCmd(), a.probeCmd(), a.versionCmd())
 	return root
 }
 

@@ -76,6 +76,9 @@ func TestVirtualenvIsBuiltOnceAndReused(t *testing.T) {
 			t.Fatalf("a broken requirement passed: %s", r)
 		}
 		mustContain(t, name+" log", r.stdout, "building environment", "No matching distribution found for nosuchpkg==9", "environment build failed")
+		if strings.Contains(r.stdout, "environment build failed: environment build failed") {
+			t.Errorf("%s: the log says it twice:\n%s", name, r.stdout)
+		}
 		j := s.show(name)
 		if j.Status != "Failed" || j.StatusReason != "environment build failed" {
 			t.Errorf("%s: status %s (%s), want Failed (environment build failed)", name, j.Status, j.StatusReason)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -287,5 +288,16 @@ func TestCountsAndDurationsAreBounded(t *testing.T) {
 	}
 	if code, body := s.call("GET", "/v1/jobs", s.token, nil); code != 200 {
 		t.Errorf("the server stopped answering: %d %s", code, body)
+	}
+}
+
+// ferry version and ferry --version say which ferry this is, without a
+// workspace.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		out, err := exec.Command(ferryBin, args...).CombinedOutput()
+		if err != nil || !strings.HasPrefix(string(out), "ferry ") || !strings.Contains(string(out), "go1.") {
+			t.Errorf("ferry %s: %v %q", args[0], err, out)
+		}
 	}
 }

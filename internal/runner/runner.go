@@ -273,7 +273,11 @@ func (r *runner) prepareAndExecute(ctx, jobCtx context.Context, a *workspace.Ass
 		if r.canceled.Load() {
 			return workspace.Report{Status: workspace.StatusCanceled, Reason: "canceled on request while the environment was prepared"}, p
 		}
-		fmt.Fprintf(spool, "ferry: environment build failed: %v\n", err)
+		if errors.Is(err, environment.ErrBuild) {
+			fmt.Fprintf(spool, "ferry: %v\n", err) // it says "environment build failed: ..." itself
+		} else {
+			fmt.Fprintf(spool, "ferry: environment build failed: %v\n", err)
+		}
 		return failed("environment build failed", err), p
 	}
 	defer rt.Release()

@@ -1105,7 +1105,7 @@ func (s *Service) ComputeEvents(ctx context.Context, compute string, limit int) 
 func (s *Service) ResizeCompute(ctx context.Context, name string, minN, maxN *int, idle *int) (*Compute, error) {
 	_, err := s.st.UpdateCompute(ctx, name, func(rec *store.Compute) error {
 		if !isPool(rec.Type) {
-			return Invalid("compute %s is a %s target; only clusters (amlcompute) are resized", name, rec.Type)
+			return Invalid("compute %s is of type %s; only clusters (amlcompute) are resized", name, rec.Type)
 		}
 		var c spec.Compute
 		if err := json.Unmarshal(rec.Spec, &c); err != nil {
@@ -1595,7 +1595,7 @@ func (s *Service) instanceAction(ctx context.Context, who auth.Principal, name, 
 		return nil, err
 	}
 	if rec.Type != "computeinstance" {
-		return nil, Invalid("compute %s is a %s; only compute instances are started, stopped and restarted", name, rec.Type)
+		return nil, Invalid("compute %s is of type %s; only compute instances are started, stopped and restarted", name, rec.Type)
 	}
 	from, to := rec.State, ""
 	switch action {

@@ -351,7 +351,7 @@ func (s *Service) DeleteCompute(ctx context.Context, name string) error {
 		return err
 	}
 	if len(busy) > 0 {
-		return Conflict("compute %q has %d unfinished jobs (for example %s); cancel them or wait before deleting it", name, len(busy), busy[0].Name)
+		return Conflict("compute %q has %s (for example %s); cancel them or wait before deleting it", name, count(len(busy), "unfinished job"), busy[0].Name)
 	}
 	if isPool(rec.Type) {
 		// The pool loop terminates the compute's machines (stops the agent

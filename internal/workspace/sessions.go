@@ -108,7 +108,7 @@ func (s *Service) OpenSession(ctx context.Context, who auth.Principal, compute, 
 		return nil, err
 	}
 	if rec.Type != "computeinstance" {
-		return nil, Invalid("compute %s is a %s target; exec, ssh and port-forward reach compute instances (type computeinstance) only", compute, rec.Type)
+		return nil, Invalid("compute %s is of type %s; exec, ssh and port-forward reach compute instances (type computeinstance) only", compute, rec.Type)
 	}
 	switch rec.State {
 	case InstanceRunning, InstanceJobRunning:
