@@ -192,8 +192,17 @@ func (a *app) upload(ctx context.Context, c *client.Client, field, path, kind st
 	if err != nil {
 		return "", err
 	}
-	fmt.Fprintf(a.stderr, "%s: uploaded %d of %d files (%s); the rest were already in the workspace\n",
-		field, stats.Uploaded, stats.Files, humanBytes(stats.Bytes))
+	switch {
+	case stats.Uploaded == stats.Files:
+		fmt.Fprintf(a.stderr, "%s: uploaded %s (%s)\n", field, plural(stats.Files, "file"), humanBytes(stats.Bytes))
+	case stats.Uploaded == 0 && stats.Files == 1:
+		fmt.Fprintf(a.stderr, "%s: its file was already in the workspace; nothing to upload\n", field)
+	case stats.Uploaded == 0:
+		fmt.Fprintf(a.stderr, "%s: all %d files were already in the workspace; nothing to upload\n", field, stats.Files)
+	default:
+		fmt.Fprintf(a.stderr, "%s: uploaded %d of %d files (%s); the rest were already in the workspace\n",
+			field, stats.Uploaded, stats.Files, humanBytes(stats.Bytes))
+	}
 	return id, nil
 }
 
@@ -521,4 +530,12 @@ func firstNonEmpty(ss ...string) string {
 		}
 	}
 	return ""
+}
+
+// plural is "1 thing" or "n things", for messages.
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }

@@ -199,9 +199,9 @@ func TestSnapshotUploadsOnlyChangesAndHonoursIgnoreFiles(t *testing.T) {
 			t.Errorf("%s was uploaded despite .ferryignore:\n%s", gone, r.stdout)
 		}
 	}
-	mustContain(t, "first upload", r.stderr, "uploaded 4 of 4 files")
+	mustContain(t, "first upload", r.stderr, "uploaded 4 files")
 	r = s.mustFerry("job", "create", "-f", file, "--stream")
-	mustContain(t, "unchanged resubmit", r.stderr, "uploaded 0 of 4 files")
+	mustContain(t, "unchanged resubmit", r.stderr, "all 4 files were already in the workspace; nothing to upload")
 	writeFiles(t, dir, map[string]string{"src/keep.txt": "changed"})
 	r = s.mustFerry("job", "create", "-f", file, "--stream")
 	mustContain(t, "one change", r.stderr, "uploaded 1 of 4 files")
