@@ -578,3 +578,18 @@ func TestDockerProviderQuotaAndLostNode(t *testing.T) {
 		t.Fatalf("box-waiter: %s (%s)", j.Status, j.StatusReason)
 	}
 }
+
+// A docker cluster on a server that listens on loopback only is refused
+// at create, saying what to do: its nodes could never reach the server
+// and would wait out the join timeout in silence.
+func TestDockerClusterRefusedOnALoopbackServer(t *testing.T) {
+	s := startServer(t)
+	r := s.ferry("compute", "create", "-f", dockerCluster(t, "box-lo", "Standard_DS1_v2", 1, 60))
+	if r.code == 0 {
+		t.Fatalf("a docker cluster was accepted on a loopback server: %s", r)
+	}
+	mustContain(t, "refusal", r.stderr, "provider", "loopback", "--addr 0.0.0.0:PORT")
+	if r := s.ferry("compute", "show", "box-lo"); r.code == 0 {
+		t.Errorf("the refused compute exists: %s", r)
+	}
+}

@@ -39,9 +39,12 @@ type providers struct {
 	// ferry binaries for other architectures, and the tunnels kept.
 	key        *secrets.Key
 	serverAddr string
-	binaries   string
-	tunnels    *sshprov.Tunnels
-	log        *slog.Logger
+	// loopbackOnly: the server listens on a loopback address, which
+	// containers on a Docker network cannot reach.
+	loopbackOnly bool
+	binaries     string
+	tunnels      *sshprov.Tunnels
+	log          *slog.Logger
 }
 
 func newProviders(exe, workDir, def string) *providers {
@@ -72,6 +75,9 @@ func (p *providers) factory() workspace.ProviderFactory {
 				return process.New(process.Config{Exe: p.exe, Dir: filepath.Join(p.dir, "process"), GPUs: hostGPUs(), RunAs: p.runAs})
 			})
 		case "docker":
+			if p.loopbackOnly {
+				return nil, fmt.Errorf("docker nodes reach the server through their network's gateway, but this server listens on %s, a loopback address they cannot reach; start it with --addr 0.0.0.0:PORT (or an address of this host), or use provider type process", p.serverAddr)
+			}
 			image, _ := c.Provider["image"].(string)
 			network, _ := c.Provider["network"].(string)
 			var mounts []string

@@ -196,6 +196,7 @@ func Run(ctx context.Context, cfg Config) error {
 	provs.runAs = runAs
 	provs.key, provs.binaries, provs.log = key, cfg.AgentBinaries, cfg.Log
 	provs.serverAddr = dialable(ln.Addr().(*net.TCPAddr))
+	provs.loopbackOnly = ln.Addr().(*net.TCPAddr).IP.IsLoopback()
 	defer provs.tunnels.Close()
 	ws, err := workspace.New(ctx, workspace.Config{
 		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: url,
