@@ -273,11 +273,9 @@ func (r *runner) prepareAndExecute(ctx, jobCtx context.Context, a *workspace.Ass
 		if r.canceled.Load() {
 			return workspace.Report{Status: workspace.StatusCanceled, Reason: "canceled on request while the environment was prepared"}, p
 		}
-		if errors.Is(err, environment.ErrBuild) {
-			fmt.Fprintf(spool, "ferry: %v\n", err) // it says "environment build failed: ..." itself
-		} else {
-			fmt.Fprintf(spool, "ferry: environment build failed: %v\n", err)
-		}
+		// Said once, whether or not err's own text begins with it.
+		msg := strings.TrimPrefix(err.Error(), environment.ErrBuild.Error()+": ")
+		fmt.Fprintf(spool, "ferry: environment build failed: %s\n", msg)
 		return failed("environment build failed", err), p
 	}
 	defer rt.Release()
