@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -74,9 +75,11 @@ func (a *app) computeCmd() *cobra.Command {
 }
 
 func (a *app) instanceCmd(action, short string) *cobra.Command {
-	return &cobra.Command{
+	var noWait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
 		Use:   action + " NAME",
-		Short: short,
+		Short: short + "; waits until it is done unless --no-wait",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(cmd.Context())
@@ -87,8 +90,54 @@ func (a *app) instanceCmd(action, short string) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if !noWait {
+				fmt.Fprintf(a.stderr, "%s: waiting until it is %s (Ctrl-C stops waiting, not the %s)\n", args[0], instanceGoal(action), action)
+				if v, err = waitInstance(cmd.Context(), c, args[0], action, timeout); err != nil {
+					return err
+				}
+			}
 			return a.print(v, func(w *tabwriter.Writer) { showCompute(w, v) })
 		},
+	}
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the "+action+" is asked for, without waiting for it to be done")
+	cmd.Flags().DurationVar(&timeout, "timeout", 15*time.Minute, "how long to wait before giving up waiting (the "+action+" goes on)")
+	return cmd
+}
+
+// instanceGoal is the state an instance action ends in.
+func instanceGoal(action string) string {
+	if action == "stop" {
+		return "Stopped"
+	}
+	return "Running with its node ready"
+}
+
+// waitInstance waits until an instance action is done, as `az ml compute
+// start|stop|restart` do: Stopped, or Running with a node that has joined
+// (an instance is Running before its new node is). It fails when the
+// instance ends in a state it will not leave by itself.
+func waitInstance(ctx context.Context, c *client.Client, name, action string, timeout time.Duration) (*workspace.Compute, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		v, err := c.GetCompute(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case action == "stop" && v.State == "Stopped":
+			return v, nil
+		case action != "stop" && (v.State == "Running" || v.State == "JobRunning") && v.Nodes["Idle"]+v.Nodes["Busy"] > 0:
+			return v, nil
+		case v.State == "SetupFailed" || v.State == "Failed":
+			return v, fmt.Errorf("compute %s is %s; `ferry compute show %s` has the reason in its events", name, v.State, name)
+		case time.Now().After(deadline):
+			return v, fmt.Errorf("compute %s is still %s after %s; the %s goes on (see `ferry compute show %s`)", name, v.State, timeout, action, name)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
 	}
 }
 

@@ -64,8 +64,11 @@ idle_time_before_shutdown_minutes: 60
 	}
 	s.waitComputeState("dev-box", "Running")
 
-	s.mustFerry("compute", "stop", "dev-box")
-	s.waitComputeState("dev-box", "Stopped")
+	// start, stop and restart wait until they are done, as az ml's do.
+	mustContain(t, "stop", s.mustFerry("compute", "stop", "dev-box").stdout, "state:", "Stopped")
+	if got := s.computeState("dev-box"); got != "Stopped" {
+		t.Fatalf("right after compute stop returned: %s, want Stopped", got)
+	}
 	s.waitNodes("dev-box", 0)
 	// compute show lists the latest events, so each is looked for while
 	// it is recent: later ones push it out.
@@ -80,11 +83,13 @@ idle_time_before_shutdown_minutes: 60
 	}
 
 	s.mustFerry("compute", "start", "dev-box")
-	s.waitComputeState("dev-box", "Running")
+	if got := s.computeState("dev-box"); got != "Running" {
+		t.Fatalf("right after compute start returned: %s, want Running", got)
+	}
 	mustContain(t, "job after start", s.mustFerry("job", "create", "-f", job, "--stream").stdout, "on the dev box")
 
 	s.mustFerry("compute", "restart", "dev-box")
-	s.waitComputeState("dev-box", "Running")
+	// Right after restart returns, the instance runs on its new node.
 	after := s.nodes("dev-box")
 	if len(after) != 1 || after[0].Name == first[0].Name {
 		t.Errorf("restart kept node %s: %+v", first[0].Name, after)
