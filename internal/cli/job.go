@@ -212,6 +212,9 @@ func (a *app) streamToEnd(ctx context.Context, c *client.Client, name string) er
 	fmt.Fprintf(a.stderr, "job %s submitted; streaming its log (Ctrl-C stops streaming, not the job)\n", name)
 	sctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
+	wctx, stopWatching := context.WithCancel(sctx)
+	defer stopWatching()
+	go a.watchQueue(wctx, c, name)
 	var offset int64
 	wait := 200 * time.Millisecond
 	for {
@@ -239,6 +242,33 @@ func (a *app) streamToEnd(ctx context.Context, c *client.Client, name string) er
 		case <-time.After(wait):
 		}
 		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+// watchQueue says on stderr why a job waits, and each time the reason
+// changes, until it leaves the queue: a job stream that shows nothing
+// while the job waits for a node or a quota looks stuck.
+func (a *app) watchQueue(ctx context.Context, c *client.Client, name string) {
+	last := ""
+	for {
+		j, err := c.GetJob(ctx, name)
+		if err == nil {
+			if j.Status != workspace.StatusQueued {
+				if last != "" {
+					fmt.Fprintf(a.stderr, "job %s: %s\n", name, j.Status)
+				}
+				return
+			}
+			if why := strings.TrimPrefix(j.StatusReason, "queued: "); why != last && why != "" && why != "submitted" {
+				fmt.Fprintf(a.stderr, "job %s: queued: %s\n", name, why)
+				last = why
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
 	}
 }
 

@@ -177,8 +177,25 @@ func TestQuotaBlocksScaleUp(t *testing.T) {
 	s.mustFerry("quota", "set", "standardDSv2Family", "2")
 	s.mustFerry("compute", "create", "-f", clusterFile(t, "small", "Standard_DS2_v2", 3, 60))
 	s.mustFerry("job", "create", "-f", jobFile(t, "command: sleep 30\ncompute: azureml:small\n", nil), "--name", "q1")
-	s.mustFerry("job", "create", "-f", jobFile(t, "command: \"true\"\ncompute: azureml:small\n", nil), "--name", "q2")
 	s.waitStatus("q1", "Running")
+	// q2 is streamed from its submission: the stream says why it waits.
+	q2 := jobFile(t, "command: \"true\"\ncompute: azureml:small\n", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // before the server stops: a stream would wait for it forever
+	cli := exec.CommandContext(ctx, ferryBin, "job", "create", "-f", q2, "--name", "q2", "--stream")
+	cli.Env = append(os.Environ(), "FERRY_URL="+s.url, "FERRY_TOKEN="+s.token, "FERRY_HOME="+s.home)
+	cliErr := &syncBuffer{}
+	cli.Stderr = cliErr
+	if err := cli.Start(); err != nil {
+		t.Fatal(err)
+	}
+	streamed := make(chan error, 1)
+	go func() { streamed <- cli.Wait() }()
+	for deadline := time.Now().Add(30 * time.Second); s.ferry("job", "show", "q2").code != 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("q2 was not submitted: %s", cliErr.String())
+		}
+	}
 	j := s.waitReason("q2", "quota for family DSv2 is 2/2 cores")
 	if j.Status != "Queued" {
 		t.Errorf("q2: %s", j.Status)
@@ -191,6 +208,10 @@ func TestQuotaBlocksScaleUp(t *testing.T) {
 	if j := s.waitStatus("q2", "Completed", "Failed"); j.Status != "Completed" {
 		t.Errorf("q2 after q1's node freed: %s (%s)", j.Status, j.StatusReason)
 	}
+	if err := <-streamed; err != nil {
+		t.Errorf("streaming q2: %v\n%s", err, cliErr.String())
+	}
+	mustContain(t, "q2's stream", cliErr.String(), "job q2: queued: quota for family DSv2 is 2/2 cores")
 }
 
 func TestNodeKilledMidJobIsLostAndReplaced(t *testing.T) {
