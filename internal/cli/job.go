@@ -209,7 +209,17 @@ func (a *app) upload(ctx context.Context, c *client.Client, field, path, kind st
 // streamToEnd follows a job's log until it ends, then prints its outcome.
 // Ctrl-C stops streaming, not the job.
 func (a *app) streamToEnd(ctx context.Context, c *client.Client, name string) error {
-	fmt.Fprintf(a.stderr, "job %s submitted; streaming its log (Ctrl-C stops streaming, not the job)\n", name)
+	return a.follow(ctx, c, name, true)
+}
+
+// follow streams a job's log to its end; submitted says whether the job
+// was just submitted, for the first line.
+func (a *app) follow(ctx context.Context, c *client.Client, name string, submitted bool) error {
+	if submitted {
+		fmt.Fprintf(a.stderr, "job %s submitted; streaming its log (Ctrl-C stops streaming, not the job)\n", name)
+	} else {
+		fmt.Fprintf(a.stderr, "streaming the log of job %s (Ctrl-C stops streaming, not the job)\n", name)
+	}
 	sctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
 	wctx, stopWatching := context.WithCancel(sctx)
@@ -313,7 +323,7 @@ func (a *app) jobStreamCmd() *cobra.Command {
 			if _, err := c.GetJob(cmd.Context(), args[0]); err != nil {
 				return err
 			}
-			return a.streamToEnd(cmd.Context(), c, args[0])
+			return a.follow(cmd.Context(), c, args[0], false)
 		},
 	}
 	cmd.Flags().IntVar(&rank, "rank", 0, "node rank whose log to follow, for jobs on several nodes (0 is the first)")

@@ -56,7 +56,11 @@ func TestHelloJobStreamsShowsAndDownloads(t *testing.T) {
 	}
 
 	// stream of a finished job prints the log again.
-	mustContain(t, "re-stream", s.mustFerry("job", "stream", "hello-1").stdout, "hello from hello-1")
+	re := s.mustFerry("job", "stream", "hello-1")
+	mustContain(t, "re-stream", re.stdout, "hello from hello-1")
+	if strings.Contains(re.stderr, "submitted") {
+		t.Errorf("job stream of a finished job says it was submitted: %s", re.stderr)
+	}
 }
 
 func TestInputsOutputsAndVariables(t *testing.T) {
