@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,23 +29,10 @@ import (
 // on this host and in its containers, which share the host's /proc.
 func jobProcesses(job string) []int {
 	var pids []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
-			if i := bytes.LastIndexByte(st, ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
-				continue // ended, waiting to be reaped
-			}
-		}
-		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		args := strings.Split(string(cmd), "\x00")
-		runner := len(args) > 1 && args[1] == "runner" && strings.Contains(string(cmd), job)
-		if runner || bytes.Contains(env, []byte("\x00FERRY_JOB_ID="+job+"\x00")) || bytes.HasPrefix(env, []byte("FERRY_JOB_ID="+job+"\x00")) {
-			pids = append(pids, pid)
+	for _, p := range testutil.Procs() {
+		runner := len(p.Args) > 1 && p.Args[1] == "runner" && strings.Contains(p.CmdLine(), job)
+		if runner || p.HasEnv("FERRY_JOB_ID="+job) {
+			pids = append(pids, p.PID)
 		}
 	}
 	return pids

@@ -15,6 +15,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
+
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // Every test ends what it started. After the whole package has run, the
@@ -37,26 +39,10 @@ func (l leftovers) empty() bool { return len(l.procs) == 0 && len(l.containers) 
 // start.
 func findLeftovers(start time.Time) leftovers {
 	var l leftovers
-	tmp := runRoot
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
+	for _, p := range testutil.Procs() {
+		if strings.HasPrefix(p.Exe, runRoot+"/") && strings.HasPrefix(filepath.Base(p.Exe), "ferry") {
+			l.procs = append(l.procs, strconv.Itoa(p.PID)+" "+p.CmdLine())
 		}
-		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-		if err != nil {
-			continue
-		}
-		exe = strings.TrimSuffix(exe, " (deleted)")
-		if !strings.HasPrefix(exe, tmp+"/") || !strings.HasPrefix(filepath.Base(exe), "ferry") {
-			continue
-		}
-		if st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); isZombie(st) {
-			continue
-		}
-		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		l.procs = append(l.procs, e.Name()+" "+strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " ")))
 	}
 	if api, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation()); err == nil {
 		defer api.Close()
@@ -72,12 +58,6 @@ func findLeftovers(start time.Time) leftovers {
 		}
 	}
 	return l
-}
-
-func isZombie(stat []byte) bool {
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && len(s) > i+2 && (s[i+2] == 'Z' || s[i+2] == 'X')
 }
 
 // checkLeftovers waits a little for what is still shutting down, then
@@ -182,25 +162,15 @@ func killRunnersUnder(t *testing.T, dirs []string) {
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		left := 0
-		entries, _ := os.ReadDir("/proc")
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-			if err != nil || !under(strings.TrimSuffix(exe, " (deleted)")) {
-				continue
-			}
-			if st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); isZombie(st) {
+		for _, p := range testutil.Procs() {
+			if !under(p.Exe) {
 				continue
 			}
 			left++
-			cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-			if args := strings.Split(string(cmd), "\x00"); len(args) > 1 && (args[1] == "runner-shim" || args[1] == "runner-guard") {
+			if len(p.Args) > 1 && (p.Args[1] == "runner-shim" || p.Args[1] == "runner-guard") {
 				continue // ends by itself once its runner is gone
 			}
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			_ = syscall.Kill(p.PID, syscall.SIGKILL)
 		}
 		if left == 0 {
 			return

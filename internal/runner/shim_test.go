@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // fakeRunnerCommand makes the test binary a runner that starts one host
@@ -34,21 +36,10 @@ func fakeRunner(args []string) int {
 // markedProcs are the live processes whose environment holds mark.
 func markedProcs(mark string) []string {
 	var out []string
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
+	for _, p := range testutil.Procs() {
+		if strings.Contains(p.Env(), mark) {
+			out = append(out, strconv.Itoa(p.PID)+" "+p.CmdLine())
 		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil || !strings.Contains(string(env), mark) {
-			continue
-		}
-		st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if i := strings.LastIndexByte(string(st), ')'); i > 0 && len(st) > i+2 && (st[i+2] == 'Z' || st[i+2] == 'X') {
-			continue
-		}
-		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		out = append(out, e.Name()+" "+strings.ReplaceAll(string(cmd), "\x00", " "))
 	}
 	return out
 }
