@@ -91,7 +91,7 @@ func (b *Batch) Put(r io.Reader, want string) (int64, error) {
 func (b *Batch) put(r io.Reader, want string) (int64, error) {
 	buf := packBufs.Get().(*[]byte)
 	defer packBufs.Put(buf)
-	n, err := readUpTo(r, *buf)
+	n, err := ReadUpTo(r, *buf)
 	switch {
 	case err != nil:
 		return 0, err
@@ -121,7 +121,7 @@ func (b *Batch) put(r io.Reader, want string) (int64, error) {
 func (b *Batch) Add(r io.Reader) (string, int64, error) {
 	buf := packBufs.Get().(*[]byte)
 	defer packBufs.Put(buf)
-	n, err := readUpTo(r, *buf)
+	n, err := ReadUpTo(r, *buf)
 	switch {
 	case err != nil:
 		return "", 0, fmt.Errorf("put blob: %w", err)
@@ -155,10 +155,10 @@ func (b *Batch) Add(r io.Reader) (string, int64, error) {
 	return d, int64(n), nil
 }
 
-// readUpTo reads r into buf until r ends or buf is full. Unlike
-// io.ReadFull, it tells a stream that ends early (an error) from one that
-// ends (n < len(buf), nil).
-func readUpTo(r io.Reader, buf []byte) (int, error) {
+// ReadUpTo reads r into buf until r ends or buf is full. Unlike
+// io.ReadFull, a reader that ends before buf is full is no error
+// (n < len(buf), nil); only a failing read is.
+func ReadUpTo(r io.Reader, buf []byte) (int, error) {
 	n := 0
 	for n < len(buf) {
 		k, err := r.Read(buf[n:])

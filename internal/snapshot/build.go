@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
+
+	"github.com/ferry-ml/ferry/internal/blob"
 )
 
 // ignoreFiles are the ignore files Build looks for at the root of a
@@ -55,7 +57,7 @@ var hashFile = func(name string, keep []byte) (digest string, n int64, data []by
 	defer f.Close()
 	h := sha256.New()
 	if keep != nil {
-		k, err := readUpTo(f, keep)
+		k, err := blob.ReadUpTo(f, keep)
 		if err != nil {
 			return "", 0, nil, err
 		}
@@ -81,22 +83,6 @@ var hashFile = func(name string, keep []byte) (digest string, n int64, data []by
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil, nil
-}
-
-// readUpTo reads r into buf until r ends or buf is full.
-func readUpTo(r io.Reader, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		k, err := r.Read(buf[n:])
-		n += k
-		if err == io.EOF {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 // copyBufs are hashFile's read buffers: a tree of many tiny files would

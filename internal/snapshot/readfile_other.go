@@ -7,6 +7,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+
+	"github.com/ferry-ml/ferry/internal/blob"
 )
 
 // readFileInto reads the file name into buf until buf is full or the file
@@ -17,7 +19,7 @@ func readFileInto(name string, buf []byte) (int64, error) {
 		return 0, err
 	}
 	defer f.Close()
-	n, err := readUpTo(f, buf)
+	n, err := blob.ReadUpTo(f, buf)
 	return int64(n), err
 }
 
