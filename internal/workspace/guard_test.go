@@ -249,3 +249,18 @@ func TestStoreFullIsNoSpace(t *testing.T) {
 		}
 	}
 }
+
+// A stored job out of bounds on the local target is failed with its field
+// when the dispatcher would start it, and nothing is launched for it.
+func TestOutOfBoundsLocalJobIsFailedAtStart(t *testing.T) {
+	target := &fakeTarget{capacity: 2}
+	s, _ := newService(t, target)
+	storeRawJob(t, s, "overflow", "local", &spec.Job{Type: "command", Command: "true", Limits: &spec.Limits{Timeout: 9300000000}})
+	dispatch(t, s)
+	if j := status(t, s, "overflow"); j.Status != StatusFailed || !strings.Contains(j.StatusReason, "limits.timeout") {
+		t.Errorf("job overflow: %s (%s), want Failed naming limits.timeout", j.Status, j.StatusReason)
+	}
+	if got := target.jobs(); len(got) != 0 {
+		t.Errorf("launched %v for a job out of bounds", got)
+	}
+}

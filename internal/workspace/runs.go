@@ -112,12 +112,6 @@ func (s *Service) dispatch(ctx context.Context) error {
 		cands = append(cands, scheduler.Candidate{Job: j.Name, Compute: j.Compute, Priority: j.Priority, Seq: j.Seq})
 	}
 	for _, c := range scheduler.Pick(cands, free) {
-		if j, err := s.st.GetJob(ctx, c.Job); err == nil {
-			if _, err := storedJobSpec(j); err != nil {
-				s.failQueued(ctx, c.Job, err.Error())
-				continue
-			}
-		}
 		if err := s.guard("job "+c.Job, func() error { return s.start(ctx, c.Job, c.Compute) }); err != nil {
 			s.log.Error("start job", "job", c.Job, "err", err)
 			if errors.Is(err, errInternal) {
@@ -137,9 +131,13 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 	}
 	secret, hash := auth.NewToken()
 	var attempt int
+	var damaged error // the stored spec, checked in the same read
 	_, err = s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
 		if j.Status != StatusQueued {
 			return nil, errNotQueued
+		}
+		if _, damaged = storedJobSpec(*j); damaged != nil {
+			return nil, errNotQueued // nothing written; failed below
 		}
 		j.Attempt++
 		attempt = j.Attempt
@@ -147,6 +145,10 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 		j.Status, j.StatusReason, j.Heartbeat = StatusPreparing, "runner starting on compute "+computeName, now
 		return &store.Event{Job: name, Time: now, From: StatusQueued, To: j.Status, Reason: j.StatusReason}, nil
 	})
+	if damaged != nil {
+		s.failQueued(ctx, name, damaged.Error())
+		return nil
+	}
 	if errors.Is(err, errNotQueued) {
 		return nil
 	}
