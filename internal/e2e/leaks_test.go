@@ -36,7 +36,7 @@ func (l leftovers) empty() bool { return len(l.procs) == 0 && len(l.containers) 
 // findLeftovers lists the ferry processes run from a binary the tests
 // built or copied (ferryBin, and the copies servers install in their data
 // directories, all under runRoot), and the node containers made since
-// start.
+// start from a binary under runRoot.
 func findLeftovers(start time.Time) leftovers {
 	var l leftovers
 	for _, p := range testutil.Procs() {
@@ -51,13 +51,27 @@ func findLeftovers(start time.Time) leftovers {
 		cs, err := api.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("name", "ferry-node-"))})
 		if err == nil {
 			for _, c := range cs {
-				if time.Unix(c.Created, 0).After(start.Add(-time.Second)) && len(c.Names) > 0 {
+				if time.Unix(c.Created, 0).After(start.Add(-time.Second)) && len(c.Names) > 0 && mountsUnder(c, runRoot) {
 					l.containers = append(l.containers, strings.TrimPrefix(c.Names[0], "/"))
 				}
 			}
 		}
 	}
 	return l
+}
+
+// mountsUnder tells whether a node container bind-mounts something from
+// dir: a node of a server this run started mounts the server's ferry
+// binary from under runRoot, while one made by another run of the suite on
+// the same machine (a second checkout, a developer's own server) does not,
+// and is not this run's to report or remove.
+func mountsUnder(c container.Summary, dir string) bool {
+	for _, m := range c.Mounts {
+		if strings.HasPrefix(m.Source, dir+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // checkLeftovers waits a little for what is still shutting down, then
