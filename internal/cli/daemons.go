@@ -64,6 +64,7 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 			defer stop()
 			cfg.Log = slog.New(slog.NewTextHandler(a.stderr, nil))
 			cfg.Out = a.stdout
+			cfg.Version = version()
 			return server.Run(ctx, cfg)
 		},
 	}
@@ -88,6 +89,7 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 	f.DurationVar(&cfg.LeaseTimeout, "lease-timeout", 30*time.Second, "how long a silent runner keeps its job before it is failed as lost")
 	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "time a canceled job gets between SIGTERM and SIGKILL")
 	_ = cmd.MarkFlagRequired("data-dir")
+	cmd.AddCommand(a.serverStatusCmd(), a.serverStopCmd())
 	return cmd
 }
 

@@ -234,7 +234,7 @@ func (a *app) follow(ctx context.Context, c *client.Client, name string, submitt
 		}
 		offset = n
 		if sctx.Err() != nil {
-			fmt.Fprintf(a.stderr, "\nstopped streaming; job %s goes on (`ferry job stream %s` to follow it again)\n", name, name)
+			fmt.Fprintf(a.stderr, "\nstopped streaming; job %s goes on (`%s job stream %s` to follow it again)\n", name, a.self, name)
 			return &exitError{code: 130}
 		}
 		if s := client.StatusOf(err); s >= 400 && s < 500 {
