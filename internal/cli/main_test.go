@@ -128,7 +128,7 @@ func (s *testServer) ferry(t *testing.T, args ...string) result {
 func runCLI(t *testing.T, env map[string]string, args ...string) result {
 	t.Helper()
 	var out, errb bytes.Buffer
-	a := newApp(&out, &errb, func(k string) string { return env[k] })
+	a := newApp(&out, &errb, envOf(env))
 	a.self = "ferry"
 	code := a.run(context.Background(), args)
 	return result{stdout: out.String(), stderr: errb.String(), code: code}
@@ -157,4 +157,9 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// envOf is getenv of an environment that holds only env.
+func envOf(env map[string]string) func(string) string {
+	return func(k string) string { return env[k] }
 }
