@@ -430,16 +430,7 @@ func (a *app) jobListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.print(jobs, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "NAME\tSTATUS\tCOMPUTE\tCREATED\tDURATION\tEXIT")
-				for _, j := range jobs {
-					exit := "-"
-					if j.ExitCode != nil {
-						exit = strconv.Itoa(*j.ExitCode)
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Status, j.Compute, fmtTime(j.Created), fmtDuration(j.Started, j.Ended), exit)
-				}
-			})
+			return a.print(jobs, func(w *tabwriter.Writer) { jobTable(w, jobs) })
 		},
 	}
 	cmd.Flags().StringVar(&status, "status", "", "only jobs in these statuses (comma-separated)")
@@ -447,6 +438,30 @@ func (a *app) jobListCmd() *cobra.Command {
 	cmd.Flags().IntVar(&limit, "max-results", 50, "at most this many jobs (0 = all)")
 	return cmd
 }
+
+// jobTable lists jobs as `az ml job list` does (name, display name,
+// experiment, status, compute), with why each job that is not Running or
+// Completed is where it is: a Queued job's wait (a node starting, a quota),
+// a Failed or Canceled job's reason.
+func jobTable(w *tabwriter.Writer, jobs []*workspace.Job) {
+	fmt.Fprintln(w, "NAME\tDISPLAY NAME\tEXPERIMENT\tSTATUS\tCOMPUTE\tCREATED\tDURATION\tEXIT\tREASON")
+	for _, j := range jobs {
+		exit := "-"
+		if j.ExitCode != nil {
+			exit = strconv.Itoa(*j.ExitCode)
+		}
+		reason := ""
+		switch j.Status {
+		case workspace.StatusQueued, workspace.StatusFailed, workspace.StatusCanceled:
+			reason = strings.TrimPrefix(j.StatusReason, "queued: ")
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, orDash(j.DisplayName), orDash(j.ExperimentName), j.Status, j.Compute,
+			fmtTime(j.Created), fmtDuration(j.Started, j.Ended), exit, orDash(oneLine(reason)))
+	}
+}
+
+// oneLine is s on one line, for a table cell.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func (a *app) jobCancelCmd() *cobra.Command {
 	return &cobra.Command{
