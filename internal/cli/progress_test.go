@@ -111,8 +111,16 @@ func TestProgressLineHidesAnAbsurdEstimate(t *testing.T) {
 func TestUploadOutcomeIsNotOnTheProgressLine(t *testing.T) {
 	s := startServer(t)
 	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"cluster.yml": "name: ds1\ntype: amlcompute\nsize: Standard_DS1_v2\nmax_instances: 1\n"})
+	// The job waits for a node a quota of 0 cores never allows: the test
+	// is about its upload, and leaves no runner behind.
+	for _, args := range [][]string{{"quota", "set", "standardDSv2Family", "0"}, {"compute", "create", "-f", filepath.Join(dir, "cluster.yml")}} {
+		if r := s.ferry(t, args...); r.code != 0 {
+			t.Fatalf("%v: %s", args, r)
+		}
+	}
 	writeFiles(t, dir, map[string]string{
-		"job.yml":    "command: ls\ncode: src\ncompute: local\n",
+		"job.yml":    "command: ls\ncode: src\ncompute: ds1\n",
 		"src/a.txt":  strings.Repeat("a", 300<<10),
 		"src/b/c.py": "print('c')\n",
 	})
