@@ -5,7 +5,8 @@
 # the multi-node PyTorch jobs use, from the Debian mirror and no container
 # registry. The ferry binary is not in the image: the provider bind-mounts
 # the server's own, so the image does not go stale when Ferry changes. It
-# does nothing when the image is already there.
+# does nothing when the image is already there. It prints the build's steps
+# and apt's progress as it goes; the full log is kept when it fails.
 #
 #   [BASE=IMAGE] scripts/make-node-image.sh [TAG]
 #   (TAG defaults to ferry-node:bookworm, BASE to ferry-base:bookworm)
@@ -25,8 +26,11 @@ if ! docker image inspect "$base" >/dev/null 2>&1; then
 fi
 
 log=$(mktemp /tmp/ferry-node-image.XXXXXX.log)
+echo "make-node-image: building $tag from $base with Debian's python3-torch and python3-numpy (about 1.3 GB; full log: $log)"
 # No build context: the Dockerfile comes on stdin and copies nothing in.
-docker build -t "$tag" - >"$log" 2>&1 <<DOCKERFILE || { tail -30 "$log" >&2; echo "make-node-image: docker build failed; log in $log" >&2; exit 1; }
+# Its steps and apt's package counts are shown as it goes
+# (build-progress.awk); pipefail makes a failed build fail the pipeline.
+docker build -t "$tag" - 2>&1 <<DOCKERFILE | tee "$log" | awk -v who=make-node-image -f "$(dirname "$0")/build-progress.awk" || { tail -30 "$log" >&2; echo "make-node-image: docker build failed; log in $log" >&2; exit 1; }
 FROM $base
 RUN apt-get update \\
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-torch python3-numpy \\
@@ -35,4 +39,4 @@ RUN apt-get update \\
 LABEL ferry.image=node
 DOCKERFILE
 rm -f "$log"
-echo "make-node-image: made $tag ($(docker image inspect -f '{{.Size}}' "$tag") bytes)"
+echo "make-node-image: made $tag ($(docker image inspect -f '{{.Size}}' "$tag") bytes) in ${SECONDS}s"

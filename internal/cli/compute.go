@@ -291,6 +291,7 @@ func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
 
 func (a *app) createComputeCmd(use, short string) *cobra.Command {
 	var file string
+	var sets []string
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -300,7 +301,7 @@ func (a *app) createComputeCmd(use, short string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s, err := spec.ParseCompute(data)
+			s, err := spec.ParseComputeWithSet(data, sets)
 			if err != nil {
 				return fmt.Errorf("%s: %w", file, err)
 			}
@@ -319,6 +320,7 @@ func (a *app) createComputeCmd(use, short string) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "compute YAML file (required)")
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "override a field: --set path=value (repeatable), e.g. --set max_instances=4 --set name=cpu-2")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
 }

@@ -42,6 +42,13 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 			if _, err := environment.ParseBytes(cfg.EnvCacheSize); err != nil {
 				return fmt.Errorf("--env-cache-size: %w", err)
 			}
+			switch cfg.Provider {
+			case "process", "docker":
+			case "exec", "ssh":
+				return fmt.Errorf("--provider: %s needs settings (exec: the program; ssh: the machines) that only a compute's provider: block gives; name it there, and leave --provider process or docker", cfg.Provider)
+			default:
+				return fmt.Errorf("--provider: %q is not a node provider; use process or docker here, exec or ssh in a compute's provider: block", cfg.Provider)
+			}
 			if maxSnap != "" {
 				n, err := parseSize(maxSnap)
 				if err != nil {
@@ -64,6 +71,7 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 			defer stop()
 			cfg.Log = slog.New(slog.NewTextHandler(a.stderr, nil))
 			cfg.Out = a.stdout
+			cfg.Version = version()
 			return server.Run(ctx, cfg)
 		},
 	}
@@ -76,7 +84,7 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 	f.IntVar(&cfg.LocalCapacity, "local-capacity", 0, "jobs the local target runs at once (default: CPUs of this machine)")
 	f.StringVar(&maxSnap, "max-snapshot-size", "", "largest snapshot accepted, e.g. 1GiB (default 1GiB)")
 	f.StringVar(&outputQuota, "output-quota", "", "most bytes one job's outputs may hold, e.g. 10GiB (default 10GiB; none for no quota); runners skip and list what is over it")
-	f.StringVar(&cfg.Provider, "provider", "process", "node provider of clusters whose file names none: process (agents on this machine) or exec")
+	f.StringVar(&cfg.Provider, "provider", "process", "node provider of clusters whose file names none: process (agent processes on this machine) or docker (containers of ferry-node:bookworm on this machine's Docker; needs an --addr containers reach, such as 0.0.0.0:8580). The exec (a program that launches machines) and ssh (existing machines) providers need settings, so a compute's provider: block names them (docs/clusters.md)")
 	f.StringVar(&cfg.AgentBinaries, "agent-binaries", "", "directory of ferry-linux-ARCH binaries to copy to attached machines whose architecture differs from this server's")
 	f.DurationVar(&cfg.NodeJoinTimeout, "node-join-timeout", 10*time.Minute, "how long a launched cluster node may take to join before it is terminated")
 	f.DurationVar(&cfg.ServerlessIdle, "serverless-idle", 120*time.Second, "idle time before the nodes of serverless jobs go")
@@ -88,6 +96,7 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 	f.DurationVar(&cfg.LeaseTimeout, "lease-timeout", 30*time.Second, "how long a silent runner keeps its job before it is failed as lost")
 	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "time a canceled job gets between SIGTERM and SIGKILL")
 	_ = cmd.MarkFlagRequired("data-dir")
+	cmd.AddCommand(a.serverStatusCmd(), a.serverStopCmd())
 	return cmd
 }
 

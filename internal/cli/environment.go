@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -18,10 +17,10 @@ import (
 )
 
 // uploadEnvironmentFiles uploads the file or folder an inline environment
-// refers to (relative to base, the folder of the file that names it) and
+// refers to (relative to the folder of src, the file that names it) and
 // returns its snapshot id; "" when it refers to none. prefix is the field
-// path of the environment, for messages.
-func (a *app) uploadEnvironmentFiles(ctx context.Context, c *client.Client, prefix, base string, e *spec.Environment, limit int64) (string, error) {
+// path of the environment in src, for messages.
+func (a *app) uploadEnvironmentFiles(ctx context.Context, c *client.Client, prefix string, src specFile, e *spec.Environment, limit int64) (string, error) {
 	if e == nil || e.Ref != "" {
 		return "", nil
 	}
@@ -33,7 +32,7 @@ func (a *app) uploadEnvironmentFiles(ctx context.Context, c *client.Client, pref
 	if e.Build != nil {
 		kind = "uri_folder"
 	}
-	return a.upload(ctx, c, prefix+field, resolve(base, p), kind, limit, false)
+	return a.upload(ctx, c, pathField{file: src, field: prefix + field, value: p}, kind, limit, false)
 }
 
 func (a *app) environmentCmd() *cobra.Command {
@@ -60,7 +59,7 @@ func (a *app) environmentCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			id, err := a.uploadEnvironmentFiles(cmd.Context(), c, "", filepath.Dir(file), f.Environment(), defaultMaxSnapshot)
+			id, err := a.uploadEnvironmentFiles(cmd.Context(), c, "", specFile{name: file, data: data}, f.Environment(), defaultMaxSnapshot)
 			if err != nil {
 				return err
 			}

@@ -16,9 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
@@ -102,13 +100,12 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 			return nil, err
 		}
 	}
-	base := filepath.Dir(o.file)
+	src := specFile{name: o.file, data: data, sets: sets}
 	req := api.JobRequest{InputSnapshots: map[string]string{}}
 	if j.Code != "" {
-		p := resolve(base, j.Code)
-		id, err := a.upload(ctx, c, "code", p, "", limit, true)
+		id, err := a.upload(ctx, c, pathField{file: src, field: "code", value: j.Code}, "", limit, true)
 		if err != nil {
-			return nil, fmt.Errorf("code: %w", err)
+			return nil, err
 		}
 		req.CodeSnapshot = id
 	}
@@ -117,18 +114,17 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 		if in.IsLiteral() {
 			continue
 		}
-		field := "inputs." + name + ".path"
+		f := pathField{file: src, field: "inputs." + name + ".path", value: in.Path}
 		if isRemote(in.Path) {
-			return nil, fmt.Errorf("%s: %q is not a local path; only local files and folders are supported as inputs so far", field, in.Path)
+			return nil, f.errorf("%q is not a local path; only local files and folders are supported as inputs so far", in.Path)
 		}
-		p := resolve(base, in.Path)
-		id, err := a.upload(ctx, c, field, p, in.Type, limit, false)
+		id, err := a.upload(ctx, c, f, in.Type, limit, false)
 		if err != nil {
 			return nil, err
 		}
 		req.InputSnapshots[name] = id
 	}
-	if id, err := a.uploadEnvironmentFiles(ctx, c, "environment.", base, j.Environment, limit); err != nil {
+	if id, err := a.uploadEnvironmentFiles(ctx, c, "environment.", src, j.Environment, limit); err != nil {
 		return nil, err
 	} else {
 		req.EnvironmentSnapshot = id
@@ -155,21 +151,23 @@ func resolve(base, p string) string {
 	return filepath.Join(base, p)
 }
 
-// upload snapshots a local file or folder and sends what the workspace
-// lacks. kind is the input type (uri_file, uri_folder) or "" for code.
-func (a *app) upload(ctx context.Context, c *client.Client, field, path, kind string, limit int64, ignoreFiles bool) (string, error) {
+// upload snapshots the local file or folder that f names and sends what
+// the workspace lacks. kind is the input type (uri_file, uri_folder) or ""
+// for code.
+func (a *app) upload(ctx context.Context, c *client.Client, f pathField, kind string, limit int64, ignoreFiles bool) (string, error) {
+	path, field := f.path(), f.field
 	st, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("%s: %s does not exist", field, path)
+		return "", f.notFound()
 	}
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", field, err)
+		return "", f.errorf("%v", err)
 	}
 	switch {
 	case kind == "uri_file" && st.IsDir():
-		return "", fmt.Errorf("%s: %s is a folder, but the input's type is uri_file; use type: uri_folder", field, path)
+		return "", f.errorf("%s is a folder, but the input's type is uri_file; use type: uri_folder", path)
 	case kind == "uri_folder" && !st.IsDir():
-		return "", fmt.Errorf("%s: %s is a file, but the input's type is uri_folder; use type: uri_file", field, path)
+		return "", f.errorf("%s is a file, but the input's type is uri_folder; use type: uri_file", path)
 	}
 	opt := snapshot.BuildOptions{MaxSize: limit, UseIgnoreFiles: ignoreFiles}
 	var m *snapshot.Manifest
@@ -183,12 +181,13 @@ func (a *app) upload(ctx context.Context, c *client.Client, field, path, kind st
 		return "", err
 	}
 	var progress func(int64)
-	if f, ok := a.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) && m.TotalSize() > 0 {
-		bar := progressbar.DefaultBytes(m.TotalSize(), "uploading "+field)
-		defer bar.Close()
-		progress = func(n int64) { _ = bar.Add64(n) }
+	clear := func() {}
+	if a.terminal(a.stderr) && m.TotalSize() > 0 {
+		line := newProgressLine(a.stderr, "uploading "+field, m.TotalSize(), time.Now)
+		progress, clear = line.Add, line.Clear
 	}
 	id, stats, err := c.Upload(ctx, m, files, progress)
+	clear() // what is printed next starts a line of its own
 	if err != nil {
 		return "", err
 	}
@@ -234,7 +233,7 @@ func (a *app) follow(ctx context.Context, c *client.Client, name string, submitt
 		}
 		offset = n
 		if sctx.Err() != nil {
-			fmt.Fprintf(a.stderr, "\nstopped streaming; job %s goes on (`ferry job stream %s` to follow it again)\n", name, name)
+			fmt.Fprintf(a.stderr, "\nstopped streaming; job %s goes on (`%s job stream %s` to follow it again)\n", name, a.self, name)
 			return &exitError{code: 130}
 		}
 		if s := client.StatusOf(err); s >= 400 && s < 500 {
@@ -431,16 +430,7 @@ func (a *app) jobListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.print(jobs, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "NAME\tSTATUS\tCOMPUTE\tCREATED\tDURATION\tEXIT")
-				for _, j := range jobs {
-					exit := "-"
-					if j.ExitCode != nil {
-						exit = strconv.Itoa(*j.ExitCode)
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Status, j.Compute, fmtTime(j.Created), fmtDuration(j.Started, j.Ended), exit)
-				}
-			})
+			return a.print(jobs, func(w *tabwriter.Writer) { jobTable(w, jobs) })
 		},
 	}
 	cmd.Flags().StringVar(&status, "status", "", "only jobs in these statuses (comma-separated)")
@@ -448,6 +438,30 @@ func (a *app) jobListCmd() *cobra.Command {
 	cmd.Flags().IntVar(&limit, "max-results", 50, "at most this many jobs (0 = all)")
 	return cmd
 }
+
+// jobTable lists jobs as `az ml job list` does (name, display name,
+// experiment, status, compute), with why each job that is not Running or
+// Completed is where it is: a Queued job's wait (a node starting, a quota),
+// a Failed or Canceled job's reason.
+func jobTable(w *tabwriter.Writer, jobs []*workspace.Job) {
+	fmt.Fprintln(w, "NAME\tDISPLAY NAME\tEXPERIMENT\tSTATUS\tCOMPUTE\tCREATED\tDURATION\tEXIT\tREASON")
+	for _, j := range jobs {
+		exit := "-"
+		if j.ExitCode != nil {
+			exit = strconv.Itoa(*j.ExitCode)
+		}
+		reason := ""
+		switch j.Status {
+		case workspace.StatusQueued, workspace.StatusFailed, workspace.StatusCanceled:
+			reason = strings.TrimPrefix(j.StatusReason, "queued: ")
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, orDash(j.DisplayName), orDash(j.ExperimentName), j.Status, j.Compute,
+			fmtTime(j.Created), fmtDuration(j.Started, j.Ended), exit, orDash(oneLine(reason)))
+	}
+}
+
+// oneLine is s on one line, for a table cell.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func (a *app) jobCancelCmd() *cobra.Command {
 	return &cobra.Command{

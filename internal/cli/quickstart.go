@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -50,7 +51,7 @@ func (a *app) quickstartCmd() *cobra.Command {
 			for _, w := range where {
 				fmt.Fprintf(a.stderr, "outputs: %s\n", w)
 			}
-			fmt.Fprintf(a.stderr, "\nnext: `ferry job show %s`, or edit %s and run `ferry job create -f %s --stream`\n", j.Name, file, file)
+			a.quickstartNext(ctx, home, j.Name, file)
 			return streamErr
 		},
 	}
@@ -75,4 +76,20 @@ func writeExamples(dir string) error {
 		}
 		return os.WriteFile(target, data, 0o644)
 	})
+}
+
+// quickstartNext says what to try next, and that the local workspace's
+// server goes on in the background, with commands that work as they are
+// written: through `go run` when this ferry is a `go run` build.
+func (a *app) quickstartNext(ctx context.Context, home, job, file string) {
+	fmt.Fprintf(a.stderr, "\nnext: `%s job show %s`, or edit %s and run `%s job create -f %s --stream`\n", a.self, job, file, a.self, file)
+	if a.getenv("FERRY_URL") == "" {
+		if st := localServerState(ctx, home); st.Running {
+			fmt.Fprintf(a.stderr, "the local workspace server goes on running in the background (pid %d, %s, log %s); `%s server stop` stops it, `%s server status` shows it\n",
+				st.PID, st.URL, st.Log, a.self, a.self)
+		}
+	}
+	if h := a.buildHint(); h != "" {
+		fmt.Fprintln(a.stderr, h)
+	}
 }

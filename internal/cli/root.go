@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 	"gopkg.in/yaml.v3"
 
 	"github.com/ferry-ml/ferry/internal/client"
@@ -43,10 +44,36 @@ type app struct {
 	stdout, stderr io.Writer
 	output         string // -o
 	getenv         func(string) string
+	// terminal says whether w is a terminal, where progress is drawn.
+	terminal func(w io.Writer) bool
+	// self is how the user runs this ferry again, for the commands that
+	// messages suggest (selfCommand).
+	self string
 }
 
 // Run runs the ferry command line and returns the process exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return newApp(stdout, stderr, os.Getenv).run(ctx, args)
+}
+
+// newApp is the CLI of the running process, reading its environment with
+// getenv.
+func newApp(stdout, stderr io.Writer, getenv func(string) string) *app {
+	exe, _ := os.Executable()
+	argv0 := "ferry"
+	if len(os.Args) > 0 {
+		argv0 = os.Args[0]
+	}
+	return &app{stdout: stdout, stderr: stderr, getenv: getenv, terminal: isTerminal,
+		self: selfCommand(exe, argv0, os.TempDir(), goCache(getenv))}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+func (a *app) run(ctx context.Context, args []string) int {
 	if len(args) > 0 && args[0] == runner.ShimCommand {
 		// The supervisor of a host job (runner.ShimMain): its arguments
 		// are the job's command line, which no flag parser may touch.
@@ -56,7 +83,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// Removes a container job when its runner dies (runner.GuardMain).
 		return runner.GuardMain(args[1:], os.Stdin)
 	}
-	a := &app{stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	stdout, stderr := a.stdout, a.stderr
 	root := a.rootCmd()
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -94,6 +121,7 @@ starting its server in the background when none is running.`,
 	root.SetVersionTemplate("ferry {{.Version}}\n")
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table, json or yaml")
 	root.AddCommand(a.serverCmd(), a.runnerCmd(), a.quickstartCmd(), a.jobCmd(), a.computeCmd(), a.environmentCmd(), a.sizeCmd(), a.quotaCmd(), a.agentCmd(), a.probeCmd(), a.versionCmd())
+	a.addCompletions(root)
 	return root
 }
 
@@ -232,7 +260,7 @@ func (a *app) ensureLocalServer(ctx context.Context, home string) (string, error
 	deadline := time.After(30 * time.Second)
 	for {
 		if url, ok := liveServer(ctx, home); ok {
-			fmt.Fprintf(a.stderr, "started the local Ferry workspace at %s (data and log in %s)\n", url, home)
+			fmt.Fprintf(a.stderr, "started the local Ferry workspace at %s (data and log in %s); it runs in the background until `%s server stop`\n", url, home, a.self)
 			return url, nil
 		}
 		select {

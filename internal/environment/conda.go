@@ -344,6 +344,13 @@ func (c *pythonConstraint) pinnedMinor() string {
 	return pin
 }
 
+// micromambaHint says how a node gets micromamba: Debian 12 has no package
+// of it (apt-cache policy micromamba finds none).
+const micromambaHint = "a single static binary from conda-forge's micromamba releases; Debian 12 has no package of it"
+
+// noCondaHelp says what a conda file may hold on a node without conda.
+const noCondaHelp = "Without conda, Ferry makes a virtualenv instead, and only of a file whose dependencies are python (a version the node has), pip and a pip: list; micromamba is " + micromambaHint
+
 // condaTools are the conda implementations the cache uses, in the order
 // it prefers them: micromamba and mamba solve much faster than conda.
 var condaTools = []string{"micromamba", "mamba", "conda"}
@@ -420,12 +427,17 @@ func buildConda(ctx context.Context, s *Spec, contextDir, work, prefix string, l
 		}
 	}
 	if len(condaOnly) > 0 {
-		return "", "", buildErr("conda_file %s needs conda for %s, but this node has no conda, mamba or micromamba; install one, or move them under pip:",
-			s.CondaFile, strings.Join(condaOnly, ", "))
+		return "", "", buildErr("conda_file %s needs conda for %s, but this node has no conda, mamba or micromamba; install one, or move them under pip:. %s",
+			s.CondaFile, strings.Join(condaOnly, ", "), noCondaHelp)
 	}
 	py, err := findPython(ctx, path, want)
 	if err != nil {
-		return "", "", buildErr("conda_file %s asks for python%s, but %v", s.CondaFile, want.text, err)
+		get := "a python that matches"
+		if pin := want.pinnedMinor(); pin != "" {
+			get = "python" + pin
+		}
+		return "", "", buildErr("conda_file %s asks for python%s, but %v. Without conda, mamba or micromamba Ferry makes a virtualenv of a python on the node that matches: install %s on the node, pin the python it has, or put micromamba on the PATH of the account jobs run as (%s)",
+			s.CondaFile, want.text, err, get, micromambaHint)
 	}
 	fmt.Fprintf(log, "ferry: this node has no conda, mamba or micromamba; conda_file %s needs only python and pip packages, so it becomes a virtualenv\n", s.CondaFile)
 	var reqs string

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -263,6 +264,32 @@ func TestCondaTools(t *testing.T) {
 		}
 		if diff := cmp.Diff(&record{Kind: KindConda, Builder: tc.want, Description: "conda env.yml"}, rec, cmpopts.IgnoreFields(record{}, "Size", "Created")); diff != "" {
 			t.Errorf("with %v: record (-want +got):\n%s", tc.have, diff)
+		}
+	}
+}
+
+// The conda file Azure ML's examples use, on a node without conda and
+// without the python it pins: the error says what would make it work.
+func TestAzureCondaFileOnANodeWithoutItsPython(t *testing.T) {
+	t.Setenv("PATH", "/usr/bin:/bin") // the system's pythons, not a developer's pyenv
+	t.Setenv("PATH", pathWithoutConda())
+	if _, err := exec.LookPath("python3.10"); err == nil {
+		t.Skip("this machine has python3.10, which the file asks for")
+	}
+	file := "name: train\nchannels: [conda-forge]\ndependencies:\n  - python=3.10\n  - pip\n  - pip:\n    - numpy==1.26.4\n"
+	c := &Cache{Dir: t.TempDir()}
+	var log bytes.Buffer
+	_, err := c.Prepare(context.Background(), condaSpec("azure"), (&fetcher{files: map[string]string{"env.yml": file}}).fetch, &log)
+	if err == nil || !errors.Is(err, ErrBuild) {
+		t.Fatalf("err = %v, want a build error", err)
+	}
+	for _, want := range []string{
+		"conda_file env.yml asks for python=3.10, but no python on this node's PATH matches; found ",
+		"install python3.10 on the node, pin the python it has, or put micromamba on the PATH of the account jobs run as",
+		"Debian 12 has no package of it",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
 		}
 	}
 }

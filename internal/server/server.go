@@ -74,6 +74,9 @@ type Config struct {
 	CancelGrace    time.Duration // runners' SIGTERM→SIGKILL grace; 0 = 10 s
 	Log            *slog.Logger
 	Out            io.Writer // where the server tells its user what it did
+	// Version is the server's version, recorded in Info for `ferry server
+	// status`.
+	Version string
 }
 
 // Info is written to DataDir/server.json once the server listens, so that
@@ -83,6 +86,8 @@ type Info struct {
 	PID int    `json:"pid"`
 	// WorkDir is where the jobs on this machine work (Config.WorkDir).
 	WorkDir string `json:"work_dir"`
+	// Version is Config.Version.
+	Version string `json:"version,omitempty"`
 }
 
 // InfoFile, TokenFile are names inside the data dir.
@@ -217,7 +222,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	hs := &http.Server{Handler: api.New(ws, st, cfg.Log), ReadHeaderTimeout: 10 * time.Second}
-	if err := writeJSONFile(filepath.Join(dir, InfoFile), Info{URL: url, PID: os.Getpid(), WorkDir: work}); err != nil {
+	if err := writeJSONFile(filepath.Join(dir, InfoFile), Info{URL: url, PID: os.Getpid(), WorkDir: work, Version: cfg.Version}); err != nil {
 		return err
 	}
 	defer os.Remove(filepath.Join(dir, InfoFile))

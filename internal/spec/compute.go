@@ -16,11 +16,19 @@ const computeEmptyHint = "a compute needs at least name and type, e.g. name: cpu
 // ParseCompute reads an Azure ML CLI v2 compute file strictly (see
 // ParseJob), validates it and fills in the defaults of its type.
 func ParseCompute(data []byte) (*Compute, error) {
-	c, root, err := parseYAML[Compute](data, nil, "compute", computeEmptyHint, nil)
+	return ParseComputeWithSet(data, nil)
+}
+
+// ParseComputeWithSet is ParseCompute with `--set path=value` overrides
+// applied to the file before it is decoded, as ParseJobWithSet does
+// (max_instances=4, tags.team=vision).
+func ParseComputeWithSet(data []byte, sets []string) (*Compute, error) {
+	c, root, err := parseYAML[Compute](data, sets, "compute", computeEmptyHint, nil)
 	if err != nil {
+		noteSets(err, sets)
 		return nil, err
 	}
-	return finishCompute(c, root)
+	return finishCompute(c, root, sets)
 }
 
 // DecodeComputeJSON reads a compute from strict JSON (the REST API's form,
@@ -31,14 +39,16 @@ func DecodeComputeJSON(data []byte) (*Compute, error) {
 	if err != nil {
 		return nil, err
 	}
-	return finishCompute(c, root)
+	return finishCompute(c, root, nil)
 }
 
 // finishCompute validates a decoded compute, placing its problems on the
-// lines of root, and fills in the defaults of its type.
-func finishCompute(c *Compute, root *yaml.Node) (*Compute, error) {
+// lines of root (or at the --set that gave them), and fills in the
+// defaults of its type.
+func finishCompute(c *Compute, root *yaml.Node, sets []string) (*Compute, error) {
 	if es := c.validate(); len(es) > 0 {
 		addLines(es, root)
+		noteSets(es, sets)
 		return nil, c.wrap(es)
 	}
 	c.ApplyDefaults()

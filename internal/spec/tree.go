@@ -586,3 +586,16 @@ func addLines(es Errors, root *yaml.Node) {
 		}
 	}
 }
+
+// FieldLine is the line of field (a dotted path such as inputs.data.path)
+// in the YAML text data, or that of the nearest field on its path that is
+// there; 0 when data is not YAML or holds neither. Callers outside the
+// parser use it to place problems they find later, such as a code folder
+// that does not exist.
+func FieldLine(data []byte, field string) int {
+	root, err := parseTree(data, "spec")
+	if err != nil || root == nil {
+		return 0
+	}
+	return lineOf(root, field)
+}

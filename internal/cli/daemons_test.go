@@ -1,0 +1,27 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+// --provider names every provider the server has, and refuses at start
+// the ones that need a provider: block, saying so.
+func TestServerProviderFlag(t *testing.T) {
+	r := runCLI(t, nil, "server", "--help")
+	for _, p := range []string{"process", "docker", "exec", "ssh"} {
+		if !strings.Contains(r.stdout, p) {
+			t.Errorf("server --help does not mention the %s provider:\n%s", p, r.stdout)
+		}
+	}
+	for _, c := range []struct{ provider, want string }{
+		{"exec", "--provider: exec needs settings (exec: the program; ssh: the machines) that only a compute's provider: block gives"},
+		{"ssh", "--provider: ssh needs settings"},
+		{"kvm", `--provider: "kvm" is not a node provider; use process or docker here, exec or ssh in a compute's provider: block`},
+	} {
+		r := runCLI(t, nil, "server", "--data-dir", t.TempDir(), "--provider", c.provider)
+		if r.code != 1 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("--provider %s: %s\nwant %q", c.provider, r, c.want)
+		}
+	}
+}
