@@ -39,8 +39,6 @@ func instanceWantsNode(st string) bool {
 	return st != InstanceStopping && st != InstanceStopped
 }
 
-// Placement is where the current attempt of a pool job runs: one entry per
-
 // instanceStates moves compute instances along with their node: Creating,
 // Starting and Restarting become Running once the node has joined;
 // Running and JobRunning follow whether a job runs; Stopping becomes
@@ -254,5 +252,3 @@ func (s *Service) instanceAction(ctx context.Context, who auth.Principal, name, 
 	s.wakeDispatcher()
 	return s.GetCompute(ctx, name)
 }
-
-// forgetDelivered drops the record of assignments handed out for attempts

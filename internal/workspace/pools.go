@@ -57,6 +57,8 @@ func isPool(typ string) bool {
 // machine being detached): its machines are given back, then it is gone.
 const StateDeleting = "Deleting"
 
+// Placement is where the current attempt of a pool job runs: one entry per
+// node rank, and the port rank 0 listens on for distributed jobs.
 type Placement struct {
 	Ranks      []RankPlacement `json:"ranks"`
 	MasterPort int             `json:"master_port,omitempty"`
@@ -879,6 +881,8 @@ func (s *Service) nodeGPUs(ctx context.Context, r RankPlacement) []int {
 	return out
 }
 
+// forgetDelivered drops the record of assignments handed out for attempts
+// that are no longer active, so it does not grow with every job ever run.
 func (s *Service) forgetDelivered(active []store.Job) {
 	live := map[string]bool{}
 	for _, j := range active {
