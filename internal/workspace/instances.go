@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,17 +42,22 @@ func instanceWantsNode(st string) bool {
 }
 
 // instanceStates moves compute instances along with their node: Creating,
-// Starting and Restarting become Running once the node has joined;
-// Running and JobRunning follow whether a job runs; Stopping becomes
-// Stopped once the node is gone.
-func (s *Service) instanceStates(ctx context.Context, pools map[string]*poolCompute, live []store.Node, onNode map[string][]store.Job) {
+// Starting and Restarting become Running once a node has joined (for a
+// restart, a node other than those it gives back); Running and JobRunning
+// follow whether a job runs; Stopping becomes Stopped once the node is
+// gone. It gives back the nodes a restart replaces and the node of a
+// stopping instance, with an event that says why, and returns live
+// without the nodes it gave back.
+func (s *Service) instanceStates(ctx context.Context, pools map[string]*poolCompute, live []store.Node, onNode map[string][]store.Job) []store.Node {
+	gone := map[string]bool{}
 	for name, pc := range pools {
 		if pc.rec.Type != "computeinstance" {
 			continue
 		}
+		st := readInstanceStatus(pc.rec.Status)
 		var node *store.Node
 		for i := range live {
-			if live[i].Compute == name {
+			if live[i].Compute == name && !slices.Contains(st.Replace, live[i].Name) {
 				node = &live[i]
 			}
 		}
@@ -82,6 +89,65 @@ func (s *Service) instanceStates(ctx context.Context, pools map[string]*poolComp
 			pc.rec.State = want
 		}
 		s.decideInstance(ctx, pc, node, onNode)
+		s.giveBackInstanceNodes(ctx, pc, live, onNode, gone)
+	}
+	if len(gone) == 0 {
+		return live
+	}
+	return slices.DeleteFunc(live, func(n store.Node) bool { return gone[n.Name] })
+}
+
+// giveBackInstanceNodes retires the nodes of instance pc that a restart
+// replaces, and the node of a stopping instance once no job runs there,
+// each with an event that says why; it marks in gone those it gave back.
+// A node whose machine could not be terminated stays, and is tried again
+// on the next pass.
+func (s *Service) giveBackInstanceNodes(ctx context.Context, pc *poolCompute, live []store.Node, onNode map[string][]store.Job, gone map[string]bool) {
+	name := pc.rec.Name
+	st := readInstanceStatus(pc.rec.Status)
+	var done []string // names in st.Replace that are gone now
+	for _, n := range live {
+		if n.Compute != name {
+			continue
+		}
+		why := ""
+		switch {
+		case slices.Contains(st.Replace, n.Name):
+			why = "the instance was restarted; it gets a fresh node"
+		case pc.rec.State == InstanceStopping && n.State != NodeBusy && n.State != NodeDraining && len(onNode[n.Name]) == 0:
+			why = "the instance is stopping"
+			if cur, err := s.st.GetCompute(ctx, name); err == nil {
+				// decideInstance may have stopped it in this very pass.
+				if w := readInstanceStatus(cur.Status).Why; w != "" {
+					why = "the instance was " + w
+				}
+			}
+		default:
+			continue
+		}
+		s.retireNode(ctx, n, why)
+		if _, err := s.st.GetNode(ctx, n.Name); !errors.Is(err, store.ErrNotFound) {
+			continue // terminate failed; tried again next pass
+		}
+		s.event(ctx, name, "node_removed", fmt.Sprintf("node %s removed: %s", n.Name, why))
+		gone[n.Name] = true
+	}
+	for _, r := range st.Replace {
+		if gone[r] || !slices.ContainsFunc(live, func(n store.Node) bool { return n.Name == r }) {
+			done = append(done, r)
+		}
+	}
+	if len(done) == 0 {
+		return
+	}
+	if _, err := s.st.UpdateCompute(ctx, name, func(c *store.Compute) error {
+		cur := readInstanceStatus(c.Status)
+		cur.Replace = slices.DeleteFunc(cur.Replace, func(r string) bool { return slices.Contains(done, r) })
+		raw, err := json.Marshal(cur)
+		c.Status = raw
+		return err
+	}); err != nil {
+		s.log.Error("instance nodes replaced", "compute", name, "err", err)
 	}
 }
 
@@ -93,11 +159,7 @@ func (s *Service) decideInstance(ctx context.Context, pc *poolCompute, node *sto
 		return // refused at create; a stored spec is valid
 	}
 	name := pc.rec.Name
-	var st instanceStatus
-	if len(pc.rec.Status) > 0 {
-		_ = json.Unmarshal(pc.rec.Status, &st) // a status it cannot read is one with nothing fired
-	}
-	fired := st.LastFired
+	fired := readInstanceStatus(pc.rec.Status).LastFired
 	snap := instance.Snapshot{
 		State: instance.State(pc.rec.State), Created: pc.rec.Created,
 		IdleTimeBeforeShutdown: cfg.IdleTimeBeforeShutdown, Schedules: cfg.Schedules, LastFired: fired,
@@ -120,13 +182,17 @@ func (s *Service) decideInstance(ctx context.Context, pc *poolCompute, node *sto
 	}
 	plan := instance.Decide(snap, s.now())
 	moved := false
+	by := "by " // what people read: "stopped by schedule 0: ...", "stopped after idle for ..."
+	if plan.Cause == instance.CauseIdle {
+		by = "after "
+	}
 	switch plan.Action {
 	case instance.ActionStop:
-		if moved = s.setInstanceState(ctx, name, pc.rec.State, InstanceStopping, plan.Reason); moved {
+		if moved = s.setInstanceState(ctx, name, pc.rec.State, InstanceStopping, "stopped "+by+plan.Reason); moved {
 			pc.rec.State = InstanceStopping // the scaling below gives the node back, not a new one
 		}
 	case instance.ActionStart:
-		if moved = s.setInstanceState(ctx, name, pc.rec.State, InstanceStarting, plan.Reason); moved {
+		if moved = s.setInstanceState(ctx, name, pc.rec.State, InstanceStarting, "started "+by+plan.Reason); moved {
 			pc.rec.State = InstanceStarting
 		}
 	}
@@ -134,10 +200,7 @@ func (s *Service) decideInstance(ctx context.Context, pc *poolCompute, node *sto
 		// Kept with the compute, so that a restarted server neither fires
 		// an occurrence again nor forgets it.
 		if _, err := s.st.UpdateCompute(ctx, name, func(c *store.Compute) error {
-			var cur instanceStatus
-			if len(c.Status) > 0 {
-				_ = json.Unmarshal(c.Status, &cur)
-			}
+			cur := readInstanceStatus(c.Status)
 			for _, f := range plan.Fired {
 				for len(cur.LastFired) <= f.Schedule {
 					cur.LastFired = append(cur.LastFired, time.Time{})
@@ -157,17 +220,53 @@ func (s *Service) decideInstance(ctx context.Context, pc *poolCompute, node *sto
 type instanceStatus struct {
 	// LastFired[i] is the occurrence of schedule i that fired last.
 	LastFired []time.Time `json:"last_fired,omitempty"`
+	// Why says, as people read it, why the instance went to its state:
+	// "stopped by the user (owner)", "stopped after idle for 15m0s with
+	// no job, session or port-forward", "stopped by schedule 0: ...".
+	Why string `json:"why,omitempty"`
+	// Replace are the nodes a restart gives back. They are retired by the
+	// pool loop, and the instance is Running again only on another node,
+	// one that has joined.
+	Replace []string `json:"replace,omitempty"`
+}
+
+// readInstanceStatus reads an instance's status; one it cannot read is one
+// with nothing fired, no reason and nothing to replace.
+func readInstanceStatus(raw json.RawMessage) instanceStatus {
+	var st instanceStatus
+	if len(raw) > 0 {
+		_ = json.Unmarshal(raw, &st)
+	}
+	return st
 }
 
 // setInstanceState moves an instance from one state to another (only if it
 // is still in from) and records why.
 func (s *Service) setInstanceState(ctx context.Context, name, from, to, why string) bool {
+	return s.moveInstance(ctx, name, from, to, why, nil)
+}
+
+// moveInstance is setInstanceState that also records nodes a restart
+// gives back, in the same update: a pool pass that sees the instance
+// Restarting also sees which node not to count as its new one.
+func (s *Service) moveInstance(ctx context.Context, name, from, to, why string, replace []string) bool {
 	moved := false
 	_, err := s.st.UpdateCompute(ctx, name, func(c *store.Compute) error {
 		if c.State != from {
 			return nil
 		}
-		c.State, c.Modified, moved = to, s.now(), true
+		st := readInstanceStatus(c.Status)
+		st.Why = why
+		for _, r := range replace {
+			if !slices.Contains(st.Replace, r) {
+				st.Replace = append(st.Replace, r)
+			}
+		}
+		raw, err := json.Marshal(st)
+		if err != nil {
+			return err
+		}
+		c.State, c.Modified, c.Status, moved = to, s.now(), raw, true
 		return nil
 	})
 	if err != nil {
@@ -237,17 +336,22 @@ func (s *Service) instanceAction(ctx context.Context, who auth.Principal, name, 
 		}
 		to = InstanceRestarting
 	}
-	if !s.setInstanceState(ctx, name, from, to, action+" asked by "+who.Subject) {
-		return nil, Conflict("compute instance %s changed state meanwhile; try again", name)
-	}
+	// The nodes it has now are given back by the pool loop, which then
+	// launches a fresh one; the instance is Running again once that has
+	// joined, so `compute exec` right after a restart finds it ready.
+	var replace []string
 	if action == "restart" {
 		nodes, err := s.st.ListNodes(ctx, name)
 		if err != nil {
 			return nil, err
 		}
 		for _, n := range nodes {
-			s.retireNode(ctx, n, "restart")
+			replace = append(replace, n.Name)
 		}
+	}
+	past := map[string]string{"start": "started", "stop": "stopped", "restart": "restarted"}[action]
+	if !s.moveInstance(ctx, name, from, to, past+" by the user ("+who.Subject+")", replace) {
+		return nil, Conflict("compute instance %s changed state meanwhile; try again", name)
 	}
 	s.wakeDispatcher()
 	return s.GetCompute(ctx, name)

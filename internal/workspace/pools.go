@@ -326,7 +326,7 @@ func (s *Service) reconcilePools(ctx context.Context) error {
 	s.forgetBroken(ctx, recs, broken)
 	live, names = s.deletePools(ctx, pools, names, live)
 	live = s.preemptions(ctx, pools, live, onNode, now)
-	s.instanceStates(ctx, pools, live, onNode)
+	live = s.instanceStates(ctx, pools, live, onNode)
 
 	// Placement.
 	queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}})
