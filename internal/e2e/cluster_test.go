@@ -271,7 +271,7 @@ func TestClusterInputRefusals(t *testing.T) {
 	s.mustFerry("compute", "create", "-f", clusterFile(t, "cpu", "Standard_DS3_v2", 2, 60))
 	for spec, want := range map[string]string{
 		"command: x\ncompute: azureml:cpu\nresources: {instance_count: 3}\n":               "max_instances 2",
-		"command: x\ncompute: azureml:cpu\nresources: {properties: {gpus: 1}}\n":           "has none",
+		"command: x\ncompute: azureml:cpu\nresources: {properties: {gpus: 1}}\n":           "has no GPU",
 		"command: x\ncompute: azureml:cpu\nresources: {instance_type: Standard_NC6s_v3}\n": "instance_type",
 	} {
 		r := s.ferry("job", "create", "-f", jobFile(t, spec, nil))

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -141,6 +140,15 @@ func (s *Service) admitPool(c *spec.Compute, j *spec.Job, env *environment.Spec)
 	if err != nil {
 		return err
 	}
+	if c.Type != "virtualmachine" {
+		what := "made of " + sz.Name + " nodes"
+		if c.Type == "computeinstance" {
+			what = "a " + sz.Name
+		}
+		if err := refuseGPUs(j, c, what, sz.GPUs); err != nil {
+			return err
+		}
+	}
 	if d := j.Distribution; d != nil && c.Type != "virtualmachine" && d.ProcessCountPerInstance > max(sz.VCPUs, sz.GPUs) {
 		return Invalid("distribution.process_count_per_instance: %d processes per node, but a %s node of compute %s has %d vCPUs and %d GPUs; use at most one process per GPU or vCPU",
 			d.ProcessCountPerInstance, sz.Name, c.Name, sz.VCPUs, sz.GPUs)
@@ -177,33 +185,31 @@ func (s *Service) admitPool(c *spec.Compute, j *spec.Job, env *environment.Spec)
 			return Invalid("%v", err)
 		}
 	}
-	if wantsGPU(j) && sz.GPUs == 0 {
-		return Invalid("resources: the job asks for GPUs, but compute %s is made of %s, which has none; use a GPU size", c.Name, sz.Name)
-	}
 	if len(j.Services) > 0 {
 		return Invalid("services: interactive services are not available on clusters yet")
 	}
 	return nil
 }
 
-// wantsGPU reports whether a job says it needs GPUs: a gpu count in
-// resources.properties, as some Azure files carry.
-func wantsGPU(j *spec.Job) bool {
-	if j.Resources == nil {
-		return false
+// refuseGPUs refuses a job that asks for more GPUs per node than a node of
+// compute c can ever have: have GPUs, as its size (named what) says. A
+// cluster of a GPU size with no nodes now still takes the job.
+func refuseGPUs(j *spec.Job, c *spec.Compute, what string, have int) error {
+	n, field := j.Resources.GPUs()
+	if n <= have {
+		return nil
 	}
-	for _, k := range []string{"gpus", "gpu_count", "gpu"} {
-		switch v := j.Resources.Properties[k].(type) {
-		case int:
-			return v > 0
-		case float64:
-			return v > 0
-		case string:
-			n, _ := strconv.Atoi(v)
-			return n > 0
-		}
+	kind := map[string]string{"amlcompute": "cluster", "computeinstance": "compute instance", "virtualmachine": "attached machine"}[c.Type]
+	return Invalid("%s: the job asks for %s per node, but %s %s is %s, which has %s; submit it to a compute with GPUs (a cluster or instance of a GPU size: see `ferry size list`), or leave %s out",
+		field, count(n, "GPU"), kind, c.Name, what, gpuCount(have), field)
+}
+
+// gpuCount is "no GPU", "1 GPU", "2 GPUs".
+func gpuCount(n int) string {
+	if n == 0 {
+		return "no GPU"
 	}
-	return false
+	return count(n, "GPU")
 }
 
 func instancesOf(j *spec.Job) int {
@@ -773,7 +779,11 @@ func (s *Service) admit(ctx context.Context, computeName string, j *spec.Job, en
 		if err := json.Unmarshal(rec.Spec, &c); err != nil {
 			return fmt.Errorf("compute %s: stored spec: %w", rec.Name, err)
 		}
-		if err := s.admitPool(&c, j, env); err != nil {
+		err := s.admitPool(&c, j, env)
+		if err == nil && c.Type == "virtualmachine" {
+			err = s.admitAttachedGPUs(ctx, &c, j)
+		}
+		if err != nil {
 			return Invalid("compute %s (type %s) cannot run this job: %s", computeName, rec.Type, strings.TrimPrefix(err.Error(), "invalid: "))
 		}
 		if rec.Type == "computeinstance" && !instanceWantsNode(rec.State) {
