@@ -67,6 +67,10 @@ func (s *Service) JoinNode(ctx context.Context, who auth.Principal, req nodeprot
 		return nil, err
 	}
 	s.event(ctx, n.Compute, "node_joined", fmt.Sprintf("node %s joined from %s (%d CPUs, %d GPUs)", n.Name, n.Address, req.Facts.CPUs, len(req.Facts.GPUs)))
+	if w := s.nodeShortfall(n); w != "" {
+		s.event(ctx, n.Compute, "node_short", w)
+		s.log.Warn("node has less than its size", "node", n.Name, "warning", w)
+	}
 	s.wakeDispatcher()
 	return &nodeproto.JoinReply{Node: n.Name, NodeToken: secret, Setup: setup,
 		HeartbeatSeconds: int(s.cfg.NodeHeartbeat / time.Second), LeaseSeconds: int(s.cfg.NodeLease / time.Second)}, nil

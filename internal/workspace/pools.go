@@ -85,6 +85,10 @@ type Node struct {
 	Created   time.Time        `json:"created"`
 	Joined    *time.Time       `json:"joined"`
 	Heartbeat *time.Time       `json:"heartbeat"`
+	IdleSince *time.Time       `json:"idle_since,omitempty"`
+	// Warning says how the node has less than its size promises, and what
+	// that means for the jobs placed on it.
+	Warning string `json:"warning,omitempty"`
 }
 
 // ComputeEvent is a scaling or health event of a compute.
