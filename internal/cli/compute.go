@@ -42,7 +42,7 @@ instance or attached machine has now and the bounds the count is kept in
 to run and for an attached machine). CAPACITY is how many jobs can run at
 once: the local target's attempts at once, a pool's max nodes (a job
 there takes whole nodes).`,
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.connect(cmd.Context())
 			if err != nil {
