@@ -130,9 +130,11 @@ func instanceGoal(action string) string {
 }
 
 // waitInstance waits until an instance action is done, as `az ml compute
-// start|stop|restart` do: Stopped, or Running with a node that has joined
-// (an instance is Running before its new node is). It fails when the
-// instance ends in a state it will not leave by itself.
+// start|stop|restart` do: Stopped, or Running with a node that has joined.
+// The server says Running only once a node other than those a restart
+// gives back has joined; the node count is checked too, so that a server
+// from before that rule is waited for as well. It fails when the instance
+// ends in a state it will not leave by itself.
 func waitInstance(ctx context.Context, c *client.Client, name, action string, timeout time.Duration) (*workspace.Compute, error) {
 	deadline := time.Now().Add(timeout)
 	for {
