@@ -254,7 +254,7 @@ func TestOpenSessionPreventsIdleStop(t *testing.T) {
 	if got := computeState(t, s, "dev-box"); got != InstanceStopping && got != InstanceStopped {
 		t.Fatalf("15 min after the last forward closed: %s, want Stopping", got)
 	}
-	ev, err := s.ComputeEvents(context.Background(), "dev-box", 10)
+	ev, err := s.ComputeEvents(context.Background(), "dev-box", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
