@@ -59,6 +59,7 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 		{method: "POST", path: "/v1/computes", summary: "Create a compute target from an Azure ML v2 compute spec (as JSON)", handle: s.createCompute},
 		{method: "GET", path: "/v1/computes/{name}", summary: "Show a compute target", handle: s.getCompute},
 		{method: "GET", path: "/v1/computes/{name}/nodes", summary: "List a cluster's nodes", handle: s.listNodes},
+		{method: "GET", path: "/v1/computes/{name}/events", summary: "Every event of a compute, oldest first (a compute's view has only the newest)", handle: s.computeEvents},
 		{method: "POST", path: "/v1/computes/{name}/nodes/{node}/preempt", summary: "Preempt a node of a low-priority cluster now, as its cloud would: its jobs stop, keep their outputs and are queued again", handle: s.preemptNode},
 		{method: "POST", path: "/v1/computes/{name}/resize", summary: "Change a cluster's bounds: {min_instances, max_instances, idle_time_before_scale_down}", handle: s.resizeCompute},
 		{method: "POST", path: "/v1/computes/{name}/start", summary: "Start a stopped compute instance", handle: s.instanceAction("start")},
@@ -279,6 +280,13 @@ func (s *Server) deleteCompute(r *http.Request, _ auth.Principal) (any, error) {
 
 func (s *Server) listNodes(r *http.Request, _ auth.Principal) (any, error) {
 	return s.ws.ListNodes(r.Context(), r.PathValue("name"))
+}
+
+func (s *Server) computeEvents(r *http.Request, _ auth.Principal) (any, error) {
+	if _, err := s.ws.GetCompute(r.Context(), r.PathValue("name")); err != nil {
+		return nil, err
+	}
+	return s.ws.ComputeEvents(r.Context(), r.PathValue("name"), 0)
 }
 
 func (s *Server) preemptNode(r *http.Request, who auth.Principal) (any, error) {

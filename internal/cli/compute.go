@@ -21,6 +21,10 @@ import (
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
+// viewEvents is how many of its newest events a compute's view carries;
+// `compute show --events` asks for more.
+const viewEvents = 10
+
 func jsonOf(v any) (json.RawMessage, error) { return json.Marshal(v) }
 
 func (a *app) computeCmd() *cobra.Command {
@@ -30,7 +34,15 @@ func (a *app) computeCmd() *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List compute targets",
-		Args:  cobra.NoArgs,
+		Long: `List compute targets.
+
+SIZE is a pool's node size. NODES is now/min/max: the nodes a cluster,
+instance or attached machine has now and the bounds the count is kept in
+(a cluster's min_instances and max_instances; 1/1 for an instance meant
+to run and for an attached machine). CAPACITY is how many jobs can run at
+once: the local target's attempts at once, a pool's max nodes (a job
+there takes whole nodes).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.connect(cmd.Context())
 			if err != nil {
@@ -40,17 +52,13 @@ func (a *app) computeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.print(vs, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "NAME\tTYPE\tSTATE\tCAPACITY\tACTIVE\tQUEUED")
-				for _, v := range vs {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\n", v.Name, v.Type, v.State, v.Capacity, v.Active, v.Queued)
-				}
-			})
+			return a.print(vs, func(w *tabwriter.Writer) { listComputes(w, vs) })
 		},
 	}
+	var events int
 	show := &cobra.Command{
 		Use:   "show NAME",
-		Short: "Show a compute target",
+		Short: "Show a compute target, with its newest events (--events)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(cmd.Context())
@@ -61,9 +69,18 @@ func (a *app) computeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if events <= 0 || events > viewEvents {
+				if v.Events, err = c.ComputeEvents(cmd.Context(), args[0]); err != nil {
+					return err
+				}
+			}
+			if events > 0 && len(v.Events) > events {
+				v.Events = v.Events[len(v.Events)-events:]
+			}
 			return a.print(v, func(w *tabwriter.Writer) { showCompute(w, v) })
 		},
 	}
+	show.Flags().IntVar(&events, "events", viewEvents, "how many of the newest events to show; 0 shows every one")
 	del := a.deleteComputeCmd("delete NAME", "Delete a compute target that has no unfinished jobs; a cluster's or attached machine's nodes are given back first")
 	detach := a.deleteComputeCmd("detach NAME", "Detach an attached machine: stop its agent and remove what Ferry put there; same as delete")
 	cmd.AddCommand(create, attach, list, show, del, detach, a.listNodesCmd(), a.resizeCmd("resize"), a.resizeCmd("update"),
@@ -113,9 +130,11 @@ func instanceGoal(action string) string {
 }
 
 // waitInstance waits until an instance action is done, as `az ml compute
-// start|stop|restart` do: Stopped, or Running with a node that has joined
-// (an instance is Running before its new node is). It fails when the
-// instance ends in a state it will not leave by itself.
+// start|stop|restart` do: Stopped, or Running with a node that has joined.
+// The server says Running only once a node other than those a restart
+// gives back has joined; the node count is checked too, so that a server
+// from before that rule is waited for as well. It fails when the instance
+// ends in a state it will not leave by itself.
 func waitInstance(ctx context.Context, c *client.Client, name, action string, timeout time.Duration) (*workspace.Compute, error) {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -183,7 +202,11 @@ func (a *app) listNodesCmd() *cobra.Command {
 					if jobs == "" {
 						jobs = "-"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.State, n.Size, n.Address, jobs, n.Reason)
+					reason := n.Reason
+					if n.Warning != "" {
+						reason += "; warning: " + n.Warning
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.State, n.Size, n.Address, jobs, reason)
 				}
 			})
 		},
@@ -235,12 +258,28 @@ func (a *app) resizeCmd(use string) *cobra.Command {
 	return cmd
 }
 
+// listComputes is the table of `compute list`.
+func listComputes(w *tabwriter.Writer, vs []*workspace.Compute) {
+	fmt.Fprintln(w, "NAME\tTYPE\tSTATE\tSIZE\tNODES\tCAPACITY\tACTIVE\tQUEUED")
+	for _, v := range vs {
+		size, nodes := "-", "-"
+		if v.Size != "" {
+			size = v.Size
+		}
+		if v.MinNodes != nil && v.MaxNodes != nil {
+			nodes = fmt.Sprintf("%d/%d/%d", v.CurrentNodes, *v.MinNodes, *v.MaxNodes)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", v.Name, v.Type, v.State, size, nodes, v.Capacity, v.Active, v.Queued)
+	}
+}
+
 func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
 	fmt.Fprintf(w, "name:\t%s\n", v.Name)
 	fmt.Fprintf(w, "type:\t%s\n", v.Type)
 	fmt.Fprintf(w, "state:\t%s\n", v.State)
-	if v.Type == "local" {
-		fmt.Fprintf(w, "capacity:\t%d\n", v.Capacity)
+	fmt.Fprintf(w, "capacity:\t%d jobs at once\n", v.Capacity)
+	for _, warn := range v.Warnings {
+		fmt.Fprintf(w, "warning:\t%s\n", warn)
 	}
 	fmt.Fprintf(w, "active jobs:\t%d\n", v.Active)
 	fmt.Fprintf(w, "queued jobs:\t%d\n", v.Queued)

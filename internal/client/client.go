@@ -172,6 +172,12 @@ func (c *Client) ListNodes(ctx context.Context, compute string) ([]*workspace.No
 	return out, c.do(ctx, "GET", "/v1/computes/"+url.PathEscape(compute)+"/nodes", nil, &out)
 }
 
+// ComputeEvents returns every event of a compute, oldest first.
+func (c *Client) ComputeEvents(ctx context.Context, compute string) ([]workspace.ComputeEvent, error) {
+	var out []workspace.ComputeEvent
+	return out, c.do(ctx, "GET", "/v1/computes/"+url.PathEscape(compute)+"/events", nil, &out)
+}
+
 // PreemptNode preempts a node of a low-priority cluster.
 func (c *Client) PreemptNode(ctx context.Context, compute, node string) (*workspace.Node, error) {
 	var out workspace.Node

@@ -316,7 +316,7 @@ func TestAttachedMachineHostKeyAndLoss(t *testing.T) {
 	sshd2.ChangeHostKey(t)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		show := s.mustFerry("compute", "show", "keyed").stdout
+		show := s.mustFerry("compute", "show", "keyed", "--events", "0").stdout
 		if strings.Contains(show, "host key mismatch") {
 			break
 		}

@@ -131,7 +131,7 @@ func TestClusterScalesFromZeroToNAndBack(t *testing.T) {
 		}
 	}
 	s.waitNodes("cpu-cluster", 0)
-	show := s.mustFerry("compute", "show", "cpu-cluster").stdout
+	show := s.mustFerry("compute", "show", "cpu-cluster", "--events", "0").stdout
 	mustContain(t, "events", show, "scale_up", "node_joined", "scale_down")
 	if pids := processesWith("agent", "--server", s.url); len(pids) > 0 {
 		t.Errorf("agents still running after scale-down: %v", pids)
@@ -147,7 +147,7 @@ func TestClusterScalesFromZeroToNAndBack(t *testing.T) {
 	if j.Status != "Queued" {
 		t.Fatalf("held: %s", j.Status)
 	}
-	mustContain(t, "resized", s.mustFerry("compute", "show", "cpu-cluster").stdout, "resize")
+	mustContain(t, "resized", s.mustFerry("compute", "show", "cpu-cluster", "--events", "0").stdout, "resize")
 	s.mustFerry("compute", "update", "cpu-cluster", "--max-instances", "2")
 	if j := s.waitStatus("held", "Completed", "Failed"); j.Status != "Completed" {
 		t.Fatalf("held after resize: %s (%s)", j.Status, j.StatusReason)
@@ -236,7 +236,7 @@ func TestNodeKilledMidJobIsLostAndReplaced(t *testing.T) {
 	if j.Status != "Failed" || j.StatusReason != "node lost" {
 		t.Fatalf("victim: %s (%s), want Failed (node lost)", j.Status, j.StatusReason)
 	}
-	mustContain(t, "events", s.mustFerry("compute", "show", "fragile").stdout, "node_lost")
+	mustContain(t, "events", s.mustFerry("compute", "show", "fragile", "--events", "0").stdout, "node_lost")
 	// Demand remains: a new job gets a new node.
 	s.mustFerry("job", "create", "-f", jobFile(t, "command: echo second\ncompute: azureml:fragile\n", nil), "--name", "after")
 	if j := s.waitStatus("after", "Completed", "Failed"); j.Status != "Completed" {
@@ -271,7 +271,7 @@ func TestClusterInputRefusals(t *testing.T) {
 	s.mustFerry("compute", "create", "-f", clusterFile(t, "cpu", "Standard_DS3_v2", 2, 60))
 	for spec, want := range map[string]string{
 		"command: x\ncompute: azureml:cpu\nresources: {instance_count: 3}\n":               "max_instances 2",
-		"command: x\ncompute: azureml:cpu\nresources: {properties: {gpus: 1}}\n":           "has none",
+		"command: x\ncompute: azureml:cpu\nresources: {properties: {gpus: 1}}\n":           "has no GPU",
 		"command: x\ncompute: azureml:cpu\nresources: {instance_type: Standard_NC6s_v3}\n": "instance_type",
 	} {
 		r := s.ferry("job", "create", "-f", jobFile(t, spec, nil))
@@ -425,7 +425,7 @@ func TestFailingLaunchesAndNodesThatNeverJoin(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			out := s.mustFerry("compute", "show", compute).stdout
+			out := s.mustFerry("compute", "show", compute, "--events", "0").stdout
 			ok := true
 			for _, w := range wants {
 				ok = ok && strings.Contains(out, w)

@@ -70,9 +70,9 @@ idle_time_before_shutdown_minutes: 60
 		t.Fatalf("right after compute stop returned: %s, want Stopped", got)
 	}
 	s.waitNodes("dev-box", 0)
-	// compute show lists the latest events, so each is looked for while
-	// it is recent: later ones push it out.
-	mustContain(t, "events", s.mustFerry("compute", "show", "dev-box").stdout, "Stopping → Stopped")
+	// Every event, not the newest few: later events cannot push one out.
+	mustContain(t, "events", s.mustFerry("compute", "show", "dev-box", "--events", "0").stdout,
+		"Stopping → Stopped", "removed: the instance was stopped by the user (owner)")
 	r = s.ferry("job", "create", "-f", job)
 	if r.code == 0 {
 		t.Fatalf("a job was taken by a stopped instance: %s", r)
@@ -89,12 +89,16 @@ idle_time_before_shutdown_minutes: 60
 	mustContain(t, "job after start", s.mustFerry("job", "create", "-f", job, "--stream").stdout, "on the dev box")
 
 	s.mustFerry("compute", "restart", "dev-box")
-	// Right after restart returns, the instance runs on its new node.
+	// Right after restart returns, the instance runs on its new node, and
+	// a session reaches it.
 	after := s.nodes("dev-box")
 	if len(after) != 1 || after[0].Name == first[0].Name {
 		t.Errorf("restart kept node %s: %+v", first[0].Name, after)
 	}
-	mustContain(t, "events", s.mustFerry("compute", "show", "dev-box").stdout, "Starting → Running", "Restarting → Running")
+	if r := s.ferry("compute", "exec", "dev-box", "--", "echo back up"); r.code != 0 || r.stdout != "back up\n" {
+		t.Errorf("compute exec right after compute restart: %s", r)
+	}
+	mustContain(t, "events", s.mustFerry("compute", "show", "dev-box", "--events", "0").stdout, "Starting → Running", "Restarting → Running")
 	if r := s.ferry("compute", "start", "local"); r.code == 0 {
 		t.Errorf("started the local target: %s", r)
 	}
@@ -142,5 +146,5 @@ schedules:
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	mustContain(t, "events", s.mustFerry("compute", "show", "night-box").stdout, "schedule", "cron * * * * *", "Pacific Standard Time")
+	mustContain(t, "events", s.mustFerry("compute", "show", "night-box", "--events", "0").stdout, "schedule", "cron * * * * *", "Pacific Standard Time")
 }

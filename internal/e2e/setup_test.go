@@ -27,7 +27,7 @@ setup_scripts:
 `})
 	s.mustFerry("compute", "create", "-f", filepath.Join(dir, "ci.yml"))
 	s.waitComputeState("set-box", "Running")
-	show := s.mustFerry("compute", "show", "set-box").stdout
+	show := s.mustFerry("compute", "show", "set-box", "--events", "0").stdout
 	mustContain(t, "instance events", show, "SettingUp", "setup scripts succeeded")
 
 	job := jobFile(t, "command: cat ../../../../created.txt ../../../../started.txt\ncompute: azureml:set-box\n", nil)
@@ -49,7 +49,7 @@ setup_scripts:
 `})
 	s.mustFerry("compute", "create", "-f", filepath.Join(dir, "ci.yml"))
 	s.waitComputeState("bad-setup", "SetupFailed")
-	show := s.mustFerry("compute", "show", "bad-setup").stdout
+	show := s.mustFerry("compute", "show", "bad-setup", "--events", "0").stdout
 	mustContain(t, "failed setup", show, "startup_script exited with code 4", "installing drivers", "nvidia-driver-999 not found")
 
 	job := jobFile(t, "command: echo should not run\ncompute: azureml:bad-setup\n", nil)

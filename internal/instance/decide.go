@@ -38,6 +38,10 @@ type Plan struct {
 	// 15m0s with no job, session or port-forward", "schedule 1: stop: cron
 	// 0 18 * * 1-5 (Pacific Standard Time)".
 	Reason string
+	// Cause is what the Action comes from: CauseSchedule or CauseIdle
+	// (empty for ActionNone), so the loop can tell people "stopped by a
+	// schedule" apart from "stopped after its idle time".
+	Cause Cause
 	// Fired are the schedule occurrences this decision used up. The loop
 	// stores each At as LastFired[Schedule] once it has taken Action.
 	Fired []Firing
@@ -47,6 +51,15 @@ type Plan struct {
 	// or until the instance's state, jobs, sessions or forwards change.
 	Next time.Time
 }
+
+// Cause is what a Plan's Action comes from.
+type Cause string
+
+// The causes of an action.
+const (
+	CauseSchedule Cause = "schedule"
+	CauseIdle     Cause = "idle"
+)
 
 // Firing is one schedule occurrence: Schedules[Schedule] at At.
 type Firing struct {
@@ -116,13 +129,13 @@ func Decide(s Snapshot, now time.Time) Plan {
 				consume = false
 				p.Reason = fmt.Sprintf("%s waits for %s to end", what, plural(max(s.Jobs, 1), "running job"))
 			} else {
-				p.Action, p.Reason = ActionStop, what
+				p.Action, p.Reason, p.Cause = ActionStop, what, CauseSchedule
 			}
 		case sc.Action == ActionStop && (s.State == Creating || s.State == SettingUp || s.State == Starting || s.State == Restarting):
 			consume = false
 			p.Reason = fmt.Sprintf("%s waits until the instance is Running (it is %s)", what, s.State)
 		case sc.Action == ActionStart && s.State == Stopped:
-			p.Action, p.Reason = ActionStart, what
+			p.Action, p.Reason, p.Cause = ActionStart, what, CauseSchedule
 		case sc.Action == ActionStart && s.State == Stopping:
 			consume = false
 			p.Reason = fmt.Sprintf("%s waits until the instance is Stopped", what)
@@ -159,7 +172,7 @@ func Decide(s Snapshot, now time.Time) Plan {
 		p.Next = earliest(p.Next, deadline)
 		return p
 	}
-	p.Action = ActionStop
+	p.Action, p.Cause = ActionStop, CauseIdle
 	p.Reason = fmt.Sprintf("idle for %s with no job, session or port-forward", now.Sub(since).Truncate(time.Second))
 	return p
 }

@@ -40,9 +40,9 @@ func TestDecideIdle(t *testing.T) {
 		{"just before the idle time", nil, t0.Add(idle - time.Nanosecond),
 			Plan{Action: ActionNone, Next: t0.Add(idle)}},
 		{"exactly the idle time", nil, t0.Add(idle),
-			Plan{Action: ActionStop, Reason: "idle for 15m0s with no job, session or port-forward"}},
+			Plan{Action: ActionStop, Cause: CauseIdle, Reason: "idle for 15m0s with no job, session or port-forward"}},
 		{"long idle", nil, t0.Add(3 * time.Hour),
-			Plan{Action: ActionStop, Reason: "idle for 3h0m0s with no job, session or port-forward"}},
+			Plan{Action: ActionStop, Cause: CauseIdle, Reason: "idle for 3h0m0s with no job, session or port-forward"}},
 		{"counts from the later activity", func(s *Snapshot) { s.LastActivity = t0.Add(10 * time.Minute) }, t0.Add(idle),
 			Plan{Action: ActionNone, Next: t0.Add(25 * time.Minute)}},
 		{"counts from the restart", func(s *Snapshot) { s.StartedAt = t0.Add(5 * time.Minute) }, t0.Add(idle),
@@ -89,7 +89,7 @@ func TestDecideIdleLoop(t *testing.T) {
 		t.Fatalf("after the session closed: %+v", p)
 	}
 	now = p.Next
-	checkPlan(t, Plan{Action: ActionStop, Reason: "idle for 20m0s with no job, session or port-forward"}, Decide(s, now))
+	checkPlan(t, Plan{Action: ActionStop, Cause: CauseIdle, Reason: "idle for 20m0s with no job, session or port-forward"}, Decide(s, now))
 }
 
 func TestDecideCronSchedules(t *testing.T) {
@@ -113,7 +113,7 @@ compute_start_stop:
 		checkPlan(t, Plan{Action: ActionNone, Next: stopAt}, Decide(running, stopAt.Add(-time.Second)))
 	})
 	t.Run("stop at 18:00 Pacific", func(t *testing.T) {
-		checkPlan(t, Plan{Action: ActionStop, Reason: stopReason, Fired: []Firing{{0, stopAt}}, Next: startAt},
+		checkPlan(t, Plan{Action: ActionStop, Cause: CauseSchedule, Reason: stopReason, Fired: []Firing{{0, stopAt}}, Next: startAt},
 			Decide(running, stopAt))
 	})
 	t.Run("no second stop after a restart", func(t *testing.T) {
@@ -126,12 +126,12 @@ compute_start_stop:
 	t.Run("without the last firing it would stop again", func(t *testing.T) {
 		s := running
 		s.StartedAt = stopAt.Add(5 * time.Minute)
-		checkPlan(t, Plan{Action: ActionStop, Reason: stopReason, Fired: []Firing{{0, stopAt}}, Next: startAt},
+		checkPlan(t, Plan{Action: ActionStop, Cause: CauseSchedule, Reason: stopReason, Fired: []Firing{{0, stopAt}}, Next: startAt},
 			Decide(s, stopAt.Add(6*time.Minute)))
 	})
 	t.Run("start at 08:00 Pacific", func(t *testing.T) {
 		s := Snapshot{State: Stopped, Created: t0, Schedules: ss, LastFired: []time.Time{stopAt, monStart}}
-		checkPlan(t, Plan{Action: ActionStart, Reason: startReason, Fired: []Firing{{1, startAt}}, Next: startAt.Add(10 * time.Hour)},
+		checkPlan(t, Plan{Action: ActionStart, Cause: CauseSchedule, Reason: startReason, Fired: []Firing{{1, startAt}}, Next: startAt.Add(10 * time.Hour)},
 			Decide(s, startAt))
 	})
 	t.Run("start on a running instance does nothing", func(t *testing.T) {
@@ -146,7 +146,7 @@ compute_start_stop:
 		checkPlan(t, Plan{Action: ActionNone, Reason: stopReason + " waits for 1 running job to end", Next: startAt},
 			Decide(s, stopAt))
 		s.State, s.Jobs, s.LastActivity = Running, 0, stopAt.Add(40*time.Minute)
-		checkPlan(t, Plan{Action: ActionStop, Reason: stopReason, Fired: []Firing{{0, stopAt}}, Next: startAt},
+		checkPlan(t, Plan{Action: ActionStop, Cause: CauseSchedule, Reason: stopReason, Fired: []Firing{{0, stopAt}}, Next: startAt},
 			Decide(s, stopAt.Add(40*time.Minute)))
 	})
 	t.Run("after an outage the latest occurrence wins", func(t *testing.T) {
@@ -156,7 +156,7 @@ compute_start_stop:
 		mon := time.Date(2026, 3, 9, 9, 0, 0, 0, mustZone(t, "America/Los_Angeles"))
 		friStop := time.Date(2026, 3, 6, 18, 0, 0, 0, mustZone(t, "America/Los_Angeles"))
 		monStart := time.Date(2026, 3, 9, 8, 0, 0, 0, mustZone(t, "America/Los_Angeles"))
-		checkPlan(t, Plan{Action: ActionStart, Reason: startReason, Fired: []Firing{{0, friStop}, {1, monStart}}, Next: mon.Add(9 * time.Hour)},
+		checkPlan(t, Plan{Action: ActionStart, Cause: CauseSchedule, Reason: startReason, Fired: []Firing{{0, friStop}, {1, monStart}}, Next: mon.Add(9 * time.Hour)},
 			Decide(s, mon))
 	})
 	t.Run("disabled schedule ignored", func(t *testing.T) {
@@ -195,7 +195,7 @@ compute_start_stop:
 	checkPlan(t, Plan{Action: ActionNone, Next: t0.Add(time.Hour)}, Decide(s, t0.Add(time.Minute)))
 	s.LastActivity = t0.Add(6*time.Hour + 30*time.Minute)
 	checkPlan(t, Plan{Action: ActionNone, Next: t0.Add(7 * time.Hour)}, Decide(s, t0.Add(6*time.Hour+31*time.Minute)))
-	checkPlan(t, Plan{Action: ActionStop, Reason: "schedule 0: stop: every 1 day at hours 20 minutes 0 (Europe/Berlin)", Fired: []Firing{{0, t0.Add(7 * time.Hour)}}, Next: t0.Add(31 * time.Hour)},
+	checkPlan(t, Plan{Action: ActionStop, Cause: CauseSchedule, Reason: "schedule 0: stop: every 1 day at hours 20 minutes 0 (Europe/Berlin)", Fired: []Firing{{0, t0.Add(7 * time.Hour)}}, Next: t0.Add(31 * time.Hour)},
 		Decide(s, t0.Add(7*time.Hour)))
 }
 
@@ -206,6 +206,6 @@ func TestDecideRecurrenceCountsFromCreation(t *testing.T) {
 	created := t0.Add(-24*time.Hour + 30*time.Second) // Sunday 12:00:30
 	s := Snapshot{State: Running, Created: created, StartedAt: created, Schedules: ss}
 	checkPlan(t, Plan{Action: ActionNone, Next: t0.Add(24 * time.Hour)}, Decide(s, t0))
-	checkPlan(t, Plan{Action: ActionStop, Reason: "schedule 0: stop: every 2 days (UTC)", Fired: []Firing{{0, t0.Add(24 * time.Hour)}}, Next: t0.Add(72 * time.Hour)},
+	checkPlan(t, Plan{Action: ActionStop, Cause: CauseSchedule, Reason: "schedule 0: stop: every 2 days (UTC)", Fired: []Firing{{0, t0.Add(24 * time.Hour)}}, Next: t0.Add(72 * time.Hour)},
 		Decide(s, t0.Add(24*time.Hour)))
 }

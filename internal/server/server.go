@@ -178,7 +178,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	targets := targetTypes(local.Config{
 		Exe: exe, RunsDir: filepath.Join(work, "runs"), CacheDir: filepath.Join(dir, "cache"),
-		Capacity: cfg.LocalCapacity, CancelGrace: grace, RunAs: runAs,
+		Capacity: cfg.LocalCapacity, CancelGrace: grace, RunAs: runAs, GPUs: len(hostGPUs()),
 		EnvCacheDir: filepath.Join(work, "environments"), EnvCacheSize: cfg.EnvCacheSize,
 		Docker: func(ctx context.Context) error {
 			d, err := docker.Connect(ctx)

@@ -1,5 +1,11 @@
 package spec
 
+import (
+	"math"
+	"strconv"
+	"strings"
+)
+
 // Job is an Azure ML CLI v2 command job file (type: command). Field names
 // follow the Azure schema; JSON uses the same names as YAML so that the API
 // accepts exactly what the YAML file says.
@@ -84,6 +90,30 @@ type Resources struct {
 	ShmSize       string         `yaml:"shm_size,omitempty" json:"shm_size,omitempty"`
 	DockerArgs    string         `yaml:"docker_args,omitempty" json:"docker_args,omitempty"`
 	Properties    map[string]any `yaml:"properties,omitempty" json:"properties,omitempty"`
+}
+
+// GPUs returns how many GPUs per instance a job asks for, 0 when it asks
+// for none: a gpu count in resources.properties (gpus, gpu_count or gpu),
+// as some Azure files carry, and the field it was read from.
+func (r *Resources) GPUs() (n int, field string) {
+	if r == nil {
+		return 0, ""
+	}
+	for _, k := range []string{"gpus", "gpu_count", "gpu"} {
+		field = "resources.properties." + k
+		switch v := r.Properties[k].(type) {
+		case int:
+			return v, field
+		case int64:
+			return int(v), field
+		case float64:
+			return int(math.Ceil(v)), field
+		case string:
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n, field
+		}
+	}
+	return 0, ""
 }
 
 // Distribution says how a multi-process job is wired together.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/provider"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/sizes"
@@ -202,6 +203,28 @@ func checkSetupContent(c *spec.Compute) error {
 				return Invalid("setup_scripts.%s.path: the server does not read files named by a request; send the script's text as setup_scripts.%s.content (the ferry CLI reads %s next to the compute file for you)", k, k, p)
 			}
 		}
+	}
+	return nil
+}
+
+// admitAttachedGPUs refuses a job that asks for more GPUs than attached
+// machine c has, as its agent reported them when it joined. Before its
+// agent has joined, what the machine has is not known, and the job is
+// taken.
+func (s *Service) admitAttachedGPUs(ctx context.Context, c *spec.Compute, j *spec.Job) error {
+	if n, _ := j.Resources.GPUs(); n == 0 {
+		return nil
+	}
+	nodes, err := s.st.ListNodes(ctx, c.Name)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		var f nodeproto.Facts
+		if n.Joined.IsZero() || json.Unmarshal(n.Facts, &f) != nil {
+			continue
+		}
+		return refuseGPUs(j, c, "the machine at "+c.Address, len(f.GPUs))
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -22,6 +23,9 @@ import (
 type schedProvider struct {
 	mu       sync.Mutex
 	launched []string
+	// failTerminate is how many Terminate calls fail before one works, as
+	// with a provider that is slow or down for a while.
+	failTerminate int
 }
 
 func (p *schedProvider) Type() string { return "paper" }
@@ -32,7 +36,15 @@ func (p *schedProvider) Launch(_ context.Context, r provider.LaunchRequest) (pro
 	return provider.Machine{ID: r.Name, Pool: r.Pool, State: provider.StateRunning}, nil
 }
 func (p *schedProvider) List(context.Context, string) ([]provider.Machine, error) { return nil, nil }
-func (p *schedProvider) Terminate(context.Context, string) error                  { return nil }
+func (p *schedProvider) Terminate(context.Context, string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failTerminate > 0 {
+		p.failTerminate--
+		return errors.New("the cloud is down for a moment")
+	}
+	return nil
+}
 
 // openStore opens a SQLite store in dir, closed when the test ends.
 func openStore(t *testing.T, dir string) *sqlite.Store {

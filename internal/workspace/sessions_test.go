@@ -19,10 +19,16 @@ import (
 // name is dev-box) and returns its node's name.
 func newInstance(t *testing.T, c *spec.Compute) (*Service, *clock, string) {
 	t.Helper()
+	return newInstanceOn(t, c, &schedProvider{})
+}
+
+// newInstanceOn is newInstance with the instance's machines from prov.
+func newInstanceOn(t *testing.T, c *spec.Compute, prov *schedProvider) (*Service, *clock, string) {
+	t.Helper()
 	dir := t.TempDir()
 	st := openStore(t, dir)
 	clk := &clock{now: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)}
-	s := newPoolService(t, st, dir, &schedProvider{}, clk)
+	s := newPoolService(t, st, dir, prov, clk)
 	if c == nil {
 		c = &spec.Compute{Name: "dev-box", Type: "computeinstance", Size: "Standard_DS1_v2"}
 	}
@@ -248,7 +254,7 @@ func TestOpenSessionPreventsIdleStop(t *testing.T) {
 	if got := computeState(t, s, "dev-box"); got != InstanceStopping && got != InstanceStopped {
 		t.Fatalf("15 min after the last forward closed: %s, want Stopping", got)
 	}
-	ev, err := s.ComputeEvents(context.Background(), "dev-box", 10)
+	ev, err := s.ComputeEvents(context.Background(), "dev-box", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,20 +114,33 @@ type Submission struct {
 
 // Compute is a compute target as the API shows it.
 type Compute struct {
-	Name     string `json:"name"`
-	Type     string `json:"type"`
-	State    string `json:"state"`
-	Capacity int    `json:"capacity,omitempty"`
-	Active   int    `json:"active_jobs"`
-	Queued   int    `json:"queued_jobs"`
-	// Pool computes (clusters): node counts by state, the target count the
-	// autoscaler last aimed at, and the newest scaling events.
+	Name  string `json:"name"`
+	Type  string `json:"type"`
+	State string `json:"state"`
+	// Capacity is how many jobs can run at once: the local target's
+	// attempts at once; a pool's max nodes, since a job there takes whole
+	// nodes (one job a node, or fewer for jobs of several instances).
+	Capacity int `json:"capacity,omitempty"`
+	Active   int `json:"active_jobs"`
+	Queued   int `json:"queued_jobs"`
+	// Size is a pool's node size (a catalog name, or "attached" for an
+	// attached machine); empty for the local target.
+	Size string `json:"size,omitempty"`
+	// Pool computes: node counts by state, the bounds the count is kept
+	// in (a cluster's min and max_instances; 1 and 1 for an attached
+	// machine or an instance meant to run, 0 and 0 for a stopped one; nil
+	// for the local target), the target count the autoscaler last aimed
+	// at, and the newest events.
 	Nodes        map[string]int `json:"nodes,omitempty"`
 	CurrentNodes int            `json:"current_nodes"`
+	MinNodes     *int           `json:"min_nodes,omitempty"`
+	MaxNodes     *int           `json:"max_nodes,omitempty"`
 	TargetNodes  int            `json:"target_nodes"`
 	Events       []ComputeEvent `json:"events,omitempty"`
-	Created      time.Time      `json:"created"`
-	Spec         *spec.Compute  `json:"spec,omitempty"`
+	// Warnings are about nodes with less than their size promises.
+	Warnings []string      `json:"warnings,omitempty"`
+	Created  time.Time     `json:"created"`
+	Spec     *spec.Compute `json:"spec,omitempty"`
 
 	// Compute instances: the exec/ssh sessions and port-forwards open now.
 	Sessions     int `json:"sessions,omitempty"`

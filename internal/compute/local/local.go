@@ -40,6 +40,9 @@ type Config struct {
 	// RunAs is the account the runners start jobs as ("" = the runner's
 	// own). The way to each attempt's directory is then passable by it.
 	RunAs string
+	// GPUs is how many GPUs this machine has (what nvidia-smi lists); a
+	// job that asks for more is refused at submit.
+	GPUs int
 }
 
 // Target is the local compute target.
@@ -88,6 +91,13 @@ func (t *Target) Admit(j *spec.Job, env *environment.Spec) error {
 				return fmt.Errorf("%v (%w)", err, compute.ErrNotSupported)
 			}
 		}
+	}
+	if n, field := j.Resources.GPUs(); n > t.cfg.GPUs {
+		has := "none"
+		if t.cfg.GPUs > 0 {
+			has = "only " + strconv.Itoa(t.cfg.GPUs)
+		}
+		return refuse(field, fmt.Sprintf("the job asks for %d GPU(s), but the local target's machine has %s (as nvidia-smi lists them); submit it to a cluster or compute instance of a GPU size (see `ferry size list`), or leave %s out", n, has, field))
 	}
 	if j.Distribution != nil {
 		return refuse("distribution", "distributed training needs a cluster target")

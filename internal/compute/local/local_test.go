@@ -34,6 +34,7 @@ func TestAdmitRefusesWhatOneMachineCannotHonour(t *testing.T) {
 		{&spec.Job{Command: "x"}, venv},
 		{&spec.Job{Command: "x"}, image},
 		{&spec.Job{Command: "x", Resources: &spec.Resources{ShmSize: "2g", DockerArgs: "--cpus 1.5 --memory=1g"}}, image},
+		{&spec.Job{Command: "x", Resources: &spec.Resources{Properties: map[string]any{"gpus": 0}}}, nil},
 	}
 	for _, c := range ok {
 		if err := tgt.Admit(c.j, c.env); err != nil {
@@ -56,12 +57,18 @@ func TestAdmitRefusesWhatOneMachineCannotHonour(t *testing.T) {
 		{tgt, "resources.docker_args", &spec.Job{Command: "x", Resources: &spec.Resources{DockerArgs: "--privileged"}}, image},
 		{noDocker, "environment", &spec.Job{Command: "x"}, image},
 		{New(Config{}), "environment", &spec.Job{Command: "x"}, &environment.Spec{Kind: environment.KindBuild, Context: "x"}},
+		// tgt's machine has no GPU; one with two has not three.
+		{tgt, "resources.properties.gpus", &spec.Job{Command: "x", Resources: &spec.Resources{Properties: map[string]any{"gpus": 1}}}, nil},
+		{New(Config{GPUs: 2}), "resources.properties.gpu_count", &spec.Job{Command: "x", Resources: &spec.Resources{Properties: map[string]any{"gpu_count": "3"}}}, nil},
 	}
 	for _, c := range refused {
 		err := c.tgt.Admit(c.j, c.env)
 		if err == nil || !errors.Is(err, compute.ErrNotSupported) || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("%s: err %v, want ErrNotSupported naming the field", c.field, err)
 		}
+	}
+	if err := New(Config{GPUs: 2}).Admit(&spec.Job{Command: "x", Resources: &spec.Resources{Properties: map[string]any{"gpus": 2}}}, nil); err != nil {
+		t.Errorf("a machine with 2 GPUs refused a job asking for 2: %v", err)
 	}
 	if err := noDocker.Admit(&spec.Job{Command: "x"}, image); !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("a missing engine should say why: %v", err)

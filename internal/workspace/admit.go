@@ -1,0 +1,178 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/instance"
+	"github.com/ferry-ml/ferry/internal/sizes"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// Which pool computes are valid, and which jobs a compute takes: checked
+// when a compute is made and when a job is submitted, so that what no node
+// of a compute could ever run is refused with the field named instead of
+// waiting forever.
+
+// poolSize is the size of a pool compute, from the catalog.
+func (s *Service) poolSize(c *spec.Compute) (sizes.Size, error) {
+	if c.Type == "virtualmachine" {
+		return attachedSize, nil
+	}
+	sz, ok := s.cfg.Sizes.Lookup(c.Size)
+	if !ok {
+		return sizes.Size{}, Invalid("size: %q is not in the size catalog; see `ferry size list`", c.Size)
+	}
+	return sz, nil
+}
+
+// validatePool checks a pool compute against the catalog and quotas.
+func (s *Service) validatePool(ctx context.Context, c *spec.Compute) error {
+	sz, err := s.poolSize(c)
+	if err != nil {
+		return err
+	}
+	if sz.Restricted {
+		enabled, err := s.st.ListEnabledSizes(ctx)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(enabled, func(e string) bool { return strings.EqualFold(e, sz.Name) }) {
+			return Invalid("size: %s is restricted: an owner must enable it first with `ferry quota enable-size %s`", sz.Name, sz.Name)
+		}
+	}
+	if s.cfg.Providers != nil {
+		if _, err := s.cfg.Providers(c); err != nil {
+			return Invalid("provider: %v", err)
+		}
+	}
+	if c.Type == "computeinstance" {
+		if _, err := instance.ParseConfig(c); err != nil {
+			return &Error{Code: CodeInvalid, Msg: "compute " + c.Name + ": " + err.Error(), Err: err}
+		}
+	}
+	return nil
+}
+
+// admitPool refuses, naming the field, a job its pool compute cannot run.
+func (s *Service) admitPool(c *spec.Compute, j *spec.Job, env *environment.Spec) error {
+	sz, err := s.poolSize(c)
+	if err != nil {
+		return err
+	}
+	if c.Type != "virtualmachine" {
+		what := "made of " + sz.Name + " nodes"
+		if c.Type == "computeinstance" {
+			what = "a " + sz.Name
+		}
+		if err := refuseGPUs(j, c, what, sz.GPUs); err != nil {
+			return err
+		}
+	}
+	if d := j.Distribution; d != nil && c.Type != "virtualmachine" && d.ProcessCountPerInstance > max(sz.VCPUs, sz.GPUs) {
+		return Invalid("distribution.process_count_per_instance: %d processes per node, but a %s node of compute %s has %d vCPUs and %d GPUs; use at most one process per GPU or vCPU",
+			d.ProcessCountPerInstance, sz.Name, c.Name, sz.VCPUs, sz.GPUs)
+	}
+	if c.Type == "virtualmachine" {
+		if j.Resources != nil && j.Resources.InstanceCount > 1 {
+			return Invalid("resources.instance_count: %s is one attached machine; use a cluster (an ssh fleet) for %d nodes", c.Name, j.Resources.InstanceCount)
+		}
+		if j.Resources != nil && j.Resources.InstanceType != "" {
+			return Invalid("resources.instance_type: %s is an attached machine, which has no size; leave instance_type out", c.Name)
+		}
+		return nil
+	}
+	if c.Type == "computeinstance" {
+		if j.Resources != nil && j.Resources.InstanceCount > 1 {
+			return Invalid("resources.instance_count: compute instance %s is one machine; use a cluster for %d nodes", c.Name, j.Resources.InstanceCount)
+		}
+		if j.Resources != nil && j.Resources.InstanceType != "" && !strings.EqualFold(j.Resources.InstanceType, sz.Name) {
+			return Invalid("resources.instance_type: compute instance %s is a %s, not %s", c.Name, sz.Name, j.Resources.InstanceType)
+		}
+		return nil
+	}
+	if r := j.Resources; r != nil {
+		if r.InstanceCount > *c.MaxInstances {
+			return Invalid("resources.instance_count: %d nodes asked, but compute %s has max_instances %d", r.InstanceCount, c.Name, *c.MaxInstances)
+		}
+		if r.InstanceType != "" && !strings.EqualFold(r.InstanceType, sz.Name) {
+			return Invalid("resources.instance_type: compute %s is made of %s nodes, not %s; leave instance_type out or use another compute", c.Name, sz.Name, r.InstanceType)
+		}
+		if (r.DockerArgs != "" || r.ShmSize != "") && (env == nil || !env.NeedsDocker()) {
+			return Invalid("resources: docker_args and shm_size apply to image environments (image or build)")
+		}
+		if _, err := environment.ParseContainerOptions(r.ShmSize, r.DockerArgs); err != nil {
+			return Invalid("%v", err)
+		}
+	}
+	if len(j.Services) > 0 {
+		return Invalid("services: interactive services are not available on clusters yet")
+	}
+	return nil
+}
+
+// refuseGPUs refuses a job that asks for more GPUs per node than a node of
+// compute c can ever have: have GPUs, as its size (named what) says. A
+// cluster of a GPU size with no nodes now still takes the job.
+func refuseGPUs(j *spec.Job, c *spec.Compute, what string, have int) error {
+	n, field := j.Resources.GPUs()
+	if n <= have {
+		return nil
+	}
+	kind := map[string]string{"amlcompute": "cluster", "computeinstance": "compute instance", "virtualmachine": "attached machine"}[c.Type]
+	return Invalid("%s: the job asks for %s per node, but %s %s is %s, which has %s; submit it to a compute with GPUs (a cluster or instance of a GPU size: see `ferry size list`), or leave %s out",
+		field, count(n, "GPU"), kind, c.Name, what, gpuCount(have), field)
+}
+
+// gpuCount is "no GPU", "1 GPU", "2 GPUs".
+func gpuCount(n int) string {
+	if n == 0 {
+		return "no GPU"
+	}
+	return count(n, "GPU")
+}
+
+// admit checks that compute may run j with env.
+func (s *Service) admit(ctx context.Context, computeName string, j *spec.Job, env *environment.Spec) error {
+	rec, err := s.st.GetCompute(ctx, computeName)
+	if errors.Is(err, store.ErrNotFound) {
+		return s.unknownCompute(ctx, computeName)
+	}
+	if err != nil {
+		return err
+	}
+	if isPool(rec.Type) {
+		if rec.State == StateDeleting {
+			return Conflict("compute: %s is being deleted", computeName)
+		}
+		var c spec.Compute
+		if err := json.Unmarshal(rec.Spec, &c); err != nil {
+			return fmt.Errorf("compute %s: stored spec: %w", rec.Name, err)
+		}
+		err := s.admitPool(&c, j, env)
+		if err == nil && c.Type == "virtualmachine" {
+			err = s.admitAttachedGPUs(ctx, &c, j)
+		}
+		if err != nil {
+			return Invalid("compute %s (type %s) cannot run this job: %s", computeName, rec.Type, strings.TrimPrefix(err.Error(), "invalid: "))
+		}
+		if rec.Type == "computeinstance" && !instanceWantsNode(rec.State) {
+			return Invalid("compute: compute instance %s is %s; start it with `ferry compute start %s`", computeName, rec.State, computeName)
+		}
+		return nil
+	}
+	t, err := s.target(ctx, computeName)
+	if err != nil {
+		return err
+	}
+	if err := t.Admit(j, env); err != nil {
+		return Invalid("compute %s (type %s) cannot run this job: %v", computeName, t.Type(), err)
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/sizes"
+	"github.com/ferry-ml/ferry/internal/spec"
+)
+
+// Quota is a family's core quota as the API shows it. The low-priority
+// quota is one more row, Family LowPriorityQuota: as in Azure, the cores
+// of low-priority nodes of every family count against it and against no
+// family's dedicated quota.
+type Quota struct {
+	Family      string `json:"family"`
+	Limit       int    `json:"limit"`
+	Used        int    `json:"used"`
+	Set         bool   `json:"set"` // set by an owner rather than the default
+	LowPriority bool   `json:"low_priority,omitempty"`
+}
+
+// LowPriorityQuota is the name of the quota of low-priority cores, all
+// families together: `ferry quota set lowPriority 48`.
+const LowPriorityQuota = "lowPriority"
+
+// ListQuotas returns the core quota and use of every family the catalog has.
+func (s *Service) ListQuotas(ctx context.Context) ([]Quota, error) {
+	q, err := s.quotas(ctx)
+	if err != nil {
+		return nil, err
+	}
+	set, err := s.st.ListQuotas(ctx)
+	if err != nil {
+		return nil, err
+	}
+	usage, err := s.usage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []Quota
+	for _, sz := range s.cfg.Sizes.List() {
+		if seen[sz.Family] {
+			continue
+		}
+		seen[sz.Family] = true
+		limit, used := q.Limit(usage, sz, false)
+		_, isSet := set[sz.Family]
+		out = append(out, Quota{Family: sz.Family, Limit: limit, Used: used, Set: isSet})
+	}
+	slices.SortFunc(out, func(a, b Quota) int { return strings.Compare(a.Family, b.Family) })
+	_, isSet := set[LowPriorityQuota]
+	out = append(out, Quota{Family: LowPriorityQuota, Limit: q.LowPriorityCores, Used: usage.LowPriorityCores, Set: isSet, LowPriority: true})
+	return out, nil
+}
+
+// SetQuota sets a family's core quota.
+func (s *Service) SetQuota(ctx context.Context, who auth.Principal, family string, cores int) error {
+	if !who.IsOwner() {
+		return Forbidden("only an owner may set quotas")
+	}
+	if strings.EqualFold(family, LowPriorityQuota) {
+		if cores < 0 {
+			return Invalid("cores: a quota is a number of cores, 0 or more (got %d)", cores)
+		}
+		if err := s.st.SetQuota(ctx, LowPriorityQuota, cores); err != nil {
+			return err
+		}
+		s.wakeDispatcher()
+		return nil
+	}
+	known := false
+	var families []string
+	for _, sz := range s.cfg.Sizes.List() {
+		known = known || strings.EqualFold(sz.Family, family)
+		if strings.EqualFold(sz.Family, family) {
+			family = sz.Family
+		}
+		if !slices.Contains(families, sz.Family) {
+			families = append(families, sz.Family)
+		}
+	}
+	if !known {
+		families = append(families, LowPriorityQuota)
+		msg := fmt.Sprintf("family: %q is not a family of any size in the catalog, nor %s", family, LowPriorityQuota)
+		if close := spec.Suggest(family, families); close != "" {
+			msg += fmt.Sprintf("; did you mean %s?", close)
+		}
+		return Invalid("%s", msg)
+	}
+	if cores < 0 || cores > spec.MaxQuotaCores {
+		return Invalid("cores: a quota is a number of cores from 0 to %d (got %d)", spec.MaxQuotaCores, cores)
+	}
+	if err := s.st.SetQuota(ctx, family, cores); err != nil {
+		return err
+	}
+	s.wakeDispatcher()
+	return nil
+}
+
+// EnableSize lets clusters of a restricted size be made.
+func (s *Service) EnableSize(ctx context.Context, who auth.Principal, size string) error {
+	if !who.IsOwner() {
+		return Forbidden("only an owner may enable restricted sizes")
+	}
+	sz, ok := s.cfg.Sizes.Lookup(size)
+	if !ok {
+		return Invalid("size: %q is not in the size catalog; see `ferry size list`", size)
+	}
+	return s.st.SetSizeEnabled(ctx, sz.Name, true)
+}
+
+// usage is the cores every pool node of the workspace holds: per family
+// for dedicated nodes, together for low-priority ones.
+func (s *Service) usage(ctx context.Context) (sizes.Usage, error) {
+	u := sizes.Usage{FamilyCores: map[string]int{}}
+	nodes, err := s.st.ListNodes(ctx, "")
+	if err != nil {
+		return u, err
+	}
+	recs, err := s.st.ListComputes(ctx)
+	if err != nil {
+		return u, err
+	}
+	low := map[string]bool{}
+	for _, r := range recs {
+		var c spec.Compute
+		if json.Unmarshal(r.Spec, &c) == nil && lowPriority(&c) {
+			low[r.Name] = true
+		}
+	}
+	for _, n := range nodes {
+		if sz, ok := s.cfg.Sizes.Lookup(n.Size); ok {
+			u.Add(sz, 1, low[n.Compute])
+		}
+	}
+	return u, nil
+}
