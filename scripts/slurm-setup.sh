@@ -108,6 +108,9 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
+# Schedule a batch job when it is submitted, not up to 3 s later (the
+# default): 100 trivial jobs end at about 8 jobs/s instead of 3.
+SchedulerParameters=batch_sched_delay=0
 # Report the configured CPUs whatever the host has: four nodes share it.
 SlurmdParameters=config_overrides
 # Finished jobs stay visible to scontrol show job for an hour (no slurmdbd).

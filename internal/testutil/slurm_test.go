@@ -127,9 +127,11 @@ func TestSlurmPendingBehindFullPartitionCancels(t *testing.T) {
 		t.Errorf("squeue -o '%%T %%r' for job %s = %q, want %q", waiting, got, want)
 	}
 
-	if len(jobProcs(filler)) == 0 {
-		t.Fatalf("running job %s: no process has SLURM_JOB_ID=%s", filler, filler)
-	}
+	// RUNNING is set when the job is allocated, a moment before slurmd
+	// has started its script.
+	waitFor(t, "a process of running job "+filler, func() (bool, string) {
+		return len(jobProcs(filler)) > 0, "none has SLURM_JOB_ID=" + filler
+	})
 	for _, id := range []string{waiting, filler} {
 		if out, err := s.Command(t.Context(), "scancel", id).CombinedOutput(); err != nil {
 			t.Fatalf("scancel %s: %v: %s", id, err, out)
@@ -137,17 +139,10 @@ func TestSlurmPendingBehindFullPartitionCancels(t *testing.T) {
 		s.WaitJob(t, id, "CANCELLED", func(f map[string]string) bool { return f["JobState"] == "CANCELLED" })
 	}
 	// The running job's sleep ends with it (after KillWait at most).
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitFor(t, "no process of cancelled job "+filler, func() (bool, string) {
 		left := jobProcs(filler)
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes of cancelled job %s still run: %v", filler, left)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(left) == 0, fmt.Sprintf("still running: %v", left)
+	})
 }
 
 // jobProcs lists the processes of Slurm job id: slurmstepd gives each of
@@ -160,4 +155,21 @@ func jobProcs(id string) []string {
 		}
 	}
 	return out
+}
+
+// waitFor polls cond until it holds and fails the test with cond's last
+// description after 30 seconds, which only a broken cluster takes.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: %s", what, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
