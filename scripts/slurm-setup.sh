@@ -132,11 +132,12 @@ EOF
   echo "PartitionName=small Nodes=node$nodes MaxTime=INFINITE State=UP"
 }
 
-# ready reports whether slurmctld answers and every node is idle, mixed or allocated.
+# ready reports whether slurmctld answers and every node is up (idle, mixed,
+# allocated or completing a job).
 ready() {
   local out
   out=$(sinfo -h -N -o '%N %t' 2>/dev/null | sort -u) || return 1
-  [ "$(echo "$out" | grep -cE ' (idle|mix|alloc)$')" = "$nodes" ]
+  [ "$(echo "$out" | grep -cE ' (idle|mix|alloc|comp)$')" = "$nodes" ]
 }
 
 facts() {
@@ -147,7 +148,15 @@ facts() {
 }
 
 want=$(write_conf)
-if [ -f "$conf" ] && [ "$(cat "$conf")" = "$want" ] && alive "$dir/run/slurmctld.pid" && ready; then
+# running reports whether munge answers and every daemon of ours is alive;
+# a dead slurmd shows in sinfo only after SlurmdTimeout, so look at pids.
+running() {
+  munge -n 2>/dev/null | unmunge >/dev/null 2>&1 || return 1
+  alive "$dir/run/slurmctld.pid" || return 1
+  for n in $(seq "$nodes"); do alive "$dir/run/slurmd-node$n.pid" || return 1; done
+}
+
+if [ -f "$conf" ] && [ "$(cat "$conf")" = "$want" ] && running && ready; then
   facts
   exit 0
 fi
