@@ -3,10 +3,12 @@ package testutil
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -32,20 +34,31 @@ type Slurm struct {
 
 // RequireSlurm skips the test unless the test cluster answers: sbatch is
 // installed and sinfo, pointed at SlurmConf, lists the partitions debug
-// and small.
+// and small. The cluster is asked once per test binary: sinfo takes about
+// 9 s to give up on a controller that does not answer.
 func RequireSlurm(t testing.TB) Slurm {
 	t.Helper()
-	const how = "needs the test Slurm cluster: as root run bash scripts/slurm-setup.sh"
-	if _, err := exec.LookPath("sbatch"); err != nil {
-		skip(t, "%s (sbatch is not installed)", how)
+	s, err := probeSlurm()
+	if err != nil {
+		skip(t, "needs the test Slurm cluster: as root run bash scripts/slurm-setup.sh (%v)", err)
 	}
+	return s
+}
+
+var probeSlurm = sync.OnceValues(func() (Slurm, error) {
 	s := Slurm{Partition: "debug", Small: "small", Env: []string{"SLURM_CONF=" + SlurmConf}}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if _, err := exec.LookPath("sbatch"); err != nil {
+		return s, errors.New("sbatch is not installed")
+	}
+	if _, err := os.Stat(SlurmConf); err != nil {
+		return s, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	// %R is the partition's name without the default's '*'; %D its node count.
 	out, err := s.Command(ctx, "sinfo", "-h", "-o", "%R %D").CombinedOutput()
 	if err != nil {
-		skip(t, "%s (sinfo with SLURM_CONF=%s: %v: %s)", how, SlurmConf, err, strings.TrimSpace(string(out)))
+		return s, fmt.Errorf("sinfo with SLURM_CONF=%s: %v: %s", SlurmConf, err, strings.TrimSpace(string(out)))
 	}
 	nodes := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
@@ -54,12 +67,12 @@ func RequireSlurm(t testing.TB) Slurm {
 		}
 	}
 	if nodes[s.Partition] < 2 || nodes[s.Small] != 1 {
-		skip(t, "%s (the cluster at %s has partitions %v; want %s with 2 or more nodes and %s with 1)",
-			how, SlurmConf, nodes, s.Partition, s.Small)
+		return s, fmt.Errorf("the cluster at %s has partitions %v; want %s with 2 or more nodes and %s with 1",
+			SlurmConf, nodes, s.Partition, s.Small)
 	}
 	s.Nodes = nodes[s.Partition]
-	return s
-}
+	return s, nil
+})
 
 // Command is exec.CommandContext with the cluster's Env added to this
 // process's environment.
