@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test-setup.sh installs and starts every real component the tests use:
 # Docker (engine started if it is not running), OpenSSH's server, Debian's
-# torch for the distributed tests, debootstrap and python3-venv, and the two
-# images made without a registry (ferry-base, ferry-node). It is idempotent:
+# torch for the distributed tests, debootstrap and python3-venv, the two
+# images made without a registry (ferry-base, ferry-node), and a one-host
+# Slurm cluster (scripts/slurm-setup.sh, left running). It is idempotent:
 # what is already there is left alone, so a second run takes seconds.
 #
 # Both the README's test command (scripts/test.sh) and CI (.ci/run) call it.
@@ -47,7 +48,7 @@ fi
 
 if [ "${as_root[*]}" = none ]; then
   docker info >/dev/null 2>&1 || echo "test-setup: no Docker engine answers; the Docker tests will be skipped" >&2
-  echo "test-setup: not root: the images and the run-as tests need root (sudo bash scripts/test.sh)" >&2
+  echo "test-setup: not root: the images, the Slurm cluster and the run-as tests need root (sudo bash scripts/test.sh)" >&2
   exit 0
 fi
 
@@ -62,3 +63,6 @@ fi
 "${as_root[@]}" bash scripts/make-base-image.sh
 # The docker node provider's image (the base + python3-torch), also once.
 "${as_root[@]}" bash scripts/make-node-image.sh
+# A real Slurm cluster on this host (munged, slurmctld, four slurmd) for the
+# Slurm compute target's tests; once started it is left running.
+"${as_root[@]}" bash scripts/slurm-setup.sh
