@@ -177,6 +177,9 @@ type jobTree struct {
 // signal sends sig to every live process of the tree and says how many
 // there were.
 func (t *jobTree) signal(sig syscall.Signal) int {
+	if t.empty() {
+		return 0
+	}
 	_ = syscall.Kill(-t.pgid, sig)
 	pids := t.members()
 	for _, pid := range pids {
@@ -196,6 +199,30 @@ func (t *jobTree) killAll() {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// empty says, without reading every process of the machine, that nothing
+// of the tree is left: the job's group has no member and the shim no child
+// (as a subreaper, it is the ancestor of every process the job started).
+// That is how most jobs end; where it cannot tell (a zombie not yet
+// reaped, a kernel without /proc/PID/task/TID/children), it says false
+// and the tree is looked for in /proc.
+func (t *jobTree) empty() bool {
+	if err := syscall.Kill(-t.pgid, 0); err != syscall.ESRCH {
+		return false
+	}
+	dir := "/proc/" + strconv.Itoa(t.self) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, task := range tasks {
+		children, err := os.ReadFile(dir + "/" + task.Name() + "/children")
+		if err != nil || len(strings.TrimSpace(string(children))) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // members are the live processes of the tree other than the shim: its
