@@ -96,6 +96,8 @@ type runner struct {
 	canceled  atomic.Bool    // the server or the node asked the job to stop
 	preempted atomic.Bool    // the server asked because the node is preempted (resume.go)
 
+	warm *warmShim // started early, for the first host process (process.go)
+
 	reports chan workspace.Report // sent in order by one goroutine
 	sent    chan struct{}         // closed when reports are all sent
 	lastErr error                 // of the last report sent, once sent is closed
@@ -167,6 +169,12 @@ func failed(reason string, err error) workspace.Report {
 
 // run does the attempt and returns its final report.
 func (r *runner) run(ctx context.Context) workspace.Report {
+	// The shim starts now, while the assignment is fetched and the job
+	// prepared; one that cannot be started now is started cold later.
+	if w, err := startWarmShim(); err == nil {
+		r.warm = w
+		defer r.warm.close()
+	}
 	var a *workspace.Assignment
 	err := client.Retry(ctx, 5*time.Second, func() error {
 		var err error
