@@ -282,13 +282,16 @@ func (r *runner) planJob(j *spec.Job) ([]rankProcess, error) {
 // startHost starts one host process of the job in its working directory:
 // on the warm shim, the first, else on a shim of its own.
 func (r *runner) startHost(command string, env []string, spool *os.File) (process, error) {
-	if w := r.warm; w != nil {
+	if r.warm != nil {
+		w := <-r.warm
 		r.warm = nil
-		p, err := w.start(shell(), command, r.wd, env, spool, r.credential())
-		if err == nil {
-			return p, nil
+		if w != nil {
+			p, err := w.start(shell(), command, r.wd, env, spool, r.credential())
+			if err == nil {
+				return p, nil
+			}
+			r.log.Warn("the waiting shim is gone; starting another", "err", err)
 		}
-		r.log.Warn("the waiting shim is gone; starting another", "err", err)
 	}
 	return startHost(shell(), command, r.wd, env, spool, r.credential())
 }
