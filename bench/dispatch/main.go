@@ -2,8 +2,9 @@
 // into finished ones, beside the physical limit (raw fork/exec of the same
 // commands at the same concurrency) and, where sbatch works, a local Slurm.
 //
-//	go run ./bench/dispatch [-n 1000] [-concurrency CPUs]
+//	go run ./bench/dispatch [-n 1000] [-concurrency CPUs] [-ferry BINARY]
 //
+// README.md says what a profile of it showed and which levers were pulled.
 // It prints figures and ratios; it asserts nothing.
 package main
 
@@ -31,21 +32,24 @@ import (
 func main() {
 	n := flag.Int("n", 1000, "jobs to submit")
 	conc := flag.Int("concurrency", runtime.NumCPU(), "jobs at once (the local target's capacity)")
+	ferry := flag.String("ferry", "", "a ferry binary to measure instead of building ./cmd/ferry (to compare two builds)")
 	flag.Parse()
-	if err := run(*n, *conc); err != nil {
+	if err := run(*n, *conc, *ferry); err != nil {
 		fmt.Fprintln(os.Stderr, "dispatch:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n, conc int) error {
+func run(n, conc int, prebuilt string) error {
 	tmp, err := os.MkdirTemp("", "ferry-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
 	bin := filepath.Join(tmp, "ferry")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/ferry").CombinedOutput(); err != nil {
+	if prebuilt != "" {
+		bin = prebuilt
+	} else if out, err := exec.Command("go", "build", "-o", bin, "./cmd/ferry").CombinedOutput(); err != nil {
 		return fmt.Errorf("build ferry (run from the repository root): %v\n%s", err, out)
 	}
 	fmt.Printf("dispatch benchmark: %d jobs of `true`, concurrency %d, %d CPUs\n\n", n, conc, runtime.NumCPU())
@@ -57,7 +61,7 @@ func run(n, conc int) error {
 	rawRate := benchRaw(n, conc)
 	fmt.Printf("%-28s %10.1f jobs/s\n", "raw fork/exec", rawRate)
 	fmt.Printf("%-28s %10.1f jobs/s   submit->Running under the burst: p50 %v  p99 %v (mostly queueing for %d slots)\n", "ferry local target", ferryRate, p50, p99, conc)
-	fmt.Printf("%-28s submit->Running with a free slot: p50 %v  p99 %v (aim: p50 < 50ms)\n", "", idle50, idle99)
+	fmt.Printf("%-28s submit->Running with a free slot: p50 %v  p99 %v (aim: p50 <= 10ms)\n", "", idle50, idle99)
 	fmt.Printf("%-28s %10.3f (aim: >= 0.2)\n", "ratio ferry/raw", ferryRate/rawRate)
 	if slurmRate, err := benchSlurm(n); err != nil {
 		fmt.Printf("%-28s skipped: %v\n", "slurm (sbatch)", err)
@@ -78,7 +82,39 @@ func benchFerry(bin, tmp string, n, conc int) (rate float64, p50, p99, idle50, i
 		return 0, 0, 0, 0, 0, err
 	}
 	idle50, idle99, err = idleLatency(c, 50)
+	if err == nil {
+		err = printPhases(c, 50)
+	}
 	return rate, p50, p99, idle50, idle99, err
+}
+
+// printPhases prints where an idle job's wall time goes, from the status
+// history the server recorded: the median time from each state to the next.
+func printPhases(c *client.Client, samples int) error {
+	ctx := context.Background()
+	steps := map[string][]time.Duration{}
+	var order []string
+	for i := 0; i < samples; i++ {
+		j, err := c.GetJob(ctx, fmt.Sprintf("idle-%03d", i))
+		if err != nil {
+			return err
+		}
+		for k := 1; k < len(j.History); k++ {
+			step := j.History[k-1].To + "->" + j.History[k].To
+			if _, ok := steps[step]; !ok {
+				order = append(order, step)
+			}
+			steps[step] = append(steps[step], j.History[k].Time.Sub(j.History[k-1].Time))
+		}
+	}
+	fmt.Printf("where an idle job's time goes (median of %d, from its status history):\n", samples)
+	for _, step := range order {
+		d := steps[step]
+		sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
+		fmt.Printf("  %-28s %v\n", step, d[len(d)/2].Round(100*time.Microsecond))
+	}
+	fmt.Println()
+	return nil
 }
 
 // idleLatency submits jobs one at a time, each when the target is idle,

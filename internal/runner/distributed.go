@@ -279,6 +279,23 @@ func (r *runner) planJob(j *spec.Job) ([]rankProcess, error) {
 	return procs, nil
 }
 
+// startHost starts one host process of the job in its working directory:
+// on the warm shim, the first, else on a shim of its own.
+func (r *runner) startHost(command string, env []string, spool *os.File) (process, error) {
+	if r.warm != nil {
+		w := <-r.warm
+		r.warm = nil
+		if w != nil {
+			p, err := w.start(shell(), command, r.wd, env, spool, r.credential())
+			if err == nil {
+				return p, nil
+			}
+			r.log.Warn("the waiting shim is gone; starting another", "err", err)
+		}
+	}
+	return startHost(shell(), command, r.wd, env, spool, r.credential())
+}
+
 // start starts the job's command: one process, or, for a distributed job,
 // one per entry of procs, all with the same working directory and spool.
 func (r *runner) start(ctx context.Context, j *spec.Job, rt *environment.Runtime, command string, procs []rankProcess, spool *os.File) (process, error) {
@@ -286,7 +303,7 @@ func (r *runner) start(ctx context.Context, j *spec.Job, rt *environment.Runtime
 		if rt.Image != "" {
 			return r.startInContainer(ctx, j, rt.Image, command, nil)
 		}
-		return startHost(shell(), command, r.wd, rt.Environ(r.env(j)), spool, r.credential())
+		return r.startHost(command, rt.Environ(r.env(j)), spool)
 	}
 	m := &multiProcess{grace: r.cfg.CancelGrace, notes: spool}
 	for _, rp := range procs {
@@ -295,7 +312,7 @@ func (r *runner) start(ctx context.Context, j *spec.Job, rt *environment.Runtime
 		if rt.Image != "" {
 			p, err = r.startInContainer(ctx, j, rt.Image, command, &rp)
 		} else {
-			p, err = startHost(shell(), command, r.wd, rt.Environ(withVars(r.env(j), rp.Vars)), spool, r.credential())
+			p, err = r.startHost(command, rt.Environ(withVars(r.env(j), rp.Vars)), spool)
 		}
 		if err != nil {
 			m.stop(true)

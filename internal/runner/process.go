@@ -2,11 +2,13 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -47,6 +49,11 @@ func startHost(shellPath, command, dir string, env []string, spool *os.File, cre
 	// One file for both streams, opened O_APPEND: lines land in the order
 	// the job wrote them and nothing is lost if this runner dies.
 	cmd.Stdout, cmd.Stderr = spool, spool
+	return startShim(cmd)
+}
+
+// startShim starts cmd, a shim, with the runner's parent-death signal.
+func startShim(cmd *exec.Cmd) (*hostProcess, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: shimParentDied}
 	p := &hostProcess{cmd: cmd, done: make(chan struct{})}
 	// The parent-death signal is sent when the thread that forked the
@@ -68,6 +75,56 @@ func startHost(shellPath, command, dir string, env []string, spool *os.File, cre
 	}
 	return p, nil
 }
+
+// warmShim is a shim started before its job is known, that waits on a
+// pipe for it (ShimMain, shimStdin). Starting the binary is the largest
+// part of a short job's time on the runner's side (bench/dispatch); a warm
+// shim starts while the runner fetches its assignment and prepares the
+// job, not after. A shim given no job ends when the pipe is closed, and
+// one whose runner dies ends with it as any shim does.
+type warmShim struct {
+	p *hostProcess
+	w *os.File // the pipe; closed once the job is written
+}
+
+// startWarmShim starts a shim that waits for its job. Its own messages go
+// to the runner's stderr until it has the job's spool.
+func startWarmShim() (*warmShim, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(shimExe, ShimCommand, strconv.Itoa(os.Getpid()), shimStdin)
+	cmd.Stdin = pr
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	p, err := startShim(cmd)
+	pr.Close()
+	if err != nil {
+		pw.Close()
+		return nil, err
+	}
+	return &warmShim{p: p, w: pw}, nil
+}
+
+// start gives the shim its job, as startHost would start it; it is called
+// once. An error means the shim is gone and nothing was started.
+func (s *warmShim) start(shellPath, command, dir string, env []string, spool *os.File, cred *syscall.Credential) (*hostProcess, error) {
+	job := shimJob{Args: []string{shellPath, "-c", command}, Dir: dir, Env: env, Log: spool.Name()}
+	if cred != nil {
+		job.As = fmt.Sprintf("%d:%d", cred.Uid, cred.Gid)
+	}
+	err := json.NewEncoder(s.w).Encode(job)
+	if cerr := s.w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the waiting shim: %w", err)
+	}
+	return s.p, nil
+}
+
+// close ends a shim that was given no job.
+func (s *warmShim) close() { _ = s.w.Close() }
 
 func (p *hostProcess) wait() (int, error) {
 	<-p.done

@@ -96,6 +96,8 @@ type runner struct {
 	canceled  atomic.Bool    // the server or the node asked the job to stop
 	preempted atomic.Bool    // the server asked because the node is preempted (resume.go)
 
+	warm <-chan *warmShim // started early, for the first host process (process.go); nil once taken
+
 	reports chan workspace.Report // sent in order by one goroutine
 	sent    chan struct{}         // closed when reports are all sent
 	lastErr error                 // of the last report sent, once sent is closed
@@ -167,6 +169,25 @@ func failed(reason string, err error) workspace.Report {
 
 // run does the attempt and returns its final report.
 func (r *runner) run(ctx context.Context) workspace.Report {
+	// The shim starts now, beside the assignment's fetch and the job's
+	// preparation, not before them; one that cannot be started is started
+	// cold later.
+	warm := make(chan *warmShim, 1)
+	go func() {
+		w, err := startWarmShim()
+		if err != nil {
+			w = nil
+		}
+		warm <- w
+	}()
+	r.warm = warm
+	defer func() {
+		if r.warm != nil { // not taken by startHost
+			if w := <-r.warm; w != nil {
+				w.close()
+			}
+		}
+	}()
 	var a *workspace.Assignment
 	err := client.Retry(ctx, 5*time.Second, func() error {
 		var err error

@@ -1,7 +1,9 @@
 package runner
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -59,14 +61,28 @@ func shimArgs(shellPath, command string, cred *syscall.Credential) []string {
 	return append(args, shellPath, "-c", command)
 }
 
-// ShimMain is `ferry runner-shim PARENT-PID [--as UID:GID] PROGRAM ARGS...`:
-// it runs PROGRAM in a new process group, as UID:GID with no supplementary
-// groups when given, as described above, and returns the exit code to exit
-// with. The shim itself keeps the runner's account: the binary it is
-// started from may be private to that account, and the shim must be able
-// to end what the job starts.
+// shimStdin, in place of PROGRAM, makes a shim wait for its job on stdin
+// (a warm shim: process.go).
+const shimStdin = "--stdin"
+
+// shimJob is the job a warm shim reads from its stdin, as JSON.
+type shimJob struct {
+	Args []string `json:"args"`         // PROGRAM ARGS...
+	Dir  string   `json:"dir"`          // its working directory
+	Env  []string `json:"env"`          // its whole environment
+	Log  string   `json:"log"`          // the spool its stdout and stderr append to
+	As   string   `json:"as,omitempty"` // UID:GID, as --as
+}
+
+// ShimMain is `ferry runner-shim PARENT-PID [--as UID:GID] PROGRAM ARGS...`
+// or `ferry runner-shim PARENT-PID --stdin` (a shimJob on stdin; none, and
+// it ends at once): it runs PROGRAM in a new process group, as UID:GID
+// with no supplementary groups when given, as described above, and
+// returns the exit code to exit with. The shim itself keeps the runner's
+// account: the binary it is started from may be private to that account,
+// and the shim must be able to end what the job starts.
 func ShimMain(args []string) int {
-	const usage = "ferry runner-shim: usage: runner-shim PARENT-PID [--as UID:GID] PROGRAM [ARGS...] (started by the runner, not by people)"
+	const usage = "ferry runner-shim: usage: runner-shim PARENT-PID [--as UID:GID] PROGRAM [ARGS...] | PARENT-PID --stdin (started by the runner, not by people)"
 	if len(args) < 2 {
 		fmt.Fprintln(os.Stderr, usage)
 		return 2
@@ -77,21 +93,14 @@ func ShimMain(args []string) int {
 		return 2
 	}
 	args = args[1:]
-	var cred *syscall.Credential
+	as := ""
 	if args[0] == "--as" {
-		var uid, gid uint32
 		if len(args) < 3 {
 			fmt.Fprintln(os.Stderr, usage)
 			return 2
 		}
-		if _, err := fmt.Sscanf(args[1], "%d:%d", &uid, &gid); err != nil {
-			fmt.Fprintf(os.Stderr, "ferry runner-shim: --as %q is not UID:GID\n", args[1])
-			return 2
-		}
-		cred = &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}
-		args = args[2:]
+		as, args = args[1], args[2:]
 	}
-	args = append([]string{""}, args...) // PROGRAM is args[1] below
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGTERM, shimKill, shimParentDied)
 	// The runner is the one told of hang-ups and Ctrl-C, and it decides.
@@ -99,15 +108,46 @@ func ShimMain(args []string) int {
 	if _, _, e := syscall.RawSyscall6(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0, 0, 0, 0); e != 0 {
 		fmt.Fprintf(os.Stderr, "ferry: cannot become the subreaper of the job (%v); processes that leave its group may outlive it\n", e)
 	}
+	attr := &os.ProcAttr{Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}}
+	errOut := os.Stderr
+	if args[0] == shimStdin {
+		var job shimJob
+		switch err := json.NewDecoder(os.Stdin).Decode(&job); {
+		case err == io.EOF:
+			return 0 // the runner needed no shim after all
+		case err != nil || len(job.Args) == 0:
+			fmt.Fprintf(os.Stderr, "ferry runner-shim: the job on stdin is not one (%v)\n", err)
+			return 2
+		}
+		logf, err := os.OpenFile(job.Log, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ferry runner-shim: the job's log: %v\n", err)
+			return 2
+		}
+		null, err := os.Open(os.DevNull)
+		if err != nil {
+			fmt.Fprintf(logf, "ferry: the command could not be started: %v\n", err)
+			return 127
+		}
+		attr = &os.ProcAttr{Dir: job.Dir, Env: job.Env, Files: []*os.File{null, logf, logf}}
+		errOut, as, args = logf, job.As, job.Args
+	}
+	if as != "" {
+		var uid, gid uint32
+		if _, err := fmt.Sscanf(as, "%d:%d", &uid, &gid); err != nil {
+			fmt.Fprintf(os.Stderr, "ferry runner-shim: --as %q is not UID:GID\n", as)
+			return 2
+		}
+		attr.Sys = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}}
+	} else {
+		attr.Sys = &syscall.SysProcAttr{Setpgid: true}
+	}
 	if os.Getppid() != parent {
 		return 128 + int(syscall.SIGKILL) // the runner died before the job started
 	}
-	child, err := os.StartProcess(args[1], args[1:], &os.ProcAttr{
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: cred},
-	})
+	child, err := os.StartProcess(args[0], args, attr)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "ferry: the command could not be started: %v\n", err)
+		fmt.Fprintf(errOut, "ferry: the command could not be started: %v\n", err)
 		return 127
 	}
 	t := &jobTree{self: os.Getpid(), pgid: child.Pid}
@@ -177,6 +217,9 @@ type jobTree struct {
 // signal sends sig to every live process of the tree and says how many
 // there were.
 func (t *jobTree) signal(sig syscall.Signal) int {
+	if t.empty() {
+		return 0
+	}
 	_ = syscall.Kill(-t.pgid, sig)
 	pids := t.members()
 	for _, pid := range pids {
@@ -196,6 +239,30 @@ func (t *jobTree) killAll() {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// empty says, without reading every process of the machine, that nothing
+// of the tree is left: the job's group has no member and the shim no child
+// (as a subreaper, it is the ancestor of every process the job started).
+// That is how most jobs end; where it cannot tell (a zombie not yet
+// reaped, a kernel without /proc/PID/task/TID/children), it says false
+// and the tree is looked for in /proc.
+func (t *jobTree) empty() bool {
+	if err := syscall.Kill(-t.pgid, 0); err != syscall.ESRCH {
+		return false
+	}
+	dir := "/proc/" + strconv.Itoa(t.self) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, task := range tasks {
+		children, err := os.ReadFile(dir + "/" + task.Name() + "/children")
+		if err != nil || len(strings.TrimSpace(string(children))) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // members are the live processes of the tree other than the shim: its

@@ -16,7 +16,8 @@ import (
 )
 
 // fakeRunnerCommand makes the test binary a runner that starts one host
-// job, says so on stdout, and waits to be killed.
+// job (COMMAND SPOOL STARTER, a name of starters, or "idle" for a warm
+// shim given no job), says so on stdout, and waits to be killed.
 const fakeRunnerCommand = "fake-runner"
 
 func fakeRunner(args []string) int {
@@ -25,12 +26,32 @@ func fakeRunner(args []string) int {
 		fmt.Println(err)
 		return 1
 	}
-	if _, err := startHost(shell(), args[0], filepath.Dir(args[1]), os.Environ(), spool, nil); err != nil {
+	if args[2] == "idle" {
+		_, err = startWarmShim()
+	} else {
+		_, err = starters[args[2]](args[0], filepath.Dir(args[1]), os.Environ(), spool)
+	}
+	if err != nil {
 		fmt.Println(err)
 		return 1
 	}
 	fmt.Println("started")
 	select {}
+}
+
+// starters start a host job on a shim of its own (cold), or on a shim
+// started before the job was known (warm).
+var starters = map[string]func(command, dir string, env []string, spool *os.File) (*hostProcess, error){
+	"cold": func(command, dir string, env []string, spool *os.File) (*hostProcess, error) {
+		return startHost(shell(), command, dir, env, spool, nil)
+	},
+	"warm": func(command, dir string, env []string, spool *os.File) (*hostProcess, error) {
+		w, err := startWarmShim()
+		if err != nil {
+			return nil, err
+		}
+		return w.start(shell(), command, dir, env, spool, nil)
+	},
 }
 
 // markedProcs are the live processes whose environment holds mark.
@@ -73,11 +94,17 @@ func killMarked(mark string) {
 // shell, its background children, and a grandchild that left the job's
 // process group with setsid.
 func TestRunnerKill9KillsTheJobTree(t *testing.T) {
+	for name := range starters {
+		t.Run(name, func(t *testing.T) { testRunnerKill9KillsTheJobTree(t, name) })
+	}
+}
+
+func testRunnerKill9KillsTheJobTree(t *testing.T, starter string) {
 	mark := fmt.Sprintf("FERRY_TEST_MARK=%d-%d", os.Getpid(), time.Now().UnixNano())
 	t.Cleanup(func() { killMarked(mark) })
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], fakeRunnerCommand,
-		`bash -c 'sleep 1000 & sleep 1000' & setsid sleep 1000 & echo forked; sleep 1000`, filepath.Join(dir, "std.log"))
+		`bash -c 'sleep 1000 & sleep 1000' & setsid sleep 1000 & echo forked; sleep 1000`, filepath.Join(dir, "std.log"), starter)
 	cmd.Env = append(os.Environ(), mark)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -104,9 +131,54 @@ func TestRunnerKill9KillsTheJobTree(t *testing.T) {
 	waitNoMarked(t, mark)
 }
 
+// A warm shim whose runner is killed before it was given a job ends too.
+func TestRunnerKill9EndsItsWaitingShim(t *testing.T) {
+	mark := fmt.Sprintf("FERRY_TEST_MARK=%d-%d", os.Getpid(), time.Now().UnixNano())
+	t.Cleanup(func() { killMarked(mark) })
+	cmd := exec.Command(os.Args[0], fakeRunnerCommand, "true", filepath.Join(t.TempDir(), "std.log"), "idle")
+	cmd.Env = append(os.Environ(), mark)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "started\n" {
+		t.Fatalf("the fake runner said %q", line)
+	}
+	if n := len(markedProcs(mark)); n != 2 {
+		t.Fatalf("want the runner and its waiting shim, got %q", markedProcs(mark))
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	waitNoMarked(t, mark)
+}
+
+// A warm shim given no job ends, and runs nothing.
+func TestWarmShimGivenNoJobEnds(t *testing.T) {
+	w, err := startWarmShim()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.close()
+	if code, err := w.p.wait(); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v; want 0", code, err)
+	}
+}
+
 // The shim reports the shell's exit code, 128+signal when a signal ended
-// it, and a stop reaches a grandchild that left the job's process group.
+// it, and a stop reaches a grandchild that left the job's process group;
+// the same whether the shim was started with its job or before it.
 func TestHostProcessExitCodesAndStop(t *testing.T) {
+	for name, start := range starters {
+		t.Run(name, func(t *testing.T) { testHostProcessExitCodesAndStop(t, start) })
+	}
+}
+
+func testHostProcessExitCodesAndStop(t *testing.T, start func(command, dir string, env []string, spool *os.File) (*hostProcess, error)) {
 	_, spool := testRunner(t)
 	for _, c := range []struct {
 		command string
@@ -116,7 +188,7 @@ func TestHostProcessExitCodesAndStop(t *testing.T) {
 		{"exit 3", 3},
 		{"kill -TERM $$", 128 + int(syscall.SIGTERM)},
 	} {
-		p, err := startHost(shell(), c.command, t.TempDir(), os.Environ(), spool, nil)
+		p, err := start(c.command, t.TempDir(), os.Environ(), spool)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +201,7 @@ func TestHostProcessExitCodesAndStop(t *testing.T) {
 
 	mark := fmt.Sprintf("FERRY_TEST_MARK=%d-%d", os.Getpid(), time.Now().UnixNano())
 	t.Cleanup(func() { killMarked(mark) })
-	p, err := startHost(shell(), `setsid sleep 1000 & trap 'exit 7' TERM; while :; do sleep 0.05; done`, t.TempDir(), append(os.Environ(), mark), spool, nil)
+	p, err := start(`setsid sleep 1000 & trap 'exit 7' TERM; while :; do sleep 0.05; done`, t.TempDir(), append(os.Environ(), mark), spool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"regexp"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -170,7 +169,7 @@ func strictJSON(data []byte, v any) error {
 	return nil
 }
 
-var unknownJSONRe = regexp.MustCompile(`^json: unknown field "(.*)"$`)
+var unknownJSONRe = lazyRegexp(`^json: unknown field "(.*)"$`)
 
 // decodeJSON decodes a spec of type T from strict JSON and returns it in
 // canonical form with a tree of the text (nil when yaml.v3 cannot read it)
@@ -215,7 +214,7 @@ func jsonError(err error, data []byte, what string) Errors {
 	case errors.As(err, &typ):
 		return Errors{{Field: typ.Field, Message: fmt.Sprintf("must be %s, got a JSON %s", kindName(typ.Type), typ.Value)}}
 	}
-	if m := unknownJSONRe.FindStringSubmatch(err.Error()); m != nil {
+	if m := unknownJSONRe().FindStringSubmatch(err.Error()); m != nil {
 		return Errors{{Field: m[1], Message: fmt.Sprintf("unknown field %q", m[1])}}
 	}
 	return Errors{{Message: "not valid JSON: " + strings.TrimPrefix(err.Error(), "json: ")}}

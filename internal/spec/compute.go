@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -98,8 +97,8 @@ var sshFields = map[string][]string{
 }
 
 var (
-	computeNameRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]*$`)
-	k8sNameRe     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	computeNameRe = lazyRegexp(`^[A-Za-z][A-Za-z0-9-]*$`)
+	k8sNameRe     = lazyRegexp(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 )
 
 // Validate checks the compute and returns all its problems, or nil. The
@@ -117,7 +116,7 @@ func (c *Compute) Validate() error {
 
 // wrap puts the compute's name in front of its problems.
 func (c *Compute) wrap(es Errors) error {
-	if c.Name == "" || !computeNameRe.MatchString(c.Name) || len(c.Name) > 32 {
+	if c.Name == "" || !computeNameRe().MatchString(c.Name) || len(c.Name) > 32 {
 		return es
 	}
 	return fmt.Errorf("compute %s: %w", c.Name, es)
@@ -132,7 +131,7 @@ func (c *Compute) validate() Errors {
 	switch {
 	case c.Name == "":
 		es.add("name", "is required: the name jobs use in compute:, e.g. cpu-cluster")
-	case len(c.Name) < lo || len(c.Name) > hi || !computeNameRe.MatchString(c.Name):
+	case len(c.Name) < lo || len(c.Name) > hi || !computeNameRe().MatchString(c.Name):
 		es.add("name", "%s is not a valid name: use %d to %d letters, digits or '-', starting with a letter", quote(c.Name), lo, hi)
 	}
 	oneOf(&es, "type", c.Type, false, computeTypes)
@@ -149,7 +148,7 @@ func (c *Compute) validate() Errors {
 	case "virtualmachine":
 		c.validateVM(&es)
 	case "kubernetes":
-		if c.Namespace != "" && !k8sNameRe.MatchString(c.Namespace) {
+		if c.Namespace != "" && !k8sNameRe().MatchString(c.Namespace) {
 			es.add("namespace", "%s is not a Kubernetes namespace name (lowercase letters, digits and '-', at most 63)", quote(c.Namespace))
 		}
 	}

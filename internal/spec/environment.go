@@ -1,7 +1,6 @@
 package spec
 
 import (
-	"regexp"
 	"strings"
 )
 
@@ -27,7 +26,7 @@ type EnvironmentFile struct {
 
 const environmentEmptyHint = "an environment needs a name and its software, e.g. name: sklearn and conda_file: env.yml"
 
-var envNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$`)
+var envNameRe = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$`)
 
 // ParseEnvironment reads an environment file strictly (see ParseJob) and
 // validates it.
@@ -72,10 +71,10 @@ func (f *EnvironmentFile) Validate() error {
 	switch {
 	case f.Name == "":
 		es.add("name", "a registered environment needs a name, e.g. name: sklearn-env")
-	case !envNameRe.MatchString(f.Name):
+	case !envNameRe().MatchString(f.Name):
 		es.add("name", "%s is not a valid name: use letters, digits, '.', '-' and '_', starting with a letter or digit", quote(f.Name))
 	}
-	if f.Version != "" && !envNameRe.MatchString(f.Version) {
+	if f.Version != "" && !envNameRe().MatchString(f.Version) {
 		es.add("version", "%s is not a valid version: use letters, digits, '.', '-' and '_', such as 1 or 2.0; leave it out to get the next number", quote(f.Version))
 	}
 	if f.OSType != "" && !strings.EqualFold(f.OSType, "linux") {

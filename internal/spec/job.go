@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -115,14 +114,14 @@ func (j *Job) Clone() *Job {
 	return &c
 }
 
-var envRefRe = regexp.MustCompile(`^([A-Za-z0-9_.-]+)(?::([A-Za-z0-9_.-]+)|(@latest))$`)
+var envRefRe = lazyRegexp(`^([A-Za-z0-9_.-]+)(?::([A-Za-z0-9_.-]+)|(@latest))$`)
 
 // RefParts splits the reference Ref into the environment's name and
 // version, or reports latest for `name@latest`. ok is false when Ref is not
 // a reference (azureml:NAME:VERSION, NAME:VERSION, NAME@latest or
 // azureml:NAME@latest).
 func (e *Environment) RefParts() (name, version string, latest bool, ok bool) {
-	m := envRefRe.FindStringSubmatch(strings.TrimPrefix(e.Ref, "azureml:"))
+	m := envRefRe().FindStringSubmatch(strings.TrimPrefix(e.Ref, "azureml:"))
 	if m == nil {
 		return "", "", false, false
 	}
@@ -130,13 +129,13 @@ func (e *Environment) RefParts() (name, version string, latest bool, ok bool) {
 }
 
 var (
-	jobNameRe    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$`)
-	identRe      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	computeRefRe = regexp.MustCompile(`^[A-Za-z0-9_-]{2,32}$`)
-	exprRe       = regexp.MustCompile(`\$\{\{(.*?)\}\}`)
-	refExprRe    = regexp.MustCompile(`^(inputs|outputs)\.([A-Za-z_][A-Za-z0-9_]*)$`)
-	shmRe        = regexp.MustCompile(`^[0-9]+([bkmgBKMG]|[kmgKMG][bB])?$`)
-	nodesRe      = regexp.MustCompile(`^(all|[0-9]+)$`)
+	jobNameRe    = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$`)
+	identRe      = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	computeRefRe = lazyRegexp(`^[A-Za-z0-9_-]{2,32}$`)
+	exprRe       = lazyRegexp(`\$\{\{(.*?)\}\}`)
+	refExprRe    = lazyRegexp(`^(inputs|outputs)\.([A-Za-z_][A-Za-z0-9_]*)$`)
+	shmRe        = lazyRegexp(`^[0-9]+([bkmgBKMG]|[kmgKMG][bB])?$`)
+	nodesRe      = lazyRegexp(`^(all|[0-9]+)$`)
 
 	inputTypes   = []string{"uri_file", "uri_folder", "mltable", "mlflow_model", "custom_model"}
 	inputModes   = []string{"ro_mount", "download", "direct"}
@@ -182,7 +181,7 @@ func (j *Job) Validate() error {
 	if msg := typeProblem(j.Type); msg != "" {
 		es.add("type", "%s", msg)
 	}
-	if j.Name != "" && !jobNameRe.MatchString(j.Name) {
+	if j.Name != "" && !jobNameRe().MatchString(j.Name) {
 		es.add("name", "%s is not a valid job name: use 1 to 255 letters, digits, '_' or '-', starting with a letter or digit", quote(j.Name))
 	}
 	for _, k := range slices.Sorted(maps.Keys(j.Tags)) {
@@ -196,7 +195,7 @@ func (j *Job) Validate() error {
 	for _, k := range slices.Sorted(maps.Keys(j.EnvironmentVariables)) {
 		f := "environment_variables." + k
 		switch {
-		case !identRe.MatchString(k):
+		case !identRe().MatchString(k):
 			es.add(f, "%s is not a valid variable name: use letters, digits and '_', not starting with a digit", quote(k))
 		case strings.HasPrefix(k, "FERRY_"):
 			es.add(f, "names starting with FERRY_ are reserved for the variables Ferry sets; pick another name")
@@ -207,7 +206,7 @@ func (j *Job) Validate() error {
 	}
 	j.checkBounds(&es)
 	if r := j.Resources; r != nil {
-		if r.ShmSize != "" && !shmRe.MatchString(r.ShmSize) {
+		if r.ShmSize != "" && !shmRe().MatchString(r.ShmSize) {
 			es.add("resources.shm_size", "must be a size such as 2g, 512m or 1024k, got %s", quote(r.ShmSize))
 		}
 	}
@@ -221,7 +220,7 @@ func (j *Job) Validate() error {
 		if s.Port < 0 || s.Port > 65535 {
 			es.add(f+".port", "must be a port number from 1 to 65535, got %d", s.Port)
 		}
-		if s.Nodes != "" && !nodesRe.MatchString(s.Nodes) {
+		if s.Nodes != "" && !nodesRe().MatchString(s.Nodes) {
 			es.add(f+".nodes", "must be all or a node index, got %s", quote(s.Nodes))
 		}
 	}
@@ -261,9 +260,9 @@ func (j *Job) validateCommand(es *Errors) {
 	if strings.ContainsRune(j.Command, 0) {
 		es.add("command", "must not contain a NUL character")
 	}
-	for _, m := range exprRe.FindAllStringSubmatch(j.Command, -1) {
+	for _, m := range exprRe().FindAllStringSubmatch(j.Command, -1) {
 		expr := strings.TrimSpace(m[1])
-		ref := refExprRe.FindStringSubmatch(expr)
+		ref := refExprRe().FindStringSubmatch(expr)
 		switch {
 		case ref == nil:
 			es.add("command", "%s is not supported; a command may use only ${{inputs.NAME}} and ${{outputs.NAME}}", quote(m[0]))
@@ -277,7 +276,7 @@ func (j *Job) validateCommand(es *Errors) {
 			}
 		}
 	}
-	if strings.Contains(exprRe.ReplaceAllString(j.Command, ""), "${{") {
+	if strings.Contains(exprRe().ReplaceAllString(j.Command, ""), "${{") {
 		es.add("command", "has a ${{ without its closing }}")
 	}
 }
@@ -296,7 +295,7 @@ func (j *Job) validateCompute(es *Errors) {
 	if j.Compute == "" {
 		return
 	}
-	if name := j.ComputeName(); !computeRefRe.MatchString(name) {
+	if name := j.ComputeName(); !computeRefRe().MatchString(name) {
 		es.add("compute", "%s is not a compute target: write local, the target's name (2 to 32 letters, digits, '-' or '_') or azureml:NAME", quote(j.Compute))
 	}
 }
@@ -304,7 +303,7 @@ func (j *Job) validateCompute(es *Errors) {
 func (j *Job) validateIO(es *Errors) {
 	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
 		in, f := j.Inputs[name], "inputs."+name
-		if !identRe.MatchString(name) {
+		if !identRe().MatchString(name) {
 			es.add(f, "%s is not a valid input name: use letters, digits and '_', not starting with a digit", quote(name))
 		}
 		if in.IsLiteral() {
@@ -325,7 +324,7 @@ func (j *Job) validateIO(es *Errors) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(j.Outputs)) {
 		out, f := j.Outputs[name], "outputs."+name
-		if !identRe.MatchString(name) {
+		if !identRe().MatchString(name) {
 			es.add(f, "%s is not a valid output name: use letters, digits and '_', not starting with a digit", quote(name))
 		}
 		oneOf(es, f+".type", out.Type, true, outputTypes)

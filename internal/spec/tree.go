@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,12 +67,12 @@ func parseTree(data []byte, what string) (*yaml.Node, error) {
 	return root, nil
 }
 
-var yamlLineRe = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+var yamlLineRe = lazyRegexp(`^yaml: line (\d+): (.*)$`)
 
 // syntaxError turns a yaml.v3 parse error into a FieldError with its line.
 func syntaxError(err error) *FieldError {
 	msg := err.Error()
-	if m := yamlLineRe.FindStringSubmatch(msg); m != nil {
+	if m := yamlLineRe().FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
 		return &FieldError{Line: line, Message: "not valid YAML: " + m[2]}
 	}
