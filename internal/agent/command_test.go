@@ -2,7 +2,6 @@ package agent
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ferry-ml/ferry/internal/nodeproto"
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // The real ferry binary, built once when a test asks for it.
@@ -42,10 +42,7 @@ func buildFerry(t *testing.T) string {
 			return
 		}
 		ferryBin = filepath.Join(dir, "ferry")
-		out, err := exec.Command("go", "build", "-o", ferryBin, "../../cmd/ferry").CombinedOutput()
-		if err != nil {
-			ferryErr = fmt.Errorf("%v\n%s", err, out)
-		}
+		ferryErr = testutil.BuildFerry(ferryBin)
 	})
 	if ferryErr != nil {
 		if os.Getenv("CI") == "true" {

@@ -30,10 +30,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	ferryBin = filepath.Join(dir, "ferry")
-	build := exec.Command("go", "build", "-o", ferryBin, "../../cmd/ferry")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building ferry:", err)
+	if err := testutil.BuildFerry(ferryBin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()

@@ -148,3 +148,15 @@ func RequireRoot(t testing.TB) {
 		skip(t, "needs root (run the tests as root, as CI does): it starts jobs as another account")
 	}
 }
+
+// BuildFerry builds the ferry binary at path, for tests that start
+// servers, agents or runners: a test binary cannot stand in for it, since
+// servers start their runners and agents from a copy of their own
+// executable. The compiler's output is in the error.
+func BuildFerry(path string) error {
+	out, err := exec.Command("go", "build", "-o", path, "github.com/ferry-ml/ferry/cmd/ferry").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("building ferry: %v\n%s", err, out)
+	}
+	return nil
+}
