@@ -273,29 +273,3 @@ func benchRaw(n, conc int) float64 {
 	wg.Wait()
 	return float64(n) / time.Since(start).Seconds()
 }
-
-// benchSlurm submits the same jobs through a local Slurm, if one answers.
-func benchSlurm(n int) (float64, error) {
-	if _, err := exec.LookPath("sbatch"); err != nil {
-		return 0, fmt.Errorf("sbatch not installed")
-	}
-	if out, err := exec.Command("sinfo", "-h").CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("no Slurm cluster answers: %s", strings.TrimSpace(string(out)))
-	}
-	start := time.Now()
-	for i := 0; i < n; i++ {
-		if out, err := exec.Command("sbatch", "--quiet", "--output=/dev/null", "--wrap", "true").CombinedOutput(); err != nil {
-			return 0, fmt.Errorf("sbatch: %v: %s", err, out)
-		}
-	}
-	for {
-		out, err := exec.Command("squeue", "-h", "-u", os.Getenv("USER")).Output()
-		if err != nil {
-			return 0, err
-		}
-		if strings.TrimSpace(string(out)) == "" {
-			return float64(n) / time.Since(start).Seconds(), nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,8 +21,47 @@ import (
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
-// providerTypes are the node providers a compute's provider: block may name.
-var providerTypes = []string{"process", "docker", "exec", "ssh"}
+// providerType is one kind of node provider, as a compute's provider:
+// block names it in type: how the block is checked and how a provider is
+// made from it.
+type providerType struct {
+	check func(block map[string]any) error
+	make  func(p *providers, c *spec.Compute, block map[string]any) (provider.Provider, error)
+}
+
+// providerTypes is the registry of node providers. Adding one is a package
+// with a ParseSettings and a line here.
+var providerTypes = map[string]providerType{
+	"process": register(process.ParseSettings, (*providers).process),
+	"docker":  register(dockerprov.ParseSettings, (*providers).docker),
+	"exec":    register(execprov.ParseSettings, (*providers).exec),
+	"ssh":     register(sshprov.ParseSettings, (*providers).sshFleet),
+}
+
+// register makes a providerType of a provider package's parse function and
+// the server's way of making that provider from its settings.
+func register[S any](parse func(map[string]any) (S, error), mk func(*providers, *spec.Compute, S) (provider.Provider, error)) providerType {
+	return providerType{
+		check: func(block map[string]any) error { _, err := parse(block); return err },
+		make: func(p *providers, c *spec.Compute, block map[string]any) (provider.Provider, error) {
+			s, err := parse(block)
+			if err != nil {
+				return nil, err
+			}
+			return mk(p, c, s)
+		},
+	}
+}
+
+// providerTypeNames are the registry's names, sorted, for messages.
+func providerTypeNames() []string {
+	names := make([]string, 0, len(providerTypes))
+	for n := range providerTypes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
 
 // providers is the registry of node providers: the server's default (the
 // process provider, so Azure files work unchanged on one machine) and the
@@ -55,70 +95,70 @@ func newProviders(exe, workDir, def string) *providers {
 		tunnels: sshprov.NewTunnels(), log: slog.New(slog.DiscardHandler)}
 }
 
+// providerOf finds the registered type of a pool compute's provider: the
+// one its provider block names, else the server's default.
+func (p *providers) providerOf(c *spec.Compute) (providerType, error) {
+	typ := p.def
+	if t, ok := c.Provider["type"]; ok {
+		s, ok := t.(string)
+		if !ok {
+			return providerType{}, fmt.Errorf("provider.type: must be the name of a node provider; known: %s", strings.Join(providerTypeNames(), ", "))
+		}
+		typ = s
+	}
+	pt, ok := providerTypes[typ]
+	if !ok {
+		return providerType{}, fmt.Errorf("provider.type: unknown provider %q; known: %s", typ, strings.Join(providerTypeNames(), ", "))
+	}
+	return pt, nil
+}
+
+// check is the workspace's ProviderCheck: it reads a compute's provider
+// block as its provider would, without making anything.
+func (p *providers) check(c *spec.Compute) error {
+	if c.Type == "virtualmachine" {
+		return nil // an attached machine's settings are the compute's own fields
+	}
+	pt, err := p.providerOf(c)
+	if err != nil {
+		return err
+	}
+	return pt.check(c.Provider)
+}
+
 // factory is the workspace's ProviderFactory.
 func (p *providers) factory() workspace.ProviderFactory {
 	return func(c *spec.Compute) (provider.Provider, error) {
-		typ := p.def
 		if c.Type == "virtualmachine" {
-			typ = "ssh"
-		}
-		if t, ok := c.Provider["type"]; ok {
-			s, ok := t.(string)
-			if !ok {
-				return nil, fmt.Errorf("provider.type must be a name: %s", strings.Join(providerTypes, " or "))
-			}
-			typ = s
-		}
-		switch typ {
-		case "process":
-			return p.get("process", func() (provider.Provider, error) {
-				return process.New(process.Config{Exe: p.exe, Dir: filepath.Join(p.dir, "process"), GPUs: hostGPUs(), RunAs: p.runAs})
-			})
-		case "docker":
-			if p.loopbackOnly {
-				return nil, fmt.Errorf("docker nodes reach the server through their network's gateway, but this server listens on %s, a loopback address they cannot reach; start it with --addr 0.0.0.0:PORT (or an address of this host), or use provider type process", p.serverAddr)
-			}
-			image, _ := c.Provider["image"].(string)
-			network, _ := c.Provider["network"].(string)
-			var mounts []string
-			if raw, ok := c.Provider["mounts"].([]any); ok {
-				for i, m := range raw {
-					s, ok := m.(string)
-					if !ok {
-						return nil, fmt.Errorf("provider.mounts[%d] must be a string HOST:CONTAINER[:ro]", i)
-					}
-					mounts = append(mounts, s)
-				}
-			}
-			key := "docker\x00" + image + "\x00" + network + "\x00" + strings.Join(mounts, "\x00")
-			return p.get(key, func() (provider.Provider, error) {
-				return dockerprov.New(dockerprov.Config{Image: image, Network: network, Exe: p.exe, Mounts: mounts})
-			})
-		case "exec":
-			prog, _ := c.Provider["program"].(string)
-			if prog == "" {
-				return nil, fmt.Errorf("provider.program: an exec provider needs the program that launches, lists and terminates machines (see docs/providers.md)")
-			}
-			var args []string
-			if raw, ok := c.Provider["args"].([]any); ok {
-				for i, a := range raw {
-					s, ok := a.(string)
-					if !ok {
-						return nil, fmt.Errorf("provider.args[%d] must be a string", i)
-					}
-					args = append(args, s)
-				}
-			}
-			key := "exec\x00" + prog + "\x00" + strings.Join(args, "\x00")
-			return p.get(key, func() (provider.Provider, error) {
-				return execprov.New(execprov.Config{Program: prog, Args: args, Timeout: 2 * time.Minute})
-			})
-		}
-		if typ == "ssh" {
 			return p.ssh(c)
 		}
-		return nil, fmt.Errorf("provider.type: %q is not a node provider; available: %s", typ, strings.Join(providerTypes, ", "))
+		pt, err := p.providerOf(c)
+		if err != nil {
+			return nil, err
+		}
+		return pt.make(p, c, c.Provider)
 	}
+}
+
+func (p *providers) process(*spec.Compute, process.Settings) (provider.Provider, error) {
+	return p.get("process", func() (provider.Provider, error) {
+		return process.New(process.Config{Exe: p.exe, Dir: filepath.Join(p.dir, "process"), GPUs: hostGPUs(), RunAs: p.runAs})
+	})
+}
+
+func (p *providers) docker(_ *spec.Compute, s dockerprov.Settings) (provider.Provider, error) {
+	if p.loopbackOnly {
+		return nil, fmt.Errorf("docker nodes reach the server through their network's gateway, but this server listens on %s, a loopback address they cannot reach; start it with --addr 0.0.0.0:PORT (or an address of this host), or use provider type process", p.serverAddr)
+	}
+	return p.get(s.String(), func() (provider.Provider, error) {
+		return dockerprov.New(dockerprov.Config{Image: s.Image, Network: s.Network, Exe: p.exe, Mounts: s.Mounts})
+	})
+}
+
+func (p *providers) exec(_ *spec.Compute, s execprov.Settings) (provider.Provider, error) {
+	return p.get(s.String(), func() (provider.Provider, error) {
+		return execprov.New(execprov.Config{Program: s.Program, Args: s.Args, Timeout: 2 * time.Minute})
+	})
 }
 
 func (p *providers) get(key string, mk func() (provider.Provider, error)) (provider.Provider, error) {

@@ -213,7 +213,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return mk(c), nil
 		},
 		MaxSnapshotSize: cfg.MaxSnapshotSize, OutputQuota: cfg.OutputQuota, LeaseTimeout: cfg.LeaseTimeout, Log: cfg.Log,
-		Sizes: catalog, Providers: provs.factory(), Secrets: key,
+		Sizes: catalog, Providers: provs.factory(), CheckProvider: provs.check, Secrets: key,
 		NodeLease: cfg.NodeLease, NodeHeartbeat: nodeHeartbeat(cfg.NodeLease),
 		PreemptPoll: cfg.PreemptPoll, PreemptGrace: cfg.PreemptGrace,
 		JoinTimeout: cfg.NodeJoinTimeout, ServerlessIdle: cfg.ServerlessIdle,

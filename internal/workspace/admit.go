@@ -47,6 +47,11 @@ func (s *Service) validatePool(ctx context.Context, c *spec.Compute) error {
 			return Invalid("size: %s is restricted: an owner must enable it first with `ferry quota enable-size %s`", sz.Name, sz.Name)
 		}
 	}
+	if s.cfg.CheckProvider != nil {
+		if err := s.cfg.CheckProvider(c); err != nil {
+			return &Error{Code: CodeInvalid, Msg: "compute " + c.Name + ": " + err.Error(), Err: err}
+		}
+	}
 	if s.cfg.Providers != nil {
 		if _, err := s.cfg.Providers(c); err != nil {
 			return Invalid("provider: %v", err)

@@ -132,6 +132,11 @@ func (s *Service) reconcilePools(ctx context.Context) error {
 			pc.spec = *c
 			pc.size, err = s.poolSize(&pc.spec)
 		}
+		if err == nil && s.cfg.CheckProvider != nil {
+			if perr := s.cfg.CheckProvider(&pc.spec); perr != nil {
+				err = fmt.Errorf("its stored provider block is no longer valid: %w", perr)
+			}
+		}
 		if err != nil {
 			// Its nodes are retired below as for a deleted compute; a
 			// compute being deleted is forgotten once none is left.

@@ -27,6 +27,11 @@ import (
 // provider: block names, or the server's default.
 type ProviderFactory func(c *spec.Compute) (provider.Provider, error)
 
+// ProviderCheck reads a pool compute's provider: block as its provider
+// would, without making anything, and says what is wrong with it, naming
+// the field (provider.imgae: unknown key; did you mean image?).
+type ProviderCheck func(c *spec.Compute) error
+
 // TargetFactory makes the compute.Target for a stored compute record.
 type TargetFactory func(c *spec.Compute) (compute.Target, error)
 
@@ -53,6 +58,9 @@ type Config struct {
 	// Providers gives pool computes (clusters) their machines; nil means
 	// pool computes cannot be made.
 	Providers ProviderFactory
+	// CheckProvider checks a pool compute's provider block when the
+	// compute is created and again when it is loaded; nil checks nothing.
+	CheckProvider ProviderCheck
 	// NodeHeartbeat is how often agents heartbeat (default 2 s); a node
 	// silent for NodeLease (default 30 s) is Lost. JoinTimeout bounds how
 	// long a launched node may take to join (default 10 min).

@@ -165,8 +165,20 @@ func New(cfg Config) (*Provider, error) {
 	return &Provider{cfg: cfg, api: api, mounts: mounts}, nil
 }
 
-// parseMount reads "HOST:CONTAINER[:ro|:rw]".
+// parseMount reads "HOST:CONTAINER[:ro|:rw]" and checks that HOST exists.
 func parseMount(s string) (mount.Mount, error) {
+	m, err := splitMount(s)
+	if err != nil {
+		return mount.Mount{}, err
+	}
+	if _, err := os.Stat(m.Source); err != nil {
+		return mount.Mount{}, fmt.Errorf("host path: %w", err)
+	}
+	return m, nil
+}
+
+// splitMount reads "HOST:CONTAINER[:ro|:rw]" without looking at the host.
+func splitMount(s string) (mount.Mount, error) {
 	parts := strings.Split(s, ":")
 	if len(parts) < 2 || len(parts) > 3 {
 		return mount.Mount{}, errors.New("want HOST:CONTAINER or HOST:CONTAINER:ro")
@@ -185,9 +197,6 @@ func parseMount(s string) (mount.Mount, error) {
 		return mount.Mount{}, errors.New("both paths must be absolute")
 	}
 	m.Source, m.Target = filepath.Clean(m.Source), filepath.Clean(m.Target)
-	if _, err := os.Stat(m.Source); err != nil {
-		return mount.Mount{}, fmt.Errorf("host path: %w", err)
-	}
 	if m.Target == "/" || m.Target == NodeDir {
 		return mount.Mount{}, fmt.Errorf("cannot mount over %s in a node", m.Target)
 	}

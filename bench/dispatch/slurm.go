@@ -1,0 +1,121 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// slurmConf is where scripts/slurm-setup.sh writes the one-host test
+// cluster's configuration (testutil.SlurmConf; the bench is not a test, so
+// it does not import testutil). A SLURM_CONF already set wins, so the bench
+// can be pointed at another cluster.
+const slurmConf = "/var/lib/ferry-slurm/slurm.conf"
+
+// slurmEnv is the environment of every Slurm command the bench runs.
+func slurmEnv() []string {
+	if os.Getenv("SLURM_CONF") != "" {
+		return os.Environ()
+	}
+	return append(os.Environ(), "SLURM_CONF="+slurmConf)
+}
+
+// slurmCmd runs one Slurm client command and returns its stdout.
+func slurmCmd(name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Env = slurmEnv()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %v: %s", name, err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
+}
+
+// benchSlurm submits n jobs of `true` to a Slurm cluster, one sbatch each
+// as a user would, and waits until every one of them has finished: it
+// follows the job ids it was given (squeue by user reads nothing when USER
+// is unset, and would time the submissions only), then checks with scontrol
+// that each one COMPLETED, so a failed job cannot pass for a fast one. The
+// rate is n over the time from the first submission to the last finish.
+func benchSlurm(n int) (float64, error) {
+	if _, err := exec.LookPath("sbatch"); err != nil {
+		return 0, fmt.Errorf("sbatch not installed")
+	}
+	if _, err := slurmCmd("sinfo", "-h"); err != nil {
+		return 0, fmt.Errorf("no Slurm cluster answers (start the test cluster with `bash scripts/slurm-setup.sh`): %v", err)
+	}
+	ids := make([]string, 0, n)
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		out, err := slurmCmd("sbatch", "--parsable", "--output=/dev/null", "--wrap", "true")
+		if err != nil {
+			return 0, err
+		}
+		// --parsable prints "id" or "id;cluster".
+		id, _, _ := strings.Cut(strings.TrimSpace(out), ";")
+		if id == "" {
+			return 0, fmt.Errorf("sbatch printed no job id")
+		}
+		ids = append(ids, id)
+	}
+	list := strings.Join(ids, ",")
+	for {
+		// squeue's default states are the unfinished ones (pending,
+		// running, completing, ...): empty means all have finished.
+		out, err := slurmCmd("squeue", "-h", "-j", list, "-o", "%i")
+		if err != nil {
+			return 0, err
+		}
+		if strings.TrimSpace(out) == "" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	if err := slurmAllCompleted(ids); err != nil {
+		return 0, err
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// slurmAllCompleted checks with scontrol that each job ended COMPLETED.
+// It needs the cluster's MinJobAge to keep finished jobs listed (the test
+// cluster keeps them an hour); a job it cannot find is an error, not a pass.
+func slurmAllCompleted(ids []string) error {
+	out, err := slurmCmd("scontrol", "show", "job", "-o")
+	if err != nil {
+		return err
+	}
+	state := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		var id, st string
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "JobId="); ok {
+				id = v
+			} else if v, ok := strings.CutPrefix(f, "JobState="); ok {
+				st = v
+			}
+		}
+		if id != "" {
+			state[id] = st
+		}
+	}
+	bad := 0
+	var first string
+	for _, id := range ids {
+		if st := state[id]; st != "COMPLETED" {
+			if bad == 0 {
+				first = fmt.Sprintf("job %s is %q", id, st)
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d of %d Slurm jobs did not complete (%s); the figure would be wrong", bad, len(ids), first)
+	}
+	return nil
+}
