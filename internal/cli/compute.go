@@ -109,7 +109,7 @@ func (a *app) instanceCmd(action, short string) *cobra.Command {
 			}
 			if !noWait {
 				fmt.Fprintf(a.stderr, "%s: waiting until it is %s (Ctrl-C stops waiting, not the %s)\n", args[0], instanceGoal(action), action)
-				if v, err = waitInstance(cmd.Context(), c, args[0], action, timeout); err != nil {
+				if v, err = a.waitInstance(cmd.Context(), c, args[0], action, timeout); err != nil {
 					return err
 				}
 			}
@@ -135,7 +135,7 @@ func instanceGoal(action string) string {
 // gives back has joined; the node count is checked too, so that a server
 // from before that rule is waited for as well. It fails when the instance
 // ends in a state it will not leave by itself.
-func waitInstance(ctx context.Context, c *client.Client, name, action string, timeout time.Duration) (*workspace.Compute, error) {
+func (a *app) waitInstance(ctx context.Context, c *client.Client, name, action string, timeout time.Duration) (*workspace.Compute, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		v, err := c.GetCompute(ctx, name)
@@ -148,9 +148,9 @@ func waitInstance(ctx context.Context, c *client.Client, name, action string, ti
 		case action != "stop" && (v.State == "Running" || v.State == "JobRunning") && v.Nodes["Idle"]+v.Nodes["Busy"] > 0:
 			return v, nil
 		case v.State == "SetupFailed" || v.State == "Failed":
-			return v, fmt.Errorf("compute %s is %s; `ferry compute show %s` has the reason in its events", name, v.State, name)
+			return v, fmt.Errorf("compute %s is %s; `%s compute show %s --events 0` has the reason in its events", name, v.State, a.self, name)
 		case time.Now().After(deadline):
-			return v, fmt.Errorf("compute %s is still %s after %s; the %s goes on (see `ferry compute show %s`)", name, v.State, timeout, action, name)
+			return v, fmt.Errorf("compute %s is still %s after %s; the %s goes on (see `%s compute show %s`)", name, v.State, timeout, action, a.self, name)
 		}
 		select {
 		case <-ctx.Done():
@@ -447,7 +447,7 @@ func (a *app) deleteComputeCmd(use, short string) *cobra.Command {
 					return err
 				}
 				if time.Now().After(deadline) {
-					return fmt.Errorf("compute %s is still %s after %s; see `ferry compute show %s` for why", args[0], v.State, timeout, args[0])
+					return fmt.Errorf("compute %s is still %s after %s; see `%s compute show %s` for why", args[0], v.State, timeout, a.self, args[0])
 				}
 				select {
 				case <-ctx.Done():
