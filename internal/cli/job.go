@@ -171,24 +171,23 @@ func (a *app) upload(ctx context.Context, c *client.Client, field, path, kind st
 	case kind == "uri_folder" && !st.IsDir():
 		return "", fmt.Errorf("%s: %s is a file, but the input's type is uri_folder; use type: uri_file", field, path)
 	}
-	opt := snapshot.BuildOptions{MaxSize: limit, UseIgnoreFiles: ignoreFiles}
-	var m *snapshot.Manifest
-	var files map[string]string
+	opt := snapshot.BuildOptions{MaxSize: limit, UseIgnoreFiles: ignoreFiles, Cache: a.statCache()}
+	var tree *snapshot.Tree
 	if st.IsDir() {
-		m, files, err = snapshot.Build(path, opt)
+		tree, err = snapshot.Walk(path, opt)
 	} else {
-		m, files, err = snapshot.BuildFile(path, opt)
+		tree, err = snapshot.WalkFile(path, opt)
 	}
 	if err != nil {
 		return "", err
 	}
 	var progress func(int64)
-	if f, ok := a.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) && m.TotalSize() > 0 {
-		bar := progressbar.DefaultBytes(m.TotalSize(), "uploading "+field)
+	if f, ok := a.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) && tree.TotalSize() > 0 {
+		bar := progressbar.DefaultBytes(tree.TotalSize(), "uploading "+field)
 		defer bar.Close()
 		progress = func(n int64) { _ = bar.Add64(n) }
 	}
-	id, stats, err := c.Upload(ctx, m, files, progress)
+	id, stats, err := c.UploadTree(ctx, tree, progress)
 	if err != nil {
 		return "", err
 	}
@@ -204,6 +203,17 @@ func (a *app) upload(ctx context.Context, c *client.Client, field, path, kind st
 			field, stats.Uploaded, stats.Files, humanBytes(stats.Bytes))
 	}
 	return id, nil
+}
+
+// statCache is where uploads remember the digests of the files they
+// hashed, per user: $FERRY_HOME/cache/snapshots. Without a home, nothing
+// is cached.
+func (a *app) statCache() *snapshot.StatCache {
+	home, err := a.home()
+	if err != nil {
+		return nil
+	}
+	return snapshot.NewStatCache(filepath.Join(home, "cache", "snapshots"), nil)
 }
 
 // streamToEnd follows a job's log until it ends, then prints its outcome.
