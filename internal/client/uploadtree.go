@@ -19,16 +19,57 @@ const (
 
 // UploadTree snapshots a walked tree and sends what the server lacks: it
 // hashes the files (snapshot.Tree.Hash: in parallel, and not at all where
-// the tree's stat cache knows them), asks the server which blobs it lacks
-// a run of files at a time and sends those while the next are read, small
-// ones many to a request and from the content the hashing read, then
-// stores the manifest. It returns the snapshot id and what it sent.
-// progress, if not nil, hears of every byte sent; it may be called from
-// several goroutines.
+// the tree's stat cache knows them), asks the server which of those it
+// read it lacks, a run at a time, and sends them while the next are read,
+// small ones many to a request and from the content the hashing read,
+// then stores the manifest. Files the stat cache knew are taken to be
+// held by the server, as they were when they were last sent; only if the
+// server refuses the manifest for a missing blob are they asked about and
+// sent. It returns the snapshot id and what it sent. progress, if not
+// nil, hears of every byte sent; it may be called from several
+// goroutines.
 func (c *Client) UploadTree(ctx context.Context, t *snapshot.Tree, progress func(int64)) (string, UploadStats, error) {
+	s := treeSender{c: c, seen: map[string]bool{}, stats: UploadStats{Files: t.Len()}}
+	m, err := s.sendRead(ctx, t, progress)
+	if err != nil {
+		return "", s.stats, err
+	}
+	if !s.readAny {
+		// Nothing was read, so most likely nothing changed since the
+		// server took it all. A manifest the server holds is a snapshot
+		// a job may name (it checks no more at submit), so one tiny
+		// question may settle it.
+		id := m.ID()
+		if miss, err := c.Missing(ctx, []string{id}); err == nil && len(miss) == 0 {
+			return id, s.stats, nil
+		}
+	}
+	id, err := c.CreateSnapshot(ctx, m)
+	if StatusOf(err) != http.StatusBadRequest || len(s.known) == 0 {
+		return id, s.stats, err
+	}
+	// The server lacks a blob of a file the stat cache knew: ask about
+	// those and send them.
+	up := c.newUploader(ctx, progress)
+	s.up, s.pending = up, s.known
+	err = s.flush(up.ctx)
+	if uerr := up.wait(); uerr != nil {
+		err = uerr
+	}
+	if err != nil {
+		return "", s.stats, err
+	}
+	id, err = c.CreateSnapshot(ctx, m)
+	return id, s.stats, err
+}
+
+// sendRead hashes the tree and sends the files it read that the server
+// lacks while it reads the rest; it returns the manifest.
+func (s *treeSender) sendRead(ctx context.Context, t *snapshot.Tree, progress func(int64)) (*snapshot.Manifest, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	up := c.newUploader(ctx, progress)
+	up := s.c.newUploader(ctx, progress)
+	s.up = up
 	hashed := make(chan []snapshot.Hashed, 4)
 	type result struct {
 		m   *snapshot.Manifest
@@ -47,7 +88,6 @@ func (c *Client) UploadTree(ctx context.Context, t *snapshot.Tree, progress func
 		close(hashed)
 		done <- result{m, err}
 	}()
-	s := treeSender{c: c, up: up, seen: map[string]bool{}, stats: UploadStats{Files: t.Len()}, allCached: true}
 	var serr error
 	for run := range hashed {
 		if serr != nil {
@@ -61,15 +101,6 @@ func (c *Client) UploadTree(ctx context.Context, t *snapshot.Tree, progress func
 		}
 	}
 	r := <-done
-	if serr == nil && r.err == nil && s.allCached && !s.flushed {
-		// Nothing was read, so most likely nothing changed since the
-		// server took it all: try the manifest first, which the server
-		// refuses (400) if it lacks a blob, and save asking.
-		if id, err := c.CreateSnapshot(ctx, r.m); err == nil || StatusOf(err) != http.StatusBadRequest {
-			up.wait()
-			return id, s.stats, err
-		}
-	}
 	if serr == nil && r.err == nil {
 		serr = s.flush(up.ctx)
 	}
@@ -77,40 +108,42 @@ func (c *Client) UploadTree(ctx context.Context, t *snapshot.Tree, progress func
 	// The first cause, not the cancels it led to.
 	for _, err := range []error{uerr, serr, r.err} {
 		if err != nil && !errors.Is(err, context.Canceled) {
-			return "", s.stats, err
+			return nil, err
 		}
 	}
 	if err := errors.Join(uerr, serr, r.err); err != nil {
-		return "", s.stats, err
+		return nil, err
 	}
-	id, err := c.CreateSnapshot(ctx, r.m)
-	return id, s.stats, err
+	return r.m, nil
 }
 
 // treeSender gathers hashed files and sends those the server lacks.
 type treeSender struct {
 	c       *Client
 	up      *uploader
-	pending []snapshot.Hashed
-	bytes   int64           // read (not cached) in pending
-	seen    map[string]bool // digests asked after already
+	pending []snapshot.Hashed // read, not yet asked about
+	bytes   int64             // in pending
+	known   []snapshot.Hashed // from the stat cache, not asked about
+	seen    map[string]bool   // digests in pending or known, or asked about
+	readAny bool
 	stats   UploadStats
-	// allCached says every file so far came from the stat cache; flushed
-	// that the server was asked.
-	allCached, flushed bool
 }
 
 func (s *treeSender) add(run []snapshot.Hashed) {
 	for _, h := range run {
+		if !h.Cached {
+			s.readAny = true
+		}
 		if s.seen[h.Digest] {
 			continue
 		}
 		s.seen[h.Digest] = true
-		s.pending = append(s.pending, h)
-		if !h.Cached {
-			s.bytes += h.Size
-			s.allCached = false
+		if h.Cached {
+			s.known = append(s.known, h)
+			continue
 		}
+		s.pending = append(s.pending, h)
+		s.bytes += h.Size
 	}
 }
 
@@ -120,7 +153,6 @@ func (s *treeSender) flush(ctx context.Context) error {
 	if len(s.pending) == 0 {
 		return nil
 	}
-	s.flushed = true
 	digests := make([]string, len(s.pending))
 	for i, h := range s.pending {
 		digests[i] = h.Digest

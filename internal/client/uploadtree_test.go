@@ -100,7 +100,7 @@ func laterClock() time.Time { return time.Now().Add(time.Hour) }
 // UploadTree stores the snapshot Build makes of the folder, asking once
 // which blobs are missing and sending the small files in one batch and
 // the large one once; sent again with its stat cache, it reads nothing
-// and sends only the manifest.
+// and only asks whether the server holds the manifest, or sends that.
 func TestUploadTreeRoundTripsAndResendsOnlyTheManifest(t *testing.T) {
 	url, token, blobs := testWorkspace(t, new(atomic.Int64))
 	proxied, routes := countRoutes(t, url)
@@ -149,8 +149,44 @@ func TestUploadTreeRoundTripsAndResendsOnlyTheManifest(t *testing.T) {
 	if err != nil || id != want.ID() || stats.Uploaded != 0 {
 		t.Fatalf("second UploadTree = %s, %+v, %v; want %s and nothing sent", id, stats, err, want.ID())
 	}
-	if routes.get("POST /v1/snapshots") != 1 || len(routes.n) != 1 {
-		t.Errorf("second UploadTree made requests %v, want only POST /v1/snapshots", routes.n)
+	if routes.get("POST /v1/blobs/missing") != 1 || len(routes.n) != 1 {
+		t.Errorf("second UploadTree made requests %v, want one question (is the manifest stored?)", routes.n)
+	}
+
+	// A file deleted: the rest is known, the manifest is new.
+	if err := os.Remove(filepath.Join(src, "d7", "f1237.py")); err != nil {
+		t.Fatal(err)
+	}
+	want, _, err = snapshot.Build(src, snapshot.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes.reset()
+	id, stats, err = c.UploadTree(context.Background(), walk(t, src, cache), nil)
+	if err != nil || id != want.ID() || stats.Uploaded != 0 {
+		t.Fatalf("UploadTree after a delete = %s, %+v, %v; want %s and nothing sent", id, stats, err, want.ID())
+	}
+	if routes.get("POST /v1/blobs/missing") != 1 || routes.get("POST /v1/snapshots") != 1 || len(routes.n) != 2 {
+		t.Errorf("UploadTree after a delete made requests %v, want one question and the manifest", routes.n)
+	}
+
+	// A file changed: it alone is read, asked about and sent.
+	if err := os.WriteFile(filepath.Join(src, "d3", "f3.py"), []byte("print('changed')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want, _, err = snapshot.Build(src, snapshot.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes.reset()
+	id, stats, err = c.UploadTree(context.Background(), walk(t, src, cache), nil)
+	if err != nil || id != want.ID() || stats.Uploaded != 1 {
+		t.Fatalf("UploadTree after a change = %s, %+v, %v; want %s and one file sent", id, stats, err, want.ID())
+	}
+	for route, n := range map[string]int{"POST /v1/blobs/missing": 1, "POST /v1/blobs/batch": 1, "POST /v1/snapshots": 1} {
+		if got := routes.get(route); got != n {
+			t.Errorf("after a change, %s: %d requests, want %d", route, got, n)
+		}
 	}
 }
 
@@ -177,8 +213,8 @@ func TestUploadTreeSendsWhatANewServerLacks(t *testing.T) {
 	if id != want.ID() || stats.Uploaded != 51 {
 		t.Errorf("UploadTree = %s, %+v; want %s with 51 blobs sent", id, stats, want.ID())
 	}
-	if routes.get("POST /v1/snapshots") != 2 || routes.get("POST /v1/blobs/missing") != 1 {
-		t.Errorf("requests %v, want a refused manifest, one question, the uploads and the manifest again", routes.n)
+	if routes.get("POST /v1/snapshots") != 2 || routes.get("POST /v1/blobs/missing") != 2 {
+		t.Errorf("requests %v, want a question about the manifest, the manifest refused, a question about the files, the uploads and the manifest again", routes.n)
 	}
 	for _, d := range want.Digests() {
 		if !blobs.Has(d) {
