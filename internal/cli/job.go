@@ -206,14 +206,15 @@ func (a *app) upload(ctx context.Context, c *client.Client, field, path, kind st
 }
 
 // statCache is where uploads remember the digests of the files they
-// hashed, per user: $FERRY_HOME/cache/snapshots. Without a home, nothing
-// is cached.
+// hashed, per user: $FERRY_HOME/upload-cache (not cache/, which is the
+// local workspace's blob cache when FERRY_HOME is its data directory).
+// Without a home, nothing is cached.
 func (a *app) statCache() *snapshot.StatCache {
 	home, err := a.home()
 	if err != nil {
 		return nil
 	}
-	return snapshot.NewStatCache(filepath.Join(home, "cache", "snapshots"), nil)
+	return snapshot.NewStatCache(filepath.Join(home, "upload-cache"), nil)
 }
 
 // streamToEnd follows a job's log until it ends, then prints its outcome.

@@ -80,12 +80,11 @@ type UploadStats struct {
 	Bytes    int64 // bytes sent
 }
 
-// Batching of small blobs: a blob of at most smallBlob bytes goes into a
-// tar stream with others, up to batchBytes or batchBlobs a request, so that
-// a tree of many tiny files costs a few requests and disk syncs instead of
-// one of each per file.
+// Batching of blobs: blobs go many to a tar stream, up to batchBytes or
+// batchBlobs a request (a larger blob alone), so that a tree of many files
+// costs a few requests and disk syncs (the server packs a batch into one
+// file) instead of one of each per file.
 const (
-	smallBlob     = 1 << 20
 	batchBytes    = 32 << 20
 	batchBlobs    = 20_000
 	missingChunk  = 100_000 // digests per Missing call: its JSON stays well under the server's body limit
@@ -121,27 +120,18 @@ func (c *Client) UploadData(ctx context.Context, m *snapshot.Manifest, files map
 		sizes[f.Digest] = f.Size
 	}
 	var jobs []uploadJob
-	var batch uploadJob
-	var batchSize int64
+	var bt batcher
 	for _, d := range missing {
 		path, ok := files[d]
 		if !ok {
 			return "", stats, fmt.Errorf("no local file for blob %s", d)
 		}
-		b := blobFile{digest: d, path: path, size: sizes[d], data: data[d]}
-		if b.size > smallBlob {
-			jobs = append(jobs, uploadJob{b})
-			continue
+		if full := bt.add(blobFile{digest: d, path: path, size: sizes[d], data: data[d]}); full != nil {
+			jobs = append(jobs, full)
 		}
-		if len(batch) > 0 && (len(batch) >= batchBlobs || batchSize+b.size > batchBytes) {
-			jobs = append(jobs, batch)
-			batch, batchSize = nil, 0
-		}
-		batch = append(batch, b)
-		batchSize += b.size
 	}
-	if len(batch) > 0 {
-		jobs = append(jobs, batch)
+	if rest := bt.rest(); rest != nil {
+		jobs = append(jobs, rest)
 	}
 	if err := c.runUploads(ctx, jobs, progress); err != nil {
 		return "", stats, err
@@ -208,9 +198,33 @@ type blobFile struct {
 	data         []byte
 }
 
-// uploadJob is one request's worth of blobs: one large blob, or a batch of
-// small ones.
+// uploadJob is one request's worth of blobs.
 type uploadJob []blobFile
+
+// batcher groups blobs into upload jobs of up to batchBytes or batchBlobs
+// (a larger blob alone).
+type batcher struct {
+	batch uploadJob
+	size  int64
+}
+
+// add adds b, and returns the batch to send first when b does not fit it.
+func (bt *batcher) add(b blobFile) uploadJob {
+	var full uploadJob
+	if len(bt.batch) > 0 && (len(bt.batch) >= batchBlobs || bt.size+b.size > batchBytes) {
+		full, bt.batch, bt.size = bt.batch, nil, 0
+	}
+	bt.batch = append(bt.batch, b)
+	bt.size += b.size
+	return full
+}
+
+// rest returns the batch not sent yet, if any.
+func (bt *batcher) rest() uploadJob {
+	j := bt.batch
+	bt.batch, bt.size = nil, 0
+	return j
+}
 
 // runUploads sends the jobs, uploadWorkers at a time, and returns the first
 // error.
@@ -243,12 +257,7 @@ func (c *Client) newUploader(ctx context.Context, progress func(int64)) *uploade
 				if err != nil {
 					continue
 				}
-				if len(j) == 1 && j[0].size > smallBlob {
-					err = c.PutBlob(ctx, j[0].digest, j[0].path, progress)
-				} else {
-					err = c.putBlobs(ctx, j, progress)
-				}
-				if err != nil {
+				if err = c.putBlobs(ctx, j, progress); err != nil {
 					cancel()
 				}
 			}

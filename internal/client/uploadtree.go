@@ -165,32 +165,21 @@ func (s *treeSender) flush(ctx context.Context) error {
 	for _, d := range miss {
 		missing[d] = true
 	}
-	var batch uploadJob
-	var batchSize int64
+	var bt batcher
 	for _, h := range s.pending {
 		if !missing[h.Digest] {
 			continue
 		}
 		s.stats.Uploaded++
 		s.stats.Bytes += h.Size
-		b := blobFile{digest: h.Digest, path: h.Src, size: h.Size, data: h.Data}
-		if b.size > smallBlob {
-			if err := s.up.send(uploadJob{b}); err != nil {
+		if full := bt.add(blobFile{digest: h.Digest, path: h.Src, size: h.Size, data: h.Data}); full != nil {
+			if err := s.up.send(full); err != nil {
 				return err
 			}
-			continue
 		}
-		if len(batch) > 0 && (len(batch) >= batchBlobs || batchSize+b.size > batchBytes) {
-			if err := s.up.send(batch); err != nil {
-				return err
-			}
-			batch, batchSize = nil, 0
-		}
-		batch = append(batch, b)
-		batchSize += b.size
 	}
-	if len(batch) > 0 {
-		if err := s.up.send(batch); err != nil {
+	if rest := bt.rest(); rest != nil {
+		if err := s.up.send(rest); err != nil {
 			return err
 		}
 	}

@@ -62,7 +62,11 @@ func countRoutes(t *testing.T, url string) (string, *routeCounter) {
 	return srv.URL, rc
 }
 
-// codeTree writes n small files and two copies of a file past smallBlob.
+// bigFile is the size of a file past what the server reads whole (the
+// blob store's packMax).
+const bigFile = 1 << 20
+
+// codeTree writes n small files and two copies of a file past bigFile.
 func codeTree(t *testing.T, n int) (string, []byte) {
 	t.Helper()
 	src := t.TempDir()
@@ -75,7 +79,7 @@ func codeTree(t *testing.T, n int) (string, []byte) {
 			t.Fatal(err)
 		}
 	}
-	big := bytes.Repeat([]byte("B"), smallBlob+1)
+	big := bytes.Repeat([]byte("B"), bigFile+1)
 	for _, name := range []string{"big.bin", "big-copy.bin"} {
 		if err := os.WriteFile(filepath.Join(src, name), big, 0o644); err != nil {
 			t.Fatal(err)
@@ -98,8 +102,8 @@ func walk(t *testing.T, dir string, cache *snapshot.StatCache) *snapshot.Tree {
 func laterClock() time.Time { return time.Now().Add(time.Hour) }
 
 // UploadTree stores the snapshot Build makes of the folder, asking once
-// which blobs are missing and sending the small files in one batch and
-// the large one once; sent again with its stat cache, it reads nothing
+// which blobs are missing and sending them in one batch, the large one
+// once; sent again with its stat cache, it reads nothing
 // and only asks whether the server holds the manifest, or sends that.
 func TestUploadTreeRoundTripsAndResendsOnlyTheManifest(t *testing.T) {
 	url, token, blobs := testWorkspace(t, new(atomic.Int64))
@@ -123,10 +127,13 @@ func TestUploadTreeRoundTripsAndResendsOnlyTheManifest(t *testing.T) {
 	if d := cmp.Diff(wantStats, stats); d != "" || progress.Load() != wantStats.Bytes {
 		t.Errorf("stats (-want +got):\n%s\nprogress %d", d, progress.Load())
 	}
-	for route, n := range map[string]int{"POST /v1/blobs/missing": 1, "POST /v1/blobs/batch": 1, "PUT /v1/blobs/": 1, "POST /v1/snapshots": 1} {
+	for route, n := range map[string]int{"POST /v1/blobs/missing": 1, "POST /v1/blobs/batch": 1, "POST /v1/snapshots": 1} {
 		if got := routes.get(route); got != n {
 			t.Errorf("%s: %d requests, want %d", route, got, n)
 		}
+	}
+	if len(routes.n) != 3 {
+		t.Errorf("requests %v, want only these", routes.n)
 	}
 	for _, d := range want.Digests() {
 		if !blobs.Has(d) {
@@ -229,9 +236,9 @@ func TestUploadTreeSendsWhileItReads(t *testing.T) {
 	url, token, _ := testWorkspace(t, new(atomic.Int64))
 	proxied, routes := countRoutes(t, url)
 	src := t.TempDir()
-	const n = 2*flushBytes/smallBlob + 4 // files of smallBlob bytes
+	const n = 2*flushBytes/bigFile + 4 // files of bigFile bytes
 	for i := range n {
-		data := bytes.Repeat([]byte{byte(i)}, smallBlob)
+		data := bytes.Repeat([]byte{byte(i)}, bigFile)
 		if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("f%02d", i)), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
