@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 
 	"github.com/ferry-ml/ferry/internal/snapshot"
 )
@@ -153,17 +154,19 @@ func (s *treeSender) flush(ctx context.Context) error {
 	if len(s.pending) == 0 {
 		return nil
 	}
-	digests := make([]string, len(s.pending))
-	for i, h := range s.pending {
-		digests[i] = h.Digest
-	}
-	miss, err := s.c.Missing(ctx, digests)
-	if err != nil {
-		return err
-	}
-	missing := make(map[string]bool, len(miss))
-	for _, d := range miss {
-		missing[d] = true
+	missing := map[string]bool{}
+	for chunk := range slices.Chunk(s.pending, missingChunk) {
+		digests := make([]string, len(chunk))
+		for i, h := range chunk {
+			digests[i] = h.Digest
+		}
+		miss, err := s.c.Missing(ctx, digests)
+		if err != nil {
+			return err
+		}
+		for _, d := range miss {
+			missing[d] = true
+		}
 	}
 	var bt batcher
 	for _, h := range s.pending {
