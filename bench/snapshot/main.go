@@ -29,6 +29,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -291,7 +292,7 @@ func waitJob(c *client.Client, name string) error {
 		}
 		if workspace.IsTerminal(j.Status) {
 			if j.Status != workspace.StatusCompleted {
-				return fmt.Errorf("job %s ended %s", name, j.Status)
+				return fmt.Errorf("job %s ended %s: %s %s", name, j.Status, j.StatusReason, j.Error)
 			}
 			return nil
 		}
@@ -317,7 +318,24 @@ func startServer(bin, tmp, data string) (c *client.Client, url, token string, st
 	if err := srv.Start(); err != nil {
 		return nil, "", "", nil, err
 	}
-	stop = func() { _ = srv.Process.Signal(os.Interrupt); _ = srv.Wait(); logf.Close() }
+	// The server's data and work dirs go when it stops: each run stores
+	// the folder again, and a root server's jobs work outside tmp
+	// (/var/lib/ferry-work/HASH), where each job holds a copy of it.
+	stop = func() {
+		var info struct {
+			WorkDir string `json:"work_dir"`
+		}
+		if data, err := os.ReadFile(filepath.Join(dataDir, "server.json")); err == nil {
+			_ = json.Unmarshal(data, &info)
+		}
+		_ = srv.Process.Signal(os.Interrupt)
+		_ = srv.Wait()
+		logf.Close()
+		if info.WorkDir != "" {
+			os.RemoveAll(info.WorkDir)
+		}
+		os.RemoveAll(dataDir)
+	}
 	url = "http://" + addr
 	ctx := context.Background()
 	for i := 0; ; i++ {
