@@ -91,17 +91,14 @@ const (
 	uploadWorkers = 4       // requests in flight at once
 )
 
-// Upload sends the files of m the server lacks (files maps a digest to a
-// local path) and stores the manifest; it returns the snapshot id and what
-// it sent. Small files travel many to a request. progress, if not nil,
-// hears of every byte sent; it may be called from several goroutines.
-func (c *Client) Upload(ctx context.Context, m *snapshot.Manifest, files map[string]string, progress func(int64)) (string, UploadStats, error) {
-	return c.UploadData(ctx, m, files, nil, progress)
-}
-
-// UploadData is Upload where data holds the content of some of the files
-// by digest (snapshot.OutputBuild.Data): those are sent from memory, not
-// read again. files must still name a local file for every digest.
+// UploadData sends the files of m the server lacks (files maps a digest
+// to a local path; data holds the content of some of them by digest,
+// snapshot.OutputBuild.Data, sent from memory, not read again) and stores
+// the manifest; it returns the snapshot id and what it sent. Files travel
+// many to a request. progress, if not nil, hears of every byte sent; it
+// may be called from several goroutines. It is what UploadOutputs falls
+// back to on a server without snapshot streams; a folder to snapshot
+// goes by UploadTree.
 func (c *Client) UploadData(ctx context.Context, m *snapshot.Manifest, files map[string]string, data map[string][]byte, progress func(int64)) (string, UploadStats, error) {
 	stats := UploadStats{Files: len(m.Files)}
 	digests := m.Digests()

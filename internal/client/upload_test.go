@@ -88,7 +88,7 @@ func TestUploadBatchesSmallFilesAndRoundTrips(t *testing.T) {
 	}
 	c := New(url, token)
 	var sent atomic.Int64
-	id, stats, err := c.Upload(context.Background(), m, files, func(k int64) { sent.Add(k) })
+	id, stats, err := c.UploadData(context.Background(), m, files, nil, func(k int64) { sent.Add(k) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestUploadBatchesSmallFilesAndRoundTrips(t *testing.T) {
 
 	// A second upload of the same tree sends nothing.
 	requests.Store(0)
-	if _, stats, err := c.Upload(context.Background(), m, files, nil); err != nil || stats.Uploaded != 0 || requests.Load() != 0 {
+	if _, stats, err := c.UploadData(context.Background(), m, files, nil, nil); err != nil || stats.Uploaded != 0 || requests.Load() != 0 {
 		t.Errorf("re-upload: stats %+v, %d requests, err %v; want nothing sent", stats, requests.Load(), err)
 	}
 }

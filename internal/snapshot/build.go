@@ -28,7 +28,7 @@ import (
 // directory, in order of precedence: only the first one that exists is read.
 var ignoreFiles = []string{".ferryignore", ".amlignore", ".gitignore"}
 
-// BuildOptions control Build and BuildFile.
+// BuildOptions control Walk, WalkFile and Build.
 type BuildOptions struct {
 	// MaxSize is the most bytes the snapshot may hold in all; 0 means no
 	// limit. It is checked before any file is read.
@@ -111,16 +111,6 @@ const (
 // content (what to upload it from). It is Walk, then Tree.Hash.
 func Build(root string, opt BuildOptions) (*Manifest, map[string]string, error) {
 	t, err := Walk(root, opt)
-	if err != nil {
-		return nil, nil, err
-	}
-	return t.Hash(nil)
-}
-
-// BuildFile makes the manifest of a single regular file, as WalkFile and
-// Tree.Hash do.
-func BuildFile(name string, opt BuildOptions) (*Manifest, map[string]string, error) {
-	t, err := WalkFile(name, opt)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -241,21 +241,30 @@ func writeCache(t *testing.T, name string, data []byte, mode os.FileMode) {
 	}
 }
 
-// A single file (BuildFile) is cached as a folder is.
+// buildFile is Build for a single file.
+func buildFile(name string, opt BuildOptions) (*Manifest, map[string]string, error) {
+	t, err := WalkFile(name, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t.Hash(nil)
+}
+
+// A single file (WalkFile) is cached as a folder is.
 func TestStatCacheKeepsSingleFiles(t *testing.T) {
 	dir := statTree(t, 1)
 	c := NewStatCache(filepath.Join(t.TempDir(), "cache"), later)
 	name := filepath.Join(dir, "f00.py")
-	if _, _, err := BuildFile(name, BuildOptions{Cache: c}); err != nil {
+	if _, _, err := buildFile(name, BuildOptions{Cache: c}); err != nil {
 		t.Fatal(err)
 	}
 	hashes := countHashes(t)
-	m, _, err := BuildFile(name, BuildOptions{Cache: c})
+	m, _, err := buildFile(name, BuildOptions{Cache: c})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if hashes.Load() != 0 || m.Files[0].Digest != sha([]byte("print(0)\n")) {
-		t.Errorf("second BuildFile: %d reads, digest %s", hashes.Load(), m.Files[0].Digest)
+		t.Errorf("second WalkFile: %d reads, digest %s", hashes.Load(), m.Files[0].Digest)
 	}
 }
 
