@@ -4,36 +4,28 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sync"
 )
 
-// Batch stores many blobs with one fsync for all the small ones instead of
-// two for each: Put appends each blob of up to packMax bytes to one pack
-// file (pack.go) and writes a larger one to a synced temporary file of its
-// own, and Commit makes the pack durable and publishes it, then installs
-// the larger ones. Storing thousands of small files one by one is bound by
-// fsync and file creation; a batch is bound by the disk's bandwidth.
+// Batch stores many blobs with one fsync for all of them instead of two
+// for each: Put appends every blob to one pack file (pack.go), and Commit
+// makes the pack durable and publishes it. Storing thousands of files one
+// by one is bound by fsync and file creation, and even a few hundred
+// files of some MiB each pay a journal commit apiece; a batch is bound by
+// the disk's bandwidth.
 //
 // Put is safe for concurrent use; Commit and Abort are called once, after
 // every Put has returned. Until Commit, none of the batch's blobs is
 // visible; a Batch that is not committed must be aborted, which removes its
-// temporary files.
+// temporary file.
 type Batch struct {
 	s *Store
 
-	mu    sync.Mutex
-	pack  *packWriter // made by the first small blob
-	loose []pendingBlob
-	seen  map[string]bool
-}
-
-type pendingBlob struct {
-	tmp, digest string
+	mu   sync.Mutex
+	pack *packWriter // made by the first blob
+	seen map[string]bool
 }
 
 // NewBatch starts a batch of Puts.
@@ -86,8 +78,9 @@ func (b *Batch) Put(r io.Reader, want string) (int64, error) {
 	return n, nil
 }
 
-// put stores a blob neither the store nor the batch holds: in the pack if
-// it is small, else in a file of its own.
+// put stores a blob neither the store nor the batch holds. A blob of up
+// to packMax bytes is read whole and checked before it goes into the
+// pack; a larger one is checked as it is written there.
 func (b *Batch) put(r io.Reader, want string) (int64, error) {
 	buf := packBufs.Get().(*[]byte)
 	defer packBufs.Put(buf)
@@ -96,7 +89,12 @@ func (b *Batch) put(r io.Reader, want string) (int64, error) {
 	case err != nil:
 		return 0, err
 	case n == len(*buf): // over packMax
-		_, n, err := b.writeLoose(io.MultiReader(bytes.NewReader(*buf), r), want)
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if err := b.openPack(); err != nil {
+			return 0, err
+		}
+		_, n, err := b.pack.addFrom(io.MultiReader(bytes.NewReader(*buf), r), want, nil)
 		return n, err
 	}
 	data := (*buf)[:n]
@@ -106,12 +104,23 @@ func (b *Batch) put(r io.Reader, want string) (int64, error) {
 	k, _ := keyOf(want)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.pack == nil {
-		if b.pack, err = newPackWriter(b.s.dir); err != nil {
-			return 0, err
-		}
+	if err := b.openPack(); err != nil {
+		return 0, err
 	}
 	return int64(n), b.pack.add(k, data)
+}
+
+// openPack starts the batch's pack if it has none. The caller holds b.mu.
+func (b *Batch) openPack() error {
+	if b.pack != nil {
+		return nil
+	}
+	p, err := newPackWriter(b.s.dir)
+	if err != nil {
+		return err
+	}
+	b.pack = p
+	return nil
 }
 
 // Add reads one blob from r, whatever its content, stores it as Put does
@@ -125,11 +134,21 @@ func (b *Batch) Add(r io.Reader) (string, int64, error) {
 	switch {
 	case err != nil:
 		return "", 0, fmt.Errorf("put blob: %w", err)
-	case n == len(*buf): // over packMax
-		d, n, err := b.writeLoose(io.MultiReader(bytes.NewReader(*buf), r), "")
+	case n == len(*buf): // over packMax: hashed as it is packed
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if err := b.openPack(); err != nil {
+			return "", 0, fmt.Errorf("put blob: %w", err)
+		}
+		held := func(d string) bool {
+			_, _, packed := b.s.lookup(d, false)
+			return b.seen[d] || packed
+		}
+		d, n, err := b.pack.addFrom(io.MultiReader(bytes.NewReader(*buf), r), "", held)
 		if err != nil {
 			return "", 0, fmt.Errorf("put blob: %w", err)
 		}
+		b.seen[d] = true
 		return d, n, nil
 	}
 	data := (*buf)[:n]
@@ -143,10 +162,8 @@ func (b *Batch) Add(r io.Reader) (string, int64, error) {
 	if _, _, packed := b.s.lookup(d, false); packed {
 		return d, int64(n), nil
 	}
-	if b.pack == nil {
-		if b.pack, err = newPackWriter(b.s.dir); err != nil {
-			return "", 0, fmt.Errorf("put blob %s: %w", d, err)
-		}
+	if err := b.openPack(); err != nil {
+		return "", 0, fmt.Errorf("put blob %s: %w", d, err)
 	}
 	if err := b.pack.add(k, data); err != nil {
 		return "", 0, fmt.Errorf("put blob %s: %w", d, err)
@@ -173,104 +190,33 @@ func ReadUpTo(r io.Reader, buf []byte) (int, error) {
 	return n, nil
 }
 
-// writeLoose copies r into a new read-only temporary file, checks its
-// digest (want "": takes it as it comes) and syncs it; it returns the
-// digest.
-func (b *Batch) writeLoose(r io.Reader, want string) (string, int64, error) {
-	added := want == "" // by Add: the batch may hold it already
-	f, err := os.CreateTemp(b.s.dir, tempPattern)
-	if err != nil {
-		return "", 0, err
-	}
-	buf := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(buf)
-	h := sha256.New()
-	n, err := io.CopyBuffer(io.MultiWriter(f, h), r, *buf)
-	if err == nil {
-		got := hex.EncodeToString(h.Sum(nil))
-		if want == "" {
-			want = got
-		}
-		if got != want {
-			err = fmt.Errorf("got content with digest %s (%d bytes): %w", got, n, ErrDigestMismatch)
-		}
-	}
-	if err == nil {
-		err = f.Chmod(0o444) // blobs never change once stored
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return "", 0, err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if added && b.seen[want] {
-		os.Remove(f.Name())
-		return want, n, nil
-	}
-	b.seen[want] = true
-	b.loose = append(b.loose, pendingBlob{tmp: f.Name(), digest: want})
-	return want, n, nil
-}
-
 // Commit makes every blob of the batch durable and visible: the pack is
-// synced, then renamed into packs/ and its folder synced; the larger blobs,
-// synced when written, are renamed into place and their folders synced. A
-// crash leaves either no blob or a whole one, as with Store.Put.
+// synced, then renamed into packs/ and its folder synced. A crash leaves
+// either no blob or a whole one, as with Store.Put.
 func (b *Batch) Commit() error {
-	if b.pack != nil {
-		p := b.pack
-		if err := p.finish(); err != nil {
-			return fmt.Errorf("put blobs: %w", err)
-		}
-		name, err := p.publish(b.s.dir)
-		if err != nil {
-			return fmt.Errorf("put blobs: %w", err)
-		}
-		b.pack = nil
-		b.s.mu.Lock()
-		b.s.addPack(name, p.entries)
-		b.s.packsSeen++
-		b.s.mu.Unlock()
+	if b.pack == nil {
+		return nil
 	}
-	fans := map[string]bool{}
-	for len(b.loose) > 0 {
-		p := b.loose[0]
-		fan := filepath.Join(b.s.dir, p.digest[:2])
-		if !fans[fan] {
-			if err := os.MkdirAll(fan, 0o755); err != nil {
-				return fmt.Errorf("put blob %s: %w", p.digest, err)
-			}
-			fans[fan] = true
-		}
-		if err := os.Rename(p.tmp, b.s.path(p.digest)); err != nil {
-			return fmt.Errorf("put blob %s: %w", p.digest, err)
-		}
-		b.loose = b.loose[1:]
+	p := b.pack
+	if err := p.finish(); err != nil {
+		return fmt.Errorf("put blobs: %w", err)
 	}
-	var errs []error
-	for fan := range fans {
-		if err := syncDir(fan); err != nil {
-			errs = append(errs, fmt.Errorf("put blobs: %w", err))
-		}
+	name, err := p.publish(b.s.dir)
+	if err != nil {
+		return fmt.Errorf("put blobs: %w", err)
 	}
-	return errors.Join(errs...)
+	b.pack = nil
+	b.s.mu.Lock()
+	b.s.addPack(name, p.entries)
+	b.s.packsSeen++
+	b.s.mu.Unlock()
+	return nil
 }
 
-// Abort removes the temporary files of blobs not yet installed.
+// Abort removes the temporary file of a batch not committed.
 func (b *Batch) Abort() {
 	if b.pack != nil {
 		b.pack.abort()
 		b.pack = nil
 	}
-	for _, p := range b.loose {
-		os.Remove(p.tmp)
-	}
-	b.loose = nil
 }

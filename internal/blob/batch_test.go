@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 	"testing"
+	"testing/iotest"
 )
 
 func TestBatchInstallsOnlyOnCommit(t *testing.T) {
@@ -92,8 +94,8 @@ func TestBatchAddHashesWhatItStores(t *testing.T) {
 	if s.Has(sum([]byte("one"))) || s.Has(sum(large)) {
 		t.Error("a blob is visible before Commit")
 	}
-	if n := len(listTemps(t, s)); n != 2 {
-		t.Errorf("%d temporary files before Commit, want 2 (the pack, and the large blob once)", n)
+	if n := len(listTemps(t, s)); n != 1 {
+		t.Errorf("%d temporary files before Commit, want 1 (the pack)", n)
 	}
 	if err := b.Commit(); err != nil {
 		t.Fatal(err)
@@ -111,5 +113,46 @@ func TestBatchAddHashesWhatItStores(t *testing.T) {
 	}
 	if temps := listTemps(t, s); len(temps) != 0 {
 		t.Errorf("temporary files left: %v", temps)
+	}
+	// The large blob, added twice, is in the pack once.
+	packs := listPacks(t, s)
+	if len(packs) != 1 {
+		t.Fatalf("%d packs, want 1", len(packs))
+	}
+	if fi, err := os.Stat(packs[0]); err != nil || fi.Size() > int64(2*len(large)) {
+		t.Errorf("the pack holds %d bytes (%v), want the large blob once (%d)", fi.Size(), err, len(large))
+	}
+}
+
+// A large blob that is refused (its content does not hash to its name) or
+// whose reading fails is cut off the pack again: the batch goes on, and
+// what it commits is whole.
+func TestBatchCutsOffARefusedLargeBlob(t *testing.T) {
+	s := newStore(t)
+	large := bytes.Repeat([]byte("L"), packMax+10)
+	other := bytes.Repeat([]byte("O"), packMax+20)
+	b := s.NewBatch()
+	if _, err := b.Put(bytes.NewReader(large), sum(other)); !errors.Is(err, ErrDigestMismatch) {
+		t.Fatalf("Put of a large blob under another digest: err = %v", err)
+	}
+	broken := io.MultiReader(bytes.NewReader(other[:packMax+5]), iotest.ErrReader(errors.New("connection reset")))
+	if _, err := b.Put(broken, sum(other)); err == nil {
+		t.Fatal("Put of a blob whose reading fails: no error")
+	}
+	if _, err := b.Put(bytes.NewReader(other), sum(other)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readBlob(t, s, sum(other)); !bytes.Equal(got, other) {
+		t.Errorf("the blob after the refused ones reads back %d bytes", len(got))
+	}
+	if s.Has(sum(large)) {
+		t.Error("the refused blob is stored")
+	}
+	packs := listPacks(t, s)
+	if fi, err := os.Stat(packs[0]); err != nil || fi.Size() > int64(len(other)+1024) {
+		t.Errorf("the pack holds %d bytes (%v), want the good blob alone (%d)", fi.Size(), err, len(other))
 	}
 }

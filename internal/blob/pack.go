@@ -39,8 +39,9 @@ const (
 	packTrailer   = 16 + sha256.Size + len(packEnd)
 )
 
-// packMax is the largest blob a batch puts in a pack; larger blobs are
-// stored as files of their own, where an fsync is cheap next to the write.
+// packMax is the largest blob a batch reads whole, to check it before it
+// goes into the pack; a larger one is checked as it is written there, and
+// cut off again if it is refused.
 const packMax = 1 << 20
 
 // packLoc is where a packed blob lives.
@@ -98,6 +99,51 @@ func (p *packWriter) add(k packKey, data []byte) error {
 	}
 	p.entries = append(p.entries, packEntry{key: k, off: p.off, size: int64(len(data))})
 	p.off += int64(len(data))
+	return nil
+}
+
+// addFrom appends a blob read from r, hashing it as it is written, and
+// returns its digest and size. want, if not "", is the digest it must
+// have; drop, if not nil, says that a blob with this digest is held
+// already. A blob that does not hash to want, that is dropped, or whose
+// reading fails is cut off the pack again.
+func (p *packWriter) addFrom(r io.Reader, want string, drop func(digest string) bool) (string, int64, error) {
+	start := p.off
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	h := sha256.New()
+	n, err := io.CopyBuffer(io.MultiWriter(p.w, h), r, *buf)
+	p.off += n
+	if err != nil {
+		return "", 0, errors.Join(err, p.cut(start))
+	}
+	var k packKey
+	h.Sum(k[:0])
+	d := hex.EncodeToString(k[:])
+	if want != "" && d != want {
+		err := fmt.Errorf("got content with digest %s (%d bytes): %w", d, n, ErrDigestMismatch)
+		return "", 0, errors.Join(err, p.cut(start))
+	}
+	if drop != nil && drop(d) {
+		return d, n, p.cut(start)
+	}
+	p.entries = append(p.entries, packEntry{key: k, off: start, size: n})
+	return d, n, nil
+}
+
+// cut drops what was written past off.
+func (p *packWriter) cut(off int64) error {
+	if err := p.w.Flush(); err != nil {
+		return err
+	}
+	if err := p.f.Truncate(off); err != nil {
+		return err
+	}
+	if _, err := p.f.Seek(off, io.SeekStart); err != nil {
+		return err
+	}
+	p.w.Reset(p.f)
+	p.off = off
 	return nil
 }
 

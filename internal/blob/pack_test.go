@@ -55,7 +55,8 @@ func listPacks(t *testing.T, s *Store) []string {
 	return m
 }
 
-func TestBatchPacksSmallBlobsAndStoresLargeOnes(t *testing.T) {
+// A batch packs blobs of any size into one pack file: one fsync for all.
+func TestBatchPacksBlobsOfAnySize(t *testing.T) {
 	s := newStore(t)
 	small := []byte("small")
 	large := bytes.Repeat([]byte("L"), packMax+1)
@@ -64,11 +65,10 @@ func TestBatchPacksSmallBlobsAndStoresLargeOnes(t *testing.T) {
 	if n := len(listPacks(t, s)); n != 1 {
 		t.Fatalf("%d packs, want 1", n)
 	}
-	if _, err := os.Stat(s.path(sum(large))); err != nil {
-		t.Errorf("a blob over packMax is not a file of its own: %v", err)
-	}
-	if _, err := os.Stat(s.path(sum(small))); err == nil {
-		t.Error("a small blob is a file of its own, not packed")
+	for _, c := range [][]byte{small, large, edge} {
+		if _, err := os.Stat(s.path(sum(c))); err == nil {
+			t.Errorf("a blob of %d bytes is a file of its own, not packed", len(c))
+		}
 	}
 	for _, c := range [][]byte{small, large, edge} {
 		if got := readBlob(t, s, sum(c)); !bytes.Equal(got, c) {

@@ -169,24 +169,23 @@ func (a *app) upload(ctx context.Context, c *client.Client, f pathField, kind st
 	case kind == "uri_folder" && !st.IsDir():
 		return "", f.errorf("%s is a file, but the input's type is uri_folder; use type: uri_file", path)
 	}
-	opt := snapshot.BuildOptions{MaxSize: limit, UseIgnoreFiles: ignoreFiles}
-	var m *snapshot.Manifest
-	var files map[string]string
+	opt := snapshot.BuildOptions{MaxSize: limit, UseIgnoreFiles: ignoreFiles, Cache: a.statCache()}
+	var tree *snapshot.Tree
 	if st.IsDir() {
-		m, files, err = snapshot.Build(path, opt)
+		tree, err = snapshot.Walk(path, opt)
 	} else {
-		m, files, err = snapshot.BuildFile(path, opt)
+		tree, err = snapshot.WalkFile(path, opt)
 	}
 	if err != nil {
 		return "", err
 	}
 	var progress func(int64)
 	clear := func() {}
-	if a.terminal(a.stderr) && m.TotalSize() > 0 {
-		line := newProgressLine(a.stderr, "uploading "+field, m.TotalSize(), time.Now)
+	if a.terminal(a.stderr) && tree.TotalSize() > 0 {
+		line := newProgressLine(a.stderr, "uploading "+field, tree.TotalSize(), time.Now)
 		progress, clear = line.Add, line.Clear
 	}
-	id, stats, err := c.Upload(ctx, m, files, progress)
+	id, stats, err := c.UploadTree(ctx, tree, progress)
 	clear() // what is printed next starts a line of its own
 	if err != nil {
 		return "", err
@@ -203,6 +202,18 @@ func (a *app) upload(ctx context.Context, c *client.Client, f pathField, kind st
 			field, stats.Uploaded, stats.Files, humanBytes(stats.Bytes))
 	}
 	return id, nil
+}
+
+// statCache is where uploads remember the digests of the files they
+// hashed, per user: $FERRY_HOME/upload-cache (not cache/, which is the
+// local workspace's blob cache when FERRY_HOME is its data directory).
+// Without a home, nothing is cached.
+func (a *app) statCache() *snapshot.StatCache {
+	home, err := a.home()
+	if err != nil {
+		return nil
+	}
+	return snapshot.NewStatCache(filepath.Join(home, "upload-cache"), nil)
 }
 
 // streamToEnd follows a job's log until it ends, then prints its outcome.

@@ -78,7 +78,7 @@ func TestUploadBatchesSmallFilesAndRoundTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	big := bytes.Repeat([]byte("B"), smallBlob+1)
+	big := bytes.Repeat([]byte("B"), bigFile+1)
 	if err := os.WriteFile(filepath.Join(src, "big.bin"), big, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -88,17 +88,17 @@ func TestUploadBatchesSmallFilesAndRoundTrips(t *testing.T) {
 	}
 	c := New(url, token)
 	var sent atomic.Int64
-	id, stats, err := c.Upload(context.Background(), m, files, func(k int64) { sent.Add(k) })
+	id, stats, err := c.UploadData(context.Background(), m, files, nil, func(k int64) { sent.Add(k) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if stats.Uploaded != n+1 || stats.Bytes != m.TotalSize() || sent.Load() != m.TotalSize() {
 		t.Errorf("stats = %+v, progress %d; want %d blobs of %d bytes", stats, sent.Load(), n+1, m.TotalSize())
 	}
-	// One batch for the small files (under batchBlobs and batchBytes), one
-	// PUT for the big one.
-	if got := requests.Load(); got != 2 {
-		t.Errorf("%d upload requests, want 2", got)
+	// One batch for all (under batchBlobs and batchBytes), the big file
+	// too.
+	if got := requests.Load(); got != 1 {
+		t.Errorf("%d upload requests, want 1", got)
 	}
 	for _, d := range m.Digests() {
 		if !blobs.Has(d) {
@@ -116,7 +116,7 @@ func TestUploadBatchesSmallFilesAndRoundTrips(t *testing.T) {
 
 	// A second upload of the same tree sends nothing.
 	requests.Store(0)
-	if _, stats, err := c.Upload(context.Background(), m, files, nil); err != nil || stats.Uploaded != 0 || requests.Load() != 0 {
+	if _, stats, err := c.UploadData(context.Background(), m, files, nil, nil); err != nil || stats.Uploaded != 0 || requests.Load() != 0 {
 		t.Errorf("re-upload: stats %+v, %d requests, err %v; want nothing sent", stats, requests.Load(), err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"os"
 	"path"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 
@@ -26,7 +28,7 @@ import (
 // directory, in order of precedence: only the first one that exists is read.
 var ignoreFiles = []string{".ferryignore", ".amlignore", ".gitignore"}
 
-// BuildOptions control Build and BuildFile.
+// BuildOptions control Walk, WalkFile and Build.
 type BuildOptions struct {
 	// MaxSize is the most bytes the snapshot may hold in all; 0 means no
 	// limit. It is checked before any file is read.
@@ -35,6 +37,9 @@ type BuildOptions struct {
 	// .amlignore and .gitignore at the root of the directory matches, with
 	// gitignore semantics. Only that one file is read.
 	UseIgnoreFiles bool
+	// Cache, when not nil, gives the digests of files unchanged since a
+	// build of the same root hashed them, and learns those hashed now.
+	Cache *StatCache
 }
 
 // entry is a file found by the walk, not yet hashed.
@@ -43,6 +48,9 @@ type entry struct {
 	src  string // absolute local path to read, symlinks resolved
 	mode uint32
 	size int64 // from stat; the hash pass records what it actually read
+	// st is what the walk's stat said, for the stat cache, when hasStat.
+	st      fileStat
+	hasStat bool
 }
 
 // hashFile returns the SHA-256 and length of a local file. When keep is not
@@ -100,7 +108,26 @@ const (
 
 // Build makes the manifest of the directory root. It returns the manifest
 // and, for every digest in it, the absolute local path of a file with that
-// content (what to upload it from).
+// content (what to upload it from). It is Walk, then Tree.Hash.
+func Build(root string, opt BuildOptions) (*Manifest, map[string]string, error) {
+	t, err := Walk(root, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t.Hash(nil)
+}
+
+// Tree is a folder (or a file) listed for a snapshot, its files not yet
+// read.
+type Tree struct {
+	display string // as the caller named it, for messages
+	key     string // the real path of the root: what the stat cache is kept by
+	entries []entry
+	opt     BuildOptions
+	stamp   time.Time // just before the walk began
+}
+
+// Walk lists the directory root for a snapshot, reading no file.
 //
 // A .git directory (or file) is always left out, and so, when
 // opt.UseIgnoreFiles is set, is whatever the first of .ferryignore,
@@ -114,129 +141,225 @@ const (
 // FIFOs and devices are skipped. A file's mode is 0755 if any execute bit
 // is set, else 0644.
 //
-// The size limit is checked on the sizes the file system reports before any
-// file is read; over it, the error wraps ErrTooLarge and names the largest
-// files.
-func Build(root string, opt BuildOptions) (*Manifest, map[string]string, error) {
+// The size limit is checked on the sizes the file system reports; over
+// it, the error wraps ErrTooLarge and names the largest files.
+func Walk(root string, opt BuildOptions) (*Tree, error) {
+	stamp := opt.now()
 	abs, err := filepath.Abs(root)
 	if err != nil {
-		return nil, nil, fmt.Errorf("snapshot %s: %w", root, err)
+		return nil, fmt.Errorf("snapshot %s: %w", root, err)
 	}
 	real, err := filepath.EvalSymlinks(abs)
 	if err != nil {
-		return nil, nil, fmt.Errorf("snapshot %s: %w", root, err)
+		return nil, fmt.Errorf("snapshot %s: %w", root, err)
 	}
 	fi, err := os.Stat(real)
 	if err != nil {
-		return nil, nil, fmt.Errorf("snapshot %s: %w", root, err)
+		return nil, fmt.Errorf("snapshot %s: %w", root, err)
 	}
 	if !fi.IsDir() {
-		return nil, nil, fmt.Errorf("snapshot %s: not a directory", root)
+		return nil, fmt.Errorf("snapshot %s: not a directory", root)
 	}
 	w := walker{root: real, display: root}
 	if opt.UseIgnoreFiles {
 		if w.ignore, err = readIgnoreFile(real); err != nil {
-			return nil, nil, fmt.Errorf("snapshot %s: %w", root, err)
+			return nil, fmt.Errorf("snapshot %s: %w", root, err)
 		}
 	}
 	if err := w.walk(real, nil, map[string]bool{real: true}); err != nil {
-		return nil, nil, fmt.Errorf("snapshot %s: %w", root, err)
+		return nil, fmt.Errorf("snapshot %s: %w", root, err)
 	}
-	return finish(root, w.entries, opt)
+	if err := checkSize(root, w.entries, opt.MaxSize); err != nil {
+		return nil, err
+	}
+	return &Tree{display: root, key: "dir:" + real, entries: w.entries, opt: opt, stamp: stamp}, nil
 }
 
-// BuildFile makes the manifest of a single regular file (symlinks are
-// followed), listed under its base name. opt.UseIgnoreFiles has no effect.
-func BuildFile(name string, opt BuildOptions) (*Manifest, map[string]string, error) {
+// WalkFile lists a single regular file (symlinks are followed) for a
+// snapshot, under its base name. opt.UseIgnoreFiles has no effect.
+func WalkFile(name string, opt BuildOptions) (*Tree, error) {
+	stamp := opt.now()
 	abs, err := filepath.Abs(name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("snapshot %s: %w", name, err)
+		return nil, fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	real, err := filepath.EvalSymlinks(abs)
 	if err != nil {
-		return nil, nil, fmt.Errorf("snapshot %s: %w", name, err)
+		return nil, fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	fi, err := os.Stat(real)
 	if err != nil {
-		return nil, nil, fmt.Errorf("snapshot %s: %w", name, err)
+		return nil, fmt.Errorf("snapshot %s: %w", name, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, nil, fmt.Errorf("snapshot %s: not a regular file", name)
+		return nil, fmt.Errorf("snapshot %s: not a regular file", name)
 	}
 	rel := filepath.Base(abs)
 	if err := checkPath(rel); err != nil {
-		return nil, nil, fmt.Errorf("snapshot %s: %w", name, err)
+		return nil, fmt.Errorf("snapshot %s: %w", name, err)
 	}
-	e := entry{rel: rel, src: real, mode: modeOf(fi), size: fi.Size()}
-	return finish(name, []entry{e}, opt)
+	e := newEntry(rel, real, fi)
+	if err := checkSize(name, []entry{e}, opt.MaxSize); err != nil {
+		return nil, err
+	}
+	return &Tree{display: name, key: "file:" + real, entries: []entry{e}, opt: opt, stamp: stamp}, nil
 }
 
-// finish checks the size limit, then hashes the entries into a manifest.
-func finish(display string, entries []entry, opt BuildOptions) (*Manifest, map[string]string, error) {
-	if err := checkSize(display, entries, opt.MaxSize); err != nil {
-		return nil, nil, err
+func (o BuildOptions) now() time.Time {
+	if o.Cache != nil {
+		return o.Cache.now()
 	}
-	files, err := hashAll(entries)
-	if err != nil {
-		return nil, nil, fmt.Errorf("snapshot %s: %w", display, err)
+	return time.Now()
+}
+
+func newEntry(rel, src string, fi fs.FileInfo) entry {
+	e := entry{rel: rel, src: src, mode: modeOf(fi), size: fi.Size()}
+	e.st, e.hasStat = statOf(fi)
+	return e
+}
+
+// Len is how many files the tree holds.
+func (t *Tree) Len() int { return len(t.entries) }
+
+// TotalSize is the bytes the tree's files held when it was walked.
+func (t *Tree) TotalSize() int64 {
+	var n int64
+	for _, e := range t.entries {
+		n += e.size
 	}
-	// hashAll recorded the sizes actually read: files may have grown since
-	// the walk.
-	if err := checkSize(display, entries, opt.MaxSize); err != nil {
-		return nil, nil, err
+	return n
+}
+
+// Hashed is a file of a Tree with its digest, as Tree.Hash hands it on.
+type Hashed struct {
+	File
+	// Src is the local file its content is read from.
+	Src string
+	// Data is its content when the file was read whole and kept (see
+	// keepFileMax), else nil.
+	Data []byte
+	// Cached says that the digest came from the stat cache: the file was
+	// not read.
+	Cached bool
+}
+
+// Hash reads and hashes the tree's files in parallel (GOMAXPROCS at a
+// time), taking the digests of files unchanged since a build of the same
+// root from opt.Cache, and returns the manifest and, for every digest in
+// it, the local path of a file with that content. It then tells the cache
+// what it hashed; a cache that cannot be written only costs hashing next
+// time.
+//
+// each, if not nil, is handed the files in runs as they are hashed, from
+// one goroutine at a time, so that they can be sent while the rest are
+// read; the small files' content comes along (Hashed.Data), up to a
+// budget, so that they need not be read again. An error from each stops
+// the hashing and is returned. The size limit is checked again on the
+// sizes read: files may grow after the walk.
+func (t *Tree) Hash(each func([]Hashed) error) (*Manifest, map[string]string, error) {
+	var table *statTable
+	if t.opt.Cache != nil {
+		table = t.opt.Cache.load(t.key)
 	}
-	srcs := make(map[string]string, len(entries))
-	for i, f := range files {
-		if _, ok := srcs[f.Digest]; !ok {
-			srcs[f.Digest] = entries[i].src
+	var mu sync.Mutex
+	var done func(lo, hi int, files []File, datas [][]byte, cached []bool) error
+	if each != nil {
+		done = func(lo, hi int, files []File, datas [][]byte, cached []bool) error {
+			run := make([]Hashed, 0, hi-lo)
+			for i := lo; i < hi; i++ {
+				h := Hashed{File: files[i], Src: t.entries[i].src, Cached: cached[i]}
+				if datas != nil {
+					h.Data = datas[i]
+				}
+				run = append(run, h)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			return each(run)
 		}
 	}
-	m := &Manifest{Files: files}
+	files, errs, _, cached := hashEach(t.entries, hashOptions{
+		keep:   each != nil,
+		cached: func(e *entry) (string, bool) { return table.lookup(e.src, e.st) },
+		done:   done,
+	})
+	for _, err := range errs {
+		if err != nil {
+			return nil, nil, fmt.Errorf("snapshot %s: %w", t.display, err)
+		}
+	}
+	// The sizes actually read: files may have grown since the walk.
+	if err := checkSize(t.display, t.entries, t.opt.MaxSize); err != nil {
+		return nil, nil, err
+	}
+	srcs := make(map[string]string, len(t.entries))
+	for i, f := range files {
+		if _, ok := srcs[f.Digest]; !ok {
+			srcs[f.Digest] = t.entries[i].src
+		}
+	}
+	m := &Manifest{Files: slices.Clone(files)}
 	slices.SortFunc(m.Files, comparePath)
 	if err := m.Validate(); err != nil {
-		return nil, nil, fmt.Errorf("snapshot %s: %w", display, err)
+		return nil, nil, fmt.Errorf("snapshot %s: %w", t.display, err)
+	}
+	if t.opt.Cache != nil && (table == nil || slices.Contains(cached, false)) {
+		_ = t.opt.Cache.save(t.key, t.stamp, t.entries, files)
 	}
 	return m, srcs, nil
 }
 
-// hashAll hashes the entries in parallel, updating their sizes to what was
-// read, and returns the files in the same order, or the first error.
-func hashAll(entries []entry) ([]File, error) {
-	files, errs, _ := hashEach(entries, false)
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return files, nil
+// hashOptions tune hashEach.
+type hashOptions struct {
+	// keep says to return the content of the small files read (see
+	// keepFileMax).
+	keep bool
+	// cached, if not nil, gives the digest of an entry that need not be
+	// read.
+	cached func(e *entry) (string, bool)
+	// done, if not nil, hears of each run of entries [lo, hi) as it is
+	// finished without an error; an error from it stops the hashing and
+	// is that of entry lo.
+	done func(lo, hi int, files []File, datas [][]byte, cached []bool) error
 }
 
 // hashEach hashes the entries in parallel, updating their sizes to what
 // was read, and returns the files and each entry's error in the same order.
 // With keep, it also returns the content of the small files it read (see
-// keepFileMax), in the same order (nil for the others).
-func hashEach(entries []entry, keep bool) ([]File, []error, [][]byte) {
-	files := make([]File, len(entries))
-	errs := make([]error, len(entries))
-	var datas [][]byte
-	if keep {
+// keepFileMax), in the same order (nil for the others). cached says which
+// digests came from opt.cached.
+func hashEach(entries []entry, opt hashOptions) (files []File, errs []error, datas [][]byte, cached []bool) {
+	files = make([]File, len(entries))
+	errs = make([]error, len(entries))
+	cached = make([]bool, len(entries))
+	if opt.keep {
 		datas = make([][]byte, len(entries))
 	}
 	var budget atomic.Int64
 	budget.Store(keepTotal)
-	// Entries go to the workers in runs: one channel operation a file
-	// costs more than hashing a tiny one.
-	const run = 64
-	next := make(chan int, 16)
+	var stop atomic.Bool
+	next := make(chan [2]int, 16)
 	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), 8, max(len(entries), 1)) {
 		wg.Go(func() {
 			var slab []byte
-			for first := range next {
-				for i := first; i < min(first+run, len(entries)); i++ {
+			for r := range next {
+				if stop.Load() {
+					continue
+				}
+				first, end := r[0], r[1]
+				failed := false
+				for i := first; i < end; i++ {
 					e := &entries[i]
+					if opt.cached != nil && e.hasStat {
+						if d, ok := opt.cached(e); ok {
+							files[i] = File{Path: e.rel, Mode: e.mode, Size: e.size, Digest: d}
+							cached[i] = true
+							continue
+						}
+					}
 					var room []byte
-					if keep && e.size < keepFileMax && budget.Add(-(e.size+1)) >= 0 {
+					if opt.keep && e.size < keepFileMax && budget.Add(-(e.size+1)) >= 0 {
 						if int64(len(slab)) <= e.size {
 							slab = make([]byte, max(keepSlab, e.size+1))
 						}
@@ -245,6 +368,7 @@ func hashEach(entries []entry, keep bool) ([]File, []error, [][]byte) {
 					d, n, data, err := hashFile(e.src, room)
 					if err != nil {
 						errs[i] = fmt.Errorf("%s: %w", e.rel, err)
+						failed = true
 						continue
 					}
 					if data != nil {
@@ -254,15 +378,47 @@ func hashEach(entries []entry, keep bool) ([]File, []error, [][]byte) {
 					e.size = n
 					files[i] = File{Path: e.rel, Mode: e.mode, Size: n, Digest: d}
 				}
+				if opt.done != nil && !failed {
+					if err := opt.done(first, end, files, datas, cached); err != nil {
+						errs[first] = err
+						stop.Store(true)
+					}
+				}
 			}
 		})
 	}
-	for i := 0; i < len(entries); i += run {
-		next <- i
+	for r := range runs(entries) {
+		next <- r
 	}
 	close(next)
 	wg.Wait()
-	return files, errs, datas
+	return files, errs, datas, cached
+}
+
+// Entries go to hashEach's workers in runs of at most hashRunFiles files and,
+// past its first file, hashRunBytes bytes: one channel operation a file costs
+// more than hashing a tiny one, and a run is what Tree.Hash hands on at
+// once, so large files must not wait for many others.
+const (
+	hashRunFiles = 64
+	hashRunBytes = 8 << 20
+)
+
+// runs yields the runs of entries, [first, end).
+func runs(entries []entry) iter.Seq[[2]int] {
+	return func(yield func([2]int) bool) {
+		for first := 0; first < len(entries); {
+			end, size := first+1, entries[first].size
+			for end < len(entries) && end-first < hashRunFiles && size+entries[end].size <= hashRunBytes {
+				size += entries[end].size
+				end++
+			}
+			if !yield([2]int{first, end}) {
+				return
+			}
+			first = end
+		}
+	}
 }
 
 // checkSize returns an ErrTooLarge error if the entries hold more than limit
@@ -443,7 +599,7 @@ func (w *walker) walk(dir string, parts []string, ancestors map[string]bool) err
 				}
 				return fmt.Errorf("more than %d files; add some to .ferryignore", MaxFiles)
 			}
-			w.entries = append(w.entries, entry{rel: rel, src: src, mode: modeOf(fi), size: fi.Size()})
+			w.entries = append(w.entries, newEntry(rel, src, fi))
 		default:
 			// A socket, FIFO or device is not part of a snapshot.
 			if w.skip != nil {

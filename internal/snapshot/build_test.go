@@ -404,10 +404,10 @@ func TestBuildTooLarge(t *testing.T) {
 	}
 }
 
-func TestBuildFile(t *testing.T) {
+func TestWalkFile(t *testing.T) {
 	dir := t.TempDir()
 	writeTree(t, dir, map[string]string{"in/data.csv": "1,2,3\n"})
-	m, srcs, err := BuildFile(filepath.Join(dir, "in", "data.csv"), BuildOptions{})
+	m, srcs, err := buildFile(filepath.Join(dir, "in", "data.csv"), BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,11 +418,11 @@ func TestBuildFile(t *testing.T) {
 	if srcs[sum("1,2,3\n")] == "" {
 		t.Error("no source for the file's digest")
 	}
-	if _, _, err := BuildFile(filepath.Join(dir, "in"), BuildOptions{}); err == nil {
-		t.Error("BuildFile of a directory succeeded")
+	if _, _, err := buildFile(filepath.Join(dir, "in"), BuildOptions{}); err == nil {
+		t.Error("WalkFile of a directory succeeded")
 	}
-	if _, _, err := BuildFile(filepath.Join(dir, "in", "data.csv"), BuildOptions{MaxSize: 3}); !errors.Is(err, ErrTooLarge) {
-		t.Errorf("BuildFile over the limit: err = %v, want ErrTooLarge", err)
+	if _, _, err := buildFile(filepath.Join(dir, "in", "data.csv"), BuildOptions{MaxSize: 3}); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("WalkFile over the limit: err = %v, want ErrTooLarge", err)
 	}
 }
 

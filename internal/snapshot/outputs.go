@@ -147,7 +147,7 @@ func (p *OutputPlan) TotalSize() int64 {
 func (p *OutputPlan) Build() (*OutputBuild, error) {
 	out := &OutputBuild{Skipped: slices.Clone(p.Skipped), SkippedMore: p.SkippedMore}
 	entries := slices.Clone(p.entries)
-	files, errs, datas := hashEach(entries, true)
+	files, errs, datas, _ := hashEach(entries, hashOptions{keep: true})
 	var kept []entry
 	var keptFiles []File
 	out.Data = map[string][]byte{}

@@ -4,7 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"encoding/json"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -248,15 +249,18 @@ func (s *Service) CreateSnapshot(ctx context.Context, who auth.Principal, data [
 	if len(missing) > 0 {
 		return "", Invalid("manifest: %d of its files were not uploaded (for example %s); upload them first", len(missing), missing[0])
 	}
-	canonical, err := json.Marshal(m)
-	if err != nil {
-		return "", err
+	canonical := m.MarshalCanonical()
+	sum := sha256.Sum256(canonical)
+	id := hex.EncodeToString(sum[:])
+	// A folder sent again unchanged has its manifest stored already:
+	// storing it again would cost a disk sync for nothing.
+	if !s.blobs.Has(id) {
+		if _, _, err := s.blobs.Put(bytes.NewReader(canonical), id); err != nil {
+			return "", noSpace(err, "the snapshot manifest")
+		}
 	}
-	id, _, err := s.blobs.Put(bytes.NewReader(canonical), "")
-	if err == nil {
-		s.grant(sc, id, true)
-	}
-	return id, noSpace(err, "the snapshot manifest")
+	s.grant(sc, id, true)
+	return id, nil
 }
 
 // GetSnapshot returns a stored manifest that who may read.
