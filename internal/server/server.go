@@ -136,6 +136,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if filepath.Dir(work) == sharedWorkRoot {
+		if err := recordDataDir(work, dir); err != nil {
+			return err
+		}
+		pruneSharedWorkDirs(sharedWorkRoot, work, cfg.Log)
+	}
 	runAs := ""
 	if jobUser != nil {
 		runAs = jobUser.Name
