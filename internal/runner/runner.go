@@ -71,7 +71,10 @@ type Config struct {
 	// stops the job, keeps its final report on disk and ends
 	// (lifetime.go); 0 means DefaultGiveUpAfter.
 	GiveUpAfter time.Duration
-	Log         *slog.Logger
+	// Direct, when set, starts the job's host processes without a shim,
+	// for a runner inside the local executor (direct.go).
+	Direct *Direct
+	Log    *slog.Logger
 }
 
 // File names inside an attempt's directory.
@@ -173,13 +176,17 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 	// preparation, not before them; one that cannot be started is started
 	// cold later.
 	warm := make(chan *warmShim, 1)
-	go func() {
-		w, err := startWarmShim()
-		if err != nil {
-			w = nil
-		}
-		warm <- w
-	}()
+	if r.cfg.Direct != nil {
+		warm <- nil // the executor starts the job itself
+	} else {
+		go func() {
+			w, err := startWarmShim()
+			if err != nil {
+				w = nil
+			}
+			warm <- w
+		}()
+	}
 	r.warm = warm
 	defer func() {
 		if r.warm != nil { // not taken by startHost
