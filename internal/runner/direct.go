@@ -208,6 +208,7 @@ func ExecutorGuardMain(args []string) int {
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
 	signal.Ignore(syscall.SIGHUP)
 	cmd := exec.Command("/proc/self/exe", append([]string{ExecutorCommand, ExecutorServe}, args...)...)
+	cmd.Args[0] = os.Args[0] // as ps shows it: the binary's name, not /proc/self/exe
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
