@@ -2,7 +2,9 @@ package runner
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -157,6 +159,15 @@ func childrenOf(pid int) []int {
 	var out []int
 	for _, task := range tasks {
 		data, err := os.ReadFile(dir + "/" + task.Name() + "/children")
+		if errors.Is(err, fs.ErrNotExist) {
+			// A kernel without CONFIG_PROC_CHILDREN: every process is read.
+			for c, p := range readProcs() {
+				if p.ppid == pid {
+					out = append(out, c)
+				}
+			}
+			return out
+		}
 		if err != nil {
 			continue
 		}
