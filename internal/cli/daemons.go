@@ -81,7 +81,7 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 	f.StringVar(&cfg.RunAs, "run-as", "", "account that jobs on the local target and process nodes run as (default: ferry-job, made if missing, when the server runs as root; else the server's own user). Naming the server's own user runs them as it")
 	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8580", "address to listen on (port 0 picks a free one)")
 	f.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL that runners use to reach this server (default: http://ADDR)")
-	f.BoolVar(&cfg.LocalExecutor, "local-executor", false, "run the local target's jobs in one long-lived executor process instead of starting a runner process per job (faster for small jobs; see bench/dispatch)")
+	f.BoolVar(&cfg.LocalExecutor, "local-executor", true, "run the local target's jobs in one long-lived executor process (ferry local-executor); false starts a runner process per job, as before (slower for small jobs; see bench/dispatch)")
 	f.IntVar(&cfg.LocalCapacity, "local-capacity", 0, "jobs the local target runs at once (default: CPUs of this machine)")
 	f.StringVar(&maxSnap, "max-snapshot-size", "", "largest snapshot accepted, e.g. 1GiB (default 1GiB)")
 	f.StringVar(&outputQuota, "output-quota", "", "most bytes one job's outputs may hold, e.g. 10GiB (default 10GiB; none for no quota); runners skip and list what is over it")

@@ -18,10 +18,10 @@ import (
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
-// The server is killed with SIGKILL while a local job runs; the job carries
-// on, and once the server is back it completes with every log line and its
-// outputs.
-func TestServerKill9WhileJobRuns(t *testing.T) { serverKill9WhileJobRuns(t) }
+// The server is killed with SIGKILL while a local job runs under a runner
+// process of its own; the job carries on, and once the server is back it
+// completes with every log line and its outputs.
+func TestServerKill9WhileJobRuns(t *testing.T) { serverKill9WhileJobRuns(t, "--local-executor=false") }
 
 // The same with the job in the local executor, which outlives the server
 // and serves the restarted one.
@@ -108,7 +108,7 @@ func TestStreamSurvivesServerRestart(t *testing.T) {
 // A runner that dies is noticed by its lease and its job is failed, and
 // the job's whole tree dies with the runner: the slot is not reused while
 // a grandchild of the job still runs.
-func TestLostRunnerFailsJob(t *testing.T) { lostRunnerFailsJob(t) }
+func TestLostRunnerFailsJob(t *testing.T) { lostRunnerFailsJob(t, "--local-executor=false") }
 
 // The same on the local executor: killing it is killing the runner of
 // every job it runs.

@@ -141,8 +141,8 @@ func (s *server) start() {
 	s.t.Helper()
 	os.Remove(filepath.Join(s.dir, "server.json"))
 	args := append([]string{"server", "--data-dir", s.dir, "--work-dir", s.work, "--addr", s.addr}, s.args...)
-	if os.Getenv("FERRY_E2E_LOCAL_EXECUTOR") == "1" && !slices.Contains(args, "--local-executor") {
-		args = append(args, "--local-executor") // the whole suite on the local executor
+	if os.Getenv("FERRY_E2E_LOCAL_EXECUTOR") == "0" && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--local-executor") }) {
+		args = append(args, "--local-executor=false") // the whole suite on a runner process per job
 	}
 	bin := ferryBin
 	if s.bin != "" {

@@ -70,7 +70,9 @@ func checkProbe(t *testing.T, s *server, name, log string) {
 // owner token (the attack of issue 10: ../../../../owner.token), nor the
 // store, nor the key, by relative or absolute path; it still writes its
 // outputs and log.
-func TestLocalJobCannotReadTheDataDir(t *testing.T) { localJobCannotReadTheDataDir(t) }
+func TestLocalJobCannotReadTheDataDir(t *testing.T) {
+	localJobCannotReadTheDataDir(t, "--local-executor=false")
+}
 
 // The same when the job's shell is started by the local executor, not by
 // a runner's shim.
