@@ -33,7 +33,9 @@ func main() {
 	n := flag.Int("n", 1000, "jobs to submit")
 	conc := flag.Int("concurrency", runtime.NumCPU(), "jobs at once (the local target's capacity)")
 	ferry := flag.String("ferry", "", "a ferry binary to measure instead of building ./cmd/ferry (to compare two builds)")
+	serverArgs := flag.String("server-args", "", "more arguments of the server, space-separated (such as --local-executor)")
 	flag.Parse()
+	extraServerArgs = strings.Fields(*serverArgs)
 	if err := run(*n, *conc, *ferry); err != nil {
 		fmt.Fprintln(os.Stderr, "dispatch:", err)
 		os.Exit(1)
@@ -145,6 +147,9 @@ func idleLatency(c *client.Client, samples int) (time.Duration, time.Duration, e
 	return lat[len(lat)/2].Round(100 * time.Microsecond), lat[len(lat)*99/100].Round(100 * time.Microsecond), nil
 }
 
+// extraServerArgs are -server-args.
+var extraServerArgs []string
+
 func startServer(bin, tmp string, conc int) (*client.Client, func(), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -153,7 +158,7 @@ func startServer(bin, tmp string, conc int) (*client.Client, func(), error) {
 	addr := ln.Addr().String()
 	ln.Close()
 	dataDir := filepath.Join(tmp, "data")
-	srv := exec.Command(bin, "server", "--data-dir", dataDir, "--addr", addr, "--local-capacity", strconv.Itoa(conc))
+	srv := exec.Command(bin, append([]string{"server", "--data-dir", dataDir, "--addr", addr, "--local-capacity", strconv.Itoa(conc)}, extraServerArgs...)...)
 	logf, err := os.Create(filepath.Join(tmp, "server.log"))
 	if err != nil {
 		return nil, nil, err

@@ -13,10 +13,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/runner"
+	"github.com/ferry-ml/ferry/internal/runner/invocation"
 	"github.com/ferry-ml/ferry/internal/server"
 )
 
@@ -81,6 +81,7 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 	f.StringVar(&cfg.RunAs, "run-as", "", "account that jobs on the local target and process nodes run as (default: ferry-job, made if missing, when the server runs as root; else the server's own user). Naming the server's own user runs them as it")
 	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8580", "address to listen on (port 0 picks a free one)")
 	f.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL that runners use to reach this server (default: http://ADDR)")
+	f.BoolVar(&cfg.LocalExecutor, "local-executor", true, "run the local target's jobs in one long-lived executor process (ferry local-executor); false starts a runner process per job, as before (slower for small jobs; see bench/dispatch)")
 	f.IntVar(&cfg.LocalCapacity, "local-capacity", 0, "jobs the local target runs at once (default: CPUs of this machine)")
 	f.StringVar(&maxSnap, "max-snapshot-size", "", "largest snapshot accepted, e.g. 1GiB (default 1GiB)")
 	f.StringVar(&outputQuota, "output-quota", "", "most bytes one job's outputs may hold, e.g. 10GiB (default 10GiB; none for no quota); runners skip and list what is over it")
@@ -101,8 +102,7 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 }
 
 func (a *app) runnerCmd() *cobra.Command {
-	var cfg runner.Config
-	var api, envCacheSize, runAs string
+	var inv invocation.Invocation
 	cmd := &cobra.Command{
 		Use:    "runner",
 		Short:  "Run one attempt of a job (started by compute targets, not by people)",
@@ -114,6 +114,10 @@ func (a *app) runnerCmd() *cobra.Command {
 				return errors.New("FERRY_RUN_TOKEN is not set; runners are started by a compute target with a run token")
 			}
 			os.Unsetenv("FERRY_RUN_TOKEN")
+			cfg, err := runner.ConfigFor(inv, tok, slog.New(slog.NewTextHandler(a.stderr, nil)))
+			if err != nil {
+				return err
+			}
 			// The runner is a daemon in its own session: a hang-up is no
 			// reason to stop, and SIGTERM/SIGINT mean "cancel the job and
 			// end after the grace".
@@ -123,7 +127,6 @@ func (a *app) runnerCmd() *cobra.Command {
 			cancel := make(chan struct{})
 			go func() { <-sigs; close(cancel) }()
 			cfg.Cancel = cancel
-			cfg.Client = client.New(api, tok)
 			if r := os.Getenv("FERRY_NODE_RANK"); r != "" {
 				n, err := strconv.Atoi(r)
 				if err != nil || n < 0 {
@@ -131,40 +134,16 @@ func (a *app) runnerCmd() *cobra.Command {
 				}
 				cfg.Client.Rank = n
 			}
-			cfg.APIURL, cfg.RunToken = api, tok
-			if runAs != "" {
-				u, err := isolation.Lookup(runAs)
-				if err != nil {
-					return fmt.Errorf("--run-as: %w", err)
-				}
-				cfg.RunAs = u
+			if cfg.RunAs != nil {
 				// The job's PATH, and the one its environments' Python is
 				// found in, hold only what the job's account can reach.
-				os.Setenv("PATH", isolation.ReachablePath(os.Getenv("PATH"), u))
-			}
-			cfg.Log = slog.New(slog.NewTextHandler(a.stderr, nil))
-			if envCacheSize != "" {
-				n, err := environment.ParseBytes(envCacheSize)
-				if err != nil {
-					return fmt.Errorf("--env-cache-size: %w", err)
-				}
-				cfg.EnvCacheMax = n
+				os.Setenv("PATH", isolation.ReachablePath(os.Getenv("PATH"), cfg.RunAs))
 			}
 			return runner.Run(context.WithoutCancel(cmd.Context()), cfg)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&api, "api", "", "workspace API URL")
-	f.StringVar(&cfg.Job, "job", "", "job name")
-	f.IntVar(&cfg.Attempt, "attempt", 0, "attempt number")
-	f.StringVar(&cfg.Dir, "dir", "", "this attempt's directory")
-	f.StringVar(&cfg.CacheDir, "cache", "", "the node's blob cache directory")
-	f.StringVar(&cfg.EnvCacheDir, "env-cache", "", "the node's built environments")
-	f.StringVar(&envCacheSize, "env-cache-size", "", "evict least recently used environments above this size (such as 50g)")
-	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "SIGTERM to SIGKILL grace on cancel")
-	f.DurationVar(&cfg.GiveUpAfter, "give-up-after", runner.DefaultGiveUpAfter, "stop the job and end, keeping the final report in the attempt's directory, when the server has not answered for this long")
-	f.StringVar(&runAs, "run-as", "", "account the job's processes run as (default: the runner's own)")
-	for _, n := range []string{"api", "job", "attempt", "dir", "cache", "env-cache"} {
+	inv.Bind(cmd.Flags(), 10*time.Second, runner.DefaultGiveUpAfter)
+	for _, n := range invocation.Required {
 		_ = cmd.MarkFlagRequired(n)
 	}
 	return cmd

@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/executor"
 	"github.com/ferry-ml/ferry/internal/runner"
 	"github.com/ferry-ml/ferry/internal/selfexe"
 	"github.com/ferry-ml/ferry/internal/server"
@@ -78,6 +79,13 @@ func (a *app) run(ctx context.Context, args []string) int {
 		// The supervisor of a host job (runner.ShimMain): its arguments
 		// are the job's command line, which no flag parser may touch.
 		return runner.ShimMain(args[1:])
+	}
+	if len(args) > 0 && args[0] == runner.ExecutorCommand {
+		// The local executor (internal/executor), under its guard.
+		if len(args) > 1 && args[1] == runner.ExecutorServe {
+			return executor.Main(args[2:])
+		}
+		return runner.ExecutorGuardMain(args[1:])
 	}
 	if len(args) > 0 && args[0] == runner.GuardCommand {
 		// Removes a container job when its runner dies (runner.GuardMain).

@@ -14,14 +14,23 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ferry-ml/ferry/internal/testutil"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
-// The server is killed with SIGKILL while a local job runs; the job carries
-// on, and once the server is back it completes with every log line and its
-// outputs.
-func TestServerKill9WhileJobRuns(t *testing.T) {
-	s := startServer(t)
+// The server is killed with SIGKILL while a local job runs under a runner
+// process of its own; the job carries on, and once the server is back it
+// completes with every log line and its outputs.
+func TestServerKill9WhileJobRuns(t *testing.T) { serverKill9WhileJobRuns(t, "--local-executor=false") }
+
+// The same with the job in the local executor, which outlives the server
+// and serves the restarted one.
+func TestServerKill9WhileExecutorJobRuns(t *testing.T) {
+	serverKill9WhileJobRuns(t, "--local-executor")
+}
+
+func serverKill9WhileJobRuns(t *testing.T, args ...string) {
+	s := startServer(t, args...)
 	gate := filepath.Join(passableDir(t), "gate")
 	file := jobFile(t, fmt.Sprintf(`command: |
   for i in $(seq 1 20); do echo "before $i"; done
@@ -31,6 +40,9 @@ func TestServerKill9WhileJobRuns(t *testing.T) {
 `, gate), nil)
 	name := strings.TrimSpace(s.mustFerry("job", "create", "-f", file).stdout)
 	s.waitStatus(name, "Running")
+	if slices.Contains(args, "--local-executor") && len(executorPIDs(s)) != 1 {
+		t.Fatalf("the job runs under executors %v, want one", executorPIDs(s))
+	}
 
 	s.kill9()
 	// While the server is down the job goes on and writes more output.
@@ -96,29 +108,18 @@ func TestStreamSurvivesServerRestart(t *testing.T) {
 // A runner that dies is noticed by its lease and its job is failed, and
 // the job's whole tree dies with the runner: the slot is not reused while
 // a grandchild of the job still runs.
-func TestLostRunnerFailsJob(t *testing.T) {
-	s := startServer(t, "--lease-timeout", "2s")
+func TestLostRunnerFailsJob(t *testing.T) { lostRunnerFailsJob(t, "--local-executor=false") }
+
+// The same on the local executor: killing it is killing the runner of
+// every job it runs.
+func TestLostExecutorFailsJob(t *testing.T) { lostRunnerFailsJob(t, "--local-executor") }
+
+func lostRunnerFailsJob(t *testing.T, args ...string) {
+	s := startServer(t, append([]string{"--lease-timeout", "2s"}, args...)...)
 	file := jobFile(t, "command: bash -c 'sleep 1000 & sleep 1000' & setsid sleep 1000 & echo forked; sleep 1000\n", nil)
 	name := strings.TrimSpace(s.mustFerry("job", "create", "-f", file).stdout)
 	s.waitStatus(name, "Running")
-	// Find the runner by its command line and kill it.
-	killed := false
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmdline), "\x00")
-		if len(args) > 1 && args[1] == "runner" && strings.Contains(string(cmdline), name) {
-			var pid int
-			fmt.Sscan(e.Name(), &pid)
-			p, _ := os.FindProcess(pid)
-			_ = p.Kill()
-			killed = true
-		}
-	}
-	if !killed {
+	if killRunnerOf(s, name) == 0 {
 		t.Fatal("runner process not found")
 	}
 	j := s.waitStatus(name, "Failed")
@@ -137,6 +138,31 @@ func TestLostRunnerFailsJob(t *testing.T) {
 			t.Fatalf("processes of job %s outlived its runner:\n%s", name, strings.Join(left, "\n"))
 		}
 	}
+}
+
+// killRunnerOf kills with SIGKILL what runs job name: its `ferry runner`,
+// found by its command line, or else the local executor of s (the
+// executor proper, not its guard). It says how many it killed.
+func killRunnerOf(s *server, name string) int {
+	killed := 0
+	var executors []int
+	for _, p := range testutil.Procs() {
+		cmdline := strings.Join(p.Args, " ")
+		switch {
+		case len(p.Args) > 1 && p.Args[1] == "runner" && strings.Contains(cmdline, name):
+			_ = syscall.Kill(p.PID, syscall.SIGKILL)
+			killed++
+		case len(p.Args) > 2 && p.Args[1] == "local-executor" && p.Args[2] == "--serve" && strings.Contains(cmdline, s.work+"/"):
+			executors = append(executors, p.PID)
+		}
+	}
+	if killed > 0 {
+		return killed
+	}
+	for _, pid := range executors {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return len(executors)
 }
 
 // jobProcs are the live processes of a job, found by the FERRY_JOB_ID

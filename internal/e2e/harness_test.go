@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,6 +74,7 @@ type server struct {
 	cmd    *exec.Cmd
 	output *syncBuffer // the server's stdout and stderr
 	home   string      // FERRY_HOME for CLI calls, so ~/.ferry is never used
+	bin    string      // the ferry binary it is started from; "" = ferryBin
 }
 
 func freeAddr(t *testing.T) string {
@@ -137,7 +139,14 @@ func (s *server) start() {
 	s.t.Helper()
 	os.Remove(filepath.Join(s.dir, "server.json"))
 	args := append([]string{"server", "--data-dir", s.dir, "--work-dir", s.work, "--addr", s.addr}, s.args...)
-	s.cmd = exec.Command(ferryBin, args...)
+	if os.Getenv("FERRY_E2E_LOCAL_EXECUTOR") == "0" && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--local-executor") }) {
+		args = append(args, "--local-executor=false") // the whole suite on a runner process per job
+	}
+	bin := ferryBin
+	if s.bin != "" {
+		bin = s.bin
+	}
+	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.output, s.output
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)

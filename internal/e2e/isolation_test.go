@@ -71,8 +71,18 @@ func checkProbe(t *testing.T, s *server, name, log string) {
 // store, nor the key, by relative or absolute path; it still writes its
 // outputs and log.
 func TestLocalJobCannotReadTheDataDir(t *testing.T) {
+	localJobCannotReadTheDataDir(t, "--local-executor=false")
+}
+
+// The same when the job's shell is started by the local executor, not by
+// a runner's shim.
+func TestLocalExecutorJobCannotReadTheDataDir(t *testing.T) {
+	localJobCannotReadTheDataDir(t, "--local-executor")
+}
+
+func localJobCannotReadTheDataDir(t *testing.T, args ...string) {
 	testutil.RequireRoot(t)
-	s := startServer(t)
+	s := startServer(t, args...)
 	r := s.mustFerry("job", "create", "-f", probeJob(t, s, ""), "--name", "probe-local", "--stream")
 	mustContain(t, "summary", r.stderr, "job probe-local: Completed")
 	checkProbe(t, s, "probe-local", r.stdout)

@@ -184,6 +184,9 @@ func killRunnersUnder(t *testing.T, dirs []string) {
 			if len(p.Args) > 1 && (p.Args[1] == "runner-shim" || p.Args[1] == "runner-guard") {
 				continue // ends by itself once its runner is gone
 			}
+			if len(p.Args) > 2 && p.Args[1] == "local-executor" && p.Args[2] != "--serve" {
+				continue // the executor's guard: kills its jobs and ends once the executor is gone
+			}
 			_ = syscall.Kill(p.PID, syscall.SIGKILL)
 		}
 		if left == 0 {

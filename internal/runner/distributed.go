@@ -293,6 +293,9 @@ func (r *runner) startHost(command string, env []string, spool *os.File) (proces
 			r.log.Warn("the waiting shim is gone; starting another", "err", err)
 		}
 	}
+	if r.cfg.Direct != nil {
+		return r.startDirect(shell(), command, env, spool)
+	}
 	return startHost(shell(), command, r.wd, env, spool, r.credential())
 }
 

@@ -45,11 +45,14 @@ type Config struct {
 	// RunAs is the account that jobs on the local target and process nodes
 	// run as ("" = isolation.Choose's default: isolation.DefaultUser when
 	// the server is root, else the server's own user).
-	RunAs           string
-	Addr            string // host:port to listen on; port 0 picks a free one
-	AdvertiseURL    string // URL runners use; default http://<listen address>
-	LocalCapacity   int    // slots of the built-in local target; 0 = CPUs
-	MaxSnapshotSize int64  // 0 = 1 GiB
+	RunAs         string
+	Addr          string // host:port to listen on; port 0 picks a free one
+	AdvertiseURL  string // URL runners use; default http://<listen address>
+	LocalCapacity int    // slots of the built-in local target; 0 = CPUs
+	// LocalExecutor runs the local target's attempts in one long-lived
+	// `ferry local-executor` instead of a `ferry runner` process each.
+	LocalExecutor   bool
+	MaxSnapshotSize int64 // 0 = 1 GiB
 	// OutputQuota bounds the bytes of one job attempt's outputs
 	// (0 = workspace.DefaultOutputQuota, negative = none).
 	OutputQuota int64
@@ -184,7 +187,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	targets := targetTypes(local.Config{
 		Exe: exe, RunsDir: filepath.Join(work, "runs"), CacheDir: filepath.Join(dir, "cache"),
-		Capacity: cfg.LocalCapacity, CancelGrace: grace, RunAs: runAs, GPUs: len(hostGPUs()),
+		Capacity: cfg.LocalCapacity, CancelGrace: grace, RunAs: runAs, GPUs: len(hostGPUs()), Executor: cfg.LocalExecutor,
 		EnvCacheDir: filepath.Join(work, "environments"), EnvCacheSize: cfg.EnvCacheSize,
 		Docker: func(ctx context.Context) error {
 			d, err := docker.Connect(ctx)

@@ -147,6 +147,9 @@ type JobFilter struct {
 	Compute  string
 	Limit    int  // at most this many; 0 means no limit
 	Newest   bool // order by Seq descending instead of ascending
+	// ByPriority orders by Priority descending, then Seq ascending: the
+	// order the dispatcher starts queued jobs in. Newest is then ignored.
+	ByPriority bool
 }
 
 // Store keeps workspace state durably. All methods are safe for concurrent

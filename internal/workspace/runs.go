@@ -92,9 +92,52 @@ func (s *Service) dispatch(ctx context.Context) error {
 	if !anyFree {
 		return nil // reading the queue would be wasted work
 	}
-	queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}})
+	cands, err := s.candidates(ctx, computes, free)
 	if err != nil {
 		return err
+	}
+	for _, c := range scheduler.Pick(cands, free) {
+		if err := s.guard("job "+c.Job, func() error { return s.start(ctx, c.Job, c.Compute) }); err != nil {
+			s.log.Error("start job", "job", c.Job, "err", err)
+			if errors.Is(err, errInternal) {
+				s.failBroken(ctx, c.Job, err)
+			}
+		}
+	}
+	return nil
+}
+
+// fullScanEvery is how often the dispatcher reads the whole queue, to fail
+// the jobs of computes that are gone; between, it reads of each compute
+// with free slots only the jobs that could take them, so a pass costs the
+// slots freed, not the length of the queue (bench/dispatch).
+const fullScanEvery = time.Second
+
+// candidates are the queued jobs that the free slots could take: for each
+// compute, its first free[compute] jobs by priority and submit order (what
+// scheduler.Pick would take of the whole queue), or, every fullScanEvery,
+// the whole queue, failing the jobs whose compute is gone.
+func (s *Service) candidates(ctx context.Context, computes []store.Compute, free map[string]int) ([]scheduler.Candidate, error) {
+	if time.Since(s.queueScanned) < fullScanEvery {
+		var cands []scheduler.Candidate
+		for _, name := range slices.Sorted(maps.Keys(free)) {
+			if free[name] == 0 {
+				continue
+			}
+			queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}, Compute: name, ByPriority: true, Limit: free[name]})
+			if err != nil {
+				return nil, err
+			}
+			for _, j := range queued {
+				cands = append(cands, scheduler.Candidate{Job: j.Name, Compute: j.Compute, Priority: j.Priority, Seq: j.Seq})
+			}
+		}
+		return cands, nil
+	}
+	s.queueScanned = time.Now()
+	queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}})
+	if err != nil {
+		return nil, err
 	}
 	cands := make([]scheduler.Candidate, 0, len(queued))
 	pool := map[string]bool{}
@@ -111,15 +154,7 @@ func (s *Service) dispatch(ctx context.Context) error {
 		}
 		cands = append(cands, scheduler.Candidate{Job: j.Name, Compute: j.Compute, Priority: j.Priority, Seq: j.Seq})
 	}
-	for _, c := range scheduler.Pick(cands, free) {
-		if err := s.guard("job "+c.Job, func() error { return s.start(ctx, c.Job, c.Compute) }); err != nil {
-			s.log.Error("start job", "job", c.Job, "err", err)
-			if errors.Is(err, errInternal) {
-				s.failBroken(ctx, c.Job, err)
-			}
-		}
-	}
-	return nil
+	return cands, nil
 }
 
 // start moves a job from Queued to Preparing with a new attempt and a run

@@ -95,8 +95,11 @@ type Service struct {
 	now     func() time.Time
 	started time.Time
 
-	kick      chan struct{} // wakes the dispatcher and lease check
-	kickPools chan struct{} // wakes the pool loop
+	kick chan struct{} // wakes the dispatcher and lease check
+	// queueScanned is when the dispatcher last read the whole queue
+	// (runs.go); only its goroutine uses it.
+	queueScanned time.Time
+	kickPools    chan struct{} // wakes the pool loop
 
 	mu         sync.Mutex
 	targets    map[string]compute.Target

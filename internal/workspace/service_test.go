@@ -378,3 +378,28 @@ func TestListJobsShowsEachJobsLatestMetrics(t *testing.T) {
 		t.Errorf("metrics in the list (-show +list):\n%s", d)
 	}
 }
+
+// Between its full reads of the queue, the dispatcher reads of each
+// compute only the jobs its free slots could take: by priority first, then
+// submit order, as from the whole queue.
+func TestDispatchBetweenFullScansTakesPriorityFirst(t *testing.T) {
+	ctx := context.Background()
+	target := &fakeTarget{capacity: 1}
+	s, _ := newService(t, target)
+	submit(t, s, "a")
+	dispatch(t, s) // a full scan: the first pass
+	submit(t, s, "b")
+	if _, err := s.SubmitJob(ctx, owner, Submission{Spec: &spec.Job{Name: "c", Command: "true", QueueSettings: &spec.QueueSettings{Priority: "high"}}}); err != nil {
+		t.Fatal(err)
+	}
+	zero := 0
+	for _, done := range []string{"a", "c"} {
+		if err := s.ReportStatus(ctx, runPrincipal(done, 1), done, 1, Report{Status: StatusCompleted, ExitCode: &zero}); err != nil {
+			t.Fatal(err)
+		}
+		dispatch(t, s) // within fullScanEvery of the first
+	}
+	if diff := cmp.Diff([]string{"a", "c", "b"}, target.jobs()); diff != "" {
+		t.Errorf("launch order (-want +got):\n%s", diff)
+	}
+}

@@ -14,11 +14,13 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/runner/invocation"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
@@ -43,11 +45,15 @@ type Config struct {
 	// GPUs is how many GPUs this machine has (what nvidia-smi lists); a
 	// job that asks for more is refused at submit.
 	GPUs int
+	// Executor runs attempts in the long-lived local executor
+	// (executor.go) instead of one `ferry runner` process each.
+	Executor bool
 }
 
 // Target is the local compute target.
 type Target struct {
-	cfg Config
+	cfg    Config
+	execMu sync.Mutex // one start of the executor at a time
 }
 
 var (
@@ -140,18 +146,17 @@ func (t *Target) Launch(_ context.Context, l compute.Launch) error {
 		return err
 	}
 	defer logf.Close()
-	args := []string{"runner", "--api", l.APIURL, "--job", l.Job, "--attempt", strconv.Itoa(l.Attempt),
-		"--dir", dir, "--cache", t.cfg.CacheDir, "--env-cache", t.cfg.EnvCacheDir}
-	if t.cfg.EnvCacheSize != "" {
-		args = append(args, "--env-cache-size", t.cfg.EnvCacheSize)
-	}
+	inv := invocation.Invocation{API: l.APIURL, Job: l.Job, Attempt: l.Attempt, Dir: dir, Cache: t.cfg.CacheDir,
+		EnvCache: t.cfg.EnvCacheDir, EnvCacheSize: t.cfg.EnvCacheSize, RunAs: t.cfg.RunAs}
 	if t.cfg.CancelGrace != "" {
-		args = append(args, "--cancel-grace", t.cfg.CancelGrace)
+		if inv.CancelGrace, err = time.ParseDuration(t.cfg.CancelGrace); err != nil {
+			return fmt.Errorf("the cancel grace %q: %w", t.cfg.CancelGrace, err)
+		}
 	}
-	if t.cfg.RunAs != "" {
-		args = append(args, "--run-as", t.cfg.RunAs)
+	if t.cfg.Executor {
+		return t.launchInExecutor(inv, l.RunToken)
 	}
-	cmd := exec.Command(t.cfg.Exe, args...)
+	cmd := exec.Command(t.cfg.Exe, inv.Args()...)
 	cmd.Env = runnerEnv(os.Environ(), l.RunToken)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -137,7 +137,9 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	if f.Newest {
+	if f.ByPriority {
+		q += ` ORDER BY priority DESC, seq`
+	} else if f.Newest {
 		q += ` ORDER BY seq DESC`
 	} else {
 		q += ` ORDER BY seq`

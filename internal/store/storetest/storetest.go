@@ -658,6 +658,9 @@ func testJobList(t *testing.T, s store.Store) {
 	for _, sp := range specs {
 		j := testJob(sp.name)
 		j.Status, j.Compute = sp.status, sp.compute
+		if sp.name == "d" {
+			j.Priority = 5
+		}
 		all[sp.name] = mustCreateJob(t, s, j)
 	}
 	jobs := func(names ...string) []store.Job {
@@ -686,6 +689,9 @@ func testJobList(t *testing.T, s store.Store) {
 		{store.JobFilter{Limit: 10}, jobs("a", "b", "c", "d", "e")},
 		{store.JobFilter{Statuses: []string{"Running", "Completed"}, Compute: "cpu", Limit: 1, Newest: true}, jobs("e")},
 		{store.JobFilter{Statuses: []string{"Running", "Completed"}, Compute: "cpu", Limit: 1}, jobs("c")},
+		{store.JobFilter{ByPriority: true}, jobs("d", "a", "b", "c", "e")},
+		{store.JobFilter{Statuses: []string{"Queued"}, ByPriority: true, Limit: 1}, jobs("d")},
+		{store.JobFilter{Statuses: []string{"Queued"}, ByPriority: true, Newest: true}, jobs("d", "a")},
 	} {
 		if d := diff(tt.want, mustListJobs(t, s, tt.f)); d != "" {
 			t.Errorf("ListJobs(%+v) (-want +got):\n%s", tt.f, d)

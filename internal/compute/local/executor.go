@@ -1,0 +1,165 @@
+package local
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/runner/invocation"
+)
+
+// With Config.Executor, the local target hands its attempts to a
+// long-lived `ferry local-executor` (internal/executor) instead of
+// starting `ferry runner` for each: it runs them in-process, with the
+// same options, and starts each job's shell itself. Starting the ferry
+// binary twice per job (runner, then shim) was most of a short job's cost
+// (bench/dispatch). The executor is started in its own session, so it
+// outlives the server as runners do, and is found again by its socket in
+// ExecutorDirName of the runs dir, private to the server's user (0700).
+// One that runs another binary, or for another account, takes no new
+// attempts: it ends when its attempts have, and a new one is started.
+
+// ExecutorDirName is the executor's folder in the runs dir: its socket
+// (ExecutorSocket), and its log.
+const ExecutorDirName = ".executor"
+
+// ExecutorSocket is the executor's unix socket in ExecutorDirName.
+const ExecutorSocket = "sock"
+
+// ExecutorRequest is what the target sends the executor, as one line of
+// JSON per connection: an attempt to run.
+type ExecutorRequest struct {
+	// ID names the executor the sender wants: its binary and account. An
+	// executor with another ID refuses, answering Other, and drains.
+	ID        string `json:"id"`
+	ServerPID int    `json:"server_pid"` // an idle executor ends when it is gone
+	// RunToken is the attempt's run token: a secret, only ever sent over
+	// the private socket.
+	RunToken string                `json:"run_token"`
+	Run      invocation.Invocation `json:"run"`
+}
+
+// ExecutorReply is the executor's answer, one line of JSON.
+type ExecutorReply struct {
+	OK    bool   `json:"ok,omitempty"`
+	Other bool   `json:"other,omitempty"` // another executor's ID, or draining: start a new one
+	Error string `json:"error,omitempty"`
+}
+
+// executorID is what an executor started now from the target's binary is
+// known by: the binary (path, size, change time) and the account jobs run as.
+func (t *Target) executorID() (string, error) {
+	fi, err := os.Stat(t.cfg.Exe)
+	if err != nil {
+		return "", fmt.Errorf("the ferry binary for the local executor: %w", err)
+	}
+	return fmt.Sprintf("%s|%d|%d|%s", t.cfg.Exe, fi.Size(), fi.ModTime().UnixNano(), t.cfg.RunAs), nil
+}
+
+// launchInExecutor hands an attempt to the executor, starting one when
+// none answers or the one that does is another's.
+func (t *Target) launchInExecutor(inv invocation.Invocation, runToken string) error {
+	t.execMu.Lock()
+	defer t.execMu.Unlock()
+	id, err := t.executorID()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(t.cfg.RunsDir, ExecutorDirName)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("the local executor's folder: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	req := ExecutorRequest{ID: id, ServerPID: os.Getpid(), RunToken: runToken, Run: inv}
+	rep, err := sendExecutor(dir, req)
+	if err == nil && !rep.Other {
+		if !rep.OK {
+			return fmt.Errorf("the local executor refused attempt %d of %s: %s", inv.Attempt, inv.Job, rep.Error)
+		}
+		return nil
+	}
+	if err := t.startExecutor(dir, id); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for wait := time.Millisecond; ; wait = min(wait*2, 100*time.Millisecond) {
+		rep, err = sendExecutor(dir, req)
+		switch {
+		case err == nil && rep.OK:
+			return nil
+		case err == nil && !rep.Other:
+			return fmt.Errorf("the local executor refused attempt %d of %s: %s", inv.Attempt, inv.Job, rep.Error)
+		case time.Now().After(deadline):
+			if err == nil {
+				err = errors.New("another executor holds the socket and takes no new attempts")
+			}
+			return fmt.Errorf("the local executor started but does not answer on %s (its log is %s): %w",
+				filepath.Join(dir, ExecutorSocket), filepath.Join(dir, "executor.log"), err)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// startExecutor starts `ferry local-executor` in a session of its own.
+func (t *Target) startExecutor(dir, id string) error {
+	logf, err := os.OpenFile(filepath.Join(dir, "executor.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(t.cfg.Exe, "local-executor", "--dir", dir, "--id", id, "--run-as", t.cfg.RunAs)
+	cmd.Env = runnerEnv(os.Environ(), "")
+	cmd.Env = cmd.Env[:len(cmd.Env)-1] // no run token: each attempt's comes over the socket
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the local executor: %w", err)
+	}
+	go func() { _ = cmd.Wait() }() // reap it while we live; init does after
+	return nil
+}
+
+// sendExecutor sends req to the executor of dir and reads its reply.
+func sendExecutor(dir string, req ExecutorRequest) (ExecutorReply, error) {
+	var rep ExecutorReply
+	conn, err := DialExecutor(dir)
+	if err != nil {
+		return rep, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return rep, err
+	}
+	line, err := bufio.NewReader(conn).ReadBytes('\n')
+	if err != nil {
+		return rep, err
+	}
+	return rep, json.Unmarshal(line, &rep)
+}
+
+// DialExecutor connects to the socket of the executor of dir. A unix
+// socket's path is bounded (108 bytes); a longer one is reached through
+// the folder's descriptor.
+func DialExecutor(dir string) (net.Conn, error) {
+	path := filepath.Join(dir, ExecutorSocket)
+	if len(path) < 100 {
+		return net.DialTimeout("unix", path, 2*time.Second)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return net.DialTimeout("unix", "/proc/self/fd/"+strconv.Itoa(int(d.Fd()))+"/"+ExecutorSocket, 2*time.Second)
+}

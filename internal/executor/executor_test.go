@@ -1,0 +1,158 @@
+package executor
+
+import (
+	"bufio"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ferry-ml/ferry/internal/compute/local"
+	"github.com/ferry-ml/ferry/internal/runner"
+	"github.com/ferry-ml/ferry/internal/runner/invocation"
+)
+
+// TestMain answers the executor's commands, as the ferry binary does: the
+// guard starts the executor by re-running its own binary, which in these
+// tests is the test binary.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == runner.ExecutorCommand {
+		if len(os.Args) > 2 && os.Args[2] == runner.ExecutorServe {
+			os.Exit(Main(os.Args[3:]))
+		}
+		os.Exit(runner.ExecutorGuardMain(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// startExecutor starts the executor's guard on dir with id, as the local
+// target does, and returns it once the executor answers.
+func startExecutor(t *testing.T, dir, id string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], runner.ExecutorCommand, "--dir", dir, "--id", id)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := local.DialExecutor(dir); err == nil {
+			c.Close()
+			return cmd
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the executor does not answer on its socket")
+		}
+	}
+}
+
+// send sends one request and returns the reply.
+func send(t *testing.T, dir string, req local.ExecutorRequest) local.ExecutorReply {
+	t.Helper()
+	c, err := local.DialExecutor(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := json.NewEncoder(c).Encode(req); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(c).ReadBytes('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep local.ExecutorReply
+	if err := json.Unmarshal(line, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// waitEnd waits for the guard to end and returns its exit code.
+func waitEnd(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+		return cmd.ProcessState.ExitCode()
+	case <-time.After(15 * time.Second): // within DefaultIdle: it ended for the reason tested
+		t.Fatal("the executor did not end")
+		return -1
+	}
+}
+
+// A stale socket is replaced; a request for another executor is answered
+// Other, and the executor, having no attempt, drains and ends, guard and
+// all.
+func TestOtherIDDrainsTheExecutor(t *testing.T) {
+	dir := t.TempDir()
+	stale, err := net.Listen("unix", filepath.Join(dir, local.ExecutorSocket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close()
+	cmd := startExecutor(t, dir, "old")
+	if diff := cmp.Diff(local.ExecutorReply{Error: "run.job, run.dir and run_token are required"}, send(t, dir, local.ExecutorRequest{ID: "old"})); diff != "" {
+		t.Errorf("incomplete request (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(local.ExecutorReply{Other: true}, send(t, dir, local.ExecutorRequest{ID: "new"})); diff != "" {
+		t.Errorf("another ID (-want +got):\n%s", diff)
+	}
+	if code := waitEnd(t, cmd); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+	if _, err := os.Stat(filepath.Join(dir, local.ExecutorSocket)); !os.IsNotExist(err) {
+		t.Errorf("the drained executor left its socket: %v", err)
+	}
+}
+
+// An attempt whose server never answers runs in the executor as in a
+// runner: it gives up after give_up_after and keeps its final report on
+// disk, with the runner's log in the attempt's runner.log. The executor,
+// its server gone and no attempt left, then ends.
+func TestAttemptGivesUpAndExecutorEndsWithItsServer(t *testing.T) {
+	dir := t.TempDir()
+	cmd := startExecutor(t, dir, "x")
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := "http://" + ln.Addr().String()
+	ln.Close() // nothing answers there
+	attempt := filepath.Join(dir, "job", "1")
+	inv := invocation.Invocation{API: api, Job: "job", Attempt: 1, Dir: attempt, Cache: filepath.Join(dir, "cache"),
+		EnvCache: filepath.Join(dir, "envs"), GiveUpAfter: time.Second}
+	if err := os.MkdirAll(attempt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	rep := send(t, dir, local.ExecutorRequest{ID: "x", ServerPID: gone.Process.Pid, RunToken: "not-a-real-token", Run: inv})
+	if !rep.OK {
+		t.Fatalf("reply = %+v", rep)
+	}
+	if code := waitEnd(t, cmd); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+	data, err := os.ReadFile(filepath.Join(attempt, runner.FinalReportName))
+	if err != nil {
+		t.Fatalf("no final report kept: %v", err)
+	}
+	if !strings.Contains(string(data), "runner gave up on the server") {
+		t.Errorf("final report:\n%s", data)
+	}
+	log, _ := os.ReadFile(filepath.Join(attempt, "runner.log"))
+	if !strings.Contains(string(log), "giving up") || strings.Contains(string(log), "not-a-real-token") {
+		t.Errorf("runner.log:\n%s", log)
+	}
+}
