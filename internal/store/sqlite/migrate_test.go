@@ -204,3 +204,32 @@ func TestConnectionSettings(t *testing.T) {
 		}
 	}
 }
+
+// The dispatcher's question (a compute's first queued jobs by priority)
+// must be answered from the jobs_queue index, not by sorting every queued
+// job of the compute on each pass.
+func TestQueueQueryUsesItsIndex(t *testing.T) {
+	st, err := Open(filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rows, err := st.r.Query(`EXPLAIN QUERY PLAN SELECT `+jobColumns+` FROM jobs WHERE status IN (?) AND compute = ? ORDER BY priority DESC, seq LIMIT ?`, "Queued", "local", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	got := strings.Join(plan, "; ")
+	if !strings.Contains(got, "jobs_queue") || strings.Contains(got, "TEMP B-TREE") {
+		t.Errorf("query plan %q: want the jobs_queue index and no sort", got)
+	}
+}
