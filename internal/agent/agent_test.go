@@ -45,8 +45,10 @@ done
 printf '%s\n' "$@" > "$dir/args"
 env > "$dir/env"
 echo start >> "$dir/starts"
-echo $$ > "$dir/pid.tmp" && mv "$dir/pid.tmp" "$dir/pid"
+# The trap comes before the pid: a test that has read the pid may have
+# the agent signal the runner at once.
 trap 'echo term > "$dir/terminated"; exit 143' TERM
+echo $$ > "$dir/pid.tmp" && mv "$dir/pid.tmp" "$dir/pid"
 while [ -d "$dir" ] && [ ! -e "$dir/exit" ]; do
 	[ -e "$dir/ping" ] && mv "$dir/ping" "$dir/pong"
 	sleep 0.01
