@@ -346,7 +346,12 @@ func TestPrepareWaitsForTheBuildLock(t *testing.T) {
 // never one a runner holds (here another Cache, as another process), nor
 // the one just built.
 func TestEviction(t *testing.T) {
-	t.Parallel()
+	// Not parallel: eviction tells "in use" by a failed non-blocking
+	// flock, and a child that another test forks holds every open file
+	// of this process, locks too, until it execs. Run beside tests that
+	// start processes, an eviction here would find an idle environment
+	// busy now and then and keep it (harmless in a runner: it only keeps
+	// an environment a little longer; fatal to these exact expectations).
 	dir := t.TempDir()
 	imgs := newFakeImages(100)
 	clock := testClock()
@@ -408,7 +413,7 @@ func TestEviction(t *testing.T) {
 
 // TestEvictionFollowsLastUse: a reuse makes an environment recent again.
 func TestEvictionFollowsLastUse(t *testing.T) {
-	t.Parallel()
+	// Not parallel, as TestEviction.
 	imgs := newFakeImages(100)
 	c := &Cache{Dir: t.TempDir(), MaxBytes: 250, Images: imgs, Now: testClock()}
 	for _, name := range []string{"x", "y", "x", "z"} {
