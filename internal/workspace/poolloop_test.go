@@ -160,11 +160,14 @@ func TestClusterScalesWithItsQueue(t *testing.T) {
 // Lowering max_instances removes idle nodes at once and leaves busy ones.
 func TestResizeDownRemovesIdleNodesFirst(t *testing.T) {
 	ctx := context.Background()
-	s, prov, _ := newPaperCluster(t, 0, 3, 600)
+	s, prov, clk := newPaperCluster(t, 0, 3, 600)
 	for _, j := range []string{"a", "b", "c"} {
 		submitTo(t, s, j, "gpu")
 	}
 	settle(t, s)
+	// The busy node is the one up longest without idling: a scale-down
+	// that counted it as idle would pick it first.
+	clk.advance(10 * time.Second)
 	finishJob(t, s, "a")
 	finishJob(t, s, "b")
 	settle(t, s)
