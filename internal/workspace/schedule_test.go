@@ -21,28 +21,35 @@ import (
 // schedProvider makes machines on paper: the provider interface is a
 // boundary Ferry owns, and this test is about the instance's schedules.
 type schedProvider struct {
-	mu       sync.Mutex
-	launched []string
+	mu         sync.Mutex
+	launched   []string
+	terminated []string // machine IDs, in the order they were terminated
 	// failTerminate is how many Terminate calls fail before one works, as
-	// with a provider that is slow or down for a while.
-	failTerminate int
+	// with a provider that is slow or down for a while; failLaunch is the
+	// same for Launch.
+	failTerminate, failLaunch int
 }
 
 func (p *schedProvider) Type() string { return "paper" }
 func (p *schedProvider) Launch(_ context.Context, r provider.LaunchRequest) (provider.Machine, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.failLaunch > 0 {
+		p.failLaunch--
+		return provider.Machine{}, errors.New("no capacity in the region for a moment")
+	}
 	p.launched = append(p.launched, r.Name)
 	return provider.Machine{ID: r.Name, Pool: r.Pool, State: provider.StateRunning}, nil
 }
 func (p *schedProvider) List(context.Context, string) ([]provider.Machine, error) { return nil, nil }
-func (p *schedProvider) Terminate(context.Context, string) error {
+func (p *schedProvider) Terminate(_ context.Context, id string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.failTerminate > 0 {
 		p.failTerminate--
 		return errors.New("the cloud is down for a moment")
 	}
+	p.terminated = append(p.terminated, id)
 	return nil
 }
 
