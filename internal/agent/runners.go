@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/ferry-ml/ferry/internal/nodeproto"
+	"github.com/ferry-ml/ferry/internal/runner/invocation"
 )
 
 // StateFile is the agent's record of its runners inside its directory. It
@@ -192,17 +193,9 @@ func (a *agent) launch(as nodeproto.Assignment) (*proc, error) {
 	if api == "" {
 		api = a.cfg.Server // the server did not say; the URL we reach it at works for us
 	}
-	args := []string{"runner", "--api", api, "--job", as.Job, "--attempt", strconv.Itoa(as.Attempt),
-		"--dir", dir, "--cache", a.cfg.CacheDir, "--env-cache", a.cfg.EnvCacheDir}
-	if a.cfg.EnvCacheSize != "" {
-		args = append(args, "--env-cache-size", a.cfg.EnvCacheSize)
-	}
-	if a.cfg.CancelGrace > 0 {
-		args = append(args, "--cancel-grace", a.cfg.CancelGrace.String())
-	}
-	if a.cfg.RunAs != "" {
-		args = append(args, "--run-as", a.cfg.RunAs)
-	}
+	args := invocation.Invocation{API: api, Job: as.Job, Attempt: as.Attempt, Dir: dir,
+		Cache: a.cfg.CacheDir, EnvCache: a.cfg.EnvCacheDir, EnvCacheSize: a.cfg.EnvCacheSize,
+		CancelGrace: a.cfg.CancelGrace, RunAs: a.cfg.RunAs}.Args()
 	cmd := exec.Command(a.cfg.Exe, args...)
 	cmd.Env = a.runnerEnv(as)
 	cmd.Stdout, cmd.Stderr = logf, logf

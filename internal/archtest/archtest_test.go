@@ -35,6 +35,9 @@ var forbidden = map[string][]string{
 	// The agent and the runner link it: the account jobs run as needs
 	// nothing of Ferry's.
 	"internal/isolation": {"internal/"},
+	// Every launcher of a runner links it (the local target, the executor,
+	// the agent): one runner command line, nothing of Ferry's behind it.
+	"internal/runner/invocation": {"internal/"},
 }
 
 func TestDependencyDirection(t *testing.T) {
