@@ -118,8 +118,7 @@ func (t *Target) startExecutor(dir, id string) error {
 	}
 	defer logf.Close()
 	cmd := exec.Command(t.cfg.Exe, "local-executor", "--dir", dir, "--id", id, "--run-as", t.cfg.RunAs)
-	cmd.Env = runnerEnv(os.Environ(), "")
-	cmd.Env = cmd.Env[:len(cmd.Env)-1] // no run token: each attempt's comes over the socket
+	cmd.Env = withoutFerryVars(os.Environ()) // no run token: each attempt's comes over the socket
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -197,14 +197,21 @@ func runsDirMode(runAs string) os.FileMode {
 }
 
 // runnerEnv is a runner's environment: the server's, as a job on the
-// server's own machine expects it, less its FERRY_ variables (a FERRY_TOKEN
-// of the server's shell, say), with the attempt's run token.
+// server's own machine expects it (withoutFerryVars), with the attempt's
+// run token.
 func runnerEnv(server []string, runToken string) []string {
+	return append(withoutFerryVars(server), "FERRY_RUN_TOKEN="+runToken)
+}
+
+// withoutFerryVars is the server's environment less its FERRY_ variables
+// (a FERRY_TOKEN of the server's shell, say): what runners, and the
+// executor that runs attempts for them, start with.
+func withoutFerryVars(server []string) []string {
 	env := make([]string, 0, len(server)+1)
 	for _, kv := range server {
 		if !strings.HasPrefix(kv, "FERRY_") {
 			env = append(env, kv)
 		}
 	}
-	return append(env, "FERRY_RUN_TOKEN="+runToken)
+	return env
 }
