@@ -33,8 +33,8 @@ type noTarget struct{}
 func (noTarget) Type() string                             { return "local" }
 func (noTarget) Admit(*spec.Job, *environment.Spec) error { return nil }
 func (noTarget) Capacity() int                            { return 1 }
-func (noTarget) Launch(context.Context, compute.Launch) error {
-	return errors.New("no local jobs in this test")
+func (noTarget) Launch(context.Context, compute.Launch) (compute.Handle, error) {
+	return "", errors.New("no local jobs in this test")
 }
 
 // paperProvider makes machines on paper and keeps their join tokens, so

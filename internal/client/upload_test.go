@@ -153,8 +153,8 @@ type noTarget struct{}
 func (noTarget) Type() string                             { return "local" }
 func (noTarget) Admit(*spec.Job, *environment.Spec) error { return nil }
 func (noTarget) Capacity() int                            { return 1 }
-func (noTarget) Launch(context.Context, compute.Launch) error {
-	return errors.New("no jobs in this test")
+func (noTarget) Launch(context.Context, compute.Launch) (compute.Handle, error) {
+	return "", errors.New("no jobs in this test")
 }
 
 func digest(b []byte) string {

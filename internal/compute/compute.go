@@ -28,21 +28,106 @@ type Launch struct {
 	Attempt  int    // attempt number, fenced by the server
 	APIURL   string // where the runner reaches the workspace API
 	RunToken string // run-scoped token; secret, never log it
+
+	// Spec is the job as submitted and Environment its resolved
+	// environment (nil when it has none). A target that hands the attempt
+	// to a scheduler of its own (Slurm, Kubernetes) maps them to the
+	// engine's request: resources.instance_count to nodes,
+	// distribution.process_count_per_instance to tasks per node, GPUs,
+	// limits.timeout to a time limit. The runner still reads the whole
+	// job from its assignment; nothing here replaces that.
+	Spec        *spec.Job
+	Environment *environment.Spec
 }
+
+// Handle names an attempt in the engine a target hands it to: a Slurm job
+// id, a Kubernetes object name. It is durable: the workspace stores it
+// with the attempt, so a server started again can still cancel or inspect
+// what an earlier one launched. Empty means the target has no engine-side
+// name for the attempt (the local target: its runner is the attempt).
+// A handle is opaque to the workspace and never holds a secret.
+type Handle string
 
 // Target runs job attempts.
 //
 // Admit is called at submit time with the job and its resolved environment
 // and must refuse, with an error wrapping ErrNotSupported that names the
 // field, every job the target cannot honour.
-// Capacity is how many attempts may run at once. Launch starts a runner for
-// the attempt and returns once it is started (not when the job ends); a
-// returned error means nothing was started. Methods are safe for concurrent use.
+// Capacity is how many attempts may run at once; for a target that
+// queues itself (SelfQueueing) it is how many attempts Ferry keeps handed
+// to the engine at once, running or waiting there.
+// Launch starts a runner for the attempt, or hands the attempt to the
+// target's engine, and returns once that is done (not when the job ends),
+// with the attempt's handle; a returned error means nothing was started
+// and no handle exists. Methods are safe for concurrent use.
 type Target interface {
 	Type() string
 	Admit(job *spec.Job, env *environment.Spec) error
 	Capacity() int
-	Launch(ctx context.Context, l Launch) error
+	Launch(ctx context.Context, l Launch) (Handle, error)
+}
+
+// The optional powers of a target, found by type assertion (as Nomad's
+// drivers offer RecoverTask and friends).
+
+// Canceller is a target that can end an attempt through its engine, also
+// before the attempt's runner started (a Slurm job still pending). Cancel
+// is idempotent: a handle the engine no longer knows, or one already
+// ended, is not an error. The runner, when it runs, still gets the
+// ordinary cancel and its grace from the workspace; Cancel is what reaches
+// an attempt no runner speaks for yet.
+type Canceller interface {
+	Cancel(ctx context.Context, h Handle) error
+}
+
+// Phase is where an engine says an attempt is.
+type Phase string
+
+const (
+	// PhasePending: waiting in the engine's own queue; Reason says why
+	// in the engine's words ("Resources", "Priority").
+	PhasePending Phase = "Pending"
+	// PhaseRunning: the engine started it; its runner reports from now.
+	PhaseRunning Phase = "Running"
+	// PhaseEnded: the engine ended it; Outcome says how.
+	PhaseEnded Phase = "Ended"
+	// PhaseGone: the engine does not know the handle (any more).
+	PhaseGone Phase = "Gone"
+)
+
+// EngineState is what the engine says of one handle.
+type EngineState struct {
+	Phase Phase
+	// Reason is the engine's own words for the phase: why it is pending,
+	// or how it ended ("Resources", "TIMEOUT", "NODE_FAIL").
+	Reason string
+	// Outcome, when the phase is PhaseEnded: the workspace status the
+	// attempt ends with, as the engine saw it (Completed, Failed,
+	// Canceled), used only when the runner never reported one.
+	Outcome string
+	// Requeue, when the phase is PhaseEnded: the engine took the attempt
+	// away (preemption) and the job should get a new attempt instead of
+	// failing.
+	Requeue  bool
+	ExitCode *int
+}
+
+// Inspector is a target that can say what its engine did with handles:
+// after a server restart the workspace reconciles every stored handle
+// with it, and a self-queueing target's pending attempts take their queue
+// reason from it. Handles missing from the answer are unknown to the
+// engine (as PhaseGone). One call asks about many handles, so an engine
+// with a batch query (squeue) answers with one.
+type Inspector interface {
+	Inspect(ctx context.Context, hs []Handle) (map[Handle]EngineState, error)
+}
+
+// SelfQueueing is a target whose engine queues attempts itself (Slurm,
+// Kubernetes): an attempt handed to it may wait there for a long time.
+// Such an attempt is Queued in Ferry, with the engine's reason, and is
+// not failed by runner lease expiry until its runner has started.
+type SelfQueueing interface {
+	QueuesItself() bool
 }
 
 // FinalReports is an optional power of a target whose runners keep, on

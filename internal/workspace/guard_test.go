@@ -122,7 +122,7 @@ func TestOutOfBoundsRecordsAreFailedNotFatal(t *testing.T) {
 // record trips. The Target interface is a boundary Ferry owns.
 type panicTarget struct{ fakeTarget }
 
-func (p *panicTarget) Launch(_ context.Context, l compute.Launch) error {
+func (p *panicTarget) Launch(_ context.Context, l compute.Launch) (compute.Handle, error) {
 	if l.Job == "bad" {
 		panic("bug triggered by job bad")
 	}

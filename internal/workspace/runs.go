@@ -196,7 +196,7 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 		return err
 	}
 	l := compute.Launch{Job: name, Attempt: attempt, APIURL: s.cfg.APIURL, RunToken: secret}
-	if err := t.Launch(ctx, l); err != nil {
+	if _, err := t.Launch(ctx, l); err != nil {
 		s.finish(ctx, name, attempt, StatusFailed, "runner could not be started", nil, err.Error())
 		return err
 	}

@@ -42,14 +42,14 @@ func (f *fakeTarget) FinalReport(job string, attempt int) ([]byte, bool) {
 func (f *fakeTarget) Type() string                             { return "fake" }
 func (f *fakeTarget) Admit(*spec.Job, *environment.Spec) error { return nil }
 func (f *fakeTarget) Capacity() int                            { return f.capacity }
-func (f *fakeTarget) Launch(_ context.Context, l compute.Launch) error {
+func (f *fakeTarget) Launch(_ context.Context, l compute.Launch) (compute.Handle, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail != nil {
-		return f.fail
+		return "", f.fail
 	}
 	f.launched = append(f.launched, l)
-	return nil
+	return "", nil
 }
 
 func (f *fakeTarget) jobs() []string {

@@ -129,7 +129,13 @@ func (t *Target) Admit(j *spec.Job, env *environment.Spec) error {
 
 // Launch implements compute.Target. The run token travels in the
 // environment, not the command line, where other users could read it.
-func (t *Target) Launch(_ context.Context, l compute.Launch) error {
+// The local target has no engine between it and the runner, so the
+// attempt has no handle.
+func (t *Target) Launch(_ context.Context, l compute.Launch) (compute.Handle, error) {
+	return "", t.launch(l)
+}
+
+func (t *Target) launch(l compute.Launch) error {
 	dir := filepath.Join(t.cfg.RunsDir, l.Job, strconv.Itoa(l.Attempt))
 	mode := runsDirMode(t.cfg.RunAs)
 	if err := os.MkdirAll(dir, mode); err != nil {
