@@ -14,12 +14,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/buildinfo"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 )
 
@@ -317,26 +317,18 @@ func addressToward(server string) (string, error) {
 // buildVersion is this binary's version: the module version when it was
 // built from a tagged module, else the VCS revision.
 func buildVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
+	info := buildinfo.Read()
+	if !info.Known {
 		return ""
 	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
+	if v := info.Module; v != "(devel)" {
 		return v
 	}
-	var rev, dirty string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = "-dirty"
-			}
-		}
-	}
-	if rev == "" {
+	if info.Revision == "" {
 		return "devel"
 	}
-	return rev[:min(12, len(rev))] + dirty
+	if info.Modified {
+		return info.ShortRevision() + "-dirty"
+	}
+	return info.ShortRevision()
 }

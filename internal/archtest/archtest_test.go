@@ -38,6 +38,8 @@ var forbidden = map[string][]string{
 	// Every launcher of a runner links it (the local target, the executor,
 	// the agent): one runner command line, nothing of Ferry's behind it.
 	"internal/runner/invocation": {"internal/"},
+	// The agent and the command line read their version through it.
+	"internal/buildinfo": {"internal/"},
 }
 
 func TestDependencyDirection(t *testing.T) {

@@ -3,8 +3,8 @@ package cli
 import (
 	"fmt"
 	"runtime"
-	"runtime/debug"
 
+	"github.com/ferry-ml/ferry/internal/buildinfo"
 	"github.com/spf13/cobra"
 )
 
@@ -12,29 +12,18 @@ import (
 // tag, or "(devel)" for a build from a checkout), the commit it was built
 // from and whether the tree had changes, and the Go that built it.
 func version() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
+	info := buildinfo.Read()
+	if !info.Known {
 		return "unknown (built without module information) " + runtime.Version()
 	}
-	v := info.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	var rev, modified string
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = "+changes"
-			}
+	v := info.Module
+	if info.Revision != "" {
+		v += " commit " + info.ShortRevision()
+		if info.Modified {
+			v += "+changes"
 		}
 	}
-	if rev != "" {
-		v += " commit " + rev[:min(12, len(rev))] + modified
-	}
-	return v + " " + info.GoVersion
+	return v + " " + info.Go
 }
 
 func (a *app) versionCmd() *cobra.Command {
