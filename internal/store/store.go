@@ -63,10 +63,13 @@ type Job struct {
 	Outputs        json.RawMessage
 	Environment    json.RawMessage // the resolved environment
 	Placement      json.RawMessage // where the current attempt runs (JSON owned by the workspace)
-	Created        time.Time
-	Started        time.Time
-	Ended          time.Time
-	Heartbeat      time.Time
+	// Handle names the current attempt in its compute target's engine (a
+	// Slurm job id); "" when there is none. Opaque to the store.
+	Handle    string
+	Created   time.Time
+	Started   time.Time
+	Ended     time.Time
+	Heartbeat time.Time
 }
 
 // Environment is one version of a registered environment. Spec is the
@@ -150,7 +153,20 @@ type JobFilter struct {
 	// ByPriority orders by Priority descending, then Seq ascending: the
 	// order the dispatcher starts queued jobs in. Newest is then ignored.
 	ByPriority bool
+	// Handle selects by whether the job's current attempt has an engine
+	// handle; HandleAny (the zero value) selects both.
+	Handle HandleFilter
 }
+
+// HandleFilter selects jobs by whether their Handle is set.
+type HandleFilter int
+
+// The values of JobFilter.Handle.
+const (
+	HandleAny   HandleFilter = iota // with or without a handle
+	HandleSet                       // only jobs whose Handle is not ""
+	HandleUnset                     // only jobs whose Handle is ""
+)
 
 // Store keeps workspace state durably. All methods are safe for concurrent
 // use. Errors wrap ErrNotFound or ErrConflict where those apply, so callers

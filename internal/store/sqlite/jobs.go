@@ -14,7 +14,7 @@ import (
 // order of jobValues.
 const jobDataColumns = `display_name, experiment_name, compute, status, status_reason,
 	priority, attempt, exit_code, error, created_by, cancel_by, spec, code_snapshot,
-	inputs, outputs, created, started, ended, heartbeat, environment, placement`
+	inputs, outputs, created, started, ended, heartbeat, environment, placement, handle`
 
 // jobColumns are the columns of jobs in the order scanJob reads them.
 const jobColumns = `seq, name, ` + jobDataColumns
@@ -23,7 +23,7 @@ const jobColumns = `seq, name, ` + jobDataColumns
 const jobSets = `display_name = ?, experiment_name = ?, compute = ?, status = ?, status_reason = ?,
 	priority = ?, attempt = ?, exit_code = ?, error = ?, created_by = ?, cancel_by = ?, spec = ?,
 	code_snapshot = ?, inputs = ?, outputs = ?, created = ?, started = ?, ended = ?, heartbeat = ?, environment = ?,
-	placement = ?`
+	placement = ?, handle = ?`
 
 // jobValues are the stored forms of j's fields after Seq and Name.
 func jobValues(j store.Job) []any {
@@ -36,7 +36,7 @@ func jobValues(j store.Job) []any {
 		j.Priority, j.Attempt, exit, j.Error, j.CreatedBy, j.CancelBy, jsonArg(j.Spec),
 		j.CodeSnapshot, jsonArg(j.Inputs), jsonArg(j.Outputs),
 		timeArg(j.Created), timeArg(j.Started), timeArg(j.Ended), timeArg(j.Heartbeat),
-		jsonArg(j.Environment), jsonArg(j.Placement),
+		jsonArg(j.Environment), jsonArg(j.Placement), j.Handle,
 	}
 }
 
@@ -49,7 +49,7 @@ func scanJob(s scanner) (store.Job, error) {
 	)
 	err := s.Scan(&j.Seq, &j.Name, &j.DisplayName, &j.ExperimentName, &j.Compute, &j.Status, &j.StatusReason,
 		&j.Priority, &j.Attempt, &exit, &j.Error, &j.CreatedBy, &j.CancelBy, &spec, &j.CodeSnapshot,
-		&inputs, &outputs, &created, &started, &ended, &heartbeat, &env, &place)
+		&inputs, &outputs, &created, &started, &ended, &heartbeat, &env, &place, &j.Handle)
 	if err != nil {
 		return store.Job{}, err
 	}
@@ -132,6 +132,12 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 	if f.Compute != "" {
 		where = append(where, `compute = ?`)
 		args = append(args, f.Compute)
+	}
+	switch f.Handle {
+	case store.HandleSet:
+		where = append(where, `handle != ''`)
+	case store.HandleUnset:
+		where = append(where, `handle = ''`)
 	}
 	q := `SELECT ` + jobColumns + ` FROM jobs`
 	if len(where) > 0 {

@@ -9,6 +9,8 @@ import (
 	"testing/fstest"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/ferry-ml/ferry/internal/store"
 )
 
 // openRaw opens a database with the writer's settings but no migrations.
@@ -205,16 +207,17 @@ func TestConnectionSettings(t *testing.T) {
 	}
 }
 
-// The dispatcher's question (a compute's first queued jobs by priority)
+// The dispatcher's question (a compute's first queued jobs by priority,
+// of those not handed to an engine yet)
 // must be answered from the jobs_queue index, not by sorting every queued
-// job of the compute on each pass.
+// job of the compute on each pass. It is asked as ListJobs asks it.
 func TestQueueQueryUsesItsIndex(t *testing.T) {
 	st, err := Open(filepath.Join(t.TempDir(), "db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	rows, err := st.r.Query(`EXPLAIN QUERY PLAN SELECT `+jobColumns+` FROM jobs WHERE status IN (?) AND compute = ? ORDER BY priority DESC, seq LIMIT ?`, "Queued", "local", 4)
+	rows, err := st.r.Query(`EXPLAIN QUERY PLAN SELECT `+jobColumns+` FROM jobs WHERE status IN (?) AND compute = ? AND handle = '' ORDER BY priority DESC, seq LIMIT ?`, "Queued", "local", 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,5 +234,61 @@ func TestQueueQueryUsesItsIndex(t *testing.T) {
 	got := strings.Join(plan, "; ")
 	if !strings.Contains(got, "jobs_queue") || strings.Contains(got, "TEMP B-TREE") {
 		t.Errorf("query plan %q: want the jobs_queue index and no sort", got)
+	}
+}
+
+// A job stored before jobs had a handle (migration 0008) reads back with
+// none, is a dispatcher candidate (HandleUnset), and can be given one.
+func TestHandleMigrationKeepsOldJobs(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ferry.db")
+	ms, err := loadMigrations(migrations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := fstest.MapFS{}
+	for _, m := range ms {
+		if m.version < 8 {
+			before[m.name] = &fstest.MapFile{Data: []byte(m.sql)}
+		}
+	}
+	db := openRaw(t, path)
+	if err := migrate(ctx, db, before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO jobs (name, display_name, experiment_name, compute, status, status_reason,
+		priority, attempt, error, created_by, cancel_by, code_snapshot)
+		VALUES ('old', '', '', 'local', 'Queued', '', 0, 0, '', 'owner', '', '')`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	j, err := s.GetJob(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Handle != "" {
+		t.Errorf("Handle of a job stored before 0008 = %q, want empty", j.Handle)
+	}
+	queued, err := s.ListJobs(ctx, store.JobFilter{Statuses: []string{"Queued"}, Compute: "local", Handle: store.HandleUnset, ByPriority: true, Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(queued) != 1 || queued[0].Name != "old" {
+		t.Errorf("the dispatcher's read = %v, want the old job", queued)
+	}
+	if _, err := s.UpdateJob(ctx, "old", func(j *store.Job) (*store.Event, error) {
+		j.Handle = "77"
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := s.GetJob(ctx, "old"); err != nil || j.Handle != "77" {
+		t.Errorf("GetJob after storing a handle = %q, %v; want 77", j.Handle, err)
 	}
 }

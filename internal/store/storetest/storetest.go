@@ -89,6 +89,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Job/TimePrecision", testJobTimePrecision},
 		{"Job/GetNotFound", testJobGetNotFound},
 		{"Job/List", testJobList},
+		{"Job/ListByHandle", testJobListByHandle},
 		{"Job/Update", testJobUpdate},
 		{"Job/UpdateNilEvent", testJobUpdateNilEvent},
 		{"Job/UpdateFnError", testJobUpdateFnError},
@@ -524,6 +525,7 @@ func fullJob(name string) store.Job {
 		Inputs:         json.RawMessage(`{"data":{"type":"uri_folder","path":"./data"}}`),
 		Environment:    json.RawMessage(`{"kind":"python","requirements":"requirements.txt"}`),
 		Placement:      json.RawMessage("{\"nodes\": [\"gpu-1\", \"gpu-2\"],\n \"gpus\": 8}"),
+		Handle:         "4242_1 ✓",
 		Outputs:        json.RawMessage(`[]`),
 		Created:        t0,
 		Started:        t0.Add(90 * time.Second),
@@ -696,6 +698,62 @@ func testJobList(t *testing.T, s store.Store) {
 		if d := diff(tt.want, mustListJobs(t, s, tt.f)); d != "" {
 			t.Errorf("ListJobs(%+v) (-want +got):\n%s", tt.f, d)
 		}
+	}
+}
+
+// The dispatcher reads only queued jobs not yet handed to an engine, and
+// the engine reconcile only those that were, by the same filter.
+func testJobListByHandle(t *testing.T, s store.Store) {
+	all := map[string]store.Job{}
+	for _, sp := range []struct{ name, status, handle string }{
+		{"a", "Queued", ""},
+		{"b", "Queued", "101"},
+		{"c", "Running", "102"},
+		{"d", "Queued", ""},
+	} {
+		j := testJob(sp.name)
+		j.Status, j.Handle = sp.status, sp.handle
+		all[sp.name] = mustCreateJob(t, s, j)
+	}
+	jobs := func(names ...string) []store.Job {
+		js := []store.Job{}
+		for _, n := range names {
+			js = append(js, all[n])
+		}
+		return js
+	}
+	for _, tt := range []struct {
+		f    store.JobFilter
+		want []store.Job
+	}{
+		{store.JobFilter{}, jobs("a", "b", "c", "d")},
+		{store.JobFilter{Handle: store.HandleSet}, jobs("b", "c")},
+		{store.JobFilter{Handle: store.HandleUnset}, jobs("a", "d")},
+		{store.JobFilter{Statuses: []string{"Queued"}, Handle: store.HandleUnset, ByPriority: true, Limit: 1}, jobs("a")},
+		{store.JobFilter{Statuses: []string{"Queued"}, Handle: store.HandleSet}, jobs("b")},
+	} {
+		if d := diff(tt.want, mustListJobs(t, s, tt.f)); d != "" {
+			t.Errorf("ListJobs(%+v) (-want +got):\n%s", tt.f, d)
+		}
+	}
+	// A handle written by UpdateJob reads back, and so does its removal.
+	if _, err := s.UpdateJob(context.Background(), "a", func(j *store.Job) (*store.Event, error) {
+		j.Handle = "103"
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGetJob(t, s, "a").Handle; got != "103" {
+		t.Errorf("Handle after UpdateJob = %q, want 103", got)
+	}
+	if _, err := s.UpdateJob(context.Background(), "a", func(j *store.Job) (*store.Event, error) {
+		j.Handle = ""
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGetJob(t, s, "a").Handle; got != "" {
+		t.Errorf("Handle after clearing it = %q, want empty", got)
 	}
 }
 
