@@ -63,13 +63,11 @@ type Job struct {
 	Outputs        json.RawMessage
 	Environment    json.RawMessage // the resolved environment
 	Placement      json.RawMessage // where the current attempt runs (JSON owned by the workspace)
-	// Handle names the current attempt in its compute target's engine (a
-	// Slurm job id); "" when there is none. Opaque to the store.
-	Handle    string
-	Created   time.Time
-	Started   time.Time
-	Ended     time.Time
-	Heartbeat time.Time
+	Created        time.Time
+	Started        time.Time
+	Ended          time.Time
+	Heartbeat      time.Time
+	Handle         string // the current attempt's name in its target's engine (a Slurm job id); "" when none
 }
 
 // Environment is one version of a registered environment. Spec is the

@@ -212,15 +212,16 @@ func (s *Service) onPreemptedNode(ctx context.Context, j store.Job) string {
 	return ""
 }
 
-// requeuePreempted ends an attempt that its node's preemption stopped and
-// queues the job again; the next placement makes a new attempt. The job's
+// requeuePreempted ends an attempt that its node's preemption (or its
+// engine, then node is "") stopped and queues the job again; the next placement makes a new attempt. The job's
 // outputs stay, for the new attempt to resume from. A job whose cancel was
 // asked is canceled instead. It does nothing for an attempt that is not
 // the job's current one or a job that already ended.
 func (s *Service) requeuePreempted(ctx context.Context, name string, attempt int, node, why string) error {
 	canceled, moved := false, false
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		if IsTerminal(j.Status) || j.Status == StatusQueued || j.Attempt != attempt {
+		// Queued with a handle: it waited in its engine's queue.
+		if IsTerminal(j.Status) || (j.Status == StatusQueued && j.Handle == "") || j.Attempt != attempt {
 			return nil, nil
 		}
 		if j.Status == StatusCancelRequested {
@@ -231,7 +232,7 @@ func (s *Service) requeuePreempted(ctx context.Context, name string, attempt int
 		now := s.now()
 		j.Status = StatusQueued
 		j.StatusReason = fmt.Sprintf("queued: attempt %d was preempted (%s); it runs again as attempt %d", attempt, why, attempt+1)
-		j.Placement, j.ExitCode, j.Heartbeat, moved = nil, nil, now, true
+		j.Placement, j.Handle, j.ExitCode, j.Heartbeat, moved = nil, "", nil, now, true
 		return &store.Event{Job: name, Time: now, From: from, To: StatusQueued, Reason: j.StatusReason}, nil
 	})
 	if err != nil {

@@ -19,17 +19,18 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-// Run dispatches queued jobs, watches runner leases and runs the pool loop
-// until ctx is done. The pool loop has a goroutine of its own: it calls
-// node providers, which may be slow (a Docker stop waits out its grace),
-// and the local target's jobs and every runner's lease must not wait on
-// them.
+// Run dispatches queued jobs, watches runner leases, runs the pool loop and
+// reconciles engine handles until ctx is done. The pool loop and the
+// engine reconcile have goroutines of their own: they call node providers
+// and engines, which may be slow (a Docker stop waits out its grace), and
+// the local target's jobs and every runner's lease must not wait on them.
 func (s *Service) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		s.loop(ctx, s.kick, loopPass{"dispatch", s.dispatch}, loopPass{"lease check", s.expireLeases})
+		s.loop(ctx, time.Second, s.kick, loopPass{"dispatch", s.dispatch}, loopPass{"lease check", s.expireLeases})
 	})
-	wg.Go(func() { s.loop(ctx, s.kickPools, loopPass{"pools", s.reconcilePools}) })
+	wg.Go(func() { s.loop(ctx, time.Second, s.kickPools, loopPass{"pools", s.reconcilePools}) })
+	wg.Go(func() { s.loop(ctx, s.cfg.EngineInspect, nil, loopPass{"engine reconcile", s.reconcileEngines}) })
 	wg.Wait()
 }
 
@@ -39,9 +40,10 @@ type loopPass struct {
 	run  func(context.Context) error
 }
 
-// loop runs its passes every second and when kicked, until ctx is done.
-func (s *Service) loop(ctx context.Context, kick <-chan struct{}, passes ...loopPass) {
-	tick := time.NewTicker(time.Second)
+// loop runs its passes at once, then every interval and when kicked (a
+// nil kick never is), until ctx is done.
+func (s *Service) loop(ctx context.Context, every time.Duration, kick <-chan struct{}, passes ...loopPass) {
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		// Each pass is guarded as a whole too: a panic the per-record
@@ -86,7 +88,11 @@ func (s *Service) dispatch(ctx context.Context) error {
 			s.log.Error("compute unusable", "compute", c.Name, "err", err)
 			continue
 		}
-		free[c.Name] = max(0, t.Capacity()-busy[c.Name])
+		waiting, err := s.inEngineQueue(ctx, c.Name, t)
+		if err != nil {
+			return err
+		}
+		free[c.Name] = max(0, t.Capacity()-busy[c.Name]-waiting)
 		anyFree = anyFree || free[c.Name] > 0
 	}
 	if !anyFree {
@@ -124,7 +130,7 @@ func (s *Service) candidates(ctx context.Context, computes []store.Compute, free
 			if free[name] == 0 {
 				continue
 			}
-			queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}, Compute: name, ByPriority: true, Limit: free[name]})
+			queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}, Compute: name, Handle: store.HandleUnset, ByPriority: true, Limit: free[name]})
 			if err != nil {
 				return nil, err
 			}
@@ -135,7 +141,8 @@ func (s *Service) candidates(ctx context.Context, computes []store.Compute, free
 		return cands, nil
 	}
 	s.queueScanned = time.Now()
-	queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}})
+	// Attempts waiting in an engine's queue are Queued too, but launched.
+	queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}, Handle: store.HandleUnset})
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +182,7 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 			return nil, errNotQueued // nothing written; failed below
 		}
 		j.Attempt++
-		attempt = j.Attempt
+		attempt, j.Handle = j.Attempt, ""
 		now := s.now()
 		j.Status, j.StatusReason, j.Heartbeat = StatusPreparing, "runner starting on compute "+computeName, now
 		return &store.Event{Job: name, Time: now, From: StatusQueued, To: j.Status, Reason: j.StatusReason}, nil
@@ -191,13 +198,18 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 		return err
 	}
 	s.heard(name)
+	s.awaitRunner(name, attempt)
 	if err := s.st.CreateToken(ctx, store.Token{Hash: hash, Kind: auth.KindRun, Subject: name, Attempt: attempt, Created: s.now()}); err != nil {
 		s.finish(ctx, name, attempt, StatusFailed, "could not make a run token", nil, err.Error())
 		return err
 	}
 	l := compute.Launch{Job: name, Attempt: attempt, APIURL: s.cfg.APIURL, RunToken: secret}
-	if _, err := t.Launch(ctx, l); err != nil {
+	h, err := t.Launch(ctx, l)
+	if err != nil {
 		s.finish(ctx, name, attempt, StatusFailed, "runner could not be started", nil, err.Error())
+		return err
+	}
+	if err := s.launched(ctx, t, name, attempt, computeName, h); err != nil {
 		return err
 	}
 	s.changed(name)
@@ -225,6 +237,7 @@ func (s *Service) failQueued(ctx context.Context, name, why string) {
 func (s *Service) heard(name string) {
 	s.mu.Lock()
 	s.heartbeats[name] = s.now()
+	delete(s.awaiting, name)
 	s.mu.Unlock()
 }
 
@@ -323,6 +336,11 @@ func (s *Service) Assignment(ctx context.Context, who auth.Principal, name strin
 		return nil, Conflict("job %s: %s", name, why)
 	}
 	s.heard(name)
+	if v.Status == StatusQueued {
+		if err := s.runnerStarted(ctx, name, attempt); err != nil {
+			return nil, err
+		}
+	}
 	a := &Assignment{Job: name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, Environment: v.Environment,
 		OutputLimits: s.outputLimits()}
 	if v.Outputs != nil && attempt > 1 {
@@ -431,6 +449,8 @@ func (s *Service) finish(ctx context.Context, name string, attempt int, status, 
 	s.mu.Lock()
 	delete(s.heartbeats, name)
 	delete(s.diskFull, name)
+	delete(s.cancelAsked, name)
+	delete(s.engineCanceled, name)
 	s.mu.Unlock()
 	s.scopes.forget(name)
 	s.changed(name)

@@ -47,6 +47,13 @@ type Config struct {
 	// LeaseTimeout is how long a runner may stay silent before its job is
 	// failed as lost. Zero means 30 s.
 	LeaseTimeout time.Duration
+	// CancelGrace is the runners' SIGTERM to SIGKILL grace (default
+	// 10 s): an attempt with an engine handle whose runner has not ended
+	// it a little after the grace is canceled through its engine.
+	CancelGrace time.Duration
+	// EngineInspect is how often targets that can inspect their engine
+	// are asked what became of the workspace's handles (default 3 s).
+	EngineInspect time.Duration
 	// MaxSnapshotSize bounds one snapshot's total size. Zero means 1 GiB.
 	MaxSnapshotSize int64
 	// OutputQuota bounds the bytes of one job attempt's outputs, so that
@@ -111,6 +118,11 @@ type Service struct {
 	// store's writes too.
 	diskFull map[string]string
 
+	// The engine side of attempts (engine.go), guarded by mu too.
+	awaiting       map[string]int       // per job: the attempt being launched whose runner has not spoken
+	cancelAsked    map[string]time.Time // per job: when the cancel of its running attempt was asked
+	engineCanceled map[string]int       // per job: the attempt already canceled through its engine
+
 	pmu         sync.Mutex               // guards the pool loop's memory below
 	delivered   map[string]bool          // node/job/attempt handed to its agent
 	nodeWait    map[string]chan struct{} // per node: closed when it has new work
@@ -131,6 +143,12 @@ type Service struct {
 func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.LeaseTimeout == 0 {
 		cfg.LeaseTimeout = 30 * time.Second
+	}
+	if cfg.CancelGrace == 0 {
+		cfg.CancelGrace = 10 * time.Second
+	}
+	if cfg.EngineInspect == 0 {
+		cfg.EngineInspect = 3 * time.Second
 	}
 	if cfg.MaxSnapshotSize == 0 {
 		cfg.MaxSnapshotSize = 1 << 30
@@ -179,7 +197,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		waiters:    map[string]chan struct{}{},
 		heartbeats: map[string]time.Time{},
 		diskFull:   map[string]string{},
-		delivered:  map[string]bool{}, nodeWait: map[string]chan struct{}{},
+		awaiting:   map[string]int{}, cancelAsked: map[string]time.Time{}, engineCanceled: map[string]int{},
+		delivered: map[string]bool{}, nodeWait: map[string]chan struct{}{},
 		launchFails: map[string]int{}, launchRetry: map[string]time.Time{}, launchErr: map[string]string{}, nodeTargets: map[string]int{},
 		preemptedAt: map[string]time.Time{}, preemptPolled: map[string]time.Time{},
 	}
@@ -608,7 +627,7 @@ func (s *Service) jobViewWith(rec store.Job, latest map[string]store.Metric) (*J
 		Name: rec.Name, DisplayName: rec.DisplayName, ExperimentName: rec.ExperimentName,
 		Status: rec.Status, StatusReason: rec.StatusReason, Compute: rec.Compute,
 		ExitCode: rec.ExitCode, Error: rec.Error, CancelRequestedBy: rec.CancelBy,
-		Attempt: rec.Attempt, CreatedBy: rec.CreatedBy,
+		Attempt: rec.Attempt, Handle: rec.Handle, CreatedBy: rec.CreatedBy,
 		Created: timePtr(rec.Created), Started: timePtr(rec.Started), Ended: timePtr(rec.Ended),
 		CodeSnapshot: rec.CodeSnapshot, Metrics: map[string]float64{},
 	}
@@ -679,13 +698,20 @@ func (s *Service) ListJobs(ctx context.Context, f store.JobFilter) ([]*Job, erro
 	return out, nil
 }
 
-// CancelJob asks for a job to stop. A queued job is canceled at once; a
-// running one is stopped by its runner (SIGTERM, then SIGKILL).
+// CancelJob asks for a job to stop. A queued job is canceled at once (one
+// waiting in its engine's queue through the engine first); a running one
+// is stopped by its runner (SIGTERM, then SIGKILL), or through its engine
+// when the runner has not ended it after the grace (engine.go).
 func (s *Service) CancelJob(ctx context.Context, who auth.Principal, name string) (*Job, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot cancel jobs")
 	}
+	if err := s.cancelInEngine(ctx, name); err != nil {
+		return nil, err
+	}
+	var inEngine, asked bool
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		inEngine, asked = false, false
 		if IsTerminal(j.Status) {
 			return nil, Conflict("job %s is already %s; only queued or running jobs can be canceled", name, j.Status)
 		}
@@ -696,9 +722,11 @@ func (s *Service) CancelJob(ctx context.Context, who auth.Principal, name string
 		j.CancelBy = who.Subject
 		if j.Status == StatusQueued {
 			now := s.now()
+			inEngine = j.Handle != ""
 			j.Status, j.StatusReason, j.Ended = StatusCanceled, "canceled by "+who.Subject+" before it started", now
 			return &store.Event{Job: name, Time: now, From: from, To: j.Status, Reason: j.StatusReason}, nil
 		}
+		asked = true
 		j.Status, j.StatusReason = StatusCancelRequested, "cancel requested by "+who.Subject
 		return &store.Event{Job: name, Time: s.now(), From: from, To: j.Status, Reason: j.StatusReason}, nil
 	})
@@ -707,6 +735,12 @@ func (s *Service) CancelJob(ctx context.Context, who auth.Principal, name string
 	}
 	if err != nil {
 		return nil, err
+	}
+	if inEngine {
+		s.canceledInQueue(ctx, name)
+	}
+	if asked {
+		s.cancelAskedNow(name)
 	}
 	s.changed(name)
 	return s.GetJob(ctx, name, false)

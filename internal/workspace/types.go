@@ -39,6 +39,7 @@ type Job struct {
 	Error             string             `json:"error,omitempty"`
 	CancelRequestedBy string             `json:"cancel_requested_by,omitempty"`
 	Attempt           int                `json:"attempt"`
+	Handle            string             `json:"handle,omitempty"` // the current attempt's name in its compute's engine (a Slurm job id)
 	CreatedBy         string             `json:"created_by,omitempty"`
 	Created           *time.Time         `json:"created"`
 	Started           *time.Time         `json:"started"`
