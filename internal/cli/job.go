@@ -382,6 +382,9 @@ func showJob(w *tabwriter.Writer, j *workspace.Job) {
 	}
 	fmt.Fprintf(w, "compute:\t%s\n", j.Compute)
 	fmt.Fprintf(w, "attempt:\t%d\n", j.Attempt)
+	if j.Handle != "" {
+		fmt.Fprintf(w, "engine handle:\t%s\n", j.Handle)
+	}
 	fmt.Fprintf(w, "created:\t%s\n", fmtTime(j.Created))
 	fmt.Fprintf(w, "started:\t%s\n", fmtTime(j.Started))
 	fmt.Fprintf(w, "ended:\t%s\n", fmtTime(j.Ended))
@@ -395,7 +398,11 @@ func showJob(w *tabwriter.Writer, j *workspace.Job) {
 	if len(j.Preemptions) > 0 {
 		fmt.Fprintf(w, "preemptions:\t%d (not failures: each attempt was queued again)\n", len(j.Preemptions))
 		for _, p := range j.Preemptions {
-			fmt.Fprintf(w, "  attempt %d\t%s\tnode %s: %s\n", p.Attempt, p.Time.Local().Format("15:04:05.000"), p.Node, p.Reason)
+			where := "node " + p.Node + ": "
+			if p.Node == "" {
+				where = "" // its engine took it back; the reason says which
+			}
+			fmt.Fprintf(w, "  attempt %d\t%s\t%s%s\n", p.Attempt, p.Time.Local().Format("15:04:05.000"), where, p.Reason)
 		}
 	}
 	if o := j.Outputs; o != nil && (len(o.Skipped) > 0 || o.SkippedMore > 0) {

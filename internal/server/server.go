@@ -14,21 +14,17 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
-	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/compute/local"
 	"github.com/ferry-ml/ferry/internal/environment/docker"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/selfexe"
-	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 	"github.com/ferry-ml/ferry/internal/store/sqlite"
 	"github.com/ferry-ml/ferry/internal/workspace"
@@ -185,7 +181,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.CancelGrace > 0 {
 		grace = cfg.CancelGrace.String()
 	}
-	targets := targetTypes(local.Config{
+	targets := targetFactory(computeTypes, targetEnv{Log: cfg.Log, Local: local.Config{
 		Exe: exe, RunsDir: filepath.Join(work, "runs"), CacheDir: filepath.Join(dir, "cache"),
 		Capacity: cfg.LocalCapacity, CancelGrace: grace, RunAs: runAs, GPUs: len(hostGPUs()), Executor: cfg.LocalExecutor,
 		EnvCacheDir: filepath.Join(work, "environments"), EnvCacheSize: cfg.EnvCacheSize,
@@ -196,12 +192,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			return err
 		},
-	})
-	var typeNames []string
-	for t := range targets {
-		typeNames = append(typeNames, t)
-	}
-	sort.Strings(typeNames)
+	}})
 	key, err := secrets.LoadOrCreateKey(filepath.Join(dir, KeyFile))
 	if err != nil {
 		return fmt.Errorf("workspace key: %w", err)
@@ -214,14 +205,8 @@ func Run(ctx context.Context, cfg Config) error {
 	defer provs.tunnels.Close()
 	ws, err := workspace.New(ctx, workspace.Config{
 		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: url,
-		Targets: func(c *spec.Compute) (compute.Target, error) {
-			mk, ok := targets[c.Type]
-			if !ok {
-				return nil, workspace.Invalid("type: compute type %q is not available on this server yet; available: %s", c.Type, strings.Join(typeNames, ", "))
-			}
-			return mk(c), nil
-		},
-		MaxSnapshotSize: cfg.MaxSnapshotSize, OutputQuota: cfg.OutputQuota, LeaseTimeout: cfg.LeaseTimeout, Log: cfg.Log,
+		Targets:         targets,
+		MaxSnapshotSize: cfg.MaxSnapshotSize, OutputQuota: cfg.OutputQuota, LeaseTimeout: cfg.LeaseTimeout, CancelGrace: cfg.CancelGrace, Log: cfg.Log,
 		Sizes: catalog, Providers: provs.factory(), CheckProvider: provs.check, Secrets: key,
 		NodeLease: cfg.NodeLease, NodeHeartbeat: nodeHeartbeat(cfg.NodeLease),
 		PreemptPoll: cfg.PreemptPoll, PreemptGrace: cfg.PreemptGrace,
@@ -252,19 +237,6 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancel()
 	_ = hs.Shutdown(shutCtx) // followers of logs are cut; they reconnect
 	return nil
-}
-
-// targetTypes is the registry of compute target types this server can run.
-func targetTypes(lc local.Config) map[string]func(*spec.Compute) compute.Target {
-	return map[string]func(*spec.Compute) compute.Target{
-		"local": func(c *spec.Compute) compute.Target {
-			cfg := lc
-			if c.Capacity > 0 {
-				cfg.Capacity = c.Capacity
-			}
-			return local.New(cfg)
-		},
-	}
 }
 
 // dialable is an address this host can dial to reach a listener on a.

@@ -1,0 +1,57 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/compute/local"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+// targetEnv is what the server hands every compute type's constructor:
+// the settings of this server that targets are made with.
+type targetEnv struct {
+	Local local.Config // the built-in local target's settings, from the server's flags
+	Log   *slog.Logger
+}
+
+// newTarget makes the compute.Target of one stored compute of its type.
+type newTarget func(env targetEnv, c *spec.Compute) (compute.Target, error)
+
+// computeTypes is the registry of the compute target types this server
+// runs, by a compute file's `type:`. Adding a type is one line here: its
+// package's constructor, adapted to newTarget where it needs to be. The
+// pool types (amlcompute, computeinstance, virtualmachine) are not here
+// yet: the workspace's pool loop runs them.
+var computeTypes = map[string]newTarget{
+	"local": newLocal,
+}
+
+func newLocal(env targetEnv, c *spec.Compute) (compute.Target, error) {
+	cfg := env.Local
+	if c.Capacity > 0 {
+		cfg.Capacity = c.Capacity
+	}
+	return local.New(cfg), nil
+}
+
+// targetFactory is the workspace's TargetFactory over the registry.
+func targetFactory(types map[string]newTarget, env targetEnv) workspace.TargetFactory {
+	names := slices.Sorted(maps.Keys(types))
+	return func(c *spec.Compute) (compute.Target, error) {
+		mk, ok := types[c.Type]
+		if !ok {
+			return nil, workspace.Invalid("type: compute type %q is not available on this server yet; available: %s", c.Type, strings.Join(names, ", "))
+		}
+		t, err := mk(env, c)
+		if err != nil {
+			return nil, fmt.Errorf("compute %s: %w", c.Name, err)
+		}
+		return t, nil
+	}
+}

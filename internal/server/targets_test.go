@@ -1,0 +1,50 @@
+package server
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/compute/local"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+func TestRegistryMakesTargetsByType(t *testing.T) {
+	mk := targetFactory(computeTypes, targetEnv{Local: local.Config{Capacity: 3}})
+	tg, err := mk(&spec.Compute{Name: "local", Type: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg.Type() != "local" || tg.Capacity() != 3 {
+		t.Errorf("local target: type %q, capacity %d; want local, 3 from the server's settings", tg.Type(), tg.Capacity())
+	}
+	if tg, err := mk(&spec.Compute{Name: "big", Type: "local", Capacity: 7}); err != nil || tg.Capacity() != 7 {
+		t.Errorf("a local compute with capacity 7: %v, %v", tg, err)
+	}
+
+	_, err = mk(&spec.Compute{Name: "hpc", Type: "slurm"})
+	if workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "type:") || !strings.Contains(err.Error(), "available: local") {
+		t.Errorf("an unregistered type: %v, want an invalid-request error naming the field and the types there are", err)
+	}
+}
+
+// A type's constructor error names the compute; an unknown type's error
+// lists every registered type.
+func TestRegistryNamesTheComputeAndTheTypes(t *testing.T) {
+	refused := errors.New("partition: gpu does not exist")
+	types := map[string]newTarget{
+		"local": newLocal,
+		"picky": func(targetEnv, *spec.Compute) (compute.Target, error) { return nil, refused },
+	}
+	mk := targetFactory(types, targetEnv{})
+	_, err := mk(&spec.Compute{Name: "hpc", Type: "picky"})
+	if !errors.Is(err, refused) || !strings.Contains(err.Error(), "compute hpc") {
+		t.Errorf("constructor error: %v, want it wrapped with the compute's name", err)
+	}
+	_, err = mk(&spec.Compute{Name: "x", Type: "nope"})
+	if err == nil || !strings.Contains(err.Error(), "available: local, picky") {
+		t.Errorf("unknown type: %v, want the sorted list of registered types", err)
+	}
+}
