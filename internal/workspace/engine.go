@@ -56,7 +56,9 @@ func (s *Service) awaitRunner(name string, attempt int) {
 // waiting in the engine's queue, unless its runner already spoke (a fast
 // engine): the check is made inside the job's update, so a runner's first
 // call either came before it (the attempt stays Preparing) or finds it
-// Queued and moves it on (runnerStarted).
+// Queued and moves it on (runnerStarted). An attempt whose cancel was
+// asked during the launch, and whose runner has not spoken, is canceled
+// through the engine at once: no runner would hear of it while it waits.
 func (s *Service) launched(ctx context.Context, t compute.Target, name string, attempt int, computeName string, h compute.Handle) error {
 	queues := queuesItself(t)
 	defer func() {
@@ -69,7 +71,9 @@ func (s *Service) launched(ctx context.Context, t compute.Target, name string, a
 	if h == "" && !queues {
 		return nil
 	}
+	cancelNow := false
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		cancelNow = false
 		if j.Attempt != attempt || IsTerminal(j.Status) {
 			return nil, nil
 		}
@@ -77,6 +81,7 @@ func (s *Service) launched(ctx context.Context, t compute.Target, name string, a
 		s.mu.Lock()
 		silent := s.awaiting[name] == attempt
 		s.mu.Unlock()
+		cancelNow = queues && silent && h != "" && j.Status == StatusCancelRequested
 		if !queues || !silent || j.Status != StatusPreparing {
 			return nil, nil
 		}
@@ -84,7 +89,20 @@ func (s *Service) launched(ctx context.Context, t compute.Target, name string, a
 		j.Status, j.StatusReason = StatusQueued, fmt.Sprintf("queued: handed to compute %s (%s); waiting in its queue", computeName, handleText(h))
 		return &store.Event{Job: name, Time: now, From: from, To: j.Status, Reason: j.StatusReason}, nil
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	if c, ok := t.(compute.Canceller); ok && cancelNow {
+		if err := c.Cancel(ctx, h); err != nil {
+			// The reconcile tries again after the cancel grace.
+			s.log.Error("cancel through the engine", "compute", computeName, "job", name, "handle", h, "err", err)
+			return nil
+		}
+		s.mu.Lock()
+		s.engineCanceled[name] = attempt
+		s.mu.Unlock()
+	}
+	return nil
 }
 
 func handleText(h compute.Handle) string {

@@ -533,3 +533,28 @@ func TestEngineReconcileAfterRestart(t *testing.T) {
 		t.Errorf("the restarted server launched %d attempts again", n)
 	}
 }
+
+// A cancel asked while the attempt is being handed to the engine reaches
+// the engine as soon as the launch returns its handle.
+func TestCancelDuringTheLaunchGoesThroughTheEngine(t *testing.T) {
+	ctx := context.Background()
+	e := newFakeEngine(1)
+	s, _ := newEngineService(t, e)
+	e.onLaunch = func(l compute.Launch, _ compute.Handle) {
+		if _, err := s.CancelJob(ctx, owner, l.Job); err != nil {
+			t.Error(err)
+		}
+	}
+	submit(t, s, "a")
+	dispatch(t, s)
+	if d := cmp.Diff([]compute.Handle{"4001"}, e.cancels()); d != "" {
+		t.Fatalf("engine cancels (-want +got):\n%s", d)
+	}
+	reconcile(t, s)
+	if j := status(t, s, "a"); j.Status != StatusCanceled || j.StatusReason != "canceled by owner" {
+		t.Errorf("a: %s (%s), want Canceled by owner", j.Status, j.StatusReason)
+	}
+	if n := len(e.cancels()); n != 1 {
+		t.Errorf("%d engine cancels, want 1", n)
+	}
+}

@@ -174,6 +174,10 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 	secret, hash := auth.NewToken()
 	var attempt int
 	var damaged error // the stored spec, checked in the same read
+	reason := "runner starting on compute " + computeName
+	if queuesItself(t) {
+		reason = "handing the attempt to compute " + computeName + "'s queue"
+	}
 	_, err = s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
 		if j.Status != StatusQueued {
 			return nil, errNotQueued
@@ -184,7 +188,7 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 		j.Attempt++
 		attempt, j.Handle = j.Attempt, ""
 		now := s.now()
-		j.Status, j.StatusReason, j.Heartbeat = StatusPreparing, "runner starting on compute "+computeName, now
+		j.Status, j.StatusReason, j.Heartbeat = StatusPreparing, reason, now
 		return &store.Event{Job: name, Time: now, From: StatusQueued, To: j.Status, Reason: j.StatusReason}, nil
 	})
 	if damaged != nil {
