@@ -213,8 +213,9 @@ func (s *Service) onPreemptedNode(ctx context.Context, j store.Job) string {
 }
 
 // requeuePreempted ends an attempt that its node's preemption (or its
-// engine, then node is "") stopped and queues the job again; the next placement makes a new attempt. The job's
-// outputs stay, for the new attempt to resume from. A job whose cancel was
+// engine: node is then "") stopped and queues the job again; the next
+// placement makes a new attempt. The job's outputs stay, for the new
+// attempt to resume from. A job whose cancel was
 // asked is canceled instead. It does nothing for an attempt that is not
 // the job's current one or a job that already ended.
 func (s *Service) requeuePreempted(ctx context.Context, name string, attempt int, node, why string) error {
