@@ -11,7 +11,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-// These tests drive the pool loop (reconcilePools) with the paper provider
+// These tests drive the pool loop (poolLoop.pass) with the paper provider
 // and an injected clock: nodes join and heartbeat through the same methods
 // the agent protocol's handlers call, and runners report through the same
 // methods their run tokens reach.
@@ -292,7 +292,7 @@ func TestLostNodeFailsItsJobAndIsReplaced(t *testing.T) {
 	submitTo(t, s, "b", "gpu")
 
 	clk.advance(s.cfg.NodeLease + time.Second)
-	if err := s.reconcilePools(ctx); err != nil { // no heartbeat first
+	if err := s.pools.pass(ctx); err != nil { // no heartbeat first
 		t.Fatal(err)
 	}
 	j := status(t, s, "a")

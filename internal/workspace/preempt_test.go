@@ -70,8 +70,7 @@ func newSpotService(t *testing.T, prov *spotProvider) (*Service, *clock) {
 	t.Helper()
 	dir := t.TempDir()
 	clk := &clock{now: time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)}
-	s := newPoolService(t, openStore(t, dir), dir, &schedProvider{}, clk)
-	s.cfg.Providers = func(*spec.Compute) (provider.Provider, error) { return prov, nil }
+	s := newPoolService(t, openStore(t, dir), dir, prov, clk)
 	return s, clk
 }
 

@@ -30,7 +30,7 @@ const LowPriorityQuota = "lowPriority"
 
 // ListQuotas returns the core quota and use of every family the catalog has.
 func (s *Service) ListQuotas(ctx context.Context) ([]Quota, error) {
-	q, err := s.quotas(ctx)
+	q, err := loadQuotas(ctx, s.st)
 	if err != nil {
 		return nil, err
 	}

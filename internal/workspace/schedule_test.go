@@ -64,9 +64,9 @@ func openStore(t *testing.T, dir string) *sqlite.Store {
 	return st
 }
 
-// newPoolService is a workspace on st with the paper provider and clock clk,
-// as a server (re)started on the same data would be.
-func newPoolService(t *testing.T, st store.Store, dir string, prov *schedProvider, clk *clock) *Service {
+// newPoolService is a workspace on st with node provider prov (mostly the
+// paper one) and clock clk, as a server (re)started on the same data would be.
+func newPoolService(t *testing.T, st store.Store, dir string, prov provider.Provider, clk *clock) *Service {
 	t.Helper()
 	blobs, err := blob.Open(filepath.Join(dir, "blobs"))
 	if err != nil {
@@ -114,7 +114,7 @@ func pass(t *testing.T, s *Service) {
 			}
 		}
 	}
-	if err := s.reconcilePools(context.Background()); err != nil {
+	if err := s.pools.pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -218,7 +218,7 @@ func TestInstanceUnusableWhileItsNodeIsReplaced(t *testing.T) {
 	}
 	// No heartbeat for longer than the lease: the node is lost.
 	clk.advance(s.cfg.NodeLease + time.Second)
-	if err := s.reconcilePools(context.Background()); err != nil {
+	if err := s.pools.pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got := computeState(t, s, "lone-box"); got != InstanceUnusable {

@@ -111,13 +111,11 @@ type Service struct {
 	// store's writes too.
 	diskFull map[string]string
 
-	pmu         sync.Mutex               // guards the pool loop's memory below
-	delivered   map[string]bool          // node/job/attempt handed to its agent
-	nodeWait    map[string]chan struct{} // per node: closed when it has new work
-	launchFails map[string]int           // per compute: launches failed in a row
-	launchRetry map[string]time.Time     // per compute: no launch before
-	launchErr   map[string]string        // per compute: the last launch error
-	nodeTargets map[string]int           // per compute: the node count the autoscaler last aimed at
+	pools *poolLoop // the pool loop (poolloop.go) and its memory
+
+	pmu       sync.Mutex               // guards the agent protocol's memory below
+	delivered map[string]bool          // node/job/attempt handed to its agent
+	nodeWait  map[string]chan struct{} // per node: closed when it has new work
 
 	// Preemption (preempt.go), guarded by pmu too.
 	preemptedAt   map[string]time.Time // per node: when it was found preempted
@@ -180,10 +178,10 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		heartbeats: map[string]time.Time{},
 		diskFull:   map[string]string{},
 		delivered:  map[string]bool{}, nodeWait: map[string]chan struct{}{},
-		launchFails: map[string]int{}, launchRetry: map[string]time.Time{}, launchErr: map[string]string{}, nodeTargets: map[string]int{},
 		preemptedAt: map[string]time.Time{}, preemptPolled: map[string]time.Time{},
 	}
 	s.started = s.now()
+	s.pools = newPoolLoop(cfg, s, s.started)
 	if _, err := s.st.GetCompute(ctx, "local"); errors.Is(err, store.ErrNotFound) {
 		local := &spec.Compute{Name: "local", Type: "local"}
 		if _, err := s.CreateCompute(ctx, local); err != nil && CodeOf(err) != CodeConflict {

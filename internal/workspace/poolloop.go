@@ -1,0 +1,573 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/autoscale"
+	"github.com/ferry-ml/ferry/internal/provider"
+	"github.com/ferry-ml/ferry/internal/scheduler"
+	"github.com/ferry-ml/ferry/internal/sizes"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// poolLoop is the pool loop: it keeps the nodes of pool computes (clusters,
+// compute instances, attached machines) in line with their queues. It is
+// level-triggered: every pass reads the stored computes, nodes and jobs,
+// marks nodes whose lease ran out Lost, gives back the machines of computes
+// being deleted, places queued jobs with scheduler.Place, asks
+// autoscale.Decide for launches and terminations (join timeout, idle time,
+// quotas, launch backoff) and applies both.
+//
+// It owns the machines (through the node providers), the node records and
+// the memory of its passes (launch backoff, node targets). What it does to
+// jobs (start a placed attempt, fail a lost node's attempts, say why a job
+// waits) goes through poolWorkspace, the rest of the workspace, which
+// owns jobs. Its passes run one at a time; its methods other than pass are
+// safe to call from other goroutines.
+type poolLoop struct {
+	st            store.Store
+	ws            poolWorkspace
+	providers     ProviderFactory // nil: no pool compute can get machines
+	checkProvider ProviderCheck   // nil: stored provider blocks are not checked again
+	sizes         *sizes.Catalog
+	apiURL        string // what a launched node's agent is told to reach
+	// nodeLease: a joined node silent this long is Lost. joinTimeout: a
+	// launched node that has not joined this long is replaced.
+	nodeLease, joinTimeout time.Duration
+	now                    func() time.Time
+	// started is when the server started: a node's silence while the
+	// server was down does not count against its lease.
+	started time.Time
+	log     *slog.Logger
+
+	mu          sync.Mutex
+	launchFails map[string]int       // per compute: launches failed in a row
+	launchRetry map[string]time.Time // per compute: no launch before
+	launchErr   map[string]string    // per compute: the last launch error
+	nodeTargets map[string]int       // per compute: the node count the autoscaler last aimed at
+}
+
+// poolWorkspace is what the pool loop needs of the rest of the workspace:
+// the job side, the agent protocol's memory, and the concerns that ride on
+// each pass (preemption, compute instances). *Service implements it.
+type poolWorkspace interface {
+	// forgetDelivered is told the active attempts at the start of a pass.
+	forgetDelivered(active []store.Job)
+	// failCompute marks a compute Failed with why, once.
+	failCompute(ctx context.Context, name, why string)
+	// setQueuedReason says why a queued job waits; failQueued fails one
+	// that can never run.
+	setQueuedReason(ctx context.Context, name, reason string)
+	failQueued(ctx context.Context, name, why string)
+	// startPlaced starts a new attempt of a job on the nodes it was
+	// placed on (nothing when the job is no longer queued); false when
+	// starting it failed, which startPlaced logs and handles.
+	startPlaced(ctx context.Context, p scheduler.Placement) bool
+	// finish ends an attempt (see Service.finish).
+	finish(ctx context.Context, name string, attempt int, status, reason string, exit *int, msg string) error
+	// preemptions and instanceStates are their concerns' parts of a
+	// pass; each returns live with the nodes' new states.
+	preemptions(ctx context.Context, pools map[string]*poolCompute, live []store.Node, onNode map[string][]store.Job, now time.Time) []store.Node
+	instanceStates(ctx context.Context, pools map[string]*poolCompute, live []store.Node, onNode map[string][]store.Job) []store.Node
+}
+
+var _ poolWorkspace = (*Service)(nil)
+
+// newPoolLoop makes the pool loop of a workspace set up by cfg (with its
+// defaults filled in), started at started.
+func newPoolLoop(cfg Config, ws poolWorkspace, started time.Time) *poolLoop {
+	return &poolLoop{
+		st: cfg.Store, ws: ws, providers: cfg.Providers, checkProvider: cfg.CheckProvider, sizes: cfg.Sizes,
+		apiURL: cfg.APIURL, nodeLease: cfg.NodeLease, joinTimeout: cfg.JoinTimeout,
+		now: cfg.Now, started: started, log: cfg.Log,
+		launchFails: map[string]int{}, launchRetry: map[string]time.Time{}, launchErr: map[string]string{}, nodeTargets: map[string]int{},
+	}
+}
+
+// target is the node count the autoscaler last aimed at for compute (0
+// before the first pass that saw it).
+func (l *poolLoop) target(compute string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.nodeTargets[compute]
+}
+
+// pass is one pass of the pool loop.
+func (l *poolLoop) pass(ctx context.Context) error {
+	recs, err := l.st.ListComputes(ctx)
+	if err != nil {
+		return err
+	}
+	pools := map[string]*poolCompute{}
+	broken := map[string]string{} // unusable pool computes: why
+	var names []string
+	for _, r := range recs {
+		if !isPool(r.Type) {
+			continue
+		}
+		pc := &poolCompute{rec: r}
+		c, err := storedComputeSpec(r)
+		if err == nil {
+			pc.spec = *c
+			pc.size, err = poolSize(l.sizes, &pc.spec)
+		}
+		if err == nil && l.checkProvider != nil {
+			if perr := l.checkProvider(&pc.spec); perr != nil {
+				err = fmt.Errorf("its stored provider block is no longer valid: %w", perr)
+			}
+		}
+		if err != nil {
+			// Its nodes are retired below as for a deleted compute; a
+			// compute being deleted is forgotten once none is left.
+			broken[r.Name] = err.Error()
+			l.ws.failCompute(ctx, r.Name, err.Error())
+			continue
+		}
+		pools[r.Name] = pc
+		names = append(names, r.Name)
+		if usesSSH(&pc.spec) && l.providers != nil {
+			// Making the provider re-opens the reverse tunnels of its
+			// machines after a server restart (it is made once and kept).
+			if _, err := l.providers(&pc.spec); err != nil {
+				l.log.Error("ssh provider", "compute", r.Name, "err", err)
+			}
+		}
+	}
+	nodes, err := l.st.ListNodes(ctx, "")
+	if err != nil {
+		return err
+	}
+	if len(pools) == 0 && len(nodes) == 0 {
+		return nil
+	}
+	active, err := l.st.ListJobs(ctx, store.JobFilter{Statuses: activeStatuses})
+	if err != nil {
+		return err
+	}
+	l.ws.forgetDelivered(active)
+	// Which node runs which active attempt.
+	onNode := map[string][]store.Job{}
+	for _, j := range active {
+		if _, ok := pools[j.Compute]; !ok {
+			continue
+		}
+		for _, r := range placementOf(j).Ranks {
+			onNode[r.Node] = append(onNode[r.Node], j)
+		}
+	}
+	now := l.now()
+
+	// Leases, and Idle/Busy from what runs.
+	var live []store.Node
+	for _, n := range nodes {
+		if _, ok := pools[n.Compute]; !ok {
+			l.retireNode(ctx, n, "its compute was deleted")
+			continue
+		}
+		if n.State == NodeIdle || n.State == NodeBusy || n.State == NodeDraining {
+			last := n.Heartbeat
+			if last.Before(l.started) {
+				last = l.started // silence while the server was down is not the node's fault
+			}
+			if now.Sub(last) > l.nodeLease {
+				n = l.loseNode(ctx, n, onNode[n.Name], now.Sub(last))
+			}
+		}
+		if n.State == NodeIdle || n.State == NodeBusy {
+			busy := len(onNode[n.Name]) > 0
+			want, idleSince := NodeIdle, n.IdleSince
+			if busy {
+				want, idleSince = NodeBusy, time.Time{}
+			} else if n.State == NodeBusy || idleSince.IsZero() {
+				idleSince = now
+			}
+			if want != n.State || !idleSince.Equal(n.IdleSince) {
+				if u, err := l.st.UpdateNode(ctx, n.Name, func(x *store.Node) error {
+					if x.State != NodeIdle && x.State != NodeBusy {
+						return nil
+					}
+					x.State, x.IdleSince = want, idleSince
+					return nil
+				}); err == nil {
+					n = u
+				}
+			}
+		}
+		live = append(live, n)
+	}
+
+	l.forgetBroken(ctx, recs, broken)
+	live, names = l.deletePools(ctx, pools, names, live)
+	live = l.ws.preemptions(ctx, pools, live, onNode, now)
+	live = l.ws.instanceStates(ctx, pools, live, onNode)
+
+	// Placement.
+	queued, err := l.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}})
+	if err != nil {
+		return err
+	}
+	var st scheduler.State
+	for _, n := range live {
+		pc := pools[n.Compute]
+		if n.State != NodeIdle && n.State != NodeBusy {
+			continue
+		}
+		if pc.rec.Type == "computeinstance" && pc.rec.State != InstanceRunning && pc.rec.State != InstanceJobRunning {
+			continue // setting up, failed setup, stopping: no work
+		}
+		st.Nodes = append(st.Nodes, schedNode(n, pc, onNode[n.Name]))
+	}
+	for _, j := range queued {
+		pc, ok := pools[j.Compute]
+		if !ok {
+			if why, bad := broken[j.Compute]; bad {
+				l.ws.setQueuedReason(ctx, j.Name, fmt.Sprintf("compute %s is unusable: %s", j.Compute, why))
+			}
+			continue
+		}
+		js, err := storedJobSpec(j)
+		if err != nil {
+			l.ws.failQueued(ctx, j.Name, err.Error())
+			continue
+		}
+		st.Jobs = append(st.Jobs, scheduler.Job{Name: j.Name, Compute: j.Compute, Priority: j.Priority, Seq: j.Seq,
+			Demand: shapeOf(pc.size), Instances: instancesOf(js)})
+	}
+	placed := map[string]bool{}
+	if len(st.Jobs) > 0 {
+		plan := scheduler.Place(st)
+		for _, p := range plan.Placements {
+			if l.ws.startPlaced(ctx, p) {
+				placed[p.Job] = true
+			}
+		}
+		for _, w := range plan.Waiting {
+			l.ws.setQueuedReason(ctx, w.Job, w.Reason)
+		}
+	}
+
+	// Scaling.
+	return l.scale(ctx, pools, names, live, onNode, st.Jobs, placed, now)
+}
+
+// forgetBroken deletes the records of unusable pool computes that are being
+// deleted once their nodes, which the pass retires, are gone.
+func (l *poolLoop) forgetBroken(ctx context.Context, recs []store.Compute, broken map[string]string) {
+	for _, r := range recs {
+		if _, bad := broken[r.Name]; !bad || r.State != StateDeleting {
+			continue
+		}
+		if left, err := l.st.ListNodes(ctx, r.Name); err != nil || len(left) > 0 {
+			continue
+		}
+		if err := l.st.DeleteCompute(ctx, r.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
+			l.log.Error("delete compute", "compute", r.Name, "err", err)
+		}
+	}
+}
+
+// deletePools gives back the machines of pool computes being deleted and
+// forgets the computes once none is left. It returns the live nodes and
+// pool names that remain for placement and scaling.
+func (l *poolLoop) deletePools(ctx context.Context, pools map[string]*poolCompute, names []string, live []store.Node) ([]store.Node, []string) {
+	var keepNames []string
+	deleting := map[string]int{}
+	for _, name := range names {
+		if pools[name].rec.State == StateDeleting {
+			deleting[name] = 0
+			continue
+		}
+		keepNames = append(keepNames, name)
+	}
+	if len(deleting) == 0 {
+		return live, names
+	}
+	var keep []store.Node
+	for _, n := range live {
+		if _, ok := deleting[n.Compute]; !ok {
+			keep = append(keep, n)
+			continue
+		}
+		l.retireNode(ctx, n, "its compute is being deleted")
+		if _, err := l.st.GetNode(ctx, n.Name); err == nil {
+			deleting[n.Compute]++ // terminate failed; tried again next pass
+		}
+	}
+	for name, left := range deleting {
+		if left > 0 {
+			continue
+		}
+		if err := l.st.DeleteCompute(ctx, name); err != nil && !errors.Is(err, store.ErrNotFound) {
+			l.log.Error("delete compute", "compute", name, "err", err)
+			continue
+		}
+		delete(pools, name)
+		l.log.Info("compute deleted", "compute", name)
+	}
+	return keep, keepNames
+}
+
+// schedNode is a node as the scheduler sees it: jobs on clusters take whole
+// nodes, as on Azure ML, so a node is either wholly free or wholly taken.
+func schedNode(n store.Node, pc *poolCompute, jobs []store.Job) scheduler.Node {
+	full := shapeOf(pc.size)
+	sn := scheduler.Node{ID: n.Name, Compute: n.Compute, Size: pc.size.Name, State: scheduler.NodeState(n.State), Total: full}
+	if len(jobs) == 0 {
+		sn.FreeMilliCPU, sn.FreeMemory = full.MilliCPU, full.Memory
+		for i := range full.GPUs {
+			sn.FreeGPUs = append(sn.FreeGPUs, i)
+		}
+	}
+	return sn
+}
+
+// scale asks autoscale.Decide what to launch and terminate and does it.
+func (l *poolLoop) scale(ctx context.Context, pools map[string]*poolCompute, names []string, live []store.Node, onNode map[string][]store.Job, queued []scheduler.Job, placed map[string]bool, now time.Time) error {
+	quotas, err := loadQuotas(ctx, l.st)
+	if err != nil {
+		return err
+	}
+	var state autoscale.State
+	state.Quotas = quotas
+	state.Usage = sizes.Usage{FamilyCores: map[string]int{}}
+	byCompute := map[string][]store.Node{}
+	for _, n := range live {
+		byCompute[n.Compute] = append(byCompute[n.Compute], n)
+		if pc := pools[n.Compute]; pc != nil {
+			state.Usage.Add(pc.size, 1, pc.spec.Tier == "low_priority")
+		}
+	}
+	for _, name := range names {
+		pc := pools[name]
+		cl := autoscale.Cluster{Name: name, Size: pc.size, LowPriority: pc.spec.Tier == "low_priority", JoinTimeout: l.joinTimeout}
+		switch {
+		case pc.rec.State == StateDeleting:
+			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = 0, 0, 0
+		case pc.rec.Type == "virtualmachine":
+			// The one machine, always: it is the team's own.
+			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = 1, 1, 100*365*24*time.Hour
+		case pc.rec.Type == "computeinstance":
+			// One node while the instance is meant to run, none once stopped;
+			// idleness is the instance's own business, not the autoscaler's.
+			n := 0
+			if instanceWantsNode(pc.rec.State) {
+				n = 1
+			}
+			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = n, n, 100*365*24*time.Hour
+		default:
+			cl.MinInstances, cl.MaxInstances = *pc.spec.MinInstances, *pc.spec.MaxInstances
+			cl.IdleTimeBeforeScaleDown = time.Duration(*pc.spec.IdleTimeBeforeScaleDown) * time.Second
+		}
+		l.mu.Lock()
+		cl.LaunchRetryAt, cl.LaunchError = l.launchRetry[name], l.launchErr[name]
+		l.mu.Unlock()
+		for _, n := range byCompute[name] {
+			an := autoscale.Node{Node: scheduler.Node{ID: n.Name, Compute: name, Size: pc.size.Name, State: autoscaleState(n, onNode[n.Name]), Total: shapeOf(pc.size)},
+				LaunchedAt: n.Created, IdleSince: n.IdleSince}
+			if n.State == NodeIdle {
+				an.Node = schedNode(n, pc, nil)
+			}
+			cl.Nodes = append(cl.Nodes, an)
+		}
+		for _, j := range queued {
+			if j.Compute == name && !placed[j.Name] {
+				cl.Queued = append(cl.Queued, j)
+			}
+		}
+		state.Clusters = append(state.Clusters, cl)
+	}
+	plan := autoscale.Decide(state, now)
+	for _, cp := range plan.Clusters {
+		pc := pools[cp.Cluster]
+		l.mu.Lock()
+		l.nodeTargets[cp.Cluster] = cp.Target
+		l.mu.Unlock()
+		for _, t := range cp.Terminate {
+			for _, n := range byCompute[cp.Cluster] {
+				if n.Name == t.Node {
+					l.event(ctx, cp.Cluster, "scale_down", fmt.Sprintf("node %s removed: %s", n.Name, t.Reason))
+					l.retireNode(ctx, n, t.Reason)
+				}
+			}
+		}
+		if cp.Launch > 0 {
+			l.event(ctx, cp.Cluster, "scale_up", fmt.Sprintf("%d → %d nodes: %s", cp.Current, cp.Current+cp.Launch, strings.Join(cp.LaunchReasons, "; ")))
+			for range cp.Launch {
+				if err := l.launchNode(ctx, pc); err != nil {
+					l.log.Error("launch node", "compute", cp.Cluster, "err", err)
+					break
+				}
+			}
+		}
+		for _, w := range cp.Waiting {
+			l.ws.setQueuedReason(ctx, w.Job, w.Reason)
+		}
+		for _, w := range cp.Unfit {
+			l.ws.setQueuedReason(ctx, w.Job, w.Reason)
+		}
+		if cp.Blocked != "" {
+			for _, j := range clusterOf(state, cp.Cluster).Queued {
+				l.ws.setQueuedReason(ctx, j.Name, cp.Blocked)
+			}
+		}
+	}
+	return nil
+}
+
+// clusterOf is the cluster of state named name.
+func clusterOf(s autoscale.State, name string) autoscale.Cluster {
+	for _, c := range s.Clusters {
+		if c.Name == name {
+			return c
+		}
+	}
+	return autoscale.Cluster{}
+}
+
+// launchNode asks the compute's provider for one more machine, with a join
+// token made for it alone.
+func (l *poolLoop) launchNode(ctx context.Context, pc *poolCompute) error {
+	prov, err := l.providers(&pc.spec)
+	if err != nil {
+		return err
+	}
+	name := pc.rec.Name + "-" + randomSuffix(6)
+	secret, hash := auth.NewToken()
+	now := l.now()
+	if err := l.st.CreateNode(ctx, store.Node{Name: name, Compute: pc.rec.Name, State: NodeProvisioning,
+		Reason: "launched; waiting for its agent to join", Size: pc.size.Name, Created: now}); err != nil {
+		return err
+	}
+	if err := l.st.CreateToken(ctx, store.Token{Hash: hash, Kind: KindJoin, Subject: name, Created: now}); err != nil {
+		return err
+	}
+	m, err := prov.Launch(ctx, provider.LaunchRequest{
+		Pool: pc.rec.Name, Name: name, Size: pc.size.Name, GPUs: pc.size.GPUs,
+		AgentArgs: []string{"agent", "--server", l.apiURL, "--name", name},
+		AgentEnv:  []string{"FERRY_JOIN_TOKEN=" + secret},
+	})
+	if err != nil {
+		backoff := l.launchBackoff(pc.rec.Name, err)
+		l.event(ctx, pc.rec.Name, "launch_failed", fmt.Sprintf("node %s could not be launched (%v); retrying in %s", name, err, backoff))
+		_ = l.st.DeleteTokens(ctx, KindJoin, name)
+		_ = l.st.DeleteNode(ctx, name)
+		return err
+	}
+	l.mu.Lock()
+	delete(l.launchFails, pc.rec.Name)
+	delete(l.launchErr, pc.rec.Name)
+	delete(l.launchRetry, pc.rec.Name)
+	l.mu.Unlock()
+	_, err = l.st.UpdateNode(ctx, name, func(n *store.Node) error {
+		n.Machine, n.Address = m.ID, m.Address
+		return nil
+	})
+	return err
+}
+
+// launchBackoff records a failed launch and returns how long the compute
+// waits before the next one: 5 s, doubling to 5 min.
+func (l *poolLoop) launchBackoff(compute string, err error) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.launchFails[compute]++
+	d := 5 * time.Second << min(l.launchFails[compute]-1, 6)
+	d = min(d, 5*time.Minute)
+	l.launchRetry[compute] = l.now().Add(d)
+	l.launchErr[compute] = err.Error()
+	return d
+}
+
+// providerCallTimeout bounds one call to a node provider from the pool loop.
+const providerCallTimeout = 2 * time.Minute
+
+// retireNode terminates a node's machine and forgets the node. When the
+// machine cannot be terminated the node stays, to be tried again on the
+// next pass.
+func (l *poolLoop) retireNode(ctx context.Context, n store.Node, why string) {
+	if n.Machine != "" {
+		pc, err := l.st.GetCompute(ctx, n.Compute)
+		var c spec.Compute
+		if err == nil && json.Unmarshal(pc.Spec, &c) == nil && l.providers != nil {
+			if prov, err := l.providers(&c); err == nil {
+				// A provider that hangs must not hold the pool loop forever.
+				tctx, cancel := context.WithTimeout(ctx, providerCallTimeout)
+				err := prov.Terminate(tctx, n.Machine)
+				cancel()
+				if err != nil && !errors.Is(err, provider.ErrNotFound) {
+					l.log.Error("terminate node", "node", n.Name, "err", err)
+					return // try again next pass
+				}
+			}
+		}
+	}
+	_ = l.st.DeleteTokens(ctx, KindNode, n.Name)
+	_ = l.st.DeleteTokens(ctx, KindJoin, n.Name)
+	if err := l.st.DeleteNode(ctx, n.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
+		l.log.Error("delete node", "node", n.Name, "err", err)
+	}
+	l.log.Info("node retired", "node", n.Name, "why", why)
+}
+
+// loseNode marks a silent node Lost and fails the attempts it ran.
+func (l *poolLoop) loseNode(ctx context.Context, n store.Node, jobs []store.Job, silent time.Duration) store.Node {
+	why := fmt.Sprintf("node lost: no heartbeat for %s", silent.Round(time.Second))
+	u, err := l.st.UpdateNode(ctx, n.Name, func(x *store.Node) error {
+		x.State, x.Reason = NodeLost, why
+		return nil
+	})
+	if err != nil {
+		return n
+	}
+	l.event(ctx, n.Compute, "node_lost", fmt.Sprintf("node %s: %s", n.Name, why))
+	for _, j := range jobs {
+		_ = l.ws.finish(ctx, j.Name, j.Attempt, StatusFailed, "node lost", nil, fmt.Sprintf("node %s was lost (%s) while it ran this job", n.Name, why))
+	}
+	return u
+}
+
+// event records a scaling or health event of a compute.
+func (l *poolLoop) event(ctx context.Context, compute, kind, msg string) {
+	if err := l.st.AddComputeEvent(ctx, store.ComputeEvent{Compute: compute, Time: l.now(), Kind: kind, Message: msg}); err != nil {
+		l.log.Error("compute event", "compute", compute, "err", err)
+	}
+}
+
+// loadQuotas are the default quotas with the workspace's overrides.
+func loadQuotas(ctx context.Context, st store.Store) (sizes.Quotas, error) {
+	q := sizes.DefaultQuotas()
+	set, err := st.ListQuotas(ctx)
+	if err != nil {
+		return q, err
+	}
+	if q.FamilyCores == nil {
+		q.FamilyCores = map[string]int{}
+	}
+	for f, n := range set {
+		if f == LowPriorityQuota {
+			q.LowPriorityCores = n
+			continue
+		}
+		q.FamilyCores[f] = n
+	}
+	enabled, err := st.ListEnabledSizes(ctx)
+	if err != nil {
+		return q, err
+	}
+	if q.EnabledSizes == nil {
+		q.EnabledSizes = map[string]bool{}
+	}
+	for _, e := range enabled {
+		q.EnabledSizes[e] = true
+	}
+	return q, nil
+}
