@@ -43,7 +43,9 @@ type poolLoop struct {
 	// nodeLease: a joined node silent this long is Lost. joinTimeout: a
 	// launched node that has not joined this long is replaced.
 	nodeLease, joinTimeout time.Duration
-	now                    func() time.Time
+	// preemptPoll, preemptGrace: see Config.
+	preemptPoll, preemptGrace time.Duration
+	now                       func() time.Time
 	// started is when the server started: a node's silence while the
 	// server was down does not count against its lease.
 	started time.Time
@@ -54,6 +56,9 @@ type poolLoop struct {
 	launchRetry map[string]time.Time // per compute: no launch before
 	launchErr   map[string]string    // per compute: the last launch error
 	nodeTargets map[string]int       // per compute: the node count the autoscaler last aimed at
+	// Preemption (preempt.go).
+	preemptedAt   map[string]time.Time // per node: when it was found preempted
+	preemptPolled map[string]time.Time // per compute: when its machines were last listed for preemption
 }
 
 // poolWorkspace is what the pool loop needs of the rest of the workspace:
@@ -74,9 +79,11 @@ type poolWorkspace interface {
 	startPlaced(ctx context.Context, p scheduler.Placement) bool
 	// finish ends an attempt (see Service.finish).
 	finish(ctx context.Context, name string, attempt int, status, reason string, exit *int, msg string) error
-	// preemptions and instanceStates are their concerns' parts of a
-	// pass; each returns live with the nodes' new states.
-	preemptions(ctx context.Context, pools map[string]*poolCompute, live []store.Node, onNode map[string][]store.Job, now time.Time) []store.Node
+	// requeuePreempted ends an attempt its node's preemption stopped and
+	// queues the job again (see Service.requeuePreempted).
+	requeuePreempted(ctx context.Context, name string, attempt int, node, why string) error
+	// instanceStates is compute instances' part of a pass; it returns
+	// live with the nodes' new states.
 	instanceStates(ctx context.Context, pools map[string]*poolCompute, live []store.Node, onNode map[string][]store.Job) []store.Node
 }
 
@@ -88,8 +95,10 @@ func newPoolLoop(cfg Config, ws poolWorkspace, started time.Time) *poolLoop {
 	return &poolLoop{
 		st: cfg.Store, ws: ws, providers: cfg.Providers, checkProvider: cfg.CheckProvider, sizes: cfg.Sizes,
 		apiURL: cfg.APIURL, nodeLease: cfg.NodeLease, joinTimeout: cfg.JoinTimeout,
+		preemptPoll: cfg.PreemptPoll, preemptGrace: cfg.PreemptGrace,
 		now: cfg.Now, started: started, log: cfg.Log,
 		launchFails: map[string]int{}, launchRetry: map[string]time.Time{}, launchErr: map[string]string{}, nodeTargets: map[string]int{},
+		preemptedAt: map[string]time.Time{}, preemptPolled: map[string]time.Time{},
 	}
 }
 
@@ -207,7 +216,7 @@ func (l *poolLoop) pass(ctx context.Context) error {
 
 	l.forgetBroken(ctx, recs, broken)
 	live, names = l.deletePools(ctx, pools, names, live)
-	live = l.ws.preemptions(ctx, pools, live, onNode, now)
+	live = l.preemptions(ctx, pools, live, onNode, now)
 	live = l.ws.instanceStates(ctx, pools, live, onNode)
 
 	// Placement.
@@ -271,7 +280,9 @@ func (l *poolLoop) forgetBroken(ctx context.Context, recs []store.Compute, broke
 		}
 		if err := l.st.DeleteCompute(ctx, r.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
 			l.log.Error("delete compute", "compute", r.Name, "err", err)
+			continue
 		}
+		l.forgetCompute(r.Name)
 	}
 }
 
@@ -311,9 +322,24 @@ func (l *poolLoop) deletePools(ctx context.Context, pools map[string]*poolComput
 			continue
 		}
 		delete(pools, name)
+		l.forgetCompute(name)
 		l.log.Info("compute deleted", "compute", name)
 	}
 	return keep, keepNames
+}
+
+// forgetCompute drops what the loop remembers of a deleted compute, so
+// that a compute made again under its name starts afresh (no launch
+// backoff of its predecessor) and the memory does not grow with every
+// compute ever made.
+func (l *poolLoop) forgetCompute(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.launchFails, name)
+	delete(l.launchRetry, name)
+	delete(l.launchErr, name)
+	delete(l.nodeTargets, name)
+	delete(l.preemptPolled, name)
 }
 
 // schedNode is a node as the scheduler sees it: jobs on clusters take whole
@@ -514,7 +540,11 @@ func (l *poolLoop) retireNode(ctx context.Context, n store.Node, why string) {
 	_ = l.st.DeleteTokens(ctx, KindJoin, n.Name)
 	if err := l.st.DeleteNode(ctx, n.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
 		l.log.Error("delete node", "node", n.Name, "err", err)
+		return
 	}
+	l.mu.Lock()
+	delete(l.preemptedAt, n.Name)
+	l.mu.Unlock()
 	l.log.Info("node retired", "node", n.Name, "why", why)
 }
 

@@ -28,12 +28,14 @@ type schedProvider struct {
 	// with a provider that is slow or down for a while; failLaunch is the
 	// same for Launch.
 	failTerminate, failLaunch int
+	launchCalls               int // Launch calls, failed ones too
 }
 
 func (p *schedProvider) Type() string { return "paper" }
 func (p *schedProvider) Launch(_ context.Context, r provider.LaunchRequest) (provider.Machine, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.launchCalls++
 	if p.failLaunch > 0 {
 		p.failLaunch--
 		return provider.Machine{}, errors.New("no capacity in the region for a moment")

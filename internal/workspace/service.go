@@ -117,10 +117,6 @@ type Service struct {
 	delivered map[string]bool          // node/job/attempt handed to its agent
 	nodeWait  map[string]chan struct{} // per node: closed when it has new work
 
-	// Preemption (preempt.go), guarded by pmu too.
-	preemptedAt   map[string]time.Time // per node: when it was found preempted
-	preemptPolled map[string]time.Time // per compute: when its machines were last listed for preemption
-
 	sessions sessionTable // exec, shell and port-forward sessions of instances (sessions.go)
 	scopes   runScopes    // what each job's run token may read (blobscope.go)
 }
@@ -178,7 +174,6 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		heartbeats: map[string]time.Time{},
 		diskFull:   map[string]string{},
 		delivered:  map[string]bool{}, nodeWait: map[string]chan struct{}{},
-		preemptedAt: map[string]time.Time{}, preemptPolled: map[string]time.Time{},
 	}
 	s.started = s.now()
 	s.pools = newPoolLoop(cfg, s, s.started)
