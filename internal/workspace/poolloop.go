@@ -2,7 +2,6 @@ package workspace
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,12 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/autoscale"
-	"github.com/ferry-ml/ferry/internal/provider"
 	"github.com/ferry-ml/ferry/internal/scheduler"
 	"github.com/ferry-ml/ferry/internal/sizes"
-	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
@@ -116,41 +112,7 @@ func (l *poolLoop) pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pools := map[string]*poolCompute{}
-	broken := map[string]string{} // unusable pool computes: why
-	var names []string
-	for _, r := range recs {
-		if !isPool(r.Type) {
-			continue
-		}
-		pc := &poolCompute{rec: r}
-		c, err := storedComputeSpec(r)
-		if err == nil {
-			pc.spec = *c
-			pc.size, err = poolSize(l.sizes, &pc.spec)
-		}
-		if err == nil && l.checkProvider != nil {
-			if perr := l.checkProvider(&pc.spec); perr != nil {
-				err = fmt.Errorf("its stored provider block is no longer valid: %w", perr)
-			}
-		}
-		if err != nil {
-			// Its nodes are retired below as for a deleted compute; a
-			// compute being deleted is forgotten once none is left.
-			broken[r.Name] = err.Error()
-			l.ws.failCompute(ctx, r.Name, err.Error())
-			continue
-		}
-		pools[r.Name] = pc
-		names = append(names, r.Name)
-		if usesSSH(&pc.spec) && l.providers != nil {
-			// Making the provider re-opens the reverse tunnels of its
-			// machines after a server restart (it is made once and kept).
-			if _, err := l.providers(&pc.spec); err != nil {
-				l.log.Error("ssh provider", "compute", r.Name, "err", err)
-			}
-		}
-	}
+	pools, names, broken := l.loadPools(ctx, recs)
 	nodes, err := l.st.ListNodes(ctx, "")
 	if err != nil {
 		return err
@@ -175,7 +137,62 @@ func (l *poolLoop) pass(ctx context.Context) error {
 	}
 	now := l.now()
 
-	// Leases, and Idle/Busy from what runs.
+	live := l.leases(ctx, pools, nodes, onNode, now)
+	l.forgetBroken(ctx, recs, broken)
+	live, names = l.deletePools(ctx, pools, names, live)
+	live = l.preemptions(ctx, pools, live, onNode, now)
+	live = l.ws.instanceStates(ctx, pools, live, onNode)
+	queued, placed, err := l.place(ctx, pools, broken, live, onNode)
+	if err != nil {
+		return err
+	}
+	return l.scale(ctx, pools, names, live, onNode, queued, placed, now)
+}
+
+// loadPools reads the pool computes of recs: those usable by name (and
+// their names, in recs' order), and why each unusable one is. An unusable
+// compute is marked Failed; its nodes are retired as for a deleted
+// compute, and one being deleted is forgotten once none is left.
+func (l *poolLoop) loadPools(ctx context.Context, recs []store.Compute) (pools map[string]*poolCompute, names []string, broken map[string]string) {
+	pools, broken = map[string]*poolCompute{}, map[string]string{}
+	for _, r := range recs {
+		if !isPool(r.Type) {
+			continue
+		}
+		pc := &poolCompute{rec: r}
+		c, err := storedComputeSpec(r)
+		if err == nil {
+			pc.spec = *c
+			pc.size, err = poolSize(l.sizes, &pc.spec)
+		}
+		if err == nil && l.checkProvider != nil {
+			if perr := l.checkProvider(&pc.spec); perr != nil {
+				err = fmt.Errorf("its stored provider block is no longer valid: %w", perr)
+			}
+		}
+		if err != nil {
+			broken[r.Name] = err.Error()
+			l.ws.failCompute(ctx, r.Name, err.Error())
+			continue
+		}
+		pools[r.Name] = pc
+		names = append(names, r.Name)
+		if usesSSH(&pc.spec) && l.providers != nil {
+			// Making the provider re-opens the reverse tunnels of its
+			// machines after a server restart (it is made once and kept).
+			if _, err := l.providers(&pc.spec); err != nil {
+				l.log.Error("ssh provider", "compute", r.Name, "err", err)
+			}
+		}
+	}
+	return pools, names, broken
+}
+
+// leases retires the nodes of computes that are gone, marks Lost the
+// joined nodes silent for longer than the node lease (failing what ran
+// there), and moves the others between Idle and Busy by what runs on them.
+// It returns the nodes left, with their new states.
+func (l *poolLoop) leases(ctx context.Context, pools map[string]*poolCompute, nodes []store.Node, onNode map[string][]store.Job, now time.Time) []store.Node {
 	var live []store.Node
 	for _, n := range nodes {
 		if _, ok := pools[n.Compute]; !ok {
@@ -213,16 +230,17 @@ func (l *poolLoop) pass(ctx context.Context) error {
 		}
 		live = append(live, n)
 	}
+	return live
+}
 
-	l.forgetBroken(ctx, recs, broken)
-	live, names = l.deletePools(ctx, pools, names, live)
-	live = l.preemptions(ctx, pools, live, onNode, now)
-	live = l.ws.instanceStates(ctx, pools, live, onNode)
-
-	// Placement.
+// place puts the queued jobs of pool computes on free nodes with
+// scheduler.Place and starts those placed; the others are told why they
+// wait. It returns the queued jobs as the scheduler saw them and which of
+// them were placed, for scaling.
+func (l *poolLoop) place(ctx context.Context, pools map[string]*poolCompute, broken map[string]string, live []store.Node, onNode map[string][]store.Job) ([]scheduler.Job, map[string]bool, error) {
 	queued, err := l.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	var st scheduler.State
 	for _, n := range live {
@@ -252,20 +270,19 @@ func (l *poolLoop) pass(ctx context.Context) error {
 			Demand: shapeOf(pc.size), Instances: instancesOf(js)})
 	}
 	placed := map[string]bool{}
-	if len(st.Jobs) > 0 {
-		plan := scheduler.Place(st)
-		for _, p := range plan.Placements {
-			if l.ws.startPlaced(ctx, p) {
-				placed[p.Job] = true
-			}
-		}
-		for _, w := range plan.Waiting {
-			l.ws.setQueuedReason(ctx, w.Job, w.Reason)
+	if len(st.Jobs) == 0 {
+		return nil, placed, nil
+	}
+	plan := scheduler.Place(st)
+	for _, p := range plan.Placements {
+		if l.ws.startPlaced(ctx, p) {
+			placed[p.Job] = true
 		}
 	}
-
-	// Scaling.
-	return l.scale(ctx, pools, names, live, onNode, st.Jobs, placed, now)
+	for _, w := range plan.Waiting {
+		l.ws.setQueuedReason(ctx, w.Job, w.Reason)
+	}
+	return st.Jobs, placed, nil
 }
 
 // forgetBroken deletes the records of unusable pool computes that are being
@@ -459,145 +476,9 @@ func clusterOf(s autoscale.State, name string) autoscale.Cluster {
 	return autoscale.Cluster{}
 }
 
-// launchNode asks the compute's provider for one more machine, with a join
-// token made for it alone.
-func (l *poolLoop) launchNode(ctx context.Context, pc *poolCompute) error {
-	prov, err := l.providers(&pc.spec)
-	if err != nil {
-		return err
-	}
-	name := pc.rec.Name + "-" + randomSuffix(6)
-	secret, hash := auth.NewToken()
-	now := l.now()
-	if err := l.st.CreateNode(ctx, store.Node{Name: name, Compute: pc.rec.Name, State: NodeProvisioning,
-		Reason: "launched; waiting for its agent to join", Size: pc.size.Name, Created: now}); err != nil {
-		return err
-	}
-	if err := l.st.CreateToken(ctx, store.Token{Hash: hash, Kind: KindJoin, Subject: name, Created: now}); err != nil {
-		return err
-	}
-	m, err := prov.Launch(ctx, provider.LaunchRequest{
-		Pool: pc.rec.Name, Name: name, Size: pc.size.Name, GPUs: pc.size.GPUs,
-		AgentArgs: []string{"agent", "--server", l.apiURL, "--name", name},
-		AgentEnv:  []string{"FERRY_JOIN_TOKEN=" + secret},
-	})
-	if err != nil {
-		backoff := l.launchBackoff(pc.rec.Name, err)
-		l.event(ctx, pc.rec.Name, "launch_failed", fmt.Sprintf("node %s could not be launched (%v); retrying in %s", name, err, backoff))
-		_ = l.st.DeleteTokens(ctx, KindJoin, name)
-		_ = l.st.DeleteNode(ctx, name)
-		return err
-	}
-	l.mu.Lock()
-	delete(l.launchFails, pc.rec.Name)
-	delete(l.launchErr, pc.rec.Name)
-	delete(l.launchRetry, pc.rec.Name)
-	l.mu.Unlock()
-	_, err = l.st.UpdateNode(ctx, name, func(n *store.Node) error {
-		n.Machine, n.Address = m.ID, m.Address
-		return nil
-	})
-	return err
-}
-
-// launchBackoff records a failed launch and returns how long the compute
-// waits before the next one: 5 s, doubling to 5 min.
-func (l *poolLoop) launchBackoff(compute string, err error) time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.launchFails[compute]++
-	d := 5 * time.Second << min(l.launchFails[compute]-1, 6)
-	d = min(d, 5*time.Minute)
-	l.launchRetry[compute] = l.now().Add(d)
-	l.launchErr[compute] = err.Error()
-	return d
-}
-
-// providerCallTimeout bounds one call to a node provider from the pool loop.
-const providerCallTimeout = 2 * time.Minute
-
-// retireNode terminates a node's machine and forgets the node. When the
-// machine cannot be terminated the node stays, to be tried again on the
-// next pass.
-func (l *poolLoop) retireNode(ctx context.Context, n store.Node, why string) {
-	if n.Machine != "" {
-		pc, err := l.st.GetCompute(ctx, n.Compute)
-		var c spec.Compute
-		if err == nil && json.Unmarshal(pc.Spec, &c) == nil && l.providers != nil {
-			if prov, err := l.providers(&c); err == nil {
-				// A provider that hangs must not hold the pool loop forever.
-				tctx, cancel := context.WithTimeout(ctx, providerCallTimeout)
-				err := prov.Terminate(tctx, n.Machine)
-				cancel()
-				if err != nil && !errors.Is(err, provider.ErrNotFound) {
-					l.log.Error("terminate node", "node", n.Name, "err", err)
-					return // try again next pass
-				}
-			}
-		}
-	}
-	_ = l.st.DeleteTokens(ctx, KindNode, n.Name)
-	_ = l.st.DeleteTokens(ctx, KindJoin, n.Name)
-	if err := l.st.DeleteNode(ctx, n.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
-		l.log.Error("delete node", "node", n.Name, "err", err)
-		return
-	}
-	l.mu.Lock()
-	delete(l.preemptedAt, n.Name)
-	l.mu.Unlock()
-	l.log.Info("node retired", "node", n.Name, "why", why)
-}
-
-// loseNode marks a silent node Lost and fails the attempts it ran.
-func (l *poolLoop) loseNode(ctx context.Context, n store.Node, jobs []store.Job, silent time.Duration) store.Node {
-	why := fmt.Sprintf("node lost: no heartbeat for %s", silent.Round(time.Second))
-	u, err := l.st.UpdateNode(ctx, n.Name, func(x *store.Node) error {
-		x.State, x.Reason = NodeLost, why
-		return nil
-	})
-	if err != nil {
-		return n
-	}
-	l.event(ctx, n.Compute, "node_lost", fmt.Sprintf("node %s: %s", n.Name, why))
-	for _, j := range jobs {
-		_ = l.ws.finish(ctx, j.Name, j.Attempt, StatusFailed, "node lost", nil, fmt.Sprintf("node %s was lost (%s) while it ran this job", n.Name, why))
-	}
-	return u
-}
-
 // event records a scaling or health event of a compute.
 func (l *poolLoop) event(ctx context.Context, compute, kind, msg string) {
 	if err := l.st.AddComputeEvent(ctx, store.ComputeEvent{Compute: compute, Time: l.now(), Kind: kind, Message: msg}); err != nil {
 		l.log.Error("compute event", "compute", compute, "err", err)
 	}
-}
-
-// loadQuotas are the default quotas with the workspace's overrides.
-func loadQuotas(ctx context.Context, st store.Store) (sizes.Quotas, error) {
-	q := sizes.DefaultQuotas()
-	set, err := st.ListQuotas(ctx)
-	if err != nil {
-		return q, err
-	}
-	if q.FamilyCores == nil {
-		q.FamilyCores = map[string]int{}
-	}
-	for f, n := range set {
-		if f == LowPriorityQuota {
-			q.LowPriorityCores = n
-			continue
-		}
-		q.FamilyCores[f] = n
-	}
-	enabled, err := st.ListEnabledSizes(ctx)
-	if err != nil {
-		return q, err
-	}
-	if q.EnabledSizes == nil {
-		q.EnabledSizes = map[string]bool{}
-	}
-	for _, e := range enabled {
-		q.EnabledSizes[e] = true
-	}
-	return q, nil
 }
