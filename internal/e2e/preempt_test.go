@@ -13,13 +13,21 @@ import (
 
 // counter is a job that checkpoints a count into ./outputs every step and
 // resumes from it, as training scripts do on low-priority clusters. Each
-// step is logged to outputs/steps.txt as "ATTEMPT COUNT".
-const counter = `import os, time
+// step is logged to outputs/steps.txt as "ATTEMPT COUNT". It stops on
+// SIGTERM between steps, as such scripts do: killed between its two writes
+// it would leave a count that steps.txt does not hold (seen once on a
+// loaded machine: step 8 followed step 6).
+const counter = `import os, signal, sys, time
+stop = False
+def term(*_):
+    global stop
+    stop = True
+signal.signal(signal.SIGTERM, term)
 p = "outputs/count.txt"
 n = int(open(p).read()) if os.path.exists(p) else 0
 attempt = os.environ["FERRY_ATTEMPT"]
 print("attempt %s starts at %d" % (attempt, n), flush=True)
-while n < 25:
+while n < 25 and not stop:
     n += 1
     with open(p + ".tmp", "w") as f:
         f.write(str(n))
@@ -28,6 +36,8 @@ while n < 25:
         f.write("%s %d\n" % (attempt, n))
     print("step", n, flush=True)
     time.sleep(0.3)
+if stop:
+    sys.exit(143)
 print("done at", n, flush=True)
 `
 

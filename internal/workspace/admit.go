@@ -21,11 +21,14 @@ import (
 // waiting forever.
 
 // poolSize is the size of a pool compute, from the catalog.
-func (s *Service) poolSize(c *spec.Compute) (sizes.Size, error) {
+func (s *Service) poolSize(c *spec.Compute) (sizes.Size, error) { return poolSize(s.cfg.Sizes, c) }
+
+// poolSize is the size of a pool compute, from catalog cat.
+func poolSize(cat *sizes.Catalog, c *spec.Compute) (sizes.Size, error) {
 	if c.Type == "virtualmachine" {
 		return attachedSize, nil
 	}
-	sz, ok := s.cfg.Sizes.Lookup(c.Size)
+	sz, ok := cat.Lookup(c.Size)
 	if !ok {
 		return sizes.Size{}, Invalid("size: %q is not in the size catalog; see `ferry size list`", c.Size)
 	}

@@ -292,3 +292,41 @@ func (s *Service) wakeNode(name string) {
 		delete(s.nodeWait, name)
 	}
 }
+
+// nodeGPUs turns the scheduler's GPU slots of a node (0..GPUs-1 of its
+// size) into the GPU indices the node's agent reported: a node given host
+// GPUs 2 and 3 by its provider calls them 2 and 3, not 0 and 1.
+func (s *Service) nodeGPUs(ctx context.Context, r RankPlacement) []int {
+	if len(r.GPUs) == 0 {
+		return nil
+	}
+	n, err := s.st.GetNode(ctx, r.Node)
+	var facts nodeproto.Facts
+	if err != nil || len(n.Facts) == 0 || json.Unmarshal(n.Facts, &facts) != nil || len(facts.GPUs) == 0 {
+		return r.GPUs
+	}
+	out := make([]int, 0, len(r.GPUs))
+	for _, slot := range r.GPUs {
+		if slot < len(facts.GPUs) {
+			out = append(out, facts.GPUs[slot].Index)
+		}
+	}
+	return out
+}
+
+// forgetDelivered drops the record of assignments handed out for attempts
+// that are no longer active, so it does not grow with every job ever run.
+func (s *Service) forgetDelivered(active []store.Job) {
+	live := map[string]bool{}
+	for _, j := range active {
+		live[fmt.Sprintf("%s/%d", j.Name, j.Attempt)] = true
+	}
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	for key := range s.delivered {
+		// key is node/job/attempt; node names have no '/'.
+		if _, jobAttempt, ok := strings.Cut(key, "/"); ok && !live[jobAttempt] {
+			delete(s.delivered, key)
+		}
+	}
+}

@@ -83,22 +83,6 @@ func (s *Service) failCompute(ctx context.Context, name, why string) {
 	}
 }
 
-// forgetBroken deletes the records of unusable pool computes that are being
-// deleted once their nodes, which the pool loop retires, are gone.
-func (s *Service) forgetBroken(ctx context.Context, recs []store.Compute, broken map[string]string) {
-	for _, r := range recs {
-		if _, bad := broken[r.Name]; !bad || r.State != StateDeleting {
-			continue
-		}
-		if left, err := s.st.ListNodes(ctx, r.Name); err != nil || len(left) > 0 {
-			continue
-		}
-		if err := s.st.DeleteCompute(ctx, r.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
-			s.log.Error("delete compute", "compute", r.Name, "err", err)
-		}
-	}
-}
-
 // failBroken fails a job that a panic stopped the loop from handling,
 // whatever its status short of the end: a job left Preparing with no runner
 // would otherwise wait for its lease to run out.

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/compute"
-	"github.com/ferry-ml/ferry/internal/provider"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -199,10 +198,9 @@ func TestHangingProviderDoesNotHoldTheDispatcher(t *testing.T) {
 	st := openStore(t, dir)
 	clk := &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
 	prov := &hangingProvider{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	s := newPoolService(t, st, dir, &prov.schedProvider, clk)
+	s := newPoolService(t, st, dir, prov, clk)
 	target := &fakeTarget{capacity: 2}
 	s.cfg.Targets = func(*spec.Compute) (compute.Target, error) { return target, nil }
-	s.cfg.Providers = func(*spec.Compute) (provider.Provider, error) { return prov, nil }
 	s.targets = map[string]compute.Target{}
 
 	mustCreate(t, s, "cpu", 1)

@@ -125,7 +125,7 @@ func (s *Service) giveBackInstanceNodes(ctx context.Context, pc *poolCompute, li
 		default:
 			continue
 		}
-		s.retireNode(ctx, n, why)
+		s.pools.retireNode(ctx, n, why)
 		if _, err := s.st.GetNode(ctx, n.Name); !errors.Is(err, store.ErrNotFound) {
 			continue // terminate failed; tried again next pass
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-// These tests drive the pool loop (reconcilePools) with the paper provider
+// These tests drive the pool loop (poolLoop.pass) with the paper provider
 // and an injected clock: nodes join and heartbeat through the same methods
 // the agent protocol's handlers call, and runners report through the same
 // methods their run tokens reach.
@@ -292,7 +292,7 @@ func TestLostNodeFailsItsJobAndIsReplaced(t *testing.T) {
 	submitTo(t, s, "b", "gpu")
 
 	clk.advance(s.cfg.NodeLease + time.Second)
-	if err := s.reconcilePools(ctx); err != nil { // no heartbeat first
+	if err := s.pools.pass(ctx); err != nil { // no heartbeat first
 		t.Fatal(err)
 	}
 	j := status(t, s, "a")
@@ -350,5 +350,97 @@ func TestNodeThatNeverJoinsIsReplaced(t *testing.T) {
 	settle(t, s)
 	if j := status(t, s, "a"); j.Status != StatusPreparing {
 		t.Errorf("the job is %s on the replacement", j.Status)
+	}
+}
+
+func launchCalls(p *schedProvider) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.launchCalls
+}
+
+// Launches that keep failing are tried again after 5 s, then 10 s, then
+// 20 s; one that works ends the backoff, so the next failure waits 5 s
+// again.
+func TestLaunchBackoffDoubles(t *testing.T) {
+	ctx := context.Background()
+	s, prov, clk := newPaperCluster(t, 0, 2, 600)
+	prov.failLaunch = 3
+	submitTo(t, s, "a", "gpu")
+	for i, c := range []struct {
+		advance time.Duration
+		calls   int
+	}{
+		{0, 1},               // fails: next in 5 s
+		{4 * time.Second, 1}, // within the backoff
+		{time.Second, 2},     // fails: next in 10 s
+		{9 * time.Second, 2},
+		{time.Second, 3}, // fails: next in 20 s
+		{19 * time.Second, 3},
+		{time.Second, 4}, // works
+	} {
+		clk.advance(c.advance)
+		pass(t, s)
+		if got := launchCalls(prov); got != c.calls {
+			t.Fatalf("step %d (+%s): %d launch calls, want %d", i, c.advance, got, c.calls)
+		}
+	}
+	events, err := s.ComputeEvents(ctx, "gpu", 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waits []string
+	for _, e := range events {
+		if e.Kind == "launch_failed" {
+			waits = append(waits, e.Message[strings.LastIndex(e.Message, " ")+1:])
+		}
+	}
+	if want := []string{"5s", "10s", "20s"}; !slices.Equal(waits, want) {
+		t.Errorf("launch_failed events retry in %v, want %v", waits, want)
+	}
+
+	// After a launch that worked, a failure waits 5 s again.
+	prov.mu.Lock()
+	prov.failLaunch = 1
+	prov.mu.Unlock()
+	submitTo(t, s, "b", "gpu")
+	pass(t, s)
+	if got := launchCalls(prov); got != 5 {
+		t.Fatalf("%d launch calls, want a 5th for b", got)
+	}
+	clk.advance(5 * time.Second)
+	pass(t, s)
+	if got := launchCalls(prov); got != 6 {
+		t.Errorf("5 s after the failure that followed a success: %d launch calls, want 6", got)
+	}
+}
+
+// A cluster deleted while its launches were backing off and made again
+// under the same name starts afresh: its first pass launches.
+func TestRecreatedClusterDoesNotInheritLaunchBackoff(t *testing.T) {
+	ctx := context.Background()
+	s, prov, _ := newPaperCluster(t, 0, 1, 600)
+	prov.failLaunch = 1
+	submitTo(t, s, "a", "gpu")
+	pass(t, s)
+	if _, err := s.CancelJob(ctx, owner, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteCompute(ctx, "gpu"); err != nil {
+		t.Fatal(err)
+	}
+	pass(t, s)
+	if _, err := s.GetCompute(ctx, "gpu"); CodeOf(err) != CodeNotFound {
+		t.Fatalf("the deleted compute: %v, want not found", err)
+	}
+	c := &spec.Compute{Name: "gpu", Type: "amlcompute", Size: "Standard_DS3_v2",
+		MinInstances: intp(0), MaxInstances: intp(1), IdleTimeBeforeScaleDown: intp(600)}
+	if _, err := s.CreateCompute(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	submitTo(t, s, "b", "gpu")
+	pass(t, s)
+	if got := launchCalls(prov); got != 2 {
+		t.Errorf("the new cluster's first pass: %d launch calls in all, want 2 (no backoff inherited)", got)
 	}
 }

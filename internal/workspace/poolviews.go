@@ -211,9 +211,7 @@ func (s *Service) poolView(ctx context.Context, v *Compute) error {
 	if v.Spec != nil && v.Type != "virtualmachine" {
 		v.Size = v.Spec.Size
 	}
-	s.pmu.Lock()
-	v.TargetNodes = s.nodeTargets[v.Name]
-	s.pmu.Unlock()
+	v.TargetNodes = s.pools.target(v.Name)
 	if v.Type == "computeinstance" {
 		v.Sessions, v.PortForwards, _ = s.sessionUse(v.Name)
 	}

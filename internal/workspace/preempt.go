@@ -90,7 +90,7 @@ func (s *Service) PreemptNode(ctx context.Context, who auth.Principal, compute, 
 			}
 		}
 	}
-	s.preemptNode(ctx, n, "preempted on request of "+who.Subject)
+	s.pools.preemptNode(ctx, n, "preempted on request of "+who.Subject)
 	s.wakeDispatcher()
 	nodes, err := s.ListNodes(ctx, compute)
 	if err != nil {
@@ -106,9 +106,9 @@ func (s *Service) PreemptNode(ctx context.Context, who auth.Principal, compute, 
 
 // preemptNode marks an Idle or Busy node Preempted. The runners on it
 // learn it at their next heartbeat.
-func (s *Service) preemptNode(ctx context.Context, n store.Node, why string) store.Node {
+func (l *poolLoop) preemptNode(ctx context.Context, n store.Node, why string) store.Node {
 	moved := false
-	u, err := s.st.UpdateNode(ctx, n.Name, func(x *store.Node) error {
+	u, err := l.st.UpdateNode(ctx, n.Name, func(x *store.Node) error {
 		if x.State != NodeIdle && x.State != NodeBusy {
 			return nil
 		}
@@ -118,11 +118,11 @@ func (s *Service) preemptNode(ctx context.Context, n store.Node, why string) sto
 	if err != nil || !moved {
 		return n
 	}
-	s.pmu.Lock()
-	s.preemptedAt[n.Name] = s.now()
-	s.pmu.Unlock()
-	s.event(ctx, n.Compute, "node_preempted", fmt.Sprintf("node %s: %s", n.Name, why))
-	s.log.Info("node preempted", "node", n.Name, "why", why)
+	l.mu.Lock()
+	l.preemptedAt[n.Name] = l.now()
+	l.mu.Unlock()
+	l.event(ctx, n.Compute, "node_preempted", fmt.Sprintf("node %s: %s", n.Name, why))
+	l.log.Info("node preempted", "node", n.Name, "why", why)
 	return u
 }
 
@@ -131,28 +131,28 @@ func (s *Service) preemptNode(ctx context.Context, n store.Node, why string) sto
 // (every PreemptPoll) and queues again the attempts of preempted nodes
 // whose runners did not stop within PreemptGrace. It returns live with the
 // nodes' new states.
-func (s *Service) preemptions(ctx context.Context, pools map[string]*poolCompute, live []store.Node, onNode map[string][]store.Job, now time.Time) []store.Node {
-	if s.cfg.Providers != nil {
+func (l *poolLoop) preemptions(ctx context.Context, pools map[string]*poolCompute, live []store.Node, onNode map[string][]store.Job, now time.Time) []store.Node {
+	if l.providers != nil {
 		for name, pc := range pools {
 			if !lowPriority(&pc.spec) || pc.rec.State == StateDeleting {
 				continue
 			}
-			s.pmu.Lock()
-			due := now.Sub(s.preemptPolled[name]) >= s.cfg.PreemptPoll
+			l.mu.Lock()
+			due := now.Sub(l.preemptPolled[name]) >= l.preemptPoll
 			if due {
-				s.preemptPolled[name] = now
+				l.preemptPolled[name] = now
 			}
-			s.pmu.Unlock()
+			l.mu.Unlock()
 			if !due {
 				continue
 			}
-			prov, err := s.cfg.Providers(&pc.spec)
+			prov, err := l.providers(&pc.spec)
 			if err != nil {
 				continue
 			}
 			ms, err := prov.List(ctx, name)
 			if err != nil {
-				s.log.Warn("list machines for preemption", "compute", name, "err", err)
+				l.log.Warn("list machines for preemption", "compute", name, "err", err)
 				continue
 			}
 			taken := map[string]bool{}
@@ -161,7 +161,7 @@ func (s *Service) preemptions(ctx context.Context, pools map[string]*poolCompute
 			}
 			for i, n := range live {
 				if n.Compute == name && n.Machine != "" && taken[n.Machine] {
-					live[i] = s.preemptNode(ctx, n, "its provider took the machine back")
+					live[i] = l.preemptNode(ctx, n, "its provider took the machine back")
 				}
 			}
 		}
@@ -170,20 +170,20 @@ func (s *Service) preemptions(ctx context.Context, pools map[string]*poolCompute
 		if n.State != NodePreempted {
 			continue
 		}
-		s.pmu.Lock()
-		since, ok := s.preemptedAt[n.Name]
-		if !ok || since.Before(s.started) {
-			since = s.started // a restarted server gives the runners their notice again
-			s.preemptedAt[n.Name] = since
+		l.mu.Lock()
+		since, ok := l.preemptedAt[n.Name]
+		if !ok || since.Before(l.started) {
+			since = l.started // a restarted server gives the runners their notice again
+			l.preemptedAt[n.Name] = since
 		}
-		s.pmu.Unlock()
-		if now.Sub(since) < s.cfg.PreemptGrace {
+		l.mu.Unlock()
+		if now.Sub(since) < l.preemptGrace {
 			continue
 		}
 		for _, j := range onNode[n.Name] {
-			why := fmt.Sprintf("node %s was preempted and the attempt did not stop within %s", n.Name, s.cfg.PreemptGrace)
-			if err := s.requeuePreempted(ctx, j.Name, j.Attempt, n.Name, why); err != nil {
-				s.log.Error("requeue preempted attempt", "job", j.Name, "err", err)
+			why := fmt.Sprintf("node %s was preempted and the attempt did not stop within %s", n.Name, l.preemptGrace)
+			if err := l.ws.requeuePreempted(ctx, j.Name, j.Attempt, n.Name, why); err != nil {
+				l.log.Error("requeue preempted attempt", "job", j.Name, "err", err)
 			}
 		}
 	}

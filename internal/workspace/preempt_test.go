@@ -70,8 +70,7 @@ func newSpotService(t *testing.T, prov *spotProvider) (*Service, *clock) {
 	t.Helper()
 	dir := t.TempDir()
 	clk := &clock{now: time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)}
-	s := newPoolService(t, openStore(t, dir), dir, &schedProvider{}, clk)
-	s.cfg.Providers = func(*spec.Compute) (provider.Provider, error) { return prov, nil }
+	s := newPoolService(t, openStore(t, dir), dir, prov, clk)
 	return s, clk
 }
 
@@ -252,7 +251,7 @@ func TestProviderPreemptionAndSilentRunner(t *testing.T) {
 	ctx := context.Background()
 	prov := &spotProvider{preempted: map[string]bool{}}
 	s, clk := newSpotService(t, prov)
-	s.cfg.PreemptGrace = 2 * s.cfg.LeaseTimeout
+	s.pools.preemptGrace = 2 * s.cfg.LeaseTimeout
 	lowPriorityCluster(t, s, "spot", "low_priority")
 	submitTo(t, s, "train", "spot")
 	node := placedOn(t, s, "train")
@@ -261,7 +260,7 @@ func TestProviderPreemptionAndSilentRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	prov.Preempt(ctx, n.Machine)
-	clk.advance(s.cfg.PreemptPoll)
+	clk.advance(s.pools.preemptPoll)
 	pass(t, s)
 	if n, _ := s.st.GetNode(ctx, node); n.State != NodePreempted {
 		t.Fatalf("node listed preempted by its provider is %s", n.State)
@@ -278,7 +277,7 @@ func TestProviderPreemptionAndSilentRunner(t *testing.T) {
 	if j := status(t, s, "train"); j.Status != StatusPreparing {
 		t.Fatalf("past the runner's lease, within the grace: %s (%s); want it left to its runner", j.Status, j.StatusReason)
 	}
-	clk.advance(s.cfg.PreemptGrace - s.cfg.LeaseTimeout)
+	clk.advance(s.pools.preemptGrace - s.cfg.LeaseTimeout)
 	pass(t, s)
 	j := status(t, s, "train")
 	if j.Status != StatusQueued || len(j.Preemptions) != 1 {

@@ -10,6 +10,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/sizes"
 	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
 )
 
 // Quota is a family's core quota as the API shows it. The low-priority
@@ -30,7 +31,7 @@ const LowPriorityQuota = "lowPriority"
 
 // ListQuotas returns the core quota and use of every family the catalog has.
 func (s *Service) ListQuotas(ctx context.Context) ([]Quota, error) {
-	q, err := s.quotas(ctx)
+	q, err := loadQuotas(ctx, s.st)
 	if err != nil {
 		return nil, err
 	}
@@ -140,4 +141,34 @@ func (s *Service) usage(ctx context.Context) (sizes.Usage, error) {
 		}
 	}
 	return u, nil
+}
+
+// loadQuotas are the default quotas with the workspace's overrides.
+func loadQuotas(ctx context.Context, st store.Store) (sizes.Quotas, error) {
+	q := sizes.DefaultQuotas()
+	set, err := st.ListQuotas(ctx)
+	if err != nil {
+		return q, err
+	}
+	if q.FamilyCores == nil {
+		q.FamilyCores = map[string]int{}
+	}
+	for f, n := range set {
+		if f == LowPriorityQuota {
+			q.LowPriorityCores = n
+			continue
+		}
+		q.FamilyCores[f] = n
+	}
+	enabled, err := st.ListEnabledSizes(ctx)
+	if err != nil {
+		return q, err
+	}
+	if q.EnabledSizes == nil {
+		q.EnabledSizes = map[string]bool{}
+	}
+	for _, e := range enabled {
+		q.EnabledSizes[e] = true
+	}
+	return q, nil
 }

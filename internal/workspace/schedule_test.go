@@ -28,12 +28,14 @@ type schedProvider struct {
 	// with a provider that is slow or down for a while; failLaunch is the
 	// same for Launch.
 	failTerminate, failLaunch int
+	launchCalls               int // Launch calls, failed ones too
 }
 
 func (p *schedProvider) Type() string { return "paper" }
 func (p *schedProvider) Launch(_ context.Context, r provider.LaunchRequest) (provider.Machine, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.launchCalls++
 	if p.failLaunch > 0 {
 		p.failLaunch--
 		return provider.Machine{}, errors.New("no capacity in the region for a moment")
@@ -64,9 +66,9 @@ func openStore(t *testing.T, dir string) *sqlite.Store {
 	return st
 }
 
-// newPoolService is a workspace on st with the paper provider and clock clk,
-// as a server (re)started on the same data would be.
-func newPoolService(t *testing.T, st store.Store, dir string, prov *schedProvider, clk *clock) *Service {
+// newPoolService is a workspace on st with node provider prov (mostly the
+// paper one) and clock clk, as a server (re)started on the same data would be.
+func newPoolService(t *testing.T, st store.Store, dir string, prov provider.Provider, clk *clock) *Service {
 	t.Helper()
 	blobs, err := blob.Open(filepath.Join(dir, "blobs"))
 	if err != nil {
@@ -114,7 +116,7 @@ func pass(t *testing.T, s *Service) {
 			}
 		}
 	}
-	if err := s.reconcilePools(context.Background()); err != nil {
+	if err := s.pools.pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -218,7 +220,7 @@ func TestInstanceUnusableWhileItsNodeIsReplaced(t *testing.T) {
 	}
 	// No heartbeat for longer than the lease: the node is lost.
 	clk.advance(s.cfg.NodeLease + time.Second)
-	if err := s.reconcilePools(context.Background()); err != nil {
+	if err := s.pools.pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got := computeState(t, s, "lone-box"); got != InstanceUnusable {

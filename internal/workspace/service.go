@@ -123,17 +123,11 @@ type Service struct {
 	cancelAsked    map[string]time.Time // per job: when the cancel of its running attempt was asked
 	engineCanceled map[string]int       // per job: the attempt already canceled through its engine
 
-	pmu         sync.Mutex               // guards the pool loop's memory below
-	delivered   map[string]bool          // node/job/attempt handed to its agent
-	nodeWait    map[string]chan struct{} // per node: closed when it has new work
-	launchFails map[string]int           // per compute: launches failed in a row
-	launchRetry map[string]time.Time     // per compute: no launch before
-	launchErr   map[string]string        // per compute: the last launch error
-	nodeTargets map[string]int           // per compute: the node count the autoscaler last aimed at
+	pools *poolLoop // the pool loop (poolloop.go) and its memory
 
-	// Preemption (preempt.go), guarded by pmu too.
-	preemptedAt   map[string]time.Time // per node: when it was found preempted
-	preemptPolled map[string]time.Time // per compute: when its machines were last listed for preemption
+	pmu       sync.Mutex               // guards the agent protocol's memory below
+	delivered map[string]bool          // node/job/attempt handed to its agent
+	nodeWait  map[string]chan struct{} // per node: closed when it has new work
 
 	sessions sessionTable // exec, shell and port-forward sessions of instances (sessions.go)
 	scopes   runScopes    // what each job's run token may read (blobscope.go)
@@ -199,10 +193,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		diskFull:   map[string]string{},
 		awaiting:   map[string]int{}, cancelAsked: map[string]time.Time{}, engineCanceled: map[string]int{},
 		delivered: map[string]bool{}, nodeWait: map[string]chan struct{}{},
-		launchFails: map[string]int{}, launchRetry: map[string]time.Time{}, launchErr: map[string]string{}, nodeTargets: map[string]int{},
-		preemptedAt: map[string]time.Time{}, preemptPolled: map[string]time.Time{},
 	}
 	s.started = s.now()
+	s.pools = newPoolLoop(cfg, s, s.started)
 	if _, err := s.st.GetCompute(ctx, "local"); errors.Is(err, store.ErrNotFound) {
 		local := &spec.Compute{Name: "local", Type: "local"}
 		if _, err := s.CreateCompute(ctx, local); err != nil && CodeOf(err) != CodeConflict {
