@@ -1,0 +1,336 @@
+package computetest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ferry-ml/ferry/internal/testutil"
+)
+
+// testCase is one behaviour every target must have.
+type testCase struct {
+	name string
+	run  func(t *testing.T, s *suite)
+}
+
+// cases run in this order; server-kill9 takes the server down and so
+// comes last.
+var cases = []testCase{
+	{"logs", logsCompleteInOrder},
+	{"exit-code", exitCode},
+	{"outputs", outputs},
+	{"inputs", inputs},
+	{"variables", variables},
+	{"cancel-queued", cancelQueued},
+	{"cancel-running", cancelRunning},
+	{"timeout", timeout},
+	{"server-kill9", serverKill9},
+}
+
+// numbered is a shell loop that prints n numbered lines "prefix i", every
+// fourth one to stderr, and the log it must give: stdout and stderr go to
+// one log in the order they were written.
+func numbered(prefix string, n int) (script, log string) {
+	script = fmt.Sprintf(`for i in $(seq 1 %d); do if [ $((i %% 4)) -eq 0 ]; then echo "%s $i on stderr" >&2; else echo "%s $i"; fi; done`,
+		n, prefix, prefix)
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		if i%4 == 0 {
+			fmt.Fprintf(&b, "%s %d on stderr\n", prefix, i)
+		} else {
+			fmt.Fprintf(&b, "%s %d\n", prefix, i)
+		}
+	}
+	return script, b.String()
+}
+
+// sameLog fails the case unless got is want, saying how they differ in
+// terms of lines: how many, the first that differs, and lines seen twice.
+func sameLog(t *testing.T, what, want, got string) {
+	t.Helper()
+	if got == want {
+		return
+	}
+	w, g := strings.SplitAfter(want, "\n"), strings.SplitAfter(got, "\n")
+	first := 0
+	for first < len(w) && first < len(g) && w[first] == g[first] {
+		first++
+	}
+	at := func(ls []string, i int) string {
+		if i < len(ls) {
+			return strconv.Quote(ls[i])
+		}
+		return "(end)"
+	}
+	seen := map[string]bool{}
+	var twice []string
+	for _, l := range g {
+		if seen[l] && l != "" && len(twice) < 5 {
+			twice = append(twice, strconv.Quote(l))
+		}
+		seen[l] = true
+	}
+	t.Fatalf("%s: %d lines, want %d; line %d is %s, want %s; lines seen twice: %v\ngot (first 2,000 bytes):\n%.2000s",
+		what, len(g)-1, len(w)-1, first+1, at(g, first), at(w, first), twice, got)
+}
+
+// Every line a job prints reaches its log, in order, stdout and stderr
+// interleaved as written, nothing lost and nothing twice.
+func logsCompleteInOrder(t *testing.T, s *suite) {
+	script, want := numbered("line", 2000)
+	name := s.submit(t, "command: |\n  "+script+"\n", nil)
+	s.waitStatus(t, name, "Completed")
+	sameLog(t, "the log from the API", want, s.log(t, name))
+	sameLog(t, "job stream", want, s.mustFerry(t, "job", "stream", name).Stdout)
+}
+
+// A job that exits 3 is Failed with exit code 3, and what it printed
+// before is kept.
+func exitCode(t *testing.T, s *suite) {
+	name := s.submit(t, "command: echo before; exit 3\n", nil)
+	j := s.waitStatus(t, name, "Failed")
+	if j.ExitCode == nil || *j.ExitCode != 3 {
+		t.Errorf("exit code %v, want 3 (%+v)", j.ExitCode, j)
+	}
+	sameLog(t, "log", "before\n", s.log(t, name))
+	if r := s.srv.Ferry(t, "job", "stream", name); r.Code != 3 {
+		t.Errorf("job stream of a job that exited 3 exits %d", r.Code)
+	}
+}
+
+// What a job leaves in ./outputs and in its named outputs (a folder, a
+// folder uploaded at the end, a single file) can be downloaded after it.
+func outputs(t *testing.T, s *suite) {
+	name := s.submit(t, `command: |
+  echo model > outputs/model.txt
+  mkdir -p outputs/sub && echo deep > outputs/sub/deep.txt
+  echo '{"n": 14}' > ${{outputs.result}}/result.json
+  echo up > ${{outputs.uploaded}}/u.txt
+  echo 42 > ${{outputs.single}}
+outputs:
+  result: {type: uri_folder}
+  uploaded: {type: uri_folder, mode: upload}
+  single: {type: uri_file, path: azureml://datastores/workspaceblobstore/paths/answer.txt}
+`, nil)
+	s.waitStatus(t, name, "Completed")
+	dl := s.download(t, name)
+	for p, want := range map[string]string{
+		"artifacts/outputs/model.txt":      "model\n",
+		"artifacts/outputs/sub/deep.txt":   "deep\n",
+		"named-outputs/result/result.json": "{\"n\": 14}\n",
+		"named-outputs/uploaded/u.txt":     "up\n",
+		"named-outputs/single/answer.txt":  "42\n",
+	} {
+		got, err := os.ReadFile(filepath.Join(dl, p))
+		if err != nil || string(got) != want {
+			t.Errorf("downloaded %s = %q, %v; want %q", p, got, err, want)
+		}
+	}
+}
+
+// A uri_folder input, mounted and downloaded, holds every file of the
+// folder with its content; a uri_file input and a literal reach the
+// command too.
+func inputs(t *testing.T, s *suite) {
+	big := make([]byte, 256<<10)
+	for i := range big {
+		big[i] = byte(i % 251)
+	}
+	sum := sha256.Sum256(big)
+	name := s.submit(t, `command: |
+  for d in ${{inputs.mounted}} ${{inputs.downloaded}}; do
+    (cd "$d" && find . -type f | LC_ALL=C sort && cat a.txt sub/b.txt "with space.txt" && sha256sum big.bin)
+  done
+  cat ${{inputs.one}}
+  echo "n=${{inputs.n}}"
+inputs:
+  mounted: {type: uri_folder, path: data}
+  downloaded: {type: uri_folder, path: data, mode: download}
+  one: {type: uri_file, path: data/sub/b.txt}
+  n: 7
+`, map[string]string{
+		"data/a.txt":          "A\n",
+		"data/sub/b.txt":      "B\n",
+		"data/with space.txt": "S\n",
+		"data/big.bin":        string(big),
+	})
+	s.waitStatus(t, name, "Completed")
+	folder := "./a.txt\n./big.bin\n./sub/b.txt\n./with space.txt\nA\nB\nS\n" + hex.EncodeToString(sum[:]) + "  big.bin\n"
+	sameLog(t, "log", folder+folder+"B\nn=7\n", s.log(t, name))
+}
+
+// environment_variables reach the command as written, with no shell
+// expansion, beside the variables every job gets.
+func variables(t *testing.T, s *suite) {
+	name := s.submit(t, `command: |
+  echo "MY_VAR=[$MY_VAR]"
+  echo "ODD=[$ODD]"
+  echo "FERRY_JOB_ID=$FERRY_JOB_ID"
+  echo "FERRY_ATTEMPT=$FERRY_ATTEMPT"
+  [ -n "$FERRY_RUN_TOKEN" ] && echo "run token set"
+  [ -d "$FERRY_OUTPUTS_DIR" ] && echo "outputs dir exists"
+  case "$FERRY_API_URL" in http://*|https://*) echo "api url set";; esac
+environment_variables:
+  MY_VAR: my value
+  ODD: 'it''s "quoted", $HOME stays, a=b'
+`, nil)
+	s.waitStatus(t, name, "Completed")
+	want := fmt.Sprintf("MY_VAR=[my value]\nODD=[it's \"quoted\", $HOME stays, a=b]\nFERRY_JOB_ID=%s\nFERRY_ATTEMPT=1\n"+
+		"run token set\noutputs dir exists\napi url set\n", name)
+	sameLog(t, "log", want, s.log(t, name))
+}
+
+// A job canceled while it waits for the target never starts: not while
+// the target is busy, and not once it is free again.
+func cancelQueued(t *testing.T, s *suite) {
+	blocker := s.submit(t, "command: echo blocking; sleep 300\n", nil)
+	s.waitStatus(t, blocker, "Running")
+	marker := filepath.Join(s.shared, randomHex(4)+".ran")
+	waiting := s.submit(t, "command: touch "+marker+"; echo ran\n", nil)
+	if j := s.show(t, waiting); j.Status != "Queued" {
+		t.Fatalf("a second job on a target that runs one at a time is %s, want Queued (the harness must give a target of one slot)", j.Status)
+	}
+	s.mustFerry(t, "job", "cancel", waiting)
+	s.waitStatus(t, waiting, "Canceled")
+
+	// Free the target and prove it takes work again: the canceled job had
+	// every chance to start by the time the probe has run.
+	s.mustFerry(t, "job", "cancel", blocker)
+	s.waitStatus(t, blocker, "Canceled")
+	probe := s.submit(t, "command: echo probe\n", nil)
+	s.waitStatus(t, probe, "Completed")
+
+	j := s.show(t, waiting)
+	if j.Status != "Canceled" || j.Started != nil || j.reached("Preparing")+j.reached("Running") != 0 {
+		t.Errorf("the job canceled while queued: %s, started %v, history %+v; want Canceled and never started", j.Status, j.Started, j.History)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("the job canceled while queued ran its command")
+	}
+	if log := s.log(t, waiting); strings.Contains(log, "ran") {
+		t.Errorf("the job canceled while queued has a log: %q", log)
+	}
+}
+
+// A job canceled while it runs is Canceled and leaves no process: not a
+// child that ignores SIGTERM, not one that left the job's session. Each
+// records its own pid, and the target's own list of the job's processes
+// must see them while they live.
+func cancelRunning(t *testing.T, s *suite) {
+	pids := filepath.Join(s.shared, randomHex(4)+".pids")
+	name := s.submit(t, fmt.Sprintf(`command: |
+  (trap '' TERM; exec sleep 300) &
+  echo $! >> %[1]s
+  setsid sleep 301 &
+  echo $! >> %[1]s
+  echo $$ >> %[1]s
+  echo ready
+  wait
+`, pids), nil)
+	s.waitLog(t, name, "ready")
+	recorded := map[int]string{} // pid -> its command line, so a reused pid is not mistaken for it
+	live := func() map[int]string {
+		m := map[int]string{}
+		for _, p := range testutil.Procs() {
+			m[p.PID] = p.CmdLine()
+		}
+		return m
+	}()
+	for _, f := range strings.Fields(s.waitFile(t, filepath.Base(pids), 3)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("the job recorded pid %q", f)
+		}
+		cmd, ok := live[pid]
+		if !ok {
+			t.Fatalf("the job's process %d is not alive before the cancel", pid)
+		}
+		recorded[pid] = cmd
+	}
+	listed := map[int]bool{}
+	for _, p := range s.h.JobProcs(name) {
+		if pid, err := strconv.Atoi(strings.Fields(p)[0]); err == nil {
+			listed[pid] = true
+		}
+	}
+	for pid, cmd := range recorded {
+		if !listed[pid] {
+			t.Fatalf("the harness's JobProcs does not list the job's process %d %q, so it cannot prove none is left: %v", pid, cmd, s.h.JobProcs(name))
+		}
+	}
+
+	s.mustFerry(t, "job", "cancel", name)
+	j := s.waitStatus(t, name, "Canceled")
+	if j.CancelRequestedBy == "" {
+		t.Errorf("cancel_requested_by is not set: %+v", j)
+	}
+	s.waitNoProcs(t, name)
+	for _, p := range testutil.Procs() {
+		if cmd, ok := recorded[p.PID]; ok && cmd == p.CmdLine() {
+			t.Errorf("the job's process %d %q outlived the cancel", p.PID, cmd)
+		}
+	}
+}
+
+// A job that runs past limits.timeout fails as timed out, naming the
+// field, and leaves no process.
+func timeout(t *testing.T, s *suite) {
+	name := s.submit(t, "command: echo started; sleep 120\nlimits:\n  timeout: 2\n", nil)
+	j := s.waitStatus(t, name, "Failed")
+	if j.StatusReason != "timeout" || !strings.Contains(j.Error, "limits.timeout") {
+		t.Errorf("a timed-out job: reason %q, error %q; want reason timeout and an error naming limits.timeout", j.StatusReason, j.Error)
+	}
+	s.waitNoProcs(t, name)
+}
+
+// The server is killed with SIGKILL mid-job. The job goes on printing
+// while the server is down and after it is back; it completes with every
+// line once, in order, and its outputs, and its command ran once.
+func serverKill9(t *testing.T, s *suite) {
+	id := filepath.Join(s.shared, randomHex(4))
+	before, wantBefore := numbered("before", 200)
+	during, wantDuring := numbered("during", 200)
+	after, wantAfter := numbered("after", 200)
+	name := s.submit(t, fmt.Sprintf(`command: |
+  echo "attempt $FERRY_ATTEMPT" >> %[1]s.runs
+  %[2]s
+  while [ ! -e %[1]s.gate1 ]; do sleep 0.05; done
+  %[3]s
+  touch %[1]s.during
+  while [ ! -e %[1]s.gate2 ]; do sleep 0.05; done
+  %[4]s
+  echo done > outputs/result.txt
+`, id, before, during, after), nil)
+	s.waitStatus(t, name, "Running")
+	s.waitLog(t, name, "before 199\nbefore 200 on stderr\n")
+
+	s.srv.Kill9(t)
+	if err := os.WriteFile(id+".gate1", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFile(t, filepath.Base(id)+".during", 0) // printed while the server was down
+	s.srv.Restart(t)
+	if err := os.WriteFile(id+".gate2", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	j := s.waitStatus(t, name, "Completed")
+	sameLog(t, "the log after the restart", wantBefore+wantDuring+wantAfter, s.log(t, name))
+	if runs, err := os.ReadFile(id + ".runs"); err != nil || string(runs) != "attempt 1\n" {
+		t.Errorf("the command's runs: %q, %v; want it run once, as attempt 1", runs, err)
+	}
+	if n, m := j.reached("Running"), j.reached("Completed"); n != 1 || m != 1 {
+		t.Errorf("history %+v: Running %d times and Completed %d times, want once each", j.History, n, m)
+	}
+	dl := s.download(t, name)
+	if got, err := os.ReadFile(filepath.Join(dl, "artifacts", "outputs", "result.txt")); err != nil || string(got) != "done\n" {
+		t.Errorf("output after the restart = %q, %v; want \"done\\n\"", got, err)
+	}
+	s.waitNoProcs(t, name)
+}
