@@ -137,6 +137,7 @@ func sharedDir(t *testing.T) string {
 type job struct {
 	Name              string     `json:"name"`
 	Status            string     `json:"status"`
+	Compute           string     `json:"compute"`
 	StatusReason      string     `json:"status_reason"`
 	ExitCode          *int       `json:"exit_code"`
 	Error             string     `json:"error"`
@@ -197,6 +198,11 @@ func (s *suite) submit(t *testing.T, yaml string, files map[string]string) strin
 	}
 	name := "ct-" + strings.ReplaceAll(filepath.Base(t.Name()), "_", "-") + "-" + randomHex(4)
 	s.mustFerry(t, "job", "create", "-f", filepath.Join(dir, "job.yml"), "--name", name)
+	if want := strings.TrimPrefix(s.h.Compute, "azureml:"); want != "" {
+		if got := s.show(t, name).Compute; got != want {
+			t.Fatalf("job %s is on compute %q, want the harness's %q", name, got, want)
+		}
+	}
 	t.Cleanup(func() {
 		if j := s.show(t, name); !j.terminal() {
 			s.srv.Ferry(t, "job", "cancel", name)
