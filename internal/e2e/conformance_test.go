@@ -31,7 +31,7 @@ func TestConformanceCluster(t *testing.T) {
 	computetest.Run(t, computetest.Harness{
 		Compute: "azureml:conform-cluster",
 		Start: func(t *testing.T) computetest.Server {
-			return startWithCompute(t, "create", "conform-cluster", computeFile(t, `name: conform-cluster
+			s := startWithCompute(t, "create", computeFile(t, `name: conform-cluster
 type: amlcompute
 size: Standard_DS1_v2
 min_instances: 1
@@ -39,6 +39,8 @@ max_instances: 1
 idle_time_before_scale_down: 600
 provider: {type: process}
 `))
+			s.waitNodes("conform-cluster", 1, "Idle")
+			return conformServer{s}
 		},
 	})
 }
@@ -54,20 +56,26 @@ func TestConformanceAttachedSSH(t *testing.T) {
 			t.Cleanup(func() { killUnder(t, agentDir); os.RemoveAll(agentDir) })
 			file := vmFile(t, "conform-vm", sshd, sshd.User, "  ssh_private_key_file: id_test\n", sshd.HostKeyLine,
 				map[string]string{"id_test": string(sshd.ClientKey)})
-			return startWithCompute(t, "attach", "conform-vm", file)
+			s := startWithCompute(t, "attach", file)
+			s.waitNodes("conform-vm", 1, "Idle")
+			return conformServer{s}
 		},
 	})
 }
 
-// startWithCompute starts a server with a short cancel grace, makes the
-// compute with `ferry compute VERB -f file` and waits for its one node to
-// be idle.
-func startWithCompute(t *testing.T, verb, name, file string) computetest.Server {
+// startWithCompute starts a server with a short cancel grace and makes a
+// compute with `ferry compute VERB -f file`. A target that is not ready
+// at once (a pool's nodes) is waited for by its test.
+//
+// Slurm, say, is then a few lines: a compute file of one partition whose
+// jobs take a whole node (so a second job queues), started this way, and
+// computetest.HostJobProcs, the default, finds its jobs' processes while
+// slurmd runs on this host.
+func startWithCompute(t *testing.T, verb, file string) *server {
 	t.Helper()
 	s := startServer(t, "--cancel-grace", "1s")
 	s.mustFerry("compute", verb, "-f", file)
-	s.waitNodes(name, 1, "Idle")
-	return conformServer{s}
+	return s
 }
 
 // computeFile writes a compute file into a fresh folder.

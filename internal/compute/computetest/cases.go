@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferry-ml/ferry/internal/testutil"
 )
@@ -19,8 +20,8 @@ type testCase struct {
 	run  func(t *testing.T, s *suite)
 }
 
-// cases run in this order; server-kill9 takes the server down and so
-// comes last.
+// cases run in this order; the server kills take the server down and so
+// come last.
 var cases = []testCase{
 	{"logs", logsCompleteInOrder},
 	{"exit-code", exitCode},
@@ -31,6 +32,7 @@ var cases = []testCase{
 	{"cancel-running", cancelRunning},
 	{"timeout", timeout},
 	{"server-kill9", serverKill9},
+	{"server-kill9-job-ends-while-down", serverKill9JobEndsWhileDown},
 }
 
 // numbered is a shell loop that prints n numbered lines "prefix i", every
@@ -84,10 +86,11 @@ func sameLog(t *testing.T, what, want, got string) {
 // interleaved as written, nothing lost and nothing twice.
 func logsCompleteInOrder(t *testing.T, s *suite) {
 	script, want := numbered("line", 2000)
-	name := s.submit(t, "command: |\n  "+script+"\n", nil)
+	name, streamed := s.create(t, "command: |\n  "+script+"\n", nil, "--stream")
 	s.waitStatus(t, name, "Completed")
+	sameLog(t, "job create --stream, following the job from its submission", want, streamed.Stdout)
 	sameLog(t, "the log from the API", want, s.log(t, name))
-	sameLog(t, "job stream", want, s.mustFerry(t, "job", "stream", name).Stdout)
+	sameLog(t, "job stream of the ended job", want, s.mustFerry(t, "job", "stream", name).Stdout)
 }
 
 // A job that exits 3 is Failed with exit code 3, and what it printed
@@ -270,6 +273,7 @@ func cancelRunning(t *testing.T, s *suite) {
 	if j.CancelRequestedBy == "" {
 		t.Errorf("cancel_requested_by is not set: %+v", j)
 	}
+	sameLog(t, "the canceled job's log", "ready\n", s.log(t, name))
 	s.waitNoProcs(t, name)
 	for _, p := range testutil.Procs() {
 		if cmd, ok := recorded[p.PID]; ok && cmd == p.CmdLine() {
@@ -331,6 +335,60 @@ func serverKill9(t *testing.T, s *suite) {
 	dl := s.download(t, name)
 	if got, err := os.ReadFile(filepath.Join(dl, "artifacts", "outputs", "result.txt")); err != nil || string(got) != "done\n" {
 		t.Errorf("output after the restart = %q, %v; want \"done\\n\"", got, err)
+	}
+	s.waitNoProcs(t, name)
+}
+
+// The server is killed with SIGKILL mid-job and the job ends, with an
+// exit code of its own, while the server is down. Once the server is
+// back the job ends as it did, with its whole log and its outputs, and
+// it ran once.
+func serverKill9JobEndsWhileDown(t *testing.T, s *suite) {
+	id := filepath.Join(s.shared, randomHex(4))
+	before, wantBefore := numbered("before", 100)
+	during, wantDuring := numbered("during", 100)
+	name := s.submit(t, fmt.Sprintf(`command: |
+  echo "attempt $FERRY_ATTEMPT" >> %[1]s.runs
+  %[2]s
+  while [ ! -e %[1]s.gate ]; do sleep 0.05; done
+  %[3]s
+  echo partial > outputs/result.txt
+  touch %[1]s.ending
+  exit 5
+`, id, before, during), nil)
+	s.waitLog(t, name, "before 99\nbefore 100 on stderr\n")
+
+	s.srv.Kill9(t)
+	if err := os.WriteFile(id+".gate", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFile(t, filepath.Base(id)+".ending", 0)
+	// The command has exited once this host has none of its processes
+	// (the job's own record, FERRY_JOB_ID; its runner, waiting for the
+	// server, has none). A target whose jobs run elsewhere shows none here,
+	// and the command then ends about now, still before the restart most
+	// of the time.
+	for deadline := time.Now().Add(patience); len(HostJobProcs(name)) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the command of job %s did not exit: %v", name, HostJobProcs(name))
+		}
+	}
+	s.srv.Restart(t)
+
+	j := s.waitStatus(t, name, "Failed")
+	if j.ExitCode == nil || *j.ExitCode != 5 {
+		t.Errorf("exit code %v, want the job's own 5 (%s; %s)", j.ExitCode, j.StatusReason, j.Error)
+	}
+	sameLog(t, "the log after the restart", wantBefore+wantDuring, s.log(t, name))
+	if runs, err := os.ReadFile(id + ".runs"); err != nil || string(runs) != "attempt 1\n" {
+		t.Errorf("the command's runs: %q, %v; want it run once, as attempt 1", runs, err)
+	}
+	if n := j.reached("Failed") + j.reached("Completed") + j.reached("Canceled"); n != 1 {
+		t.Errorf("history %+v: %d ends, want one", j.History, n)
+	}
+	dl := s.download(t, name)
+	if got, err := os.ReadFile(filepath.Join(dl, "artifacts", "outputs", "result.txt")); err != nil || string(got) != "partial\n" {
+		t.Errorf("output after the restart = %q, %v; want \"partial\\n\"", got, err)
 	}
 	s.waitNoProcs(t, name)
 }

@@ -179,6 +179,14 @@ func (s *suite) mustFerry(t *testing.T, args ...string) Result {
 // the case ends, so that the next case finds the target free.
 func (s *suite) submit(t *testing.T, yaml string, files map[string]string) string {
 	t.Helper()
+	name, _ := s.create(t, yaml, files)
+	return name
+}
+
+// create is submit with more arguments for `ferry job create` (--stream),
+// and what the command printed.
+func (s *suite) create(t *testing.T, yaml string, files map[string]string, args ...string) (string, Result) {
+	t.Helper()
 	dir := t.TempDir()
 	if s.h.Compute != "" {
 		yaml += "\ncompute: " + s.h.Compute + "\n"
@@ -197,7 +205,10 @@ func (s *suite) submit(t *testing.T, yaml string, files map[string]string) strin
 		}
 	}
 	name := "ct-" + strings.ReplaceAll(filepath.Base(t.Name()), "_", "-") + "-" + randomHex(4)
-	s.mustFerry(t, "job", "create", "-f", filepath.Join(dir, "job.yml"), "--name", name)
+	r := s.srv.Ferry(t, append([]string{"job", "create", "-f", filepath.Join(dir, "job.yml"), "--name", name}, args...)...)
+	if r.Code != 0 && s.srv.Ferry(t, "job", "show", name).Code != 0 {
+		t.Fatalf("ferry job create: exit %d\n--- stdout\n%s\n--- stderr\n%s", r.Code, r.Stdout, r.Stderr)
+	}
 	if want := strings.TrimPrefix(s.h.Compute, "azureml:"); want != "" {
 		if got := s.show(t, name).Compute; got != want {
 			t.Fatalf("job %s is on compute %q, want the harness's %q", name, got, want)
@@ -209,7 +220,7 @@ func (s *suite) submit(t *testing.T, yaml string, files map[string]string) strin
 			s.waitStatus(t, name, "Canceled", "Completed", "Failed")
 		}
 	})
-	return name
+	return name, r
 }
 
 func (s *suite) show(t *testing.T, name string) job {
