@@ -75,15 +75,11 @@ type Result struct {
 }
 
 // HostJobProcs lists the live processes on this host whose environment
-// holds FERRY_JOB_ID=job: every process of a job's command inherits it,
-// whatever it did to leave the job's process group or session, so it is
-// the job's own record of which processes are its.
+// holds FERRY_JOB_ID=job (testutil.JobProcs), each as "PID command line".
 func HostJobProcs(job string) []string {
 	var out []string
-	for _, p := range testutil.Procs() {
-		if p.HasEnv("FERRY_JOB_ID=" + job) {
-			out = append(out, strconv.Itoa(p.PID)+" "+p.CmdLine())
-		}
+	for _, p := range testutil.JobProcs(job) {
+		out = append(out, strconv.Itoa(p.PID)+" "+p.CmdLine())
 	}
 	return out
 }
