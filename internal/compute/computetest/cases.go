@@ -83,9 +83,12 @@ func sameLog(t *testing.T, what, want, got string) {
 }
 
 // Every line a job prints reaches its log, in order, stdout and stderr
-// interleaved as written, nothing lost and nothing twice.
+// interleaved as written, nothing lost and nothing twice: a line of
+// 100,000 bytes whole, and a last line that ends without a newline.
 func logsCompleteInOrder(t *testing.T, s *suite) {
 	script, want := numbered("line", 2000)
+	script += "\n  printf 'x%.0s' $(seq 1 100000); echo\n  printf 'the end, without a newline'"
+	want += strings.Repeat("x", 100000) + "\nthe end, without a newline"
 	name, streamed := s.create(t, "command: |\n  "+script+"\n", nil, "--stream")
 	s.waitStatus(t, name, "Completed")
 	sameLog(t, "job create --stream, following the job from its submission", want, streamed.Stdout)
@@ -113,6 +116,8 @@ func outputs(t *testing.T, s *suite) {
 	name := s.submit(t, `command: |
   echo model > outputs/model.txt
   mkdir -p outputs/sub && echo deep > outputs/sub/deep.txt
+  seq 1 100000 > outputs/sub/seq.txt
+  : > outputs/empty.txt
   echo '{"n": 14}' > ${{outputs.result}}/result.json
   echo up > ${{outputs.uploaded}}/u.txt
   echo 42 > ${{outputs.single}}
@@ -123,7 +128,13 @@ outputs:
 `, nil)
 	s.waitStatus(t, name, "Completed")
 	dl := s.download(t, name)
+	var seq strings.Builder
+	for i := 1; i <= 100000; i++ {
+		fmt.Fprintf(&seq, "%d\n", i)
+	}
 	for p, want := range map[string]string{
+		"artifacts/outputs/sub/seq.txt":    seq.String(),
+		"artifacts/outputs/empty.txt":      "",
 		"artifacts/outputs/model.txt":      "model\n",
 		"artifacts/outputs/sub/deep.txt":   "deep\n",
 		"named-outputs/result/result.json": "{\"n\": 14}\n",
@@ -132,7 +143,7 @@ outputs:
 	} {
 		got, err := os.ReadFile(filepath.Join(dl, p))
 		if err != nil || string(got) != want {
-			t.Errorf("downloaded %s = %q, %v; want %q", p, got, err, want)
+			t.Errorf("downloaded %s = %.200q (%d bytes), %v; want %.200q (%d bytes)", p, got, len(got), err, want, len(want))
 		}
 	}
 }
@@ -148,7 +159,7 @@ func inputs(t *testing.T, s *suite) {
 	sum := sha256.Sum256(big)
 	name := s.submit(t, `command: |
   for d in ${{inputs.mounted}} ${{inputs.downloaded}}; do
-    (cd "$d" && find . -type f | LC_ALL=C sort && cat a.txt sub/b.txt "with space.txt" && sha256sum big.bin)
+    (cd "$d" && find . -type f | LC_ALL=C sort && cat a.txt sub/b.txt "with space.txt" ünï.txt && sha256sum big.bin)
   done
   cat ${{inputs.one}}
   echo "n=${{inputs.n}}"
@@ -161,10 +172,12 @@ inputs:
 		"data/a.txt":          "A\n",
 		"data/sub/b.txt":      "B\n",
 		"data/with space.txt": "S\n",
+		"data/ünï.txt":        "U\n",
+		"data/sub/deep/empty": "",
 		"data/big.bin":        string(big),
 	})
 	s.waitStatus(t, name, "Completed")
-	folder := "./a.txt\n./big.bin\n./sub/b.txt\n./with space.txt\nA\nB\nS\n" + hex.EncodeToString(sum[:]) + "  big.bin\n"
+	folder := "./a.txt\n./big.bin\n./sub/b.txt\n./sub/deep/empty\n./with space.txt\n./ünï.txt\nA\nB\nS\nU\n" + hex.EncodeToString(sum[:]) + "  big.bin\n"
 	sameLog(t, "log", folder+folder+"B\nn=7\n", s.log(t, name))
 }
 
@@ -174,6 +187,7 @@ func variables(t *testing.T, s *suite) {
 	name := s.submit(t, `command: |
   echo "MY_VAR=[$MY_VAR]"
   echo "ODD=[$ODD]"
+  echo "LINES=[$LINES]"
   echo "FERRY_JOB_ID=$FERRY_JOB_ID"
   echo "FERRY_ATTEMPT=$FERRY_ATTEMPT"
   [ -n "$FERRY_RUN_TOKEN" ] && echo "run token set"
@@ -182,9 +196,10 @@ func variables(t *testing.T, s *suite) {
 environment_variables:
   MY_VAR: my value
   ODD: 'it''s "quoted", $HOME stays, a=b'
+  LINES: "one\ntwo"
 `, nil)
 	s.waitStatus(t, name, "Completed")
-	want := fmt.Sprintf("MY_VAR=[my value]\nODD=[it's \"quoted\", $HOME stays, a=b]\nFERRY_JOB_ID=%s\nFERRY_ATTEMPT=1\n"+
+	want := fmt.Sprintf("MY_VAR=[my value]\nODD=[it's \"quoted\", $HOME stays, a=b]\nLINES=[one\ntwo]\nFERRY_JOB_ID=%s\nFERRY_ATTEMPT=1\n"+
 		"run token set\noutputs dir exists\napi url set\n", name)
 	sameLog(t, "log", want, s.log(t, name))
 }
@@ -283,9 +298,9 @@ func cancelRunning(t *testing.T, s *suite) {
 }
 
 // A job that runs past limits.timeout fails as timed out, naming the
-// field, and leaves no process.
+// field, and leaves no process, not even one that ignores SIGTERM.
 func timeout(t *testing.T, s *suite) {
-	name := s.submit(t, "command: echo started; sleep 120\nlimits:\n  timeout: 2\n", nil)
+	name := s.submit(t, "command: (trap '' TERM; exec sleep 120) & sleep 121\nlimits:\n  timeout: 2\n", nil)
 	j := s.waitStatus(t, name, "Failed")
 	if j.StatusReason != "timeout" || !strings.Contains(j.Error, "limits.timeout") {
 		t.Errorf("a timed-out job: reason %q, error %q; want reason timeout and an error naming limits.timeout", j.StatusReason, j.Error)
