@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -172,7 +173,8 @@ func (s *suite) mustFerry(t *testing.T, args ...string) Result {
 // submit writes the job file (and files beside it) into a fresh folder,
 // with the harness's compute, creates the job under a fresh name and
 // returns the name. A job the case leaves unfinished is canceled when
-// the case ends, so that the next case finds the target free.
+// the case ends, so that the next case finds the target free, and any
+// process of it left on this host is killed.
 func (s *suite) submit(t *testing.T, yaml string, files map[string]string) string {
 	t.Helper()
 	name, _ := s.create(t, yaml, files)
@@ -214,6 +216,11 @@ func (s *suite) create(t *testing.T, yaml string, files map[string]string, args 
 		if j := s.show(t, name); !j.terminal() {
 			s.srv.Ferry(t, "job", "cancel", name)
 			s.waitStatus(t, name, "Canceled", "Completed", "Failed")
+		}
+		// What a failed case found left over is ended here, so that one
+		// failure does not leak into the next case or test.
+		for _, p := range testutil.JobProcs(name) {
+			_ = syscall.Kill(p.PID, syscall.SIGKILL)
 		}
 	})
 	return name, r
