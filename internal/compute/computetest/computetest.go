@@ -45,7 +45,8 @@ type Harness struct {
 	Start func(t *testing.T) Server
 
 	// JobProcs lists the live processes of a job wherever the target runs
-	// them, each as "PID command line". Nil means HostJobProcs.
+	// them, each as "PID command line", with the PIDs the job's processes
+	// see as their own ($$ in its shell). Nil means HostJobProcs.
 	JobProcs func(job string) []string
 
 	// Skip names the cases this target cannot pass yet, each with why (a
