@@ -308,9 +308,10 @@ func timeout(t *testing.T, s *suite) {
 	s.waitNoProcs(t, name)
 }
 
-// The server is killed with SIGKILL mid-job. The job goes on printing
-// while the server is down and after it is back; it completes with every
-// line once, in order, and its outputs, and its command ran once.
+// The server is killed with SIGKILL mid-job, a second job queued behind
+// it. The job goes on printing while the server is down and after it is
+// back; it completes with every line once, in order, and its outputs, and
+// its command ran once; then the queued job runs, once.
 func serverKill9(t *testing.T, s *suite) {
 	id := filepath.Join(s.shared, randomHex(4))
 	before, wantBefore := numbered("before", 200)
@@ -328,6 +329,12 @@ func serverKill9(t *testing.T, s *suite) {
 `, id, before, during, after), nil)
 	s.waitStatus(t, name, "Running")
 	s.waitLog(t, name, "before 199\nbefore 200 on stderr\n")
+	// A second job waits behind it (the target runs one at a time) across
+	// the crash: it must run once the first ends, and once only.
+	queued := s.submit(t, fmt.Sprintf("command: echo \"attempt $FERRY_ATTEMPT\" >> %s.queued-runs; echo queued ran\n", id), nil)
+	if j := s.show(t, queued); j.Status != "Queued" {
+		t.Fatalf("a second job behind a running one is %s, want Queued", j.Status)
+	}
 
 	s.srv.Kill9(t)
 	if err := os.WriteFile(id+".gate1", nil, 0o644); err != nil {
@@ -352,6 +359,15 @@ func serverKill9(t *testing.T, s *suite) {
 		t.Errorf("output after the restart = %q, %v; want \"done\\n\"", got, err)
 	}
 	s.waitNoProcs(t, name)
+
+	q := s.waitStatus(t, queued, "Completed")
+	sameLog(t, "the log of the job queued across the restart", "queued ran\n", s.log(t, queued))
+	if runs, err := os.ReadFile(id + ".queued-runs"); err != nil || string(runs) != "attempt 1\n" {
+		t.Errorf("the queued job's runs: %q, %v; want it run once, as attempt 1", runs, err)
+	}
+	if n := q.reached("Running"); n != 1 {
+		t.Errorf("the queued job's history %+v: Running %d times, want once", q.History, n)
+	}
 }
 
 // The server is killed with SIGKILL mid-job and the job ends, with an
