@@ -96,8 +96,8 @@ func logsCompleteInOrder(t *testing.T, s *suite) {
 	sameLog(t, "job stream of the ended job", want, s.mustFerry(t, "job", "stream", name).Stdout)
 }
 
-// A job that exits 3 is Failed with exit code 3, and what it printed
-// before is kept.
+// A job that exits 3 is Failed with exit code 3, and one killed by
+// SIGKILL with 137; what they printed before is kept.
 func exitCode(t *testing.T, s *suite) {
 	name := s.submit(t, "command: echo before; exit 3\n", nil)
 	j := s.waitStatus(t, name, "Failed")
@@ -108,6 +108,15 @@ func exitCode(t *testing.T, s *suite) {
 	if r := s.srv.Ferry(t, "job", "stream", name); r.Code != 3 {
 		t.Errorf("job stream of a job that exited 3 exits %d", r.Code)
 	}
+
+	// A command killed by a signal (the OOM killer's SIGKILL) exits
+	// 128+N, as a shell reports it.
+	killed := s.submit(t, "command: echo before; kill -9 $$\n", nil)
+	j = s.waitStatus(t, killed, "Failed")
+	if j.ExitCode == nil || *j.ExitCode != 137 {
+		t.Errorf("a command killed by SIGKILL: exit code %v, want 137 (%s; %s)", j.ExitCode, j.StatusReason, j.Error)
+	}
+	sameLog(t, "log of the killed command", "before\n", s.log(t, killed))
 }
 
 // What a job leaves in ./outputs and in its named outputs (a folder, a
