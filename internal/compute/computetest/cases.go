@@ -3,6 +3,7 @@ package computetest
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,6 +29,7 @@ var cases = []testCase{
 	{"outputs", outputs},
 	{"inputs", inputs},
 	{"variables", variables},
+	{"metrics", metrics},
 	{"cancel-queued", cancelQueued},
 	{"cancel-running", cancelRunning},
 	{"timeout", timeout},
@@ -211,6 +213,39 @@ environment_variables:
 	want := fmt.Sprintf("MY_VAR=[my value]\nODD=[it's \"quoted\", $HOME stays, a=b]\nLINES=[one\ntwo]\nFERRY_JOB_ID=%s\nFERRY_ATTEMPT=1\n"+
 		"run token set\noutputs dir exists\napi url set\n", name)
 	sameLog(t, "log", want, s.log(t, name))
+}
+
+// Metrics a job logs through FERRY_API_URL with its run token are kept,
+// every point in order.
+func metrics(t *testing.T, s *suite) {
+	name := s.submit(t, `code: .
+command: python3 log.py
+`, map[string]string{"log.py": `import json, os, urllib.request
+for step in range(5):
+    req = urllib.request.Request(
+        os.environ["FERRY_API_URL"] + "/v1/jobs/" + os.environ["FERRY_JOB_ID"] + "/metrics",
+        data=json.dumps({"name": "loss", "value": 1.0 / (step + 1), "step": step}).encode(), method="POST",
+        headers={"Authorization": "Bearer " + os.environ["FERRY_RUN_TOKEN"], "Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=30).read()
+print("logged")
+`})
+	s.waitStatus(t, name, "Completed")
+	code, body := s.srv.Get(t, "/v1/jobs/"+name+"/metrics?name=loss")
+	var series []struct {
+		Value float64 `json:"value"`
+		Step  int64   `json:"step"`
+	}
+	if code != 200 || json.Unmarshal(body, &series) != nil {
+		t.Fatalf("GET the metrics of %s: %d %s", name, code, body)
+	}
+	if len(series) != 5 {
+		t.Fatalf("%d points of loss, want 5: %s", len(series), body)
+	}
+	for i, m := range series {
+		if m.Step != int64(i) || m.Value != 1.0/float64(i+1) {
+			t.Errorf("point %d = %+v, want step %d value %v", i, m, i, 1.0/float64(i+1))
+		}
+	}
 }
 
 // A job canceled while it waits for the target never starts: not while

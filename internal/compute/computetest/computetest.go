@@ -41,7 +41,8 @@ type Harness struct {
 	// Queued (the local target with --local-capacity 1, a pool of one
 	// node). Its jobs must see this host's file system at the same paths
 	// (they run here, or on machines that share it): cases watch jobs
-	// through files in a shared directory.
+	// through files in a shared directory. Jobs run bash, coreutils and
+	// python3 from the machine, with no environment of their own.
 	Start func(t *testing.T) Server
 
 	// JobProcs lists the live processes of a job wherever the target runs
