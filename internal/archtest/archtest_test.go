@@ -38,6 +38,9 @@ var forbidden = map[string][]string{
 	// Every launcher of a runner links it (the local target, the executor,
 	// the agent): one runner command line, nothing of Ferry's behind it.
 	"internal/runner/invocation": {"internal/"},
+	// The conformance suite drives a server as a user does, through the
+	// command line and the API, so that it holds for every target alike.
+	"internal/compute/computetest": {"internal/workspace", "internal/store", "internal/server", "internal/api", "internal/compute/local", "internal/runner"},
 	// The agent and the command line read their version through it.
 	"internal/buildinfo": {"internal/"},
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ferry-ml/ferry/internal/compute/computetest"
 	"github.com/ferry-ml/ferry/internal/testutil"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
@@ -167,23 +168,7 @@ func killRunnerOf(s *server, name string) int {
 
 // jobProcs are the live processes of a job, found by the FERRY_JOB_ID
 // that every process of it inherits.
-func jobProcs(name string) []string {
-	var out []string
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil || !slices.Contains(strings.Split(string(env), "\x00"), "FERRY_JOB_ID="+name) {
-			continue
-		}
-		st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if i := strings.LastIndexByte(string(st), ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
-			continue
-		}
-		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		out = append(out, e.Name()+" "+strings.ReplaceAll(string(cmd), "\x00", " "))
-	}
-	return out
-}
+func jobProcs(name string) []string { return computetest.HostJobProcs(name) }
 
 // Ctrl-C stops streaming, not the job.
 func TestInterruptStopsStreamingNotTheJob(t *testing.T) {

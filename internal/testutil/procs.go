@@ -60,3 +60,17 @@ func zombie(stat []byte) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i > 0 && len(s) > i+2 && (s[i+2] == 'Z' || s[i+2] == 'X')
 }
+
+// JobProcs lists the live processes of a Ferry job on this machine: those
+// whose environment holds FERRY_JOB_ID=job. Every process of a job's
+// command inherits it, whatever it did to leave the job's process group
+// or session, so it is the job's own record of which processes are its.
+func JobProcs(job string) []Proc {
+	var out []Proc
+	for _, p := range Procs() {
+		if p.HasEnv("FERRY_JOB_ID=" + job) {
+			out = append(out, p)
+		}
+	}
+	return out
+}

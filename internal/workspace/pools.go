@@ -98,7 +98,15 @@ func instancesOf(j *spec.Job) int {
 	return 1
 }
 
+// shapeOf is what a node of the size holds, and so what a job, which takes
+// whole nodes, asks of each. An attached machine's size records no cores
+// or memory (none count against a quota); it is one slot, so that its job
+// takes the whole machine too, instead of fitting (nothing in nothing)
+// beside any number of others.
 func shapeOf(sz sizes.Size) scheduler.Resources {
+	if sz.Family == attachedSize.Family {
+		return scheduler.Resources{MilliCPU: 1}
+	}
 	return scheduler.Resources{MilliCPU: int64(sz.VCPUs) * 1000, Memory: sz.MemoryBytes(), GPUs: sz.GPUs}
 }
 
