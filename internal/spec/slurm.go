@@ -63,8 +63,8 @@ func (c *Compute) validateSlurm(es *Errors) {
 		es.add("work_dir", "is required: a directory that the submitting host and every compute node see at the same path (a shared file system), e.g. /shared/ferry")
 	case !path.IsAbs(w) || path.Clean(w) != w || w == "/":
 		es.add("work_dir", "%s must be an absolute, clean path below / (no trailing '/', '.' or '..'), e.g. /shared/ferry", quote(w))
-	case strings.ContainsAny(w, "\n\r\x00'\"\\$`"):
-		es.add("work_dir", "must not contain quotes, '$', '`', '\\' or line breaks: it is written into job scripts")
+	case strings.ContainsAny(w, " \t\n\r\x00'\"\\$`"):
+		es.add("work_dir", "must not contain spaces, quotes, '$', '`', '\\' or line breaks: it is written into job scripts and #SBATCH lines")
 	}
 	if c.Address == "" {
 		if c.SSHSettings != nil {

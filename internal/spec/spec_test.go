@@ -803,6 +803,7 @@ func TestComputeRulesReject(t *testing.T) {
 		{"slurm work dir root", "name: hpc\ntype: slurm\npartition: p\nwork_dir: /\n", "work_dir", "below /"},
 		{"slurm work dir dots", "name: hpc\ntype: slurm\npartition: p\nwork_dir: /a/../b\n", "work_dir", "clean"},
 		{"slurm work dir shell", "name: hpc\ntype: slurm\npartition: p\nwork_dir: /a/$HOME\n", "work_dir", "'$'"},
+		{"slurm work dir space", "name: hpc\ntype: slurm\npartition: p\nwork_dir: /a b\n", "work_dir", "spaces"},
 		{"slurm ssh without address", "name: hpc\ntype: slurm\npartition: p\nwork_dir: /w\nssh_settings: {admin_username: u, ssh_private_key_file: k}\n", "address", "required with ssh_settings"},
 		{"slurm host key without address", "name: hpc\ntype: slurm\npartition: p\nwork_dir: /w\nhost_key: trust-on-first-use\n", "host_key", "only with address"},
 		{"slurm login user", "name: hpc\ntype: slurm\npartition: p\nwork_dir: /w\naddress: login\nssh_settings: {ssh_private_key_file: k}\n", "ssh_settings.admin_username", "required"},
