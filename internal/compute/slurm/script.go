@@ -179,8 +179,8 @@ fi
 export FERRY_NODE_RANK="$SLURM_NODEID"
 `
 
-// shellQuote quotes s for a POSIX shell: single quotes, with each single
-// quote written as '\”.
+// shellQuote quotes s for a POSIX shell: in single quotes, where each
+// single quote of s closes the quotes, is escaped, and reopens them.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
