@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/sshx"
 	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
@@ -338,4 +340,110 @@ func noProcess(t *testing.T, name string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestOverSSH submits through a login node reached over SSH (a real sshd
+// on this host, which is also the cluster's): Check learns the host key
+// to pin and copies the binary into work_dir/bin, a job runs through the
+// copy, the run token reaches the runner through sbatch's environment,
+// and a changed host key, a wrong port and a missing host key are refused
+// with the field named.
+func TestOverSSH(t *testing.T) {
+	s := testutil.RequireSlurm(t)
+	testutil.RequireSSHD(t)
+	t.Parallel()
+	sshd := testutil.StartSSHD(t)
+	ctx := context.Background()
+	work := t.TempDir()
+	exe := filepath.Join(t.TempDir(), "ferry")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	login := func(hostKey string, port int) *spec.Compute {
+		return &spec.Compute{Name: "hpc", Type: "slurm", Partition: s.Partition, WorkDir: work,
+			Address: sshd.Address, HostKey: hostKey,
+			SSHSettings: &spec.SSHSettings{AdminUsername: sshd.User, SSHPrivateKey: string(sshd.ClientKey), SSHPort: port}}
+	}
+	newSSH := func(c *spec.Compute, runner []string) *Target {
+		tg, err := New(Config{Compute: c, Exe: exe, Runner: runner, Env: s.Env})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tg.Close() })
+		return tg
+	}
+
+	tofu := newSSH(login(spec.HostKeyTOFU, sshd.Port), nil)
+	key, err := tofu.Check(ctx)
+	if err != nil || key != sshd.HostKeyLine {
+		t.Fatalf("Check = %q, %v; want the host key %q to pin", key, err, sshd.HostKeyLine)
+	}
+	sum, err := fileDigest(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(work, "bin", "ferry-"+sum[:16])); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("the binary's copy on the login node: %v, %v", fi, err)
+	}
+	// The target that learnt the key keeps its connection and launches;
+	// a new one must be given the key to pin.
+	launch(t, tofu, compute.Launch{Job: "unpinned", Attempt: 1, Spec: &spec.Job{Command: "x"}})
+	if _, err := newSSH(login(spec.HostKeyTOFU, sshd.Port), nil).Launch(ctx, compute.Launch{Job: "x", Attempt: 1, Spec: &spec.Job{Command: "x"}}); err == nil ||
+		!strings.Contains(err.Error(), "host_key") {
+		t.Errorf("Launch with a host key never recorded = %v; want it refused naming host_key", err)
+	}
+
+	pinned := newSSH(login(key, sshd.Port), nil)
+	l, _ := job(t, nil)
+	h := launch(t, pinned, l)
+	if st := waitState(t, pinned, h, "ended", ended); st.Outcome != "Completed" {
+		t.Fatalf("a job through the copied binary: %+v, want Completed", st)
+	}
+
+	runner := filepath.Join(work, "fake-runner.sh")
+	if err := os.WriteFile(runner, []byte(fakeRunner), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fake := newSSH(login(key, sshd.Port), []string{"/bin/sh", runner})
+	l, name := job(t, nil)
+	h = launch(t, fake, l)
+	if st := waitState(t, fake, h, "ended", ended); st.Outcome != "Completed" {
+		t.Fatalf("state %+v, want Completed", st)
+	}
+	if _, env := record(t, fake, l, "0"); env["FERRY_RUN_TOKEN"] != testToken || env["FAKE_MARK"] != name {
+		t.Errorf("the runner's environment over SSH: token passed %v, FAKE_MARK=%q", env["FERRY_RUN_TOKEN"] == testToken, env["FAKE_MARK"])
+	}
+	if strings.Contains(sshd.Log(), testToken) {
+		t.Error("the run token is in sshd's log")
+	}
+
+	for _, c := range []struct {
+		name, field string
+		compute     *spec.Compute
+	}{
+		{"no host key", "host_key", login("", sshd.Port)},
+		{"closed port", "address", login(key, closedPort(t))},
+	} {
+		_, err := newSSH(c.compute, nil).Check(ctx)
+		var ce *CheckError
+		if !errors.As(err, &ce) || ce.Field != c.field {
+			t.Errorf("%s: Check = %v; want a CheckError of %s", c.name, err, c.field)
+		}
+	}
+	sshd.ChangeHostKey(t)
+	_, err = newSSH(login(key, sshd.Port), nil).Check(ctx)
+	var ce *CheckError
+	if !errors.As(err, &ce) || ce.Field != "host_key" || !errors.Is(err, sshx.ErrHostKeyMismatch) {
+		t.Errorf("Check after the host key changed = %v; want a CheckError of host_key wrapping ErrHostKeyMismatch", err)
+	}
+}
+
+// closedPort is a loopback port nothing listens on.
+func closedPort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
