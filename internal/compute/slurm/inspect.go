@@ -8,8 +8,13 @@ import (
 	"github.com/ferry-ml/ferry/internal/compute"
 )
 
-// inspectBatch bounds the job ids of one squeue command line.
-const inspectBatch = 500
+const (
+	// inspectBatch bounds the job ids of one squeue command line.
+	inspectBatch = 500
+	// scontrolEach is how many ids Inspect asks scontrol about one by
+	// one; for more it lists every job once.
+	scontrolEach = 16
+)
 
 // Inspect implements compute.Inspector without slurmdbd: one squeue for
 // the jobs Slurm still has queued or running, then, in one more command,
@@ -48,8 +53,13 @@ func (t *Target) Inspect(ctx context.Context, hs []compute.Handle) (map[compute.
 			continue
 		}
 		// An id slurmctld has forgotten makes scontrol fail; the others
-		// still print.
-		out, err = t.host.run(ctx, "for id in "+strings.Join(missing, " ")+"; do scontrol -o show job \"$id\" 2>/dev/null; done; true", nil)
+		// still print. Past a few ids, one listing of every job slurmctld
+		// keeps costs less than a call for each.
+		cmd := "for id in " + strings.Join(missing, " ") + "; do scontrol -o show job \"$id\" 2>/dev/null; done; true"
+		if len(missing) > scontrolEach {
+			cmd = "scontrol -o show job"
+		}
+		out, err = t.host.run(ctx, cmd, nil)
 		if err != nil {
 			return nil, err
 		}

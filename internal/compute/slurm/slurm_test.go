@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/sshx"
 	"github.com/ferry-ml/ferry/internal/testutil"
+	"github.com/google/go-cmp/cmp"
 )
 
 // fakeRunner stands in for `ferry runner` on the compute nodes: it
@@ -266,6 +268,16 @@ func TestFailedExitCode(t *testing.T) {
 	st := waitState(t, tg, h, "ended", ended)
 	if st.Reason != "FAILED" || st.Outcome != "Failed" || st.ExitCode == nil || *st.ExitCode != 3 {
 		t.Errorf("state %+v, want FAILED with exit code 3", st)
+	}
+	// Among many ids squeue does not list, scontrol's listing of every
+	// job finds it the same.
+	hs := []compute.Handle{h}
+	for i := range scontrolEach + 4 {
+		hs = append(hs, compute.Handle(strconv.Itoa(999999900+i)))
+	}
+	m, err := tg.Inspect(context.Background(), hs)
+	if err != nil || len(m) != 1 || !cmp.Equal(m[h], st) {
+		t.Errorf("Inspect of %d ids = %v, %v; want only %s, %+v", len(hs), m, err, h, st)
 	}
 	_, env := record(t, tg, l, "0")
 	if env["FERRY_RUN_TOKEN"] != testToken || env["FERRY_NODE_RANK"] != "" {
