@@ -30,7 +30,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"path"
 	"regexp"
 	"strconv"
@@ -86,6 +88,7 @@ var (
 	_ compute.Canceller    = (*Target)(nil)
 	_ compute.Inspector    = (*Target)(nil)
 	_ compute.SelfQueueing = (*Target)(nil)
+	_ compute.FinalReports = (*Target)(nil)
 )
 
 // New returns a Slurm target. It starts nothing and connects to nothing;
@@ -255,4 +258,25 @@ func shorten(s string) string {
 		return s[:200] + "..."
 	}
 	return s
+}
+
+// finalReportName is runner.FinalReportName; the target does not import
+// the runner for one name.
+const finalReportName = "final-report.json"
+
+// FinalReport implements compute.FinalReports when submitting on this
+// host, where work_dir is the server's to read: the report that the
+// runner of node 0 (the only one of a one-node job) kept in its folder
+// when it gave up on a silent server. Over SSH it has none to offer.
+func (t *Target) FinalReport(job string, attempt int) ([]byte, bool) {
+	if _, local := t.host.(*localHost); !local || !jobNameRe.MatchString(job) {
+		return nil, false
+	}
+	f, err := os.Open(path.Join(t.attemptDir(job, attempt), "node-0", finalReportName))
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, 1<<20)) // a report is small; bound what is read
+	return data, err == nil
 }

@@ -279,6 +279,21 @@ func TestFailedExitCode(t *testing.T) {
 	if err != nil || len(m) != 1 || !cmp.Equal(m[h], st) {
 		t.Errorf("Inspect of %d ids = %v, %v; want only %s, %+v", len(hs), m, err, h, st)
 	}
+	// A runner that gave up on a silent server keeps its final report in
+	// its folder, where the server finds it.
+	if _, ok := tg.FinalReport(l.Job, 1); ok {
+		t.Error("FinalReport found a report the runner never kept")
+	}
+	report := filepath.Join(tg.attemptDir(l.Job, 1), "node-0", finalReportName)
+	if err := os.WriteFile(report, []byte(`{"status":"Failed"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := tg.FinalReport(l.Job, 1); !ok || string(got) != `{"status":"Failed"}` {
+		t.Errorf("FinalReport = %q, %v", got, ok)
+	}
+	if _, ok := tg.FinalReport("../"+l.Job, 1); ok {
+		t.Error("FinalReport read outside work_dir")
+	}
 	_, env := record(t, tg, l, "0")
 	if env["FERRY_RUN_TOKEN"] != testToken || env["FERRY_NODE_RANK"] != "" {
 		t.Errorf("a one-node job's runner: FERRY_RUN_TOKEN set %v, FERRY_NODE_RANK=%q (want unset: one machine)",
