@@ -8,19 +8,21 @@ import (
 	"github.com/ferry-ml/ferry/internal/compute"
 )
 
-const (
-	// inspectBatch bounds the job ids of one squeue command line.
-	inspectBatch = 500
-	// scontrolEach is how many ids Inspect asks scontrol about one by
-	// one; for more it lists every job once.
-	scontrolEach = 16
-)
+// inspectBatch bounds the job ids of one squeue command line.
+const inspectBatch = 500
 
-// Inspect implements compute.Inspector without slurmdbd: one squeue for
-// the jobs Slurm still has queued or running, then, in one more command,
-// `scontrol show job` for each id squeue did not list, which finds a
-// finished job while slurmctld keeps it (MinJobAge, 300 s by default).
-// Handles neither knows are left out of the answer (PhaseGone).
+// squeueFormat is what Inspect asks squeue for: the job id, the state's
+// full name, the reason (why it pends) and the raw wait status of its
+// batch script. Widths are squeue's padding, trimmed again by
+// parseSqueue; the reason's is wide enough not to cut one.
+const squeueFormat = "JobID:24|,State:24|,Reason:200|,exit_code:12|"
+
+// Inspect implements compute.Inspector without slurmdbd, with one squeue
+// for up to 500 ids: with --states=all it lists every job slurmctld still
+// keeps, pending, running or ended (for MinJobAge after its end, 300 s by
+// default), which are exactly the jobs `scontrol show job` would find, and
+// it gives the ended ones' exit status as well. Handles Slurm does not
+// know are left out of the answer (PhaseGone).
 func (t *Target) Inspect(ctx context.Context, hs []compute.Handle) (map[compute.Handle]compute.EngineState, error) {
 	res := map[compute.Handle]compute.EngineState{}
 	var ids []string
@@ -33,37 +35,11 @@ func (t *Target) Inspect(ctx context.Context, hs []compute.Handle) (map[compute.
 	}
 	for start := 0; start < len(ids); start += inspectBatch {
 		chunk := ids[start:min(start+inspectBatch, len(ids))]
-		// %T the state's full name, %r the reason (why it pends).
-		out, err := t.host.run(ctx, "squeue -h -j "+strings.Join(chunk, ",")+" -o '%i|%T|%r'", nil)
-		if err != nil && !alreadyGone(err) { // all of them unknown to squeue: "Invalid job id"
+		out, err := t.host.run(ctx, "squeue -h --states=all -j "+strings.Join(chunk, ",")+" -O '"+squeueFormat+"'", nil)
+		if err != nil && !alreadyGone(err) { // all of them unknown: "Invalid job id"
 			return nil, err
 		}
 		for id, r := range parseSqueue(out) {
-			if seen[id] {
-				res[compute.Handle(id)] = r.state()
-			}
-		}
-		var missing []string
-		for _, id := range chunk {
-			if _, ok := res[compute.Handle(id)]; !ok {
-				missing = append(missing, id)
-			}
-		}
-		if len(missing) == 0 {
-			continue
-		}
-		// An id slurmctld has forgotten makes scontrol fail; the others
-		// still print. Past a few ids, one listing of every job slurmctld
-		// keeps costs less than a call for each.
-		cmd := "for id in " + strings.Join(missing, " ") + "; do scontrol -o show job \"$id\" 2>/dev/null; done; true"
-		if len(missing) > scontrolEach {
-			cmd = "scontrol -o show job"
-		}
-		out, err = t.host.run(ctx, cmd, nil)
-		if err != nil {
-			return nil, err
-		}
-		for id, r := range parseScontrol(out) {
 			if seen[id] {
 				res[compute.Handle(id)] = r.state()
 			}
@@ -76,49 +52,23 @@ func (t *Target) Inspect(ctx context.Context, hs []compute.Handle) (map[compute.
 type jobRow struct {
 	State  string // JobState: PENDING, RUNNING, COMPLETED, ...
 	Reason string
-	Exit   string // ExitCode: "code:signal"; only scontrol has it
+	Status string // the batch script's wait status, as waitpid gives it
 }
 
-// parseSqueue reads `squeue -h -o '%i|%T|%r'` lines.
+// parseSqueue reads squeue's lines in squeueFormat.
 func parseSqueue(out []byte) map[string]jobRow {
 	rows := map[string]jobRow{}
 	for line := range strings.SplitSeq(string(out), "\n") {
-		f := strings.SplitN(strings.TrimSpace(line), "|", 3)
-		if len(f) == 3 && handleRe.MatchString(f[0]) {
-			rows[f[0]] = jobRow{State: f[1], Reason: f[2]}
+		f := strings.Split(line, "|")
+		if len(f) < 5 {
+			continue
 		}
-	}
-	return rows
-}
-
-// parseScontrol reads `scontrol -o show job` lines: one job a line, as
-// Key=Value fields. Only free-text fields Ferry does not read (Command,
-// WorkDir, StdOut) may hold spaces, and the fields read here come before
-// them.
-func parseScontrol(out []byte) map[string]jobRow {
-	rows := map[string]jobRow{}
-	for line := range strings.SplitSeq(string(out), "\n") {
-		var id string
-		var r jobRow
-		for _, kv := range strings.Fields(line) {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				continue
-			}
-			switch k {
-			case "JobId":
-				id = v
-			case "JobState":
-				r.State = v
-			case "Reason":
-				r.Reason = v
-			case "ExitCode":
-				r.Exit = v
-			}
+		id := strings.TrimSpace(f[0])
+		if !handleRe.MatchString(id) {
+			continue
 		}
-		if handleRe.MatchString(id) {
-			rows[id] = r
-		}
+		rows[id] = jobRow{State: strings.TrimSpace(f[1]), Reason: strings.TrimSpace(strings.Join(f[2:len(f)-2], "|")),
+			Status: strings.TrimSpace(f[len(f)-2])}
 	}
 	return rows
 }
@@ -155,16 +105,16 @@ func (r jobRow) state() compute.EngineState {
 	return compute.EngineState{Phase: compute.PhaseGone, Reason: r.State}
 }
 
-// exitCode reads ExitCode "code:signal"; a job killed by a signal exits
-// 128+signal, as a shell reports it. nil when Slurm gave none.
+// exitCode reads the wait status: the exit code, or 128+signal for a
+// script killed by a signal, as a shell reports it. nil when Slurm gave
+// none.
 func (r jobRow) exitCode() *int {
-	c, s, ok := strings.Cut(r.Exit, ":")
-	code, err1 := strconv.Atoi(c)
-	sig, err2 := strconv.Atoi(s)
-	if !ok || err1 != nil || err2 != nil || code < 0 || code > 255 || sig < 0 || sig > 127 {
+	st, err := strconv.Atoi(r.Status)
+	if err != nil || st < 0 || st > 0xffff {
 		return nil
 	}
-	if code == 0 && sig > 0 {
+	code := (st >> 8) & 0xff
+	if sig := st & 0x7f; sig != 0 {
 		code = 128 + sig
 	}
 	return &code

@@ -138,15 +138,15 @@ func TestStateMapping(t *testing.T) {
 		{jobRow{State: "CONFIGURING", Reason: "None"}, compute.EngineState{Phase: compute.PhasePending, Reason: "CONFIGURING"}},
 		{jobRow{State: "RUNNING", Reason: "None"}, compute.EngineState{Phase: compute.PhaseRunning, Reason: "RUNNING"}},
 		{jobRow{State: "COMPLETING"}, compute.EngineState{Phase: compute.PhaseRunning, Reason: "COMPLETING"}},
-		{jobRow{State: "COMPLETED", Exit: "0:0"}, compute.EngineState{Phase: compute.PhaseEnded, Reason: "COMPLETED", Outcome: "Completed", ExitCode: new(int)}},
-		{jobRow{State: "FAILED", Exit: "3:0"}, compute.EngineState{Phase: compute.PhaseEnded, Reason: "FAILED", Outcome: "Failed", ExitCode: &three}},
-		{jobRow{State: "CANCELLED", Exit: "0:9"}, compute.EngineState{Phase: compute.PhaseEnded, Reason: "CANCELLED", Outcome: "Canceled", ExitCode: &sig}},
-		{jobRow{State: "TIMEOUT", Exit: "0:15"}, compute.EngineState{Phase: compute.PhaseEnded, Reason: "TIMEOUT", Outcome: "Failed", ExitCode: ptr(128 + 15)}},
-		{jobRow{State: "NODE_FAIL", Exit: "0:0"}, compute.EngineState{Phase: compute.PhaseEnded, Reason: "NODE_FAIL", Outcome: "Failed", ExitCode: new(int)}},
-		{jobRow{State: "OUT_OF_MEMORY", Exit: "0:125"}, compute.EngineState{Phase: compute.PhaseEnded, Reason: "OUT_OF_MEMORY", Outcome: "Failed", ExitCode: ptr(128 + 125)}},
-		{jobRow{State: "PREEMPTED", Exit: "0:0"}, compute.EngineState{Phase: compute.PhaseEnded, Reason: "PREEMPTED", Outcome: "Failed", Requeue: true, ExitCode: new(int)}},
+		{jobRow{State: "COMPLETED", Status: "0"}, compute.EngineState{Phase: compute.PhaseEnded, Reason: "COMPLETED", Outcome: "Completed", ExitCode: new(int)}},
+		{jobRow{State: "FAILED", Status: "768"}, compute.EngineState{Phase: compute.PhaseEnded, Reason: "FAILED", Outcome: "Failed", ExitCode: &three}},
+		{jobRow{State: "CANCELLED", Status: "9"}, compute.EngineState{Phase: compute.PhaseEnded, Reason: "CANCELLED", Outcome: "Canceled", ExitCode: &sig}},
+		{jobRow{State: "TIMEOUT", Status: "15"}, compute.EngineState{Phase: compute.PhaseEnded, Reason: "TIMEOUT", Outcome: "Failed", ExitCode: ptr(128 + 15)}},
+		{jobRow{State: "NODE_FAIL", Status: "0"}, compute.EngineState{Phase: compute.PhaseEnded, Reason: "NODE_FAIL", Outcome: "Failed", ExitCode: new(int)}},
+		{jobRow{State: "OUT_OF_MEMORY", Status: "125"}, compute.EngineState{Phase: compute.PhaseEnded, Reason: "OUT_OF_MEMORY", Outcome: "Failed", ExitCode: ptr(128 + 125)}},
+		{jobRow{State: "PREEMPTED", Status: "0"}, compute.EngineState{Phase: compute.PhaseEnded, Reason: "PREEMPTED", Outcome: "Failed", Requeue: true, ExitCode: new(int)}},
 		{jobRow{State: "SOMETHING_NEW"}, compute.EngineState{Phase: compute.PhaseGone, Reason: "SOMETHING_NEW"}},
-		{jobRow{State: "FAILED", Exit: "x"}, compute.EngineState{Phase: compute.PhaseEnded, Reason: "FAILED", Outcome: "Failed"}},
+		{jobRow{State: "FAILED", Status: "x"}, compute.EngineState{Phase: compute.PhaseEnded, Reason: "FAILED", Outcome: "Failed"}},
 	} {
 		if diff := cmp.Diff(c.want, c.row.state()); diff != "" {
 			t.Errorf("%+v (-want +got):\n%s", c.row, diff)
@@ -154,33 +154,34 @@ func TestStateMapping(t *testing.T) {
 	}
 }
 
-func TestParsers(t *testing.T) {
-	sq := parseSqueue([]byte("12|PENDING|Resources\n13|RUNNING|None\nbad line\n14|PENDING|a|b\n"))
-	want := map[string]jobRow{"12": {State: "PENDING", Reason: "Resources"}, "13": {State: "RUNNING", Reason: "None"}, "14": {State: "PENDING", Reason: "a|b"}}
-	if diff := cmp.Diff(want, sq); diff != "" {
-		t.Errorf("parseSqueue (-want +got):\n%s", diff)
+func TestParseSqueue(t *testing.T) {
+	out := "12                      |PENDING                 |Resources                 |0           |\n" +
+		"13|FAILED|NonZeroExitCode|768|\n" +
+		"14|PENDING|a|b|0|\n" +
+		"bad line\n15|RUNNING|\nx|RUNNING|None|0|\n"
+	want := map[string]jobRow{
+		"12": {State: "PENDING", Reason: "Resources", Status: "0"},
+		"13": {State: "FAILED", Reason: "NonZeroExitCode", Status: "768"},
+		"14": {State: "PENDING", Reason: "a|b", Status: "0"},
 	}
-	sc := parseScontrol([]byte("JobId=1001 JobName=wrap UserId=root(0) JobState=FAILED Reason=NonZeroExitCode Dependency=(null) ExitCode=3:0 Command=/a b\nJobId=x JobState=RUNNING\n"))
-	if diff := cmp.Diff(map[string]jobRow{"1001": {State: "FAILED", Reason: "NonZeroExitCode", Exit: "3:0"}}, sc); diff != "" {
-		t.Errorf("parseScontrol (-want +got):\n%s", diff)
+	if diff := cmp.Diff(want, parseSqueue([]byte(out))); diff != "" {
+		t.Errorf("parseSqueue (-want +got):\n%s", diff)
 	}
 }
 
-// FuzzParsers checks that no output of squeue or scontrol makes the
-// parsers or the state mapping panic, and that only job ids come out.
-func FuzzParsers(f *testing.F) {
-	f.Add([]byte("12|PENDING|Resources\n"))
-	f.Add([]byte("JobId=1 JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0\n"))
-	f.Add([]byte("JobId=1 JobState=CANCELLED ExitCode=0:-1\n"))
+// FuzzParseSqueue checks that no output of squeue makes the parser or the
+// state mapping panic, and that only job ids and exit codes come out.
+func FuzzParseSqueue(f *testing.F) {
+	f.Add([]byte("12|PENDING|Resources|0|\n"))
+	f.Add([]byte("1   |FAILED  |NonZeroExitCode   |768   |\n"))
+	f.Add([]byte("1|CANCELLED|None|-1|\n"))
 	f.Fuzz(func(t *testing.T, out []byte) {
-		for _, rows := range []map[string]jobRow{parseSqueue(out), parseScontrol(out)} {
-			for id, r := range rows {
-				if !handleRe.MatchString(id) {
-					t.Fatalf("parsed id %q", id)
-				}
-				if c := r.state().ExitCode; c != nil && (*c < 0 || *c > 255) {
-					t.Fatalf("exit code %d from %q", *c, r.Exit)
-				}
+		for id, r := range parseSqueue(out) {
+			if !handleRe.MatchString(id) {
+				t.Fatalf("parsed id %q", id)
+			}
+			if c := r.state().ExitCode; c != nil && (*c < 0 || *c > 255) {
+				t.Fatalf("exit code %d from %q", *c, r.Status)
 			}
 		}
 	})
