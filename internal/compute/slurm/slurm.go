@@ -171,6 +171,10 @@ func (t *Target) Launch(ctx context.Context, l compute.Launch) (compute.Handle, 
 	if !jobNameRe.MatchString(l.Job) {
 		return "", fmt.Errorf("slurm: job name %q cannot name a Slurm job", l.Job)
 	}
+	if strings.ContainsAny(l.RunToken, "\n\r\x00") {
+		// It travels as stdin's first line; never print it.
+		return "", errors.New("slurm: the run token holds a line break")
+	}
 	runner, err := t.runnerCommand(ctx)
 	if err != nil {
 		return "", err
