@@ -115,6 +115,10 @@ SchedulerParameters=batch_sched_delay=0
 SlurmdParameters=config_overrides
 # Finished jobs stay visible to scontrol show job for an hour (no slurmdbd).
 MinJobAge=3600
+# Kept jobs count against MaxJobCount (10,000 by default): with an hour's
+# worth kept, a few benchmark runs of 1,000 jobs each filled it and every
+# sbatch was refused ("Resource temporarily unavailable") until jobs aged out.
+MaxJobCount=100000
 ReturnToService=2
 KillWait=5
 InactiveLimit=0

@@ -34,8 +34,16 @@ func main() {
 	conc := flag.Int("concurrency", runtime.NumCPU(), "jobs at once (the local target's capacity)")
 	ferry := flag.String("ferry", "", "a ferry binary to measure instead of building ./cmd/ferry (to compare two builds)")
 	serverArgs := flag.String("server-args", "", "more arguments of the server, space-separated (such as --local-executor)")
+	slurmOnly := flag.Bool("slurm-only", false, "measure only direct sbatch and the slurm compute target")
 	flag.Parse()
 	extraServerArgs = strings.Fields(*serverArgs)
+	if *slurmOnly {
+		if err := runSlurm(*n, 0); err != nil {
+			fmt.Fprintln(os.Stderr, "dispatch:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*n, *conc, *ferry); err != nil {
 		fmt.Fprintln(os.Stderr, "dispatch:", err)
 		os.Exit(1)
@@ -65,12 +73,29 @@ func run(n, conc int, prebuilt string) error {
 	fmt.Printf("%-28s %10.1f jobs/s   submit->Running under the burst: p50 %v  p99 %v (mostly queueing for %d slots)\n", "ferry local target", ferryRate, p50, p99, conc)
 	fmt.Printf("%-28s submit->Running with a free slot: p50 %v  p99 %v (aim: p50 <= 10ms)\n", "", idle50, idle99)
 	fmt.Printf("%-28s %10.3f (aim: >= 0.2)\n", "ratio ferry/raw", ferryRate/rawRate)
-	if slurmRate, err := benchSlurm(n); err != nil {
+	return runSlurm(n, ferryRate)
+}
+
+// runSlurm measures direct sbatch and the slurm compute target in the
+// same run, each waiting for its jobs to complete; ferryRate, when not 0,
+// is the local target's rate, to compare.
+func runSlurm(n int, ferryRate float64) error {
+	slurmRate, err := benchSlurm(n)
+	if err != nil {
 		fmt.Printf("%-28s skipped: %v\n", "slurm (sbatch)", err)
-	} else {
-		fmt.Printf("%-28s %10.1f jobs/s\n", "slurm (sbatch)", slurmRate)
+		return nil
+	}
+	fmt.Printf("%-28s %10.1f jobs/s\n", "slurm (sbatch)", slurmRate)
+	if ferryRate > 0 {
 		fmt.Printf("%-28s %10.3f\n", "ratio ferry/slurm", ferryRate/slurmRate)
 	}
+	rate, p50, p99, err := benchSlurmTarget(n)
+	if err != nil {
+		return fmt.Errorf("slurm target: %w", err)
+	}
+	fmt.Printf("%-28s %10.1f jobs/s\n", "slurm target (Launch)", rate)
+	fmt.Printf("%-28s %10.3f (aim: >= 0.8)\n", "ratio target/sbatch", rate/slurmRate)
+	fmt.Printf("%-28s submit->handle (Queued in Ferry): p50 %v  p99 %v (aim: < 100ms)\n", "", p50, p99)
 	return nil
 }
 

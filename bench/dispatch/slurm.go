@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/compute/slurm"
+	"github.com/ferry-ml/ferry/internal/spec"
 )
 
 // slurmConf is where scripts/slurm-setup.sh writes the one-host test
@@ -118,4 +124,71 @@ func slurmAllCompleted(ids []string) error {
 		return fmt.Errorf("%d of %d Slurm jobs did not complete (%s); the figure would be wrong", bad, len(ids), first)
 	}
 	return nil
+}
+
+// benchSlurmTarget submits n jobs through the slurm compute target's
+// Launch, one after another as benchSlurm's sbatch, and waits with its
+// Inspect until every one has ended, each COMPLETED: the target's own
+// cost per job over direct sbatch. No server runs, so the jobs' runner
+// is /bin/true (it ignores the runner's arguments); what the target adds
+// is its submit command (mkdir, the script written, sbatch), the script's
+// start, and the polling by Inspect. It also returns Launch's duration,
+// p50 and p99: from the call to the handle, which is when the attempt is
+// Queued in Ferry with the handle stored.
+func benchSlurmTarget(n int) (rate float64, p50, p99 time.Duration, err error) {
+	work, err := os.MkdirTemp("", "ferry-bench-slurm-")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer os.RemoveAll(work)
+	var env []string
+	if os.Getenv("SLURM_CONF") == "" {
+		env = []string{"SLURM_CONF=" + slurmConf}
+	}
+	c := &spec.Compute{Name: "bench", Type: "slurm", Partition: "debug", WorkDir: work}
+	tg, err := slurm.New(slurm.Config{Compute: c, Runner: []string{"/bin/true"}, Env: env})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer tg.Close()
+	ctx := context.Background()
+	pending := map[compute.Handle]bool{}
+	lat := make([]time.Duration, 0, n)
+	start := time.Now()
+	for i := range n {
+		t0 := time.Now()
+		h, err := tg.Launch(ctx, compute.Launch{Job: fmt.Sprintf("bench-%d", i), Attempt: 1,
+			APIURL: "http://127.0.0.1:1", Spec: &spec.Job{Command: "true"}})
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		lat = append(lat, time.Since(t0))
+		pending[h] = true
+	}
+	for len(pending) > 0 {
+		hs := make([]compute.Handle, 0, len(pending))
+		for h := range pending {
+			hs = append(hs, h)
+		}
+		states, err := tg.Inspect(ctx, hs)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		for _, h := range hs {
+			switch st, ok := states[h]; {
+			case !ok:
+				return 0, 0, 0, fmt.Errorf("slurm job %s is gone before it was seen to end", h)
+			case st.Phase == compute.PhaseEnded && st.Outcome != "Completed":
+				return 0, 0, 0, fmt.Errorf("slurm job %s ended %s (%s); the figure would be wrong", h, st.Outcome, st.Reason)
+			case st.Phase == compute.PhaseEnded:
+				delete(pending, h)
+			}
+		}
+		if len(pending) > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	elapsed := time.Since(start)
+	slices.Sort(lat)
+	return float64(n) / elapsed.Seconds(), lat[len(lat)/2], lat[len(lat)*99/100], nil
 }

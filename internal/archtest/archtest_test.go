@@ -19,6 +19,7 @@ var forbidden = map[string][]string{
 	"internal/agent":         {"internal/workspace", "internal/api", "internal/store", "internal/server", "internal/scheduler", "internal/autoscale"},
 	"internal/provider/...":  {"internal/workspace", "internal/api", "internal/store", "internal/server"},
 	"internal/compute/local": {"internal/api", "internal/workspace", "internal/store"},
+	"internal/compute/slurm": {"internal/api", "internal/workspace", "internal/store", "internal/server", "internal/runner"},
 	"internal/store":         {"internal/workspace", "internal/api"},
 	"internal/spec":          {"internal/"},
 	"internal/snapshot":      {"internal/workspace", "internal/api", "internal/store"},

@@ -77,4 +77,7 @@ func (c *Compute) checkBounds(es *Errors) {
 	if s := c.IdleTimeBeforeScaleDown; s != nil && (*s < 0 || *s > MaxSeconds) {
 		es.add("idle_time_before_scale_down", "must be a whole number of seconds from 0 to %d (366 days), got %d", MaxSeconds, *s)
 	}
+	if c.DefaultTimeLimit < 0 || c.DefaultTimeLimit > MaxSeconds {
+		es.add("default_time_limit", "must be a whole number of seconds from 0 (the partition's default) to %d (366 days), got %d", MaxSeconds, c.DefaultTimeLimit)
+	}
 }

@@ -55,7 +55,7 @@ func finishCompute(c *Compute, root *yaml.Node, sets []string) (*Compute, error)
 }
 
 // computeTypes are the compute types Ferry knows.
-var computeTypes = []string{"local", "amlcompute", "computeinstance", "virtualmachine", "kubernetes"}
+var computeTypes = []string{"local", "amlcompute", "computeinstance", "virtualmachine", "kubernetes", "slurm"}
 
 // computeFields says which types each type-specific field (by YAML name)
 // belongs to; the fields not listed belong to every type.
@@ -67,7 +67,7 @@ var computeFields = map[string][]string{
 	"max_instances":                     {"amlcompute"},
 	"idle_time_before_scale_down":       {"amlcompute"},
 	"ssh_public_access_enabled":         {"amlcompute", "computeinstance"},
-	"ssh_settings":                      {"amlcompute", "computeinstance", "virtualmachine"},
+	"ssh_settings":                      {"amlcompute", "computeinstance", "virtualmachine", "slurm"},
 	"network_settings":                  {"amlcompute", "computeinstance"},
 	"identity":                          {"amlcompute", "computeinstance", "kubernetes"},
 	"enable_node_public_ip":             {"amlcompute", "computeinstance"},
@@ -79,21 +79,30 @@ var computeFields = map[string][]string{
 	"release_quota_on_stop":             {"computeinstance"},
 	"provider":                          {"amlcompute", "computeinstance"},
 	"resource_id":                       {"virtualmachine", "kubernetes"},
-	"address":                           {"virtualmachine"},
-	"host_key":                          {"virtualmachine"},
+	"address":                           {"virtualmachine", "slurm"},
+	"host_key":                          {"virtualmachine", "slurm"},
 	"namespace":                         {"kubernetes"},
 	"properties":                        {"virtualmachine", "kubernetes"},
+	"partition":                         {"slurm"},
+	"account":                           {"slurm"},
+	"qos":                               {"slurm"},
+	"constraint":                        {"slurm"},
+	"reservation":                       {"slurm"},
+	"default_time_limit":                {"slurm"},
+	"job_tier_qos":                      {"slurm"},
+	"priority_nice":                     {"slurm"},
+	"work_dir":                          {"slurm"},
 }
 
 // sshFields says which types each field of ssh_settings belongs to.
 var sshFields = map[string][]string{
-	"admin_username":             {"amlcompute", "computeinstance", "virtualmachine"},
-	"admin_password":             {"amlcompute", "virtualmachine"},
+	"admin_username":             {"amlcompute", "computeinstance", "virtualmachine", "slurm"},
+	"admin_password":             {"amlcompute", "virtualmachine", "slurm"},
 	"ssh_key_value":              {"amlcompute", "computeinstance"},
-	"ssh_private_key_file":       {"virtualmachine"},
-	"ssh_port":                   {"virtualmachine"},
-	"ssh_private_key_passphrase": {"virtualmachine"},
-	"ssh_private_key":            {"virtualmachine"},
+	"ssh_private_key_file":       {"virtualmachine", "slurm"},
+	"ssh_port":                   {"virtualmachine", "slurm"},
+	"ssh_private_key_passphrase": {"virtualmachine", "slurm"},
+	"ssh_private_key":            {"virtualmachine", "slurm"},
 }
 
 var (
@@ -147,6 +156,8 @@ func (c *Compute) validate() Errors {
 		c.validateInstance(&es)
 	case "virtualmachine":
 		c.validateVM(&es)
+	case "slurm":
+		c.validateSlurm(&es)
 	case "kubernetes":
 		if c.Namespace != "" && !k8sNameRe().MatchString(c.Namespace) {
 			es.add("namespace", "%s is not a Kubernetes namespace name (lowercase letters, digits and '-', at most 63)", quote(c.Namespace))
@@ -290,6 +301,12 @@ func (c *Compute) validateVM(es *Errors) {
 	if c.Address == "" && c.ResourceID == "" {
 		es.add("address", "is required: the host name or IP address of the machine (or give resource_id)")
 	}
+	c.validateSSHLogin(es)
+}
+
+// validateSSHLogin checks the SSH login of an attached machine or a Slurm
+// login node: address, host_key and ssh_settings.
+func (c *Compute) validateSSHLogin(es *Errors) {
 	if strings.ContainsAny(c.Address, " \t/") {
 		es.add("address", "%s is not a host name, IP address or host:port", quote(c.Address))
 	}
@@ -341,7 +358,8 @@ func str(v any) string {
 // dedicated, min_instances 0, max_instances 1 and
 // idle_time_before_scale_down 120 seconds; for computeinstance size
 // Standard_DS3_v2 and enable_root_access true; for virtualmachine SSH port
-// 22; for kubernetes namespace "default". It is idempotent.
+// 22 (and for slurm, when it has ssh_settings); for kubernetes namespace
+// "default". It is idempotent.
 func (c *Compute) ApplyDefaults() {
 	intp := func(v int) *int { return &v }
 	switch c.Type {
@@ -369,7 +387,7 @@ func (c *Compute) ApplyDefaults() {
 			t := true
 			c.EnableRootAccess = &t
 		}
-	case "virtualmachine":
+	case "virtualmachine", "slurm":
 		if c.SSHSettings != nil && c.SSHSettings.SSHPort == 0 {
 			c.SSHSettings.SSHPort = 22
 		}

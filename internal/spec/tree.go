@@ -291,6 +291,7 @@ var intHints = map[string]string{
 	"idle_time_before_scale_down":       "a whole number of seconds ≥ 0",
 	"idle_time_before_shutdown_minutes": "a whole number of minutes from 15 to 4320",
 	"capacity":                          "a whole number of jobs ≥ 0 (0 means one per CPU)",
+	"default_time_limit":                "a whole number of seconds ≥ 0 (0 means the partition's default)",
 }
 
 // checker walks a tree against a Go type; see check.

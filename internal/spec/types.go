@@ -153,7 +153,7 @@ type Identity struct {
 type Compute struct {
 	Schema      string            `yaml:"$schema,omitempty" json:"$schema,omitempty"`
 	Name        string            `yaml:"name" json:"name"`
-	Type        string            `yaml:"type" json:"type"` // local | amlcompute | computeinstance | virtualmachine | kubernetes
+	Type        string            `yaml:"type" json:"type"` // local | amlcompute | computeinstance | virtualmachine | kubernetes | slurm
 	Description string            `yaml:"description,omitempty" json:"description,omitempty"`
 	Tags        map[string]string `yaml:"tags,omitempty" json:"tags,omitempty"`
 	Location    string            `yaml:"location,omitempty" json:"location,omitempty"`
@@ -180,12 +180,35 @@ type Compute struct {
 	ReleaseQuotaOnStop         *bool          `yaml:"release_quota_on_stop,omitempty" json:"release_quota_on_stop,omitempty"`
 	Provider                   map[string]any `yaml:"provider,omitempty" json:"provider,omitempty"`
 
-	// virtualmachine and kubernetes (attached)
+	// virtualmachine and kubernetes (attached); address, host_key and
+	// ssh_settings are also a slurm compute's login node.
 	ResourceID string         `yaml:"resource_id,omitempty" json:"resource_id,omitempty"`
 	Address    string         `yaml:"address,omitempty" json:"address,omitempty"`
 	HostKey    string         `yaml:"host_key,omitempty" json:"host_key,omitempty"`
 	Namespace  string         `yaml:"namespace,omitempty" json:"namespace,omitempty"`
 	Properties map[string]any `yaml:"properties,omitempty" json:"properties,omitempty"`
+
+	// slurm (Ferry's own type; Azure has none): an existing Slurm cluster,
+	// submitted to on this host, or over SSH to the login node at address
+	// when address is given. docs/slurm.md has what maps to what.
+	Partition   string `yaml:"partition,omitempty" json:"partition,omitempty"`
+	Account     string `yaml:"account,omitempty" json:"account,omitempty"`
+	QOS         string `yaml:"qos,omitempty" json:"qos,omitempty"`
+	Constraint  string `yaml:"constraint,omitempty" json:"constraint,omitempty"`
+	Reservation string `yaml:"reservation,omitempty" json:"reservation,omitempty"`
+	// DefaultTimeLimit is the time limit, in seconds, of a job without
+	// limits.timeout; 0 leaves it to the partition's default.
+	DefaultTimeLimit int64 `yaml:"default_time_limit,omitempty" json:"default_time_limit,omitempty"`
+	// JobTierQOS maps queue_settings.job_tier to the QOS a job of that tier
+	// is submitted with; PriorityNice maps queue_settings.priority to a
+	// --nice value. A job naming a tier or priority the map lacks is
+	// refused at submit.
+	JobTierQOS   map[string]string `yaml:"job_tier_qos,omitempty" json:"job_tier_qos,omitempty"`
+	PriorityNice map[string]int    `yaml:"priority_nice,omitempty" json:"priority_nice,omitempty"`
+	// WorkDir is a directory that the submitting host and every compute
+	// node see at the same path: job scripts, Slurm's output and the
+	// runners' attempt folders live under it.
+	WorkDir string `yaml:"work_dir,omitempty" json:"work_dir,omitempty"`
 }
 
 // SSHSettings are the SSH login of a compute.

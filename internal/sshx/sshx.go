@@ -352,6 +352,12 @@ func (e *ExitError) Error() string {
 // an *ExitError. When ctx ends, the command's whole process group is
 // killed (SIGKILL) and Run returns ctx's error.
 func (c *Conn) Run(ctx context.Context, cmd string, stdout, stderr io.Writer) error {
+	return c.RunInput(ctx, cmd, nil, stdout, stderr)
+}
+
+// RunInput is Run with stdin (nil: none). Data that must not appear on a
+// command line, such as a token, reaches the remote command this way.
+func (c *Conn) RunInput(ctx context.Context, cmd string, stdin io.Reader, stdout, stderr io.Writer) error {
 	s, err := c.client.NewSession()
 	if err != nil {
 		return fmt.Errorf("ssh: %s: new session: %w", c.name, err)
@@ -364,7 +370,7 @@ func (c *Conn) Run(ctx context.Context, cmd string, stdout, stderr io.Writer) er
 		stderr = io.Discard
 	}
 	pid := &pidWriter{w: stderr, known: make(chan struct{})}
-	s.Stdout, s.Stderr = stdout, pid
+	s.Stdin, s.Stdout, s.Stderr = stdin, stdout, pid
 	// sshd starts the shell in a new session (setsid), so its PID is the
 	// process group of everything the command starts. The shell reports it
 	// on stderr's first line, which pidWriter strips, so that a cancel can
@@ -469,8 +475,13 @@ func (p *pidWriter) Write(b []byte) (int, error) {
 // Output runs cmd like Run and returns its stdout; on failure the error
 // includes the end of its stderr.
 func (c *Conn) Output(ctx context.Context, cmd string) ([]byte, error) {
+	return c.OutputInput(ctx, cmd, nil)
+}
+
+// OutputInput is Output with stdin (nil: none), as RunInput.
+func (c *Conn) OutputInput(ctx context.Context, cmd string, stdin io.Reader) ([]byte, error) {
 	var out, errb bytes.Buffer
-	if err := c.Run(ctx, cmd, &out, &errb); err != nil {
+	if err := c.RunInput(ctx, cmd, stdin, &out, &errb); err != nil {
 		msg := strings.TrimSpace(errb.String())
 		if len(msg) > 2000 {
 			msg = "..." + msg[len(msg)-2000:]

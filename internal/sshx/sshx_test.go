@@ -88,6 +88,13 @@ func TestKeyLoginAndRun(t *testing.T) {
 		t.Fatalf("Output(false) = %v", err)
 	}
 
+	// stdin reaches the command, and the shell's read takes one line only,
+	// leaving the rest to the next reader.
+	got, err := c.OutputInput(ctx, "IFS= read -r first; cat; echo \"<$first>\"", strings.NewReader("a secret\nrest\n"))
+	if err != nil || string(got) != "rest\n<a secret>\n" {
+		t.Fatalf("OutputInput = %q, %v", got, err)
+	}
+
 	if c.Fingerprint() != s.Fingerprint {
 		t.Fatalf("Fingerprint() = %s, want %s", c.Fingerprint(), s.Fingerprint)
 	}
