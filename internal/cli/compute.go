@@ -30,7 +30,7 @@ func jsonOf(v any) (json.RawMessage, error) { return json.Marshal(v) }
 func (a *app) computeCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "compute", Short: "Manage compute targets (Azure ML v2 compute files)"}
 	create := a.createComputeCmd("create -f FILE", "Create a compute target from a compute YAML file")
-	attach := a.createComputeCmd("attach -f FILE", "Attach an existing machine over SSH (a virtualmachine compute file); same as create")
+	attach := a.createComputeCmd("attach -f FILE", "Attach an existing machine over SSH or a Slurm cluster (a virtualmachine or slurm compute file); same as create")
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List compute targets",
@@ -387,7 +387,7 @@ func readNamedFiles(file string, s *spec.Compute) error {
 		}
 		return string(b), nil
 	}
-	if st := s.SSHSettings; st != nil && st.SSHPrivateKeyFile != "" && st.SSHPrivateKey == "" && s.Type == "virtualmachine" {
+	if st := s.SSHSettings; st != nil && st.SSHPrivateKeyFile != "" && st.SSHPrivateKey == "" {
 		k, err := read("ssh_settings.ssh_private_key_file", st.SSHPrivateKeyFile)
 		if err != nil {
 			return err

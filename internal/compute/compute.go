@@ -130,6 +130,16 @@ type SelfQueueing interface {
 	QueuesItself() bool
 }
 
+// Checker is a target that checks, when its compute is created or
+// attached and before anything is stored, that its engine answers as the
+// compute file says (Slurm: the login node lets Ferry in, sinfo answers,
+// the partition exists). It may complete c with what it learned on first
+// use (a login node's host key, to be pinned). Its errors name the field
+// to fix and never hold a secret.
+type Checker interface {
+	CheckCompute(ctx context.Context, c *spec.Compute) error
+}
+
 // FinalReports is an optional power of a target whose runners keep, on
 // the target's machine, the final report they could not deliver (a runner
 // that gave up on a silent server). FinalReport returns the report of an

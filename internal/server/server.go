@@ -181,7 +181,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.CancelGrace > 0 {
 		grace = cfg.CancelGrace.String()
 	}
-	targets := targetFactory(computeTypes, targetEnv{Log: cfg.Log, Local: local.Config{
+	key, err := secrets.LoadOrCreateKey(filepath.Join(dir, KeyFile))
+	if err != nil {
+		return fmt.Errorf("workspace key: %w", err)
+	}
+	targets := targetFactory(computeTypes, targetEnv{Log: cfg.Log, Exe: exe, CancelGrace: cfg.CancelGrace, Key: key, Local: local.Config{
 		Exe: exe, RunsDir: filepath.Join(work, "runs"), CacheDir: filepath.Join(dir, "cache"),
 		Capacity: cfg.LocalCapacity, CancelGrace: grace, RunAs: runAs, GPUs: len(hostGPUs()), Executor: cfg.LocalExecutor,
 		EnvCacheDir: filepath.Join(work, "environments"), EnvCacheSize: cfg.EnvCacheSize,
@@ -193,10 +197,6 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		},
 	}})
-	key, err := secrets.LoadOrCreateKey(filepath.Join(dir, KeyFile))
-	if err != nil {
-		return fmt.Errorf("workspace key: %w", err)
-	}
 	provs := newProviders(exe, work, cfg.Provider)
 	provs.runAs = runAs
 	provs.key, provs.binaries, provs.log = key, cfg.AgentBinaries, cfg.Log

@@ -1,14 +1,18 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/compute/local"
+	"github.com/ferry-ml/ferry/internal/compute/slurm"
+	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
@@ -18,6 +22,13 @@ import (
 type targetEnv struct {
 	Local local.Config // the built-in local target's settings, from the server's flags
 	Log   *slog.Logger
+	// Exe is the ferry binary runners start from; CancelGrace is the
+	// runners' SIGTERM-to-SIGKILL grace (0: the runner's default).
+	Exe         string
+	CancelGrace time.Duration
+	// Key opens the secrets sealed in a stored compute (an SSH key for a
+	// login node); the opened copy goes to the target alone.
+	Key *secrets.Key
 }
 
 // newTarget makes the compute.Target of one stored compute of its type.
@@ -30,6 +41,7 @@ type newTarget func(env targetEnv, c *spec.Compute) (compute.Target, error)
 // yet: the workspace's pool loop runs them.
 var computeTypes = map[string]newTarget{
 	"local": newLocal,
+	"slurm": newSlurm,
 }
 
 func newLocal(env targetEnv, c *spec.Compute) (compute.Target, error) {
@@ -38,6 +50,14 @@ func newLocal(env targetEnv, c *spec.Compute) (compute.Target, error) {
 		cfg.Capacity = c.Capacity
 	}
 	return local.New(cfg), nil
+}
+
+func newSlurm(env targetEnv, c *spec.Compute) (compute.Target, error) {
+	open, err := workspace.OpenCompute(env.Key, c)
+	if err != nil {
+		return nil, err
+	}
+	return slurm.New(slurm.Config{Compute: open, Exe: env.Exe, CancelGrace: env.CancelGrace, Log: cmp.Or(env.Log, slog.New(slog.DiscardHandler)).With("compute", c.Name)})
 }
 
 // targetFactory is the workspace's TargetFactory over the registry.
@@ -50,6 +70,9 @@ func targetFactory(types map[string]newTarget, env targetEnv) workspace.TargetFa
 		}
 		t, err := mk(env, c)
 		if err != nil {
+			if strings.HasPrefix(err.Error(), "compute "+c.Name+":") {
+				return nil, err // named already (spec.Compute.Validate's errors are)
+			}
 			return nil, fmt.Errorf("compute %s: %w", c.Name, err)
 		}
 		return t, nil

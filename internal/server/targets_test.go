@@ -12,7 +12,7 @@ import (
 )
 
 func TestRegistryMakesTargetsByType(t *testing.T) {
-	mk := targetFactory(computeTypes, targetEnv{Local: local.Config{Capacity: 3}})
+	mk := targetFactory(computeTypes, targetEnv{Local: local.Config{Capacity: 3}, Exe: "/usr/local/bin/ferry"})
 	tg, err := mk(&spec.Compute{Name: "local", Type: "local"})
 	if err != nil {
 		t.Fatal(err)
@@ -24,8 +24,17 @@ func TestRegistryMakesTargetsByType(t *testing.T) {
 		t.Errorf("a local compute with capacity 7: %v, %v", tg, err)
 	}
 
-	_, err = mk(&spec.Compute{Name: "hpc", Type: "slurm"})
-	if workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "type:") || !strings.Contains(err.Error(), "available: local") {
+	hpc := &spec.Compute{Name: "hpc", Type: "slurm", Partition: "debug", WorkDir: "/shared/ferry"}
+	if tg, err := mk(hpc); err != nil || tg.Type() != "slurm" {
+		t.Errorf("a slurm compute: %v, %v; want a slurm target", tg, err)
+	}
+	hpc.WorkDir = ""
+	if _, err := mk(hpc); err == nil || strings.Count(err.Error(), "compute hpc") != 1 || !strings.Contains(err.Error(), "work_dir") {
+		t.Errorf("a slurm compute without work_dir: %v; want one error naming the compute once and the field", err)
+	}
+
+	_, err = mk(&spec.Compute{Name: "k", Type: "kubernetes"})
+	if workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "type:") || !strings.Contains(err.Error(), "available: local, slurm") {
 		t.Errorf("an unregistered type: %v, want an invalid-request error naming the field and the types there are", err)
 	}
 }

@@ -14,8 +14,10 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/scheduler"
 	"github.com/ferry-ml/ferry/internal/snapshot"
+	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
@@ -174,19 +176,43 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 	secret, hash := auth.NewToken()
 	var attempt int
 	var damaged error // the stored spec, checked in the same read
+	var js *spec.Job
+	var env *environment.Spec
+	queues := queuesItself(t)
 	reason := "runner starting on compute " + computeName
-	if queuesItself(t) {
+	if queues {
 		reason = "handing the attempt to compute " + computeName + "'s queue"
 	}
 	_, err = s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
 		if j.Status != StatusQueued {
 			return nil, errNotQueued
 		}
-		if _, damaged = storedJobSpec(*j); damaged != nil {
+		if js, damaged = storedJobSpec(*j); damaged != nil {
 			return nil, errNotQueued // nothing written; failed below
+		}
+		env = nil
+		if len(j.Environment) > 0 {
+			env = &environment.Spec{}
+			if err := json.Unmarshal(j.Environment, env); err != nil {
+				damaged = fmt.Errorf("its stored environment cannot be read (%v); submit it again", err)
+				return nil, errNotQueued
+			}
 		}
 		j.Attempt++
 		attempt, j.Handle = j.Attempt, ""
+		// An engine that queues itself starts one runner per node of a
+		// multi-node job; each reports its own end under its rank, and
+		// the attempt ends as rankEnded decides, as on a cluster.
+		if queues {
+			j.Placement = nil
+			if n := nodeCount(js); n > 1 {
+				raw, err := json.Marshal(Placement{Ranks: make([]RankPlacement, n)})
+				if err != nil {
+					return nil, err
+				}
+				j.Placement = raw
+			}
+		}
 		now := s.now()
 		j.Status, j.StatusReason, j.Heartbeat = StatusPreparing, reason, now
 		return &store.Event{Job: name, Time: now, From: StatusQueued, To: j.Status, Reason: j.StatusReason}, nil
@@ -207,7 +233,7 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 		s.finish(ctx, name, attempt, StatusFailed, "could not make a run token", nil, err.Error())
 		return err
 	}
-	l := compute.Launch{Job: name, Attempt: attempt, APIURL: s.cfg.APIURL, RunToken: secret}
+	l := compute.Launch{Job: name, Attempt: attempt, APIURL: s.cfg.APIURL, RunToken: secret, Spec: js, Environment: env}
 	h, err := t.Launch(ctx, l)
 	if err != nil {
 		s.finish(ctx, name, attempt, StatusFailed, "runner could not be started", nil, err.Error())
@@ -221,6 +247,14 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 }
 
 var errNotQueued = errors.New("job is no longer queued")
+
+// nodeCount is how many nodes a job asks for (resources.instance_count).
+func nodeCount(j *spec.Job) int {
+	if j == nil || j.Resources == nil || j.Resources.InstanceCount < 1 {
+		return 1
+	}
+	return j.Resources.InstanceCount
+}
 
 func (s *Service) failQueued(ctx context.Context, name, why string) {
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {

@@ -281,7 +281,7 @@ func (s *Service) CreateCompute(ctx context.Context, c *spec.Compute) (*Compute,
 		if err := checkSetupContent(c); err != nil {
 			return nil, err
 		}
-	} else if _, err := s.cfg.Targets(c); err != nil {
+	} else if err := s.checkTarget(ctx, c); err != nil {
 		return nil, err
 	}
 	raw, err := json.Marshal(c)
@@ -301,6 +301,41 @@ func (s *Service) CreateCompute(ctx context.Context, c *spec.Compute) (*Compute,
 		return nil, err
 	}
 	return s.GetCompute(ctx, c.Name)
+}
+
+// checkTarget makes the target of a compute about to be stored and, when
+// it can check its engine (compute.Checker), has it do so, so that a
+// compute that cannot work is refused before anything is kept. Secrets
+// in the compute (an SSH key for a login node) are sealed first: what is
+// stored holds them sealed, and the target opens its own copy.
+func (s *Service) checkTarget(ctx context.Context, c *spec.Compute) error {
+	if st := c.SSHSettings; st != nil {
+		if st.SSHPrivateKeyFile != "" && st.SSHPrivateKey == "" {
+			return Invalid("ssh_settings.ssh_private_key_file: the server does not read files named by a request; send the key's content as ssh_settings.ssh_private_key (the ferry CLI reads the file for you)")
+		}
+		if s.cfg.Secrets == nil {
+			return Invalid("ssh_settings: this server has no workspace key, so it cannot keep SSH secrets; start it with a data dir it can write")
+		}
+		if err := SealCompute(s.cfg.Secrets, c); err != nil {
+			return err
+		}
+	}
+	t, err := s.cfg.Targets(c)
+	if err != nil {
+		return err
+	}
+	if cl, ok := t.(io.Closer); ok {
+		defer cl.Close()
+	}
+	ch, ok := t.(compute.Checker)
+	if !ok {
+		return nil
+	}
+	if err := ch.CheckCompute(ctx, c); err != nil {
+		// A Checker's error names the field and holds no secret.
+		return &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	return nil
 }
 
 // GetCompute returns one target with its current load.

@@ -6,6 +6,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/ferry-ml/ferry/internal/spec"
 )
 
 // CheckError says which field of the compute to fix, and why. It never
@@ -18,6 +20,19 @@ type CheckError struct {
 
 func (e *CheckError) Error() string { return e.Field + ": " + e.Msg }
 func (e *CheckError) Unwrap() error { return e.Err }
+
+// CheckCompute implements compute.Checker: Check, then the login node's
+// host key pinned into c when c trusted it on first use.
+func (t *Target) CheckCompute(ctx context.Context, c *spec.Compute) error {
+	key, err := t.Check(ctx)
+	if err != nil {
+		return err
+	}
+	if key != "" {
+		c.HostKey = key
+	}
+	return nil
+}
 
 // Check is what `compute create/attach` runs before storing a slurm
 // compute: the login node lets Ferry in (over SSH), sinfo answers, the

@@ -86,6 +86,7 @@ type Target struct {
 var (
 	_ compute.Target       = (*Target)(nil)
 	_ compute.Canceller    = (*Target)(nil)
+	_ compute.Checker      = (*Target)(nil)
 	_ compute.Inspector    = (*Target)(nil)
 	_ compute.SelfQueueing = (*Target)(nil)
 	_ compute.FinalReports = (*Target)(nil)
