@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/scheduler"
 	"github.com/ferry-ml/ferry/internal/sizes"
@@ -38,12 +39,10 @@ const (
 	KindNode = "node"
 )
 
-// isPool reports whether computes of type typ are pools of agent nodes: a
-// cluster, or a compute instance, which is a pool of one node that its
-// owner starts and stops.
-func isPool(typ string) bool {
-	return typ == "amlcompute" || typ == "computeinstance" || typ == "virtualmachine"
-}
+// poolType is what sets computes of type typ apart when they are pools of
+// agent nodes (a cluster, a compute instance, an attached machine), and
+// nil when typ is not a pool type on this server.
+func (s *Service) poolType(typ string) *compute.Pool { return s.cfg.PoolTypes[typ] }
 
 // StateDeleting is the state of a pool compute being deleted (an attached
 // machine being detached): its machines are given back, then it is gone.
@@ -104,6 +103,7 @@ func shapeOf(sz sizes.Size) scheduler.Resources {
 
 // poolCompute is a pool compute with its stored spec and size.
 type poolCompute struct {
+	typ  *compute.Pool
 	rec  store.Compute
 	spec spec.Compute
 	size sizes.Size
