@@ -19,14 +19,19 @@ var forbidden = map[string][]string{
 	"internal/agent":         {"internal/workspace", "internal/api", "internal/store", "internal/server", "internal/scheduler", "internal/autoscale"},
 	"internal/provider/...":  {"internal/workspace", "internal/api", "internal/store", "internal/server"},
 	"internal/compute/local": {"internal/api", "internal/workspace", "internal/store"},
-	"internal/store":         {"internal/workspace", "internal/api"},
-	"internal/spec":          {"internal/"},
-	"internal/snapshot":      {"internal/workspace", "internal/api", "internal/store"},
-	"internal/scheduler":     {"internal/"},
-	"internal/sizes":         {"internal/"},
-	"internal/instance":      {"internal/workspace", "internal/api", "internal/store", "internal/compute", "internal/server", "net/http"},
-	"internal/nodeproto":     {"internal/"},
-	"internal/autoscale":     {"internal/api", "internal/workspace", "internal/store", "internal/compute", "internal/server"},
+	// The pool types' packages describe their type to the workspace, which
+	// imports their description's package: they cannot import it back.
+	"internal/compute/amlcompute":      {"internal/api", "internal/workspace", "internal/store", "internal/server"},
+	"internal/compute/computeinstance": {"internal/api", "internal/workspace", "internal/store", "internal/server"},
+	"internal/compute/virtualmachine":  {"internal/api", "internal/workspace", "internal/store", "internal/server"},
+	"internal/store":                   {"internal/workspace", "internal/api"},
+	"internal/spec":                    {"internal/"},
+	"internal/snapshot":                {"internal/workspace", "internal/api", "internal/store"},
+	"internal/scheduler":               {"internal/"},
+	"internal/sizes":                   {"internal/"},
+	"internal/instance":                {"internal/workspace", "internal/api", "internal/store", "internal/compute", "internal/server", "net/http"},
+	"internal/nodeproto":               {"internal/"},
+	"internal/autoscale":               {"internal/api", "internal/workspace", "internal/store", "internal/compute", "internal/server"},
 	// The workspace resolves and hashes environments: the package must not
 	// bring the builders' engines (Docker's HTTP client) into the domain.
 	"internal/environment": {"internal/workspace", "internal/api", "internal/store", "internal/compute", "net/http"},

@@ -43,6 +43,11 @@ var poolTypes = map[string]*compute.Pool{
 	virtualmachine.Type:  virtualmachine.Pool,
 }
 
+// PoolType is what sets computes of type typ apart when they are pools of
+// agent nodes, and nil when typ is not a pool type: the command line
+// shows and reads a compute file as its type says.
+func PoolType(typ string) *compute.Pool { return poolTypes[typ] }
+
 func newLocal(env targetEnv, c *spec.Compute) (compute.Target, error) {
 	cfg := env.Local
 	if c.Capacity > 0 {
