@@ -1,6 +1,8 @@
 package compute
 
 import (
+	"time"
+
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/sizes"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -44,6 +46,12 @@ type Pool struct {
 	// implicit computes of this type, one per size and tier.
 	Serverless bool
 
+	// Bounds is how many nodes compute c of the type aims at; meantToRun
+	// is false for a compute instance its owner (or a schedule) stopped.
+	// A compute being deleted aims at none whatever its type: the
+	// workspace does not ask.
+	Bounds func(c *spec.Compute, meantToRun bool) NodeBounds
+
 	// Admit refuses, with an error naming the field, a job that compute c
 	// of the type can never run; sz is the size of c's nodes (for an
 	// Attached type, what the workspace assumes of a machine it has not
@@ -52,3 +60,16 @@ type Pool struct {
 	// workspace's; nil admits every job.
 	Admit func(c *spec.Compute, sz sizes.Size, j *spec.Job, env *environment.Spec) error
 }
+
+// NodeBounds is how many nodes a pool compute aims at: the pool loop keeps
+// between Min and Max, launching for queued jobs, and removes a node above
+// Min once it has been idle for IdleBeforeRemoval. A job takes whole
+// nodes, so Max is also how many jobs can run at once.
+type NodeBounds struct {
+	Min, Max          int
+	IdleBeforeRemoval time.Duration
+}
+
+// Forever is the IdleBeforeRemoval of nodes that idleness never removes
+// (an attached machine, an instance whose idleness is its own business).
+const Forever = 100 * 365 * 24 * time.Hour

@@ -398,20 +398,9 @@ func (l *poolLoop) scale(ctx context.Context, pools map[string]*poolCompute, nam
 		switch {
 		case pc.rec.State == StateDeleting:
 			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = 0, 0, 0
-		case pc.typ.Attached:
-			// The one machine, always: it is the team's own.
-			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = 1, 1, 100*365*24*time.Hour
-		case pc.typ.Instance:
-			// One node while the instance is meant to run, none once stopped;
-			// idleness is the instance's own business, not the autoscaler's.
-			n := 0
-			if instanceWantsNode(pc.rec.State) {
-				n = 1
-			}
-			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = n, n, 100*365*24*time.Hour
 		default:
-			cl.MinInstances, cl.MaxInstances = *pc.spec.MinInstances, *pc.spec.MaxInstances
-			cl.IdleTimeBeforeScaleDown = time.Duration(*pc.spec.IdleTimeBeforeScaleDown) * time.Second
+			b := pc.typ.Bounds(&pc.spec, instanceWantsNode(pc.rec.State))
+			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = b.Min, b.Max, b.IdleBeforeRemoval
 		}
 		l.mu.Lock()
 		cl.LaunchRetryAt, cl.LaunchError = l.launchRetry[name], l.launchErr[name]

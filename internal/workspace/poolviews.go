@@ -200,12 +200,10 @@ func (s *Service) poolView(ctx context.Context, pt *compute.Pool, v *Compute) er
 	}
 	// The bounds the pool loop keeps the node count in, and with them how
 	// many jobs can run at once: a job on a pool takes whole nodes.
-	lo, hi := 1, 1 // an attached machine, or an instance that is meant to run
-	switch {
-	case v.State == StateDeleting || (pt.Instance && !instanceWantsNode(v.State)):
-		lo, hi = 0, 0
-	case pt.ScalesByQueue && v.Spec != nil && v.Spec.MinInstances != nil && v.Spec.MaxInstances != nil:
-		lo, hi = *v.Spec.MinInstances, *v.Spec.MaxInstances
+	lo, hi := 0, 0
+	if v.State != StateDeleting {
+		b := pt.Bounds(v.Spec, instanceWantsNode(v.State))
+		lo, hi = b.Min, b.Max
 	}
 	v.MinNodes, v.MaxNodes, v.Capacity = &lo, &hi, hi
 	v.Size = "attached"

@@ -8,6 +8,7 @@ package amlcompute
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/environment"
@@ -23,7 +24,15 @@ var Pool = &compute.Pool{
 	Noun:          "cluster",
 	ScalesByQueue: true,
 	Serverless:    true,
+	Bounds:        bounds,
 	Admit:         admit,
+}
+
+// bounds are the cluster's own: min_instances to max_instances, idle nodes
+// removed after idle_time_before_scale_down (all set by ApplyDefaults).
+func bounds(c *spec.Compute, _ bool) compute.NodeBounds {
+	return compute.NodeBounds{Min: *c.MinInstances, Max: *c.MaxInstances,
+		IdleBeforeRemoval: time.Duration(*c.IdleTimeBeforeScaleDown) * time.Second}
 }
 
 // admit refuses a job that asks for more nodes than the cluster may have,

@@ -23,7 +23,19 @@ const Type = "computeinstance"
 var Pool = &compute.Pool{
 	Noun:     "compute instance",
 	Instance: true,
+	Bounds:   bounds,
 	Admit:    admit,
+}
+
+// bounds: one node while the instance is meant to run, none once stopped;
+// idleness is the instance's own business (its idle shutdown stops it),
+// not the autoscaler's.
+func bounds(_ *spec.Compute, meantToRun bool) compute.NodeBounds {
+	n := 0
+	if meantToRun {
+		n = 1
+	}
+	return compute.NodeBounds{Min: n, Max: n, IdleBeforeRemoval: compute.Forever}
 }
 
 // admit refuses a job that asks for more than the one machine or for

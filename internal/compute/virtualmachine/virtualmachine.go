@@ -21,7 +21,13 @@ const Type = "virtualmachine"
 var Pool = &compute.Pool{
 	Noun:     "attached machine",
 	Attached: true,
+	Bounds:   bounds,
 	Admit:    admit,
+}
+
+// bounds: the one machine, always; it is the team's own.
+func bounds(*spec.Compute, bool) compute.NodeBounds {
+	return compute.NodeBounds{Min: 1, Max: 1, IdleBeforeRemoval: compute.Forever}
 }
 
 // admit refuses a job that asks for more than the one machine or for a
