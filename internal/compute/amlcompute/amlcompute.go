@@ -29,10 +29,14 @@ var Pool = &compute.Pool{
 }
 
 // bounds are the cluster's own: min_instances to max_instances, idle nodes
-// removed after idle_time_before_scale_down (all set by ApplyDefaults).
+// removed after idle_time_before_scale_down. A compute is stored with its
+// defaults applied, but one stored otherwise (by hand, or an older server)
+// reads with the defaults rather than failing here.
 func bounds(c *spec.Compute, _ bool) compute.NodeBounds {
-	return compute.NodeBounds{Min: *c.MinInstances, Max: *c.MaxInstances,
-		IdleBeforeRemoval: time.Duration(*c.IdleTimeBeforeScaleDown) * time.Second}
+	d := *c
+	d.ApplyDefaults()
+	return compute.NodeBounds{Min: *d.MinInstances, Max: *d.MaxInstances,
+		IdleBeforeRemoval: time.Duration(*d.IdleTimeBeforeScaleDown) * time.Second}
 }
 
 // admit refuses a job that asks for more nodes than the cluster may have,
