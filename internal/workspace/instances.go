@@ -312,7 +312,7 @@ func (s *Service) instanceAction(ctx context.Context, who auth.Principal, name, 
 	if err != nil {
 		return nil, err
 	}
-	if pt := s.poolType(rec.Type); pt == nil || !pt.Instance {
+	if !s.isInstance(rec.Type) {
 		return nil, Invalid("compute %s is of type %s; only compute instances are started, stopped and restarted", name, rec.Type)
 	}
 	from, to := rec.State, ""

@@ -395,10 +395,7 @@ func (l *poolLoop) scale(ctx context.Context, pools map[string]*poolCompute, nam
 	for _, name := range names {
 		pc := pools[name]
 		cl := autoscale.Cluster{Name: name, Size: pc.size, LowPriority: pc.spec.Tier == "low_priority", JoinTimeout: l.joinTimeout}
-		switch {
-		case pc.rec.State == StateDeleting:
-			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = 0, 0, 0
-		default:
+		if pc.rec.State != StateDeleting { // a compute being deleted aims at no node
 			b := pc.typ.Bounds(&pc.spec, instanceWantsNode(pc.rec.State))
 			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = b.Min, b.Max, b.IdleBeforeRemoval
 		}

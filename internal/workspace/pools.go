@@ -44,6 +44,13 @@ const (
 // nil when typ is not a pool type on this server.
 func (s *Service) poolType(typ string) *compute.Pool { return s.cfg.PoolTypes[typ] }
 
+// isInstance reports whether computes of type typ are compute instances:
+// single-user machines with a lifecycle, schedules and sessions.
+func (s *Service) isInstance(typ string) bool {
+	pt := s.poolType(typ)
+	return pt != nil && pt.Instance
+}
+
 // StateDeleting is the state of a pool compute being deleted (an attached
 // machine being detached): its machines are given back, then it is gone.
 const StateDeleting = "Deleting"

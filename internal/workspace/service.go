@@ -295,7 +295,7 @@ func (s *Service) CreateCompute(ctx context.Context, c *spec.Compute) (*Compute,
 	}
 	now := s.now()
 	state := "Succeeded"
-	if pt := s.poolType(c.Type); pt != nil && pt.Instance {
+	if s.isInstance(c.Type) {
 		state = InstanceCreating
 	}
 	rec := store.Compute{Name: c.Name, Type: c.Type, Spec: raw, State: state, Created: now, Modified: now}
