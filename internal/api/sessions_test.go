@@ -17,6 +17,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/compute/computeinstance"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/provider"
@@ -76,6 +77,7 @@ func testServer(t *testing.T, prov *paperProvider) (*httptest.Server, string) {
 		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: "http://unused",
 		Targets:   func(*spec.Compute) (compute.Target, error) { return noTarget{}, nil },
 		Providers: func(*spec.Compute) (provider.Provider, error) { return prov, nil },
+		PoolTypes: map[string]*compute.Pool{computeinstance.Type: computeinstance.Pool},
 	})
 	if err != nil {
 		t.Fatal(err)

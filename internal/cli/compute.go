@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/server"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
@@ -274,6 +275,7 @@ func listComputes(w *tabwriter.Writer, vs []*workspace.Compute) {
 }
 
 func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
+	pt := server.PoolType(v.Type)
 	fmt.Fprintf(w, "name:\t%s\n", v.Name)
 	fmt.Fprintf(w, "type:\t%s\n", v.Type)
 	fmt.Fprintf(w, "state:\t%s\n", v.State)
@@ -287,7 +289,7 @@ func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
 	if v.Spec != nil && v.Spec.Description != "" {
 		fmt.Fprintf(w, "description:\t%s\n", v.Spec.Description)
 	}
-	if v.Type == "virtualmachine" && v.Spec != nil {
+	if pt != nil && pt.Attached && v.Spec != nil {
 		addr := v.Spec.Address
 		if s := v.Spec.SSHSettings; s != nil {
 			addr = fmt.Sprintf("%s@%s port %d", s.AdminUsername, addr, s.SSHPort)
@@ -303,7 +305,7 @@ func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
 			fmt.Fprintf(w, "event %s:\t%s %s\n", e.Time.Local().Format("15:04:05"), e.Kind, e.Message)
 		}
 	}
-	if v.Type == "computeinstance" && v.Spec != nil {
+	if pt != nil && pt.Instance && v.Spec != nil {
 		fmt.Fprintf(w, "size:\t%s\n", v.Spec.Size)
 		if id, ok := v.Spec.CreateOnBehalfOf["user_object_id"].(string); ok {
 			fmt.Fprintf(w, "made for:\t%s\n", id)

@@ -35,12 +35,13 @@ func IdleTime(minutes *int) (time.Duration, error) {
 	return d, nil
 }
 
-// ParseConfig reads the instance fields of a computeinstance compute.
+// ParseConfig reads the instance fields of a compute instance (a compute
+// whose type's compute.Pool says Instance; the caller has asked it).
 // Problems are one spec.Errors (errors.As finds it) listing every field
 // that is wrong.
 func ParseConfig(c *spec.Compute) (Config, error) {
-	if c == nil || c.Type != "computeinstance" {
-		return Config{}, errors.New("not a compute of type computeinstance")
+	if c == nil {
+		return Config{}, errors.New("no compute instance to read")
 	}
 	var cfg Config
 	var es spec.Errors

@@ -116,7 +116,7 @@ func (p *providers) providerOf(c *spec.Compute) (providerType, error) {
 // check is the workspace's ProviderCheck: it reads a compute's provider
 // block as its provider would, without making anything.
 func (p *providers) check(c *spec.Compute) error {
-	if c.Type == "virtualmachine" {
+	if pt := poolTypes[c.Type]; pt != nil && pt.Attached {
 		return nil // an attached machine's settings are the compute's own fields
 	}
 	pt, err := p.providerOf(c)
@@ -129,7 +129,7 @@ func (p *providers) check(c *spec.Compute) error {
 // factory is the workspace's ProviderFactory.
 func (p *providers) factory() workspace.ProviderFactory {
 	return func(c *spec.Compute) (provider.Provider, error) {
-		if c.Type == "virtualmachine" {
+		if pt := poolTypes[c.Type]; pt != nil && pt.Attached {
 			return p.ssh(c)
 		}
 		pt, err := p.providerOf(c)

@@ -205,7 +205,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer provs.tunnels.Close()
 	ws, err := workspace.New(ctx, workspace.Config{
 		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: url,
-		Targets:         targets,
+		Targets: targets, PoolTypes: poolTypes,
 		MaxSnapshotSize: cfg.MaxSnapshotSize, OutputQuota: cfg.OutputQuota, LeaseTimeout: cfg.LeaseTimeout, CancelGrace: cfg.CancelGrace, Log: cfg.Log,
 		Sizes: catalog, Providers: provs.factory(), CheckProvider: provs.check, Secrets: key,
 		NodeLease: cfg.NodeLease, NodeHeartbeat: nodeHeartbeat(cfg.NodeLease),

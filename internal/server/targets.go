@@ -10,8 +10,11 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/compute/amlcompute"
+	"github.com/ferry-ml/ferry/internal/compute/computeinstance"
 	"github.com/ferry-ml/ferry/internal/compute/local"
 	"github.com/ferry-ml/ferry/internal/compute/slurm"
+	"github.com/ferry-ml/ferry/internal/compute/virtualmachine"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
@@ -34,15 +37,28 @@ type targetEnv struct {
 // newTarget makes the compute.Target of one stored compute of its type.
 type newTarget func(env targetEnv, c *spec.Compute) (compute.Target, error)
 
-// computeTypes is the registry of the compute target types this server
-// runs, by a compute file's `type:`. Adding a type is one line here: its
-// package's constructor, adapted to newTarget where it needs to be. The
-// pool types (amlcompute, computeinstance, virtualmachine) are not here
-// yet: the workspace's pool loop runs them.
+// computeTypes and poolTypes are the registry of the compute types this
+// server runs, by a compute file's `type:`. Adding a type is one line in
+// one of them: a type the workspace hands attempts to through a
+// compute.Target is its package's constructor, adapted to newTarget where
+// it needs to be, in computeTypes; a type whose computes are pools of
+// agent nodes that the workspace's pool loop runs is its package's
+// description in poolTypes. A name is in one of them only.
 var computeTypes = map[string]newTarget{
 	"local": newLocal,
 	"slurm": newSlurm,
 }
+
+var poolTypes = map[string]*compute.Pool{
+	amlcompute.Type:      amlcompute.Pool,
+	computeinstance.Type: computeinstance.Pool,
+	virtualmachine.Type:  virtualmachine.Pool,
+}
+
+// PoolType is what sets computes of type typ apart when they are pools of
+// agent nodes, and nil when typ is not a pool type: the command line
+// shows and reads a compute file as its type says.
+func PoolType(typ string) *compute.Pool { return poolTypes[typ] }
 
 func newLocal(env targetEnv, c *spec.Compute) (compute.Target, error) {
 	cfg := env.Local

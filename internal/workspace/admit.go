@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/instance"
 	"github.com/ferry-ml/ferry/internal/sizes"
@@ -21,11 +22,13 @@ import (
 // waiting forever.
 
 // poolSize is the size of a pool compute, from the catalog.
-func (s *Service) poolSize(c *spec.Compute) (sizes.Size, error) { return poolSize(s.cfg.Sizes, c) }
+func (s *Service) poolSize(pt *compute.Pool, c *spec.Compute) (sizes.Size, error) {
+	return poolSize(s.cfg.Sizes, pt, c)
+}
 
-// poolSize is the size of a pool compute, from catalog cat.
-func poolSize(cat *sizes.Catalog, c *spec.Compute) (sizes.Size, error) {
-	if c.Type == "virtualmachine" {
+// poolSize is the size of pool compute c of type pt, from catalog cat.
+func poolSize(cat *sizes.Catalog, pt *compute.Pool, c *spec.Compute) (sizes.Size, error) {
+	if pt.Attached {
 		return attachedSize, nil
 	}
 	sz, ok := cat.Lookup(c.Size)
@@ -37,7 +40,11 @@ func poolSize(cat *sizes.Catalog, c *spec.Compute) (sizes.Size, error) {
 
 // validatePool checks a pool compute against the catalog and quotas.
 func (s *Service) validatePool(ctx context.Context, c *spec.Compute) error {
-	sz, err := s.poolSize(c)
+	pt := s.poolType(c.Type)
+	if pt == nil {
+		return Invalid("type: %s is not a pool compute type on this server", c.Type)
+	}
+	sz, err := s.poolSize(pt, c)
 	if err != nil {
 		return err
 	}
@@ -60,7 +67,7 @@ func (s *Service) validatePool(ctx context.Context, c *spec.Compute) error {
 			return Invalid("provider: %v", err)
 		}
 	}
-	if c.Type == "computeinstance" {
+	if pt.Instance {
 		if _, err := instance.ParseConfig(c); err != nil {
 			return &Error{Code: CodeInvalid, Msg: "compute " + c.Name + ": " + err.Error(), Err: err}
 		}
@@ -68,59 +75,34 @@ func (s *Service) validatePool(ctx context.Context, c *spec.Compute) error {
 	return nil
 }
 
-// admitPool refuses, naming the field, a job its pool compute cannot run.
-func (s *Service) admitPool(c *spec.Compute, j *spec.Job, env *environment.Spec) error {
-	sz, err := s.poolSize(c)
+// admitPool refuses, naming the field, a job pool compute c of type pt
+// cannot run: what a node of its size cannot hold here, the rest as its
+// type says.
+func (s *Service) admitPool(pt *compute.Pool, c *spec.Compute, j *spec.Job, env *environment.Spec) error {
+	sz, err := s.poolSize(pt, c)
 	if err != nil {
 		return err
 	}
-	if c.Type != "virtualmachine" {
+	// An attached machine's size is not known before its agent joins
+	// (admitAttachedGPUs checks what it reported then).
+	if !pt.Attached {
 		what := "made of " + sz.Name + " nodes"
-		if c.Type == "computeinstance" {
+		if pt.Instance {
 			what = "a " + sz.Name
 		}
-		if err := refuseGPUs(j, c, what, sz.GPUs); err != nil {
+		if err := refuseGPUs(j, pt, c, what, sz.GPUs); err != nil {
 			return err
 		}
-	}
-	if d := j.Distribution; d != nil && c.Type != "virtualmachine" && d.ProcessCountPerInstance > max(sz.VCPUs, sz.GPUs) {
-		return Invalid("distribution.process_count_per_instance: %d processes per node, but a %s node of compute %s has %d vCPUs and %d GPUs; use at most one process per GPU or vCPU",
-			d.ProcessCountPerInstance, sz.Name, c.Name, sz.VCPUs, sz.GPUs)
-	}
-	if c.Type == "virtualmachine" {
-		if j.Resources != nil && j.Resources.InstanceCount > 1 {
-			return Invalid("resources.instance_count: %s is one attached machine; use a cluster (an ssh fleet) for %d nodes", c.Name, j.Resources.InstanceCount)
+		if d := j.Distribution; d != nil && d.ProcessCountPerInstance > max(sz.VCPUs, sz.GPUs) {
+			return Invalid("distribution.process_count_per_instance: %d processes per node, but a %s node of compute %s has %d vCPUs and %d GPUs; use at most one process per GPU or vCPU",
+				d.ProcessCountPerInstance, sz.Name, c.Name, sz.VCPUs, sz.GPUs)
 		}
-		if j.Resources != nil && j.Resources.InstanceType != "" {
-			return Invalid("resources.instance_type: %s is an attached machine, which has no size; leave instance_type out", c.Name)
-		}
+	}
+	if pt.Admit == nil {
 		return nil
 	}
-	if c.Type == "computeinstance" {
-		if j.Resources != nil && j.Resources.InstanceCount > 1 {
-			return Invalid("resources.instance_count: compute instance %s is one machine; use a cluster for %d nodes", c.Name, j.Resources.InstanceCount)
-		}
-		if j.Resources != nil && j.Resources.InstanceType != "" && !strings.EqualFold(j.Resources.InstanceType, sz.Name) {
-			return Invalid("resources.instance_type: compute instance %s is a %s, not %s", c.Name, sz.Name, j.Resources.InstanceType)
-		}
-		return nil
-	}
-	if r := j.Resources; r != nil {
-		if r.InstanceCount > *c.MaxInstances {
-			return Invalid("resources.instance_count: %d nodes asked, but compute %s has max_instances %d", r.InstanceCount, c.Name, *c.MaxInstances)
-		}
-		if r.InstanceType != "" && !strings.EqualFold(r.InstanceType, sz.Name) {
-			return Invalid("resources.instance_type: compute %s is made of %s nodes, not %s; leave instance_type out or use another compute", c.Name, sz.Name, r.InstanceType)
-		}
-		if (r.DockerArgs != "" || r.ShmSize != "") && (env == nil || !env.NeedsDocker()) {
-			return Invalid("resources: docker_args and shm_size apply to image environments (image or build)")
-		}
-		if _, err := environment.ParseContainerOptions(r.ShmSize, r.DockerArgs); err != nil {
-			return Invalid("%v", err)
-		}
-	}
-	if len(j.Services) > 0 {
-		return Invalid("services: interactive services are not available on clusters yet")
+	if err := pt.Admit(c, sz, j, env); err != nil {
+		return &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	return nil
 }
@@ -128,14 +110,13 @@ func (s *Service) admitPool(c *spec.Compute, j *spec.Job, env *environment.Spec)
 // refuseGPUs refuses a job that asks for more GPUs per node than a node of
 // compute c can ever have: have GPUs, as its size (named what) says. A
 // cluster of a GPU size with no nodes now still takes the job.
-func refuseGPUs(j *spec.Job, c *spec.Compute, what string, have int) error {
+func refuseGPUs(j *spec.Job, pt *compute.Pool, c *spec.Compute, what string, have int) error {
 	n, field := j.Resources.GPUs()
 	if n <= have {
 		return nil
 	}
-	kind := map[string]string{"amlcompute": "cluster", "computeinstance": "compute instance", "virtualmachine": "attached machine"}[c.Type]
 	return Invalid("%s: the job asks for %s per node, but %s %s is %s, which has %s; submit it to a compute with GPUs (a cluster or instance of a GPU size: see `ferry size list`), or leave %s out",
-		field, count(n, "GPU"), kind, c.Name, what, gpuCount(have), field)
+		field, count(n, "GPU"), pt.Noun, c.Name, what, gpuCount(have), field)
 }
 
 // gpuCount is "no GPU", "1 GPU", "2 GPUs".
@@ -155,7 +136,7 @@ func (s *Service) admit(ctx context.Context, computeName string, j *spec.Job, en
 	if err != nil {
 		return err
 	}
-	if isPool(rec.Type) {
+	if pt := s.poolType(rec.Type); pt != nil {
 		if rec.State == StateDeleting {
 			return Conflict("compute: %s is being deleted", computeName)
 		}
@@ -163,14 +144,14 @@ func (s *Service) admit(ctx context.Context, computeName string, j *spec.Job, en
 		if err := json.Unmarshal(rec.Spec, &c); err != nil {
 			return fmt.Errorf("compute %s: stored spec: %w", rec.Name, err)
 		}
-		err := s.admitPool(&c, j, env)
-		if err == nil && c.Type == "virtualmachine" {
-			err = s.admitAttachedGPUs(ctx, &c, j)
+		err := s.admitPool(pt, &c, j, env)
+		if err == nil && pt.Attached {
+			err = s.admitAttachedGPUs(ctx, pt, &c, j)
 		}
 		if err != nil {
 			return Invalid("compute %s (type %s) cannot run this job: %s", computeName, rec.Type, strings.TrimPrefix(err.Error(), "invalid: "))
 		}
-		if rec.Type == "computeinstance" && !instanceWantsNode(rec.State) {
+		if pt.Instance && !instanceWantsNode(rec.State) {
 			return Invalid("compute: compute instance %s is %s; start it with `ferry compute start %s`", computeName, rec.State, computeName)
 		}
 		return nil

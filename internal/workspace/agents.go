@@ -95,7 +95,7 @@ func (s *Service) setupFor(ctx context.Context, node string) ([]nodeproto.SetupS
 		return nil, err
 	}
 	rec, err := s.st.GetCompute(ctx, n.Compute)
-	if err != nil || rec.Type != "computeinstance" {
+	if err != nil || !s.isInstance(rec.Type) {
 		return nil, nil
 	}
 	var c spec.Compute

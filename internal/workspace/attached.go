@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/provider"
 	"github.com/ferry-ml/ferry/internal/secrets"
@@ -134,22 +135,22 @@ func cloneCompute(c *spec.Compute) (*spec.Compute, error) {
 	return &cp, nil
 }
 
-// usesSSH reports whether a compute's machines are reached over SSH: an
-// attached machine, or a fleet.
-func usesSSH(c *spec.Compute) bool {
+// usesSSH reports whether the machines of compute c, of pool type pt, are
+// reached over SSH: an attached machine, or a fleet.
+func usesSSH(pt *compute.Pool, c *spec.Compute) bool {
 	t, _ := c.Provider["type"].(string)
-	return c.Type == "virtualmachine" || t == "ssh"
+	return pt.Attached || t == "ssh"
 }
 
 // attach prepares an attached machine or an ssh fleet for storing: seals
 // its secrets, logs in to every machine once (so that a wrong password or
 // host key is refused now, not at the first job) and pins the host keys of
 // machines configured trust-on-first-use.
-func (s *Service) attach(ctx context.Context, c *spec.Compute) error {
+func (s *Service) attach(ctx context.Context, pt *compute.Pool, c *spec.Compute) error {
 	if s.cfg.Secrets == nil {
 		return Invalid("type: this server has no workspace key, so it cannot keep SSH secrets; start it with a data dir it can write")
 	}
-	if c.Type == "virtualmachine" && c.SSHSettings != nil && c.SSHSettings.SSHPrivateKeyFile != "" && c.SSHSettings.SSHPrivateKey == "" {
+	if pt.Attached && c.SSHSettings != nil && c.SSHSettings.SSHPrivateKeyFile != "" && c.SSHSettings.SSHPrivateKey == "" {
 		return Invalid("ssh_settings.ssh_private_key_file: the server does not read files named by a request; send the key's content as ssh_settings.ssh_private_key (the ferry CLI reads the file for you)")
 	}
 	if err := SealCompute(s.cfg.Secrets, c); err != nil {
@@ -175,7 +176,7 @@ func (s *Service) attach(ctx context.Context, c *spec.Compute) error {
 		if pin == "" {
 			continue
 		}
-		if c.Type == "virtualmachine" {
+		if pt.Attached {
 			c.HostKey = pin
 			continue
 		}
@@ -211,7 +212,7 @@ func checkSetupContent(c *spec.Compute) error {
 // machine c has, as its agent reported them when it joined. Before its
 // agent has joined, what the machine has is not known, and the job is
 // taken.
-func (s *Service) admitAttachedGPUs(ctx context.Context, c *spec.Compute, j *spec.Job) error {
+func (s *Service) admitAttachedGPUs(ctx context.Context, pt *compute.Pool, c *spec.Compute, j *spec.Job) error {
 	if n, _ := j.Resources.GPUs(); n == 0 {
 		return nil
 	}
@@ -224,7 +225,7 @@ func (s *Service) admitAttachedGPUs(ctx context.Context, c *spec.Compute, j *spe
 		if n.Joined.IsZero() || json.Unmarshal(n.Facts, &f) != nil {
 			continue
 		}
-		return refuseGPUs(j, c, "the machine at "+c.Address, len(f.GPUs))
+		return refuseGPUs(j, pt, c, "the machine at "+c.Address, len(f.GPUs))
 	}
 	return nil
 }

@@ -198,7 +198,7 @@ func (s *Service) reconcileEngines(ctx context.Context) error {
 	}
 	var errs []error
 	for _, c := range computes {
-		if isPool(c.Type) {
+		if s.poolType(c.Type) != nil {
 			continue
 		}
 		t, err := s.target(ctx, c.Name)

@@ -147,7 +147,8 @@ func engineService(t *testing.T, st store.Store, dir string, target compute.Targ
 		t.Fatal(err)
 	}
 	s, err := New(context.Background(), Config{
-		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: "http://test",
+		PoolTypes: testPoolTypes,
+		Store:     st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: "http://test",
 		Targets:      func(*spec.Compute) (compute.Target, error) { return target, nil },
 		LeaseTimeout: 10 * time.Second, CancelGrace: 10 * time.Second, Now: clk.Now,
 	})

@@ -51,7 +51,7 @@ func instanceWantsNode(st string) bool {
 func (s *Service) instanceStates(ctx context.Context, pools map[string]*poolCompute, live []store.Node, onNode map[string][]store.Job) []store.Node {
 	gone := map[string]bool{}
 	for name, pc := range pools {
-		if pc.rec.Type != "computeinstance" {
+		if !pc.typ.Instance {
 			continue
 		}
 		st := readInstanceStatus(pc.rec.Status)
@@ -312,7 +312,7 @@ func (s *Service) instanceAction(ctx context.Context, who auth.Principal, name, 
 	if err != nil {
 		return nil, err
 	}
-	if rec.Type != "computeinstance" {
+	if !s.isInstance(rec.Type) {
 		return nil, Invalid("compute %s is of type %s; only compute instances are started, stopped and restarted", name, rec.Type)
 	}
 	from, to := rec.State, ""

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/autoscale"
+	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/scheduler"
 	"github.com/ferry-ml/ferry/internal/sizes"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -35,7 +36,8 @@ type poolLoop struct {
 	providers     ProviderFactory // nil: no pool compute can get machines
 	checkProvider ProviderCheck   // nil: stored provider blocks are not checked again
 	sizes         *sizes.Catalog
-	apiURL        string // what a launched node's agent is told to reach
+	types         map[string]*compute.Pool // the pool types, as Config.PoolTypes
+	apiURL        string                   // what a launched node's agent is told to reach
 	// nodeLease: a joined node silent this long is Lost. joinTimeout: a
 	// launched node that has not joined this long is replaced.
 	nodeLease, joinTimeout time.Duration
@@ -89,7 +91,7 @@ var _ poolWorkspace = (*Service)(nil)
 // defaults filled in), started at started.
 func newPoolLoop(cfg Config, ws poolWorkspace, started time.Time) *poolLoop {
 	return &poolLoop{
-		st: cfg.Store, ws: ws, providers: cfg.Providers, checkProvider: cfg.CheckProvider, sizes: cfg.Sizes,
+		st: cfg.Store, ws: ws, providers: cfg.Providers, checkProvider: cfg.CheckProvider, sizes: cfg.Sizes, types: cfg.PoolTypes,
 		apiURL: cfg.APIURL, nodeLease: cfg.NodeLease, joinTimeout: cfg.JoinTimeout,
 		preemptPoll: cfg.PreemptPoll, preemptGrace: cfg.PreemptGrace,
 		now: cfg.Now, started: started, log: cfg.Log,
@@ -156,14 +158,15 @@ func (l *poolLoop) pass(ctx context.Context) error {
 func (l *poolLoop) loadPools(ctx context.Context, recs []store.Compute) (pools map[string]*poolCompute, names []string, broken map[string]string) {
 	pools, broken = map[string]*poolCompute{}, map[string]string{}
 	for _, r := range recs {
-		if !isPool(r.Type) {
+		pt := l.types[r.Type]
+		if pt == nil {
 			continue
 		}
-		pc := &poolCompute{rec: r}
+		pc := &poolCompute{typ: pt, rec: r}
 		c, err := storedComputeSpec(r)
 		if err == nil {
 			pc.spec = *c
-			pc.size, err = poolSize(l.sizes, &pc.spec)
+			pc.size, err = poolSize(l.sizes, pt, &pc.spec)
 		}
 		if err == nil && l.checkProvider != nil {
 			if perr := l.checkProvider(&pc.spec); perr != nil {
@@ -177,7 +180,7 @@ func (l *poolLoop) loadPools(ctx context.Context, recs []store.Compute) (pools m
 		}
 		pools[r.Name] = pc
 		names = append(names, r.Name)
-		if usesSSH(&pc.spec) && l.providers != nil {
+		if usesSSH(pt, &pc.spec) && l.providers != nil {
 			// Making the provider re-opens the reverse tunnels of its
 			// machines after a server restart (it is made once and kept).
 			if _, err := l.providers(&pc.spec); err != nil {
@@ -248,7 +251,7 @@ func (l *poolLoop) place(ctx context.Context, pools map[string]*poolCompute, bro
 		if n.State != NodeIdle && n.State != NodeBusy {
 			continue
 		}
-		if pc.rec.Type == "computeinstance" && pc.rec.State != InstanceRunning && pc.rec.State != InstanceJobRunning {
+		if pc.typ.Instance && pc.rec.State != InstanceRunning && pc.rec.State != InstanceJobRunning {
 			continue // setting up, failed setup, stopping: no work
 		}
 		st.Nodes = append(st.Nodes, schedNode(n, pc, onNode[n.Name]))
@@ -392,23 +395,9 @@ func (l *poolLoop) scale(ctx context.Context, pools map[string]*poolCompute, nam
 	for _, name := range names {
 		pc := pools[name]
 		cl := autoscale.Cluster{Name: name, Size: pc.size, LowPriority: pc.spec.Tier == "low_priority", JoinTimeout: l.joinTimeout}
-		switch {
-		case pc.rec.State == StateDeleting:
-			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = 0, 0, 0
-		case pc.rec.Type == "virtualmachine":
-			// The one machine, always: it is the team's own.
-			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = 1, 1, 100*365*24*time.Hour
-		case pc.rec.Type == "computeinstance":
-			// One node while the instance is meant to run, none once stopped;
-			// idleness is the instance's own business, not the autoscaler's.
-			n := 0
-			if instanceWantsNode(pc.rec.State) {
-				n = 1
-			}
-			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = n, n, 100*365*24*time.Hour
-		default:
-			cl.MinInstances, cl.MaxInstances = *pc.spec.MinInstances, *pc.spec.MaxInstances
-			cl.IdleTimeBeforeScaleDown = time.Duration(*pc.spec.IdleTimeBeforeScaleDown) * time.Second
+		if pc.rec.State != StateDeleting { // a compute being deleted aims at no node
+			b := pc.typ.Bounds(&pc.spec, instanceWantsNode(pc.rec.State))
+			cl.MinInstances, cl.MaxInstances, cl.IdleTimeBeforeScaleDown = b.Min, b.Max, b.IdleBeforeRemoval
 		}
 		l.mu.Lock()
 		cl.LaunchRetryAt, cl.LaunchError = l.launchRetry[name], l.launchErr[name]

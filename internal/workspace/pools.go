@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/scheduler"
 	"github.com/ferry-ml/ferry/internal/sizes"
@@ -38,11 +39,16 @@ const (
 	KindNode = "node"
 )
 
-// isPool reports whether computes of type typ are pools of agent nodes: a
-// cluster, or a compute instance, which is a pool of one node that its
-// owner starts and stops.
-func isPool(typ string) bool {
-	return typ == "amlcompute" || typ == "computeinstance" || typ == "virtualmachine"
+// poolType is what sets computes of type typ apart when they are pools of
+// agent nodes (a cluster, a compute instance, an attached machine), and
+// nil when typ is not a pool type on this server.
+func (s *Service) poolType(typ string) *compute.Pool { return s.cfg.PoolTypes[typ] }
+
+// isInstance reports whether computes of type typ are compute instances:
+// single-user machines with a lifecycle, schedules and sessions.
+func (s *Service) isInstance(typ string) bool {
+	pt := s.poolType(typ)
+	return pt != nil && pt.Instance
 }
 
 // StateDeleting is the state of a pool compute being deleted (an attached
@@ -112,6 +118,7 @@ func shapeOf(sz sizes.Size) scheduler.Resources {
 
 // poolCompute is a pool compute with its stored spec and size.
 type poolCompute struct {
+	typ  *compute.Pool
 	rec  store.Compute
 	spec spec.Compute
 	size sizes.Size

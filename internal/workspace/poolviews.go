@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -50,7 +51,7 @@ func (s *Service) ListNodes(ctx context.Context, compute string) ([]*Node, error
 				}
 			}
 		}
-		v.Reason = nodeReason(n, &c, v.Jobs, now)
+		v.Reason = nodeReason(n, s.poolType(c.Type), &c, v.Jobs, now)
 		v.Warning = s.nodeShortfall(n)
 		out = append(out, v)
 	}
@@ -62,7 +63,7 @@ func (s *Service) ListNodes(ctx context.Context, compute string) ([]*Node, error
 // 2m0s idle (idle_time_before_scale_down)". Other states, and a node
 // running or failing its setup scripts, keep the reason stored with the
 // node ("launched; waiting for its agent to join", "node lost: ...").
-func nodeReason(n store.Node, c *spec.Compute, jobs []string, now time.Time) string {
+func nodeReason(n store.Node, pt *compute.Pool, c *spec.Compute, jobs []string, now time.Time) string {
 	if n.Reason == nodeSettingUp || strings.HasPrefix(n.Reason, nodeSetupFailedAt) {
 		return n.Reason
 	}
@@ -77,7 +78,7 @@ func nodeReason(n store.Node, c *spec.Compute, jobs []string, now time.Time) str
 			return "idle"
 		}
 		why := "idle for " + now.Sub(n.IdleSince).Truncate(time.Second).String()
-		if c.Type == "amlcompute" && c.IdleTimeBeforeScaleDown != nil {
+		if pt != nil && pt.ScalesByQueue && c.IdleTimeBeforeScaleDown != nil {
 			why += fmt.Sprintf("; removed after %s idle (idle_time_before_scale_down)", time.Duration(*c.IdleTimeBeforeScaleDown)*time.Second)
 			if c.MinInstances != nil && *c.MinInstances > 0 {
 				why += fmt.Sprintf(" unless min_instances %d keeps it", *c.MinInstances)
@@ -143,7 +144,7 @@ func (s *Service) ComputeEvents(ctx context.Context, compute string, limit int) 
 // ResizeCompute changes a cluster's bounds live.
 func (s *Service) ResizeCompute(ctx context.Context, name string, minN, maxN *int, idle *int) (*Compute, error) {
 	_, err := s.st.UpdateCompute(ctx, name, func(rec *store.Compute) error {
-		if !isPool(rec.Type) {
+		if s.poolType(rec.Type) == nil {
 			return Invalid("compute %s is of type %s; only clusters (amlcompute) are resized", name, rec.Type)
 		}
 		var c spec.Compute
@@ -184,7 +185,7 @@ func (s *Service) ResizeCompute(ctx context.Context, name string, minN, maxN *in
 }
 
 // poolView adds a cluster's nodes and newest events to its view.
-func (s *Service) poolView(ctx context.Context, v *Compute) error {
+func (s *Service) poolView(ctx context.Context, pt *compute.Pool, v *Compute) error {
 	nodes, err := s.st.ListNodes(ctx, v.Name)
 	if err != nil {
 		return err
@@ -199,20 +200,18 @@ func (s *Service) poolView(ctx context.Context, v *Compute) error {
 	}
 	// The bounds the pool loop keeps the node count in, and with them how
 	// many jobs can run at once: a job on a pool takes whole nodes.
-	lo, hi := 1, 1 // an attached machine, or an instance that is meant to run
-	switch {
-	case v.State == StateDeleting || (v.Type == "computeinstance" && !instanceWantsNode(v.State)):
-		lo, hi = 0, 0
-	case v.Type == "amlcompute" && v.Spec != nil && v.Spec.MinInstances != nil && v.Spec.MaxInstances != nil:
-		lo, hi = *v.Spec.MinInstances, *v.Spec.MaxInstances
+	lo, hi := 0, 0
+	if v.State != StateDeleting {
+		b := pt.Bounds(v.Spec, instanceWantsNode(v.State))
+		lo, hi = b.Min, b.Max
 	}
 	v.MinNodes, v.MaxNodes, v.Capacity = &lo, &hi, hi
 	v.Size = "attached"
-	if v.Spec != nil && v.Type != "virtualmachine" {
+	if v.Spec != nil && !pt.Attached {
 		v.Size = v.Spec.Size
 	}
 	v.TargetNodes = s.pools.target(v.Name)
-	if v.Type == "computeinstance" {
+	if pt.Instance {
 		v.Sessions, v.PortForwards, _ = s.sessionUse(v.Name)
 	}
 	v.Events, err = s.ComputeEvents(ctx, v.Name, 10)

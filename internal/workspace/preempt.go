@@ -68,7 +68,7 @@ func (s *Service) PreemptNode(ctx context.Context, who auth.Principal, compute, 
 	if err := json.Unmarshal(rec.Spec, &c); err != nil {
 		return nil, fmt.Errorf("compute %s: stored spec: %w", rec.Name, err)
 	}
-	if !isPool(rec.Type) || !lowPriority(&c) {
+	if s.poolType(rec.Type) == nil || !lowPriority(&c) {
 		return nil, Invalid("compute %s is not a low-priority cluster (tier: low_priority); only the nodes of one are preempted", compute)
 	}
 	n, err := s.st.GetNode(ctx, node)

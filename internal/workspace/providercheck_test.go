@@ -25,7 +25,8 @@ func newCheckedPoolService(t *testing.T, st store.Store, dir string, prov *sched
 		t.Fatal(err)
 	}
 	s, err := New(context.Background(), Config{
-		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: "http://test",
+		PoolTypes: testPoolTypes,
+		Store:     st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: "http://test",
 		Targets:       func(*spec.Compute) (compute.Target, error) { return &fakeTarget{capacity: 1}, nil },
 		Providers:     func(*spec.Compute) (provider.Provider, error) { return prov, nil },
 		CheckProvider: func(c *spec.Compute) error { _, err := dockerprov.ParseSettings(c.Provider); return err },

@@ -82,7 +82,7 @@ func (s *Service) dispatch(ctx context.Context) error {
 	free := map[string]int{}
 	anyFree := false
 	for _, c := range computes {
-		if isPool(c.Type) {
+		if s.poolType(c.Type) != nil {
 			continue // the pool loop places these
 		}
 		t, err := s.target(ctx, c.Name)
@@ -151,7 +151,7 @@ func (s *Service) candidates(ctx context.Context, computes []store.Compute, free
 	cands := make([]scheduler.Candidate, 0, len(queued))
 	pool := map[string]bool{}
 	for _, c := range computes {
-		pool[c.Name] = isPool(c.Type)
+		pool[c.Name] = s.poolType(c.Type) != nil
 	}
 	for _, j := range queued {
 		if pool[j.Compute] {

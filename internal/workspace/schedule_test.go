@@ -75,7 +75,8 @@ func newPoolService(t *testing.T, st store.Store, dir string, prov provider.Prov
 		t.Fatal(err)
 	}
 	s, err := New(context.Background(), Config{
-		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: "http://test",
+		PoolTypes: testPoolTypes,
+		Store:     st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: "http://test",
 		Targets:   func(*spec.Compute) (compute.Target, error) { return &fakeTarget{capacity: 1}, nil },
 		Providers: func(*spec.Compute) (provider.Provider, error) { return prov, nil },
 		Now:       clk.Now,

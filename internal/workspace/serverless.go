@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +34,10 @@ func (s *Service) serverless(ctx context.Context, j *spec.Job) (string, error) {
 	if s.cfg.Providers == nil {
 		return "", Invalid("resources.instance_type: this server has no node provider, so it cannot run serverless jobs; name a compute")
 	}
+	typ := s.serverlessType()
+	if typ == "" {
+		return "", Invalid("resources.instance_type: this server has no compute type for serverless jobs; name a compute")
+	}
 	tier := "dedicated"
 	name := "serverless-" + strings.ToLower(strings.ReplaceAll(sz.Name, "_", "-"))
 	if q := j.QueueSettings; q != nil && q.JobTier == "spot" {
@@ -39,7 +45,7 @@ func (s *Service) serverless(ctx context.Context, j *spec.Job) (string, error) {
 	}
 	n := max(instancesOf(j), s.cfg.ServerlessMax)
 	idle := int(s.cfg.ServerlessIdle / time.Second)
-	c := &spec.Compute{Name: name, Type: "amlcompute", Size: sz.Name, Tier: tier, MinInstances: intp(0), MaxInstances: intp(n),
+	c := &spec.Compute{Name: name, Type: typ, Size: sz.Name, Tier: tier, MinInstances: intp(0), MaxInstances: intp(n),
 		IdleTimeBeforeScaleDown: &idle, Description: "implicit cluster of serverless jobs on " + sz.Name}
 	rec, err := s.st.GetCompute(ctx, name)
 	switch {
@@ -68,4 +74,15 @@ func (s *Service) serverless(ctx context.Context, j *spec.Job) (string, error) {
 		}
 	}
 	return name, nil
+}
+
+// serverlessType is the pool type serverless jobs' implicit clusters are
+// of (compute.Pool.Serverless), or "" when this server has none.
+func (s *Service) serverlessType() string {
+	for _, name := range slices.Sorted(maps.Keys(s.cfg.PoolTypes)) {
+		if s.cfg.PoolTypes[name].Serverless {
+			return name
+		}
+	}
+	return ""
 }

@@ -62,6 +62,11 @@ type Config struct {
 	OutputQuota int64
 	// Sizes is the size catalog; nil means the built-in one.
 	Sizes *sizes.Catalog
+	// PoolTypes are the compute types whose computes are pools of agent
+	// nodes that the pool loop runs, by type name, each with what sets it
+	// apart (compute.Pool); the workspace asks them instead of comparing
+	// type names. A type in neither PoolTypes nor Targets cannot be used.
+	PoolTypes map[string]*compute.Pool
 	// Providers gives pool computes (clusters) their machines; nil means
 	// pool computes cannot be made.
 	Providers ProviderFactory
@@ -266,12 +271,12 @@ func (s *Service) CreateCompute(ctx context.Context, c *spec.Compute) (*Compute,
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	c.ApplyDefaults()
-	if isPool(c.Type) {
+	if pt := s.poolType(c.Type); pt != nil {
 		if s.cfg.Providers == nil {
 			return nil, Invalid("type: this server has no node provider, so it cannot make clusters")
 		}
-		if usesSSH(c) {
-			if err := s.attach(ctx, c); err != nil {
+		if usesSSH(pt, c) {
+			if err := s.attach(ctx, pt, c); err != nil {
 				return nil, err
 			}
 		}
@@ -290,7 +295,7 @@ func (s *Service) CreateCompute(ctx context.Context, c *spec.Compute) (*Compute,
 	}
 	now := s.now()
 	state := "Succeeded"
-	if c.Type == "computeinstance" {
+	if s.isInstance(c.Type) {
 		state = InstanceCreating
 	}
 	rec := store.Compute{Name: c.Name, Type: c.Type, Spec: raw, State: state, Created: now, Modified: now}
@@ -357,8 +362,8 @@ func (s *Service) computeView(ctx context.Context, rec store.Compute) (*Compute,
 	}
 	redactCompute(&c)
 	v := &Compute{Name: rec.Name, Type: rec.Type, State: rec.State, Created: rec.Created, Spec: &c}
-	if isPool(rec.Type) {
-		if err := s.poolView(ctx, v); err != nil {
+	if pt := s.poolType(rec.Type); pt != nil {
+		if err := s.poolView(ctx, pt, v); err != nil {
 			return nil, err
 		}
 	} else if t, err := s.target(ctx, rec.Name); err == nil {
@@ -411,7 +416,7 @@ func (s *Service) DeleteCompute(ctx context.Context, name string) error {
 	if len(busy) > 0 {
 		return Conflict("compute %q has %s (for example %s); cancel them or wait before deleting it", name, count(len(busy), "unfinished job"), busy[0].Name)
 	}
-	if isPool(rec.Type) {
+	if s.poolType(rec.Type) != nil {
 		// The pool loop terminates the compute's machines (stops the agent
 		// of an attached machine and removes what Ferry put there) and then
 		// forgets the compute.

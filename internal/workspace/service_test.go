@@ -95,7 +95,8 @@ func newService(t *testing.T, target *fakeTarget) (*Service, *clock) {
 	}
 	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	s, err := New(context.Background(), Config{
-		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: "http://test",
+		PoolTypes: testPoolTypes,
+		Store:     st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: "http://test",
 		Targets:      func(*spec.Compute) (compute.Target, error) { return target, nil },
 		LeaseTimeout: 10 * time.Second, Now: clk.Now,
 	})

@@ -107,7 +107,7 @@ func (s *Service) OpenSession(ctx context.Context, who auth.Principal, compute, 
 	if err != nil {
 		return nil, err
 	}
-	if rec.Type != "computeinstance" {
+	if !s.isInstance(rec.Type) {
 		return nil, Invalid("compute %s is of type %s; exec, ssh and port-forward reach compute instances (type computeinstance) only", compute, rec.Type)
 	}
 	switch rec.State {
