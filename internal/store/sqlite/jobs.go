@@ -73,9 +73,8 @@ func normJob(j store.Job) store.Job {
 }
 
 // insertEvent stores e as the newest event of job; e.Job is ignored.
-func insertEvent(ctx context.Context, tx *sql.Tx, job string, e store.Event) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO events (job, time, from_status, to_status, reason) VALUES (?, ?, ?, ?, ?)`,
-		job, timeArg(e.Time), e.From, e.To, e.Reason)
+func (s *Store) insertEvent(ctx context.Context, tx *sql.Tx, job string, e store.Event) error {
+	_, err := s.txExec(ctx, tx, s.w, qInsertEvent, job, timeArg(e.Time), e.From, e.To, e.Reason)
 	return err
 }
 
@@ -93,7 +92,7 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job, first store.Event) (
 		if err != nil {
 			return fmt.Errorf("create job %q: %w", j.Name, err)
 		}
-		if err := insertEvent(ctx, tx, j.Name, first); err != nil {
+		if err := s.insertEvent(ctx, tx, j.Name, first); err != nil {
 			return fmt.Errorf("create job %q: first event: %w", j.Name, err)
 		}
 		return nil
@@ -149,7 +148,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 		args = append(args, f.Limit)
 	}
 
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	rows, err := s.query(ctx, s.r, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
@@ -191,7 +190,7 @@ func (s *Store) UpdateJob(ctx context.Context, name string, fn func(*store.Job) 
 			return fmt.Errorf("update job %q: %w", name, err)
 		}
 		if e != nil {
-			if err := insertEvent(ctx, tx, name, *e); err != nil {
+			if err := s.insertEvent(ctx, tx, name, *e); err != nil {
 				return fmt.Errorf("update job %q: event: %w", name, err)
 			}
 		}

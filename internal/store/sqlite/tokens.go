@@ -11,7 +11,7 @@ import (
 
 // CreateToken implements store.Store.
 func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
-	_, err := s.w.ExecContext(ctx, `INSERT INTO tokens (hash, kind, subject, attempt, created) VALUES (?, ?, ?, ?, ?)`,
+	_, err := s.exec(ctx, s.w, `INSERT INTO tokens (hash, kind, subject, attempt, created) VALUES (?, ?, ?, ?, ?)`,
 		t.Hash, t.Kind, t.Subject, t.Attempt, timeArg(t.Created))
 	// Error messages leave the hash out: it is not the secret, but no reader
 	// of a log gains anything from it.
@@ -44,7 +44,7 @@ func (s *Store) TokenByHash(ctx context.Context, hash string) (store.Token, erro
 
 // DeleteTokens implements store.Store. Deleting no tokens is not an error.
 func (s *Store) DeleteTokens(ctx context.Context, kind, subject string) error {
-	if _, err := s.w.ExecContext(ctx, `DELETE FROM tokens WHERE kind = ? AND subject = ?`, kind, subject); err != nil {
+	if _, err := s.exec(ctx, s.w, `DELETE FROM tokens WHERE kind = ? AND subject = ?`, kind, subject); err != nil {
 		return fmt.Errorf("delete %s tokens of %q: %w", kind, subject, err)
 	}
 	return nil
