@@ -27,27 +27,40 @@ import (
 func (s *Service) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		s.loop(ctx, s.kick, loopPass{"dispatch", s.dispatch}, loopPass{"lease check", s.expireLeases})
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		// The lease check runs on the ticker alone: leases are seconds long,
+		// and running it on every kick (each job's end) read every active
+		// job once more per job (bench/dispatch).
+		s.loop(ctx, s.kick, tick.C, loopPass{name: "dispatch", run: s.dispatch}, loopPass{name: "lease check", run: s.expireLeases, tickOnly: true})
 	})
-	wg.Go(func() { s.loop(ctx, s.kickPools, loopPass{"pools", s.reconcilePools}) })
+	wg.Go(func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		s.loop(ctx, s.kickPools, tick.C, loopPass{name: "pools", run: s.reconcilePools})
+	})
 	wg.Wait()
 }
 
 // loopPass is one pass of a reconcile loop.
 type loopPass struct {
-	name string
-	run  func(context.Context) error
+	name     string
+	run      func(context.Context) error
+	tickOnly bool // run every second (and first), not when kicked
 }
 
-// loop runs its passes every second and when kicked, until ctx is done.
-func (s *Service) loop(ctx context.Context, kick <-chan struct{}, passes ...loopPass) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
+// loop runs its passes at once, on every tick and when kicked, until ctx
+// is done.
+func (s *Service) loop(ctx context.Context, kick <-chan struct{}, tick <-chan time.Time, passes ...loopPass) {
+	ticked := true
 	for {
 		// Each pass is guarded as a whole too: a panic the per-record
 		// guards did not catch costs one pass, not the server, so the API
 		// stays up for the owner to cancel or delete what causes it.
 		for _, pass := range passes {
+			if pass.tickOnly && !ticked {
+				continue
+			}
 			if err := s.guard(pass.name+" pass", func() error { return pass.run(ctx) }); err != nil && ctx.Err() == nil {
 				s.log.Error(pass.name, "err", err)
 			}
@@ -56,7 +69,9 @@ func (s *Service) loop(ctx context.Context, kick <-chan struct{}, passes ...loop
 		case <-ctx.Done():
 			return
 		case <-kick:
-		case <-tick.C:
+			ticked = false
+		case <-tick:
+			ticked = true
 		}
 	}
 }
