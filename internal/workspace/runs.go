@@ -303,32 +303,70 @@ func (s *Service) collectFinalReport(ctx context.Context, j store.Job) bool {
 
 // fence checks that who may write the attempt of job and that the attempt
 // is the job's current one, so a stale runner cannot write over a newer one.
-func (s *Service) fence(ctx context.Context, who auth.Principal, name string, attempt int) error {
+// It returns the job's record as it read it.
+func (s *Service) fence(ctx context.Context, who auth.Principal, name string, attempt int) (store.Job, error) {
+	if err := mayWriteAttempt(who, name, attempt); err != nil {
+		return store.Job{}, err
+	}
+	rec, err := s.st.GetJob(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Job{}, NotFound("job %q does not exist", name)
+	}
+	if err != nil {
+		return store.Job{}, err
+	}
+	if err := attemptCurrent(rec, attempt); err != nil {
+		return store.Job{}, err
+	}
+	return rec, nil
+}
+
+// mayWriteAttempt is the part of the fence that needs no record.
+func mayWriteAttempt(who auth.Principal, name string, attempt int) error {
 	if !who.MayWriteJob(name) {
 		return Forbidden("this token may not write to job %s", name)
 	}
 	if who.Kind == auth.KindRun && who.Attempt != attempt {
 		return Forbidden("this token belongs to attempt %d of job %s, not %d", who.Attempt, name, attempt)
 	}
-	rec, err := s.st.GetJob(ctx, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return NotFound("job %q does not exist", name)
-	}
-	if err != nil {
-		return err
-	}
+	return nil
+}
+
+// attemptCurrent is the part of the fence that needs the record.
+func attemptCurrent(rec store.Job, attempt int) error {
 	if rec.Attempt != attempt {
-		return Conflict("attempt %d of job %s is not current (current is %d)", attempt, name, rec.Attempt)
+		return Conflict("attempt %d of job %s is not current (current is %d)", attempt, rec.Name, rec.Attempt)
 	}
 	return nil
 }
 
+// fencedUpdate is fence and UpdateJob in one store transaction: fn runs
+// only on the record of the job whose current attempt is attempt. A runner's
+// progress report is then one store call instead of a read, then a read
+// and a write (bench/dispatch).
+func (s *Service) fencedUpdate(ctx context.Context, who auth.Principal, name string, attempt int, fn func(*store.Job) (*store.Event, error)) (store.Job, error) {
+	if err := mayWriteAttempt(who, name, attempt); err != nil {
+		return store.Job{}, err
+	}
+	rec, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		if err := attemptCurrent(*j, attempt); err != nil {
+			return nil, err
+		}
+		return fn(j)
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Job{}, NotFound("job %q does not exist", name)
+	}
+	return rec, err
+}
+
 // Assignment returns what the runner of an attempt needs.
 func (s *Service) Assignment(ctx context.Context, who auth.Principal, name string, attempt int) (*Assignment, error) {
-	if err := s.fence(ctx, who, name, attempt); err != nil {
+	rec, err := s.fence(ctx, who, name, attempt)
+	if err != nil {
 		return nil, err
 	}
-	v, err := s.GetJob(ctx, name, false)
+	v, err := s.jobView(ctx, rec)
 	if err != nil {
 		return nil, err
 	}
@@ -348,10 +386,7 @@ func (s *Service) Assignment(ctx context.Context, who auth.Principal, name strin
 
 // Heartbeat renews an attempt's lease and says whether it should stop.
 func (s *Service) Heartbeat(ctx context.Context, who auth.Principal, name string, attempt int) (*HeartbeatReply, error) {
-	if err := s.fence(ctx, who, name, attempt); err != nil {
-		return nil, err
-	}
-	rec, err := s.st.GetJob(ctx, name)
+	rec, err := s.fence(ctx, who, name, attempt)
 	if err != nil {
 		return nil, err
 	}
@@ -365,16 +400,17 @@ func (s *Service) Heartbeat(ctx context.Context, who auth.Principal, name string
 // progress; Completed, Failed and Canceled end the job, revoke its run
 // token, and are idempotent so a runner may resend them.
 func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name string, attempt int, r Report) error {
-	if err := s.fence(ctx, who, name, attempt); err != nil {
-		return err
-	}
-	s.heard(name)
 	if r.Rank > 0 && (r.Status == StatusRunning || r.Status == StatusFinalizing) {
-		return nil // rank 0 speaks for a multi-node job's progress
+		// Rank 0 speaks for a multi-node job's progress.
+		if _, err := s.fence(ctx, who, name, attempt); err != nil {
+			return err
+		}
+		s.heard(name)
+		return nil
 	}
 	switch r.Status {
 	case StatusRunning, StatusFinalizing:
-		_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		_, err := s.fencedUpdate(ctx, who, name, attempt, func(j *store.Job) (*store.Event, error) {
 			if IsTerminal(j.Status) || j.Status == StatusCancelRequested || j.Status == r.Status {
 				return nil, nil // a cancel in flight or a resend: keep what we have
 			}
@@ -389,11 +425,19 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 		if err != nil {
 			return err
 		}
+		s.heard(name)
 		s.changed(name)
 	case StatusCompleted, StatusFailed, StatusCanceled:
-		done, err := s.rankEnded(ctx, name, attempt, r)
-		if err != nil || !done {
+		rec, err := s.fence(ctx, who, name, attempt)
+		if err != nil {
 			return err
+		}
+		s.heard(name)
+		if len(placementOf(rec).Ranks) > 1 { // a single-node attempt is over at once
+			done, err := s.rankEnded(ctx, name, attempt, r)
+			if err != nil || !done {
+				return err
+			}
 		}
 		reason := r.Reason
 		if r.Rank > 0 {
@@ -401,10 +445,11 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 		}
 		return s.finish(ctx, name, attempt, r.Status, reason, r.ExitCode, r.Error)
 	case StatusPreempted:
-		rec, err := s.st.GetJob(ctx, name)
+		rec, err := s.fence(ctx, who, name, attempt)
 		if err != nil {
 			return err
 		}
+		s.heard(name)
 		node := s.onPreemptedNode(ctx, rec)
 		if ranks := placementOf(rec).Ranks; node == "" && r.Rank < len(ranks) {
 			node = ranks[r.Rank].Node // the node went since; the attempt still ends
@@ -414,6 +459,9 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 		}
 		return s.requeuePreempted(ctx, name, attempt, node, "node "+node+" was preempted; the runner stopped the job and kept its outputs")
 	default:
+		if _, err := s.fence(ctx, who, name, attempt); err != nil {
+			return err
+		}
 		return Invalid("status: a runner may report Running, Finalizing, Completed, Failed, Canceled or Preempted, not %q", r.Status)
 	}
 	return nil
@@ -455,17 +503,14 @@ func (s *Service) finish(ctx context.Context, name string, attempt int, status, 
 
 // SetOutputs records the snapshots of an attempt's outputs.
 func (s *Service) SetOutputs(ctx context.Context, who auth.Principal, name string, attempt int, out Outputs) error {
-	if err := s.fence(ctx, who, name, attempt); err != nil {
+	rec, err := s.fence(ctx, who, name, attempt)
+	if err != nil {
 		return err
 	}
 	if out.Artifacts != "" {
 		if err := s.requireSnapshot(out.Artifacts, "artifacts"); err != nil {
 			return err
 		}
-	}
-	rec, err := s.st.GetJob(ctx, name)
-	if err != nil {
-		return err
 	}
 	var j struct {
 		Outputs map[string]json.RawMessage `json:"outputs"`

@@ -735,7 +735,7 @@ func (s *Service) ReadLog(ctx context.Context, name string, rank int, offset, ma
 // AppendLog stores a chunk of an attempt's log that starts at offset and
 // returns the stored size. Resent bytes are skipped.
 func (s *Service) AppendLog(ctx context.Context, who auth.Principal, name string, attempt, rank int, offset int64, data []byte) (int64, error) {
-	if err := s.fence(ctx, who, name, attempt); err != nil {
+	if _, err := s.fence(ctx, who, name, attempt); err != nil {
 		return 0, err
 	}
 	size, err := s.logs.Append(name, attempt, rank, offset, data)
@@ -757,7 +757,7 @@ func (s *Service) AppendLog(ctx context.Context, who auth.Principal, name string
 
 // LogSize returns how much of an attempt's log is stored.
 func (s *Service) LogSize(ctx context.Context, who auth.Principal, name string, attempt, rank int) (int64, error) {
-	if err := s.fence(ctx, who, name, attempt); err != nil {
+	if _, err := s.fence(ctx, who, name, attempt); err != nil {
 		return 0, err
 	}
 	return s.logs.Size(name, attempt, rank), nil
