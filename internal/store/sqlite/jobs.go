@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ferry-ml/ferry/internal/store"
@@ -181,13 +182,19 @@ func (s *Store) UpdateJob(ctx context.Context, name string, fn func(*store.Job) 
 			return fmt.Errorf("update job %q: %w", name, err)
 		}
 		seq := j.Seq
+		before := jobValues(j)
 		e, err := fn(&j)
 		if err != nil {
 			return err
 		}
 		j.Name, j.Seq = name, seq
-		if _, err := s.txExec(ctx, tx, s.w, qUpdateJob, append(jobValues(j), seq)...); err != nil {
-			return fmt.Errorf("update job %q: %w", name, err)
+		// A row fn left as it was is not written again: callers that find
+		// nothing to do (a resent report, an attempt already ended) would
+		// otherwise each append a WAL frame of the whole row.
+		if after := jobValues(j); !slices.Equal(before, after) {
+			if _, err := s.txExec(ctx, tx, s.w, qUpdateJob, append(after, seq)...); err != nil {
+				return fmt.Errorf("update job %q: %w", name, err)
+			}
 		}
 		if e != nil {
 			if err := s.insertEvent(ctx, tx, name, *e); err != nil {
