@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ferry-ml/ferry/internal/spec"
 )
 
 // A kick runs the loop's passes except the tick-only ones (the lease
@@ -41,4 +43,17 @@ func TestLoopRunsTickOnlyPassesOnTicks(t *testing.T) {
 	expect("after a second kick", "every")
 	tick <- time.Time{}
 	expect("after a tick", "every", "tick")
+}
+
+// SubmitJob answers with the job as submitted, made from the record it
+// stored (not read back): Queued, with its creation time and spec.
+func TestSubmitJobAnswersTheJobAsSubmitted(t *testing.T) {
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	v, err := s.SubmitJob(context.Background(), owner, Submission{Spec: &spec.Job{Name: "a", Command: "echo hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Name != "a" || v.Status != StatusQueued || v.Created == nil || v.Spec == nil || v.Spec.Command != "echo hi" || v.Attempt != 0 {
+		t.Errorf("SubmitJob = %+v, want job a Queued with its creation time and spec", v)
+	}
 }

@@ -366,7 +366,8 @@ func (s *Service) Assignment(ctx context.Context, who auth.Principal, name strin
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.jobView(ctx, rec)
+	// An assignment shows no metrics: the view is made without reading them.
+	v, err := s.jobViewWith(rec, nil)
 	if err != nil {
 		return nil, err
 	}
