@@ -62,7 +62,7 @@ func (s *Service) scopeOf(ctx context.Context, who auth.Principal) (*runScope, e
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.jobView(ctx, rec)
+	v, err := s.jobViewWith(rec, nil) // a scope needs no metrics
 	if err != nil {
 		return nil, err
 	}

@@ -29,29 +29,45 @@ import (
 func (s *Service) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		s.loop(ctx, time.Second, s.kick, loopPass{"dispatch", s.dispatch}, loopPass{"lease check", s.expireLeases})
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		// The lease check runs on the ticker alone: leases are seconds long,
+		// and running it on every kick (each job's end) read every active
+		// job once more per job (bench/dispatch).
+		s.loop(ctx, s.kick, tick.C, loopPass{name: "dispatch", run: s.dispatch}, loopPass{name: "lease check", run: s.expireLeases, tickOnly: true})
 	})
-	wg.Go(func() { s.loop(ctx, time.Second, s.kickPools, loopPass{"pools", s.reconcilePools}) })
-	wg.Go(func() { s.loop(ctx, s.cfg.EngineInspect, nil, loopPass{"engine reconcile", s.reconcileEngines}) })
+	wg.Go(func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		s.loop(ctx, s.kickPools, tick.C, loopPass{name: "pools", run: s.reconcilePools})
+	})
+	wg.Go(func() {
+		tick := time.NewTicker(s.cfg.EngineInspect)
+		defer tick.Stop()
+		s.loop(ctx, nil, tick.C, loopPass{name: "engine reconcile", run: s.reconcileEngines})
+	})
 	wg.Wait()
 }
 
 // loopPass is one pass of a reconcile loop.
 type loopPass struct {
-	name string
-	run  func(context.Context) error
+	name     string
+	run      func(context.Context) error
+	tickOnly bool // run every second (and first), not when kicked
 }
 
-// loop runs its passes at once, then every interval and when kicked (a
-// nil kick never is), until ctx is done.
-func (s *Service) loop(ctx context.Context, every time.Duration, kick <-chan struct{}, passes ...loopPass) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
+// loop runs its passes at once, on every tick and when kicked (a nil kick
+// never is), until ctx is done.
+func (s *Service) loop(ctx context.Context, kick <-chan struct{}, tick <-chan time.Time, passes ...loopPass) {
+	ticked := true
 	for {
 		// Each pass is guarded as a whole too: a panic the per-record
 		// guards did not catch costs one pass, not the server, so the API
 		// stays up for the owner to cancel or delete what causes it.
 		for _, pass := range passes {
+			if pass.tickOnly && !ticked {
+				continue
+			}
 			if err := s.guard(pass.name+" pass", func() error { return pass.run(ctx) }); err != nil && ctx.Err() == nil {
 				s.log.Error(pass.name, "err", err)
 			}
@@ -60,7 +76,9 @@ func (s *Service) loop(ctx context.Context, every time.Duration, kick <-chan str
 		case <-ctx.Done():
 			return
 		case <-kick:
-		case <-tick.C:
+			ticked = false
+		case <-tick:
+			ticked = true
 		}
 	}
 }
@@ -339,32 +357,71 @@ func (s *Service) collectFinalReport(ctx context.Context, j store.Job) bool {
 
 // fence checks that who may write the attempt of job and that the attempt
 // is the job's current one, so a stale runner cannot write over a newer one.
-func (s *Service) fence(ctx context.Context, who auth.Principal, name string, attempt int) error {
+// It returns the job's record as it read it.
+func (s *Service) fence(ctx context.Context, who auth.Principal, name string, attempt int) (store.Job, error) {
+	if err := mayWriteAttempt(who, name, attempt); err != nil {
+		return store.Job{}, err
+	}
+	rec, err := s.st.GetJob(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Job{}, NotFound("job %q does not exist", name)
+	}
+	if err != nil {
+		return store.Job{}, err
+	}
+	if err := attemptCurrent(rec, attempt); err != nil {
+		return store.Job{}, err
+	}
+	return rec, nil
+}
+
+// mayWriteAttempt is the part of the fence that needs no record.
+func mayWriteAttempt(who auth.Principal, name string, attempt int) error {
 	if !who.MayWriteJob(name) {
 		return Forbidden("this token may not write to job %s", name)
 	}
 	if who.Kind == auth.KindRun && who.Attempt != attempt {
 		return Forbidden("this token belongs to attempt %d of job %s, not %d", who.Attempt, name, attempt)
 	}
-	rec, err := s.st.GetJob(ctx, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return NotFound("job %q does not exist", name)
-	}
-	if err != nil {
-		return err
-	}
+	return nil
+}
+
+// attemptCurrent is the part of the fence that needs the record.
+func attemptCurrent(rec store.Job, attempt int) error {
 	if rec.Attempt != attempt {
-		return Conflict("attempt %d of job %s is not current (current is %d)", attempt, name, rec.Attempt)
+		return Conflict("attempt %d of job %s is not current (current is %d)", attempt, rec.Name, rec.Attempt)
 	}
 	return nil
 }
 
+// fencedUpdate is fence and UpdateJob in one store transaction: fn runs
+// only on the record of the job whose current attempt is attempt. A runner's
+// progress report is then one store call instead of a read, then a read
+// and a write (bench/dispatch).
+func (s *Service) fencedUpdate(ctx context.Context, who auth.Principal, name string, attempt int, fn func(*store.Job) (*store.Event, error)) (store.Job, error) {
+	if err := mayWriteAttempt(who, name, attempt); err != nil {
+		return store.Job{}, err
+	}
+	rec, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		if err := attemptCurrent(*j, attempt); err != nil {
+			return nil, err
+		}
+		return fn(j)
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Job{}, NotFound("job %q does not exist", name)
+	}
+	return rec, err
+}
+
 // Assignment returns what the runner of an attempt needs.
 func (s *Service) Assignment(ctx context.Context, who auth.Principal, name string, attempt int) (*Assignment, error) {
-	if err := s.fence(ctx, who, name, attempt); err != nil {
+	rec, err := s.fence(ctx, who, name, attempt)
+	if err != nil {
 		return nil, err
 	}
-	v, err := s.GetJob(ctx, name, false)
+	// An assignment shows no metrics: the view is made without reading them.
+	v, err := s.jobViewWith(rec, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -389,10 +446,7 @@ func (s *Service) Assignment(ctx context.Context, who auth.Principal, name strin
 
 // Heartbeat renews an attempt's lease and says whether it should stop.
 func (s *Service) Heartbeat(ctx context.Context, who auth.Principal, name string, attempt int) (*HeartbeatReply, error) {
-	if err := s.fence(ctx, who, name, attempt); err != nil {
-		return nil, err
-	}
-	rec, err := s.st.GetJob(ctx, name)
+	rec, err := s.fence(ctx, who, name, attempt)
 	if err != nil {
 		return nil, err
 	}
@@ -406,16 +460,17 @@ func (s *Service) Heartbeat(ctx context.Context, who auth.Principal, name string
 // progress; Completed, Failed and Canceled end the job, revoke its run
 // token, and are idempotent so a runner may resend them.
 func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name string, attempt int, r Report) error {
-	if err := s.fence(ctx, who, name, attempt); err != nil {
-		return err
-	}
-	s.heard(name)
 	if r.Rank > 0 && (r.Status == StatusRunning || r.Status == StatusFinalizing) {
-		return nil // rank 0 speaks for a multi-node job's progress
+		// Rank 0 speaks for a multi-node job's progress.
+		if _, err := s.fence(ctx, who, name, attempt); err != nil {
+			return err
+		}
+		s.heard(name)
+		return nil
 	}
 	switch r.Status {
 	case StatusRunning, StatusFinalizing:
-		_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		_, err := s.fencedUpdate(ctx, who, name, attempt, func(j *store.Job) (*store.Event, error) {
 			if IsTerminal(j.Status) || j.Status == StatusCancelRequested || j.Status == r.Status {
 				return nil, nil // a cancel in flight or a resend: keep what we have
 			}
@@ -430,11 +485,19 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 		if err != nil {
 			return err
 		}
+		s.heard(name)
 		s.changed(name)
 	case StatusCompleted, StatusFailed, StatusCanceled:
-		done, err := s.rankEnded(ctx, name, attempt, r)
-		if err != nil || !done {
+		rec, err := s.fence(ctx, who, name, attempt)
+		if err != nil {
 			return err
+		}
+		s.heard(name)
+		if len(placementOf(rec).Ranks) > 1 { // a single-node attempt is over at once
+			done, err := s.rankEnded(ctx, name, attempt, r)
+			if err != nil || !done {
+				return err
+			}
 		}
 		reason := r.Reason
 		if r.Rank > 0 {
@@ -442,10 +505,11 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 		}
 		return s.finish(ctx, name, attempt, r.Status, reason, r.ExitCode, r.Error)
 	case StatusPreempted:
-		rec, err := s.st.GetJob(ctx, name)
+		rec, err := s.fence(ctx, who, name, attempt)
 		if err != nil {
 			return err
 		}
+		s.heard(name)
 		node := s.onPreemptedNode(ctx, rec)
 		if ranks := placementOf(rec).Ranks; node == "" && r.Rank < len(ranks) {
 			node = ranks[r.Rank].Node // the node went since; the attempt still ends
@@ -455,6 +519,9 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 		}
 		return s.requeuePreempted(ctx, name, attempt, node, "node "+node+" was preempted; the runner stopped the job and kept its outputs")
 	default:
+		if _, err := s.fence(ctx, who, name, attempt); err != nil {
+			return err
+		}
 		return Invalid("status: a runner may report Running, Finalizing, Completed, Failed, Canceled or Preempted, not %q", r.Status)
 	}
 	return nil
@@ -498,17 +565,14 @@ func (s *Service) finish(ctx context.Context, name string, attempt int, status, 
 
 // SetOutputs records the snapshots of an attempt's outputs.
 func (s *Service) SetOutputs(ctx context.Context, who auth.Principal, name string, attempt int, out Outputs) error {
-	if err := s.fence(ctx, who, name, attempt); err != nil {
+	rec, err := s.fence(ctx, who, name, attempt)
+	if err != nil {
 		return err
 	}
 	if out.Artifacts != "" {
 		if err := s.requireSnapshot(out.Artifacts, "artifacts"); err != nil {
 			return err
 		}
-	}
-	rec, err := s.st.GetJob(ctx, name)
-	if err != nil {
-		return err
 	}
 	var j struct {
 		Outputs map[string]json.RawMessage `json:"outputs"`

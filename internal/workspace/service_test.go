@@ -170,8 +170,20 @@ func TestRunnerWritesAreFenced(t *testing.T) {
 	if err := s.ReportStatus(ctx, runPrincipal("b", 1), "a", 1, Report{Status: StatusRunning}); CodeOf(err) != CodeForbidden {
 		t.Errorf("b's token writing a: %v", err)
 	}
-	if err := s.ReportStatus(ctx, owner, "a", 7, Report{Status: StatusRunning}); CodeOf(err) != CodeConflict {
-		t.Errorf("stale attempt: %v", err)
+	// Progress is fenced inside its store update, the end by a read first:
+	// both refuse a stale attempt and a job that does not exist.
+	for _, st := range []string{StatusRunning, StatusFinalizing, StatusCompleted} {
+		if err := s.ReportStatus(ctx, owner, "a", 7, Report{Status: st}); CodeOf(err) != CodeConflict {
+			t.Errorf("%s of a stale attempt: %v", st, err)
+		}
+		if err := s.ReportStatus(ctx, owner, "nope", 1, Report{Status: st}); CodeOf(err) != CodeNotFound {
+			t.Errorf("%s of a job that does not exist: %v", st, err)
+		}
+	}
+	if j, err := s.GetJob(ctx, "a", false); err != nil {
+		t.Fatal(err)
+	} else if j.Status != StatusPreparing {
+		t.Errorf("after refused reports job a is %s, want %s", j.Status, StatusPreparing)
 	}
 	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, Report{Status: "Paused"}); CodeOf(err) != CodeInvalid {
 		t.Errorf("unknown status: %v", err)

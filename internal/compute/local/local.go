@@ -147,21 +147,24 @@ func (t *Target) launch(l compute.Launch) error {
 			return err
 		}
 	}
-	logf, err := os.OpenFile(filepath.Join(dir, "runner.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
 	inv := invocation.Invocation{API: l.APIURL, Job: l.Job, Attempt: l.Attempt, Dir: dir, Cache: t.cfg.CacheDir,
 		EnvCache: t.cfg.EnvCacheDir, EnvCacheSize: t.cfg.EnvCacheSize, RunAs: t.cfg.RunAs}
 	if t.cfg.CancelGrace != "" {
+		var err error
 		if inv.CancelGrace, err = time.ParseDuration(t.cfg.CancelGrace); err != nil {
 			return fmt.Errorf("the cancel grace %q: %w", t.cfg.CancelGrace, err)
 		}
 	}
 	if t.cfg.Executor {
+		// The executor opens the attempt's runner.log itself; opening it
+		// here too was a twentieth of the server's CPU under bench/dispatch.
 		return t.launchInExecutor(inv, l.RunToken)
 	}
+	logf, err := os.OpenFile(filepath.Join(dir, "runner.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
 	cmd := exec.Command(t.cfg.Exe, inv.Args()...)
 	cmd.Env = runnerEnv(os.Environ(), l.RunToken)
 	cmd.Stdout, cmd.Stderr = logf, logf

@@ -51,7 +51,7 @@ func (s *Store) CreateCompute(ctx context.Context, c store.Compute) error {
 
 // GetCompute implements store.Store.
 func (s *Store) GetCompute(ctx context.Context, name string) (store.Compute, error) {
-	c, err := scanCompute(s.r.QueryRowContext(ctx, `SELECT `+computeColumns+` FROM computes WHERE name = ?`, name))
+	c, err := scanCompute(s.readRow(ctx, `SELECT `+computeColumns+` FROM computes WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Compute{}, fmt.Errorf("compute %q: %w", name, store.ErrNotFound)
 	}
@@ -64,7 +64,7 @@ func (s *Store) GetCompute(ctx context.Context, name string) (store.Compute, err
 // ListComputes implements store.Store. The result is empty, not nil, when
 // there are no targets.
 func (s *Store) ListComputes(ctx context.Context) ([]store.Compute, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+computeColumns+` FROM computes ORDER BY name`)
+	rows, err := s.query(ctx, s.r, `SELECT `+computeColumns+` FROM computes ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list computes: %w", err)
 	}

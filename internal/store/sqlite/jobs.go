@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ferry-ml/ferry/internal/store"
@@ -73,9 +74,8 @@ func normJob(j store.Job) store.Job {
 }
 
 // insertEvent stores e as the newest event of job; e.Job is ignored.
-func insertEvent(ctx context.Context, tx *sql.Tx, job string, e store.Event) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO events (job, time, from_status, to_status, reason) VALUES (?, ?, ?, ?, ?)`,
-		job, timeArg(e.Time), e.From, e.To, e.Reason)
+func (s *Store) insertEvent(ctx context.Context, tx *sql.Tx, job string, e store.Event) error {
+	_, err := s.txExec(ctx, tx, s.w, qInsertEvent, job, timeArg(e.Time), e.From, e.To, e.Reason)
 	return err
 }
 
@@ -93,7 +93,7 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job, first store.Event) (
 		if err != nil {
 			return fmt.Errorf("create job %q: %w", j.Name, err)
 		}
-		if err := insertEvent(ctx, tx, j.Name, first); err != nil {
+		if err := s.insertEvent(ctx, tx, j.Name, first); err != nil {
 			return fmt.Errorf("create job %q: first event: %w", j.Name, err)
 		}
 		return nil
@@ -155,7 +155,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 		args = append(args, f.Limit)
 	}
 
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	rows, err := s.query(ctx, s.r, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
@@ -188,16 +188,22 @@ func (s *Store) UpdateJob(ctx context.Context, name string, fn func(*store.Job) 
 			return fmt.Errorf("update job %q: %w", name, err)
 		}
 		seq := j.Seq
+		before := jobValues(j)
 		e, err := fn(&j)
 		if err != nil {
 			return err
 		}
 		j.Name, j.Seq = name, seq
-		if _, err := s.txExec(ctx, tx, s.w, qUpdateJob, append(jobValues(j), seq)...); err != nil {
-			return fmt.Errorf("update job %q: %w", name, err)
+		// A row fn left as it was is not written again: callers that find
+		// nothing to do (a resent report, an attempt already ended) would
+		// otherwise each append a WAL frame of the whole row.
+		if after := jobValues(j); !slices.Equal(before, after) {
+			if _, err := s.txExec(ctx, tx, s.w, qUpdateJob, append(after, seq)...); err != nil {
+				return fmt.Errorf("update job %q: %w", name, err)
+			}
 		}
 		if e != nil {
-			if err := insertEvent(ctx, tx, name, *e); err != nil {
+			if err := s.insertEvent(ctx, tx, name, *e); err != nil {
 				return fmt.Errorf("update job %q: event: %w", name, err)
 			}
 		}

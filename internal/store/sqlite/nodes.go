@@ -68,7 +68,7 @@ func (s *Store) CreateNode(ctx context.Context, n store.Node) error {
 
 // GetNode implements store.Store.
 func (s *Store) GetNode(ctx context.Context, name string) (store.Node, error) {
-	n, err := scanNode(s.r.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name = ?`, name))
+	n, err := scanNode(s.readRow(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Node{}, fmt.Errorf("node %q: %w", name, store.ErrNotFound)
 	}
@@ -88,7 +88,7 @@ func (s *Store) ListNodes(ctx context.Context, compute string) ([]store.Node, er
 		q += ` WHERE compute = ?`
 		args = append(args, compute)
 	}
-	rows, err := s.r.QueryContext(ctx, q+` ORDER BY created, name`, args...)
+	rows, err := s.query(ctx, s.r, q+` ORDER BY created, name`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}

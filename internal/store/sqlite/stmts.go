@@ -8,14 +8,26 @@ import (
 	"sync"
 )
 
-// stmts caches the prepared statements of the store's hottest queries, one
-// per connection pool and query text. SQLite parses and plans a statement
-// on every call that is not prepared; under many API clients that parsing
-// was about a fifth of the server's CPU. database/sql prepares a cached
-// statement once per connection and reuses it after.
+// stmts caches prepared statements, one per connection pool and query
+// text. SQLite parses and plans a statement on every call that is not
+// prepared; under many API clients that parsing was about a fifth of the
+// server's CPU, and under bench/dispatch the statements that were still
+// parsed per call (the dispatcher's lists, events, tokens) an eighth.
+// database/sql prepares a cached statement once per connection and reuses
+// it after.
+//
+// A statement is prepared either at open (the ones used inside write
+// transactions) or on its first use outside a transaction (everything else
+// that goes through query, row or exec). A statement is prepared only while
+// the caller holds no connection of its pool: the writer pool has one
+// connection, so preparing on it from inside a write would wait for itself.
+// Inside a transaction, database/sql then prepares the statement on that
+// transaction's connection the first time and keeps it for the
+// connection's life.
 type stmts struct {
-	mu sync.Mutex
-	m  map[stmtKey]*sql.Stmt
+	mu   sync.Mutex
+	m    map[stmtKey]*sql.Stmt
+	lazy int // statements prepared on first use, bounded by maxLazyStmts
 }
 
 type stmtKey struct {
@@ -23,16 +35,18 @@ type stmtKey struct {
 	query string
 }
 
+// maxLazyStmts bounds the statements prepared on first use. Query texts
+// are built from filters (ListJobs: one placeholder per status asked for),
+// so a client could otherwise make the cache grow without end; past the
+// bound, a new text runs unprepared.
+const maxLazyStmts = 256
+
 // The queries prepared when the store opens, on the pool that runs them.
-// A statement is prepared while no transaction holds a connection: the
-// writer pool has one connection, so preparing on it from inside a write
-// would wait for itself. Inside a transaction, database/sql then prepares
-// the statement on that transaction's connection the first time and keeps
-// it for the connection's life.
 const (
 	qGetJob        = `SELECT ` + jobColumns + ` FROM jobs WHERE name = ?`
 	qJobExists     = `SELECT count(*) FROM jobs WHERE name = ?`
 	qUpdateJob     = `UPDATE jobs SET ` + jobSets + ` WHERE seq = ?`
+	qInsertEvent   = `INSERT INTO events (job, time, from_status, to_status, reason) VALUES (?, ?, ?, ?, ?)`
 	qListEvents    = `SELECT time, from_status, to_status, reason FROM events WHERE job = ? ORDER BY id`
 	qLatestMetrics = `SELECT name, value, step, time FROM metrics
 			WHERE id IN (SELECT max(id) FROM metrics WHERE job = ? GROUP BY name)`
@@ -42,7 +56,7 @@ const (
 
 var (
 	readQueries  = []string{qGetJob, qJobExists, qListEvents, qLatestMetrics, qTokenByHash}
-	writeQueries = []string{qGetJob, qJobExists, qUpdateJob, qAddMetric}
+	writeQueries = []string{qGetJob, qJobExists, qUpdateJob, qInsertEvent, qAddMetric}
 )
 
 // prepare prepares queries on db.
@@ -63,11 +77,39 @@ func (c *stmts) prepare(ctx context.Context, db *sql.DB, queries []string) error
 }
 
 // get returns db's prepared statement for query, or nil when it was not
-// prepared at open: the caller then runs the query unprepared.
+// prepared yet: the caller then runs the query unprepared.
 func (c *stmts) get(db *sql.DB, query string) *sql.Stmt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.m[stmtKey{db, query}]
+}
+
+// getOrPrepare returns db's prepared statement for query, preparing it
+// first if it is new and the bound allows; nil means run it unprepared.
+// The caller must hold no connection of db (see stmts).
+func (c *stmts) getOrPrepare(ctx context.Context, db *sql.DB, query string) *sql.Stmt {
+	k := stmtKey{db, query}
+	c.mu.Lock()
+	st, full := c.m[k], c.lazy >= maxLazyStmts || c.m == nil
+	c.mu.Unlock()
+	if st != nil || full {
+		return st
+	}
+	// Prepared without the lock, which would otherwise make every lookup
+	// wait for a connection of the pool.
+	st, err := db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil // the unprepared run reports the error
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.m[k]; old != nil || c.m == nil {
+		st.Close() // prepared beside us, or the store closed meanwhile
+		return old
+	}
+	c.m[k] = st
+	c.lazy++
+	return st
 }
 
 func (c *stmts) close() error {
@@ -78,15 +120,37 @@ func (c *stmts) close() error {
 		errs = append(errs, st.Close())
 		delete(c.m, k)
 	}
+	c.m = nil
 	return errors.Join(errs...)
+}
+
+// query runs a query outside any transaction on db, prepared.
+func (s *Store) query(ctx context.Context, db *sql.DB, query string, args ...any) (*sql.Rows, error) {
+	if st := s.stmts.getOrPrepare(ctx, db, query); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return db.QueryContext(ctx, query, args...)
+}
+
+// row runs a one-row query outside any transaction on db, prepared.
+func (s *Store) row(ctx context.Context, db *sql.DB, query string, args ...any) *sql.Row {
+	if st := s.stmts.getOrPrepare(ctx, db, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return db.QueryRowContext(ctx, query, args...)
+}
+
+// exec runs a statement outside any transaction on db, prepared.
+func (s *Store) exec(ctx context.Context, db *sql.DB, query string, args ...any) (sql.Result, error) {
+	if st := s.stmts.getOrPrepare(ctx, db, query); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return db.ExecContext(ctx, query, args...)
 }
 
 // readRow runs a one-row query on the reader pool, prepared.
 func (s *Store) readRow(ctx context.Context, query string, args ...any) *sql.Row {
-	if st := s.stmts.get(s.r, query); st != nil {
-		return st.QueryRowContext(ctx, args...)
-	}
-	return s.r.QueryRowContext(ctx, query, args...)
+	return s.row(ctx, s.r, query, args...)
 }
 
 // txRow runs a one-row query in tx, a transaction of db, prepared.

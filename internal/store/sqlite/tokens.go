@@ -5,13 +5,79 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
+// tokenCache keeps tokens found by hash for a few seconds: every API call
+// looks its token up, and under bench/dispatch that store read was about a
+// fifteenth of the server's CPU (a runner makes several calls per job).
+//
+// Revocation still wins at once: DeleteTokens drops the tokens it deleted
+// from the cache after the delete has committed, and bumps gen, so that a
+// lookup that read the database before the delete (and so may hold the
+// revoked token) does not put it back. Only this process writes the
+// database (the server holds its data dir), so no delete bypasses the
+// cache; ttl bounds an entry's life all the same.
+type tokenCache struct {
+	mu  sync.Mutex
+	gen uint64 // bumped by every DeleteTokens
+	m   map[string]cachedToken
+}
+
+type cachedToken struct {
+	t     store.Token
+	until time.Time
+}
+
+const (
+	tokenCacheTTL = 5 * time.Second
+	// tokenCacheMax bounds the cache; when full it starts over, which
+	// costs one store read per token in use.
+	tokenCacheMax = 4096
+)
+
+// get returns a cached token, or false and the generation to pass to put.
+func (c *tokenCache) get(hash string, now time.Time) (store.Token, uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[hash]; ok && now.Before(e.until) {
+		return e.t, c.gen, true
+	}
+	return store.Token{}, c.gen, false
+}
+
+// put caches t, read from the database during generation gen, unless a
+// DeleteTokens ran since.
+func (c *tokenCache) put(t store.Token, gen uint64, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != gen {
+		return
+	}
+	if c.m == nil || len(c.m) >= tokenCacheMax {
+		c.m = map[string]cachedToken{}
+	}
+	c.m[t.Hash] = cachedToken{t: t, until: now.Add(tokenCacheTTL)}
+}
+
+// revoke drops the cached tokens of kind and subject.
+func (c *tokenCache) revoke(kind, subject string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	for h, e := range c.m {
+		if e.t.Kind == kind && e.t.Subject == subject {
+			delete(c.m, h)
+		}
+	}
+}
+
 // CreateToken implements store.Store.
 func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
-	_, err := s.w.ExecContext(ctx, `INSERT INTO tokens (hash, kind, subject, attempt, created) VALUES (?, ?, ?, ?, ?)`,
+	_, err := s.exec(ctx, s.w, `INSERT INTO tokens (hash, kind, subject, attempt, created) VALUES (?, ?, ?, ?, ?)`,
 		t.Hash, t.Kind, t.Subject, t.Attempt, timeArg(t.Created))
 	// Error messages leave the hash out: it is not the secret, but no reader
 	// of a log gains anything from it.
@@ -24,12 +90,15 @@ func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
 	return nil
 }
 
-// TokenByHash implements store.Store.
+// TokenByHash implements store.Store. A token deleted by DeleteTokens is
+// not found from the moment DeleteTokens returns, though lookups are cached.
 func (s *Store) TokenByHash(ctx context.Context, hash string) (store.Token, error) {
-	var (
-		t       store.Token
-		created sql.NullInt64
-	)
+	now := time.Now()
+	t, gen, ok := s.tokens.get(hash, now)
+	if ok {
+		return t, nil
+	}
+	var created sql.NullInt64
 	err := s.readRow(ctx, qTokenByHash, hash).
 		Scan(&t.Hash, &t.Kind, &t.Subject, &t.Attempt, &created)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -39,12 +108,16 @@ func (s *Store) TokenByHash(ctx context.Context, hash string) (store.Token, erro
 		return store.Token{}, fmt.Errorf("look up token: %w", err)
 	}
 	t.Created = timeOf(created)
+	s.tokens.put(t, gen, now)
 	return t, nil
 }
 
 // DeleteTokens implements store.Store. Deleting no tokens is not an error.
 func (s *Store) DeleteTokens(ctx context.Context, kind, subject string) error {
-	if _, err := s.w.ExecContext(ctx, `DELETE FROM tokens WHERE kind = ? AND subject = ?`, kind, subject); err != nil {
+	// Dropped from the cache after the delete (even a failed one): a lookup
+	// between the two would otherwise cache the token again.
+	defer s.tokens.revoke(kind, subject)
+	if _, err := s.exec(ctx, s.w, `DELETE FROM tokens WHERE kind = ? AND subject = ?`, kind, subject); err != nil {
 		return fmt.Errorf("delete %s tokens of %q: %w", kind, subject, err)
 	}
 	return nil

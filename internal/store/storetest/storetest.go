@@ -1160,6 +1160,11 @@ func testTokenDelete(t *testing.T, s store.Store) {
 	}
 	for _, tok := range toks {
 		mustCreateToken(t, s, tok)
+		// Looked up before the delete, so that a store that caches
+		// lookups has them cached: revocation must still win at once.
+		if _, err := s.TokenByHash(ctx, tok.Hash); err != nil {
+			t.Fatalf("TokenByHash(%q): %v", tok.Hash, err)
+		}
 	}
 	if err := s.DeleteTokens(ctx, "run", "j1"); err != nil {
 		t.Fatalf("DeleteTokens: %v", err)

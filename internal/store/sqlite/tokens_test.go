@@ -1,0 +1,79 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// A lookup that read the database before a DeleteTokens does not put the
+// token it read into the cache after it.
+func TestTokenCacheRefusesALookupOlderThanARevocation(t *testing.T) {
+	var c tokenCache
+	now := time.Now()
+	tok := store.Token{Hash: "h", Kind: "run", Subject: "j"}
+	_, gen, ok := c.get(tok.Hash, now) // the lookup begins: a miss
+	if ok {
+		t.Fatal("empty cache had the token")
+	}
+	c.revoke(tok.Kind, tok.Subject) // the delete commits meanwhile
+	c.put(tok, gen, now)            // the lookup ends with what it read before
+	if _, _, ok := c.get(tok.Hash, now); ok {
+		t.Error("a token read before its revocation was cached after it")
+	}
+	_, gen, _ = c.get(tok.Hash, now)
+	c.put(tok, gen, now)
+	if _, _, ok := c.get(tok.Hash, now); !ok {
+		t.Error("a token read after the last revocation was not cached")
+	}
+}
+
+// A token deleted while other calls look it up is not found by any lookup
+// that begins after DeleteTokens returned: a lookup that read the database
+// before the delete must not put the token back into the cache.
+func TestTokenRevokedDespiteConcurrentLookups(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "ferry.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := 0; i < 50; i++ {
+		tok := store.Token{Hash: fmt.Sprintf("h%d", i), Kind: "run", Subject: fmt.Sprintf("j%d", i), Attempt: 1}
+		if err := s.CreateToken(ctx, tok); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := 0; g < 4; g++ {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+						_, _ = s.TokenByHash(ctx, tok.Hash)
+					}
+				}
+			})
+		}
+		if err := s.DeleteTokens(ctx, tok.Kind, tok.Subject); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.TokenByHash(ctx, tok.Hash)
+		close(stop)
+		wg.Wait()
+		if !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("round %d: TokenByHash after DeleteTokens: %v, want ErrNotFound", i, err)
+		}
+		if _, err := s.TokenByHash(ctx, tok.Hash); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("round %d: TokenByHash after the lookups ended: %v, want ErrNotFound", i, err)
+		}
+	}
+}
