@@ -229,3 +229,61 @@ func handedOff(j job) bool {
 	}
 	return false
 }
+
+// `compute attach -f` of a slurm compute is refused, naming the field,
+// when the partition is not the cluster's (listing those it has), the
+// login node does not answer, or the login node's host key is not the
+// pinned one; nothing is stored after a refusal.
+func TestSlurmAttachRefusals(t *testing.T) {
+	sl := testutil.RequireSlurm(t)
+	testutil.RequireSSHD(t)
+	s := startServerEnv(t, sl.Env)
+	sshd := testutil.StartSSHD(t)
+	other := testutil.StartSSHD(t) // its host key is the "changed" one
+	work := filepath.Join(passableDir(t), "slurm")
+	login := func(name string, port int, hostKey string) string {
+		f := slurmFile(t, name, sl.Partition, work, fmt.Sprintf(`address: %s
+host_key: %q
+ssh_settings:
+  admin_username: %s
+  ssh_port: %d
+  ssh_private_key_file: id_test
+`, sshd.Address, hostKey, sshd.User, port))
+		writeFiles(t, filepath.Dir(f), map[string]string{"id_test": string(sshd.ClientKey)})
+		return f
+	}
+	closed := freeAddr(t) // nothing listens there once freeAddr returns
+	var closedPort int
+	if _, err := fmt.Sscanf(closed[strings.LastIndex(closed, ":")+1:], "%d", &closedPort); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, file string
+		want       []string
+	}{
+		{"wrong-partition", slurmFile(t, "wrong-partition", "gpus", work, ""), []string{"partition", `"gpus"`, sl.Partition, sl.Small}},
+		{"no-login-node", login("no-login-node", closedPort, sshd.HostKeyLine), []string{"address"}},
+		{"changed-key", login("changed-key", sshd.Port, other.Fingerprint), []string{"host_key"}},
+	}
+	for _, c := range cases {
+		r := s.ferry("compute", "attach", "-f", c.file)
+		if r.code == 0 {
+			t.Errorf("%s: attach succeeded, want it refused: %s", c.name, r)
+			continue
+		}
+		mustContain(t, c.name+"'s refusal", r.stderr, c.want...)
+	}
+	list := s.mustFerry("compute", "list").stdout
+	for _, c := range cases {
+		if strings.Contains(list, c.name) {
+			t.Errorf("compute list shows %s after its refusal:\n%s", c.name, list)
+		}
+	}
+	// With its real key the same login node gets past the host key check:
+	// the refusal above was about the key. (It logs in and runs sinfo,
+	// which cannot find the test cluster there: the login shell lacks
+	// SLURM_CONF, which a real login node's /etc/slurm would give.)
+	if r := s.ferry("compute", "attach", "-f", login("right-key", sshd.Port, sshd.HostKeyLine)); strings.Contains(r.stderr, "host_key") {
+		t.Errorf("the login node with its own key is refused for its host key: %s", r)
+	}
+}
