@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -111,6 +112,8 @@ func TestSlurmPendingShowsReasonAndCancels(t *testing.T) {
 			}
 		}
 		if time.Now().After(deadline) {
+			_ = stream.Process.Signal(syscall.SIGQUIT) // its goroutines, to stderr
+			<-done
 			t.Fatalf("job pend: %s (%s); want Queued with Slurm's reason in job show and the stream; stream stderr:\n%s", j.Status, j.StatusReason, errb.String())
 		}
 		time.Sleep(100 * time.Millisecond)
