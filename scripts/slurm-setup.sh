@@ -15,6 +15,8 @@
 #
 # Partitions: debug (Default, node1..node3) and small (node4 alone), so a
 # test can fill small and see a job pend behind it whatever runs in debug.
+# Every job on small takes the whole node (OverSubscribe=EXCLUSIVE), so a
+# target on small runs one job at a time, as the conformance suite needs.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -133,7 +135,7 @@ EOF
     echo "NodeName=node$n NodeHostname=$host NodeAddr=127.0.0.1 Port=$((ctld_port + n)) CPUs=2 State=UNKNOWN"
   done
   echo "PartitionName=debug Nodes=node[1-$((nodes - 1))] Default=YES MaxTime=INFINITE State=UP"
-  echo "PartitionName=small Nodes=node$nodes MaxTime=INFINITE State=UP"
+  echo "PartitionName=small Nodes=node$nodes MaxTime=INFINITE OverSubscribe=EXCLUSIVE State=UP"
 }
 
 # ready reports whether slurmctld answers and every node is up (idle, mixed,

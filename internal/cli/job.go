@@ -273,13 +273,16 @@ func (a *app) watchQueue(ctx context.Context, c *client.Client, name string) {
 	for {
 		j, err := c.GetJob(ctx, name)
 		if err == nil {
-			if j.Status != workspace.StatusQueued {
+			// A target that queues itself (Slurm) passes an attempt through
+			// Preparing while it hands it to the engine's queue, where the
+			// job is Queued again with the engine's reason: keep watching.
+			if j.Status != workspace.StatusQueued && j.Status != workspace.StatusPreparing {
 				if last != "" {
 					fmt.Fprintf(a.stderr, "job %s: %s\n", name, j.Status)
 				}
 				return
 			}
-			if why := strings.TrimPrefix(j.StatusReason, "queued: "); why != last && why != "" && why != "submitted" {
+			if why := strings.TrimPrefix(j.StatusReason, "queued: "); j.Status == workspace.StatusQueued && why != last && why != "" && why != "submitted" {
 				fmt.Fprintf(a.stderr, "job %s: queued: %s\n", name, why)
 				last = why
 			}

@@ -75,6 +75,7 @@ type server struct {
 	output *syncBuffer // the server's stdout and stderr
 	home   string      // FERRY_HOME for CLI calls, so ~/.ferry is never used
 	bin    string      // the ferry binary it is started from; "" = ferryBin
+	env    []string    // added to this process's environment (SLURM_CONF for Slurm's clients)
 }
 
 func freeAddr(t *testing.T) string {
@@ -90,7 +91,14 @@ func freeAddr(t *testing.T) string {
 // startServer starts a server on a fresh data dir and free loopback port.
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
-	s := &server{t: t, dir: t.TempDir(), work: workDir(t), addr: freeAddr(t), args: args, home: t.TempDir(), output: &syncBuffer{}}
+	return startServerEnv(t, nil, args...)
+}
+
+// startServerEnv is startServer with env added to the server's
+// environment, kept across restarts.
+func startServerEnv(t *testing.T, env []string, args ...string) *server {
+	t.Helper()
+	s := &server{t: t, dir: t.TempDir(), work: workDir(t), addr: freeAddr(t), args: args, home: t.TempDir(), output: &syncBuffer{}, env: env}
 	s.start()
 	t.Cleanup(func() { s.end() })
 	return s
@@ -147,6 +155,9 @@ func (s *server) start() {
 		bin = s.bin
 	}
 	s.cmd = exec.Command(bin, args...)
+	if s.env != nil {
+		s.cmd.Env = append(os.Environ(), s.env...)
+	}
 	s.cmd.Stdout, s.cmd.Stderr = s.output, s.output
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
