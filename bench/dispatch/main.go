@@ -38,7 +38,7 @@ func main() {
 	flag.Parse()
 	extraServerArgs = strings.Fields(*serverArgs)
 	if *slurmOnly {
-		if err := runSlurm(*n, 0); err != nil {
+		if err := runSlurmOnly(*n, *ferry); err != nil {
 			fmt.Fprintln(os.Stderr, "dispatch:", err)
 			os.Exit(1)
 		}
@@ -73,13 +73,29 @@ func run(n, conc int, prebuilt string) error {
 	fmt.Printf("%-28s %10.1f jobs/s   submit->Running under the burst: p50 %v  p99 %v (mostly queueing for %d slots)\n", "ferry local target", ferryRate, p50, p99, conc)
 	fmt.Printf("%-28s submit->Running with a free slot: p50 %v  p99 %v (aim: p50 <= 10ms)\n", "", idle50, idle99)
 	fmt.Printf("%-28s %10.3f (aim: >= 0.2)\n", "ratio ferry/raw", ferryRate/rawRate)
-	return runSlurm(n, ferryRate)
+	return runSlurm(bin, n, ferryRate)
+}
+
+// runSlurmOnly is run's Slurm half alone (-slurm-only).
+func runSlurmOnly(n int, prebuilt string) error {
+	tmp, err := os.MkdirTemp("", "ferry-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "ferry")
+	if prebuilt != "" {
+		bin = prebuilt
+	} else if out, err := exec.Command("go", "build", "-o", bin, "./cmd/ferry").CombinedOutput(); err != nil {
+		return fmt.Errorf("build ferry (run from the repository root): %v\n%s", err, out)
+	}
+	return runSlurm(bin, n, 0)
 }
 
 // runSlurm measures direct sbatch and the slurm compute target in the
 // same run, each waiting for its jobs to complete; ferryRate, when not 0,
 // is the local target's rate, to compare.
-func runSlurm(n int, ferryRate float64) error {
+func runSlurm(bin string, n int, ferryRate float64) error {
 	slurmRate, err := benchSlurm(n)
 	if err != nil {
 		fmt.Printf("%-28s skipped: %v\n", "slurm (sbatch)", err)
@@ -95,7 +111,14 @@ func runSlurm(n int, ferryRate float64) error {
 	}
 	fmt.Printf("%-28s %10.1f jobs/s\n", "slurm target (Launch)", rate)
 	fmt.Printf("%-28s %10.3f (aim: >= 0.8)\n", "ratio target/sbatch", rate/slurmRate)
-	fmt.Printf("%-28s submit->handle (Queued in Ferry): p50 %v  p99 %v (aim: < 100ms)\n", "", p50, p99)
+	fmt.Printf("%-28s submit->handle: p50 %v  p99 %v\n", "", p50, p99)
+	rate, q50, q99, err := benchFerrySlurm(bin, n)
+	if err != nil {
+		return fmt.Errorf("ferry on slurm: %w", err)
+	}
+	fmt.Printf("%-28s %10.1f jobs/s\n", "ferry on slurm (server)", rate)
+	fmt.Printf("%-28s %10.3f (aim: >= 0.8)\n", "ratio ferry-on-slurm/sbatch", rate/slurmRate)
+	fmt.Printf("%-28s submit->Queued in Slurm's queue (handle stored): p50 %v  p99 %v (aim: < 100ms)\n", "", q50, q99)
 	return nil
 }
 
@@ -105,7 +128,7 @@ func benchFerry(bin, tmp string, n, conc int) (rate float64, p50, p99, idle50, i
 		return 0, 0, 0, 0, 0, err
 	}
 	defer stop()
-	if rate, p50, p99, err = burst(c, n); err != nil {
+	if rate, p50, p99, _, err = burst(c, n, "local"); err != nil {
 		return 0, 0, 0, 0, 0, err
 	}
 	idle50, idle99, err = idleLatency(c, 50)
@@ -212,10 +235,11 @@ func startServer(bin, tmp string, conc int) (*client.Client, func(), error) {
 	return c, stop, nil
 }
 
-// burst submits n jobs at once and measures until the last one ends.
-func burst(c *client.Client, n int) (float64, time.Duration, time.Duration, error) {
+// burst submits n jobs at once to a compute and measures until the last
+// one ends; it also returns when each job was submitted, by name.
+func burst(c *client.Client, n int, compute string) (float64, time.Duration, time.Duration, map[string]time.Time, error) {
 	ctx := context.Background()
-	spec, _ := json.Marshal(map[string]any{"command": "true", "compute": "local"})
+	spec, _ := json.Marshal(map[string]any{"command": "true", "compute": compute})
 	submitted := make([]time.Time, n)
 	names := make([]string, n)
 	var wg sync.WaitGroup
@@ -241,13 +265,13 @@ func burst(c *client.Client, n int) (float64, time.Duration, time.Duration, erro
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return 0, 0, 0, firstErr
+		return 0, 0, 0, nil, firstErr
 	}
 	for {
 		// A cheap question while jobs run, so the bench does not load the server.
 		left, err := c.ListJobs(ctx, url.Values{"status": {"Queued,Preparing,Running,Finalizing,CancelRequested"}, "limit": {"1"}})
 		if err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, nil, err
 		}
 		if len(left) > 0 {
 			time.Sleep(100 * time.Millisecond)
@@ -255,7 +279,7 @@ func burst(c *client.Client, n int) (float64, time.Duration, time.Duration, erro
 		}
 		jobs, err := c.ListJobs(ctx, url.Values{"status": {"Completed,Failed,Canceled"}, "limit": {"0"}})
 		if err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, nil, err
 		}
 		if len(jobs) == n {
 			var lastEnd time.Time
@@ -277,11 +301,15 @@ func burst(c *client.Client, n int) (float64, time.Duration, time.Duration, erro
 				}
 			}
 			if failed > 0 {
-				return 0, 0, 0, fmt.Errorf("%d of %d jobs did not complete", failed, n)
+				return 0, 0, 0, nil, fmt.Errorf("%d of %d jobs did not complete", failed, n)
 			}
 			sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
 			rate := float64(n) / lastEnd.Sub(start).Seconds()
-			return rate, lat[len(lat)/2].Round(time.Microsecond * 100), lat[len(lat)*99/100].Round(time.Microsecond * 100), nil
+			sub := make(map[string]time.Time, n)
+			for i, nm := range names {
+				sub[nm] = submitted[i]
+			}
+			return rate, lat[len(lat)/2].Round(time.Microsecond * 100), lat[len(lat)*99/100].Round(time.Microsecond * 100), sub, nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

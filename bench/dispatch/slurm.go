@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -191,4 +193,59 @@ func benchSlurmTarget(n int) (rate float64, p50, p99 time.Duration, err error) {
 	elapsed := time.Since(start)
 	slices.Sort(lat)
 	return float64(n) / elapsed.Seconds(), lat[len(lat)/2], lat[len(lat)*99/100], nil
+}
+
+// benchFerrySlurm runs n jobs of `true` through a real ferry server on a
+// slurm compute of the test cluster's default partition, from submission
+// to the last one Completed (each runs the real runner under srun and
+// reports to the server). Its second figure is how long a submitted job
+// takes to be Queued in Slurm's own queue as Ferry shows it (the hand-off
+// event, after which the job carries its Slurm job id), from the status
+// history of 100 of the jobs.
+func benchFerrySlurm(bin string, n int) (rate float64, q50, q99 time.Duration, err error) {
+	tmp, err := os.MkdirTemp("", "ferry-bench-slurm-server-")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer os.RemoveAll(tmp)
+	if os.Getenv("SLURM_CONF") == "" {
+		os.Setenv("SLURM_CONF", slurmConf) // the server and its Slurm commands read it
+	}
+	work := filepath.Join(tmp, "slurm-work")
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return 0, 0, 0, err
+	}
+	c, stop, err := startServer(bin, tmp, runtime.NumCPU())
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer stop()
+	ctx := context.Background()
+	if _, err := c.CreateCompute(ctx, &spec.Compute{Name: "hpc", Type: "slurm", Partition: "debug", WorkDir: work}); err != nil {
+		return 0, 0, 0, fmt.Errorf("create the slurm compute: %w", err)
+	}
+	rate, _, _, submitted, err := burst(c, n, "hpc")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	var lat []time.Duration
+	step := max(1, n/100)
+	for i := 0; i < n; i += step {
+		name := fmt.Sprintf("bench-%05d", i)
+		j, err := c.GetJob(ctx, name)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		for k := 1; k < len(j.History); k++ {
+			if j.History[k].From == "Preparing" && j.History[k].To == "Queued" {
+				lat = append(lat, j.History[k].Time.Sub(submitted[name]))
+				break
+			}
+		}
+	}
+	if len(lat) == 0 {
+		return 0, 0, 0, fmt.Errorf("no job's history shows its hand-off to Slurm (Preparing -> Queued)")
+	}
+	slices.Sort(lat)
+	return rate, lat[len(lat)/2].Round(100 * time.Microsecond), lat[len(lat)*99/100].Round(100 * time.Microsecond), nil
 }
