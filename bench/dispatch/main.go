@@ -56,11 +56,9 @@ func run(n, conc int, prebuilt string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "ferry")
-	if prebuilt != "" {
-		bin = prebuilt
-	} else if out, err := exec.Command("go", "build", "-o", bin, "./cmd/ferry").CombinedOutput(); err != nil {
-		return fmt.Errorf("build ferry (run from the repository root): %v\n%s", err, out)
+	bin, err := ferryBinary(tmp, prebuilt)
+	if err != nil {
+		return err
 	}
 	fmt.Printf("dispatch benchmark: %d jobs of `true`, concurrency %d, %d CPUs\n\n", n, conc, runtime.NumCPU())
 
@@ -76,6 +74,19 @@ func run(n, conc int, prebuilt string) error {
 	return runSlurm(bin, n, ferryRate)
 }
 
+// ferryBinary is the ferry binary to measure: prebuilt when given, else
+// ./cmd/ferry built into tmp.
+func ferryBinary(tmp, prebuilt string) (string, error) {
+	if prebuilt != "" {
+		return prebuilt, nil
+	}
+	bin := filepath.Join(tmp, "ferry")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/ferry").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build ferry (run from the repository root): %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
 // runSlurmOnly is run's Slurm half alone (-slurm-only).
 func runSlurmOnly(n int, prebuilt string) error {
 	tmp, err := os.MkdirTemp("", "ferry-bench-")
@@ -83,11 +94,9 @@ func runSlurmOnly(n int, prebuilt string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "ferry")
-	if prebuilt != "" {
-		bin = prebuilt
-	} else if out, err := exec.Command("go", "build", "-o", bin, "./cmd/ferry").CombinedOutput(); err != nil {
-		return fmt.Errorf("build ferry (run from the repository root): %v\n%s", err, out)
+	bin, err := ferryBinary(tmp, prebuilt)
+	if err != nil {
+		return err
 	}
 	return runSlurm(bin, n, 0)
 }
