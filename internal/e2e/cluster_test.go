@@ -324,14 +324,20 @@ distribution:
 	if r.code != 0 {
 		t.Fatalf("ddp job: %s", r)
 	}
-	// Node rank 0's log is the job's; node rank 1's is beside it.
-	rank1 := s.mustFerry("job", "stream", "ddp", "--rank", "1").stdout
-	all := r.stdout + rank1
+	checkDDP(t, s, "ddp", r.stdout)
+}
+
+// checkDDP checks a 2-node x 2-process ddpScript job that ended: every
+// rank's all-reduce, from node rank 0's log (stream0, the job's) and node
+// rank 1's beside it, and the job Completed.
+func checkDDP(t *testing.T, s *server, name, stream0 string) {
+	t.Helper()
+	all := stream0 + s.mustFerry("job", "stream", name, "--rank", "1").stdout
 	for rank := range 4 {
 		mustContain(t, "ranks' logs", all, fmt.Sprintf("rank %d/4 node %d local %d sum 10.0", rank, rank/2, rank%2))
 	}
-	if j := s.show("ddp"); j.Status != "Completed" {
-		t.Errorf("ddp: %s (%s)", j.Status, j.StatusReason)
+	if j := s.show(name); j.Status != "Completed" {
+		t.Errorf("%s: %s (%s)", name, j.Status, j.StatusReason)
 	}
 }
 

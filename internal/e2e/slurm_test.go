@@ -65,14 +65,7 @@ distribution:
 	if r.code != 0 {
 		t.Fatalf("ddp job: %s\nserver:\n%s", r, s.output)
 	}
-	rank1 := s.mustFerry("job", "stream", "slurm-ddp", "--rank", "1").stdout
-	all := r.stdout + rank1
-	for rank := range 4 {
-		mustContain(t, "ranks' logs", all, fmt.Sprintf("rank %d/4 node %d local %d sum 10.0", rank, rank/2, rank%2))
-	}
-	if j := s.show("slurm-ddp"); j.Status != "Completed" {
-		t.Errorf("ddp: %s (%s)", j.Status, j.StatusReason)
-	}
+	checkDDP(t, s, "slurm-ddp", r.stdout)
 }
 
 // A job pending behind a full partition shows Slurm's reason in `job
