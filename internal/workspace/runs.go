@@ -223,7 +223,7 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 		// the attempt ends as rankEnded decides, as on a cluster.
 		if queues {
 			j.Placement = nil
-			if n := nodeCount(js); n > 1 {
+			if n := instancesOf(js); n > 1 {
 				raw, err := json.Marshal(Placement{Ranks: make([]RankPlacement, n)})
 				if err != nil {
 					return nil, err
@@ -265,14 +265,6 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 }
 
 var errNotQueued = errors.New("job is no longer queued")
-
-// nodeCount is how many nodes a job asks for (resources.instance_count).
-func nodeCount(j *spec.Job) int {
-	if j == nil || j.Resources == nil || j.Resources.InstanceCount < 1 {
-		return 1
-	}
-	return j.Resources.InstanceCount
-}
 
 func (s *Service) failQueued(ctx context.Context, name, why string) {
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
