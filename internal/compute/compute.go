@@ -148,3 +148,21 @@ type Checker interface {
 type FinalReports interface {
 	FinalReport(job string, attempt int) ([]byte, bool)
 }
+
+// BatchLauncher is a target that hands many attempts to its engine in one
+// go (Slurm: one sbatch --array for the attempts that ask for the same
+// resources), so that a burst of submissions reaches the engine's queue
+// in a few engine calls instead of one call per attempt. LaunchBatch
+// returns one result per launch, in the order given; each result means
+// what Launch's would (an error: that attempt was not started and has no
+// handle). Handles of attempts launched together are distinct and each
+// is usable alone (Cancel, Inspect).
+type BatchLauncher interface {
+	LaunchBatch(ctx context.Context, ls []Launch) []Launched
+}
+
+// Launched is one attempt's result of LaunchBatch.
+type Launched struct {
+	Handle Handle
+	Err    error
+}
