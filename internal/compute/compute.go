@@ -45,7 +45,8 @@ type Launch struct {
 // with the attempt, so a server started again can still cancel or inspect
 // what an earlier one launched. Empty means the target has no engine-side
 // name for the attempt (the local target: its runner is the attempt).
-// A handle is opaque to the workspace and never holds a secret.
+// A handle is opaque to the workspace, never holds a secret and never
+// begins with "!" (the workspace marks an attempt it is handing over so).
 type Handle string
 
 // Target runs job attempts.
@@ -165,4 +166,22 @@ type BatchLauncher interface {
 type Launched struct {
 	Handle Handle
 	Err    error
+}
+
+// Attempt names one attempt of a job.
+type Attempt struct {
+	Job     string
+	Attempt int
+}
+
+// Finder is a target that can find the handles of attempts whose launch
+// was under way when the server stopped (killed before it stored what
+// Launch returned): the target keeps, on its side, a record of each
+// launch's handle. A restarted server adopts each handle found, so the
+// attempt the engine has is the one Ferry follows; attempts not found
+// are launched again as new attempts (the engine may still get the old
+// one, whose runner is then refused). Attempts missing from the answer
+// have no record.
+type Finder interface {
+	FindHandles(ctx context.Context, as []Attempt) (map[Attempt]Handle, error)
 }

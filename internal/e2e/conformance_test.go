@@ -139,15 +139,5 @@ func TestConformanceSlurm(t *testing.T) {
 		Start: func(t *testing.T) computetest.Server {
 			return conformServer{startSlurm(t, sl, "conform-slurm", sl.Small)}
 		},
-		Skip: map[string]string{
-			// A job handed to Slurm's queue passes through Preparing
-			// ("handing the attempt to compute X's queue",
-			// workspace/runs.go start) and back to Queued, so a job
-			// canceled while it pends in Slurm shows Preparing in its
-			// history though it never started. Slurm's side of the cancel
-			// (scancel of a pending job) is proved by
-			// TestSlurmPendingShowsReasonAndCancels.
-			"cancel-queued": "bug: a self-queueing target's attempt goes Queued -> Preparing -> Queued on submit (workspace/runs.go start)",
-		},
 	})
 }

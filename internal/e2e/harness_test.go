@@ -288,6 +288,7 @@ type job struct {
 	ExitCode          *int               `json:"exit_code"`
 	Error             string             `json:"error"`
 	CancelRequestedBy string             `json:"cancel_requested_by"`
+	Handle            string             `json:"handle"`
 	Created           *time.Time         `json:"created"`
 	Started           *time.Time         `json:"started"`
 	Ended             *time.Time         `json:"ended"`

@@ -164,8 +164,8 @@ compute: azureml:hpc-kill
 			s.waitStatus(n, "Running")
 		}
 	}
-	// Both wait in Slurm's queue before the kill: Queued again after the
-	// handoff to sbatch, with the engine's handle or Slurm's reason.
+	// Both wait in Slurm's queue before the kill: Queued, with the
+	// engine's handle.
 	for _, n := range names[1:] {
 		for deadline := time.Now().Add(30 * time.Second); ; {
 			j := s.show(n)
@@ -215,16 +215,9 @@ compute: azureml:hpc-kill
 	}
 }
 
-// handedOff reports whether a job's attempt was given to its target: on
-// a target that queues itself, the job passed through Preparing (sbatch).
-func handedOff(j job) bool {
-	for _, h := range j.History {
-		if h.To == "Preparing" {
-			return true
-		}
-	}
-	return false
-}
+// handedOff reports whether a job's attempt was given to its target's
+// engine: it has the engine's handle (a Slurm job id).
+func handedOff(j job) bool { return j.Handle != "" }
 
 // `compute attach -f` of a slurm compute is refused, naming the field,
 // when the partition is not the cluster's (listing those it has), the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
@@ -33,83 +34,23 @@ func queuesItself(t compute.Target) bool {
 }
 
 // inEngineQueue counts the attempts of compute handed to its engine that
-// wait there (Queued with a handle): they hold slots of the target's
-// Capacity as much as running ones do.
+// wait there, or are being handed over (Queued with a handle or a
+// hand-off mark): they hold slots of the target's Capacity as much as
+// running ones do. Before its first count of a compute it settles the
+// hand-offs an earlier server left under way (settleHandOffs).
 func (s *Service) inEngineQueue(ctx context.Context, computeName string, t compute.Target) (int, error) {
 	if !queuesItself(t) {
 		return 0, nil
 	}
+	if !s.retaken[computeName] {
+		if err := s.settleHandOffs(ctx, computeName, t); err != nil {
+			s.log.Error("settle the hand-offs an earlier server left", "compute", computeName, "err", err)
+		} else {
+			s.retaken[computeName] = true
+		}
+	}
 	js, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}, Compute: computeName, Handle: store.HandleSet})
 	return len(js), err
-}
-
-// awaitRunner notes that the runner of a job's attempt is being launched
-// and has not spoken yet; heard forgets it at the runner's first call.
-func (s *Service) awaitRunner(name string, attempt int) {
-	s.mu.Lock()
-	s.awaiting[name] = attempt
-	s.mu.Unlock()
-}
-
-// launched records the handle target's Launch returned for an attempt. An
-// attempt handed to a target that queues itself goes back to Queued, now
-// waiting in the engine's queue, unless its runner already spoke (a fast
-// engine): the check is made inside the job's update, so a runner's first
-// call either came before it (the attempt stays Preparing) or finds it
-// Queued and moves it on (runnerStarted). An attempt whose cancel was
-// asked during the launch, and whose runner has not spoken, is canceled
-// through the engine at once: no runner would hear of it while it waits.
-func (s *Service) launched(ctx context.Context, t compute.Target, name string, attempt int, computeName string, h compute.Handle) error {
-	queues := queuesItself(t)
-	defer func() {
-		s.mu.Lock()
-		if s.awaiting[name] == attempt {
-			delete(s.awaiting, name)
-		}
-		s.mu.Unlock()
-	}()
-	if h == "" && !queues {
-		return nil
-	}
-	cancelNow := false
-	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		cancelNow = false
-		if j.Attempt != attempt || IsTerminal(j.Status) {
-			return nil, nil
-		}
-		j.Handle = string(h)
-		s.mu.Lock()
-		silent := s.awaiting[name] == attempt
-		s.mu.Unlock()
-		cancelNow = queues && silent && h != "" && j.Status == StatusCancelRequested
-		if !queues || !silent || j.Status != StatusPreparing {
-			return nil, nil
-		}
-		from, now := j.Status, s.now()
-		j.Status, j.StatusReason = StatusQueued, fmt.Sprintf("queued: handed to compute %s (%s); waiting in its queue", computeName, handleText(h))
-		return &store.Event{Job: name, Time: now, From: from, To: j.Status, Reason: j.StatusReason}, nil
-	})
-	if err != nil {
-		return err
-	}
-	if c, ok := t.(compute.Canceller); ok && cancelNow {
-		if err := c.Cancel(ctx, h); err != nil {
-			// The reconcile tries again after the cancel grace.
-			s.log.Error("cancel through the engine", "compute", computeName, "job", name, "handle", h, "err", err)
-			return nil
-		}
-		s.mu.Lock()
-		s.engineCanceled[name] = attempt
-		s.mu.Unlock()
-	}
-	return nil
-}
-
-func handleText(h compute.Handle) string {
-	if h == "" {
-		return "no engine handle"
-	}
-	return "engine handle " + string(h)
 }
 
 // runnerStarted moves an attempt that waited in its engine's queue to
@@ -118,8 +59,13 @@ func handleText(h compute.Handle) string {
 func (s *Service) runnerStarted(ctx context.Context, name string, attempt int) error {
 	moved := false
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		if j.Status != StatusQueued || j.Handle == "" || j.Attempt != attempt {
+		if j.Status != StatusQueued || j.Attempt != attempt {
 			return nil, nil
+		}
+		if j.Handle == "" {
+			// Taken back from its engine (a retake after a restart, a
+			// preemption): a new attempt will be made.
+			return nil, Conflict("attempt %d of job %s was taken back from compute %s; a new attempt replaces it", attempt, name, j.Compute)
 		}
 		now := s.now()
 		j.Status, j.StatusReason, j.Heartbeat, moved = StatusPreparing, "runner started by compute "+j.Compute+"'s engine", now, true
@@ -139,8 +85,11 @@ func (s *Service) runnerStarted(ctx context.Context, name string, attempt int) e
 // engine starts it.
 func (s *Service) cancelInEngine(ctx context.Context, name string) error {
 	j, err := s.st.GetJob(ctx, name)
-	if err != nil || j.Status != StatusQueued || j.Handle == "" {
-		return nil // the cancel's own update reports a missing job
+	if err != nil || j.Status != StatusQueued || j.Handle == "" || isHandOffMark(j.Handle) {
+		// The cancel's own update reports a missing job; one being
+		// handed over is canceled through its engine when its handle
+		// comes (launched).
+		return nil
 	}
 	t, err := s.target(ctx, j.Compute)
 	if err != nil {
@@ -210,10 +159,12 @@ func (s *Service) reconcileEngines(ctx context.Context) error {
 		if !inspects && !cancels {
 			continue
 		}
-		js, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: engineStates, Compute: c.Name, Handle: store.HandleSet})
+		all, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: engineStates, Compute: c.Name, Handle: store.HandleSet})
 		if err != nil {
 			return err
 		}
+		// Hand-off marks name no engine's job (handoff.go).
+		js := slices.DeleteFunc(all, func(j store.Job) bool { return isHandOffMark(j.Handle) })
 		if len(js) == 0 {
 			continue
 		}

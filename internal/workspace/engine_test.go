@@ -35,16 +35,21 @@ type fakeEngine struct {
 	inspects  [][]compute.Handle // the handles of each Inspect call
 	canceled  []compute.Handle
 	cancelErr error
+	batches   []int // the size of each LaunchBatch call
 	// onLaunch, when set, runs inside Launch after the attempt is queued
 	// (a runner the engine starts before Launch has returned).
 	onLaunch func(l compute.Launch, h compute.Handle)
+	// fail, when set, is asked first: an error is Launch's (nothing is
+	// queued).
+	fail func(l compute.Launch) error
 }
 
 var (
-	_ compute.Target       = (*fakeEngine)(nil)
-	_ compute.Canceller    = (*fakeEngine)(nil)
-	_ compute.Inspector    = (*fakeEngine)(nil)
-	_ compute.SelfQueueing = (*fakeEngine)(nil)
+	_ compute.Target        = (*fakeEngine)(nil)
+	_ compute.Canceller     = (*fakeEngine)(nil)
+	_ compute.Inspector     = (*fakeEngine)(nil)
+	_ compute.SelfQueueing  = (*fakeEngine)(nil)
+	_ compute.BatchLauncher = (*fakeEngine)(nil)
 )
 
 func newFakeEngine(capacity int) *fakeEngine {
@@ -58,6 +63,12 @@ func (f *fakeEngine) QueuesItself() bool                       { return true }
 
 func (f *fakeEngine) Launch(_ context.Context, l compute.Launch) (compute.Handle, error) {
 	f.mu.Lock()
+	if f.fail != nil {
+		if err := f.fail(l); err != nil {
+			f.mu.Unlock()
+			return "", err
+		}
+	}
 	f.next++
 	h := compute.Handle(fmt.Sprint(4000 + f.next))
 	f.launched = append(f.launched, l)
@@ -68,6 +79,25 @@ func (f *fakeEngine) Launch(_ context.Context, l compute.Launch) (compute.Handle
 		hook(l, h)
 	}
 	return h, nil
+}
+
+// LaunchBatch launches ls one after another, in their order, so the
+// handles follow the dispatcher's picks; batches records each call.
+func (f *fakeEngine) LaunchBatch(ctx context.Context, ls []compute.Launch) []compute.Launched {
+	f.mu.Lock()
+	f.batches = append(f.batches, len(ls))
+	f.mu.Unlock()
+	rs := make([]compute.Launched, len(ls))
+	for i, l := range ls {
+		rs[i].Handle, rs[i].Err = f.Launch(ctx, l)
+	}
+	return rs
+}
+
+func (f *fakeEngine) batchSizes() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.batches)
 }
 
 func (f *fakeEngine) Cancel(_ context.Context, h compute.Handle) error {
@@ -208,7 +238,11 @@ func TestSelfQueueingAttemptIsQueuedWithTheEnginesReason(t *testing.T) {
 	if j.Status != StatusQueued || !strings.HasSuffix(j.StatusReason, ": Resources") {
 		t.Errorf("status %s (%s), want Queued with the engine's reason Resources", j.Status, j.StatusReason)
 	}
-	want := []string{"queued: waiting in compute local's queue: Priority", "queued: waiting in compute local's queue: Resources"}
+	want := []string{
+		"queued: handed to compute local (engine handle 4001); waiting in its queue",
+		"queued: waiting in compute local's queue: Priority",
+		"queued: waiting in compute local's queue: Resources",
+	}
 	if d := cmp.Diff(want, queuedEvents(j)); d != "" {
 		t.Errorf("reason changes in the history (-want +got):\n%s", d)
 	}
@@ -552,8 +586,8 @@ func TestCancelDuringTheLaunchGoesThroughTheEngine(t *testing.T) {
 		t.Fatalf("engine cancels (-want +got):\n%s", d)
 	}
 	reconcile(t, s)
-	if j := status(t, s, "a"); j.Status != StatusCanceled || j.StatusReason != "canceled by owner" {
-		t.Errorf("a: %s (%s), want Canceled by owner", j.Status, j.StatusReason)
+	if j := status(t, s, "a"); j.Status != StatusCanceled || j.StatusReason != "canceled by owner before it started" || j.Handle != "4001" {
+		t.Errorf("a: %s (%s), handle %q; want Canceled by owner before it started, with the handle the engine gave", j.Status, j.StatusReason, j.Handle)
 	}
 	if n := len(e.cancels()); n != 1 {
 		t.Errorf("%d engine cancels, want 1", n)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 
+	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -47,6 +48,19 @@ func storedJobSpec(j store.Job) (*spec.Job, error) {
 		return nil, fmt.Errorf("its stored spec is no longer valid: %v; fix the file and submit it again", err)
 	}
 	return &js, nil
+}
+
+// storedEnvironment decodes a stored job's resolved environment: nil when
+// the job has none.
+func storedEnvironment(j store.Job) (*environment.Spec, error) {
+	if len(j.Environment) == 0 {
+		return nil, nil
+	}
+	env := &environment.Spec{}
+	if err := json.Unmarshal(j.Environment, env); err != nil {
+		return nil, fmt.Errorf("its stored environment cannot be read (%v); submit it again", err)
+	}
+	return env, nil
 }
 
 // storedComputeSpec decodes and checks a stored compute's spec again.

@@ -47,6 +47,7 @@ func (s *Service) Run(ctx context.Context) {
 		s.loop(ctx, nil, tick.C, loopPass{name: "engine reconcile", run: s.reconcileEngines})
 	})
 	wg.Wait()
+	s.handOffs.Wait()
 }
 
 // loopPass is one pass of a reconcile loop.
@@ -98,6 +99,7 @@ func (s *Service) dispatch(ctx context.Context) error {
 		return err
 	}
 	free := map[string]int{}
+	handsOff := map[string]bool{} // computes whose targets queue themselves
 	anyFree := false
 	for _, c := range computes {
 		if s.poolType(c.Type) != nil {
@@ -113,6 +115,12 @@ func (s *Service) dispatch(ctx context.Context) error {
 			return err
 		}
 		free[c.Name] = max(0, t.Capacity()-busy[c.Name]-waiting)
+		if queuesItself(t) {
+			handsOff[c.Name] = true
+			if s.handOffsUnderWay(c.Name) >= maxHandOffs {
+				free[c.Name] = 0 // they wait for the next batch
+			}
+		}
 		anyFree = anyFree || free[c.Name] > 0
 	}
 	if !anyFree {
@@ -122,13 +130,24 @@ func (s *Service) dispatch(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Attempts for targets that queue themselves are handed over in one
+	// batch per compute, beside the loop (handoff.go); the others start
+	// one by one, here.
+	handOffs := map[string][]string{}
 	for _, c := range scheduler.Pick(cands, free) {
+		if handsOff[c.Compute] {
+			handOffs[c.Compute] = append(handOffs[c.Compute], c.Job)
+			continue
+		}
 		if err := s.guard("job "+c.Job, func() error { return s.start(ctx, c.Job, c.Compute) }); err != nil {
 			s.log.Error("start job", "job", c.Job, "err", err)
 			if errors.Is(err, errInternal) {
 				s.failBroken(ctx, c.Job, err)
 			}
 		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(handOffs)) {
+		s.handOff(ctx, name, handOffs[name])
 	}
 	return nil
 }
@@ -185,7 +204,8 @@ func (s *Service) candidates(ctx context.Context, computes []store.Compute, free
 }
 
 // start moves a job from Queued to Preparing with a new attempt and a run
-// token, then asks its target to launch a runner.
+// token, then asks its target to launch a runner. (Targets that queue
+// themselves are handed their attempts by handOff instead: handoff.go.)
 func (s *Service) start(ctx context.Context, name, computeName string) error {
 	t, err := s.target(ctx, computeName)
 	if err != nil {
@@ -196,43 +216,16 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 	var damaged error // the stored spec, checked in the same read
 	var js *spec.Job
 	var env *environment.Spec
-	queues := queuesItself(t)
-	reason := "runner starting on compute " + computeName
-	if queues {
-		reason = "handing the attempt to compute " + computeName + "'s queue"
-	}
 	_, err = s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
 		if j.Status != StatusQueued {
 			return nil, errNotQueued
 		}
-		if js, damaged = storedJobSpec(*j); damaged != nil {
+		if js, env, damaged = nextAttempt(j); damaged != nil {
 			return nil, errNotQueued // nothing written; failed below
 		}
-		env = nil
-		if len(j.Environment) > 0 {
-			env = &environment.Spec{}
-			if err := json.Unmarshal(j.Environment, env); err != nil {
-				damaged = fmt.Errorf("its stored environment cannot be read (%v); submit it again", err)
-				return nil, errNotQueued
-			}
-		}
-		j.Attempt++
-		attempt, j.Handle = j.Attempt, ""
-		// An engine that queues itself starts one runner per node of a
-		// multi-node job; each reports its own end under its rank, and
-		// the attempt ends as rankEnded decides, as on a cluster.
-		if queues {
-			j.Placement = nil
-			if n := instancesOf(js); n > 1 {
-				raw, err := json.Marshal(Placement{Ranks: make([]RankPlacement, n)})
-				if err != nil {
-					return nil, err
-				}
-				j.Placement = raw
-			}
-		}
+		attempt = j.Attempt
 		now := s.now()
-		j.Status, j.StatusReason, j.Heartbeat = StatusPreparing, reason, now
+		j.Status, j.StatusReason, j.Heartbeat = StatusPreparing, "runner starting on compute "+computeName, now
 		return &store.Event{Job: name, Time: now, From: StatusQueued, To: j.Status, Reason: j.StatusReason}, nil
 	})
 	if damaged != nil {
@@ -246,7 +239,6 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 		return err
 	}
 	s.heard(name)
-	s.awaitRunner(name, attempt)
 	if err := s.st.CreateToken(ctx, store.Token{Hash: hash, Kind: auth.KindRun, Subject: name, Attempt: attempt, Created: s.now()}); err != nil {
 		s.finish(ctx, name, attempt, StatusFailed, "could not make a run token", nil, err.Error())
 		return err
@@ -257,11 +249,45 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 		s.finish(ctx, name, attempt, StatusFailed, "runner could not be started", nil, err.Error())
 		return err
 	}
-	if err := s.launched(ctx, t, name, attempt, computeName, h); err != nil {
-		return err
+	if h != "" {
+		// Stored for the record (inspect and cancel are for targets
+		// that queue themselves, but a handle is the attempt's name
+		// wherever the target has one).
+		if err := s.recordHandle(ctx, name, attempt, h); err != nil {
+			return err
+		}
 	}
 	s.changed(name)
 	return nil
+}
+
+// nextAttempt reads, inside the update of a queued job, its stored spec
+// and environment (checked again: an error says why the job cannot run)
+// and gives it its next attempt, with no handle yet.
+func nextAttempt(j *store.Job) (*spec.Job, *environment.Spec, error) {
+	js, err := storedJobSpec(*j)
+	if err != nil {
+		return nil, nil, err
+	}
+	env, err := storedEnvironment(*j)
+	if err != nil {
+		return nil, nil, err
+	}
+	j.Attempt++
+	j.Handle = ""
+	return js, env, nil
+}
+
+// recordHandle stores the handle of an attempt of a target that does not
+// queue itself.
+func (s *Service) recordHandle(ctx context.Context, name string, attempt int, h compute.Handle) error {
+	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		if j.Attempt == attempt && !IsTerminal(j.Status) {
+			j.Handle = string(h)
+		}
+		return nil, nil
+	})
+	return err
 }
 
 var errNotQueued = errors.New("job is no longer queued")
@@ -285,7 +311,6 @@ func (s *Service) failQueued(ctx context.Context, name, why string) {
 func (s *Service) heard(name string) {
 	s.mu.Lock()
 	s.heartbeats[name] = s.now()
-	delete(s.awaiting, name)
 	s.mu.Unlock()
 }
 

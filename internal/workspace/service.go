@@ -15,7 +15,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/compute"
-	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/provider"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/sizes"
@@ -106,12 +105,19 @@ type Service struct {
 	log     *slog.Logger
 	now     func() time.Time
 	started time.Time
+	// instance names this server among those that used the store: its
+	// hand-off marks carry it (handoff.go).
+	instance string
+	handOffs sync.WaitGroup // hand-off calls under way
 
 	kick chan struct{} // wakes the dispatcher and lease check
 	// queueScanned is when the dispatcher last read the whole queue
 	// (runs.go); only its goroutine uses it.
 	queueScanned time.Time
-	kickPools    chan struct{} // wakes the pool loop
+	// retaken holds the computes whose interrupted hand-offs the
+	// dispatcher has taken back (engine.go); only its goroutine uses it.
+	retaken   map[string]bool
+	kickPools chan struct{} // wakes the pool loop
 
 	mu         sync.Mutex
 	targets    map[string]compute.Target
@@ -124,7 +130,7 @@ type Service struct {
 	diskFull map[string]string
 
 	// The engine side of attempts (engine.go), guarded by mu too.
-	awaiting       map[string]int       // per job: the attempt being launched whose runner has not spoken
+	handing        map[string]int       // per compute: hand-off calls under way (handoff.go)
 	cancelAsked    map[string]time.Time // per job: when the cancel of its running attempt was asked
 	engineCanceled map[string]int       // per job: the attempt already canceled through its engine
 
@@ -196,10 +202,11 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		waiters:    map[string]chan struct{}{},
 		heartbeats: map[string]time.Time{},
 		diskFull:   map[string]string{},
-		awaiting:   map[string]int{}, cancelAsked: map[string]time.Time{}, engineCanceled: map[string]int{},
+		retaken:    map[string]bool{}, handing: map[string]int{}, cancelAsked: map[string]time.Time{}, engineCanceled: map[string]int{},
 		delivered: map[string]bool{}, nodeWait: map[string]chan struct{}{},
 	}
 	s.started = s.now()
+	s.instance = newInstanceID()
 	s.pools = newPoolLoop(cfg, s, s.started)
 	if _, err := s.st.GetCompute(ctx, "local"); errors.Is(err, store.ErrNotFound) {
 		local := &spec.Compute{Name: "local", Type: "local"}
@@ -664,7 +671,7 @@ func (s *Service) jobViewWith(rec store.Job, latest map[string]store.Metric) (*J
 		Name: rec.Name, DisplayName: rec.DisplayName, ExperimentName: rec.ExperimentName,
 		Status: rec.Status, StatusReason: rec.StatusReason, Compute: rec.Compute,
 		ExitCode: rec.ExitCode, Error: rec.Error, CancelRequestedBy: rec.CancelBy,
-		Attempt: rec.Attempt, Handle: rec.Handle, CreatedBy: rec.CreatedBy,
+		Attempt: rec.Attempt, Handle: shownHandle(rec.Handle), CreatedBy: rec.CreatedBy,
 		Created: timePtr(rec.Created), Started: timePtr(rec.Started), Ended: timePtr(rec.Ended),
 		CodeSnapshot: rec.CodeSnapshot, Metrics: map[string]float64{},
 	}
@@ -684,12 +691,10 @@ func (s *Service) jobViewWith(rec store.Job, latest map[string]store.Metric) (*J
 			unreadable("inputs", err)
 		}
 	}
-	if len(rec.Environment) > 0 {
-		v.Environment = &environment.Spec{}
-		if err := json.Unmarshal(rec.Environment, v.Environment); err != nil {
-			v.Environment = nil
-			unreadable("environment", err)
-		}
+	if env, err := storedEnvironment(rec); err != nil {
+		unreadable("environment", err)
+	} else {
+		v.Environment = env
 	}
 	if len(rec.Outputs) > 0 {
 		v.Outputs = &Outputs{}

@@ -113,12 +113,13 @@ func submit(t *testing.T, s *Service, name string) {
 	}
 }
 
-// dispatch runs one dispatcher pass.
+// dispatch runs one dispatcher pass and waits for the hand-offs it began.
 func dispatch(t *testing.T, s *Service) {
 	t.Helper()
 	if err := s.dispatch(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	s.handOffs.Wait()
 }
 
 func status(t *testing.T, s *Service, name string) *Job {

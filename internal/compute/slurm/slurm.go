@@ -90,6 +90,7 @@ var (
 	_ compute.Inspector    = (*Target)(nil)
 	_ compute.SelfQueueing = (*Target)(nil)
 	_ compute.FinalReports = (*Target)(nil)
+	_ compute.Finder       = (*Target)(nil)
 )
 
 // New returns a Slurm target. It starts nothing and connects to nothing;
@@ -192,7 +193,7 @@ func (t *Target) Launch(ctx context.Context, l compute.Launch) (compute.Handle, 
 	// read takes exactly one line from a pipe, so cat gets the script.
 	cmd := "umask 077 && mkdir -p " + shellQuote(b.dir) +
 		" && IFS= read -r FERRY_RUN_TOKEN && export FERRY_RUN_TOKEN && cat > " + shellQuote(scriptPath) +
-		" && exec sbatch --parsable " + shellQuote(scriptPath)
+		" && id=$(sbatch --parsable " + shellQuote(scriptPath) + ") && " + recordHandle(b.dir)
 	out, err := t.host.run(ctx, cmd, []byte(l.RunToken+"\n"+script))
 	if err != nil {
 		return "", fmt.Errorf("slurm: sbatch of %s attempt %d: %w", l.Job, l.Attempt, err)
