@@ -112,7 +112,12 @@ func ended(st compute.EngineState) bool { return st.Phase == compute.PhaseEnded 
 // and its environment as NAME → value.
 func record(t *testing.T, tg *Target, l compute.Launch, node string) ([]string, map[string]string) {
 	t.Helper()
-	dir := filepath.Join(tg.attemptDir(l.Job, l.Attempt), "node-"+node)
+	return readRecord(t, filepath.Join(tg.attemptDir(l.Job, l.Attempt), "node-"+node))
+}
+
+// readRecord reads what the fake runner whose --dir was dir recorded.
+func readRecord(t *testing.T, dir string) ([]string, map[string]string) {
+	t.Helper()
 	args, err := os.ReadFile(filepath.Join(dir, "args"))
 	if err != nil {
 		t.Fatal(err)
