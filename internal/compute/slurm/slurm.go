@@ -19,10 +19,17 @@
 // because work_dir is shared; a new server version gets a new file, and a
 // running job keeps the one it started with.
 //
+// Attempts handed over together (LaunchBatch, array.go) that ask Slurm for
+// the same resources are the tasks of one array job instead, one sbatch
+// for all of them; each task runs its attempt as that attempt's own batch
+// job would, and its handle is ARRAYID_TASK.
+//
 // The run token never appears in a script or on a command line: the
 // submit command reads it from its stdin into its environment, and sbatch
 // exports that environment to the job (Slurm keeps it with the job, like
 // any exported variable, readable by the job's user and Slurm's admins).
+// An array's tasks' tokens travel alike, one a line, as FERRY_RUN_TOKEN_<task>,
+// and each task keeps its own before its runner starts.
 package slurm
 
 import (
