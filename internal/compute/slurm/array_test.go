@@ -255,6 +255,9 @@ func TestBatchOfShapesAndBadLaunches(t *testing.T) {
 					env["FERRY_RUN_TOKEN"] == ls[i].RunToken, env["FAKE_MARK"])
 			}
 			hosts[env["SLURMD_NODENAME"]] = true
+			if _, err := os.Stat(filepath.Join(tg.attemptDir(ls[i].Job, ls[i].Attempt), "runner-"+rank+".log")); err != nil {
+				t.Errorf("launch %d node %s: its runner's log in the attempt's folder: %v", i, rank, err)
+			}
 		}
 		if len(hosts) != 2 {
 			t.Errorf("launch %d's runners ran on %v, want two nodes", i, hosts)
