@@ -3,6 +3,7 @@ package slurm
 import (
 	"context"
 	"path"
+	"strconv"
 	"strings"
 
 	"github.com/ferry-ml/ferry/internal/compute"
@@ -57,9 +58,21 @@ func (t *Target) FindHandles(ctx context.Context, as []compute.Attempt) (map[com
 	return res, nil
 }
 
-// recordHandle is the shell that writes the job id in $id (sbatch
-// --parsable's "id" or "id;cluster") to the attempt folder dir's handle
-// file and prints it.
-func recordHandle(dir string) string {
-	return "id=${id%%;*} && printf '%s\\n' \"$id\" > " + shellQuote(path.Join(dir, handleFile)) + " && printf '%s\\n' \"$id\""
+// recordHandles is the shell, run after id=$(sbatch --parsable ...),
+// that writes the handle of each attempt submitted to its folder's
+// handle file, then prints the job id as sbatch did. $id is sbatch's "id"
+// or "id;cluster"; one folder is a plain job's (handle: the id), several
+// an array's, in task order (handles: id_0, id_1, ...).
+func recordHandles(dirs ...string) string {
+	var s strings.Builder
+	s.WriteString("id=${id%%;*}")
+	for i, d := range dirs {
+		h := `"$id"`
+		if len(dirs) > 1 {
+			h = `"${id}_` + strconv.Itoa(i) + `"`
+		}
+		s.WriteString(" && printf '%s\\n' " + h + " > " + shellQuote(path.Join(d, handleFile)))
+	}
+	s.WriteString(" && printf '%s\\n' \"$id\"")
+	return s.String()
 }

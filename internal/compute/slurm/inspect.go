@@ -11,18 +11,22 @@ import (
 // inspectBatch bounds the job ids of one squeue command line.
 const inspectBatch = 500
 
-// squeueFormat is what Inspect asks squeue for: the job id, the state's
-// full name, the reason (why it pends) and the raw wait status of its
-// batch script. Widths are squeue's padding, trimmed again by
-// parseSqueue; the reason's is wide enough not to cut one.
-const squeueFormat = "JobID:24|,State:24|,Reason:200|,exit_code:12|"
+// squeueFormat is what Inspect asks squeue for: the id as Ferry's handles
+// write it, the state's full name, the reason (why it pends) and the raw
+// wait status of its batch script. JobArrayID is a job's id, or an array
+// task's ARRAYID_TASK (JobID would be the array's id for every task still
+// pending). Widths are squeue's padding, trimmed again by parseSqueue; the
+// reason's is wide enough not to cut one.
+const squeueFormat = "JobArrayID:24|,State:24|,Reason:200|,exit_code:12|"
 
 // Inspect implements compute.Inspector without slurmdbd, with one squeue
-// for up to 500 ids: with --states=all it lists every job slurmctld still
-// keeps, pending, running or ended (for MinJobAge after its end, 300 s by
-// default), which are exactly the jobs `scontrol show job` would find, and
-// it gives the ended ones' exit status as well. Handles Slurm does not
-// know are left out of the answer (PhaseGone).
+// for up to 500 ids, job ids and array tasks alike: with --states=all it
+// lists every job slurmctld still keeps, pending, running or ended (for
+// MinJobAge after its end, 300 s by default), which are exactly the jobs
+// `scontrol show job` would find, and it gives the ended ones' exit status
+// as well; -r lists an array's pending tasks one a line, as their own
+// handles. Handles Slurm does not know are left out of the answer
+// (PhaseGone).
 func (t *Target) Inspect(ctx context.Context, hs []compute.Handle) (map[compute.Handle]compute.EngineState, error) {
 	res := map[compute.Handle]compute.EngineState{}
 	var ids []string
@@ -35,7 +39,7 @@ func (t *Target) Inspect(ctx context.Context, hs []compute.Handle) (map[compute.
 	}
 	for start := 0; start < len(ids); start += inspectBatch {
 		chunk := ids[start:min(start+inspectBatch, len(ids))]
-		out, err := t.host.run(ctx, "squeue -h --states=all -j "+strings.Join(chunk, ",")+" -O '"+squeueFormat+"'", nil)
+		out, err := t.host.run(ctx, "squeue -h -r --states=all -j "+strings.Join(chunk, ",")+" -O '"+squeueFormat+"'", nil)
 		if err != nil && !alreadyGone(err) { // all of them unknown: "Invalid job id"
 			return nil, err
 		}

@@ -19,10 +19,17 @@
 // because work_dir is shared; a new server version gets a new file, and a
 // running job keeps the one it started with.
 //
+// Attempts handed over together (LaunchBatch, array.go) that ask Slurm for
+// the same resources are the tasks of one array job instead, one sbatch
+// for all of them; each task runs its attempt as that attempt's own batch
+// job would, and its handle is ARRAYID_TASK.
+//
 // The run token never appears in a script or on a command line: the
 // submit command reads it from its stdin into its environment, and sbatch
 // exports that environment to the job (Slurm keeps it with the job, like
 // any exported variable, readable by the job's user and Slurm's admins).
+// An array's tasks' tokens travel alike, one a line, as FERRY_RUN_TOKEN_<task>,
+// and each task keeps its own before its runner starts.
 package slurm
 
 import (
@@ -37,6 +44,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/compute"
@@ -81,16 +89,20 @@ type Target struct {
 	c    *spec.Compute
 	host host
 	log  *slog.Logger
+
+	arrayMu  sync.Mutex
+	maxArray int // Slurm's MaxArraySize, once read; 0 until then
 }
 
 var (
-	_ compute.Target       = (*Target)(nil)
-	_ compute.Canceller    = (*Target)(nil)
-	_ compute.Checker      = (*Target)(nil)
-	_ compute.Inspector    = (*Target)(nil)
-	_ compute.SelfQueueing = (*Target)(nil)
-	_ compute.FinalReports = (*Target)(nil)
-	_ compute.Finder       = (*Target)(nil)
+	_ compute.Target        = (*Target)(nil)
+	_ compute.Canceller     = (*Target)(nil)
+	_ compute.Checker       = (*Target)(nil)
+	_ compute.Inspector     = (*Target)(nil)
+	_ compute.SelfQueueing  = (*Target)(nil)
+	_ compute.FinalReports  = (*Target)(nil)
+	_ compute.BatchLauncher = (*Target)(nil)
+	_ compute.Finder        = (*Target)(nil)
 )
 
 // New returns a Slurm target. It starts nothing and connects to nothing;
@@ -167,44 +179,68 @@ func (t *Target) Admit(j *spec.Job, env *environment.Spec) error {
 // script, written under work_dir/runs/JOB/ATTEMPT. The handle is Slurm's
 // job id.
 func (t *Target) Launch(ctx context.Context, l compute.Launch) (compute.Handle, error) {
-	if l.Spec == nil {
-		return "", errors.New("slurm: the launch carries no job spec")
-	}
-	if !jobNameRe.MatchString(l.Job) {
-		return "", fmt.Errorf("slurm: job name %q cannot name a Slurm job", l.Job)
-	}
-	if strings.ContainsAny(l.RunToken, "\n\r\x00") {
-		// It travels as stdin's first line; never print it.
-		return "", errors.New("slurm: the run token holds a line break")
+	if err := checkLaunch(l); err != nil {
+		return "", err
 	}
 	runner, err := t.runnerCommand(ctx)
 	if err != nil {
 		return "", err
 	}
-	b := batch{compute: t.c, launch: l, dir: t.attemptDir(l.Job, l.Attempt), runner: runner,
-		cache: path.Join(t.c.WorkDir, "cache"), envCache: path.Join(t.c.WorkDir, "envs"), cancelGrace: t.cfg.CancelGrace}
+	a := attempt{launch: l, dir: t.attemptDir(l.Job, l.Attempt)}
+	b := t.batch(runner, path.Join(a.dir, "job.sh"), a)
 	script, err := b.script()
 	if err != nil {
 		return "", err
 	}
-	scriptPath := path.Join(b.dir, "job.sh")
 	// umask 077: the attempt's folder and script are the job user's
 	// alone. The token is the first line of stdin, the script the rest;
 	// read takes exactly one line from a pipe, so cat gets the script.
-	cmd := "umask 077 && mkdir -p " + shellQuote(b.dir) +
-		" && IFS= read -r FERRY_RUN_TOKEN && export FERRY_RUN_TOKEN && cat > " + shellQuote(scriptPath) +
-		" && id=$(sbatch --parsable " + shellQuote(scriptPath) + ") && " + recordHandle(b.dir)
-	out, err := t.host.run(ctx, cmd, []byte(l.RunToken+"\n"+script))
+	cmd := "umask 077 && mkdir -p " + shellQuote(a.dir) +
+		" && IFS= read -r FERRY_RUN_TOKEN && export FERRY_RUN_TOKEN && cat > " + shellQuote(b.path) +
+		" && id=$(sbatch --parsable " + shellQuote(b.path) + ") && " + recordHandles(a.dir)
+	id, err := t.sbatch(ctx, cmd, []byte(l.RunToken+"\n"+script))
 	if err != nil {
 		return "", fmt.Errorf("slurm: sbatch of %s attempt %d: %w", l.Job, l.Attempt, err)
 	}
-	// --parsable prints "id" or "id;cluster".
-	id, _, _ := strings.Cut(strings.TrimSpace(string(out)), ";")
-	if !handleRe.MatchString(id) {
-		return "", fmt.Errorf("slurm: sbatch of %s attempt %d printed %q, not a job id", l.Job, l.Attempt, shorten(string(out)))
-	}
 	t.log.Debug("slurm job submitted", "job", l.Job, "attempt", l.Attempt, "slurm_job", id)
 	return compute.Handle(id), nil
+}
+
+// checkLaunch refuses a launch that cannot be written into a script or
+// a submit command.
+func checkLaunch(l compute.Launch) error {
+	if l.Spec == nil {
+		return errors.New("slurm: the launch carries no job spec")
+	}
+	if !jobNameRe.MatchString(l.Job) {
+		return fmt.Errorf("slurm: job name %q cannot name a Slurm job", l.Job)
+	}
+	if strings.ContainsAny(l.RunToken, "\n\r\x00") {
+		// It travels as a line of stdin; never print it.
+		return fmt.Errorf("slurm: the run token of %s attempt %d holds a line break", l.Job, l.Attempt)
+	}
+	return nil
+}
+
+// batch is the sbatch of attempts, its script written at scriptPath.
+func (t *Target) batch(runner []string, scriptPath string, as ...attempt) batch {
+	return batch{compute: t.c, attempts: as, path: scriptPath, runner: runner,
+		cache: path.Join(t.c.WorkDir, "cache"), envCache: path.Join(t.c.WorkDir, "envs"), cancelGrace: t.cfg.CancelGrace}
+}
+
+// sbatch runs a submit command that ends in sbatch --parsable and
+// returns the job id it printed.
+func (t *Target) sbatch(ctx context.Context, cmd string, stdin []byte) (string, error) {
+	out, err := t.host.run(ctx, cmd, stdin)
+	if err != nil {
+		return "", err
+	}
+	// --parsable prints "id" or "id;cluster".
+	id, _, _ := strings.Cut(strings.TrimSpace(string(out)), ";")
+	if !jobIDRe.MatchString(id) {
+		return "", fmt.Errorf("sbatch printed %q, not a job id", shorten(string(out)))
+	}
+	return id, nil
 }
 
 // attemptDir is where an attempt's script, Slurm output and runner
@@ -230,21 +266,35 @@ var (
 	// jobNameRe is spec's job name rule; it keeps the name safe in a
 	// path and an #SBATCH line.
 	jobNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$`)
-	// handleRe is a Slurm job id as Ferry submits them (no arrays, no
-	// heterogeneous jobs), so a handle is safe on a command line.
-	handleRe = regexp.MustCompile(`^[0-9]{1,12}$`)
+	// jobIDRe is a Slurm job id, as sbatch prints it.
+	jobIDRe = regexp.MustCompile(`^[0-9]{1,12}$`)
+	// handleRe is a handle as Ferry makes them: a job id, or an array
+	// job's id and a task's index (1234_0), which Slurm's commands take
+	// alike; no heterogeneous jobs. It keeps a handle safe on a command
+	// line.
+	handleRe = regexp.MustCompile(`^[0-9]{1,12}(_[0-9]{1,7})?$`)
 	// envNameRe is spec's variable name rule, checked again before a
 	// name is written into a script.
 	envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 // Cancel implements compute.Canceller with scancel, which also ends a job
-// still pending. A job Slurm has ended or forgotten is not an error.
+// still pending; scancel 1234_0 ends that task of an array alone. A task
+// still pending in its array's record would vanish from Slurm when
+// cancelled, as if it had never been: held first, it is split off into a
+// record of its own, which then stays CANCELLED for MinJobAge like any
+// job's (a hold of a task already running changes nothing). A job Slurm
+// has ended or forgotten is not an error.
 func (t *Target) Cancel(ctx context.Context, h compute.Handle) error {
-	if !handleRe.MatchString(string(h)) {
+	id := string(h)
+	if !handleRe.MatchString(id) {
 		return fmt.Errorf("slurm: %q is not a Slurm job id", h)
 	}
-	_, err := t.host.run(ctx, "scancel "+string(h), nil)
+	cmd := "scancel " + id
+	if strings.Contains(id, "_") {
+		cmd = "scontrol hold " + id + " >/dev/null 2>&1; " + cmd
+	}
+	_, err := t.host.run(ctx, cmd, nil)
 	if err != nil && !alreadyGone(err) {
 		return fmt.Errorf("slurm: scancel %s: %w", h, err)
 	}

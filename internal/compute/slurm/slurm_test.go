@@ -112,7 +112,12 @@ func ended(st compute.EngineState) bool { return st.Phase == compute.PhaseEnded 
 // and its environment as NAME → value.
 func record(t *testing.T, tg *Target, l compute.Launch, node string) ([]string, map[string]string) {
 	t.Helper()
-	dir := filepath.Join(tg.attemptDir(l.Job, l.Attempt), "node-"+node)
+	return readRecord(t, filepath.Join(tg.attemptDir(l.Job, l.Attempt), "node-"+node))
+}
+
+// readRecord reads what the fake runner whose --dir was dir recorded.
+func readRecord(t *testing.T, dir string) ([]string, map[string]string) {
+	t.Helper()
 	args, err := os.ReadFile(filepath.Join(dir, "args"))
 	if err != nil {
 		t.Fatal(err)
@@ -439,8 +444,27 @@ func TestOverSSH(t *testing.T) {
 	if _, env := record(t, fake, l, "0"); env["FERRY_RUN_TOKEN"] != testToken || env["FAKE_MARK"] != name {
 		t.Errorf("the runner's environment over SSH: token passed %v, FAKE_MARK=%q", env["FERRY_RUN_TOKEN"] == testToken, env["FAKE_MARK"])
 	}
-	if strings.Contains(sshd.Log(), testToken) {
-		t.Error("the run token is in sshd's log")
+	// An array over SSH: the tokens, one a line of stdin, reach each
+	// task's runner through the login shell's read loop.
+	l0, _ := job(t, nil)
+	l1, _ := job(t, nil)
+	ls := tokened(l0, l1)
+	res := launchBatch(t, fake, ls)
+	for i, r := range res {
+		if r.Err != nil || !strings.HasSuffix(string(r.Handle), "_"+strconv.Itoa(i)) {
+			t.Fatalf("LaunchBatch over SSH: launch %d: %+v, want task %d of an array", i, r, i)
+		}
+		if st := waitState(t, fake, r.Handle, "ended", ended); st.Outcome != "Completed" {
+			t.Fatalf("task %d over SSH: %+v, want Completed", i, st)
+		}
+		if _, env := record(t, fake, ls[i], "0"); env["FERRY_RUN_TOKEN"] != ls[i].RunToken {
+			t.Errorf("task %d over SSH: the runner did not get its own token", i)
+		}
+	}
+	for _, tok := range []string{testToken, ls[0].RunToken, ls[1].RunToken} {
+		if strings.Contains(sshd.Log(), tok) {
+			t.Error("a run token is in sshd's log")
+		}
 	}
 
 	for _, c := range []struct {
