@@ -237,14 +237,14 @@ func benchFerrySlurm(bin string, n int) (rate float64, q50, q99 time.Duration, e
 			return 0, 0, 0, err
 		}
 		for k := 1; k < len(j.History); k++ {
-			if j.History[k].From == "Preparing" && j.History[k].To == "Queued" {
+			if h := j.History[k]; h.From == "Queued" && h.To == "Queued" && strings.Contains(h.Reason, "handed to compute") {
 				lat = append(lat, j.History[k].Time.Sub(submitted[name]))
 				break
 			}
 		}
 	}
 	if len(lat) == 0 {
-		return 0, 0, 0, fmt.Errorf("no job's history shows its hand-off to Slurm (Preparing -> Queued)")
+		return 0, 0, 0, fmt.Errorf("no job's history shows its hand-off to Slurm (a Queued event: handed to compute ...)")
 	}
 	slices.Sort(lat)
 	return rate, lat[len(lat)/2].Round(100 * time.Microsecond), lat[len(lat)*99/100].Round(100 * time.Microsecond), nil

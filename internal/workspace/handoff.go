@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/compute"
@@ -89,8 +90,9 @@ func (s *Service) handOffsUnderWay(computeName string) int {
 }
 
 // handOff marks each named queued job with a new attempt being handed to
-// the compute's target, makes its run token, and hands the attempts over
-// in one batch beside the dispatcher's loop.
+// the compute's target, makes the attempts' run tokens, and hands them
+// over in one batch beside the dispatcher's loop. The marks, the tokens
+// and the answers are each written in one transaction for the batch.
 func (s *Service) handOff(ctx context.Context, computeName string, names []string) {
 	t, err := s.target(ctx, computeName)
 	if err != nil {
@@ -98,21 +100,13 @@ func (s *Service) handOff(ctx context.Context, computeName string, names []strin
 		return
 	}
 	var ls []compute.Launch
-	for _, name := range names {
-		var l *compute.Launch
-		err := s.guard("job "+name, func() (err error) {
-			l, err = s.markHandOff(ctx, name, computeName)
-			return err
-		})
-		if err != nil {
-			s.log.Error("hand a job over", "job", name, "compute", computeName, "err", err)
-			if errors.Is(err, errInternal) {
-				s.failBroken(ctx, name, err)
-			}
-		}
-		if l != nil {
-			ls = append(ls, *l)
-		}
+	err = s.guard("the hand-off of "+strings.Join(names, ", "), func() (err error) {
+		ls, err = s.markHandOffs(ctx, computeName, names)
+		return err
+	})
+	if err != nil {
+		s.log.Error("hand jobs over", "compute", computeName, "err", err)
+		return // the jobs stay queued, unmarked, for a later pass
 	}
 	if len(ls) == 0 {
 		return
@@ -131,38 +125,39 @@ func (s *Service) handOff(ctx context.Context, computeName string, names []strin
 		// What the engine answered is stored even when the server is
 		// stopping: a handle not stored would leave the attempt to the
 		// next server's retake.
-		store := context.WithoutCancel(ctx)
-		for i, l := range ls {
-			r := results[i]
-			err := s.guard("job "+l.Job, func() error { return s.handedOff(store, ctx.Err() != nil, t, computeName, l, r) })
-			if err != nil {
-				s.log.Error("record a hand-off", "job", l.Job, "compute", computeName, "err", err)
-			}
+		err := s.guard("the hand-off of "+strings.Join(names, ", "), func() error {
+			return s.handedOff(context.WithoutCancel(ctx), ctx.Err() != nil, t, computeName, ls, results)
+		})
+		if err != nil {
+			s.log.Error("record a hand-off", "compute", computeName, "err", err)
 		}
 	})
 }
 
-// markHandOff gives a queued job its next attempt, marked as being handed
-// over by this server, and the attempt's run token. It returns nil when
-// the job is no longer queued or cannot run (it is failed with the
-// reason).
-func (s *Service) markHandOff(ctx context.Context, name, computeName string) (*compute.Launch, error) {
-	secret, hash := auth.NewToken()
-	l := compute.Launch{Job: name, APIURL: s.cfg.APIURL, RunToken: secret}
-	var damaged error
-	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+// markHandOffs gives each named job that is still queued its next
+// attempt, marked as being handed over by this server, and makes the
+// attempts' run tokens. It returns the launches of the jobs marked; a job
+// whose stored record cannot run is failed with the reason.
+func (s *Service) markHandOffs(ctx context.Context, computeName string, names []string) ([]compute.Launch, error) {
+	mark := s.handOffMark()
+	launches := map[string]*compute.Launch{}
+	damaged := map[string]error{}
+	_, errs, err := s.st.UpdateJobs(ctx, names, func(j *store.Job) (*store.Event, error) {
+		delete(launches, j.Name)
 		if j.Status != StatusQueued || j.Handle != "" {
 			return nil, errNotQueued
 		}
-		if l.Spec, l.Environment, damaged = nextAttempt(j); damaged != nil {
+		js, env, bad := nextAttempt(j)
+		if bad != nil {
+			damaged[j.Name] = bad
 			return nil, errNotQueued
 		}
-		l.Attempt, j.Handle = j.Attempt, s.handOffMark()
+		j.Handle = mark
 		// An engine that queues itself starts one runner per node of a
 		// multi-node job; each reports its own end under its rank, and
 		// the attempt ends as rankEnded decides, as on a cluster.
 		j.Placement = nil
-		if n := instancesOf(l.Spec); n > 1 {
+		if n := instancesOf(js); n > 1 {
 			raw, err := json.Marshal(Placement{Ranks: make([]RankPlacement, n)})
 			if err != nil {
 				return nil, err
@@ -170,24 +165,36 @@ func (s *Service) markHandOff(ctx context.Context, name, computeName string) (*c
 			j.Placement = raw
 		}
 		j.StatusReason = "queued: being handed to compute " + computeName + "'s queue"
+		launches[j.Name] = &compute.Launch{Job: j.Name, Attempt: j.Attempt, APIURL: s.cfg.APIURL, Spec: js, Environment: env}
 		return nil, nil
 	})
-	if damaged != nil {
-		s.failQueued(ctx, name, damaged.Error())
-		return nil, nil
-	}
-	if errors.Is(err, errNotQueued) {
-		return nil, nil
-	}
 	if err != nil {
 		return nil, err
 	}
-	if err := s.st.CreateToken(ctx, store.Token{Hash: hash, Kind: auth.KindRun, Subject: name, Attempt: l.Attempt, Created: s.now()}); err != nil {
-		s.handOffFailed(ctx, name, l.Attempt, "could not make a run token: "+err.Error())
+	for name, why := range damaged {
+		s.failQueued(ctx, name, why.Error())
+	}
+	var ls []compute.Launch
+	var toks []store.Token
+	for i, name := range names {
+		l := launches[name]
+		if errs[i] != nil || l == nil {
+			if errs[i] != nil && !errors.Is(errs[i], errNotQueued) && !errors.Is(errs[i], store.ErrNotFound) {
+				s.log.Error("hand a job over", "job", name, "compute", computeName, "err", errs[i])
+			}
+			continue
+		}
+		secret, hash := auth.NewToken()
+		l.RunToken = secret
+		toks = append(toks, store.Token{Hash: hash, Kind: auth.KindRun, Subject: name, Attempt: l.Attempt, Created: s.now()})
+		ls = append(ls, *l)
+		s.changed(name)
+	}
+	if err := s.st.CreateTokens(ctx, toks); err != nil {
+		s.handOffFailed(ctx, ls, "could not make run tokens: "+err.Error())
 		return nil, err
 	}
-	s.changed(name)
-	return &l, nil
+	return ls, nil
 }
 
 // launchAll hands ls to t: in one call when t launches batches, else
@@ -232,91 +239,150 @@ func (s *Service) launchAll(ctx context.Context, t compute.Target, ls []compute.
 	return rs
 }
 
-// handedOff records what the engine answered for one attempt handed over:
-// its handle, or the job's failure. When the server was stopping during
-// the call (stopping), a failed call leaves the mark for the next
-// server's retake: the engine may have the attempt all the same.
-func (s *Service) handedOff(ctx context.Context, stopping bool, t compute.Target, computeName string, l compute.Launch, r compute.Launched) error {
-	if r.Err == nil && (r.Handle == "" || isHandOffMark(string(r.Handle))) {
-		r.Err = fmt.Errorf("compute target %s returned no handle for attempt %d", t.Type(), l.Attempt)
-	}
-	if r.Err != nil {
-		if stopping {
-			return nil
+// handedOff records what the engine answered for the attempts ls of one
+// hand-off call: their handles, in one transaction, and the failures.
+// When the server was stopping during the call (stopping), a failed
+// launch leaves its mark for the next server: the engine may have the
+// attempt all the same.
+func (s *Service) handedOff(ctx context.Context, stopping bool, t compute.Target, computeName string, ls []compute.Launch, rs []compute.Launched) error {
+	var ok, failed []compute.Launch
+	handles := map[string]compute.Handle{}
+	whys := map[string]string{}
+	for i, l := range ls {
+		r := rs[i]
+		if r.Err == nil && (r.Handle == "" || isHandOffMark(string(r.Handle))) {
+			r.Err = fmt.Errorf("compute target %s returned no handle for attempt %d", t.Type(), l.Attempt)
 		}
-		s.handOffFailed(ctx, l.Job, l.Attempt, fmt.Sprintf("compute %s could not take the attempt: %v", computeName, r.Err))
+		switch {
+		case r.Err == nil:
+			ok = append(ok, l)
+			handles[l.Job] = r.Handle
+		case !stopping:
+			failed = append(failed, l)
+			whys[l.Job] = fmt.Sprintf("compute %s could not take the attempt: %v", computeName, r.Err)
+		}
+	}
+	if len(failed) > 0 {
+		s.handOffFailedEach(ctx, failed, whys)
+	}
+	if len(ok) == 0 {
 		return nil
 	}
-	return s.launched(ctx, t, l.Job, l.Attempt, computeName, r.Handle)
+	// A handle not stored leaves its attempt marked until the next
+	// server finds it (compute.Finder) or takes it back: worth a few
+	// tries when the store refuses a write (a full disk, a busy lock).
+	var err error
+	for try := range 5 {
+		if err = s.launched(ctx, t, computeName, ok, handles); err == nil {
+			return nil
+		}
+		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
+	}
+	return err
 }
 
-// handOffFailed fails a job whose attempt this server could not hand over
-// (unless the attempt ended or moved on meanwhile).
-func (s *Service) handOffFailed(ctx context.Context, name string, attempt int, why string) {
+// handOffFailed fails the jobs of ls, whose attempts this server could
+// not hand over, all for one reason.
+func (s *Service) handOffFailed(ctx context.Context, ls []compute.Launch, why string) {
+	whys := map[string]string{}
+	for _, l := range ls {
+		whys[l.Job] = why
+	}
+	s.handOffFailedEach(ctx, ls, whys)
+}
+
+// handOffFailedEach fails each job of ls, whose attempt this server could
+// not hand over, with its reason in whys (unless the attempt ended or
+// moved on meanwhile), and revokes the attempts' run tokens.
+func (s *Service) handOffFailedEach(ctx context.Context, ls []compute.Launch, whys map[string]string) {
 	mark := s.handOffMark()
-	failed := false
-	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		failed = false
-		if j.Attempt != attempt || j.Handle != mark || j.Status != StatusQueued {
+	attempts := map[string]int{}
+	names := make([]string, len(ls))
+	for i, l := range ls {
+		attempts[l.Job], names[i] = l.Attempt, l.Job
+	}
+	failed := map[string]bool{}
+	_, _, err := s.st.UpdateJobs(ctx, names, func(j *store.Job) (*store.Event, error) {
+		delete(failed, j.Name)
+		if j.Attempt != attempts[j.Name] || j.Handle != mark || j.Status != StatusQueued {
 			return nil, nil
 		}
-		now := s.now()
-		j.Status, j.StatusReason, j.Error, j.Ended, j.Handle, failed = StatusFailed, why, why, now, "", true
-		return &store.Event{Job: name, Time: now, From: StatusQueued, To: StatusFailed, Reason: why}, nil
+		now, why := s.now(), whys[j.Name]
+		j.Status, j.StatusReason, j.Error, j.Ended, j.Handle = StatusFailed, why, why, now, ""
+		failed[j.Name] = true
+		return &store.Event{Job: j.Name, Time: now, From: StatusQueued, To: StatusFailed, Reason: why}, nil
 	})
 	if err != nil {
-		s.log.Error("fail a job whose hand-off failed", "job", name, "err", err)
+		s.log.Error("fail the jobs whose hand-off failed", "jobs", names, "err", err)
 		return
 	}
-	if failed {
-		s.log.Warn("hand-off failed", "job", name, "attempt", attempt, "reason", why)
+	for _, name := range names {
+		if !failed[name] {
+			continue
+		}
+		s.log.Warn("hand-off failed", "job", name, "attempt", attempts[name], "reason", whys[name])
 		if err := s.st.DeleteTokens(ctx, auth.KindRun, name); err != nil {
 			s.log.Error("revoke the run token of a failed hand-off", "job", name, "err", err)
 		}
 		s.changed(name)
-		s.wakeDispatcher()
 	}
+	s.wakeDispatcher()
 }
 
-// launched records the handle the engine gave an attempt this server
-// handed over. The attempt waits in the engine's queue, Queued with a
-// reason that names the handle, unless its runner has already called (a
-// fast engine: it stays as the runner put it). An attempt canceled during
-// the call, or taken back by another server's retake, is canceled
+// launched records, in one transaction, the handles the engine gave the
+// attempts ls this server handed over. Each attempt waits in the engine's
+// queue, Queued with a reason that names its handle, unless its runner
+// has already called (a fast engine: it stays as the runner put it). An
+// attempt canceled during the call, or taken back meanwhile, is canceled
 // through the engine at once: no runner would hear of it.
-func (s *Service) launched(ctx context.Context, t compute.Target, name string, attempt int, computeName string, h compute.Handle) error {
+func (s *Service) launched(ctx context.Context, t compute.Target, computeName string, ls []compute.Launch, handles map[string]compute.Handle) error {
 	mark := s.handOffMark()
-	giveUp := false
-	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		giveUp = false
-		if j.Attempt != attempt || j.Handle != mark {
-			giveUp = true
+	attempts := map[string]int{}
+	names := make([]string, len(ls))
+	for i, l := range ls {
+		attempts[l.Job], names[i] = l.Attempt, l.Job
+	}
+	giveUp := map[string]bool{}
+	_, _, err := s.st.UpdateJobs(ctx, names, func(j *store.Job) (*store.Event, error) {
+		delete(giveUp, j.Name)
+		h := handles[j.Name]
+		if j.Attempt != attempts[j.Name] || j.Handle != mark {
+			giveUp[j.Name] = true
 			return nil, nil
 		}
 		j.Handle = string(h) // kept for the record, whatever became of the job
 		if IsTerminal(j.Status) {
-			giveUp = true
+			giveUp[j.Name] = true
 			return nil, nil
 		}
 		if j.Status != StatusQueued {
 			return nil, nil // its runner spoke first
 		}
 		j.StatusReason = fmt.Sprintf("queued: handed to compute %s (engine handle %s); waiting in its queue", computeName, h)
-		return &store.Event{Job: name, Time: s.now(), From: StatusQueued, To: StatusQueued, Reason: j.StatusReason}, nil
+		return &store.Event{Job: j.Name, Time: s.now(), From: StatusQueued, To: StatusQueued, Reason: j.StatusReason}, nil
 	})
 	if err != nil {
 		return err
 	}
-	s.changed(name)
-	if c, ok := t.(compute.Canceller); ok && giveUp {
-		if err := c.Cancel(ctx, h); err != nil {
+	for _, name := range names {
+		s.changed(name)
+	}
+	c, ok := t.(compute.Canceller)
+	if !ok {
+		return nil
+	}
+	for _, name := range names {
+		if !giveUp[name] {
+			continue
+		}
+		if err := c.Cancel(ctx, handles[name]); err != nil {
 			// Its run token is revoked: a runner the engine starts
 			// anyway is refused and ends.
-			s.log.Error("cancel through the engine an attempt given up during its hand-off", "compute", computeName, "job", name, "handle", h, "err", err)
-			return nil
+			s.log.Error("cancel through the engine an attempt given up during its hand-off", "compute", computeName, "job", name, "handle", handles[name], "err", err)
+			continue
 		}
 		s.mu.Lock()
-		s.engineCanceled[name] = attempt
+		s.engineCanceled[name] = attempts[name]
 		s.mu.Unlock()
 	}
 	return nil

@@ -179,41 +179,88 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 // whatever its Job field says.
 func (s *Store) UpdateJob(ctx context.Context, name string, fn func(*store.Job) (*store.Event, error)) (store.Job, error) {
 	var out store.Job
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		j, err := scanJob(s.txRow(ctx, tx, s.w, qGetJob, name))
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("job %q: %w", name, store.ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("update job %q: %w", name, err)
-		}
-		seq := j.Seq
-		before := jobValues(j)
-		e, err := fn(&j)
-		if err != nil {
-			return err
-		}
-		j.Name, j.Seq = name, seq
-		// A row fn left as it was is not written again: callers that find
-		// nothing to do (a resent report, an attempt already ended) would
-		// otherwise each append a WAL frame of the whole row.
-		if after := jobValues(j); !slices.Equal(before, after) {
-			if _, err := s.txExec(ctx, tx, s.w, qUpdateJob, append(after, seq)...); err != nil {
-				return fmt.Errorf("update job %q: %w", name, err)
-			}
-		}
-		if e != nil {
-			if err := s.insertEvent(ctx, tx, name, *e); err != nil {
-				return fmt.Errorf("update job %q: event: %w", name, err)
-			}
-		}
-		out = normJob(j)
-		return nil
+	err := s.write(ctx, func(tx *sql.Tx) (err error) {
+		out, err = s.updateJob(ctx, tx, name, fn)
+		return err
 	})
+	if fe := (fnError{}); errors.As(err, &fe) {
+		return store.Job{}, fe.err // as fn returned it
+	}
 	if err != nil {
 		return store.Job{}, err
 	}
 	return out, nil
+}
+
+// UpdateJobs implements store.Store, as UpdateJob does for each job.
+func (s *Store) UpdateJobs(ctx context.Context, names []string, fn func(*store.Job) (*store.Event, error)) ([]store.Job, []error, error) {
+	jobs := make([]store.Job, len(names))
+	errs := make([]error, len(names))
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		for i, name := range names {
+			var read store.Job
+			jobs[i], errs[i] = s.updateJob(ctx, tx, name, func(j *store.Job) (*store.Event, error) {
+				read = *j
+				return fn(j)
+			})
+			if errs[i] != nil {
+				jobs[i] = normJob(read)
+				// A failure of the database itself ends the transaction;
+				// fn's own errors and a missing job are the job's alone.
+				if fe := (fnError{}); errors.As(errs[i], &fe) {
+					errs[i] = fe.err
+				} else if !errors.Is(errs[i], store.ErrNotFound) {
+					return errs[i]
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return jobs, errs, nil
+}
+
+// fnError wraps an error the update's function returned, so that it is
+// told from the database's own; UpdateJob and UpdateJobs return the
+// wrapped error as it was.
+type fnError struct{ err error }
+
+func (e fnError) Error() string { return e.err.Error() }
+func (e fnError) Unwrap() error { return e.err }
+
+// updateJob is UpdateJob's work inside the write transaction tx; an error
+// fn returns comes back wrapped in fnError.
+func (s *Store) updateJob(ctx context.Context, tx *sql.Tx, name string, fn func(*store.Job) (*store.Event, error)) (store.Job, error) {
+	j, err := scanJob(s.txRow(ctx, tx, s.w, qGetJob, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Job{Name: name}, fmt.Errorf("job %q: %w", name, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Job{}, fmt.Errorf("update job %q: %w", name, err)
+	}
+	seq := j.Seq
+	before := jobValues(j)
+	e, err := fn(&j)
+	if err != nil {
+		return store.Job{}, fnError{err}
+	}
+	j.Name, j.Seq = name, seq
+	// A row fn left as it was is not written again: callers that find
+	// nothing to do (a resent report, an attempt already ended) would
+	// otherwise each append a WAL frame of the whole row.
+	if after := jobValues(j); !slices.Equal(before, after) {
+		if _, err := s.txExec(ctx, tx, s.w, qUpdateJob, append(after, seq)...); err != nil {
+			return store.Job{}, fmt.Errorf("update job %q: %w", name, err)
+		}
+	}
+	if e != nil {
+		if err := s.insertEvent(ctx, tx, name, *e); err != nil {
+			return store.Job{}, fmt.Errorf("update job %q: event: %w", name, err)
+		}
+	}
+	return normJob(j), nil
 }
 
 // jobExists returns ErrNotFound, wrapped, if there is no job by that name.

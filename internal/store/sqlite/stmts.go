@@ -52,11 +52,12 @@ const (
 			WHERE id IN (SELECT max(id) FROM metrics WHERE job = ? GROUP BY name)`
 	qAddMetric   = `INSERT INTO metrics (job, name, value, step, time) VALUES (?, ?, ?, ?, ?)`
 	qTokenByHash = `SELECT hash, kind, subject, attempt, created FROM tokens WHERE hash = ?`
+	qCreateToken = `INSERT INTO tokens (hash, kind, subject, attempt, created) VALUES (?, ?, ?, ?, ?)`
 )
 
 var (
 	readQueries  = []string{qGetJob, qJobExists, qListEvents, qLatestMetrics, qTokenByHash}
-	writeQueries = []string{qGetJob, qJobExists, qUpdateJob, qInsertEvent, qAddMetric}
+	writeQueries = []string{qGetJob, qJobExists, qUpdateJob, qInsertEvent, qAddMetric, qCreateToken}
 )
 
 // prepare prepares queries on db.

@@ -77,8 +77,7 @@ func (c *tokenCache) revoke(kind, subject string) {
 
 // CreateToken implements store.Store.
 func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
-	_, err := s.exec(ctx, s.w, `INSERT INTO tokens (hash, kind, subject, attempt, created) VALUES (?, ?, ?, ?, ?)`,
-		t.Hash, t.Kind, t.Subject, t.Attempt, timeArg(t.Created))
+	_, err := s.exec(ctx, s.w, qCreateToken, t.Hash, t.Kind, t.Subject, t.Attempt, timeArg(t.Created))
 	// Error messages leave the hash out: it is not the secret, but no reader
 	// of a log gains anything from it.
 	if isUnique(err) {
@@ -88,6 +87,22 @@ func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
 		return fmt.Errorf("create %s token for %q: %w", t.Kind, t.Subject, err)
 	}
 	return nil
+}
+
+// CreateTokens implements store.Store.
+func (s *Store) CreateTokens(ctx context.Context, ts []store.Token) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		for _, t := range ts {
+			_, err := s.txExec(ctx, tx, s.w, qCreateToken, t.Hash, t.Kind, t.Subject, t.Attempt, timeArg(t.Created))
+			if isUnique(err) {
+				return fmt.Errorf("token: %w", store.ErrConflict)
+			}
+			if err != nil {
+				return fmt.Errorf("create %s token for %q: %w", t.Kind, t.Subject, err)
+			}
+		}
+		return nil
+	})
 }
 
 // TokenByHash implements store.Store. A token deleted by DeleteTokens is

@@ -93,6 +93,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Job/Update", testJobUpdate},
 		{"Job/UpdateNilEvent", testJobUpdateNilEvent},
 		{"Job/UpdateFnError", testJobUpdateFnError},
+		{"Job/UpdateMany", testJobUpdateMany},
 		{"Job/UpdateNotFound", testJobUpdateNotFound},
 		{"Job/UpdateIgnoresNameAndSeq", testJobUpdateIgnoresNameAndSeq},
 		{"Job/UpdateConcurrent", testJobUpdateConcurrent},
@@ -116,6 +117,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 
 		{"Token/CreateLookup", testTokenCreateLookup},
 		{"Token/Conflict", testTokenConflict},
+		{"Token/CreateMany", testTokenCreateMany},
 		{"Token/NotFound", testTokenNotFound},
 		{"Token/Delete", testTokenDelete},
 	}
@@ -827,6 +829,53 @@ func testJobUpdateFnError(t *testing.T, s store.Store) {
 	}
 }
 
+// UpdateJobs writes each job as UpdateJob would, in one transaction; a
+// job whose fn fails, or that is missing, is left as it was and only its
+// entry of errs says so.
+func testJobUpdateMany(t *testing.T, s store.Store) {
+	mustCreateJob(t, s, testJob("j1"))
+	failing := mustCreateJob(t, s, fullJob("j2"))
+	mustCreateJob(t, s, testJob("j3"))
+	var seen []string
+	jobs, errs, err := s.UpdateJobs(context.Background(), []string{"j1", "j2", "nope", "j3"}, func(j *store.Job) (*store.Event, error) {
+		seen = append(seen, j.Name)
+		j.Status, j.Handle = "Queued", "h-"+j.Name
+		if j.Name == "j2" {
+			return &store.Event{Time: t0, From: "Queued", To: "Queued"}, errTest
+		}
+		return &store.Event{Time: t0, From: "Queued", To: "Queued", Reason: "handed " + j.Name}, nil
+	})
+	if err != nil {
+		t.Fatalf("UpdateJobs: %v", err)
+	}
+	if d := diff([]string{"j1", "j2", "j3"}, seen); d != "" {
+		t.Errorf("fn called for (-want +got):\n%s", d)
+	}
+	if len(jobs) != 4 || len(errs) != 4 {
+		t.Fatalf("UpdateJobs returned %d jobs and %d errors for 4 names", len(jobs), len(errs))
+	}
+	if errs[0] != nil || errs[3] != nil || errs[1] != errTest {
+		t.Errorf("errs %v: want nil for j1 and j3, fn's error as is for j2", errs)
+	}
+	wantErrIs(t, "UpdateJobs of a missing job", errs[2], store.ErrNotFound)
+	for i, name := range []string{"j1", "j3"} {
+		got := mustGetJob(t, s, name)
+		if got.Handle != "h-"+name || jobs[i*3].Handle != "h-"+name {
+			t.Errorf("%s: stored handle %q, returned %q; want h-%s", name, got.Handle, jobs[i*3].Handle, name)
+		}
+		want := []store.Event{firstEvent(name), {Job: name, Time: t0, From: "Queued", To: "Queued", Reason: "handed " + name}}
+		if d := diff(want, mustListEvents(t, s, name)); d != "" {
+			t.Errorf("%s's events (-want +got):\n%s", name, d)
+		}
+	}
+	if d := diff(failing, mustGetJob(t, s, "j2")); d != "" {
+		t.Errorf("j2 changed though its fn failed (-want +got):\n%s", d)
+	}
+	if d := diff([]store.Event{firstEvent("j2")}, mustListEvents(t, s, "j2")); d != "" {
+		t.Errorf("j2's events though its fn failed (-want +got):\n%s", d)
+	}
+}
+
 func testJobUpdateNotFound(t *testing.T, s store.Store) {
 	called := false
 	_, err := s.UpdateJob(context.Background(), "nope", func(*store.Job) (*store.Event, error) {
@@ -1143,6 +1192,28 @@ func testTokenConflict(t *testing.T, s store.Store) {
 	if d := diff(first, got); d != "" {
 		t.Errorf("first token changed by a conflicting create (-want +got):\n%s", d)
 	}
+}
+
+// CreateTokens stores all of its tokens, or none when one conflicts.
+func testTokenCreateMany(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	a, b := token("ha", "run", "j1", 1), token("hb", "run", "j2", 1)
+	if err := s.CreateTokens(ctx, []store.Token{a, b}); err != nil {
+		t.Fatalf("CreateTokens: %v", err)
+	}
+	for _, want := range []store.Token{a, b} {
+		got, err := s.TokenByHash(ctx, want.Hash)
+		if err != nil {
+			t.Fatalf("TokenByHash(%s): %v", want.Hash, err)
+		}
+		if d := diff(want, got); d != "" {
+			t.Errorf("TokenByHash(%s) (-want +got):\n%s", want.Hash, d)
+		}
+	}
+	err := s.CreateTokens(ctx, []store.Token{token("hc", "run", "j3", 1), token("ha", "run", "j4", 1)})
+	wantErrIs(t, "CreateTokens with an existing hash", err, store.ErrConflict)
+	_, err = s.TokenByHash(ctx, "hc")
+	wantErrIs(t, "the token created beside a conflicting one", err, store.ErrNotFound)
 }
 
 func testTokenNotFound(t *testing.T, s store.Store) {
