@@ -222,7 +222,11 @@ func (noHandle) LaunchBatch(_ context.Context, ls []compute.Launch) []compute.La
 // runner the engine starts for it anyway is refused) and hands the job
 // over again as a new attempt. An attempt whose runner called before the
 // restart is left to its runner.
-func TestInterruptedHandOffIsTakenBackByTheNextServer(t *testing.T) {
+// interruptedHandOffs makes a store where a first server handed jobs a and
+// b over and stopped during the engine call; it returns the store, its
+// folder, the clock and the first server's target.
+func interruptedHandOffs(t *testing.T) (store.Store, string, *clock, *fakeEngine) {
+	t.Helper()
 	st, dir := engineStore(t)
 	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	first := newFakeEngine(4)
@@ -238,13 +242,19 @@ func TestInterruptedHandOffIsTakenBackByTheNextServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	s1.handOffs.Wait()
+	return st, dir, clk, first
+}
+
+func TestInterruptedHandOffIsTakenBackByTheNextServer(t *testing.T) {
+	st, dir, clk, first := interruptedHandOffs(t)
 	var tokens []string
 	for _, l := range first.launches() {
 		tokens = append(tokens, l.RunToken)
 	}
 	for _, n := range []string{"a", "b"} {
-		if j := status(t, s1, n); j.Status != StatusQueued || j.Attempt != 1 {
-			t.Fatalf("%s after an interrupted hand-off: %s, attempt %d; want Queued (not failed), attempt 1", n, j.Status, j.Attempt)
+		j, err := st.GetJob(context.Background(), n)
+		if err != nil || j.Status != StatusQueued || j.Attempt != 1 || !isHandOffMark(j.Handle) {
+			t.Fatalf("%s after an interrupted hand-off: %s, attempt %d, handle %q, %v; want Queued (not failed), attempt 1, marked", n, j.Status, j.Attempt, j.Handle, err)
 		}
 	}
 
@@ -327,18 +337,7 @@ func (f *findingEngine) FindHandles(_ context.Context, as []compute.Attempt) (ma
 // whose hand-off the restart cut short: the attempt the engine has is the
 // one followed, and nothing is launched again.
 func TestInterruptedHandOffIsAdoptedWhenTheTargetFindsIt(t *testing.T) {
-	st, dir := engineStore(t)
-	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	first := newFakeEngine(4)
-	s1 := engineService(t, st, dir, first, clk)
-	submit(t, s1, "a")
-	submit(t, s1, "b")
-	ctx, stop := context.WithCancel(context.Background())
-	first.fail = func(compute.Launch) error { stop(); return errors.New("killed") }
-	if err := s1.dispatch(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s1.handOffs.Wait()
+	st, dir, clk, _ := interruptedHandOffs(t)
 
 	again := &findingEngine{fakeEngine: newFakeEngine(4), found: map[compute.Attempt]compute.Handle{{Job: "a", Attempt: 1}: "4999"}}
 	again.set("4999", compute.EngineState{Phase: compute.PhasePending, Reason: "Priority"})
