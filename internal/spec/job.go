@@ -148,6 +148,23 @@ var (
 	identities   = []string{"user_identity", "managed", "aml_token"}
 )
 
+// checkEnvironmentVariables checks a spec's environment_variables: names
+// a shell takes, none of Ferry's own, no NUL in a value.
+func checkEnvironmentVariables(es *Errors, vars map[string]string) {
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		f := "environment_variables." + k
+		switch {
+		case !identRe().MatchString(k):
+			es.add(f, "%s is not a valid variable name: use letters, digits and '_', not starting with a digit", quote(k))
+		case strings.HasPrefix(k, "FERRY_"):
+			es.add(f, "names starting with FERRY_ are reserved for the variables Ferry sets; pick another name")
+		}
+		if strings.ContainsRune(vars[k], 0) {
+			es.add(f, "the value must not contain a NUL character")
+		}
+	}
+}
+
 // oneOf checks that v is one of allowed (or empty, when optional).
 func oneOf(es *Errors, field, v string, optional bool, allowed []string) {
 	if (v == "" && optional) || slices.Contains(allowed, v) {
@@ -192,18 +209,7 @@ func (j *Job) Validate() error {
 	j.validateCommand(&es)
 	j.validateCompute(&es)
 	j.validateIO(&es)
-	for _, k := range slices.Sorted(maps.Keys(j.EnvironmentVariables)) {
-		f := "environment_variables." + k
-		switch {
-		case !identRe().MatchString(k):
-			es.add(f, "%s is not a valid variable name: use letters, digits and '_', not starting with a digit", quote(k))
-		case strings.HasPrefix(k, "FERRY_"):
-			es.add(f, "names starting with FERRY_ are reserved for the variables Ferry sets; pick another name")
-		}
-		if strings.ContainsRune(j.EnvironmentVariables[k], 0) {
-			es.add(f, "the value must not contain a NUL character")
-		}
-	}
+	checkEnvironmentVariables(&es, j.EnvironmentVariables)
 	j.checkBounds(&es)
 	if r := j.Resources; r != nil {
 		if r.ShmSize != "" && !shmRe().MatchString(r.ShmSize) {

@@ -259,6 +259,7 @@ func applySet(root *yaml.Node, arg string) *FieldError {
 var (
 	inputType = reflect.TypeFor[Input]()
 	envType   = reflect.TypeFor[Environment]()
+	modelType = reflect.TypeFor[ModelRef]()
 )
 
 // renamed points names that people bring from elsewhere (mostly the Azure
@@ -331,6 +332,14 @@ func (c *checker) walk(n *yaml.Node, t reflect.Type, path string) {
 			return // a literal: `epochs: 5`
 		case yaml.SequenceNode:
 			c.add(path, n, "must be a value (epochs: 5) or a mapping with type, path and mode, got a list")
+			return
+		}
+	case modelType:
+		switch n.Kind {
+		case yaml.ScalarNode:
+			return // a reference: `model: azureml:name:1`
+		case yaml.SequenceNode:
+			c.add(path, n, "must be a reference such as azureml:NAME:VERSION or a mapping with path, got a list")
 			return
 		}
 	case envType:
