@@ -1,0 +1,585 @@
+// Package gateway is the front door of online endpoints: it takes a
+// scoring request for an endpoint, checks its key or token, picks a
+// deployment (the traffic split, or the azureml-model-deployment header),
+// waits for a free slot of that deployment's replicas (up to
+// max_queue_wait_ms, then 429), proxies the request to the least busy
+// ready replica with the deployment's request timeout (408 past it), and
+// streams the answer back unbuffered. Mirrored traffic is copied to other
+// deployments and their answers dropped.
+//
+// The gateway holds no state of its own that must survive: what it routes
+// to is a snapshot (Endpoint) the server sets whenever an endpoint, its
+// deployments or their ready replicas change. It runs inside `ferry
+// server` (one process, next to the API that owns that state; a gateway
+// process of its own would need the same snapshots pushed to it, which
+// can come later without changing this package).
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// DeploymentHeader names, in a request, the deployment to score with
+// (bypassing the traffic split) and, in an answer, the one that scored.
+const DeploymentHeader = "azureml-model-deployment"
+
+// Endpoint is what the gateway routes for one endpoint. Keys are secrets:
+// the gateway compares them in constant time and never writes them
+// anywhere.
+type Endpoint struct {
+	Name        string
+	AuthMode    string   // "key" or "aml_token"
+	Keys        []string // the endpoint's keys (primary, secondary)
+	Traffic     map[string]int
+	Mirror      map[string]int
+	Deployments map[string]Deployment
+}
+
+// Deployment is one deployment of an endpoint and its ready replicas.
+type Deployment struct {
+	Name string
+	// Replicas are the base URLs (http://host:port) of the replicas that
+	// passed their readiness probe.
+	Replicas       []string
+	RequestTimeout time.Duration
+	// MaxConcurrent is max_concurrent_requests_per_instance.
+	MaxConcurrent int
+	MaxQueueWait  time.Duration
+}
+
+// Options configure a Gateway.
+type Options struct {
+	// MaxBody bounds a request's body; 0 means DefaultMaxBody.
+	MaxBody int64
+	// CheckToken says whether token may score with endpoint (auth_mode
+	// aml_token). Nil refuses every token.
+	CheckToken func(ctx context.Context, endpoint, token string) bool
+	// ColdStart, when set, is called for a request to a deployment with
+	// no ready replica: it may start one and returns once the deployment
+	// has a ready replica (or ctx ends). The request is then routed
+	// again. Nil answers 503 at once.
+	ColdStart func(ctx context.Context, endpoint, deployment string) error
+	// Rand picks deployments by weight; nil is math/rand/v2's.
+	Rand  *rand.Rand
+	Log   *slog.Logger
+	Proxy http.RoundTripper // nil: a transport of the gateway's own
+}
+
+// DefaultMaxBody is the request body limit unless Options says otherwise.
+const DefaultMaxBody = 16 << 20
+
+// Gateway routes scoring requests. It is safe for concurrent use.
+type Gateway struct {
+	opt    Options
+	client *http.Client
+	log    *slog.Logger
+
+	mu        sync.RWMutex
+	endpoints map[string]*endpointState
+	randMu    sync.Mutex
+
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+type endpointState struct {
+	Endpoint
+	deps map[string]*deploymentState
+}
+
+// deploymentState is a deployment with its runtime state: the slots in
+// use and, per replica, the requests in flight; kept across Set while the
+// deployment stays.
+type deploymentState struct {
+	Deployment
+	lim      *limiter
+	mu       sync.Mutex
+	inFlight map[string]int // per replica URL
+	next     int            // round robin among the least busy
+	stats    *latencies
+}
+
+// New makes a gateway that routes nothing until Set.
+func New(opt Options) *Gateway {
+	if opt.MaxBody == 0 {
+		opt.MaxBody = DefaultMaxBody
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	tr := opt.Proxy
+	if tr == nil {
+		tr = &http.Transport{
+			Proxy:               nil, // replicas are reached directly
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true, // answers pass through as the replica sent them
+		}
+	}
+	g := &Gateway{
+		opt: opt, log: opt.Log, client: &http.Client{Transport: tr},
+		endpoints: map[string]*endpointState{},
+		reg:       prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_endpoint_requests_total", Help: "Scoring requests answered, by endpoint, deployment and HTTP status.",
+		}, []string{"endpoint", "deployment", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "ferry_endpoint_request_duration_seconds", Help: "Time from a scoring request's arrival to the end of its answer.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"endpoint", "deployment"}),
+	}
+	g.reg.MustRegister(g.requests, g.latency)
+	return g
+}
+
+// Metrics is the gateway's Prometheus page.
+func (g *Gateway) Metrics() http.Handler {
+	return promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{})
+}
+
+// Set routes e (replacing what was routed for its name). Deployments that
+// stay keep their requests in flight and their statistics.
+func (g *Gateway) Set(e Endpoint) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.endpoints[e.Name]
+	st := &endpointState{Endpoint: e, deps: map[string]*deploymentState{}}
+	for name, d := range e.Deployments {
+		d.Name = name
+		d.MaxConcurrent = max(d.MaxConcurrent, 1)
+		var ds *deploymentState
+		if old != nil {
+			ds = old.deps[name]
+		}
+		if ds == nil {
+			ds = &deploymentState{lim: newLimiter(), inFlight: map[string]int{}, stats: newLatencies()}
+		}
+		ds.mu.Lock()
+		ds.Deployment = d
+		ds.mu.Unlock()
+		ds.lim.setCapacity(len(d.Replicas) * d.MaxConcurrent)
+		st.deps[name] = ds
+	}
+	g.endpoints[e.Name] = st
+}
+
+// Remove stops routing an endpoint.
+func (g *Gateway) Remove(name string) {
+	g.mu.Lock()
+	delete(g.endpoints, name)
+	g.mu.Unlock()
+}
+
+// Stats are a deployment's request counts and latency percentiles.
+type Stats struct {
+	Requests int64
+	Errors   int64 // answers of 5xx, 408 and 429
+	P50, P99 time.Duration
+}
+
+// Stats returns the statistics of an endpoint's deployments.
+func (g *Gateway) Stats(endpoint string) map[string]Stats {
+	g.mu.RLock()
+	e := g.endpoints[endpoint]
+	g.mu.RUnlock()
+	out := map[string]Stats{}
+	if e == nil {
+		return out
+	}
+	for name, d := range e.deps {
+		out[name] = d.stats.snapshot()
+	}
+	return out
+}
+
+// httpError is an answer the gateway makes itself.
+type httpError struct {
+	code int
+	msg  string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func fail(code int, format string, args ...any) *httpError {
+	return &httpError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// ServeHTTP scores a request for the endpoint named by the path
+// /endpoints/NAME/score.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	name, ok := endpointOf(r.URL.Path)
+	if !ok {
+		writeError(w, fail(http.StatusNotFound, "no such path; score at /endpoints/NAME/score"))
+		return
+	}
+	g.mu.RLock()
+	e := g.endpoints[name]
+	g.mu.RUnlock()
+	if e == nil {
+		writeError(w, fail(http.StatusNotFound, "endpoint %s does not exist", name))
+		return
+	}
+	if err := g.authorize(r, e); err != nil {
+		writeError(w, err)
+		return
+	}
+	d, err := g.pick(r, e)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	code := g.score(w, r, e, d)
+	elapsed := time.Since(start)
+	g.requests.WithLabelValues(e.Name, d.Name, fmt.Sprint(code)).Inc()
+	g.latency.WithLabelValues(e.Name, d.Name).Observe(elapsed.Seconds())
+	d.stats.add(elapsed, code >= 500 || code == http.StatusRequestTimeout || code == http.StatusTooManyRequests)
+}
+
+// endpointOf reads NAME from /endpoints/NAME/score.
+func endpointOf(p string) (string, bool) {
+	rest, ok := strings.CutPrefix(p, "/endpoints/")
+	if !ok {
+		return "", false
+	}
+	name, tail, ok := strings.Cut(rest, "/")
+	return name, ok && name != "" && tail == "score"
+}
+
+// authorize checks the request's key (auth_mode key) or token (aml_token),
+// sent as "Authorization: Bearer SECRET".
+func (g *Gateway) authorize(r *http.Request, e *endpointState) *httpError {
+	secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || secret == "" {
+		return fail(http.StatusUnauthorized, "endpoint %s needs its %s in the Authorization header (Bearer ...); see `ferry online-endpoint get-credentials`", e.Name, e.credential())
+	}
+	if e.AuthMode == "aml_token" {
+		if g.opt.CheckToken != nil && g.opt.CheckToken(r.Context(), e.Name, secret) {
+			return nil
+		}
+		return fail(http.StatusUnauthorized, "the token is not valid for endpoint %s", e.Name)
+	}
+	match := 0
+	for _, k := range e.Keys {
+		// Every key is compared, so the time taken says nothing of which
+		// one matched.
+		match |= subtle.ConstantTimeCompare([]byte(k), []byte(secret))
+	}
+	if match == 1 {
+		return nil
+	}
+	return fail(http.StatusUnauthorized, "the key is not valid for endpoint %s", e.Name)
+}
+
+func (e *endpointState) credential() string {
+	if e.AuthMode == "aml_token" {
+		return "token"
+	}
+	return "key"
+}
+
+// pick chooses the request's deployment: the one its header names, else
+// one drawn by the traffic split.
+func (g *Gateway) pick(r *http.Request, e *endpointState) (*deploymentState, *httpError) {
+	if name := r.Header.Get(DeploymentHeader); name != "" {
+		d := e.deps[name]
+		if d == nil {
+			return nil, fail(http.StatusNotFound, "endpoint %s has no deployment %s", e.Name, name)
+		}
+		return d, nil
+	}
+	name := g.draw(e.Traffic)
+	if name == "" || e.deps[name] == nil {
+		return nil, fail(http.StatusServiceUnavailable, "endpoint %s sends no traffic to any deployment; set its traffic (ferry online-endpoint update --traffic \"NAME=100\")", e.Name)
+	}
+	return e.deps[name], nil
+}
+
+// draw picks a name with probability weight/100 (weights sum to 100 or
+// less; what is left picks none).
+func (g *Gateway) draw(weights map[string]int) string {
+	total := 0
+	for _, w := range weights {
+		total += w
+	}
+	if total == 0 {
+		return ""
+	}
+	g.randMu.Lock()
+	var n int
+	if g.opt.Rand != nil {
+		n = g.opt.Rand.IntN(total)
+	} else {
+		n = rand.IntN(total)
+	}
+	g.randMu.Unlock()
+	for _, name := range sortedKeys(weights) {
+		if n < weights[name] {
+			return name
+		}
+		n -= weights[name]
+	}
+	return ""
+}
+
+func sortedKeys(m map[string]int) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// score proxies the request to a replica of d, mirrors it, and returns
+// the status it answered with.
+func (g *Gateway) score(w http.ResponseWriter, r *http.Request, e *endpointState, d *deploymentState) int {
+	r.Body = http.MaxBytesReader(w, r.Body, g.opt.MaxBody)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return writeError(w, fail(http.StatusRequestEntityTooLarge, "the request body is over %d bytes", g.opt.MaxBody))
+		}
+		return writeError(w, fail(http.StatusBadRequest, "reading the request body: %v", err))
+	}
+	g.mirror(r, e, d.Name, body)
+
+	ctx, cancel := context.WithTimeout(r.Context(), d.timeout())
+	defer cancel()
+	if err := g.ready(ctx, e, d); err != nil {
+		return writeError(w, err)
+	}
+	if !d.lim.acquire(ctx, d.queueWait()) {
+		if ctx.Err() != nil {
+			return writeError(w, fail(http.StatusRequestTimeout, "deployment %s did not answer within %v", d.Name, d.timeout()))
+		}
+		return writeError(w, fail(http.StatusTooManyRequests, "deployment %s is at max_concurrent_requests_per_instance (%d) on every replica, and no slot freed within max_queue_wait_ms (%v)", d.Name, d.MaxConcurrent, d.queueWait()))
+	}
+	defer d.lim.release()
+
+	// A replica that refuses the connection has not seen the request: it
+	// is tried once more on another (a replica that died since the last
+	// snapshot).
+	var tried []string
+	for attempt := 0; ; attempt++ {
+		replica := d.take(tried)
+		if replica == "" {
+			return writeError(w, fail(http.StatusServiceUnavailable, "deployment %s has no ready replica", d.Name))
+		}
+		tried = append(tried, replica)
+		code, err := g.forward(ctx, w, r, d, replica, body)
+		d.done(replica)
+		if err == nil {
+			return code
+		}
+		if refused(err) && attempt == 0 {
+			continue
+		}
+		if ctx.Err() != nil && r.Context().Err() == nil {
+			return writeError(w, fail(http.StatusRequestTimeout, "deployment %s did not answer within %v", d.Name, d.timeout()))
+		}
+		g.log.Warn("scoring request failed", "endpoint", e.Name, "deployment", d.Name, "replica", replica, "err", err)
+		return writeError(w, fail(http.StatusBadGateway, "deployment %s's replica failed: %v", d.Name, err))
+	}
+}
+
+// ready waits, when d has no ready replica, for a cold start (if the
+// gateway has one) to give it one.
+func (g *Gateway) ready(ctx context.Context, e *endpointState, d *deploymentState) *httpError {
+	if d.replicaCount() > 0 {
+		return nil
+	}
+	if g.opt.ColdStart == nil {
+		return fail(http.StatusServiceUnavailable, "deployment %s has no ready replica", d.Name)
+	}
+	if err := g.opt.ColdStart(ctx, e.Name, d.Name); err != nil {
+		if ctx.Err() != nil {
+			return fail(http.StatusRequestTimeout, "deployment %s did not start a replica within %v", d.Name, d.timeout())
+		}
+		return fail(http.StatusServiceUnavailable, "deployment %s could not start a replica: %v", d.Name, err)
+	}
+	return nil
+}
+
+// forward sends the request to one replica and streams its answer back.
+// An error means nothing was written to w.
+func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, d *deploymentState, replica string, body []byte) (int, error) {
+	up, err := http.NewRequestWithContext(ctx, r.Method, replica+"/score", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	up.URL.RawQuery = r.URL.RawQuery
+	for k, vs := range r.Header {
+		if k == "Authorization" || hopByHop(k) {
+			continue // the endpoint's key stays at the gateway
+		}
+		up.Header[k] = vs
+	}
+	resp, err := g.client.Do(up)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	for k, vs := range resp.Header {
+		if !hopByHop(k) {
+			w.Header()[k] = vs
+		}
+	}
+	w.Header().Set(DeploymentHeader, d.Name)
+	w.WriteHeader(resp.StatusCode)
+	// Unbuffered: each piece the replica sends is flushed at once, so
+	// chunked and server-sent event answers stream through.
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return resp.StatusCode, nil // the client left
+			}
+			_ = rc.Flush()
+		}
+		if rerr != nil {
+			return resp.StatusCode, nil // io.EOF, or a replica cut off mid-answer: the status is sent
+		}
+	}
+}
+
+// mirror sends copies of the request to the mirrored deployments drawn,
+// never to the one scoring it, and drops their answers. A copy that finds
+// no free slot at once is not sent: mirroring must not slow live traffic.
+func (g *Gateway) mirror(r *http.Request, e *endpointState, live string, body []byte) {
+	for name, pct := range e.Mirror {
+		d := e.deps[name]
+		if d == nil || name == live || pct <= 0 || g.draw(map[string]int{name: pct}) == "" {
+			continue
+		}
+		if d.replicaCount() == 0 || !d.lim.acquire(context.Background(), 0) {
+			continue
+		}
+		hdr := r.Header.Clone()
+		go func() {
+			defer d.lim.release()
+			ctx, cancel := context.WithTimeout(context.Background(), d.timeout())
+			defer cancel()
+			replica := d.take(nil)
+			if replica == "" {
+				return
+			}
+			defer d.done(replica)
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, replica+"/score", bytes.NewReader(body))
+			if err != nil {
+				return
+			}
+			for k, vs := range hdr {
+				if k != "Authorization" && !hopByHop(k) {
+					req.Header[k] = vs
+				}
+			}
+			resp, err := g.client.Do(req)
+			code := http.StatusBadGateway
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				code = resp.StatusCode
+			}
+			g.requests.WithLabelValues(e.Name, name+" (mirror)", fmt.Sprint(code)).Inc()
+		}()
+	}
+}
+
+func hopByHop(k string) bool {
+	switch http.CanonicalHeaderKey(k) {
+	case "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length":
+		return true
+	}
+	return false
+}
+
+// refused says whether err is a refused connection: the replica never got
+// the request.
+func refused(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// writeError answers with the gateway's own error, as JSON, and returns
+// its status.
+func writeError(w http.ResponseWriter, err *httpError) int {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(err.code)
+	fmt.Fprintf(w, "{\"error\":{\"code\":%d,\"message\":%q}}\n", err.code, err.msg)
+	return err.code
+}
+
+func (d *deploymentState) timeout() time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.RequestTimeout <= 0 {
+		return 5 * time.Second
+	}
+	return d.RequestTimeout
+}
+
+func (d *deploymentState) queueWait() time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.MaxQueueWait
+}
+
+func (d *deploymentState) replicaCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.Replicas)
+}
+
+// take picks the ready replica with the fewest requests in flight (round
+// robin among equals), not one of skip, and counts the request on it.
+func (d *deploymentState) take(skip []string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	best, bestN := "", 0
+	n := len(d.Replicas)
+	for i := range n {
+		r := d.Replicas[(d.next+i)%n]
+		if slices.Contains(skip, r) {
+			continue
+		}
+		if best == "" || d.inFlight[r] < bestN {
+			best, bestN = r, d.inFlight[r]
+		}
+	}
+	if best != "" {
+		d.inFlight[best]++
+		d.next++
+	}
+	return best
+}
+
+// done ends a request counted on replica by take.
+func (d *deploymentState) done(replica string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.inFlight[replica]--; d.inFlight[replica] <= 0 {
+		delete(d.inFlight, replica)
+	}
+}
