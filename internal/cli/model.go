@@ -23,7 +23,29 @@ func (a *app) modelCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "model", Short: "Register models (Azure ML v2 model files) and fetch their files"}
 	cmd.AddCommand(a.modelCreateCmd(), a.modelListCmd(), a.modelShowCmd(), a.modelDownloadCmd(),
 		a.modelArchiveCmd("archive", true), a.modelArchiveCmd("restore", false))
+	for _, sub := range cmd.Commands() {
+		if sub.Name() != "create" && sub.Name() != "list" {
+			sub.ValidArgsFunction = a.firstArg(listModelNames)
+		}
+	}
 	return cmd
+}
+
+// listModelNames completes a model's name, and its NAME@latest.
+func listModelNames(ctx context.Context, c *client.Client, _ []string) ([]string, error) {
+	ms, err := c.ListModels(ctx, "", false)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range ms {
+		if !seen[m.Name] {
+			seen[m.Name] = true
+			out = append(out, m.Name+"\t"+m.Type, m.Name+"@latest")
+		}
+	}
+	return out, nil
 }
 
 type modelCreateOpts struct {
