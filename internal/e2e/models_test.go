@@ -258,6 +258,19 @@ tags:
 		t.Errorf("latest after restore: %s, want 2", m.Version)
 	}
 
+	// A server killed with SIGKILL comes back with every version, files
+	// included.
+	s.kill9()
+	s.start()
+	if m := parseModel(t, mustVia(home, "model", "show", "azureml:iris:1", "-o", "json")); m.Snapshot != v1.Snapshot {
+		t.Errorf("iris:1 after kill -9: %+v", m)
+	}
+	again := t.TempDir()
+	mustVia(home, "model", "download", "iris@latest", "--download-path", again)
+	if d := cmp.Diff(want, treeOf(t, filepath.Join(again, "iris"), false)); d != "" {
+		t.Errorf("downloaded after kill -9 (-model folder +downloaded):\n%.2000s", d)
+	}
+
 	// Without a token the registry answers nothing.
 	if code, body := s.call("GET", "/v1/models", "", nil); code != http.StatusUnauthorized {
 		t.Errorf("GET /v1/models with no token: %d %s", code, body)
