@@ -165,6 +165,7 @@ tags:
 	if v1.ID != "azureml:iris:1" || v1.Version != "1" || v1.Type != "mlflow_model" || v1.Tags["framework"] != "sklearn" {
 		t.Fatalf("first create: %+v", v1)
 	}
+	t.Logf("first create: %d bytes of content in %d upload requests", counter.bytes.Load(), counter.calls.Load())
 	if n := counter.bytes.Load(); n < int64(len(weights)) {
 		t.Errorf("first create sent %d bytes of content, less than the %d of weights.bin", n, len(weights))
 	}
@@ -191,6 +192,7 @@ tags:
 	if v2.Version != "2" || v2.Snapshot == v1.Snapshot {
 		t.Errorf("changed model: %+v, want version 2 with a new snapshot", v2)
 	}
+	t.Logf("one file changed: %d bytes of content in %d upload requests", counter.bytes.Load(), counter.calls.Load())
 	if n := counter.bytes.Load(); n == 0 || n >= 64<<10 {
 		t.Errorf("one changed 10-byte file: sent %d bytes, want more than 0 and far less than the 1 MiB unchanged", n)
 	}
@@ -216,6 +218,8 @@ tags:
 	if m := parseModel(t, mustVia(home, "model", "show", "azureml:iris:1", "-o", "json")); m.Snapshot != v1.Snapshot {
 		t.Errorf("azureml:iris:1 is %+v", m)
 	}
+	mustContain(t, "model show", mustVia(home, "model", "show", "iris@latest").stdout,
+		"version:", "mlflow_model", "framework=sklearn", "model: azureml:iris:2")
 	r = ferryVia(home, "model", "show", "iris")
 	if r.code == 0 || !strings.Contains(r.stderr, "--label latest") {
 		t.Errorf("show with no version: %s; want it to ask for one", r)
@@ -305,5 +309,14 @@ func TestModelFileErrors(t *testing.T) {
 	r := s.ferry("model", "create", "-f", filepath.Join(dir, "bad-type.yml"), "--set", "type=triton_model", "--name", "ok", "-o", "json")
 	if r.code != 0 || !bytes.Contains([]byte(r.stdout), []byte(`"triton_model"`)) {
 		t.Errorf("--set fixing the type: %s", r)
+	}
+
+	// A model that is one file downloads as that file in DIR/NAME.
+	writeFiles(t, dir, map[string]string{"one.yml": "name: single\npath: m/weights.bin\n"})
+	s.mustFerry("model", "create", "-f", filepath.Join(dir, "one.yml"))
+	out := t.TempDir()
+	s.mustFerry("model", "download", "single@latest", "--download-path", out)
+	if d := cmp.Diff(map[string]string{"weights.bin": "-rw-r--r-- w"}, treeOf(t, filepath.Join(out, "single"), false)); d != "" {
+		t.Errorf("a one-file model downloaded (-want +got):\n%s", d)
 	}
 }
