@@ -123,7 +123,12 @@ func (s *Service) CreateModel(ctx context.Context, who auth.Principal, f *spec.M
 		Spec: raw, Snapshot: snap, Hash: hash, Created: s.now()}
 	if err := s.st.CreateModel(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil, Conflict("model %s:%s was registered at the same time by someone else; run the command again", f.Name, version)
+			// Registered meanwhile: the same content is that version, as
+			// it would have been had this call come second.
+			if other, gerr := s.st.GetModel(ctx, f.Name, version); gerr == nil && other.Hash == hash {
+				return modelView(other)
+			}
+			return nil, Conflict("model %s:%s was registered at the same time by someone else with other content; run the command again", f.Name, version)
 		}
 		return nil, noSpace(err, "model "+f.Name+":"+version)
 	}

@@ -189,3 +189,37 @@ func TestResolveModel(t *testing.T) {
 	_, err = s.ResolveModel(ctx, "azureml:iriss:1")
 	wantCode(t, "typo", err, CodeNotFound, "did you mean iris?")
 }
+
+// Creates of one model at once all succeed: the same content is one
+// version whoever stored it first.
+func TestModelConcurrentCreatesAgree(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	_, snap := putFile(t, s, "weights")
+	const n = 8
+	versions := make(chan string, n)
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			m, err := s.CreateModel(ctx, owner, modelFile("iris", "1"), snap)
+			if err != nil {
+				errs <- err
+				return
+			}
+			versions <- m.Version
+		}()
+	}
+	for range n {
+		select {
+		case err := <-errs:
+			t.Errorf("a concurrent create failed: %v", err)
+		case v := <-versions:
+			if v != "1" {
+				t.Errorf("a concurrent create gave version %s", v)
+			}
+		}
+	}
+	if ms, err := s.ListModels(ctx, "iris", true); err != nil || len(ms) != 1 {
+		t.Errorf("after %d concurrent creates: %v, %v; want one version", n, ms, err)
+	}
+}
