@@ -100,6 +100,7 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 		{method: "POST", path: "/v1/snapshots", summary: "Store a snapshot manifest whose files are uploaded", run: true, handle: s.createSnapshot},
 		{method: "GET", path: "/v1/snapshots/{id}", summary: "Get a snapshot manifest", run: true, handle: s.getSnapshot},
 	}
+	s.routes = append(s.routes, s.modelRoutes()...)
 	for _, rt := range s.routes {
 		s.mux.HandleFunc(rt.method+" "+rt.path, s.wrap(rt))
 	}

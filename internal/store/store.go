@@ -81,6 +81,22 @@ type Environment struct {
 	Created     time.Time
 }
 
+// Model is one version of a registered model. Its files are the snapshot
+// Snapshot (a manifest's id in the blob store); Spec is the rest of the
+// model (tags, properties) as JSON, opaque to the store; Hash its identity.
+// An archived version is kept but hidden from lists and from "latest".
+type Model struct {
+	Name        string
+	Version     string
+	Type        string
+	Description string
+	Spec        json.RawMessage
+	Snapshot    string
+	Hash        string
+	Archived    bool
+	Created     time.Time
+}
+
 // Node is a machine of a pool compute (a cluster or an instance). State and
 // Reason are owned by the workspace; Facts is JSON the store keeps opaque.
 type Node struct {
@@ -295,6 +311,21 @@ type Store interface {
 	// of all environments when name is empty, ordered by name and then by
 	// registration (so a name's last entry is its latest version).
 	ListEnvironments(ctx context.Context, name string) ([]Environment, error)
+	// CreateModel stores a version of a model; ErrConflict if that name
+	// and version exist.
+	CreateModel(ctx context.Context, m Model) error
+	// GetModel returns one version, archived or not; ErrNotFound if there
+	// is none.
+	GetModel(ctx context.Context, name, version string) (Model, error)
+	// ListModels returns every version of the named model, or of all
+	// models when name is empty, archived ones too, ordered by name and
+	// then by registration.
+	ListModels(ctx context.Context, name string) ([]Model, error)
+	// SetModelArchived archives (or restores) one version and returns it;
+	// ErrNotFound if there is none. Setting the state it has is not an
+	// error.
+	SetModelArchived(ctx context.Context, name, version string, archived bool) (Model, error)
+
 	// CreateToken stores a token; ErrConflict if the hash exists.
 	CreateToken(ctx context.Context, t Token) error
 	// CreateTokens stores tokens in one transaction, all or none;

@@ -292,3 +292,59 @@ func TestHandleMigrationKeepsOldJobs(t *testing.T) {
 		t.Errorf("GetJob after storing a handle = %q, %v; want 77", j.Handle, err)
 	}
 }
+
+// A database from before models (every migration before the one that adds
+// them) upgrades with its environments kept and an empty, usable model
+// registry. The migration is found by name, not number, so the test
+// holds wherever it lands in the sequence.
+func TestModelsMigrationUpgrades(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ferry.db")
+	ms, err := loadMigrations(migrations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := -1
+	for _, m := range ms {
+		if strings.HasSuffix(m.name, "_models.sql") {
+			at = m.version
+		}
+	}
+	if at < 0 {
+		t.Fatal("no NNNN_models.sql migration")
+	}
+	before := fstest.MapFS{}
+	for _, m := range ms {
+		if m.version < at {
+			before[m.name] = &fstest.MapFile{Data: []byte(m.sql)}
+		}
+	}
+	db := openRaw(t, path)
+	if err := migrate(ctx, db, before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO environments (name, version, description, spec, hash, created)
+		VALUES ('torch', '1', '', '{}', 'h', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.GetEnvironment(ctx, "torch", "1"); err != nil {
+		t.Errorf("the environment stored before models: %v", err)
+	}
+	if got, err := s.ListModels(ctx, ""); err != nil || len(got) != 0 {
+		t.Errorf("ListModels after the upgrade = %v, %v; want none", got, err)
+	}
+	m := store.Model{Name: "iris", Version: "1", Type: "custom_model", Snapshot: "s", Hash: "h"}
+	if err := s.CreateModel(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetModel(ctx, "iris", "1"); err != nil || got.Archived {
+		t.Errorf("GetModel = %+v, %v; want it, not archived", got, err)
+	}
+}

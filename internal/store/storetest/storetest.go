@@ -115,6 +115,12 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Environment/NotFound", testEnvironmentNotFound},
 		{"Environment/ListOrder", testEnvironmentListOrder},
 
+		{"Model/CreateGet", testModelCreateGet},
+		{"Model/Conflict", testModelConflict},
+		{"Model/NotFound", testModelNotFound},
+		{"Model/ListOrder", testModelListOrder},
+		{"Model/Archive", testModelArchive},
+
 		{"Token/CreateLookup", testTokenCreateLookup},
 		{"Token/Conflict", testTokenConflict},
 		{"Token/CreateMany", testTokenCreateMany},

@@ -1,0 +1,108 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+const modelColumns = `name, version, type, description, spec, snapshot, hash, archived, created`
+
+func scanModel(s scanner) (store.Model, error) {
+	var (
+		m        store.Model
+		spec     []byte
+		archived int
+		created  sql.NullInt64
+	)
+	if err := s.Scan(&m.Name, &m.Version, &m.Type, &m.Description, &spec, &m.Snapshot, &m.Hash, &archived, &created); err != nil {
+		return store.Model{}, err
+	}
+	m.Spec, m.Archived, m.Created = spec, archived != 0, timeOf(created)
+	return m, nil
+}
+
+func boolArg(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// CreateModel implements store.Store.
+func (s *Store) CreateModel(ctx context.Context, m store.Model) error {
+	_, err := s.w.ExecContext(ctx, `INSERT INTO models (`+modelColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		m.Name, m.Version, m.Type, m.Description, jsonArg(m.Spec), m.Snapshot, m.Hash, boolArg(m.Archived), timeArg(m.Created))
+	if isUnique(err) {
+		return fmt.Errorf("model %s:%s: %w", m.Name, m.Version, store.ErrConflict)
+	}
+	if err != nil {
+		return full(fmt.Errorf("create model %s:%s: %w", m.Name, m.Version, err))
+	}
+	return nil
+}
+
+// GetModel implements store.Store.
+func (s *Store) GetModel(ctx context.Context, name, version string) (store.Model, error) {
+	m, err := scanModel(s.r.QueryRowContext(ctx,
+		`SELECT `+modelColumns+` FROM models WHERE name = ? AND version = ?`, name, version))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Model{}, fmt.Errorf("model %s:%s: %w", name, version, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Model{}, fmt.Errorf("get model %s:%s: %w", name, version, err)
+	}
+	return m, nil
+}
+
+// ListModels implements store.Store.
+func (s *Store) ListModels(ctx context.Context, name string) ([]store.Model, error) {
+	q := `SELECT ` + modelColumns + ` FROM models`
+	var args []any
+	if name != "" {
+		q += ` WHERE name = ?`
+		args = append(args, name)
+	}
+	rows, err := s.r.QueryContext(ctx, q+` ORDER BY name, seq`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list models: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Model{}
+	for rows.Next() {
+		m, err := scanModel(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list models: %w", err)
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// SetModelArchived implements store.Store.
+func (s *Store) SetModelArchived(ctx context.Context, name, version string, archived bool) (store.Model, error) {
+	var out store.Model
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE models SET archived = ? WHERE name = ? AND version = ?`, boolArg(archived), name, version)
+		if err != nil {
+			return fmt.Errorf("archive model %s:%s: %w", name, version, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("archive model %s:%s: %w", name, version, err)
+		} else if n == 0 {
+			return fmt.Errorf("model %s:%s: %w", name, version, store.ErrNotFound)
+		}
+		out, err = scanModel(tx.QueryRowContext(ctx, `SELECT `+modelColumns+` FROM models WHERE name = ? AND version = ?`, name, version))
+		if err != nil {
+			return fmt.Errorf("archive model %s:%s: %w", name, version, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Model{}, err
+	}
+	return out, nil
+}

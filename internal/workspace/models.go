@@ -1,0 +1,271 @@
+package workspace
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// Model is a registered model version as the API shows it. Its files are
+// the snapshot Snapshot; `ferry model download` fetches them.
+type Model struct {
+	ID          string            `json:"id"` // azureml:NAME:VERSION, what deployments name
+	Name        string            `json:"name"`
+	Version     string            `json:"version"`
+	Type        string            `json:"type"`
+	Description string            `json:"description,omitempty"`
+	Tags        map[string]string `json:"tags,omitempty"`
+	Properties  map[string]string `json:"properties,omitempty"`
+	Snapshot    string            `json:"snapshot"`
+	Hash        string            `json:"hash"`
+	Archived    bool              `json:"archived,omitempty"`
+	Created     time.Time         `json:"created"`
+}
+
+// modelSpec is what the store keeps of a model file beside its columns.
+type modelSpec struct {
+	Tags       map[string]string `json:"tags,omitempty"`
+	Properties map[string]string `json:"properties,omitempty"`
+}
+
+func modelView(rec store.Model) (*Model, error) {
+	var ms modelSpec
+	if len(rec.Spec) > 0 {
+		if err := json.Unmarshal(rec.Spec, &ms); err != nil {
+			return nil, fmt.Errorf("model %s:%s: stored spec: %w", rec.Name, rec.Version, err)
+		}
+	}
+	return &Model{ID: "azureml:" + rec.Name + ":" + rec.Version, Name: rec.Name, Version: rec.Version,
+		Type: rec.Type, Description: rec.Description, Tags: ms.Tags, Properties: ms.Properties,
+		Snapshot: rec.Snapshot, Hash: rec.Hash, Archived: rec.Archived, Created: rec.Created}, nil
+}
+
+// modelHash is a version's identity: its files, its type and its
+// properties, which Azure also holds fixed. Description and tags are
+// about the model, not part of it, so a change to them alone is not new
+// content.
+func modelHash(f *spec.ModelFile, snap string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "type %q\nsnapshot %q\n", f.Type, snap)
+	for _, k := range slices.Sorted(maps.Keys(f.Properties)) {
+		fmt.Fprintf(h, "property %q %q\n", k, f.Properties[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// CreateModel registers a version of a model whose files are the
+// uploaded snapshot snap. Versions are immutable: registering the same
+// name and version again with the same content returns the existing one,
+// with other content it is refused. With no version, the next whole
+// number is taken, unless the latest version has the same content, which
+// is then returned: creating an unchanged model twice is one version.
+func (s *Service) CreateModel(ctx context.Context, who auth.Principal, f *spec.ModelFile, snap string) (*Model, error) {
+	if !who.IsOwner() {
+		return nil, Forbidden("a run token cannot register models")
+	}
+	if f == nil {
+		return nil, Invalid("the model is missing")
+	}
+	if f.Type == "" {
+		f.Type = spec.ModelTypes[0]
+	}
+	if err := f.Validate(); err != nil {
+		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	if snap == "" {
+		return nil, Invalid("snapshot: a model needs its files uploaded as a snapshot; `ferry model create -f FILE` uploads the path it names")
+	}
+	if err := s.requireSnapshot(snap, "snapshot"); err != nil {
+		return nil, err
+	}
+	if _, err := s.readSnapshot(snap); err != nil {
+		return nil, Invalid("snapshot: %v", err)
+	}
+	hash := modelHash(f, snap)
+
+	versions, err := s.st.ListModels(ctx, f.Name)
+	if err != nil {
+		return nil, err
+	}
+	version := f.Version
+	if version == "" {
+		if latest, ok := latestModel(versions); ok && latest.Hash == hash {
+			return modelView(latest)
+		}
+		version = nextModelVersion(versions)
+	}
+	for _, v := range versions {
+		if v.Version != version {
+			continue
+		}
+		if v.Hash == hash {
+			return modelView(v)
+		}
+		return nil, Conflict("model %s:%s is registered with other content (files, type or properties), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, nextModelVersion(versions))
+	}
+	raw, err := json.Marshal(modelSpec{Tags: f.Tags, Properties: f.Properties})
+	if err != nil {
+		return nil, err
+	}
+	rec := store.Model{Name: f.Name, Version: version, Type: f.Type, Description: f.Description,
+		Spec: raw, Snapshot: snap, Hash: hash, Created: s.now()}
+	if err := s.st.CreateModel(ctx, rec); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			// Registered meanwhile: the same content is that version, as
+			// it would have been had this call come second.
+			if other, gerr := s.st.GetModel(ctx, f.Name, version); gerr == nil && other.Hash == hash {
+				return modelView(other)
+			}
+			return nil, Conflict("model %s:%s was registered at the same time by someone else with other content; run the command again", f.Name, version)
+		}
+		return nil, noSpace(err, "model "+f.Name+":"+version)
+	}
+	return modelView(rec)
+}
+
+// latestModel is the version registered last that is not archived.
+func latestModel(versions []store.Model) (store.Model, bool) {
+	for i := len(versions) - 1; i >= 0; i-- {
+		if !versions[i].Archived {
+			return versions[i], true
+		}
+	}
+	return store.Model{}, false
+}
+
+// nextModelVersion is one more than the highest whole-number version,
+// archived ones included: a number once given is never given again.
+func nextModelVersion(versions []store.Model) string {
+	n := 0
+	for _, v := range versions {
+		if i, err := strconv.Atoi(v.Version); err == nil && i > n {
+			n = i
+		}
+	}
+	return strconv.Itoa(n + 1)
+}
+
+// GetModel returns one version of a model, archived or not; version ""
+// or "latest" is the newest one not archived.
+func (s *Service) GetModel(ctx context.Context, name, version string) (*Model, error) {
+	rec, err := s.lookupModel(ctx, name, version)
+	if err != nil {
+		return nil, err
+	}
+	return modelView(rec)
+}
+
+// ResolveModel finds the model a reference names: azureml:NAME:VERSION,
+// azureml:NAME@latest or NAME@latest (spec.ParseModelRef). It is how
+// deployments find their model. A bad reference is CodeInvalid, a model
+// that is not registered CodeNotFound; both messages say what to do.
+func (s *Service) ResolveModel(ctx context.Context, ref string) (*Model, error) {
+	name, version, err := spec.ParseModelRef(ref)
+	if err != nil {
+		return nil, Invalid("%v", err)
+	}
+	return s.GetModel(ctx, name, version)
+}
+
+// ListModels returns the versions of every model, or of one, in
+// registration order; archived versions only when includeArchived.
+func (s *Service) ListModels(ctx context.Context, name string, includeArchived bool) ([]*Model, error) {
+	recs, err := s.st.ListModels(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	out := []*Model{}
+	for _, r := range recs {
+		if r.Archived && !includeArchived {
+			continue
+		}
+		v, err := modelView(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// ArchiveModel archives (archived true) or restores one version. An
+// archived version keeps its files and can still be shown and downloaded
+// by its version, but is no longer listed or the latest.
+func (s *Service) ArchiveModel(ctx context.Context, who auth.Principal, name, version string, archived bool) (*Model, error) {
+	if !who.IsOwner() {
+		return nil, Forbidden("a run token cannot archive models")
+	}
+	if version == "" || version == "latest" {
+		return nil, Invalid("version: say which version to archive or restore, e.g. --version 3")
+	}
+	rec, err := s.st.SetModelArchived(ctx, name, version, archived)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, s.unknownModel(ctx, name, version)
+	}
+	if err != nil {
+		return nil, noSpace(err, "model "+name+":"+version)
+	}
+	return modelView(rec)
+}
+
+func (s *Service) lookupModel(ctx context.Context, name, version string) (store.Model, error) {
+	if version == "" || version == "latest" {
+		versions, err := s.st.ListModels(ctx, name)
+		if err != nil {
+			return store.Model{}, err
+		}
+		if latest, ok := latestModel(versions); ok {
+			return latest, nil
+		}
+		if len(versions) > 0 {
+			return store.Model{}, NotFound("model %s has no latest version: all of its versions are archived; restore one with `ferry model restore %s --version V`", name, name)
+		}
+		return store.Model{}, s.unknownModel(ctx, name, "")
+	}
+	rec, err := s.st.GetModel(ctx, name, version)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Model{}, s.unknownModel(ctx, name, version)
+	}
+	return rec, err
+}
+
+// unknownModel says that name (at version) is not registered and what
+// is: the versions of that name, or the names close to it.
+func (s *Service) unknownModel(ctx context.Context, name, version string) error {
+	all, err := s.st.ListModels(ctx, "")
+	if err != nil {
+		return err
+	}
+	var names, versions []string
+	for _, m := range all {
+		if !slices.Contains(names, m.Name) {
+			names = append(names, m.Name)
+		}
+		if m.Name == name {
+			versions = append(versions, m.Version)
+		}
+	}
+	switch {
+	case len(versions) > 0:
+		return NotFound("model %s has no version %s; it has %s", name, version, strings.Join(versions, ", "))
+	case len(names) == 0:
+		return NotFound("model %s is not registered, and the workspace has no models; register it with `ferry model create -f FILE`", name)
+	}
+	msg := fmt.Sprintf("model %s is not registered", name)
+	if close := spec.Suggest(name, names); close != "" {
+		msg += fmt.Sprintf("; did you mean %s?", close)
+	}
+	return NotFound("%s (registered: %s)", msg, strings.Join(names, ", "))
+}
