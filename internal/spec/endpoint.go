@@ -356,20 +356,18 @@ func (d *OnlineDeployment) validate() Errors {
 	return es
 }
 
-var modelTypes = []string{"custom_model", "mlflow_model", "triton_model"}
-
-// modelRefRe is a model reference: azureml:NAME:VERSION, NAME:VERSION,
-// azureml:NAME@latest or NAME@latest.
-var modelRefRe = lazyRegexp(`^(?:azureml:)?([A-Za-z0-9][A-Za-z0-9_.-]{0,254})(?::([A-Za-z0-9_.-]{1,64})|@(latest))$`)
-
-// RefParts splits a model reference into its name and version (latest
-// when it says @latest); ok is false when Ref is not one.
+// RefParts splits a model reference (ParseModelRef's grammar) into its
+// name and version, latest when it says @latest; ok is false when Ref is
+// not one.
 func (m *ModelRef) RefParts() (name, version string, latest, ok bool) {
-	p := modelRefRe().FindStringSubmatch(m.Ref)
-	if p == nil {
+	name, version, err := ParseModelRef(m.Ref)
+	if err != nil {
 		return "", "", false, false
 	}
-	return p[1], p[2], p[3] != "", true
+	if version == "latest" {
+		return name, "", true, true
+	}
+	return name, version, false, true
 }
 
 func (m *ModelRef) validate(es *Errors, f string) {
@@ -377,18 +375,15 @@ func (m *ModelRef) validate(es *Errors, f string) {
 		if m.Name != "" || m.Version != "" || m.Path != "" || m.Type != "" || m.Description != "" {
 			es.add(f, "a reference (%s) stands alone; remove the other fields, or remove ref to give the model inline with path", quote(m.Ref))
 		}
-		switch _, _, _, ok := m.RefParts(); {
-		case strings.HasPrefix(m.Ref, "azureml://"):
-			es.add(f, "registry references (%s) are not supported; register the model with `ferry model create` and use azureml:NAME:VERSION", quote(shorten(m.Ref)))
-		case !ok:
-			es.add(f, "%s is not a model reference: write azureml:NAME:VERSION, NAME@latest or an inline mapping with path", quote(shorten(m.Ref)))
+		if _, _, err := ParseModelRef(m.Ref); err != nil {
+			es.add(f, "%v (or give the model inline, with path)", err)
 		}
 		return
 	}
 	if strings.TrimSpace(m.Path) == "" {
 		es.add(f+".path", "an inline model needs path, the file or folder of the model")
 	}
-	oneOf(es, f+".type", m.Type, true, modelTypes)
+	oneOf(es, f+".type", m.Type, true, ModelTypes)
 }
 
 func (p *Probe) validate(es *Errors, f string) {

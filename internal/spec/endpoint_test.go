@@ -71,7 +71,7 @@ func TestEndpointAndDeploymentProblemsNameTheField(t *testing.T) {
 		{"unknown field", "name: ep1\nauth_mod: key\n", false, []string{"auth_mod (line 2):"}},
 		{"no endpoint", "name: blue\ncode_configuration: {code: c, scoring_script: s.py}\n", true, []string{"endpoint_name: is required", "--endpoint-name"}},
 		{"no scoring script", "name: blue\nendpoint_name: ep1\ncode_configuration: {code: c}\n", true, []string{"code_configuration.scoring_script (line 3): is required"}},
-		{"bad model ref", "name: blue\nendpoint_name: ep1\nmodel: 'azureml:x:y:z'\ncode_configuration: {code: c, scoring_script: s.py}\n", true, []string{"model (line 3):", "not a model reference"}},
+		{"bad model ref", "name: blue\nendpoint_name: ep1\nmodel: 'azureml:x:y:z'\ncode_configuration: {code: c, scoring_script: s.py}\n", true, []string{"model (line 3):", "not a valid version"}},
 		{"model ref with path", "name: blue\nendpoint_name: ep1\nmodel: {ref: 'm:1', path: x}\ncode_configuration: {code: c, scoring_script: s.py}\n", true, []string{"model (line 3): a reference", "stands alone"}},
 		{"model list", "name: blue\nendpoint_name: ep1\nmodel: [a]\ncode_configuration: {code: c, scoring_script: s.py}\n", true, []string{"model (line 3): must be a reference"}},
 		{"timeout", "name: blue\nendpoint_name: ep1\ncode_configuration: {code: c, scoring_script: s.py}\nrequest_settings: {request_timeout_ms: 200000}\n", true, []string{"request_settings.request_timeout_ms (line 4): must be from 1 to 180000"}},
