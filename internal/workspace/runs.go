@@ -201,7 +201,10 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 	if queues {
 		reason = "handing the attempt to compute " + computeName + "'s queue"
 	}
-	_, err = s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+	// The run token is stored in the attempt's own transaction (one
+	// commit per start, not two: bench/dispatch).
+	tok := store.Token{Hash: hash, Kind: auth.KindRun, Subject: name}
+	_, err = s.st.UpdateJobTokens(ctx, name, func(j *store.Job) (*store.Event, error) {
 		if j.Status != StatusQueued {
 			return nil, errNotQueued
 		}
@@ -233,8 +236,9 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 		}
 		now := s.now()
 		j.Status, j.StatusReason, j.Heartbeat = StatusPreparing, reason, now
+		tok.Attempt, tok.Created = attempt, now
 		return &store.Event{Job: name, Time: now, From: StatusQueued, To: j.Status, Reason: j.StatusReason}, nil
-	})
+	}, store.TokenChange{Create: &tok})
 	if damaged != nil {
 		s.failQueued(ctx, name, damaged.Error())
 		return nil
@@ -247,10 +251,6 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 	}
 	s.heard(name)
 	s.awaitRunner(name, attempt)
-	if err := s.st.CreateToken(ctx, store.Token{Hash: hash, Kind: auth.KindRun, Subject: name, Attempt: attempt, Created: s.now()}); err != nil {
-		s.finish(ctx, name, attempt, StatusFailed, "could not make a run token", nil, err.Error())
-		return err
-	}
 	l := compute.Launch{Job: name, Attempt: attempt, APIURL: s.cfg.APIURL, RunToken: secret, Spec: js, Environment: env}
 	h, err := t.Launch(ctx, l)
 	if err != nil {
@@ -522,7 +522,10 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 // finish ends an attempt with a terminal status (once: a later call for an
 // ended job changes nothing) and revokes the attempt's run token.
 func (s *Service) finish(ctx context.Context, name string, attempt int, status, reason string, exit *int, msg string) error {
-	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+	// The run token goes in the end's own transaction (one commit, not
+	// two: bench/dispatch), even when the job had ended already, as a
+	// resent end must still leave no token behind.
+	_, err := s.st.UpdateJobTokens(ctx, name, func(j *store.Job) (*store.Event, error) {
 		if IsTerminal(j.Status) || j.Attempt != attempt {
 			return nil, nil
 		}
@@ -536,11 +539,8 @@ func (s *Service) finish(ctx context.Context, name string, attempt int, status, 
 			j.Started = now
 		}
 		return &store.Event{Job: name, Time: now, From: from, To: status, Reason: reason}, nil
-	})
+	}, store.TokenChange{DeleteKind: auth.KindRun})
 	if err != nil {
-		return err
-	}
-	if err := s.st.DeleteTokens(ctx, auth.KindRun, name); err != nil {
 		return err
 	}
 	s.mu.Lock()

@@ -178,6 +178,15 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 // ignored, and the event it returns is stored as an event of this job
 // whatever its Job field says.
 func (s *Store) UpdateJob(ctx context.Context, name string, fn func(*store.Job) (*store.Event, error)) (store.Job, error) {
+	return s.UpdateJobTokens(ctx, name, fn, store.TokenChange{})
+}
+
+// UpdateJobTokens implements store.Store.
+func (s *Store) UpdateJobTokens(ctx context.Context, name string, fn func(*store.Job) (*store.Event, error), tc store.TokenChange) (store.Job, error) {
+	if tc.DeleteKind != "" {
+		// After the transaction, even a failed one, as DeleteTokens does.
+		defer s.tokens.revoke(tc.DeleteKind, name)
+	}
 	var out store.Job
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		j, err := scanJob(s.txRow(ctx, tx, s.w, qGetJob, name))
@@ -205,6 +214,17 @@ func (s *Store) UpdateJob(ctx context.Context, name string, fn func(*store.Job) 
 		if e != nil {
 			if err := s.insertEvent(ctx, tx, name, *e); err != nil {
 				return fmt.Errorf("update job %q: event: %w", name, err)
+			}
+		}
+		if t := tc.Create; t != nil {
+			_, err := s.txExec(ctx, tx, s.w, qCreateToken, t.Hash, t.Kind, t.Subject, t.Attempt, timeArg(t.Created))
+			if err := createTokenErr(*t, err); err != nil {
+				return fmt.Errorf("update job %q: %w", name, err)
+			}
+		}
+		if tc.DeleteKind != "" {
+			if _, err := s.txExec(ctx, tx, s.w, qDeleteTokens, tc.DeleteKind, name); err != nil {
+				return fmt.Errorf("update job %q: delete %s tokens: %w", name, tc.DeleteKind, err)
 			}
 		}
 		out = normJob(j)

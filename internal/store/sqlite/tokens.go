@@ -77,8 +77,12 @@ func (c *tokenCache) revoke(kind, subject string) {
 
 // CreateToken implements store.Store.
 func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
-	_, err := s.exec(ctx, s.w, `INSERT INTO tokens (hash, kind, subject, attempt, created) VALUES (?, ?, ?, ?, ?)`,
-		t.Hash, t.Kind, t.Subject, t.Attempt, timeArg(t.Created))
+	_, err := s.exec(ctx, s.w, qCreateToken, t.Hash, t.Kind, t.Subject, t.Attempt, timeArg(t.Created))
+	return createTokenErr(t, err)
+}
+
+// createTokenErr is the error of a token's insert, err.
+func createTokenErr(t store.Token, err error) error {
 	// Error messages leave the hash out: it is not the secret, but no reader
 	// of a log gains anything from it.
 	if isUnique(err) {
@@ -117,7 +121,7 @@ func (s *Store) DeleteTokens(ctx context.Context, kind, subject string) error {
 	// Dropped from the cache after the delete (even a failed one): a lookup
 	// between the two would otherwise cache the token again.
 	defer s.tokens.revoke(kind, subject)
-	if _, err := s.exec(ctx, s.w, `DELETE FROM tokens WHERE kind = ? AND subject = ?`, kind, subject); err != nil {
+	if _, err := s.exec(ctx, s.w, qDeleteTokens, kind, subject); err != nil {
 		return fmt.Errorf("delete %s tokens of %q: %w", kind, subject, err)
 	}
 	return nil

@@ -118,6 +118,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Token/Conflict", testTokenConflict},
 		{"Token/NotFound", testTokenNotFound},
 		{"Token/Delete", testTokenDelete},
+		{"Token/WithJobUpdate", testTokenWithJobUpdate},
+		{"Token/WithJobUpdateFnError", testTokenWithJobUpdateFnError},
+		{"Token/WithJobUpdateConflict", testTokenWithJobUpdateConflict},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1181,6 +1184,130 @@ func testTokenDelete(t *testing.T, s store.Store) {
 	}
 	if err := s.DeleteTokens(ctx, "run", "j1"); err != nil {
 		t.Errorf("DeleteTokens with nothing to delete: %v", err)
+	}
+}
+
+// testTokenWithJobUpdate: UpdateJobTokens writes the job, its event and
+// the token change together; a delete removes only the job's tokens of
+// that kind, and wins over a cached lookup at once.
+func testTokenWithJobUpdate(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustCreateJob(t, s, testJob("j1"))
+	mustCreateJob(t, s, testJob("j2"))
+	tok := token("run-j1-a1", "run", "j1", 1)
+	start := store.Event{Time: t0.Add(time.Second), From: "Queued", To: "Preparing", Reason: "started"}
+	got, err := s.UpdateJobTokens(ctx, "j1", func(j *store.Job) (*store.Event, error) {
+		j.Status, j.Attempt = "Preparing", 1
+		return &start, nil
+	}, store.TokenChange{Create: &tok})
+	if err != nil {
+		t.Fatalf("UpdateJobTokens creating a token: %v", err)
+	}
+	if got.Status != "Preparing" || got.Attempt != 1 {
+		t.Errorf("UpdateJobTokens returned status %q attempt %d, want Preparing 1", got.Status, got.Attempt)
+	}
+	if j := mustGetJob(t, s, "j1"); j.Status != "Preparing" {
+		t.Errorf("job status after UpdateJobTokens: %q, want Preparing", j.Status)
+	}
+	start.Job = "j1"
+	if d := diff([]store.Event{firstEvent("j1"), start}, mustListEvents(t, s, "j1")); d != "" {
+		t.Errorf("events after UpdateJobTokens (-want +got):\n%s", d)
+	}
+	gotTok, err := s.TokenByHash(ctx, tok.Hash)
+	if err != nil {
+		t.Fatalf("TokenByHash of the token UpdateJobTokens created: %v", err)
+	}
+	if d := diff(tok, gotTok); d != "" {
+		t.Errorf("created token (-want +got):\n%s", d)
+	}
+
+	kept := []store.Token{token("run-j2-a1", "run", "j2", 1), token("owner-j1", "owner", "j1", 0)}
+	for _, k := range kept {
+		mustCreateToken(t, s, k)
+	}
+	end := store.Event{Time: t0.Add(2 * time.Second), From: "Preparing", To: "Completed", Reason: "done"}
+	if _, err := s.UpdateJobTokens(ctx, "j1", func(j *store.Job) (*store.Event, error) {
+		j.Status = "Completed"
+		return &end, nil
+	}, store.TokenChange{DeleteKind: "run"}); err != nil {
+		t.Fatalf("UpdateJobTokens deleting tokens: %v", err)
+	}
+	if j := mustGetJob(t, s, "j1"); j.Status != "Completed" {
+		t.Errorf("job status after the deleting UpdateJobTokens: %q, want Completed", j.Status)
+	}
+	if _, err := s.TokenByHash(ctx, tok.Hash); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("TokenByHash of the job's run token after UpdateJobTokens deleted it: got error %v, want ErrNotFound", err)
+	}
+	for _, k := range kept {
+		if _, err := s.TokenByHash(ctx, k.Hash); err != nil {
+			t.Errorf("TokenByHash(%q) after deleting j1's run tokens: %v; it should be kept", k.Hash, err)
+		}
+	}
+
+	// The delete is made even when fn leaves the job as it is (an end
+	// reported again).
+	again := token("run-j1-a1-again", "run", "j1", 1)
+	mustCreateToken(t, s, again)
+	if _, err := s.TokenByHash(ctx, again.Hash); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateJobTokens(ctx, "j1", func(*store.Job) (*store.Event, error) { return nil, nil }, store.TokenChange{DeleteKind: "run"}); err != nil {
+		t.Fatalf("UpdateJobTokens that changes no job: %v", err)
+	}
+	if _, err := s.TokenByHash(ctx, again.Hash); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("TokenByHash after an UpdateJobTokens whose fn changed nothing deleted it: got error %v, want ErrNotFound", err)
+	}
+}
+
+// testTokenWithJobUpdateFnError: when fn fails, neither the job nor the
+// tokens change.
+func testTokenWithJobUpdateFnError(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	want := mustCreateJob(t, s, fullJob("j1"))
+	old := token("run-j1-a1", "run", "j1", 1)
+	mustCreateToken(t, s, old)
+	tok := token("run-j1-a2", "run", "j1", 2)
+	for _, tc := range []store.TokenChange{{Create: &tok}, {DeleteKind: "run"}} {
+		_, err := s.UpdateJobTokens(ctx, "j1", func(j *store.Job) (*store.Event, error) {
+			j.Status = "Canceled"
+			return &store.Event{Time: t0, From: "Failed", To: "Canceled"}, errTest
+		}, tc)
+		if err != errTest {
+			t.Errorf("UpdateJobTokens with a failing fn: got error %v, want fn's error as is", err)
+		}
+	}
+	if d := diff(want, mustGetJob(t, s, "j1")); d != "" {
+		t.Errorf("job changed by an UpdateJobTokens whose fn failed (-want +got):\n%s", d)
+	}
+	if _, err := s.TokenByHash(ctx, tok.Hash); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("token created by an UpdateJobTokens whose fn failed: TokenByHash got %v, want ErrNotFound", err)
+	}
+	if _, err := s.TokenByHash(ctx, old.Hash); err != nil {
+		t.Errorf("token deleted by an UpdateJobTokens whose fn failed: %v", err)
+	}
+}
+
+// testTokenWithJobUpdateConflict: a token that cannot be created leaves
+// the job and its events as they were.
+func testTokenWithJobUpdateConflict(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	want := mustCreateJob(t, s, fullJob("j1"))
+	first := token("h1", "owner", "alice", 0)
+	mustCreateToken(t, s, first)
+	dup := token("h1", "run", "j1", 1)
+	_, err := s.UpdateJobTokens(ctx, "j1", func(j *store.Job) (*store.Event, error) {
+		j.Status = "Preparing"
+		return &store.Event{Time: t0, From: "Queued", To: "Preparing"}, nil
+	}, store.TokenChange{Create: &dup})
+	wantErrIs(t, "UpdateJobTokens creating an existing hash", err, store.ErrConflict)
+	if d := diff(want, mustGetJob(t, s, "j1")); d != "" {
+		t.Errorf("job changed by an UpdateJobTokens whose token was refused (-want +got):\n%s", d)
+	}
+	if d := diff([]store.Event{firstEvent("j1")}, mustListEvents(t, s, "j1")); d != "" {
+		t.Errorf("event stored by an UpdateJobTokens whose token was refused (-want +got):\n%s", d)
+	}
+	if got, err := s.TokenByHash(ctx, "h1"); err != nil || got.Kind != "owner" {
+		t.Errorf("first token after a conflicting UpdateJobTokens: %+v, %v; want it unchanged", got, err)
 	}
 }
 
