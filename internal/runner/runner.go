@@ -242,21 +242,54 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 	}()
 
 	var outErr error
+	var out *workspace.Outputs // for the final report, to a server that takes them there
+	var finalizing string      // the Finalizing step, when the final report carries it
 	if p != nil {
-		r.reports <- workspace.Report{Status: workspace.StatusFinalizing, Reason: "uploading outputs"}
-		outErr = r.uploadOutputs(ctx, a, p, spool)
+		const why = "uploading outputs"
+		if a.FinalOutputs && nothingToUpload(r.wd, p) {
+			// Running, Finalizing and the end would be three reports
+			// in a row: the final report carries the step instead, and
+			// the server records both (bench/dispatch).
+			finalizing = why
+		} else {
+			r.reports <- workspace.Report{Status: workspace.StatusFinalizing, Reason: why}
+		}
+		var o workspace.Outputs
+		o, outErr = r.uploadOutputs(ctx, a, p, spool)
+		if a.FinalOutputs {
+			out = &o
+		}
+	}
+	final := func(rep workspace.Report) workspace.Report {
+		rep.Outputs, rep.Finalizing = out, finalizing
+		return rep
 	}
 	stopShipping()
 	if err := <-shipped; err != nil {
-		return failed("shipping the log failed", err)
+		return final(failed("shipping the log failed", err))
 	}
 	if r.preempted.Load() {
-		return preemptedReport(res, outErr)
+		return final(preemptedReport(res, outErr))
 	}
 	if outErr != nil && res.Status == workspace.StatusCompleted {
-		return failed("uploading outputs failed", outErr)
+		return final(failed("uploading outputs failed", outErr))
 	}
-	return res
+	return final(res)
+}
+
+// nothingToUpload says whether an attempt has no outputs to upload: no
+// named outputs (each is uploaded, even empty) and nothing in ./outputs.
+func nothingToUpload(wd string, p *paths) bool {
+	if len(p.outDirs) > 0 {
+		return false
+	}
+	f, err := os.Open(filepath.Join(wd, "outputs"))
+	if err != nil {
+		return false // the upload says what is wrong
+	}
+	defer f.Close()
+	_, err = f.Readdirnames(1)
+	return err == io.EOF
 }
 
 // watch renews the attempt's lease until jobCtx ends, and cancels the job
@@ -640,12 +673,13 @@ func (r *runner) ship(ctx, stop context.Context) error {
 }
 
 // uploadOutputs uploads ./outputs of the working directory and every named
-// output, and records them with the server. What cannot be uploaded safely
+// output, and returns them; it records them with the server too unless
+// the server takes them with the final report (FinalOutputs). What cannot be uploaded safely
 // (a symlink out, a special file, a bad name) or is over a limit is left
 // out: each such entry gets a line in the job's log and is listed with the
 // outputs, and everything else is kept. It returns an error only when the
 // upload itself failed.
-func (r *runner) uploadOutputs(ctx context.Context, a *workspace.Assignment, p *paths, logw io.Writer) error {
+func (r *runner) uploadOutputs(ctx context.Context, a *workspace.Assignment, p *paths, logw io.Writer) (workspace.Outputs, error) {
 	var out workspace.Outputs
 	var errs []error
 	dirs := []outputDir{{name: "outputs", dir: filepath.Join(r.wd, "outputs")}}
@@ -716,12 +750,15 @@ func (r *runner) uploadOutputs(ctx context.Context, a *workspace.Assignment, p *
 	if n := len(out.Skipped) + out.SkippedMore; n > 0 {
 		fmt.Fprintf(logw, "ferry: %d output entries were skipped and the rest uploaded; `ferry job show` lists them\n", n)
 	}
+	if a.FinalOutputs {
+		return out, errors.Join(errs...)
+	}
 	if err := client.Retry(ctx, 5*time.Second, func() error {
 		return r.c.SetOutputs(ctx, r.cfg.Job, r.cfg.Attempt, out)
 	}); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return out, errors.Join(errs...)
 }
 
 // outputDir is one directory of outputs the runner uploads.

@@ -248,14 +248,16 @@ type Store interface {
 	// transaction. If fn returns an error nothing is written and that error
 	// is returned as is. Concurrent UpdateJob calls on one job are serialised.
 	UpdateJob(ctx context.Context, name string, fn func(*Job) (*Event, error)) (Job, error)
-	// UpdateJobTokens is UpdateJob that also makes tc's token changes in
-	// the same transaction, when fn returns no error (whether or not fn
-	// changed the job): a run token is then stored with the attempt it
-	// belongs to and removed with the attempt's end, one commit each. A
-	// token deleted this way is not found by TokenByHash from the moment
-	// UpdateJobTokens returns, as with DeleteTokens. If the token cannot be
+	// UpdateJobWith is UpdateJob for a change that is more than the
+	// record and one event: fn's JobChange (events, a token to create, a
+	// kind of the job's tokens to delete) is written in the same
+	// transaction as the record, when fn returns no error, whether or not
+	// fn changed the record. A run token is then stored with the attempt it
+	// belongs to and removed with the attempt's end, one commit each; tokens
+	// deleted this way are not found by TokenByHash from the moment
+	// UpdateJobWith returns, as with DeleteTokens. If the token cannot be
 	// created (ErrConflict if its hash exists) nothing is written.
-	UpdateJobTokens(ctx context.Context, name string, fn func(*Job) (*Event, error), tc TokenChange) (Job, error)
+	UpdateJobWith(ctx context.Context, name string, fn func(*Job) (JobChange, error)) (Job, error)
 	// ListEvents returns a job's events in the order they were stored.
 	ListEvents(ctx context.Context, job string) ([]Event, error)
 	// AddPreemption records that an attempt of p.Job was preempted;
@@ -306,13 +308,14 @@ type Store interface {
 	Close() error
 }
 
-// TokenChange is what UpdateJobTokens does to API tokens beside a job's
-// update.
-type TokenChange struct {
-	// Create, when not nil, is stored. It is read after fn returns, so fn
-	// may complete it (with the attempt number it assigns).
-	Create *Token
-	// DeleteKind, when not empty, removes every token of this kind whose
-	// subject is the job, as DeleteTokens(kind, job) does.
-	DeleteKind string
+// JobChange is what UpdateJobWith writes beside a job's record.
+type JobChange struct {
+	// Events are stored in this order, as events of the job.
+	Events []Event
+	// CreateToken, when not nil, is stored.
+	CreateToken *Token
+	// DeleteTokens, when not empty, is a kind of token: every token of
+	// that kind whose subject is the job is removed, as
+	// DeleteTokens(kind, job) does.
+	DeleteTokens string
 }

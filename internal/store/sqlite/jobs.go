@@ -178,15 +178,25 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 // ignored, and the event it returns is stored as an event of this job
 // whatever its Job field says.
 func (s *Store) UpdateJob(ctx context.Context, name string, fn func(*store.Job) (*store.Event, error)) (store.Job, error) {
-	return s.UpdateJobTokens(ctx, name, fn, store.TokenChange{})
+	return s.UpdateJobWith(ctx, name, func(j *store.Job) (store.JobChange, error) {
+		e, err := fn(j)
+		if e == nil || err != nil {
+			return store.JobChange{}, err
+		}
+		return store.JobChange{Events: []store.Event{*e}}, nil
+	})
 }
 
-// UpdateJobTokens implements store.Store.
-func (s *Store) UpdateJobTokens(ctx context.Context, name string, fn func(*store.Job) (*store.Event, error), tc store.TokenChange) (store.Job, error) {
-	if tc.DeleteKind != "" {
+// UpdateJobWith implements store.Store. Its events are stored as events
+// of this job whatever their Job fields say.
+func (s *Store) UpdateJobWith(ctx context.Context, name string, fn func(*store.Job) (store.JobChange, error)) (store.Job, error) {
+	var revoke string // the kind of tokens deleted, dropped from the cache
+	defer func() {
 		// After the transaction, even a failed one, as DeleteTokens does.
-		defer s.tokens.revoke(tc.DeleteKind, name)
-	}
+		if revoke != "" {
+			s.tokens.revoke(revoke, name)
+		}
+	}()
 	var out store.Job
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		j, err := scanJob(s.txRow(ctx, tx, s.w, qGetJob, name))
@@ -198,7 +208,7 @@ func (s *Store) UpdateJobTokens(ctx context.Context, name string, fn func(*store
 		}
 		seq := j.Seq
 		before := jobValues(j)
-		e, err := fn(&j)
+		ch, err := fn(&j)
 		if err != nil {
 			return err
 		}
@@ -211,20 +221,21 @@ func (s *Store) UpdateJobTokens(ctx context.Context, name string, fn func(*store
 				return fmt.Errorf("update job %q: %w", name, err)
 			}
 		}
-		if e != nil {
-			if err := s.insertEvent(ctx, tx, name, *e); err != nil {
+		for _, e := range ch.Events {
+			if err := s.insertEvent(ctx, tx, name, e); err != nil {
 				return fmt.Errorf("update job %q: event: %w", name, err)
 			}
 		}
-		if t := tc.Create; t != nil {
+		if t := ch.CreateToken; t != nil {
 			_, err := s.txExec(ctx, tx, s.w, qCreateToken, t.Hash, t.Kind, t.Subject, t.Attempt, timeArg(t.Created))
 			if err := createTokenErr(*t, err); err != nil {
 				return fmt.Errorf("update job %q: %w", name, err)
 			}
 		}
-		if tc.DeleteKind != "" {
-			if _, err := s.txExec(ctx, tx, s.w, qDeleteTokens, tc.DeleteKind, name); err != nil {
-				return fmt.Errorf("update job %q: delete %s tokens: %w", name, tc.DeleteKind, err)
+		if kind := ch.DeleteTokens; kind != "" {
+			revoke = kind
+			if _, err := s.txExec(ctx, tx, s.w, qDeleteTokens, kind, name); err != nil {
+				return fmt.Errorf("update job %q: delete %s tokens: %w", name, kind, err)
 			}
 		}
 		out = normJob(j)

@@ -1187,7 +1187,7 @@ func testTokenDelete(t *testing.T, s store.Store) {
 	}
 }
 
-// testTokenWithJobUpdate: UpdateJobTokens writes the job, its event and
+// testTokenWithJobUpdate: UpdateJobWith writes the job, its events and
 // the token change together; a delete removes only the job's tokens of
 // that kind, and wins over a cached lookup at once.
 func testTokenWithJobUpdate(t *testing.T, s store.Store) {
@@ -1196,26 +1196,26 @@ func testTokenWithJobUpdate(t *testing.T, s store.Store) {
 	mustCreateJob(t, s, testJob("j2"))
 	tok := token("run-j1-a1", "run", "j1", 1)
 	start := store.Event{Time: t0.Add(time.Second), From: "Queued", To: "Preparing", Reason: "started"}
-	got, err := s.UpdateJobTokens(ctx, "j1", func(j *store.Job) (*store.Event, error) {
+	got, err := s.UpdateJobWith(ctx, "j1", func(j *store.Job) (store.JobChange, error) {
 		j.Status, j.Attempt = "Preparing", 1
-		return &start, nil
-	}, store.TokenChange{Create: &tok})
+		return store.JobChange{Events: []store.Event{start}, CreateToken: &tok}, nil
+	})
 	if err != nil {
-		t.Fatalf("UpdateJobTokens creating a token: %v", err)
+		t.Fatalf("UpdateJobWith creating a token: %v", err)
 	}
 	if got.Status != "Preparing" || got.Attempt != 1 {
-		t.Errorf("UpdateJobTokens returned status %q attempt %d, want Preparing 1", got.Status, got.Attempt)
+		t.Errorf("UpdateJobWith returned status %q attempt %d, want Preparing 1", got.Status, got.Attempt)
 	}
 	if j := mustGetJob(t, s, "j1"); j.Status != "Preparing" {
-		t.Errorf("job status after UpdateJobTokens: %q, want Preparing", j.Status)
+		t.Errorf("job status after UpdateJobWith: %q, want Preparing", j.Status)
 	}
 	start.Job = "j1"
 	if d := diff([]store.Event{firstEvent("j1"), start}, mustListEvents(t, s, "j1")); d != "" {
-		t.Errorf("events after UpdateJobTokens (-want +got):\n%s", d)
+		t.Errorf("events after UpdateJobWith (-want +got):\n%s", d)
 	}
 	gotTok, err := s.TokenByHash(ctx, tok.Hash)
 	if err != nil {
-		t.Fatalf("TokenByHash of the token UpdateJobTokens created: %v", err)
+		t.Fatalf("TokenByHash of the token UpdateJobWith created: %v", err)
 	}
 	if d := diff(tok, gotTok); d != "" {
 		t.Errorf("created token (-want +got):\n%s", d)
@@ -1225,18 +1225,24 @@ func testTokenWithJobUpdate(t *testing.T, s store.Store) {
 	for _, k := range kept {
 		mustCreateToken(t, s, k)
 	}
-	end := store.Event{Time: t0.Add(2 * time.Second), From: "Preparing", To: "Completed", Reason: "done"}
-	if _, err := s.UpdateJobTokens(ctx, "j1", func(j *store.Job) (*store.Event, error) {
+	// Two events, stored in order, with the delete.
+	fin := store.Event{Time: t0.Add(2 * time.Second), From: "Preparing", To: "Finalizing", Reason: "uploading"}
+	end := store.Event{Time: t0.Add(2 * time.Second), From: "Finalizing", To: "Completed", Reason: "done"}
+	if _, err := s.UpdateJobWith(ctx, "j1", func(j *store.Job) (store.JobChange, error) {
 		j.Status = "Completed"
-		return &end, nil
-	}, store.TokenChange{DeleteKind: "run"}); err != nil {
-		t.Fatalf("UpdateJobTokens deleting tokens: %v", err)
+		return store.JobChange{Events: []store.Event{fin, end}, DeleteTokens: "run"}, nil
+	}); err != nil {
+		t.Fatalf("UpdateJobWith deleting tokens: %v", err)
 	}
 	if j := mustGetJob(t, s, "j1"); j.Status != "Completed" {
-		t.Errorf("job status after the deleting UpdateJobTokens: %q, want Completed", j.Status)
+		t.Errorf("job status after the deleting UpdateJobWith: %q, want Completed", j.Status)
+	}
+	fin.Job, end.Job = "j1", "j1"
+	if d := diff([]store.Event{firstEvent("j1"), start, fin, end}, mustListEvents(t, s, "j1")); d != "" {
+		t.Errorf("events after an UpdateJobWith of two events (-want +got):\n%s", d)
 	}
 	if _, err := s.TokenByHash(ctx, tok.Hash); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("TokenByHash of the job's run token after UpdateJobTokens deleted it: got error %v, want ErrNotFound", err)
+		t.Errorf("TokenByHash of the job's run token after UpdateJobWith deleted it: got error %v, want ErrNotFound", err)
 	}
 	for _, k := range kept {
 		if _, err := s.TokenByHash(ctx, k.Hash); err != nil {
@@ -1251,11 +1257,11 @@ func testTokenWithJobUpdate(t *testing.T, s store.Store) {
 	if _, err := s.TokenByHash(ctx, again.Hash); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.UpdateJobTokens(ctx, "j1", func(*store.Job) (*store.Event, error) { return nil, nil }, store.TokenChange{DeleteKind: "run"}); err != nil {
-		t.Fatalf("UpdateJobTokens that changes no job: %v", err)
+	if _, err := s.UpdateJobWith(ctx, "j1", func(*store.Job) (store.JobChange, error) { return store.JobChange{DeleteTokens: "run"}, nil }); err != nil {
+		t.Fatalf("UpdateJobWith that changes no job: %v", err)
 	}
 	if _, err := s.TokenByHash(ctx, again.Hash); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("TokenByHash after an UpdateJobTokens whose fn changed nothing deleted it: got error %v, want ErrNotFound", err)
+		t.Errorf("TokenByHash after an UpdateJobWith whose fn changed nothing deleted it: got error %v, want ErrNotFound", err)
 	}
 }
 
@@ -1267,23 +1273,24 @@ func testTokenWithJobUpdateFnError(t *testing.T, s store.Store) {
 	old := token("run-j1-a1", "run", "j1", 1)
 	mustCreateToken(t, s, old)
 	tok := token("run-j1-a2", "run", "j1", 2)
-	for _, tc := range []store.TokenChange{{Create: &tok}, {DeleteKind: "run"}} {
-		_, err := s.UpdateJobTokens(ctx, "j1", func(j *store.Job) (*store.Event, error) {
+	for _, ch := range []store.JobChange{{CreateToken: &tok}, {DeleteTokens: "run"}} {
+		_, err := s.UpdateJobWith(ctx, "j1", func(j *store.Job) (store.JobChange, error) {
 			j.Status = "Canceled"
-			return &store.Event{Time: t0, From: "Failed", To: "Canceled"}, errTest
-		}, tc)
+			ch.Events = []store.Event{{Time: t0, From: "Failed", To: "Canceled"}}
+			return ch, errTest
+		})
 		if err != errTest {
-			t.Errorf("UpdateJobTokens with a failing fn: got error %v, want fn's error as is", err)
+			t.Errorf("UpdateJobWith with a failing fn: got error %v, want fn's error as is", err)
 		}
 	}
 	if d := diff(want, mustGetJob(t, s, "j1")); d != "" {
-		t.Errorf("job changed by an UpdateJobTokens whose fn failed (-want +got):\n%s", d)
+		t.Errorf("job changed by an UpdateJobWith whose fn failed (-want +got):\n%s", d)
 	}
 	if _, err := s.TokenByHash(ctx, tok.Hash); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("token created by an UpdateJobTokens whose fn failed: TokenByHash got %v, want ErrNotFound", err)
+		t.Errorf("token created by an UpdateJobWith whose fn failed: TokenByHash got %v, want ErrNotFound", err)
 	}
 	if _, err := s.TokenByHash(ctx, old.Hash); err != nil {
-		t.Errorf("token deleted by an UpdateJobTokens whose fn failed: %v", err)
+		t.Errorf("token deleted by an UpdateJobWith whose fn failed: %v", err)
 	}
 }
 
@@ -1295,19 +1302,19 @@ func testTokenWithJobUpdateConflict(t *testing.T, s store.Store) {
 	first := token("h1", "owner", "alice", 0)
 	mustCreateToken(t, s, first)
 	dup := token("h1", "run", "j1", 1)
-	_, err := s.UpdateJobTokens(ctx, "j1", func(j *store.Job) (*store.Event, error) {
+	_, err := s.UpdateJobWith(ctx, "j1", func(j *store.Job) (store.JobChange, error) {
 		j.Status = "Preparing"
-		return &store.Event{Time: t0, From: "Queued", To: "Preparing"}, nil
-	}, store.TokenChange{Create: &dup})
-	wantErrIs(t, "UpdateJobTokens creating an existing hash", err, store.ErrConflict)
+		return store.JobChange{Events: []store.Event{{Time: t0, From: "Queued", To: "Preparing"}}, CreateToken: &dup}, nil
+	})
+	wantErrIs(t, "UpdateJobWith creating an existing hash", err, store.ErrConflict)
 	if d := diff(want, mustGetJob(t, s, "j1")); d != "" {
-		t.Errorf("job changed by an UpdateJobTokens whose token was refused (-want +got):\n%s", d)
+		t.Errorf("job changed by an UpdateJobWith whose token was refused (-want +got):\n%s", d)
 	}
 	if d := diff([]store.Event{firstEvent("j1")}, mustListEvents(t, s, "j1")); d != "" {
-		t.Errorf("event stored by an UpdateJobTokens whose token was refused (-want +got):\n%s", d)
+		t.Errorf("event stored by an UpdateJobWith whose token was refused (-want +got):\n%s", d)
 	}
 	if got, err := s.TokenByHash(ctx, "h1"); err != nil || got.Kind != "owner" {
-		t.Errorf("first token after a conflicting UpdateJobTokens: %+v, %v; want it unchanged", got, err)
+		t.Errorf("first token after a conflicting UpdateJobWith: %+v, %v; want it unchanged", got, err)
 	}
 }
 
