@@ -148,6 +148,11 @@ func benchFerry(bin, tmp string, n, conc int) (rate float64, p50, p99, idle50, i
 	if used := processCPU(srv.Pid) - before; used > 0 {
 		fmt.Printf("server CPU in the burst: %v, %.2f ms per job\n", used.Round(time.Millisecond), float64(used)/float64(time.Millisecond)/float64(n))
 	}
+	if n >= 100 {
+		if err := printBurstPhases(c, n); err != nil {
+			return 0, 0, 0, 0, 0, err
+		}
+	}
 	idle50, idle99, err = idleLatency(c, 50)
 	if err == nil {
 		err = printPhases(c, 50)
@@ -208,6 +213,59 @@ func processCPU(pid int) time.Duration {
 	}
 	// Clock ticks are 1/100 s on every Linux Go supports (USER_HZ).
 	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// printBurstPhases prints where a job's time goes in the middle of the
+// burst, when every slot is taken as soon as it is freed: the median time
+// from each state to the next of a hundred jobs, and the median gap from
+// a job's end to the start of the next (the dispatcher's turn-around).
+func printBurstPhases(c *client.Client, n int) error {
+	ctx := context.Background()
+	steps := map[string][]time.Duration{}
+	var order []string
+	var ends, starts []time.Time
+	for i := n/2 - 50; i < n/2+50; i++ {
+		j, err := c.GetJob(ctx, fmt.Sprintf("bench-%05d", i))
+		if err != nil {
+			return err
+		}
+		for k := 1; k < len(j.History); k++ {
+			step := j.History[k-1].To + "->" + j.History[k].To
+			if _, ok := steps[step]; !ok {
+				order = append(order, step)
+			}
+			steps[step] = append(steps[step], j.History[k].Time.Sub(j.History[k-1].Time))
+			switch j.History[k].To {
+			case "Preparing":
+				starts = append(starts, j.History[k].Time)
+			case "Completed":
+				ends = append(ends, j.History[k].Time)
+			}
+		}
+	}
+	fmt.Printf("where a job's time goes in the burst (median of 100 from its middle):\n")
+	for _, step := range order[1:] { // Queued->Preparing is the wait for a slot
+		fmt.Printf("  %-28s %v\n", step, median(steps[step]))
+	}
+	sort.Slice(ends, func(a, b int) bool { return ends[a].Before(ends[b]) })
+	var gaps []time.Duration
+	for _, st := range starts {
+		// The end that freed the slot: the last one before the start.
+		i := sort.Search(len(ends), func(i int) bool { return ends[i].After(st) })
+		if i > 0 {
+			gaps = append(gaps, st.Sub(ends[i-1]))
+		}
+	}
+	if len(gaps) > 0 {
+		fmt.Printf("  %-28s %v\n", "an end -> the next start", median(gaps))
+	}
+	fmt.Println()
+	return nil
+}
+
+func median(d []time.Duration) time.Duration {
+	sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
+	return d[len(d)/2].Round(100 * time.Microsecond)
 }
 
 // idleLatency submits jobs one at a time, each when the target is idle,
