@@ -243,6 +243,11 @@ type Store interface {
 	GetJob(ctx context.Context, name string) (Job, error)
 	// ListJobs returns the jobs the filter selects, ordered by Seq.
 	ListJobs(ctx context.Context, f JobFilter) ([]Job, error)
+	// CountJobs returns, per compute, how many jobs have one of statuses
+	// (every status when statuses is empty). A compute with none has no
+	// key; the map is empty, never nil. The dispatcher asks it on every
+	// pass, where reading the jobs themselves was a cost of its own.
+	CountJobs(ctx context.Context, statuses []string) (map[string]int, error)
 	// UpdateJob reads, modifies with fn and writes back one job in a single
 	// transaction. If fn returns a non-nil event it is stored in the same
 	// transaction. If fn returns an error nothing is written and that error

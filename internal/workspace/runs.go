@@ -83,13 +83,9 @@ func (s *Service) loop(ctx context.Context, kick <-chan struct{}, tick <-chan ti
 
 // dispatch starts as many queued jobs as their targets have free slots.
 func (s *Service) dispatch(ctx context.Context) error {
-	active, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: activeStatuses})
+	busy, err := s.st.CountJobs(ctx, activeStatuses) // counted, not read: the pass runs on every submit and end
 	if err != nil {
 		return err
-	}
-	busy := map[string]int{}
-	for _, j := range active {
-		busy[j.Compute]++
 	}
 	computes, err := s.st.ListComputes(ctx)
 	if err != nil {

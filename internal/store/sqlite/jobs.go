@@ -174,6 +174,36 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 	return js, nil
 }
 
+// CountJobs implements store.Store.
+func (s *Store) CountJobs(ctx context.Context, statuses []string) (map[string]int, error) {
+	q := `SELECT compute, count(*) FROM jobs`
+	args := make([]any, len(statuses))
+	if len(statuses) > 0 {
+		q += ` WHERE status IN (?` + strings.Repeat(", ?", len(statuses)-1) + `)`
+		for i, st := range statuses {
+			args[i] = st
+		}
+	}
+	rows, err := s.query(ctx, s.r, q+` GROUP BY compute`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("count jobs: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var c string
+		var n int
+		if err := rows.Scan(&c, &n); err != nil {
+			return nil, fmt.Errorf("count jobs: %w", err)
+		}
+		out[c] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count jobs: %w", err)
+	}
+	return out, nil
+}
+
 // UpdateJob implements store.Store. Changes fn makes to Name and Seq are
 // ignored, and the event it returns is stored as an event of this job
 // whatever its Job field says.

@@ -90,6 +90,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Job/GetNotFound", testJobGetNotFound},
 		{"Job/List", testJobList},
 		{"Job/ListByHandle", testJobListByHandle},
+		{"Job/Count", testJobCount},
 		{"Job/Update", testJobUpdate},
 		{"Job/UpdateNilEvent", testJobUpdateNilEvent},
 		{"Job/UpdateFnError", testJobUpdateFnError},
@@ -1115,6 +1116,58 @@ func testMetricsNotFound(t *testing.T, s store.Store) {
 	wantErrIs(t, "ListMetrics(loss) of a missing job", err, store.ErrNotFound)
 	_, err = s.LatestMetrics(ctx, "nope")
 	wantErrIs(t, "LatestMetrics of a missing job", err, store.ErrNotFound)
+}
+
+// testJobCount: CountJobs counts per compute the jobs in the statuses
+// asked for, as ListJobs would list them.
+func testJobCount(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	got, err := s.CountJobs(ctx, []string{"Running"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || len(got) != 0 {
+		t.Errorf("CountJobs of an empty store: %v, want an empty map", got)
+	}
+	for i, st := range []struct{ compute, status string }{
+		{"local", "Running"}, {"local", "Preparing"}, {"local", "Queued"}, {"local", "Completed"},
+		{"gpu", "Running"}, {"gpu", "Running"}, {"gpu", "Failed"}, {"cpu", "Queued"},
+	} {
+		j := testJob(fmt.Sprintf("j%d", i))
+		j.Compute, j.Status = st.compute, st.status
+		mustCreateJob(t, s, j)
+	}
+	// A job that changes status moves between the counts.
+	if _, err := s.UpdateJob(ctx, "j2", func(j *store.Job) (*store.Event, error) {
+		j.Status = "Running"
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		statuses []string
+		want     map[string]int
+	}{
+		{[]string{"Preparing", "Running"}, map[string]int{"local": 3, "gpu": 2}},
+		{[]string{"Queued"}, map[string]int{"cpu": 1}},
+		{[]string{"Canceled"}, map[string]int{}},
+		{nil, map[string]int{"local": 4, "gpu": 3, "cpu": 1}},
+	} {
+		got, err := s.CountJobs(ctx, tc.statuses)
+		if err != nil {
+			t.Fatalf("CountJobs(%v): %v", tc.statuses, err)
+		}
+		if d := diff(tc.want, got); d != "" {
+			t.Errorf("CountJobs(%v) (-want +got):\n%s", tc.statuses, d)
+		}
+		var listed int
+		for _, n := range got {
+			listed += n
+		}
+		if js := mustListJobs(t, s, store.JobFilter{Statuses: tc.statuses}); len(js) != listed {
+			t.Errorf("CountJobs(%v) counts %d jobs, ListJobs lists %d", tc.statuses, listed, len(js))
+		}
+	}
 }
 
 // --- tokens ---
