@@ -137,6 +137,15 @@ func TestRefusedAssignmentIsReportedBeforeASetUpFailure(t *testing.T) {
 	if len(api.reports) != 1 || api.reports[0].Status != workspace.StatusFailed || api.reports[0].Reason != "runner could not get its assignment" {
 		t.Errorf("reports with a refused assignment and a set-up failure: %+v", api.reports)
 	}
+	// With the set-up done (and the job's metrics endpoint started beside
+	// the fetch), a refused assignment still ends the runner at once.
+	api = &apiRecorder{}
+	if err := runAgainst(t, api, filepath.Join(t.TempDir(), "attempt")); err != nil {
+		t.Fatal(err)
+	}
+	if len(api.reports) != 1 || api.reports[0].Reason != "runner could not get its assignment" {
+		t.Errorf("reports with a refused assignment alone: %+v", api.reports)
+	}
 	api = &apiRecorder{assignment: &workspace.Assignment{Job: "j", Attempt: 1, Spec: &spec.Job{Command: "true"}, FinalOutputs: true}}
 	if err := runAgainst(t, api, dir); err != nil {
 		t.Fatal(err)

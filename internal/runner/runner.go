@@ -217,11 +217,22 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 	if spool != nil {
 		defer spool.Close()
 	}
-	f := <-assigned
-	if f.err != nil {
-		return failed("runner could not get its assignment", f.err)
+	// The job's metrics endpoint does not need the assignment either.
+	var finishMetrics func(context.Context) error
+	if setup == nil {
+		finishMetrics = r.startMetrics(ctx)
 	}
-	if setup != nil {
+	f := <-assigned
+	if f.err != nil || setup != nil {
+		if finishMetrics != nil {
+			// Stopped at once: the job never ran, so it logged nothing.
+			stopped, stop := context.WithCancel(ctx)
+			stop()
+			_ = finishMetrics(stopped)
+		}
+		if f.err != nil {
+			return failed("runner could not get its assignment", f.err)
+		}
 		return *setup
 	}
 	a := f.a
@@ -235,7 +246,6 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 	jobCtx, cancelJob := context.WithCancel(ctx)
 	defer cancelJob()
 	go r.watch(jobCtx, cancelJob)
-	finishMetrics := r.startMetrics(ctx)
 
 	res, p := r.prepareAndExecute(ctx, jobCtx, a, spool)
 	// The job has ended: the final report waits until what it logged is
