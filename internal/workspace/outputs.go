@@ -31,6 +31,11 @@ func (s *Service) SetOutputs(ctx context.Context, who auth.Principal, name strin
 // checkOutputs checks a runner's outputs for the job rec and returns them
 // as they are stored.
 func (s *Service) checkOutputs(ctx context.Context, who auth.Principal, rec store.Job, out Outputs) (json.RawMessage, error) {
+	if out.Artifacts == "" && len(out.Named) == 0 && len(out.Skipped) == 0 && out.SkippedMore == 0 {
+		// Nothing to check (most small jobs' outputs): the spec is not
+		// read for its declared outputs (bench/dispatch).
+		return json.Marshal(out)
+	}
 	if out.Artifacts != "" {
 		if err := s.requireSnapshot(out.Artifacts, "artifacts"); err != nil {
 			return nil, err
