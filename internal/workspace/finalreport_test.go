@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -186,5 +187,53 @@ func TestKeptFinalReportCarriesItsOutputs(t *testing.T) {
 	}
 	if j.Outputs == nil || len(j.Outputs.Skipped) != 1 || j.Outputs.Skipped[0].Path != "p" {
 		t.Errorf("outputs collected from the kept report: %+v", j.Outputs)
+	}
+}
+
+// Rank 0's final report of a multi-node attempt that other ranks still
+// run records its outputs and Finalizing step at once, as its own calls
+// would have; another rank's outputs are not recorded.
+func TestRankFinalReportOfAMultiNodeAttempt(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	submit(t, s, "a")
+	dispatch(t, s)
+	raw, err := json.Marshal(Placement{Ranks: make([]RankPlacement, 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.st.UpdateJob(ctx, "a", func(j *store.Job) (*store.Event, error) {
+		j.Placement = raw
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	who := runPrincipal("a", 1)
+	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusRunning, Reason: "command started"}); err != nil {
+		t.Fatal(err)
+	}
+	zero := 0
+	rank0 := Outputs{Skipped: []SkippedOutput{{Output: "outputs", Path: "rank0", Reason: "r"}}}
+	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero, Outputs: &rank0, Finalizing: "uploading outputs"}); err != nil {
+		t.Fatal(err)
+	}
+	j := status(t, s, "a")
+	if j.Status != StatusFinalizing || j.Outputs == nil || len(j.Outputs.Skipped) != 1 || j.Outputs.Skipped[0].Path != "rank0" {
+		t.Fatalf("after rank 0's end, with rank 1 running: status %s, outputs %+v; want Finalizing with rank 0's outputs", j.Status, j.Outputs)
+	}
+	rank1 := Outputs{Skipped: []SkippedOutput{{Output: "outputs", Path: "rank1", Reason: "r"}}}
+	if err := s.ReportStatus(ctx, who, "a", 1, Report{Rank: 1, Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero, Outputs: &rank1, Finalizing: "uploading outputs"}); err != nil {
+		t.Fatal(err)
+	}
+	j = status(t, s, "a")
+	var tos []string
+	for _, e := range j.History {
+		tos = append(tos, e.To)
+	}
+	if got := strings.Join(tos, ","); j.Status != StatusCompleted || got != "Queued,Preparing,Running,Finalizing,Completed" {
+		t.Errorf("after both ranks ended: status %s, history %s", j.Status, got)
+	}
+	if j.Outputs == nil || len(j.Outputs.Skipped) != 1 || j.Outputs.Skipped[0].Path != "rank0" {
+		t.Errorf("outputs after rank 1's end: %+v; want rank 0's", j.Outputs)
 	}
 }
