@@ -65,12 +65,20 @@ func (a *apiRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func runAgainst(t *testing.T, api *apiRecorder, dir string) error {
 	t.Helper()
+	return runHanded(t, api, dir, nil)
+}
+
+// runHanded runs an attempt against api, handed the assignment a when it
+// is not nil.
+func runHanded(t *testing.T, api *apiRecorder, dir string, a *workspace.Assignment) error {
+	t.Helper()
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return Run(ctx, Config{Client: client.New(srv.URL, "secret"), Job: "j", Attempt: 1, Dir: dir,
-		CacheDir: filepath.Join(t.TempDir(), "cache"), EnvCacheDir: filepath.Join(t.TempDir(), "env"), APIURL: srv.URL, RunToken: "secret"})
+		CacheDir: filepath.Join(t.TempDir(), "cache"), EnvCacheDir: filepath.Join(t.TempDir(), "env"), APIURL: srv.URL, RunToken: "secret",
+		Assignment: a})
 }
 
 func statuses(reps []workspace.Report) []string {
@@ -152,5 +160,18 @@ func TestRefusedAssignmentIsReportedBeforeASetUpFailure(t *testing.T) {
 	}
 	if len(api.reports) != 1 || api.reports[0].Reason != "preparing the working directory failed" {
 		t.Errorf("reports with a set-up failure alone: %+v", api.reports)
+	}
+}
+
+// A runner handed its assignment with the launch does not fetch it: here
+// the server would refuse the fetch, and the job still runs.
+func TestHandedAssignmentIsNotFetched(t *testing.T) {
+	api := &apiRecorder{}
+	a := &workspace.Assignment{Job: "j", Attempt: 1, Spec: &spec.Job{Command: "true"}, FinalOutputs: true}
+	if err := runHanded(t, api, filepath.Join(t.TempDir(), "attempt"), a); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{workspace.StatusRunning, workspace.StatusCompleted + "+Finalizing+outputs"}, statuses(api.reports)); d != "" {
+		t.Errorf("reports of a runner handed its assignment (-want +got):\n%s", d)
 	}
 }

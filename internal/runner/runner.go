@@ -74,7 +74,11 @@ type Config struct {
 	// Direct, when set, starts the job's host processes without a shim,
 	// for a runner inside the local executor (direct.go).
 	Direct *Direct
-	Log    *slog.Logger
+	// Assignment, when set, is the attempt's assignment as the server
+	// handed it over with the launch (the local executor): it is not
+	// fetched.
+	Assignment *workspace.Assignment
+	Log        *slog.Logger
 }
 
 // File names inside an attempt's directory.
@@ -204,15 +208,19 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 		err error
 	}
 	assigned := make(chan fetched, 1)
-	go func() {
-		var f fetched
-		f.err = client.Retry(ctx, 5*time.Second, func() error {
-			var err error
-			f.a, err = r.c.Assignment(ctx, r.cfg.Job, r.cfg.Attempt)
-			return err
-		})
-		assigned <- f
-	}()
+	if r.cfg.Assignment != nil {
+		assigned <- fetched{a: r.cfg.Assignment}
+	} else {
+		go func() {
+			var f fetched
+			f.err = client.Retry(ctx, 5*time.Second, func() error {
+				var err error
+				f.a, err = r.c.Assignment(ctx, r.cfg.Job, r.cfg.Attempt)
+				return err
+			})
+			assigned <- f
+		}()
+	}
 	spool, setup := r.setUp()
 	if spool != nil {
 		defer spool.Close()

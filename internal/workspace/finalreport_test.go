@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
@@ -235,5 +236,38 @@ func TestRankFinalReportOfAMultiNodeAttempt(t *testing.T) {
 	}
 	if j.Outputs == nil || len(j.Outputs.Skipped) != 1 || j.Outputs.Skipped[0].Path != "rank0" {
 		t.Errorf("outputs after rank 1's end: %+v; want rank 0's", j.Outputs)
+	}
+}
+
+// The assignment a target that carries it gets with the launch is the one
+// the runner would have fetched; a target that does not gets none.
+func TestHandedAssignmentIsTheFetchedOne(t *testing.T) {
+	ctx := context.Background()
+	seven := "7"
+	for _, carries := range []bool{true, false} {
+		target := &fakeTarget{capacity: 1, carries: carries}
+		s, _ := newService(t, target)
+		if _, err := s.SubmitJob(ctx, owner, Submission{Spec: &spec.Job{Name: "a", Command: "echo ${{inputs.n}}", Inputs: map[string]spec.Input{"n": {Value: &seven}}}}); err != nil {
+			t.Fatal(err)
+		}
+		dispatch(t, s)
+		handed := target.launched[0].Assignment
+		if !carries {
+			if handed != nil {
+				t.Errorf("a target that does not carry the assignment got one: %s", handed)
+			}
+			continue
+		}
+		var got Assignment
+		if err := json.Unmarshal(handed, &got); err != nil {
+			t.Fatalf("handed assignment %q: %v", handed, err)
+		}
+		want, err := s.Assignment(ctx, runPrincipal("a", 1), "a", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(*want, got); d != "" {
+			t.Errorf("handed assignment (-fetched +handed):\n%s", d)
+		}
 	}
 }

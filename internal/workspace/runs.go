@@ -198,7 +198,7 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 	// The run token is stored in the attempt's own transaction (one
 	// commit per start, not two: bench/dispatch).
 	tok := store.Token{Hash: hash, Kind: auth.KindRun, Subject: name}
-	_, err = s.st.UpdateJobWith(ctx, name, creatingToken(&tok, func(j *store.Job) (*store.Event, error) {
+	started, err := s.st.UpdateJobWith(ctx, name, creatingToken(&tok, func(j *store.Job) (*store.Event, error) {
 		if j.Status != StatusQueued {
 			return nil, errNotQueued
 		}
@@ -246,6 +246,7 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 	s.heard(name)
 	s.awaitRunner(name, attempt)
 	l := compute.Launch{Job: name, Attempt: attempt, APIURL: s.cfg.APIURL, RunToken: secret, Spec: js, Environment: env}
+	l.Assignment = s.handedAssignment(t, started)
 	h, err := t.Launch(ctx, l)
 	if err != nil {
 		s.finish(ctx, name, attempt, StatusFailed, "runner could not be started", nil, err.Error())
@@ -445,12 +446,39 @@ func (s *Service) Assignment(ctx context.Context, who auth.Principal, name strin
 			return nil, err
 		}
 	}
-	a := &Assignment{Job: name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, Environment: v.Environment,
+	return s.assignmentOf(v, attempt), nil
+}
+
+// assignmentOf is the assignment of the attempt of the job v.
+func (s *Service) assignmentOf(v *Job, attempt int) *Assignment {
+	a := &Assignment{Job: v.Name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, Environment: v.Environment,
 		OutputLimits: s.outputLimits(), FinalOutputs: true}
 	if v.Outputs != nil && attempt > 1 {
 		a.ResumeOutputs = v.Outputs.Artifacts
 	}
-	return a, nil
+	return a
+}
+
+// handedAssignment is the assignment of the attempt rec has just started,
+// as JSON, for a target that hands it to the runner with the launch (the
+// local executor), which saves the runner's first call (bench/dispatch).
+// What the assignment call does besides is done already: the attempt is
+// current and heard from, and it is not waiting in an engine's queue. Nil
+// for other targets, and for a record that cannot be read whole: its
+// runner fetches the assignment, and the fetch fails the job as damaged.
+func (s *Service) handedAssignment(t compute.Target, rec store.Job) json.RawMessage {
+	if c, ok := t.(compute.AssignmentCarrier); !ok || !c.CarriesAssignment() {
+		return nil
+	}
+	v, err := s.jobViewWith(rec, nil)
+	if err != nil || len(v.Unreadable) > 0 {
+		return nil
+	}
+	raw, err := json.Marshal(s.assignmentOf(v, rec.Attempt))
+	if err != nil {
+		return nil
+	}
+	return raw
 }
 
 // Heartbeat renews an attempt's lease and says whether it should stop.
