@@ -224,10 +224,14 @@ func printBurstPhases(c *client.Client, n int) error {
 	steps := map[string][]time.Duration{}
 	var order []string
 	var ends, starts []time.Time
+	var spans []time.Duration // Preparing to the end, each job's hold on its slot
 	for i := n/2 - 50; i < n/2+50; i++ {
 		j, err := c.GetJob(ctx, fmt.Sprintf("bench-%05d", i))
 		if err != nil {
 			return err
+		}
+		if len(j.History) > 1 {
+			spans = append(spans, j.History[len(j.History)-1].Time.Sub(j.History[1].Time))
 		}
 		for k := 1; k < len(j.History); k++ {
 			step := j.History[k-1].To + "->" + j.History[k].To
@@ -258,6 +262,14 @@ func printBurstPhases(c *client.Client, n int) error {
 	}
 	if len(gaps) > 0 {
 		fmt.Printf("  %-28s %v\n", "an end -> the next start", median(gaps))
+	}
+	if len(spans) > 0 {
+		// The rate follows the mean; a median far below it means stalls.
+		var sum time.Duration
+		for _, d := range spans {
+			sum += d
+		}
+		fmt.Printf("  %-28s median %v, mean %v\n", "Preparing -> the end", median(spans), (sum / time.Duration(len(spans))).Round(100*time.Microsecond))
 	}
 	fmt.Println()
 	return nil
@@ -368,6 +380,9 @@ func burst(c *client.Client, n int, compute string) (float64, time.Duration, tim
 	if firstErr != nil {
 		return 0, 0, 0, nil, firstErr
 	}
+	// The jobs run while they are submitted: the submissions' own load on
+	// the server is part of the burst's rate.
+	fmt.Printf("burst: %d jobs submitted in %v\n", n, time.Since(start).Round(time.Millisecond))
 	for {
 		// A cheap question while jobs run, so the bench does not load the server.
 		left, err := c.ListJobs(ctx, url.Values{"status": {"Queued,Preparing,Running,Finalizing,CancelRequested"}, "limit": {"1"}})
