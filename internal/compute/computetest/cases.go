@@ -376,8 +376,18 @@ func serverKill9(t *testing.T, s *suite) {
 	// A second job waits behind it (the target runs one at a time) across
 	// the crash: it must run once the first ends, and once only.
 	queued := s.submit(t, fmt.Sprintf("command: echo \"attempt $FERRY_ATTEMPT\" >> %s.queued-runs; echo queued ran\n", id), nil)
-	if j := s.show(t, queued); j.Status != "Queued" {
-		t.Fatalf("a second job behind a running one is %s, want Queued", j.Status)
+	// A target that queues itself hands the job to its engine's queue at
+	// once, through a moment of Preparing ("handing the attempt to ...":
+	// the bug cancel-queued's skip names), and it is Queued again once
+	// handed; a faster dispatcher pass makes that moment likelier to be
+	// read here, so it is waited out.
+	handed := s.show(t, queued)
+	for end := time.Now().Add(10 * time.Second); handed.Status == "Preparing" && strings.HasPrefix(handed.StatusReason, "handing the attempt to") && time.Now().Before(end); {
+		time.Sleep(50 * time.Millisecond)
+		handed = s.show(t, queued)
+	}
+	if handed.Status != "Queued" {
+		t.Fatalf("a second job behind a running one is %s (%s), want Queued", handed.Status, handed.StatusReason)
 	}
 
 	s.srv.Kill9(t)
