@@ -2,7 +2,7 @@
 // into finished ones, beside the physical limit (raw fork/exec of the same
 // commands at the same concurrency) and, where sbatch works, a local Slurm.
 //
-//	go run ./bench/dispatch [-n 1000] [-concurrency CPUs] [-ferry BINARY]
+//	go run ./bench/dispatch [-n 1000] [-concurrency CPUs] [-ferry BINARY] [-skip-slurm]
 //
 // README.md says what a profile of it showed and which levers were pulled.
 // It prints figures and ratios; it asserts nothing.
@@ -35,6 +35,7 @@ func main() {
 	ferry := flag.String("ferry", "", "a ferry binary to measure instead of building ./cmd/ferry (to compare two builds)")
 	serverArgs := flag.String("server-args", "", "more arguments of the server, space-separated (such as --local-executor)")
 	slurmOnly := flag.Bool("slurm-only", false, "measure only direct sbatch and the slurm compute target")
+	skipSlurm := flag.Bool("skip-slurm", false, "measure only raw fork/exec and the local target")
 	flag.Parse()
 	extraServerArgs = strings.Fields(*serverArgs)
 	if *slurmOnly {
@@ -44,13 +45,13 @@ func main() {
 		}
 		return
 	}
-	if err := run(*n, *conc, *ferry); err != nil {
+	if err := run(*n, *conc, *ferry, *skipSlurm); err != nil {
 		fmt.Fprintln(os.Stderr, "dispatch:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n, conc int, prebuilt string) error {
+func run(n, conc int, prebuilt string, skipSlurm bool) error {
 	tmp, err := os.MkdirTemp("", "ferry-bench-")
 	if err != nil {
 		return err
@@ -71,6 +72,9 @@ func run(n, conc int, prebuilt string) error {
 	fmt.Printf("%-28s %10.1f jobs/s   submit->Running under the burst: p50 %v  p99 %v (mostly queueing for %d slots)\n", "ferry local target", ferryRate, p50, p99, conc)
 	fmt.Printf("%-28s submit->Running with a free slot: p50 %v  p99 %v (aim: p50 <= 10ms)\n", "", idle50, idle99)
 	fmt.Printf("%-28s %10.3f (aim: >= 0.2)\n", "ratio ferry/raw", ferryRate/rawRate)
+	if skipSlurm {
+		return nil
+	}
 	return runSlurm(bin, n, ferryRate)
 }
 
@@ -132,13 +136,22 @@ func runSlurm(bin string, n int, ferryRate float64) error {
 }
 
 func benchFerry(bin, tmp string, n, conc int) (rate float64, p50, p99, idle50, idle99 time.Duration, err error) {
-	c, stop, err := startServer(bin, tmp, conc)
+	c, stop, srv, err := startServer(bin, tmp, conc)
 	if err != nil {
 		return 0, 0, 0, 0, 0, err
 	}
 	defer stop()
+	before := processCPU(srv.Pid)
 	if rate, p50, p99, _, err = burst(c, n, "local"); err != nil {
 		return 0, 0, 0, 0, 0, err
+	}
+	if used := processCPU(srv.Pid) - before; used > 0 {
+		fmt.Printf("server CPU in the burst: %v, %.2f ms per job\n", used.Round(time.Millisecond), float64(used)/float64(time.Millisecond)/float64(n))
+	}
+	if n >= 100 {
+		if err := printBurstPhases(c, n); err != nil {
+			return 0, 0, 0, 0, 0, err
+		}
 	}
 	idle50, idle99, err = idleLatency(c, 50)
 	if err == nil {
@@ -176,6 +189,97 @@ func printPhases(c *client.Client, samples int) error {
 	return nil
 }
 
+// processCPU is the CPU time (user and system) the process pid has used so
+// far, not counting its children; 0 when /proc cannot tell.
+func processCPU(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, field 2, may hold spaces; the fields after its
+	// closing parenthesis start with field 3.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	// Clock ticks are 1/100 s on every Linux Go supports (USER_HZ).
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// printBurstPhases prints where a job's time goes in the middle of the
+// burst, when every slot is taken as soon as it is freed: the median time
+// from each state to the next of a hundred jobs, and the median gap from
+// a job's end to the start of the next (the dispatcher's turn-around).
+func printBurstPhases(c *client.Client, n int) error {
+	ctx := context.Background()
+	steps := map[string][]time.Duration{}
+	var order []string
+	var ends, starts []time.Time
+	var spans []time.Duration // Preparing to the end, each job's hold on its slot
+	for i := n/2 - 50; i < n/2+50; i++ {
+		j, err := c.GetJob(ctx, fmt.Sprintf("bench-%05d", i))
+		if err != nil {
+			return err
+		}
+		if len(j.History) > 1 {
+			spans = append(spans, j.History[len(j.History)-1].Time.Sub(j.History[1].Time))
+		}
+		for k := 1; k < len(j.History); k++ {
+			step := j.History[k-1].To + "->" + j.History[k].To
+			if _, ok := steps[step]; !ok {
+				order = append(order, step)
+			}
+			steps[step] = append(steps[step], j.History[k].Time.Sub(j.History[k-1].Time))
+			switch j.History[k].To {
+			case "Preparing":
+				starts = append(starts, j.History[k].Time)
+			case "Completed":
+				ends = append(ends, j.History[k].Time)
+			}
+		}
+	}
+	fmt.Printf("where a job's time goes in the burst (median of 100 from its middle):\n")
+	for _, step := range order[1:] { // Queued->Preparing is the wait for a slot
+		fmt.Printf("  %-28s %v\n", step, median(steps[step]))
+	}
+	sort.Slice(ends, func(a, b int) bool { return ends[a].Before(ends[b]) })
+	var gaps []time.Duration
+	for _, st := range starts {
+		// The end that freed the slot: the last one before the start.
+		i := sort.Search(len(ends), func(i int) bool { return ends[i].After(st) })
+		if i > 0 {
+			gaps = append(gaps, st.Sub(ends[i-1]))
+		}
+	}
+	if len(gaps) > 0 {
+		fmt.Printf("  %-28s %v\n", "an end -> the next start", median(gaps))
+	}
+	if len(spans) > 0 {
+		// The rate follows the mean; a median far below it means stalls.
+		var sum time.Duration
+		for _, d := range spans {
+			sum += d
+		}
+		fmt.Printf("  %-28s median %v, mean %v\n", "Preparing -> the end", median(spans), (sum / time.Duration(len(spans))).Round(100*time.Microsecond))
+	}
+	fmt.Println()
+	return nil
+}
+
+func median(d []time.Duration) time.Duration {
+	sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
+	return d[len(d)/2].Round(100 * time.Microsecond)
+}
+
 // idleLatency submits jobs one at a time, each when the target is idle,
 // and measures submit -> Running.
 func idleLatency(c *client.Client, samples int) (time.Duration, time.Duration, error) {
@@ -207,10 +311,10 @@ func idleLatency(c *client.Client, samples int) (time.Duration, time.Duration, e
 // extraServerArgs are -server-args.
 var extraServerArgs []string
 
-func startServer(bin, tmp string, conc int) (*client.Client, func(), error) {
+func startServer(bin, tmp string, conc int) (*client.Client, func(), *os.Process, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	addr := ln.Addr().String()
 	ln.Close()
@@ -218,11 +322,11 @@ func startServer(bin, tmp string, conc int) (*client.Client, func(), error) {
 	srv := exec.Command(bin, append([]string{"server", "--data-dir", dataDir, "--addr", addr, "--local-capacity", strconv.Itoa(conc)}, extraServerArgs...)...)
 	logf, err := os.Create(filepath.Join(tmp, "server.log"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	srv.Stdout, srv.Stderr = logf, logf
 	if err := srv.Start(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	stop := func() { _ = srv.Process.Signal(os.Interrupt); _ = srv.Wait() }
 	var c *client.Client
@@ -237,11 +341,11 @@ func startServer(bin, tmp string, conc int) (*client.Client, func(), error) {
 		}
 		if i > 400 {
 			stop()
-			return nil, nil, fmt.Errorf("server did not start")
+			return nil, nil, nil, fmt.Errorf("server did not start")
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
-	return c, stop, nil
+	return c, stop, srv.Process, nil
 }
 
 // burst submits n jobs at once to a compute and measures until the last
@@ -276,6 +380,9 @@ func burst(c *client.Client, n int, compute string) (float64, time.Duration, tim
 	if firstErr != nil {
 		return 0, 0, 0, nil, firstErr
 	}
+	// The jobs run while they are submitted: the submissions' own load on
+	// the server is part of the burst's rate.
+	fmt.Printf("burst: %d jobs submitted in %v\n", n, time.Since(start).Round(time.Millisecond))
 	for {
 		// A cheap question while jobs run, so the bench does not load the server.
 		left, err := c.ListJobs(ctx, url.Values{"status": {"Queued,Preparing,Running,Finalizing,CancelRequested"}, "limit": {"1"}})

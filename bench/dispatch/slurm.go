@@ -215,7 +215,7 @@ func benchFerrySlurm(bin string, n int) (rate float64, q50, q99 time.Duration, e
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		return 0, 0, 0, err
 	}
-	c, stop, err := startServer(bin, tmp, runtime.NumCPU())
+	c, stop, _, err := startServer(bin, tmp, runtime.NumCPU())
 	if err != nil {
 		return 0, 0, 0, err
 	}

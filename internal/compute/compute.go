@@ -12,6 +12,7 @@ package compute
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 
 	"github.com/ferry-ml/ferry/internal/environment"
@@ -38,6 +39,12 @@ type Launch struct {
 	// job from its assignment; nothing here replaces that.
 	Spec        *spec.Job
 	Environment *environment.Spec
+
+	// Assignment, set for a target that is an AssignmentCarrier, is what
+	// the attempt's runner would fetch first (a workspace.Assignment, as
+	// JSON): handed to the runner with the launch, it saves the runner a
+	// round trip to the server. Nil: the runner fetches it.
+	Assignment json.RawMessage
 }
 
 // Handle names an attempt in the engine a target hands it to: a Slurm job
@@ -70,6 +77,13 @@ type Target interface {
 
 // The optional powers of a target, found by type assertion (as Nomad's
 // drivers offer RecoverTask and friends).
+
+// AssignmentCarrier is a target that can hand the attempt's assignment to
+// its runner with the launch (Launch.Assignment), when CarriesAssignment
+// says so.
+type AssignmentCarrier interface {
+	CarriesAssignment() bool
+}
 
 // Canceller is a target that can end an attempt through its engine, also
 // before the attempt's runner started (a Slurm job still pending). Cancel

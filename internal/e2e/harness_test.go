@@ -294,8 +294,9 @@ type job struct {
 	Ended             *time.Time         `json:"ended"`
 	Metrics           map[string]float64 `json:"metrics"`
 	History           []struct {
-		To     string `json:"to"`
-		Reason string `json:"reason"`
+		To     string    `json:"to"`
+		Reason string    `json:"reason"`
+		Time   time.Time `json:"time"`
 	} `json:"history"`
 }
 

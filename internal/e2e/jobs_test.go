@@ -327,3 +327,29 @@ func TestOutputSymlinkEscapingIsSkipped(t *testing.T) {
 		return nil
 	})
 }
+
+// A job with nothing to upload still shows its Finalizing step, though its
+// runner reports it with the end, in the same transaction (bench/dispatch),
+// with the executor and with a runner process per job alike.
+func TestNothingToUploadStillShowsFinalizing(t *testing.T) {
+	for _, mode := range []string{"--local-executor", "--local-executor=false"} {
+		t.Run(strings.TrimPrefix(mode, "--"), func(t *testing.T) {
+			s := startServer(t, mode)
+			file := jobFile(t, "command: \"true\"\n", nil)
+			s.mustFerry("job", "create", "-f", file, "--stream", "--name", "empty")
+			j := s.show("empty")
+			var seen []string
+			for _, h := range j.History {
+				seen = append(seen, h.To+" ("+h.Reason+")")
+			}
+			want := "Queued (waiting for a free slot on compute local),Preparing (runner starting on compute local),Running (command started),Finalizing (uploading outputs),Completed (exit code 0)"
+			if got := strings.Join(seen, ","); j.Status != "Completed" || got != want {
+				t.Fatalf("job %s, history:\n%s\nwant\n%s", j.Status, got, want)
+			}
+			// Recorded in one transaction, from the final report.
+			if fin, end := j.History[3].Time, j.History[4].Time; !fin.Equal(end) {
+				t.Errorf("Finalizing at %v and Completed at %v: the final report did not carry the step", fin, end)
+			}
+		})
+	}
+}

@@ -34,6 +34,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/compute/local"
 	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/runner"
+	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // DefaultIdle is how long an executor with no attempt waits for one.
@@ -255,6 +256,14 @@ func (e *executor) take(req local.ExecutorRequest) local.ExecutorReply {
 	if err != nil {
 		logf.Close()
 		return local.ExecutorReply{Error: err.Error()}
+	}
+	if len(req.Assignment) > 0 {
+		a := &workspace.Assignment{}
+		if err := json.Unmarshal(req.Assignment, a); err != nil {
+			logf.Close()
+			return local.ExecutorReply{Error: "assignment: " + err.Error()}
+		}
+		cfg.Assignment = a
 	}
 	cancel := make(chan struct{})
 	cfg.Cancel = cancel

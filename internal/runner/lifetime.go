@@ -84,8 +84,11 @@ func gaveUp(final workspace.Report, cause error) workspace.Report {
 	if !errors.Is(cause, errServerSilent) {
 		return final
 	}
+	// The outputs it uploaded are kept with the report, for the server to
+	// record when it collects it.
 	return workspace.Report{Status: workspace.StatusFailed, Reason: "runner gave up on the server", ExitCode: final.ExitCode,
-		Error: fmt.Sprintf("the runner stopped the job and ended: %v; the job had reached: %s (%s)", cause, final.Status, final.Reason)}
+		Error:   fmt.Sprintf("the runner stopped the job and ended: %v; the job had reached: %s (%s)", cause, final.Status, final.Reason),
+		Outputs: final.Outputs, Finalizing: final.Finalizing}
 }
 
 // keepFinalReport writes the final report to FinalReportName, whole or

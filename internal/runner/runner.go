@@ -74,7 +74,11 @@ type Config struct {
 	// Direct, when set, starts the job's host processes without a shim,
 	// for a runner inside the local executor (direct.go).
 	Direct *Direct
-	Log    *slog.Logger
+	// Assignment, when set, is the attempt's assignment as the server
+	// handed it over with the launch (the local executor): it is not
+	// fetched.
+	Assignment *workspace.Assignment
+	Log        *slog.Logger
 }
 
 // File names inside an attempt's directory.
@@ -195,31 +199,51 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 			}
 		}
 	}()
-	var a *workspace.Assignment
-	err := client.Retry(ctx, 5*time.Second, func() error {
-		var err error
-		a, err = r.c.Assignment(ctx, r.cfg.Job, r.cfg.Attempt)
-		return err
-	})
-	if err != nil {
-		return failed("runner could not get its assignment", err)
+	// The assignment is fetched while the attempt's directories and log
+	// spool are made, which do not need it: the round trip was a tenth of
+	// a small job's time from Preparing to Running (bench/dispatch). A
+	// failed fetch is still reported first, as when it came first.
+	type fetched struct {
+		a   *workspace.Assignment
+		err error
 	}
-	for _, d := range []string{r.cfg.Dir, r.wd, r.cfg.CacheDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return failed("preparing the working directory failed", err)
+	assigned := make(chan fetched, 1)
+	if r.cfg.Assignment != nil {
+		assigned <- fetched{a: r.cfg.Assignment}
+	} else {
+		go func() {
+			var f fetched
+			f.err = client.Retry(ctx, 5*time.Second, func() error {
+				var err error
+				f.a, err = r.c.Assignment(ctx, r.cfg.Job, r.cfg.Attempt)
+				return err
+			})
+			assigned <- f
+		}()
+	}
+	spool, setup := r.setUp()
+	if spool != nil {
+		defer spool.Close()
+	}
+	// The job's metrics endpoint does not need the assignment either.
+	var finishMetrics func(context.Context) error
+	if setup == nil {
+		finishMetrics = r.startMetrics(ctx)
+	}
+	f := <-assigned
+	if f.err != nil || setup != nil {
+		if finishMetrics != nil {
+			// Stopped at once: the job never ran, so it logged nothing.
+			stopped, stop := context.WithCancel(ctx)
+			stop()
+			_ = finishMetrics(stopped)
 		}
+		if f.err != nil {
+			return failed("runner could not get its assignment", f.err)
+		}
+		return *setup
 	}
-	if r.cache, err = blob.Open(r.cfg.CacheDir); err != nil {
-		return failed("opening the node's blob cache failed", err)
-	}
-	spool, err := os.OpenFile(r.spool, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return failed("opening the log spool failed", err)
-	}
-	defer spool.Close()
-	if err := r.shareAttemptDir(); err != nil {
-		return failed("preparing the working directory failed", err)
-	}
+	a := f.a
 
 	// The log ships from the start, so an environment build shows while
 	// the job is Preparing; the lease is renewed from the start, so a
@@ -230,7 +254,6 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 	jobCtx, cancelJob := context.WithCancel(ctx)
 	defer cancelJob()
 	go r.watch(jobCtx, cancelJob)
-	finishMetrics := r.startMetrics(ctx)
 
 	res, p := r.prepareAndExecute(ctx, jobCtx, a, spool)
 	// The job has ended: the final report waits until what it logged is
@@ -242,21 +265,83 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 	}()
 
 	var outErr error
+	var out *workspace.Outputs // for the final report, to a server that takes them there
+	var finalizing string      // the Finalizing step, when the final report carries it
 	if p != nil {
-		r.reports <- workspace.Report{Status: workspace.StatusFinalizing, Reason: "uploading outputs"}
-		outErr = r.uploadOutputs(ctx, a, p, spool)
+		const why = "uploading outputs"
+		if a.FinalOutputs && nothingToUpload(r.wd, p) {
+			// Running, Finalizing and the end would be three reports
+			// in a row: the final report carries the step instead, and
+			// the server records both (bench/dispatch).
+			finalizing = why
+		} else {
+			r.reports <- workspace.Report{Status: workspace.StatusFinalizing, Reason: why}
+		}
+		var o workspace.Outputs
+		o, outErr = r.uploadOutputs(ctx, a, p, spool)
+		if a.FinalOutputs {
+			out = &o
+		}
+	}
+	final := func(rep workspace.Report) workspace.Report {
+		rep.Outputs, rep.Finalizing = out, finalizing
+		return rep
 	}
 	stopShipping()
 	if err := <-shipped; err != nil {
-		return failed("shipping the log failed", err)
+		return final(failed("shipping the log failed", err))
 	}
 	if r.preempted.Load() {
-		return preemptedReport(res, outErr)
+		return final(preemptedReport(res, outErr))
 	}
 	if outErr != nil && res.Status == workspace.StatusCompleted {
-		return failed("uploading outputs failed", outErr)
+		return final(failed("uploading outputs failed", outErr))
 	}
-	return res
+	return final(res)
+}
+
+// nothingToUpload says whether an attempt has no outputs to upload: no
+// named outputs (each is uploaded, even empty) and nothing in ./outputs.
+func nothingToUpload(wd string, p *paths) bool {
+	if len(p.outDirs) > 0 {
+		return false
+	}
+	f, err := os.Open(filepath.Join(wd, "outputs"))
+	if err != nil {
+		return false // the upload says what is wrong
+	}
+	defer f.Close()
+	_, err = f.Readdirnames(1)
+	return err == io.EOF
+}
+
+// setUp makes the attempt's directories, opens the node's blob cache and
+// the log spool, and gives the job's account the attempt's directory. On
+// failure it returns the final report that says so, and the spool when it
+// was opened.
+func (r *runner) setUp() (*os.File, *workspace.Report) {
+	fail := func(reason string, err error) (*os.File, *workspace.Report) {
+		rep := failed(reason, err)
+		return nil, &rep
+	}
+	for _, d := range []string{r.cfg.Dir, r.wd, r.cfg.CacheDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fail("preparing the working directory failed", err)
+		}
+	}
+	var err error
+	if r.cache, err = blob.Open(r.cfg.CacheDir); err != nil {
+		return fail("opening the node's blob cache failed", err)
+	}
+	spool, err := os.OpenFile(r.spool, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fail("opening the log spool failed", err)
+	}
+	if err := r.shareAttemptDir(); err != nil {
+		rep := failed("preparing the working directory failed", err)
+		return spool, &rep
+	}
+	return spool, nil
 }
 
 // watch renews the attempt's lease until jobCtx ends, and cancels the job
@@ -640,12 +725,13 @@ func (r *runner) ship(ctx, stop context.Context) error {
 }
 
 // uploadOutputs uploads ./outputs of the working directory and every named
-// output, and records them with the server. What cannot be uploaded safely
+// output, and returns them; it records them with the server too unless
+// the server takes them with the final report (FinalOutputs). What cannot be uploaded safely
 // (a symlink out, a special file, a bad name) or is over a limit is left
 // out: each such entry gets a line in the job's log and is listed with the
 // outputs, and everything else is kept. It returns an error only when the
 // upload itself failed.
-func (r *runner) uploadOutputs(ctx context.Context, a *workspace.Assignment, p *paths, logw io.Writer) error {
+func (r *runner) uploadOutputs(ctx context.Context, a *workspace.Assignment, p *paths, logw io.Writer) (workspace.Outputs, error) {
 	var out workspace.Outputs
 	var errs []error
 	dirs := []outputDir{{name: "outputs", dir: filepath.Join(r.wd, "outputs")}}
@@ -716,12 +802,15 @@ func (r *runner) uploadOutputs(ctx context.Context, a *workspace.Assignment, p *
 	if n := len(out.Skipped) + out.SkippedMore; n > 0 {
 		fmt.Fprintf(logw, "ferry: %d output entries were skipped and the rest uploaded; `ferry job show` lists them\n", n)
 	}
+	if a.FinalOutputs {
+		return out, errors.Join(errs...)
+	}
 	if err := client.Retry(ctx, 5*time.Second, func() error {
 		return r.c.SetOutputs(ctx, r.cfg.Job, r.cfg.Attempt, out)
 	}); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return out, errors.Join(errs...)
 }
 
 // outputDir is one directory of outputs the runner uploads.

@@ -259,6 +259,11 @@ type Store interface {
 	GetJob(ctx context.Context, name string) (Job, error)
 	// ListJobs returns the jobs the filter selects, ordered by Seq.
 	ListJobs(ctx context.Context, f JobFilter) ([]Job, error)
+	// CountJobs returns, per compute, how many jobs have one of statuses
+	// (every status when statuses is empty). A compute with none has no
+	// key; the map is empty, never nil. The dispatcher asks it on every
+	// pass, where reading the jobs themselves was a cost of its own.
+	CountJobs(ctx context.Context, statuses []string) (map[string]int, error)
 	// UpdateJob reads, modifies with fn and writes back one job in a single
 	// transaction. If fn returns a non-nil event it is stored in the same
 	// transaction. If fn returns an error nothing is written and that error
@@ -272,6 +277,16 @@ type Store interface {
 	// read, when errs[i] is not nil). err is the transaction's own: when
 	// it is not nil, nothing was written.
 	UpdateJobs(ctx context.Context, names []string, fn func(*Job) (*Event, error)) (jobs []Job, errs []error, err error)
+	// UpdateJobWith is UpdateJob for a change that is more than the
+	// record and one event: fn's JobChange (events, a token to create, a
+	// kind of the job's tokens to delete) is written in the same
+	// transaction as the record, when fn returns no error, whether or not
+	// fn changed the record. A run token is then stored with the attempt it
+	// belongs to and removed with the attempt's end, one commit each; tokens
+	// deleted this way are not found by TokenByHash from the moment
+	// UpdateJobWith returns, as with DeleteTokens. If the token cannot be
+	// created (ErrConflict if its hash exists) nothing is written.
+	UpdateJobWith(ctx context.Context, name string, fn func(*Job) (JobChange, error)) (Job, error)
 	// ListEvents returns a job's events in the order they were stored.
 	ListEvents(ctx context.Context, job string) ([]Event, error)
 	// AddPreemption records that an attempt of p.Job was preempted;
@@ -338,4 +353,16 @@ type Store interface {
 
 	// Close releases the store.
 	Close() error
+}
+
+// JobChange is what UpdateJobWith writes beside a job's record.
+type JobChange struct {
+	// Events are stored in this order, as events of the job.
+	Events []Event
+	// CreateToken, when not nil, is stored.
+	CreateToken *Token
+	// DeleteTokens, when not empty, is a kind of token: every token of
+	// that kind whose subject is the job is removed, as
+	// DeleteTokens(kind, job) does.
+	DeleteTokens string
 }

@@ -10,13 +10,11 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/scheduler"
-	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -86,13 +84,9 @@ func (s *Service) loop(ctx context.Context, kick <-chan struct{}, tick <-chan ti
 
 // dispatch starts as many queued jobs as their targets have free slots.
 func (s *Service) dispatch(ctx context.Context) error {
-	active, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: activeStatuses})
+	busy, err := s.st.CountJobs(ctx, activeStatuses) // counted, not read: the pass runs on every submit and end
 	if err != nil {
 		return err
-	}
-	busy := map[string]int{}
-	for _, j := range active {
-		busy[j.Compute]++
 	}
 	computes, err := s.st.ListComputes(ctx)
 	if err != nil {
@@ -216,7 +210,10 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 	var damaged error // the stored spec, checked in the same read
 	var js *spec.Job
 	var env *environment.Spec
-	_, err = s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+	// The run token is stored in the attempt's own transaction (one
+	// commit per start, not two: bench/dispatch).
+	tok := store.Token{Hash: hash, Kind: auth.KindRun, Subject: name}
+	started, err := s.st.UpdateJobWith(ctx, name, creatingToken(&tok, func(j *store.Job) (*store.Event, error) {
 		if j.Status != StatusQueued {
 			return nil, errNotQueued
 		}
@@ -226,8 +223,9 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 		attempt = j.Attempt
 		now := s.now()
 		j.Status, j.StatusReason, j.Heartbeat = StatusPreparing, "runner starting on compute "+computeName, now
+		tok.Attempt, tok.Created = attempt, now
 		return &store.Event{Job: name, Time: now, From: StatusQueued, To: j.Status, Reason: j.StatusReason}, nil
-	})
+	}))
 	if damaged != nil {
 		s.failQueued(ctx, name, damaged.Error())
 		return nil
@@ -239,11 +237,8 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 		return err
 	}
 	s.heard(name)
-	if err := s.st.CreateToken(ctx, store.Token{Hash: hash, Kind: auth.KindRun, Subject: name, Attempt: attempt, Created: s.now()}); err != nil {
-		s.finish(ctx, name, attempt, StatusFailed, "could not make a run token", nil, err.Error())
-		return err
-	}
 	l := compute.Launch{Job: name, Attempt: attempt, APIURL: s.cfg.APIURL, RunToken: secret, Spec: js, Environment: env}
+	l.Assignment = s.handedAssignment(t, started)
 	h, err := t.Launch(ctx, l)
 	if err != nil {
 		s.finish(ctx, name, attempt, StatusFailed, "runner could not be started", nil, err.Error())
@@ -291,6 +286,22 @@ func (s *Service) recordHandle(ctx context.Context, name string, attempt int, h 
 }
 
 var errNotQueued = errors.New("job is no longer queued")
+
+// creatingToken is fn as a function for UpdateJobWith that also stores
+// tok, which fn may complete.
+func creatingToken(tok *store.Token, fn func(*store.Job) (*store.Event, error)) func(*store.Job) (store.JobChange, error) {
+	return func(j *store.Job) (store.JobChange, error) {
+		e, err := fn(j)
+		if err != nil {
+			return store.JobChange{}, err
+		}
+		ch := store.JobChange{CreateToken: tok}
+		if e != nil {
+			ch.Events = []store.Event{*e}
+		}
+		return ch, nil
+	}
+}
 
 func (s *Service) failQueued(ctx context.Context, name, why string) {
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
@@ -369,7 +380,14 @@ func (s *Service) collectFinalReport(ctx context.Context, j store.Job) bool {
 		return false
 	}
 	s.log.Info("collected the final report a runner kept", "job", j.Name, "attempt", j.Attempt, "status", rep.Status)
-	return s.finish(ctx, j.Name, j.Attempt, rep.Status, rep.Reason+" (collected from the runner's final report)", rep.ExitCode, rep.Error) == nil
+	end := attemptEnd{status: rep.Status, reason: rep.Reason + " (collected from the runner's final report)", exit: rep.ExitCode, msg: rep.Error}
+	// Its outputs are checked as if its run token had sent them.
+	who := auth.Principal{Kind: auth.KindRun, Subject: j.Name, Attempt: j.Attempt}
+	if err := s.checkFinalOutputs(ctx, who, j, rep, &end); err != nil {
+		s.log.Error("checking the outputs of a runner's kept final report", "job", j.Name, "attempt", j.Attempt, "err", err)
+		return false
+	}
+	return s.finishWith(ctx, j.Name, j.Attempt, end) == nil
 }
 
 // fence checks that who may write the attempt of job and that the attempt
@@ -453,12 +471,39 @@ func (s *Service) Assignment(ctx context.Context, who auth.Principal, name strin
 			return nil, err
 		}
 	}
-	a := &Assignment{Job: name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, Environment: v.Environment,
-		OutputLimits: s.outputLimits()}
+	return s.assignmentOf(v, attempt), nil
+}
+
+// assignmentOf is the assignment of the attempt of the job v.
+func (s *Service) assignmentOf(v *Job, attempt int) *Assignment {
+	a := &Assignment{Job: v.Name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, Environment: v.Environment,
+		OutputLimits: s.outputLimits(), FinalOutputs: true}
 	if v.Outputs != nil && attempt > 1 {
 		a.ResumeOutputs = v.Outputs.Artifacts
 	}
-	return a, nil
+	return a
+}
+
+// handedAssignment is the assignment of the attempt rec has just started,
+// as JSON, for a target that hands it to the runner with the launch (the
+// local executor), which saves the runner's first call (bench/dispatch).
+// What the assignment call does besides is done already: the attempt is
+// current and heard from, and it is not waiting in an engine's queue. Nil
+// for other targets, and for a record that cannot be read whole: its
+// runner fetches the assignment, and the fetch fails the job as damaged.
+func (s *Service) handedAssignment(t compute.Target, rec store.Job) json.RawMessage {
+	if c, ok := t.(compute.AssignmentCarrier); !ok || !c.CarriesAssignment() {
+		return nil
+	}
+	v, err := s.jobViewWith(rec, nil)
+	if err != nil || len(v.Unreadable) > 0 {
+		return nil
+	}
+	raw, err := json.Marshal(s.assignmentOf(v, rec.Attempt))
+	if err != nil {
+		return nil
+	}
+	return raw
 }
 
 // Heartbeat renews an attempt's lease and says whether it should stop.
@@ -510,23 +555,38 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 			return err
 		}
 		s.heard(name)
+		end := attemptEnd{status: r.Status, reason: r.Reason, exit: r.ExitCode, msg: r.Error}
+		if err := s.checkFinalOutputs(ctx, who, rec, r, &end); err != nil {
+			return err
+		}
 		if len(placementOf(rec).Ranks) > 1 { // a single-node attempt is over at once
+			// Rank 0's outputs and Finalizing step are recorded now, as
+			// their own calls would have been: the attempt may not be over.
+			if err := s.recordApart(ctx, who, name, attempt, r.Rank, &end); err != nil {
+				return err
+			}
 			done, err := s.rankEnded(ctx, name, attempt, r)
 			if err != nil || !done {
 				return err
 			}
 		}
-		reason := r.Reason
 		if r.Rank > 0 {
-			reason = fmt.Sprintf("node rank %d: %s", r.Rank, r.Reason)
+			end.reason = fmt.Sprintf("node rank %d: %s", r.Rank, end.reason)
 		}
-		return s.finish(ctx, name, attempt, r.Status, reason, r.ExitCode, r.Error)
+		return s.finishWith(ctx, name, attempt, end)
 	case StatusPreempted:
 		rec, err := s.fence(ctx, who, name, attempt)
 		if err != nil {
 			return err
 		}
 		s.heard(name)
+		var end attemptEnd
+		if err := s.checkFinalOutputs(ctx, who, rec, r, &end); err != nil {
+			return err
+		}
+		if err := s.recordApart(ctx, who, name, attempt, r.Rank, &end); err != nil {
+			return err
+		}
 		node := s.onPreemptedNode(ctx, rec)
 		if ranks := placementOf(rec).Ranks; node == "" && r.Rank < len(ranks) {
 			node = ranks[r.Rank].Node // the node went since; the attempt still ends
@@ -547,25 +607,55 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 // finish ends an attempt with a terminal status (once: a later call for an
 // ended job changes nothing) and revokes the attempt's run token.
 func (s *Service) finish(ctx context.Context, name string, attempt int, status, reason string, exit *int, msg string) error {
-	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+	return s.finishWith(ctx, name, attempt, attemptEnd{status: status, reason: reason, exit: exit, msg: msg})
+}
+
+// attemptEnd is how an attempt ended, as finishWith records it.
+type attemptEnd struct {
+	status, reason string
+	exit           *int
+	msg            string
+	// outputs, when not nil, are the attempt's outputs (checked), recorded
+	// with the end.
+	outputs json.RawMessage
+	// finalizing, when not empty, is the reason of a Finalizing step that
+	// the runner did not report apart: recorded just before the end, as
+	// ReportStatus would have recorded the report.
+	finalizing string
+}
+
+// finishWith is finish with the outputs and Finalizing step a runner's
+// final report may carry, all in one transaction with the end.
+func (s *Service) finishWith(ctx context.Context, name string, attempt int, end attemptEnd) error {
+	// The run token goes in the end's own transaction (one commit, not
+	// two: bench/dispatch), even when the job had ended already, as a
+	// resent end must still leave no token behind.
+	_, err := s.st.UpdateJobWith(ctx, name, func(j *store.Job) (store.JobChange, error) {
+		ch := store.JobChange{DeleteTokens: auth.KindRun}
 		if IsTerminal(j.Status) || j.Attempt != attempt {
-			return nil, nil
+			return ch, nil
 		}
 		from := j.Status
 		now := s.now()
-		if status == StatusCanceled && j.CancelBy != "" {
+		if end.outputs != nil {
+			j.Outputs = end.outputs
+		}
+		if end.finalizing != "" && from != StatusCancelRequested && from != StatusFinalizing {
+			ch.Events = append(ch.Events, store.Event{Job: name, Time: now, From: from, To: StatusFinalizing, Reason: end.finalizing})
+			from = StatusFinalizing
+		}
+		reason := end.reason
+		if end.status == StatusCanceled && j.CancelBy != "" {
 			reason = "canceled by " + j.CancelBy
 		}
-		j.Status, j.StatusReason, j.ExitCode, j.Error, j.Ended, j.Heartbeat = status, reason, exit, msg, now, now
-		if j.Started.IsZero() && status != StatusCanceled {
+		j.Status, j.StatusReason, j.ExitCode, j.Error, j.Ended, j.Heartbeat = end.status, reason, end.exit, end.msg, now, now
+		if j.Started.IsZero() && end.status != StatusCanceled {
 			j.Started = now
 		}
-		return &store.Event{Job: name, Time: now, From: from, To: status, Reason: reason}, nil
+		ch.Events = append(ch.Events, store.Event{Job: name, Time: now, From: from, To: end.status, Reason: reason})
+		return ch, nil
 	})
 	if err != nil {
-		return err
-	}
-	if err := s.st.DeleteTokens(ctx, auth.KindRun, name); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -578,52 +668,6 @@ func (s *Service) finish(ctx context.Context, name string, attempt int, status, 
 	s.changed(name)
 	s.wakeDispatcher()
 	return nil
-}
-
-// SetOutputs records the snapshots of an attempt's outputs.
-func (s *Service) SetOutputs(ctx context.Context, who auth.Principal, name string, attempt int, out Outputs) error {
-	rec, err := s.fence(ctx, who, name, attempt)
-	if err != nil {
-		return err
-	}
-	if out.Artifacts != "" {
-		if err := s.requireSnapshot(out.Artifacts, "artifacts"); err != nil {
-			return err
-		}
-	}
-	var j struct {
-		Outputs map[string]json.RawMessage `json:"outputs"`
-	}
-	if err := json.Unmarshal(rec.Spec, &j); err != nil {
-		return err
-	}
-	for k, id := range out.Named {
-		if _, ok := j.Outputs[k]; !ok {
-			return Invalid("named.%s: the job declares no output by that name", k)
-		}
-		if err := s.requireSnapshot(id, "named."+k); err != nil {
-			return err
-		}
-	}
-	if err := checkSkipped(out, j.Outputs); err != nil {
-		return err
-	}
-	if err := s.checkOutputQuota(ctx, who, out); err != nil {
-		return err
-	}
-	raw, err := json.Marshal(out)
-	if err != nil {
-		return err
-	}
-	_, err = s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		if IsTerminal(j.Status) {
-			return nil, Conflict("job %s is already %s; outputs must be uploaded before the final status", name, j.Status)
-		}
-		j.Outputs = raw
-		return nil, nil
-	})
-	s.heard(name)
-	return err
 }
 
 // rankEnded records the end of one node rank of a multi-node attempt and
@@ -655,54 +699,4 @@ func (s *Service) rankEnded(ctx context.Context, name string, attempt int, r Rep
 		return nil, nil
 	})
 	return over, err
-}
-
-// checkSkipped bounds a runner's list of skipped outputs: it is shown to
-// users as it is.
-func checkSkipped(out Outputs, declared map[string]json.RawMessage) error {
-	if len(out.Skipped) > MaxSkippedOutputs {
-		return Invalid("skipped: at most %d entries (got %d); count the rest in skipped_more", MaxSkippedOutputs, len(out.Skipped))
-	}
-	if out.SkippedMore < 0 {
-		return Invalid("skipped_more: %d is negative", out.SkippedMore)
-	}
-	for i, sk := range out.Skipped {
-		if _, ok := declared[sk.Output]; !ok && sk.Output != "outputs" {
-			return Invalid("skipped[%d].output: %q is neither outputs nor an output the job declares", i, sk.Output)
-		}
-		if len(sk.Path) > 4*snapshot.MaxPathLen || len(sk.Reason) > 1024 || !utf8.ValidString(sk.Path) || !utf8.ValidString(sk.Reason) {
-			return Invalid("skipped[%d]: path and reason must be UTF-8 of at most %d and 1024 bytes", i, 4*snapshot.MaxPathLen)
-		}
-	}
-	return nil
-}
-
-// checkOutputQuota refuses outputs that hold more than the per-job output
-// quota: the runner skips what is over it before uploading, so only a
-// runner that ignores its assignment gets here. It also refuses, to a run
-// token, snapshots its job did not make or receive: recorded as outputs
-// they would become readable to it (blobscope.go).
-func (s *Service) checkOutputQuota(ctx context.Context, who auth.Principal, out Outputs) error {
-	limit := s.outputLimits().JobBytes
-	var total int64
-	for _, id := range append(slices.Collect(maps.Values(out.Named)), out.Artifacts) {
-		if id == "" {
-			continue
-		}
-		m, err := s.GetSnapshot(ctx, who, id)
-		if CodeOf(err) == CodeNotFound {
-			return Invalid("outputs: snapshot %s is not stored; upload the outputs first", id)
-		}
-		if err != nil {
-			return err
-		}
-		total += m.TotalSize()
-	}
-	if limit <= 0 {
-		return nil
-	}
-	if total > limit {
-		return &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("outputs: they hold %d bytes, over the job's output quota of %d (ferry server --output-quota)", total, limit)}
-	}
-	return nil
 }

@@ -30,7 +30,10 @@ type fakeTarget struct {
 	launched []compute.Launch
 	fail     error
 	kept     map[string][]byte // "job/attempt" -> a final report a runner kept
+	carries  bool              // hands the assignment over with the launch
 }
+
+func (f *fakeTarget) CarriesAssignment() bool { return f.carries }
 
 func (f *fakeTarget) FinalReport(job string, attempt int) ([]byte, bool) {
 	f.mu.Lock()

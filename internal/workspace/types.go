@@ -172,6 +172,11 @@ type Assignment struct {
 	ResumeOutputs string `json:"resume_outputs,omitempty"`
 	// OutputLimits bound the outputs the runner uploads.
 	OutputLimits OutputLimits `json:"output_limits"`
+	// FinalOutputs says the server takes Report.Outputs and
+	// Report.Finalizing with an attempt's final report, so the runner
+	// makes no calls of their own (an older server leaves it false, and
+	// its runners report Finalizing and set the outputs apart).
+	FinalOutputs bool `json:"final_outputs,omitempty"`
 }
 
 // Report is a runner's word on its attempt.
@@ -183,6 +188,15 @@ type Report struct {
 	Reason   string `json:"reason,omitempty"`
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// Outputs, in a final or Preempted report to a server whose assignment
+	// said FinalOutputs, are the attempt's outputs, recorded with its end
+	// (rank 0's alone, as with the outputs call).
+	Outputs *Outputs `json:"outputs,omitempty"`
+	// Finalizing, in a final report to such a server, is the reason of the
+	// Finalizing step the runner went through without reporting it apart
+	// (it had nothing to upload): the server records the step before the
+	// end, in the same transaction.
+	Finalizing string `json:"finalizing,omitempty"`
 }
 
 // HeartbeatReply tells a runner what the server wants of it.

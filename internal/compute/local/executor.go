@@ -45,6 +45,9 @@ type ExecutorRequest struct {
 	// the private socket.
 	RunToken string                `json:"run_token"`
 	Run      invocation.Invocation `json:"run"`
+	// Assignment, when present, is the attempt's assignment as the server
+	// made it at the launch: the runner does not fetch it.
+	Assignment json.RawMessage `json:"assignment,omitempty"`
 }
 
 // ExecutorReply is the executor's answer, one line of JSON.
@@ -66,7 +69,7 @@ func (t *Target) executorID() (string, error) {
 
 // launchInExecutor hands an attempt to the executor, starting one when
 // none answers or the one that does is another's.
-func (t *Target) launchInExecutor(inv invocation.Invocation, runToken string) error {
+func (t *Target) launchInExecutor(inv invocation.Invocation, runToken string, assignment json.RawMessage) error {
 	t.execMu.Lock()
 	defer t.execMu.Unlock()
 	id, err := t.executorID()
@@ -80,7 +83,7 @@ func (t *Target) launchInExecutor(inv invocation.Invocation, runToken string) er
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return err
 	}
-	req := ExecutorRequest{ID: id, ServerPID: os.Getpid(), RunToken: runToken, Run: inv}
+	req := ExecutorRequest{ID: id, ServerPID: os.Getpid(), RunToken: runToken, Run: inv, Assignment: assignment}
 	rep, err := sendExecutor(dir, req)
 	if err == nil && !rep.Other {
 		if !rep.OK {

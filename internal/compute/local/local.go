@@ -158,7 +158,7 @@ func (t *Target) launch(l compute.Launch) error {
 	if t.cfg.Executor {
 		// The executor opens the attempt's runner.log itself; opening it
 		// here too was a twentieth of the server's CPU under bench/dispatch.
-		return t.launchInExecutor(inv, l.RunToken)
+		return t.launchInExecutor(inv, l.RunToken, l.Assignment)
 	}
 	logf, err := os.OpenFile(filepath.Join(dir, "runner.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -175,6 +175,11 @@ func (t *Target) launch(l compute.Launch) error {
 	go func() { _ = cmd.Wait() }() // reap it while we live; init does after
 	return nil
 }
+
+// CarriesAssignment implements compute.AssignmentCarrier: the local
+// executor takes the assignment with the attempt (a `ferry runner`
+// process fetches it).
+func (t *Target) CarriesAssignment() bool { return t.cfg.Executor }
 
 // finalReportName is runner.FinalReportName; the target does not import
 // the runner for one name.

@@ -174,13 +174,56 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 	return js, nil
 }
 
+// CountJobs implements store.Store.
+func (s *Store) CountJobs(ctx context.Context, statuses []string) (map[string]int, error) {
+	q := `SELECT compute, count(*) FROM jobs`
+	args := make([]any, len(statuses))
+	if len(statuses) > 0 {
+		q += ` WHERE status IN (?` + strings.Repeat(", ?", len(statuses)-1) + `)`
+		for i, st := range statuses {
+			args[i] = st
+		}
+	}
+	rows, err := s.query(ctx, s.r, q+` GROUP BY compute`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("count jobs: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var c string
+		var n int
+		if err := rows.Scan(&c, &n); err != nil {
+			return nil, fmt.Errorf("count jobs: %w", err)
+		}
+		out[c] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count jobs: %w", err)
+	}
+	return out, nil
+}
+
 // UpdateJob implements store.Store. Changes fn makes to Name and Seq are
 // ignored, and the event it returns is stored as an event of this job
 // whatever its Job field says.
 func (s *Store) UpdateJob(ctx context.Context, name string, fn func(*store.Job) (*store.Event, error)) (store.Job, error) {
+	return s.UpdateJobWith(ctx, name, func(j *store.Job) (store.JobChange, error) { return oneEvent(fn(j)) })
+}
+
+// UpdateJobWith implements store.Store. Its events are stored as events
+// of this job whatever their Job fields say.
+func (s *Store) UpdateJobWith(ctx context.Context, name string, fn func(*store.Job) (store.JobChange, error)) (store.Job, error) {
+	var revoke string // the kind of tokens deleted, dropped from the cache
+	defer func() {
+		// After the transaction, even a failed one, as DeleteTokens does.
+		if revoke != "" {
+			s.tokens.revoke(revoke, name)
+		}
+	}()
 	var out store.Job
 	err := s.write(ctx, func(tx *sql.Tx) (err error) {
-		out, err = s.updateJob(ctx, tx, name, fn)
+		out, err = s.updateJob(ctx, tx, name, fn, &revoke)
 		return err
 	})
 	if fe := (fnError{}); errors.As(err, &fe) {
@@ -199,10 +242,10 @@ func (s *Store) UpdateJobs(ctx context.Context, names []string, fn func(*store.J
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		for i, name := range names {
 			var read store.Job
-			jobs[i], errs[i] = s.updateJob(ctx, tx, name, func(j *store.Job) (*store.Event, error) {
+			jobs[i], errs[i] = s.updateJob(ctx, tx, name, func(j *store.Job) (store.JobChange, error) {
 				read = *j
-				return fn(j)
-			})
+				return oneEvent(fn(j))
+			}, nil)
 			if errs[i] != nil {
 				jobs[i] = normJob(read)
 				// A failure of the database itself ends the transaction;
@@ -230,9 +273,19 @@ type fnError struct{ err error }
 func (e fnError) Error() string { return e.err.Error() }
 func (e fnError) Unwrap() error { return e.err }
 
-// updateJob is UpdateJob's work inside the write transaction tx; an error
-// fn returns comes back wrapped in fnError.
-func (s *Store) updateJob(ctx context.Context, tx *sql.Tx, name string, fn func(*store.Job) (*store.Event, error)) (store.Job, error) {
+// oneEvent is the JobChange of an update that stores at most one event.
+func oneEvent(e *store.Event, err error) (store.JobChange, error) {
+	if e == nil || err != nil {
+		return store.JobChange{}, err
+	}
+	return store.JobChange{Events: []store.Event{*e}}, nil
+}
+
+// updateJob is UpdateJobWith's work inside the write transaction tx; an
+// error fn returns comes back wrapped in fnError. The kind of tokens it
+// deletes is left in *revoke (nil: it deletes none), for the token cache
+// to drop once the transaction is over.
+func (s *Store) updateJob(ctx context.Context, tx *sql.Tx, name string, fn func(*store.Job) (store.JobChange, error), revoke *string) (store.Job, error) {
 	j, err := scanJob(s.txRow(ctx, tx, s.w, qGetJob, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Job{Name: name}, fmt.Errorf("job %q: %w", name, store.ErrNotFound)
@@ -242,7 +295,7 @@ func (s *Store) updateJob(ctx context.Context, tx *sql.Tx, name string, fn func(
 	}
 	seq := j.Seq
 	before := jobValues(j)
-	e, err := fn(&j)
+	ch, err := fn(&j)
 	if err != nil {
 		return store.Job{}, fnError{err}
 	}
@@ -255,9 +308,24 @@ func (s *Store) updateJob(ctx context.Context, tx *sql.Tx, name string, fn func(
 			return store.Job{}, fmt.Errorf("update job %q: %w", name, err)
 		}
 	}
-	if e != nil {
-		if err := s.insertEvent(ctx, tx, name, *e); err != nil {
+	for _, e := range ch.Events {
+		if err := s.insertEvent(ctx, tx, name, e); err != nil {
 			return store.Job{}, fmt.Errorf("update job %q: event: %w", name, err)
+		}
+	}
+	if t := ch.CreateToken; t != nil {
+		_, err := s.txExec(ctx, tx, s.w, qCreateToken, t.Hash, t.Kind, t.Subject, t.Attempt, timeArg(t.Created))
+		if err := createTokenErr(*t, err); err != nil {
+			return store.Job{}, fmt.Errorf("update job %q: %w", name, err)
+		}
+	}
+	if kind := ch.DeleteTokens; kind != "" {
+		if revoke == nil {
+			return store.Job{}, fmt.Errorf("update job %q: this update cannot delete tokens", name)
+		}
+		*revoke = kind
+		if _, err := s.txExec(ctx, tx, s.w, qDeleteTokens, kind, name); err != nil {
+			return store.Job{}, fmt.Errorf("update job %q: delete %s tokens: %w", name, kind, err)
 		}
 	}
 	return normJob(j), nil

@@ -50,14 +50,15 @@ const (
 	qListEvents    = `SELECT time, from_status, to_status, reason FROM events WHERE job = ? ORDER BY id`
 	qLatestMetrics = `SELECT name, value, step, time FROM metrics
 			WHERE id IN (SELECT max(id) FROM metrics WHERE job = ? GROUP BY name)`
-	qAddMetric   = `INSERT INTO metrics (job, name, value, step, time) VALUES (?, ?, ?, ?, ?)`
-	qTokenByHash = `SELECT hash, kind, subject, attempt, created FROM tokens WHERE hash = ?`
-	qCreateToken = `INSERT INTO tokens (hash, kind, subject, attempt, created) VALUES (?, ?, ?, ?, ?)`
+	qAddMetric    = `INSERT INTO metrics (job, name, value, step, time) VALUES (?, ?, ?, ?, ?)`
+	qTokenByHash  = `SELECT hash, kind, subject, attempt, created FROM tokens WHERE hash = ?`
+	qCreateToken  = `INSERT INTO tokens (hash, kind, subject, attempt, created) VALUES (?, ?, ?, ?, ?)`
+	qDeleteTokens = `DELETE FROM tokens WHERE kind = ? AND subject = ?`
 )
 
 var (
 	readQueries  = []string{qGetJob, qJobExists, qListEvents, qLatestMetrics, qTokenByHash}
-	writeQueries = []string{qGetJob, qJobExists, qUpdateJob, qInsertEvent, qAddMetric, qCreateToken}
+	writeQueries = []string{qGetJob, qJobExists, qUpdateJob, qInsertEvent, qAddMetric, qCreateToken, qDeleteTokens}
 )
 
 // prepare prepares queries on db.

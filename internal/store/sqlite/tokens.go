@@ -78,6 +78,11 @@ func (c *tokenCache) revoke(kind, subject string) {
 // CreateToken implements store.Store.
 func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
 	_, err := s.exec(ctx, s.w, qCreateToken, t.Hash, t.Kind, t.Subject, t.Attempt, timeArg(t.Created))
+	return createTokenErr(t, err)
+}
+
+// createTokenErr is the error of a token's insert, err.
+func createTokenErr(t store.Token, err error) error {
 	// Error messages leave the hash out: it is not the secret, but no reader
 	// of a log gains anything from it.
 	if isUnique(err) {
@@ -94,11 +99,8 @@ func (s *Store) CreateTokens(ctx context.Context, ts []store.Token) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		for _, t := range ts {
 			_, err := s.txExec(ctx, tx, s.w, qCreateToken, t.Hash, t.Kind, t.Subject, t.Attempt, timeArg(t.Created))
-			if isUnique(err) {
-				return fmt.Errorf("token: %w", store.ErrConflict)
-			}
-			if err != nil {
-				return fmt.Errorf("create %s token for %q: %w", t.Kind, t.Subject, err)
+			if err := createTokenErr(t, err); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -132,7 +134,7 @@ func (s *Store) DeleteTokens(ctx context.Context, kind, subject string) error {
 	// Dropped from the cache after the delete (even a failed one): a lookup
 	// between the two would otherwise cache the token again.
 	defer s.tokens.revoke(kind, subject)
-	if _, err := s.exec(ctx, s.w, `DELETE FROM tokens WHERE kind = ? AND subject = ?`, kind, subject); err != nil {
+	if _, err := s.exec(ctx, s.w, qDeleteTokens, kind, subject); err != nil {
 		return fmt.Errorf("delete %s tokens of %q: %w", kind, subject, err)
 	}
 	return nil

@@ -1,0 +1,273 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// seenByUser is what a user sees of a job's end: its history (without
+// times) and its outputs.
+type seenByUser struct {
+	Status, Reason string
+	History        []Event
+	Outputs        *Outputs
+}
+
+func seen(t *testing.T, s *Service, name string) seenByUser {
+	t.Helper()
+	j := status(t, s, name)
+	h := make([]Event, len(j.History))
+	for i, e := range j.History {
+		h[i] = Event{From: e.From, To: e.To, Reason: e.Reason}
+	}
+	return seenByUser{Status: j.Status, Reason: j.StatusReason, History: h, Outputs: j.Outputs}
+}
+
+// runToken is the run token the target was given for job's latest launch.
+func (f *fakeTarget) runToken(job string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := len(f.launched) - 1; i >= 0; i-- {
+		if f.launched[i].Job == job {
+			return f.launched[i].RunToken
+		}
+	}
+	return ""
+}
+
+// A final report that carries the outputs and the Finalizing step leaves
+// the job as the separate calls of an older runner do: the same history,
+// the same outputs, and the run token gone.
+func TestFinalReportWithOutputsMatchesSeparateCalls(t *testing.T) {
+	ctx := context.Background()
+	target := &fakeTarget{capacity: 2}
+	s, _ := newService(t, target)
+	submit(t, s, "old")
+	submit(t, s, "new")
+	dispatch(t, s)
+	for _, name := range []string{"old", "new"} {
+		a, err := s.Assignment(ctx, runPrincipal(name, 1), name, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !a.FinalOutputs {
+			t.Fatalf("assignment of %s does not offer FinalOutputs", name)
+		}
+		if _, err := s.st.TokenByHash(ctx, auth.Hash(target.runToken(name))); err != nil {
+			t.Fatalf("run token of %s after its start: %v", name, err)
+		}
+	}
+	out := Outputs{Skipped: []SkippedOutput{{Output: "outputs", Path: "link", Reason: "a symlink out of the directory"}}}
+	zero := 0
+	end := Report{Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero}
+
+	old := runPrincipal("old", 1)
+	for _, r := range []Report{{Status: StatusRunning, Reason: "command started"}, {Status: StatusFinalizing, Reason: "uploading outputs"}} {
+		if err := s.ReportStatus(ctx, old, "old", 1, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetOutputs(ctx, old, "old", 1, out); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReportStatus(ctx, old, "old", 1, end); err != nil {
+		t.Fatal(err)
+	}
+
+	nw := runPrincipal("new", 1)
+	if err := s.ReportStatus(ctx, nw, "new", 1, Report{Status: StatusRunning, Reason: "command started"}); err != nil {
+		t.Fatal(err)
+	}
+	merged := end
+	merged.Outputs, merged.Finalizing = &out, "uploading outputs"
+	if err := s.ReportStatus(ctx, nw, "new", 1, merged); err != nil {
+		t.Fatal(err)
+	}
+
+	want := seen(t, s, "old")
+	if want.Status != StatusCompleted || want.Outputs == nil || len(want.History) != 5 {
+		t.Fatalf("the job reported with separate calls: %+v", want)
+	}
+	if d := cmp.Diff(want, seen(t, s, "new")); d != "" {
+		t.Errorf("a final report with outputs and Finalizing (-separate calls +final report):\n%s", d)
+	}
+	for _, name := range []string{"old", "new"} {
+		if _, err := s.st.TokenByHash(ctx, auth.Hash(target.runToken(name))); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("run token of %s after its end: %v, want ErrNotFound", name, err)
+		}
+	}
+	// Resent (its reply was lost), the report changes nothing.
+	if err := s.ReportStatus(ctx, nw, "new", 1, merged); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, seen(t, s, "new")); d != "" {
+		t.Errorf("after the final report was resent (-want +got):\n%s", d)
+	}
+}
+
+// Outputs the server refuses, carried by a final report, fail a completed
+// attempt as a refused outputs call does, and are not recorded.
+func TestFinalReportWithRefusedOutputsFailsTheJob(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	submit(t, s, "a")
+	dispatch(t, s)
+	zero := 0
+	r := Report{Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero, Outputs: &Outputs{Named: map[string]string{"nope": "abc"}}}
+	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, r); err != nil {
+		t.Fatalf("a final report with refused outputs is still taken: %v", err)
+	}
+	j := status(t, s, "a")
+	if j.Status != StatusFailed || j.StatusReason != "uploading outputs failed" || !strings.Contains(j.Error, "named.nope") || j.Outputs != nil {
+		t.Errorf("job after refused outputs: status %s, reason %q, error %q, outputs %+v", j.Status, j.StatusReason, j.Error, j.Outputs)
+	}
+}
+
+// A cancel requested while the command ran is not followed by a Finalizing
+// step a final report carries, as a late Finalizing report is not.
+func TestFinalReportFinalizingAfterCancelRequest(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	submit(t, s, "a")
+	dispatch(t, s)
+	who := runPrincipal("a", 1)
+	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusRunning}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CancelJob(ctx, owner, "a"); err != nil {
+		t.Fatal(err)
+	}
+	code := 143
+	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusCanceled, Reason: "canceled on request", ExitCode: &code, Outputs: &Outputs{}, Finalizing: "uploading outputs"}); err != nil {
+		t.Fatal(err)
+	}
+	var tos []string
+	for _, e := range status(t, s, "a").History {
+		tos = append(tos, e.To)
+	}
+	if got := strings.Join(tos, ","); got != "Queued,Preparing,Running,CancelRequested,Canceled" {
+		t.Errorf("history = %s", got)
+	}
+}
+
+// The final report a runner kept on its target (it gave up on the server)
+// is collected with the outputs and Finalizing step it carries.
+func TestKeptFinalReportCarriesItsOutputs(t *testing.T) {
+	ctx := context.Background()
+	target := &fakeTarget{capacity: 1, kept: map[string][]byte{
+		"a/1": []byte(`{"status": "Failed", "reason": "runner gave up on the server", "exit_code": 0,
+			"outputs": {"skipped": [{"output": "outputs", "path": "p", "reason": "r"}]}, "finalizing": "uploading outputs"}`),
+	}}
+	s, clk := newService(t, target)
+	submit(t, s, "a")
+	dispatch(t, s)
+	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, Report{Status: StatusRunning}); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(11 * time.Second)
+	if err := s.expireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j := status(t, s, "a")
+	var tos []string
+	for _, e := range j.History {
+		tos = append(tos, e.To)
+	}
+	if got := strings.Join(tos, ","); got != "Queued,Preparing,Running,Finalizing,Failed" {
+		t.Errorf("history = %s", got)
+	}
+	if j.Outputs == nil || len(j.Outputs.Skipped) != 1 || j.Outputs.Skipped[0].Path != "p" {
+		t.Errorf("outputs collected from the kept report: %+v", j.Outputs)
+	}
+}
+
+// Rank 0's final report of a multi-node attempt that other ranks still
+// run records its outputs and Finalizing step at once, as its own calls
+// would have; another rank's outputs are not recorded.
+func TestRankFinalReportOfAMultiNodeAttempt(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	submit(t, s, "a")
+	dispatch(t, s)
+	raw, err := json.Marshal(Placement{Ranks: make([]RankPlacement, 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.st.UpdateJob(ctx, "a", func(j *store.Job) (*store.Event, error) {
+		j.Placement = raw
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	who := runPrincipal("a", 1)
+	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusRunning, Reason: "command started"}); err != nil {
+		t.Fatal(err)
+	}
+	zero := 0
+	rank0 := Outputs{Skipped: []SkippedOutput{{Output: "outputs", Path: "rank0", Reason: "r"}}}
+	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero, Outputs: &rank0, Finalizing: "uploading outputs"}); err != nil {
+		t.Fatal(err)
+	}
+	j := status(t, s, "a")
+	if j.Status != StatusFinalizing || j.Outputs == nil || len(j.Outputs.Skipped) != 1 || j.Outputs.Skipped[0].Path != "rank0" {
+		t.Fatalf("after rank 0's end, with rank 1 running: status %s, outputs %+v; want Finalizing with rank 0's outputs", j.Status, j.Outputs)
+	}
+	rank1 := Outputs{Skipped: []SkippedOutput{{Output: "outputs", Path: "rank1", Reason: "r"}}}
+	if err := s.ReportStatus(ctx, who, "a", 1, Report{Rank: 1, Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero, Outputs: &rank1, Finalizing: "uploading outputs"}); err != nil {
+		t.Fatal(err)
+	}
+	j = status(t, s, "a")
+	var tos []string
+	for _, e := range j.History {
+		tos = append(tos, e.To)
+	}
+	if got := strings.Join(tos, ","); j.Status != StatusCompleted || got != "Queued,Preparing,Running,Finalizing,Completed" {
+		t.Errorf("after both ranks ended: status %s, history %s", j.Status, got)
+	}
+	if j.Outputs == nil || len(j.Outputs.Skipped) != 1 || j.Outputs.Skipped[0].Path != "rank0" {
+		t.Errorf("outputs after rank 1's end: %+v; want rank 0's", j.Outputs)
+	}
+}
+
+// The assignment a target that carries it gets with the launch is the one
+// the runner would have fetched; a target that does not gets none.
+func TestHandedAssignmentIsTheFetchedOne(t *testing.T) {
+	ctx := context.Background()
+	seven := "7"
+	for _, carries := range []bool{true, false} {
+		target := &fakeTarget{capacity: 1, carries: carries}
+		s, _ := newService(t, target)
+		if _, err := s.SubmitJob(ctx, owner, Submission{Spec: &spec.Job{Name: "a", Command: "echo ${{inputs.n}}", Inputs: map[string]spec.Input{"n": {Value: &seven}}}}); err != nil {
+			t.Fatal(err)
+		}
+		dispatch(t, s)
+		handed := target.launched[0].Assignment
+		if !carries {
+			if handed != nil {
+				t.Errorf("a target that does not carry the assignment got one: %s", handed)
+			}
+			continue
+		}
+		var got Assignment
+		if err := json.Unmarshal(handed, &got); err != nil {
+			t.Fatalf("handed assignment %q: %v", handed, err)
+		}
+		want, err := s.Assignment(ctx, runPrincipal("a", 1), "a", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(*want, got); d != "" {
+			t.Errorf("handed assignment (-fetched +handed):\n%s", d)
+		}
+	}
+}
