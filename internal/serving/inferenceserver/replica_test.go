@@ -34,6 +34,19 @@ func requirePython(t *testing.T) string {
 	return p
 }
 
+// pythonWith returns the first of python3 and Debian's /usr/bin/python3
+// that imports module, or skips the test.
+func pythonWith(t *testing.T, module string) string {
+	t.Helper()
+	for _, p := range []string{requirePython(t), "/usr/bin/python3"} {
+		if exec.Command(p, "-c", "import "+module).Run() == nil {
+			return p
+		}
+	}
+	t.Skipf("neither python3 nor /usr/bin/python3 has %s (apt-get install python3-%s)", module, module)
+	return ""
+}
+
 // syncBuffer is a buffer the replica's log goroutine writes while the
 // test reads it.
 type syncBuffer struct {
@@ -434,9 +447,7 @@ def run(data, scale=1.0):
 		}
 	})
 	t.Run("numpy", func(t *testing.T) {
-		if err := exec.Command(python, "-c", "import numpy").Run(); err != nil {
-			t.Skipf("%s has no numpy (pip install numpy): %v", python, err)
-		}
+		python := pythonWith(t, "numpy")
 		rep := startReplica(t, python, `
 import numpy as np
 from inference_schema.schema_decorators import input_schema, output_schema
@@ -459,6 +470,32 @@ def run(data):
 			t.Errorf("wrong shape: %d %s, want 500 naming the shape", resp.StatusCode, body)
 		}
 	})
+	t.Run("nested", func(t *testing.T) {
+		python := pythonWith(t, "numpy")
+		// The shape Azure's docs ask for to get a conforming swagger: a
+		// nested Inputs and optional GlobalParameters.
+		rep := startReplica(t, python, `
+import numpy as np
+from inference_schema.schema_decorators import input_schema, output_schema
+from inference_schema.parameter_types.numpy_parameter_type import NumpyParameterType
+from inference_schema.parameter_types.standard_py_parameter_type import StandardPythonParameterType
+
+def init():
+    pass
+
+@input_schema(param_name="Inputs", param_type=StandardPythonParameterType({"data": NumpyParameterType(np.array([[0.5, 1.5]]))}))
+@input_schema(param_name="GlobalParameters", param_type=StandardPythonParameterType(1.0))
+@output_schema(output_type=StandardPythonParameterType({"Results": [1.0]}))
+def run(Inputs, GlobalParameters=1.0):
+    data = Inputs["data"]
+    assert isinstance(data, np.ndarray), type(data)
+    return {"Results": (data.sum(axis=1) * GlobalParameters).tolist()}
+`, nil)
+		base := URL(rep.ready(t).Address)
+		if resp, body := post(t, base+"/score", `{"Inputs": {"data": [[1, 2], [3, 4]]}, "GlobalParameters": 2}`); resp.StatusCode != 200 || body != `{"Results": [6.0, 14.0]}` {
+			t.Errorf("score: %d %s", resp.StatusCode, body)
+		}
+	})
 }
 
 // TestStreaming: a run() returning a generator is sent chunked, each piece
@@ -477,7 +514,12 @@ def run(raw_data):
     return tokens()
 `, nil)
 	base := URL(rep.ready(t).Address)
-	resp, err := http.Post(base+"/score", "text/plain", strings.NewReader("go"))
+	// A server that buffered the whole answer would hold it until the gate
+	// opens, which it never does: the context ends the wait.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/score", strings.NewReader("go"))
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -564,5 +606,72 @@ def run(raw_data):
 	}
 	if err := Probe(context.Background(), http.DefaultClient, base); err != nil {
 		t.Errorf("Probe: %v", err)
+	}
+}
+
+// TestScriptFolderAndShimOrder: the script imports a module beside it (its
+// folder is first on sys.path), its prints reach the log and not the
+// status stream, and an installed package wins over Ferry's stand-in of
+// the same name.
+func TestScriptFolderAndShimOrder(t *testing.T) {
+	python := requirePython(t)
+	site := t.TempDir()
+	pkg := filepath.Join(site, "inference_schema")
+	if err := os.MkdirAll(pkg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, src := range map[string]string{
+		"__init__.py":          "",
+		"schema_decorators.py": "REAL = True\ndef input_schema(*a, **k):\n    return lambda f: f\n",
+	} {
+		if err := os.WriteFile(filepath.Join(pkg, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := startReplica(t, python, `
+import helper
+from inference_schema import schema_decorators
+def init():
+    print("init says hello")
+def run(raw_data):
+    return {"helper": helper.NAME, "real": getattr(schema_decorators, "REAL", False)}
+`, func(r *Replica) {
+		if err := os.WriteFile(filepath.Join(r.CodeDir, "helper.py"), []byte("NAME = 'beside'\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r.Env = []string{"PYTHONPATH=" + site}
+	})
+	base := URL(rep.ready(t).Address)
+	if resp, body := post(t, base+"/score", "x"); resp.StatusCode != 200 || body != `{"helper": "beside", "real": true}` {
+		t.Errorf("score: %d %s", resp.StatusCode, body)
+	}
+	if strings.Contains(rep.stdout.String(), "init says hello") || !strings.Contains(rep.stderr.String(), "init says hello") {
+		t.Errorf("the script's print went to stdout, not the log:\nstdout:\n%s", rep.stdout)
+	}
+}
+
+// TestLostWorkerStopsReplica: a worker that dies after start stops the
+// whole replica with a non-zero status, so that it is replaced whole.
+func TestLostWorkerStopsReplica(t *testing.T) {
+	python := requirePython(t)
+	rep := startReplica(t, python, `
+import os
+def init():
+    pass
+def run(raw_data):
+    os._exit(9)
+`, func(r *Replica) { r.Workers = 2 })
+	base := URL(rep.ready(t).Address)
+	if resp, err := http.Post(base+"/score", "text/plain", strings.NewReader("x")); err == nil {
+		resp.Body.Close()
+		t.Errorf("a request whose worker died got an answer: %s", resp.Status)
+	}
+	<-rep.done
+	var exit *exec.ExitError
+	if !errors.As(rep.waitErr, &exit) || exit.ExitCode() != 9 {
+		t.Errorf("exit: %v, want status 9", rep.waitErr)
+	}
+	if !strings.Contains(rep.stderr.String(), "stopping the replica") {
+		t.Errorf("stderr does not say why the replica stopped:\n%s", rep.stderr)
 	}
 }

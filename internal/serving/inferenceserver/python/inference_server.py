@@ -22,8 +22,8 @@ is idle, so that a second request goes to an idle worker.
 
 Standard library only, Python 3.8 or later: it runs in any environment.
 Stdout carries two status lines for whoever started it (JSON objects with
-the key "ferry_inference_server": "listening", then "ready"); the script's
-own output and every log line go to stderr.
+the key "ferry_inference_server": "listening", then "ready") and nothing
+else: the script's own output and every log line go to stderr.
 """
 
 import argparse
@@ -525,6 +525,10 @@ def worker_main(script_path, sock, max_body, ready_w, go_r):
     """The body of one forked worker; returns its exit status."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # The script's prints go to the log (stderr): stdout is the parent's,
+    # for its status lines alone.
+    sys.stdout.flush()
+    os.dup2(2, 1)
     worker = Worker(Script(script_path), sock, max_body)
     # Serve at once, so that liveness answers 503 while init() runs.
     t = threading.Thread(target=worker.accept_loop)
