@@ -541,13 +541,15 @@ def worker_main(script_path, sock, max_body, ready_w, go_r):
         traceback.print_exc()
         sys.stderr.flush()
         return INIT_FAILED
-    os.write(ready_w, b"%d\n" % os.getpid())
-    os.close(ready_w)
+    os.write(ready_w, b"init %d\n" % os.getpid())
     # Ready only when every worker is, so that GET / does not answer 200
-    # from one worker and 503 from another.
+    # from one worker and 503 from another; the parent says so, and hears
+    # back before it reports the replica ready.
     if os.read(go_r, 1) != b"g":
         return 0
     worker.ready = True
+    os.write(ready_w, b"serving %d\n" % os.getpid())
+    os.close(ready_w)
     # Then wait for the parent to go away (end of file) and follow it.
     while True:
         try:
@@ -555,6 +557,30 @@ def worker_main(script_path, sock, max_body, ready_w, go_r):
                 return 0
         except InterruptedError:
             continue
+
+
+class Reports(object):
+    """The workers' reports on the pipe they share: "init PID" once
+    init() returned, "serving PID" once they answer GET / with 200."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.buf = b""
+        self.seen = {}
+
+    def read(self, timeout):
+        r, _, _ = select.select([self.fd], [], [], timeout)
+        if not r:
+            return
+        self.buf += os.read(self.fd, 4096)
+        *lines, self.buf = self.buf.split(b"\n")
+        for line in lines:
+            step, _, pid = line.decode("ascii", "replace").partition(" ")
+            if pid.isdigit():
+                self.seen.setdefault(step, set()).add(int(pid))
+
+    def pids(self, step):
+        return sorted(self.seen.get(step, ()))
 
 
 class Stop(Exception):
@@ -668,23 +694,21 @@ def main(argv=None):
         os.close(ready_w)
         sock.close()
 
-        ready, buf = [], b""
-        while len(ready) < workers:
-            r, _, _ = select.select([ready_r], [], [], 0.2)
-            if r:
-                data = os.read(ready_r, 4096)
-                buf += data
-                *lines, buf = buf.split(b"\n")
-                ready.extend(int(x) for x in lines if x)
-            pid, status = os.waitpid(-1, os.WNOHANG)
-            if pid:
-                children.pop(pid, None)
-                code = exit_code(status) or INIT_FAILED
-                log("E", "worker %d exited (status %d) before init() finished; stopping" % (pid, code))
-                stop_workers(children)
-                return code
-        for w in children.values():
-            os.write(w, b"g")
+        reports = Reports(ready_r)
+        for step in ("init", "serving"):
+            while len(reports.pids(step)) < workers:
+                reports.read(0.2)
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid:
+                    children.pop(pid, None)
+                    code = exit_code(status) or INIT_FAILED
+                    log("E", "worker %d exited (status %d) before init() finished; stopping" % (pid, code))
+                    stop_workers(children)
+                    return code
+            if step == "init":
+                for w in children.values():
+                    os.write(w, b"g")
+        ready = reports.pids("serving")
         status_line("ready", address=address, pid=os.getpid(), workers=sorted(ready))
         log("I", "ready: %d worker(s) serving on %s" % (workers, address))
 
