@@ -675,3 +675,44 @@ def run(raw_data):
 		t.Errorf("stderr does not say why the replica stopped:\n%s", rep.stderr)
 	}
 }
+
+// TestStopDrains: SIGTERM lets a request under way finish and be answered
+// before the replica exits, with status 0.
+func TestStopDrains(t *testing.T) {
+	python := requirePython(t)
+	rep := startReplica(t, python, gatePython+`
+def init():
+    pass
+def run(raw_data):
+    open("arrived", "w").close()
+    wait_for("gate")
+    return "finished"
+`, nil)
+	base := URL(rep.ready(t).Address)
+	answer := make(chan string, 1)
+	go func() {
+		resp, err := http.Post(base+"/score", "text/plain", strings.NewReader("x"))
+		if err != nil {
+			answer <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		answer <- fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}()
+	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(rep.dir, "arrived")); return err == nil })
+	if err := rep.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return strings.Contains(rep.stderr.String(), "draining 1 request(s)") })
+	if err := os.WriteFile(filepath.Join(rep.dir, "gate"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-answer; got != `200 "finished"` {
+		t.Errorf("the request under way got %s, want 200", got)
+	}
+	<-rep.done
+	if rep.waitErr != nil {
+		t.Errorf("exit after SIGTERM: %v, want status 0", rep.waitErr)
+	}
+}

@@ -185,6 +185,7 @@ class Worker(object):
         self.run_lock = threading.Lock()
         self.idle = threading.Condition()
         self.busy = 0  # connections with a request under way
+        self.stopping = False
 
     def accept_loop(self):
         while True:
@@ -196,6 +197,8 @@ class Worker(object):
                 r, _, _ = select.select([self.sock], [], [], 1.0)
             except InterruptedError:
                 continue
+            if self.stopping:
+                return
             if not r:
                 continue
             try:
@@ -228,6 +231,15 @@ class Worker(object):
                 conn.close()
             except OSError:
                 pass
+
+    def drain(self):
+        """Stops taking connections and waits for the requests under way."""
+        with self.idle:
+            self.stopping = True
+            if self.busy:
+                log("I", "draining %d request(s) before stopping" % self.busy)
+            while self.busy > 0:
+                self.idle.wait()
 
     def begin(self):
         with self.idle:
@@ -269,6 +281,8 @@ class Handler(BaseHTTPRequestHandler):
     def handle_one_request(self):
         try:
             BaseHTTPRequestHandler.handle_one_request(self)
+            if self.worker.stopping:
+                self.close_connection = True
         finally:
             if self.counted:
                 self.counted = False
@@ -547,16 +561,25 @@ def worker_main(script_path, sock, max_body, ready_w, go_r):
     # back before it reports the replica ready.
     if os.read(go_r, 1) != b"g":
         return 0
+    # From here SIGTERM drains: requests under way are answered first.
+    signal.signal(signal.SIGTERM, on_signal)
     worker.ready = True
     os.write(ready_w, b"serving %d\n" % os.getpid())
     os.close(ready_w)
     # Then wait for the parent to go away (end of file) and follow it.
-    while True:
-        try:
-            if not os.read(go_r, 1):
-                return 0
-        except InterruptedError:
-            continue
+    try:
+        while True:
+            try:
+                if not os.read(go_r, 1):
+                    return 0
+            except InterruptedError:
+                continue
+    except Stop:
+        # The parent passes on the SIGTERM a process group got too: one
+        # is enough.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        worker.drain()
+        return 0
 
 
 class Reports(object):
@@ -591,7 +614,7 @@ def on_signal(signum, frame):
     raise Stop()
 
 
-def stop_workers(children, grace=10.0):
+def stop_workers(children, grace):
     for pid in list(children):
         try:
             os.kill(pid, signal.SIGTERM)
@@ -629,6 +652,8 @@ def parse_args(argv):
     p.add_argument("--port", type=int, default=int(os.environ.get("AZUREML_INFERENCE_PORT") or 5001),
                    help="0 picks a free port (the status lines say which)")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: $WORKER_COUNT or 1)")
+    p.add_argument("--drain-seconds", type=float, default=30.0,
+                   help="on SIGTERM, how long requests under way may take before the workers are killed")
     p.add_argument("--max-body-bytes", type=int,
                    default=int(os.environ.get("FERRY_MAX_REQUEST_BYTES") or DEFAULT_MAX_BODY))
     return p.parse_args(argv)
@@ -703,7 +728,7 @@ def main(argv=None):
                     children.pop(pid, None)
                     code = exit_code(status) or INIT_FAILED
                     log("E", "worker %d exited (status %d) before init() finished; stopping" % (pid, code))
-                    stop_workers(children)
+                    stop_workers(children, args.drain_seconds)
                     return code
             if step == "init":
                 for w in children.values():
@@ -718,11 +743,11 @@ def main(argv=None):
             # A lost worker means a replica short of capacity: stop, so the
             # server replaces the replica whole.
             log("E", "worker %d exited (status %d); stopping the replica" % (pid, exit_code(status)))
-            stop_workers(children)
+            stop_workers(children, args.drain_seconds)
             return exit_code(status) or 1
     except Stop:
         log("I", "stopping")
-        stop_workers(children)
+        stop_workers(children, args.drain_seconds)
         return 0
 
 
