@@ -300,6 +300,10 @@ def run(raw_data):
 	if !errors.As(rep.waitErr, &exit) || exit.ExitCode() == 0 {
 		t.Fatalf("exit: %v, want a non-zero status", rep.waitErr)
 	}
+	// A launcher probing over HTTP learns the same from the process's end.
+	if err := WaitProbe(ctx, http.DefaultClient, "http://127.0.0.1:1", time.Millisecond, rep.done); !errors.Is(err, ErrExited) {
+		t.Errorf("WaitProbe: %v, want ErrExited", err)
+	}
 	for _, want := range []string{"Traceback (most recent call last)", "in init", "FileNotFoundError: model.pkl is not in the model folder"} {
 		if !strings.Contains(rep.stderr.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, rep.stderr)
@@ -597,10 +601,22 @@ def run(raw_data):
 	if resp, _ := post(t, base+"/score", "x"); resp.StatusCode != 503 {
 		t.Errorf("POST /score during init(): %d, want 503", resp.StatusCode)
 	}
+	// Probes during init() do not succeed; WaitProbe returns once the gate
+	// lets init() finish.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err := WaitProbe(ctx, http.DefaultClient, base, 20*time.Millisecond, rep.done)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitProbe during init(): %v, want the deadline", err)
+	}
 	if err := os.WriteFile(filepath.Join(rep.dir, "gate"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rep.ready(t)
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := WaitProbe(ctx, http.DefaultClient, base, 20*time.Millisecond, rep.done); err != nil {
+		t.Fatalf("WaitProbe after init(): %v", err)
+	}
 	if code, body := get(t, base+"/"); code != 200 || body != "Healthy" {
 		t.Errorf("GET / after init(): %d %q, want 200 Healthy", code, body)
 	}
