@@ -22,7 +22,7 @@ import (
 )
 
 // requirePython skips the test unless a python3 of at least 3.8 runs.
-func requirePython(t *testing.T) string {
+func requirePython(t testing.TB) string {
 	t.Helper()
 	p, err := exec.LookPath("python3")
 	if err == nil {
@@ -79,7 +79,7 @@ type replica struct {
 
 // startReplica writes script as score.py in a fresh code folder and
 // starts a replica of it; edit may adjust the Replica first.
-func startReplica(t *testing.T, python, script string, edit func(*Replica)) *replica {
+func startReplica(t testing.TB, python, script string, edit func(*Replica)) *replica {
 	t.Helper()
 	root := t.TempDir()
 	code := filepath.Join(root, "code")
@@ -142,7 +142,7 @@ func startReplica(t *testing.T, python, script string, edit func(*Replica)) *rep
 	return rep
 }
 
-func (r *replica) ready(t *testing.T) Status {
+func (r *replica) ready(t testing.TB) Status {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

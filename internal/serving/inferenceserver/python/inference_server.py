@@ -222,11 +222,15 @@ class Worker(object):
             t.start()
 
     def serve_connection(self, conn, addr):
+        slot = Slot(self)  # the accept loop counted the first request
         try:
-            Handler(conn, addr, self)
+            Handler(conn, addr, self, slot)
         except Exception:
             log("E", "connection from %s:\n%s" % (addr[0], traceback.format_exc()))
         finally:
+            # Whatever happened to the connection, it no longer keeps the
+            # worker busy.
+            slot.release()
             try:
                 conn.close()
             except OSError:
@@ -251,6 +255,24 @@ class Worker(object):
             self.idle.notify_all()
 
 
+class Slot(object):
+    """Whether one connection counts in its worker's busy count."""
+
+    def __init__(self, worker):
+        self.worker = worker
+        self.counted = True
+
+    def take(self):
+        if not self.counted:
+            self.worker.begin()
+            self.counted = True
+
+    def release(self):
+        if self.counted:
+            self.counted = False
+            self.worker.end()
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = CONNECTION_IDLE_TIMEOUT
@@ -258,17 +280,15 @@ class Handler(BaseHTTPRequestHandler):
     def version_string(self):
         return "ferry-inference-server"
 
-    def __init__(self, conn, addr, worker):
+    def __init__(self, conn, addr, worker, slot):
         self.worker = worker
-        self.counted = True  # the accept loop counted the first request
+        self.slot = slot
         BaseHTTPRequestHandler.__init__(self, conn, addr, worker)
 
     def parse_request(self):
         # A later request on a kept-alive connection counts from its first
         # line: an idle connection does not keep the worker busy.
-        if not self.counted:
-            self.worker.begin()
-            self.counted = True
+        self.slot.take()
         self.body_read = False
         return BaseHTTPRequestHandler.parse_request(self)
 
@@ -284,9 +304,7 @@ class Handler(BaseHTTPRequestHandler):
             if self.worker.stopping:
                 self.close_connection = True
         finally:
-            if self.counted:
-                self.counted = False
-                self.worker.end()
+            self.slot.release()
 
     def log_message(self, fmt, *args):
         log("I", "%s %s" % (self.address_string(), fmt % args))
