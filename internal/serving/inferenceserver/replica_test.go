@@ -732,3 +732,41 @@ def run(raw_data):
 		t.Errorf("exit after SIGTERM: %v, want status 0", rep.waitErr)
 	}
 }
+
+// TestStreamingAMLResponse: an AMLResponse whose body is a generator is
+// streamed with its own content type (server-sent events here); a stream
+// that raises midway ends without its last chunk, so the client sees an
+// incomplete answer, and the traceback goes to the log.
+func TestStreamingAMLResponse(t *testing.T) {
+	python := requirePython(t)
+	rep := startReplica(t, python, `
+from azureml.contrib.services.aml_response import AMLResponse
+def init():
+    pass
+def run(raw_data):
+    def events():
+        yield "data: one\n\n"
+        if raw_data == "fail":
+            raise RuntimeError("the model lost its place")
+        yield b"data: two\n\n"
+    return AMLResponse(events(), 200, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+`, nil)
+	base := URL(rep.ready(t).Address)
+	resp, body := post(t, base+"/score", "ok")
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" ||
+		resp.Header.Get("Cache-Control") != "no-cache" || body != "data: one\n\ndata: two\n\n" {
+		t.Errorf("events: %d %v %q", resp.StatusCode, resp.Header, body)
+	}
+	r, err := http.Post(base+"/score", "text/plain", strings.NewReader("fail"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, err := io.ReadAll(r.Body)
+	if err == nil || string(b) != "data: one\n\n" {
+		t.Errorf("a stream that raised: %q, %v; want its first event and an error", b, err)
+	}
+	if !strings.Contains(rep.stderr.String(), "RuntimeError: the model lost its place") {
+		t.Errorf("the log lacks the stream's traceback")
+	}
+}
