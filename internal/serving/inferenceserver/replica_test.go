@@ -331,23 +331,29 @@ def run(raw_data):
 	}
 	base := URL(st.Address)
 	pids := make(chan string, 2)
-	for range 2 {
-		go func() {
-			resp, err := http.Post(base+"/score", "text/plain", strings.NewReader("x"))
-			if err != nil {
-				pids <- err.Error()
-				return
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			pids <- string(b)
-		}()
+	send := func() {
+		resp, err := http.Post(base+"/score", "text/plain", strings.NewReader("x"))
+		if err != nil {
+			pids <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		pids <- string(b)
 	}
-	// Both requests must be inside run() at once before either returns.
-	waitFor(t, func() bool {
-		m, _ := filepath.Glob(filepath.Join(rep.dir, "arrived-*"))
-		return len(m) == 2
-	})
+	arrived := func(n int) func() bool {
+		return func() bool {
+			m, _ := filepath.Glob(filepath.Join(rep.dir, "arrived-*"))
+			return len(m) == n
+		}
+	}
+	// The second request is sent once the first is held in run(): the busy
+	// worker must leave its connection to the idle one, or it would wait
+	// behind the first and never arrive.
+	go send()
+	waitFor(t, arrived(1))
+	go send()
+	waitFor(t, arrived(2))
 	if err := os.WriteFile(filepath.Join(rep.dir, "gate"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
