@@ -34,7 +34,7 @@ func TestInstallOnce(t *testing.T) {
 			t.Errorf("Install %d: %s, want %s", i, dirs[i], filepath.Join(root, Digest()))
 		}
 	}
-	for _, f := range []string{Program, "shims/ferry_aml_shim.py", "shims/azureml/contrib/services/__init__.py",
+	for _, f := range []string{Program, "ferry_worker.py", "shims/ferry_aml_shim.py", "shims/azureml/contrib/services/__init__.py",
 		"shims/azureml/contrib/services/aml_request.py", "shims/azureml_inference_server_http/api/aml_response.py",
 		"shims/inference_schema/__init__.py", "shims/inference_schema/parameter_types/numpy_parameter_type.py"} {
 		if _, err := os.Stat(filepath.Join(dirs[0], f)); err != nil {

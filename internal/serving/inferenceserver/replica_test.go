@@ -154,6 +154,17 @@ func (r *replica) ready(t testing.TB) Status {
 	return s
 }
 
+// waitLog waits for want in the replica's stderr, which reaches the test
+// through a pipe some time after the replica wrote it.
+func (r *replica) waitLog(t *testing.T, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(r.stderr.String(), want); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica's log lacks %q", want)
+		}
+	}
+}
+
 // gate waits for the file name in the code folder, as a script does to
 // hold a request until the test lets it go.
 const gatePython = `
@@ -274,9 +285,7 @@ def run(raw_data):
 		t.Errorf("GET / after a failed run: %d", code)
 	}
 	for _, want := range []string{"Traceback (most recent call last)", "score.py\", line 5, in run", "ValueError: column 'age' is missing"} {
-		if !strings.Contains(rep.stderr.String(), want) {
-			t.Errorf("stderr lacks %q", want)
-		}
+		rep.waitLog(t, want)
 	}
 }
 
@@ -667,7 +676,8 @@ def run(raw_data):
 	if resp, body := post(t, base+"/score", "x"); resp.StatusCode != 200 || body != `{"helper": "beside", "real": true}` {
 		t.Errorf("score: %d %s", resp.StatusCode, body)
 	}
-	if strings.Contains(rep.stdout.String(), "init says hello") || !strings.Contains(rep.stderr.String(), "init says hello") {
+	rep.waitLog(t, "init says hello")
+	if strings.Contains(rep.stdout.String(), "init says hello") {
 		t.Errorf("the script's print went to stdout, not the log:\nstdout:\n%s", rep.stdout)
 	}
 }
@@ -726,7 +736,7 @@ def run(raw_data):
 	if err := rep.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return strings.Contains(rep.stderr.String(), "draining 1 request(s)") })
+	rep.waitLog(t, "draining 1 request(s)")
 	if err := os.WriteFile(filepath.Join(rep.dir, "gate"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -772,7 +782,5 @@ def run(raw_data):
 	if err == nil || string(b) != "data: one\n\n" {
 		t.Errorf("a stream that raised: %q, %v; want its first event and an error", b, err)
 	}
-	if !strings.Contains(rep.stderr.String(), "RuntimeError: the model lost its place") {
-		t.Errorf("the log lacks the stream's traceback")
-	}
+	rep.waitLog(t, "RuntimeError: the model lost its place")
 }
