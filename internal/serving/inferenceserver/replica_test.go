@@ -307,3 +307,46 @@ def run(raw_data):
 		t.Errorf("exit after SIGTERM: %v, want status 0", rep.waitErr)
 	}
 }
+
+// TestLivenessWhileBusy: with its one worker held in run(), the replica
+// still answers GET / on a connection the prober already holds.
+func TestLivenessWhileBusy(t *testing.T) {
+	python := requirePython(t)
+	rep := startReplica(t, python, gatePython+`
+def init():
+    pass
+def run(raw_data):
+    open("arrived", "w").close()
+    wait_for("gate")
+    return "done"
+`, nil)
+	base := URL(rep.ready(t).Address)
+	prober := &http.Client{Transport: &http.Transport{}}
+	if err := Probe(context.Background(), prober, base); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan string, 1)
+	go func() {
+		client := &http.Client{Transport: &http.Transport{}}
+		resp, err := client.Post(base+"/score", "text/plain", strings.NewReader("x"))
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		done <- string(b)
+	}()
+	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(rep.dir, "arrived")); return err == nil })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := Probe(ctx, prober, base); err != nil {
+		t.Errorf("probe while the worker is busy: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(rep.dir, "gate"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-done; got != `"done"` {
+		t.Errorf("held request: %s", got)
+	}
+}
