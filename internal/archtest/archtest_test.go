@@ -49,6 +49,9 @@ var forbidden = map[string][]string{
 	"internal/compute/computetest": {"internal/workspace", "internal/store", "internal/server", "internal/api", "internal/compute/local", "internal/runner"},
 	// The agent and the command line read their version through it.
 	"internal/buildinfo": {"internal/"},
+	// The replica side of serving: whichever launcher starts replicas (the
+	// runner, the local target) links it without the server's code.
+	"internal/serving/inferenceserver": {"internal/"},
 }
 
 func TestDependencyDirection(t *testing.T) {

@@ -1,0 +1,522 @@
+"""One worker process of Ferry's inference server: the scoring script, the
+HTTP handler that calls it, and the worker's accounting of its connections.
+
+inference_server.py forks the workers and runs this in each. Standard
+library only, Python 3.8 or later.
+"""
+
+import importlib.util
+import inspect
+import json
+import os
+import select
+import socket
+import sys
+import threading
+import time
+import traceback
+from http.server import BaseHTTPRequestHandler
+from urllib.parse import urlsplit
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHIMS = os.path.join(HERE, "shims")
+
+CONNECTION_IDLE_TIMEOUT = 300.0
+_END = object()  # the end of a streamed result
+
+
+def log(level, msg):
+    t = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+    sys.stderr.write("%s %s [%d] %s\n" % (t, level, os.getpid(), msg))
+    sys.stderr.flush()
+
+
+class ClientError(Exception):
+    """A request the server refuses, with the HTTP status to answer."""
+
+    def __init__(self, status, message):
+        super(ClientError, self).__init__(message)
+        self.status = status
+
+
+class Script(object):
+    """The user's scoring script, imported as Azure's server does."""
+
+    def __init__(self, path):
+        self.path = os.path.abspath(path)
+        self.module = None
+        self.run = None
+        self.raw = False
+        self.input_names = None  # run()'s schema parameters, when decorated
+
+    def load(self):
+        if not os.path.isfile(self.path):
+            raise FileNotFoundError("scoring script %s does not exist (check code_configuration.scoring_script)"
+                                    % self.path)
+        # The script's folder first, as Azure puts it; the shims last, so
+        # that a real azureml or inference_schema package wins.
+        sys.path.insert(0, os.path.dirname(self.path))
+        if SHIMS not in sys.path:
+            sys.path.append(SHIMS)
+        name = os.path.splitext(os.path.basename(self.path))[0]
+        spec = importlib.util.spec_from_file_location(name, self.path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        self.module = module
+        self.run = getattr(module, "run", None)
+        if not callable(self.run):
+            raise AttributeError("scoring script %s defines no run() function" % self.path)
+        self.raw = bool(getattr(self.run, "_ferry_rawhttp", False)) or any(
+            getattr(sys.modules.get(m), "_rawHttpRequested", False)
+            for m in ("ferry_aml_shim", "azureml.contrib.services.aml_request",
+                      "azureml_inference_server_http.api.aml_request"))
+        self.input_names = self._schema_inputs()
+        init = getattr(module, "init", None)
+        if init is None:
+            log("W", "scoring script %s defines no init(); serving without one" % self.path)
+        else:
+            log("I", "calling init() of %s" % self.path)
+            init()
+            log("I", "init() returned")
+
+    def _schema_inputs(self):
+        schema = getattr(self.run, "_ferry_schema", None)
+        if schema and schema.get("input"):
+            return list(schema["input"])
+        util = sys.modules.get("inference_schema.schema_util")
+        if util is not None:
+            try:
+                if util.is_schema_decorated(self.run):
+                    return list((util.get_input_schema(self.run) or {}).get("properties", {}))
+            except Exception:  # a different package version: fall back to the body as a str
+                log("W", "could not read run()'s input schema:\n" + traceback.format_exc())
+        return None
+
+    def call(self, request):
+        """run() for one request; exceptions propagate."""
+        if self.raw:
+            return self.run(request)
+        text = request.get_data(as_text=True)
+        if self.input_names:
+            try:
+                data = json.loads(text)
+            except ValueError as e:
+                raise ClientError(400, "the request body is not JSON (%s); run() takes the schema inputs %s"
+                                  % (e, ", ".join(self.input_names)))
+            if not isinstance(data, dict):
+                raise ClientError(400, "the request body must be a JSON object with the keys %s"
+                                  % ", ".join(self.input_names))
+            return self.run(**self._accepted(data))
+        return self.run(text)
+
+    def _accepted(self, data):
+        try:
+            params = inspect.signature(self.run).parameters.values()
+        except (TypeError, ValueError):
+            return data
+        if any(p.kind == p.VAR_KEYWORD for p in params):
+            return data
+        names = set(p.name for p in params)
+        return {k: v for k, v in data.items() if k in names}
+
+
+def json_default(value):
+    # numpy arrays and scalars: Azure's server would fail on them; a script
+    # returning one from run() meant its values.
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    raise TypeError("Object of type %s is not JSON serializable" % type(value).__name__)
+
+
+def is_iterator(value):
+    return hasattr(value, "__next__") or inspect.isgenerator(value)
+
+
+def chunk_bytes(item):
+    if isinstance(item, (bytes, bytearray)):
+        return bytes(item)
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    return (json.dumps(item, default=json_default) + "\n").encode("utf-8")
+
+
+class Worker(object):
+    """One worker process: the script, its readiness, and how many of its
+    connections have a request under way."""
+
+    def __init__(self, script, sock, max_body):
+        self.script = script
+        self.sock = sock
+        self.max_body = max_body
+        self.ready = False
+        self.run_lock = threading.Lock()
+        self.idle = threading.Condition()
+        self.busy = 0  # connections with a request under way
+        self.stopping = False
+
+    def accept_loop(self):
+        while True:
+            # A busy worker leaves new connections to idle ones.
+            with self.idle:
+                while self.busy > 0:
+                    self.idle.wait()
+            try:
+                r, _, _ = select.select([self.sock], [], [], 1.0)
+            except InterruptedError:
+                continue
+            if self.stopping:
+                return
+            if not r:
+                continue
+            try:
+                conn, addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                continue  # another worker took it
+            except OSError as e:
+                log("E", "accept: %s" % e)
+                time.sleep(0.1)
+                continue
+            # Busy from the accept, so that this loop does not take a
+            # second connection before the first one's request is read.
+            self.begin()
+            conn.setblocking(True)
+            try:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+            t = threading.Thread(target=self.serve_connection, args=(conn, addr))
+            t.daemon = True
+            t.start()
+
+    def serve_connection(self, conn, addr):
+        slot = Slot(self)  # the accept loop counted the first request
+        try:
+            Handler(conn, addr, self, slot)
+        except Exception:
+            log("E", "connection from %s:\n%s" % (addr[0], traceback.format_exc()))
+        finally:
+            # Whatever happened to the connection, it no longer keeps the
+            # worker busy.
+            slot.release()
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def drain(self):
+        """Stops taking connections and waits for the requests under way."""
+        with self.idle:
+            self.stopping = True
+            if self.busy:
+                log("I", "draining %d request(s) before stopping" % self.busy)
+            while self.busy > 0:
+                self.idle.wait()
+
+    def begin(self):
+        with self.idle:
+            self.busy += 1
+
+    def end(self):
+        with self.idle:
+            self.busy -= 1
+            self.idle.notify_all()
+
+
+class Slot(object):
+    """Whether one connection counts in its worker's busy count."""
+
+    def __init__(self, worker):
+        self.worker = worker
+        self.counted = True
+
+    def take(self):
+        if not self.counted:
+            self.worker.begin()
+            self.counted = True
+
+    def release(self):
+        if self.counted:
+            self.counted = False
+            self.worker.end()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = CONNECTION_IDLE_TIMEOUT
+
+    def version_string(self):
+        return "ferry-inference-server"
+
+    def __init__(self, conn, addr, worker, slot):
+        self.worker = worker
+        self.slot = slot
+        BaseHTTPRequestHandler.__init__(self, conn, addr, worker)
+
+    def parse_request(self):
+        # A later request on a kept-alive connection counts from its first
+        # line: an idle connection does not keep the worker busy.
+        self.slot.take()
+        self.body_read = False
+        return BaseHTTPRequestHandler.parse_request(self)
+
+    def has_unread_body(self):
+        if self.body_read:
+            return False
+        length = (self.headers.get("Content-Length") or "0").strip()
+        return length != "0" or "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
+
+    def handle_one_request(self):
+        try:
+            BaseHTTPRequestHandler.handle_one_request(self)
+            if self.worker.stopping:
+                self.close_connection = True
+        finally:
+            self.slot.release()
+
+    def log_message(self, fmt, *args):
+        log("I", "%s %s" % (self.address_string(), fmt % args))
+
+    # -- routing
+
+    def do_GET(self):
+        path = urlsplit(self.path).path
+        if path == "/":
+            if self.worker.ready:
+                self.send_body(200, b"Healthy", "text/plain; charset=utf-8")
+            else:
+                self.send_body(503, b"init() has not finished", "text/plain; charset=utf-8")
+        elif path == "/score":
+            if self.worker.script.raw or not self.worker.ready:
+                self.score()
+            else:
+                self.send_json(405, {"message": "POST the request to /score (run() is not @rawhttp)"})
+        else:
+            self.send_json(404, {"message": "no route %s: GET / is liveness, POST /score scores" % path})
+
+    def do_POST(self):
+        if urlsplit(self.path).path == "/score":
+            self.score()
+        else:
+            self.send_json(404, {"message": "no route %s: POST /score scores" % urlsplit(self.path).path})
+
+    def do_OPTIONS(self):
+        if urlsplit(self.path).path == "/score" and self.worker.script.raw:
+            self.score()
+        else:
+            self.send_response(204)
+            self.send_header("Allow", "GET, POST, OPTIONS")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    def do_PUT(self):
+        self.send_json(405, {"message": "POST the request to /score"})
+
+    do_DELETE = do_PATCH = do_PUT
+
+    def handle_expect_100(self):
+        # Refuse a declared oversized body before the client sends it.
+        length = self.headers.get("Content-Length")
+        if length and length.isdigit() and int(length) > self.worker.max_body:
+            self.refuse_too_large()
+            return False
+        return BaseHTTPRequestHandler.handle_expect_100(self)
+
+    # -- scoring
+
+    def score(self):
+        if not self.worker.ready:
+            self.send_json(503, {"message": "init() has not finished"})
+            return
+        try:
+            body = self.read_body()
+        except ClientError as e:
+            if e.status == 413:
+                self.refuse_too_large()
+            else:
+                self.send_json(e.status, {"message": str(e)})
+            return
+        from ferry_aml_shim import AMLRequest
+        split = urlsplit(self.path)
+        request = AMLRequest(self.command, split.path, split.query, list(self.headers.items()), body,
+                             remote_addr=self.client_address[0])
+        # One run() at a time per worker, as Azure's workers do: scripts
+        # written for it need not be thread-safe. A streamed result is
+        # produced under the lock too: it is still the script's code.
+        with self.worker.run_lock:
+            try:
+                result = self.worker.script.call(request)
+            except ClientError as e:
+                self.send_json(e.status, {"message": str(e)})
+                return
+            except Exception as e:
+                self.run_failed(e)
+                return
+            self.send_result(result)
+
+    def run_failed(self, e):
+        log("E", "run() raised:\n" + traceback.format_exc())
+        self.send_json(500, {"message": "%s: %s" % (type(e).__name__, e)},
+                       {"x-ms-run-function-failed": "True"})
+
+    def read_body(self):
+        body = self._read_body()
+        self.body_read = True
+        return body
+
+    def _read_body(self):
+        limit = self.worker.max_body
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            return self.read_chunked(limit)
+        length = self.headers.get("Content-Length") or "0"
+        if not length.strip().isdigit():
+            raise ClientError(400, "Content-Length %r is not a number" % length)
+        n = int(length)
+        if n > limit:
+            raise ClientError(413, "")
+        data = self.rfile.read(n)
+        if len(data) < n:
+            raise ClientError(400, "the request body ended after %d of %d bytes" % (len(data), n))
+        return data
+
+    def read_chunked(self, limit):
+        parts, total = [], 0
+        while True:
+            line = self.rfile.readline(1026)
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise ClientError(400, "bad chunk size line in a chunked request body")
+            if size < 0:
+                raise ClientError(400, "bad chunk size line in a chunked request body")
+            if size == 0:
+                while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(parts)
+            total += size
+            if total > limit:
+                raise ClientError(413, "")
+            data = self.rfile.read(size)
+            if len(data) < size:
+                raise ClientError(400, "the chunked request body ended early")
+            parts.append(data)
+            self.rfile.readline(3)
+
+    def refuse_too_large(self):
+        self.send_json(413, {"message": "the request body is larger than the replica's limit of %d bytes"
+                                        % self.worker.max_body})
+        # Closing with the client still sending would reset the connection
+        # and could lose the 413 on its way: stop writing, then drain what
+        # arrives for a moment (as Go's net/http does) before closing.
+        self.close_connection = True
+        try:
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(0.5)
+            deadline = time.time() + 2.0
+            while time.time() < deadline and self.connection.recv(65536):
+                pass
+        except OSError:
+            pass
+
+    # -- responses
+
+    def send_result(self, result):
+        if hasattr(result, "status_code") and (hasattr(result, "response") or hasattr(result, "get_data")):
+            self.send_aml_response(result)
+            return
+        if isinstance(result, (bytes, bytearray)):
+            self.send_body(200, bytes(result), "application/octet-stream")
+            return
+        if is_iterator(result):
+            self.send_stream(200, {}, result)
+            return
+        try:
+            body = json.dumps(result, default=json_default).encode("utf-8")
+        except (TypeError, ValueError) as e:
+            self.run_failed(e)
+            return
+        self.send_body(200, body, "application/json")
+
+    def send_aml_response(self, resp):
+        headers = resp.headers
+        pairs = list(headers.items()) if hasattr(headers, "items") else list(headers or [])
+        body = getattr(resp, "response", None)
+        if body is not None and not isinstance(body, (str, bytes, bytearray, list)) and is_iterator(body):
+            self.send_stream(resp.status_code, dict(pairs), body)
+            return
+        data = resp.get_data() if hasattr(resp, "get_data") else chunk_bytes(body or b"")
+        ctype = None
+        extra = []
+        for k, v in pairs:
+            if k.lower() == "content-type":
+                ctype = v
+            elif k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                extra.append((k, v))
+        self.send_body(resp.status_code, data, ctype or "text/html; charset=utf-8", extra)
+
+    def send_body(self, status, data, ctype, extra=None):
+        if self.has_unread_body():
+            # What is left of the body would be read as the next request.
+            self.close_connection = True
+            extra = list(extra.items() if isinstance(extra, dict) else (extra or [])) + [("Connection", "close")]
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (extra.items() if isinstance(extra, dict) else (extra or [])):
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def send_json(self, status, obj, extra=None):
+        self.send_body(status, json.dumps(obj).encode("utf-8"), "application/json", extra)
+
+    def send_stream(self, status, headers, it):
+        """Sends it chunked, each piece as soon as it is produced."""
+        it = iter(it)
+        try:
+            first = next(it, _END)
+        except Exception as e:
+            self.run_failed(e)
+            return
+        ctype = None
+        self.send_response(status)
+        for k, v in headers.items():
+            if k.lower() == "content-type":
+                ctype = v
+            elif k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                self.send_header(k, v)
+        if ctype is None:
+            if first is _END or isinstance(first, str):
+                ctype = "text/plain; charset=utf-8"
+            elif isinstance(first, (bytes, bytearray)):
+                ctype = "application/octet-stream"
+            else:
+                ctype = "application/x-ndjson"
+        self.send_header("Content-Type", ctype)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("X-Accel-Buffering", "no")
+        self.end_headers()
+        try:
+            item = first
+            while item is not _END:
+                data = chunk_bytes(item) if item is not None else b""
+                if data:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+                item = next(it, _END)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            log("W", "the client went away during a streamed response")
+            self.close_connection = True
+            close = getattr(it, "close", None)
+            if close:
+                close()
+        except Exception:
+            # The status is sent: ending the stream without its last chunk
+            # tells the client the response is incomplete.
+            log("E", "run()'s stream raised:\n" + traceback.format_exc())
+            self.close_connection = True

@@ -1,0 +1,1 @@
+"""Ferry's stand-in for azureml-contrib-services (see ferry_aml_shim)."""

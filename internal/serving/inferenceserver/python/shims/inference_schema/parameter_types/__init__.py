@@ -1,0 +1,1 @@
+"""Parameter types of Ferry's inference_schema stand-in."""

@@ -1,0 +1,157 @@
+package inferenceserver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// The server's states, as its status lines on stdout name them.
+const (
+	StateListening = "listening" // bound; init() runs in the workers
+	StateReady     = "ready"     // every worker's init() returned
+)
+
+// Status is one status line of a replica's stdout.
+type Status struct {
+	State   string `json:"ferry_inference_server"`
+	Address string `json:"address"` // host:port it listens on
+	PID     int    `json:"pid"`     // the parent process
+	Workers []int  `json:"workers,omitempty"`
+}
+
+// ErrExited is what WaitReady returns, wrapped, when the replica's stdout
+// ends before it is ready: it exited, for example because init() failed
+// (its stderr holds the traceback).
+var ErrExited = errors.New("inference server exited before it was ready")
+
+// ParseStatus reads one line of a replica's stdout. It reports false for
+// any other line: the scoring script prints to stdout too, and a line of
+// its own is never taken for a status, unless it is one, field for field.
+func ParseStatus(line []byte) (Status, bool) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 || line[0] != '{' || !bytes.Contains(line, []byte(`"ferry_inference_server"`)) {
+		return Status{}, false
+	}
+	var s Status
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil || dec.More() {
+		return Status{}, false
+	}
+	if len(s.Workers) == 0 {
+		s.Workers = nil // "workers": [] says what no workers does
+	}
+	if s.State != StateListening && s.State != StateReady {
+		return Status{}, false
+	}
+	host, port, err := net.SplitHostPort(s.Address)
+	if err != nil || host == "" {
+		return Status{}, false
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return Status{}, false
+	}
+	return s, true
+}
+
+// Watch reads a replica's stdout to its end, copying every line to log
+// (nil: discarded) and sending each status line on the channel, which it
+// closes at the end. Whoever starts the replica with its stdout on a pipe
+// runs it, so that the pipe never fills.
+func Watch(stdout io.Reader, log io.Writer) <-chan Status {
+	ch := make(chan Status, 2)
+	if log == nil {
+		log = io.Discard
+	}
+	go func() {
+		defer close(ch)
+		r := bufio.NewReader(stdout)
+		for {
+			line, err := r.ReadBytes('\n')
+			if len(line) > 0 {
+				_, _ = log.Write(line)
+				if s, ok := ParseStatus(line); ok {
+					ch <- s
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// WaitReady waits for the ready status on a channel from Watch. It
+// returns an error wrapping ErrExited when the channel closes first, or
+// the context's error.
+func WaitReady(ctx context.Context, statuses <-chan Status) (Status, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return Status{}, fmt.Errorf("waiting for the inference server to be ready: %w", ctx.Err())
+		case s, ok := <-statuses:
+			if !ok {
+				return Status{}, ErrExited
+			}
+			if s.State == StateReady {
+				return s, nil
+			}
+		}
+	}
+}
+
+// Probe asks a replica at baseURL whether it is live and ready (GET /),
+// as a liveness or readiness probe does: nil for 200.
+func Probe(ctx context.Context, client *http.Client, baseURL string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("probe %s: %w", baseURL, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("probe %s: %s: %s", baseURL, resp.Status, bytes.TrimSpace(body))
+	}
+	return nil
+}
+
+// WaitProbe probes the replica at baseURL every interval until it answers
+// 200, for a launcher that does not read the replica's stdout (one on
+// another node, say). It returns ErrExited, wrapped, once exited is closed
+// (the launcher closes it when the process is gone; nil if it cannot
+// tell), or the context's error with the last probe's.
+func WaitProbe(ctx context.Context, client *http.Client, baseURL string, interval time.Duration, exited <-chan struct{}) error {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var last error // the last probe that ended on its own
+	for {
+		err := Probe(ctx, client, baseURL)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() == nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s to be ready: %w (last probe: %v)", baseURL, ctx.Err(), last)
+		case <-exited:
+			return fmt.Errorf("%s: %w", baseURL, ErrExited)
+		case <-tick.C:
+		}
+	}
+}
