@@ -95,8 +95,8 @@ type Config struct {
 	// Router routes scoring requests to online endpoints (the gateway);
 	// nil routes nothing.
 	Router EndpointRouter
-	Now     func() time.Time // clock; nil means time.Now
-	Log     *slog.Logger
+	Now    func() time.Time // clock; nil means time.Now
+	Log    *slog.Logger
 }
 
 // Service is the workspace. It is safe for concurrent use.
