@@ -86,9 +86,15 @@ func (s *Server) regenerateEndpointKey(r *http.Request, who auth.Principal) (any
 func (s *Server) MountGateway(score, metrics http.Handler) {
 	rts := []route{
 		{method: "POST", path: "/endpoints/{name}/score", summary: "Score with an online endpoint: send its key as `Authorization: Bearer KEY`; the azureml-model-deployment header picks a deployment", public: true,
-			raw: func(w http.ResponseWriter, r *http.Request, _ auth.Principal) error { score.ServeHTTP(w, r); return nil }},
+			raw: func(w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
+				score.ServeHTTP(w, r)
+				return nil
+			}},
 		{method: "GET", path: "/metrics/endpoints", summary: "Prometheus metrics of the endpoint gateway: requests by endpoint, deployment and status, and their latency",
-			raw: func(w http.ResponseWriter, r *http.Request, _ auth.Principal) error { metrics.ServeHTTP(w, r); return nil }},
+			raw: func(w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
+				metrics.ServeHTTP(w, r)
+				return nil
+			}},
 	}
 	for _, rt := range rts {
 		s.routes = append(s.routes, rt)
