@@ -266,3 +266,39 @@ func TestEndpointsAreTheOwners(t *testing.T) {
 	_, err = s.GetEndpointCredentials(ctx, owner, "tok-ep")
 	wantCode(t, "keys of an aml_token endpoint", err, CodeInvalid, "aml_token")
 }
+
+// Writers of one endpoint that race (key regenerations and updates) leave
+// the router holding what the store holds: the router hears of each
+// write in the store's order.
+func TestEndpointRouterFollowsTheStore(t *testing.T) {
+	ctx := context.Background()
+	rig := newEndpointService(t)
+	s := rig.s
+	if _, err := s.CreateOnlineEndpoint(ctx, owner, endpointFile(t, "name: iris-ep\n")); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			kt := []string{"primary", "secondary"}[i%2]
+			if _, err := s.RegenerateEndpointKey(ctx, owner, "iris-ep", kt); err != nil {
+				t.Error(err)
+			}
+			d := fmt.Sprint("writer ", i)
+			if _, err := s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", EndpointUpdate{Description: &d}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	keys, err := s.GetEndpointCredentials(ctx, owner, "iris-ep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := rig.router.get("iris-ep")
+	if len(r.Keys) != 2 || r.Keys[0].Reveal() != keys.PrimaryKey || r.Keys[1].Reveal() != keys.SecondaryKey {
+		t.Errorf("the router's keys are not the stored ones")
+	}
+}
