@@ -125,6 +125,11 @@ tags:
 		t.Errorf("invoke with no deployment succeeded: %s", inv)
 	}
 	mustContain(t, "invoke", inv.stderr, "503", "sends no traffic to any deployment", "--traffic")
+	inv = keep(s.ferry("online-endpoint", "invoke", "my-endpoint", "--deployment", "blue", "--request-file", filepath.Join(dir, "sample-request.json")))
+	if inv.code == 0 {
+		t.Errorf("invoke --deployment blue succeeded: %s", inv)
+	}
+	mustContain(t, "invoke --deployment blue", inv.stderr, "404", "has no deployment blue")
 
 	// Traffic to a deployment that does not exist is refused, naming it.
 	tr := keep(s.ferry("online-endpoint", "update", "-n", "my-endpoint", "--traffic", "blue=90 green=10"))
@@ -135,6 +140,12 @@ tags:
 	up := parseEndpoint(t, keep(s.mustFerry("online-endpoint", "update", "my-endpoint", "--traffic", "", "-o", "json")))
 	if len(up.Traffic) != 0 {
 		t.Errorf("empty traffic: %+v", up)
+	}
+	// update -f takes the file's description and tags.
+	writeFiles(t, dir, map[string]string{"endpoint2.yml": "name: my-endpoint\ndescription: now with tags\ntags: {foo: baz, stage: prod}\n"})
+	up = parseEndpoint(t, keep(s.mustFerry("online-endpoint", "update", "-f", filepath.Join(dir, "endpoint2.yml"), "-o", "json")))
+	if up.Tags["foo"] != "baz" || up.Tags["stage"] != "prod" {
+		t.Errorf("update -f: %+v", up)
 	}
 
 	// Regenerating the primary key: the old one fails at once, the new one
@@ -171,7 +182,7 @@ tags:
 	s.kill9()
 	s.start()
 	again := parseEndpoint(t, keep(s.mustFerry("online-endpoint", "show", "my-endpoint", "-o", "json")))
-	if again.ScoringURI != wantURI || again.Tags["foo"] != "bar" {
+	if again.ScoringURI != wantURI || again.Tags["foo"] != "baz" {
 		t.Errorf("after kill -9: %+v", again)
 	}
 	if code, _ := score(t, wantURI, keys2.PrimaryKey); code != http.StatusServiceUnavailable {
