@@ -101,6 +101,7 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 		{method: "GET", path: "/v1/snapshots/{id}", summary: "Get a snapshot manifest", run: true, handle: s.getSnapshot},
 	}
 	s.routes = append(s.routes, s.modelRoutes()...)
+	s.routes = append(s.routes, s.endpointRoutes()...)
 	for _, rt := range s.routes {
 		s.mux.HandleFunc(rt.method+" "+rt.path, s.wrap(rt))
 	}

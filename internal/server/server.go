@@ -25,6 +25,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/environment/docker"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/selfexe"
+	"github.com/ferry-ml/ferry/internal/serving/gateway"
 	"github.com/ferry-ml/ferry/internal/store"
 	"github.com/ferry-ml/ferry/internal/store/sqlite"
 	"github.com/ferry-ml/ferry/internal/workspace"
@@ -203,6 +204,7 @@ func Run(ctx context.Context, cfg Config) error {
 	provs.serverAddr = dialable(ln.Addr().(*net.TCPAddr))
 	provs.loopbackOnly = ln.Addr().(*net.TCPAddr).IP.IsLoopback()
 	defer provs.tunnels.Close()
+	gw := gateway.New(gateway.Options{Log: cfg.Log})
 	ws, err := workspace.New(ctx, workspace.Config{
 		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: url,
 		Targets: targets, PoolTypes: poolTypes,
@@ -211,11 +213,14 @@ func Run(ctx context.Context, cfg Config) error {
 		NodeLease: cfg.NodeLease, NodeHeartbeat: nodeHeartbeat(cfg.NodeLease),
 		PreemptPoll: cfg.PreemptPoll, PreemptGrace: cfg.PreemptGrace,
 		JoinTimeout: cfg.NodeJoinTimeout, ServerlessIdle: cfg.ServerlessIdle,
+		Router: gatewayRouter{gw},
 	})
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: api.New(ws, st, cfg.Log), ReadHeaderTimeout: 10 * time.Second}
+	apiServer := api.New(ws, st, cfg.Log)
+	apiServer.MountGateway(gw, gw.Metrics())
+	hs := &http.Server{Handler: apiServer, ReadHeaderTimeout: 10 * time.Second}
 	if err := writeJSONFile(filepath.Join(dir, InfoFile), Info{URL: url, PID: os.Getpid(), WorkDir: work, Version: cfg.Version}); err != nil {
 		return err
 	}

@@ -97,6 +97,20 @@ type Model struct {
 	Created     time.Time
 }
 
+// Endpoint is an online endpoint. Spec is its file as JSON, opaque to the
+// store; State its provisioning state. PrimaryKey and SecondaryKey are
+// sealed by the workspace before they reach the store, which keeps them as
+// given.
+type Endpoint struct {
+	Name         string
+	Spec         json.RawMessage
+	State        string
+	PrimaryKey   string
+	SecondaryKey string
+	Created      time.Time
+	Updated      time.Time
+}
+
 // Node is a machine of a pool compute (a cluster or an instance). State and
 // Reason are owned by the workspace; Facts is JSON the store keeps opaque.
 type Node struct {
@@ -340,6 +354,19 @@ type Store interface {
 	// ErrNotFound if there is none. Setting the state it has is not an
 	// error.
 	SetModelArchived(ctx context.Context, name, version string, archived bool) (Model, error)
+
+	// CreateEndpoint stores an online endpoint; ErrConflict if the name
+	// is taken.
+	CreateEndpoint(ctx context.Context, e Endpoint) error
+	// GetEndpoint returns an endpoint; ErrNotFound if there is none.
+	GetEndpoint(ctx context.Context, name string) (Endpoint, error)
+	// ListEndpoints returns every endpoint, ordered by name.
+	ListEndpoints(ctx context.Context) ([]Endpoint, error)
+	// UpdateEndpoint replaces an endpoint's spec, state, keys and updated
+	// time (its created time stays); ErrNotFound if there is none.
+	UpdateEndpoint(ctx context.Context, e Endpoint) error
+	// DeleteEndpoint removes an endpoint; ErrNotFound if there is none.
+	DeleteEndpoint(ctx context.Context, name string) error
 
 	// CreateToken stores a token; ErrConflict if the hash exists.
 	CreateToken(ctx context.Context, t Token) error

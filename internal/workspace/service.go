@@ -92,8 +92,11 @@ type Config struct {
 	// Secrets seals the SSH secrets of attached machines and fleets at
 	// rest; nil means such computes cannot be made.
 	Secrets *secrets.Key
-	Now     func() time.Time // clock; nil means time.Now
-	Log     *slog.Logger
+	// Router routes scoring requests to online endpoints (the gateway);
+	// nil routes nothing.
+	Router EndpointRouter
+	Now    func() time.Time // clock; nil means time.Now
+	Log    *slog.Logger
 }
 
 // Service is the workspace. It is safe for concurrent use.
@@ -142,6 +145,10 @@ type Service struct {
 
 	sessions sessionTable // exec, shell and port-forward sessions of instances (sessions.go)
 	scopes   runScopes    // what each job's run token may read (blobscope.go)
+
+	// epMu orders the writes of endpoints, so the router hears of them
+	// in the order the store has them (endpoints.go).
+	epMu sync.Mutex
 }
 
 // New makes a Service and makes sure the workspace has its `local` target.
@@ -215,6 +222,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		}
 	} else if err != nil {
 		return nil, err
+	}
+	if err := s.routeEndpoints(ctx); err != nil {
+		return nil, fmt.Errorf("route endpoints: %w", err)
 	}
 	return s, nil
 }

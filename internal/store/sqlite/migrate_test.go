@@ -348,3 +348,57 @@ func TestModelsMigrationUpgrades(t *testing.T) {
 		t.Errorf("GetModel = %+v, %v; want it, not archived", got, err)
 	}
 }
+
+// A database from before endpoints upgrades with its models kept and an
+// empty, usable endpoints table. The migration is found by name.
+func TestEndpointsMigrationUpgrades(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ferry.db")
+	ms, err := loadMigrations(migrations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := -1
+	for _, m := range ms {
+		if strings.HasSuffix(m.name, "_endpoints.sql") {
+			at = m.version
+		}
+	}
+	if at < 0 {
+		t.Fatal("no NNNN_endpoints.sql migration")
+	}
+	before := fstest.MapFS{}
+	for _, m := range ms {
+		if m.version < at {
+			before[m.name] = &fstest.MapFile{Data: []byte(m.sql)}
+		}
+	}
+	db := openRaw(t, path)
+	if err := migrate(ctx, db, before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO models (name, version, type, description, spec, snapshot, hash, created)
+		VALUES ('iris', '1', 'custom_model', '', '{}', 's', 'h', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.GetModel(ctx, "iris", "1"); err != nil {
+		t.Errorf("the model stored before endpoints: %v", err)
+	}
+	if got, err := s.ListEndpoints(ctx); err != nil || len(got) != 0 {
+		t.Errorf("ListEndpoints after the upgrade = %v, %v; want none", got, err)
+	}
+	e := store.Endpoint{Name: "iris-ep", Spec: []byte(`{}`), State: "Succeeded", PrimaryKey: "p", SecondaryKey: "s"}
+	if err := s.CreateEndpoint(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetEndpoint(ctx, "iris-ep"); err != nil || got.PrimaryKey != "p" {
+		t.Errorf("GetEndpoint = %+v, %v", got, err)
+	}
+}

@@ -122,6 +122,12 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Model/ListOrder", testModelListOrder},
 		{"Model/Archive", testModelArchive},
 
+		{"Endpoint/CreateGet", testEndpointCreateGet},
+		{"Endpoint/Conflict", testEndpointConflict},
+		{"Endpoint/NotFound", testEndpointNotFound},
+		{"Endpoint/Update", testEndpointUpdate},
+		{"Endpoint/ListDelete", testEndpointListDelete},
+
 		{"Token/CreateLookup", testTokenCreateLookup},
 		{"Token/Conflict", testTokenConflict},
 		{"Token/CreateMany", testTokenCreateMany},

@@ -1,0 +1,148 @@
+package api
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/blob"
+	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/secrets"
+	"github.com/ferry-ml/ferry/internal/serving/gateway"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+	"github.com/ferry-ml/ferry/internal/store/sqlite"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+// endpointRouter is the server's adapter, repeated here: the api package
+// cannot import the server.
+type endpointRouter struct{ g *gateway.Gateway }
+
+func (r endpointRouter) SetEndpoint(e workspace.RoutedEndpoint) {
+	var keys []string
+	for _, k := range e.Keys {
+		keys = append(keys, k.Reveal())
+	}
+	r.g.Set(gateway.Endpoint{Name: e.Name, AuthMode: e.AuthMode, Keys: keys, Traffic: e.Traffic, Mirror: e.Mirror})
+}
+func (r endpointRouter) RemoveEndpoint(name string) { r.g.Remove(name) }
+
+// Online endpoints take the owner's token on every route, as models do:
+// a run token and no token are refused. Scoring takes no workspace token
+// at all but the endpoint's key, and the metrics page the owner's token.
+func TestEndpointRoutesAreForOwners(t *testing.T) {
+	dir := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	blobs, err := blob.Open(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := secrets.LoadOrCreateKey(filepath.Join(dir, "workspace.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := gateway.New(gateway.Options{})
+	ws, err := workspace.New(context.Background(), workspace.Config{
+		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: "http://unused",
+		Targets: func(*spec.Compute) (compute.Target, error) { return noTarget{}, nil },
+		Secrets: key, Router: endpointRouter{gw},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	owner, run := "fry_owner", "fry_run"
+	for _, tok := range []store.Token{
+		{Hash: auth.Hash(owner), Kind: auth.KindOwner, Subject: "owner", Created: time.Now()},
+		{Hash: auth.Hash(run), Kind: auth.KindRun, Subject: "some-job", Attempt: 1, Created: time.Now()},
+	} {
+		if err := st.CreateToken(ctx, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	api := New(ws, st, slog.New(slog.DiscardHandler))
+	api.MountGateway(gw, gw.Metrics())
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+
+	var created workspace.OnlineEndpoint
+	if code := call(t, srv, "POST", "/v1/online-endpoints", owner, strings.NewReader(`{"name": "iris-ep"}`), nil, &created); code != 200 || created.ScoringURI != "http://unused/endpoints/iris-ep/score" {
+		t.Fatalf("owner creates: %d %+v", code, created)
+	}
+	for _, r := range [][2]string{
+		{"GET", "/v1/online-endpoints"},
+		{"POST", "/v1/online-endpoints"},
+		{"GET", "/v1/online-endpoints/iris-ep"},
+		{"PATCH", "/v1/online-endpoints/iris-ep"},
+		{"DELETE", "/v1/online-endpoints/iris-ep"},
+		{"POST", "/v1/online-endpoints/iris-ep/list-keys"},
+		{"POST", "/v1/online-endpoints/iris-ep/regenerate-keys"},
+		{"GET", "/metrics/endpoints"},
+	} {
+		if code := call(t, srv, r[0], r[1], run, strings.NewReader(`{}`), nil, nil); code != 403 {
+			t.Errorf("%s %s with a run token: %d, want 403", r[0], r[1], code)
+		}
+		if code := call(t, srv, r[0], r[1], "", strings.NewReader(`{}`), nil, nil); code != 401 {
+			t.Errorf("%s %s with no token: %d, want 401", r[0], r[1], code)
+		}
+	}
+	var p Problem
+	if code := call(t, srv, "POST", "/v1/online-endpoints", owner, strings.NewReader(`{"name": "x"}`), nil, &p); code != 400 || len(p.Errors) != 1 || p.Errors[0].Field != "name" {
+		t.Errorf("a bad name: %d %+v; want 400 naming the field name", code, p)
+	}
+	if code := call(t, srv, "PATCH", "/v1/online-endpoints/iris-ep", owner, strings.NewReader(`{"traffic": {"blue": 100}}`), nil, &p); code != 400 || !strings.Contains(p.Detail, "deployments come first") {
+		t.Errorf("traffic to no deployment: %d %+v", code, p)
+	}
+
+	var keys workspace.EndpointKeys
+	if code := call(t, srv, "POST", "/v1/online-endpoints/iris-ep/list-keys", owner, nil, nil, &keys); code != 200 || keys.PrimaryKey == "" {
+		t.Fatalf("owner lists keys: %d", code)
+	}
+	// The workspace token is not the endpoint's key, and the key scores.
+	score := func(key string) (int, string) {
+		req, err := http.NewRequest("POST", srv.URL+"/endpoints/iris-ep/score", strings.NewReader(`{"data": [1]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := score(owner); code != 401 {
+		t.Errorf("scoring with the owner token: %d %s, want 401", code, body)
+	}
+	if code, body := score(""); code != 401 {
+		t.Errorf("scoring with no key: %d %s, want 401", code, body)
+	}
+	if code, body := score(keys.SecondaryKey); code != 503 || !strings.Contains(body, "no traffic") {
+		t.Errorf("scoring with the secondary key and no deployment: %d %s, want the gateway's 503", code, body)
+	}
+	if code := call(t, srv, "GET", "/metrics/endpoints", owner, nil, nil, nil); code != 200 {
+		t.Errorf("owner reads the metrics page: %d", code)
+	}
+	if code := call(t, srv, "DELETE", "/v1/online-endpoints/iris-ep", owner, nil, nil, nil); code != 200 {
+		t.Errorf("owner deletes: %d", code)
+	}
+	if code, body := score(keys.PrimaryKey); code != 404 {
+		t.Errorf("scoring a deleted endpoint: %d %s, want 404", code, body)
+	}
+}

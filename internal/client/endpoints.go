@@ -1,0 +1,106 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+
+	"github.com/ferry-ml/ferry/internal/api"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+func endpointPath(name string) string { return "/v1/online-endpoints/" + url.PathEscape(name) }
+
+// CreateOnlineEndpoint creates an online endpoint from its file.
+func (c *Client) CreateOnlineEndpoint(ctx context.Context, e *spec.OnlineEndpoint) (*workspace.OnlineEndpoint, error) {
+	var out workspace.OnlineEndpoint
+	return &out, c.do(ctx, "POST", "/v1/online-endpoints", e, &out)
+}
+
+// ListOnlineEndpoints lists the online endpoints.
+func (c *Client) ListOnlineEndpoints(ctx context.Context) ([]*workspace.OnlineEndpoint, error) {
+	var out []*workspace.OnlineEndpoint
+	return out, c.do(ctx, "GET", "/v1/online-endpoints", nil, &out)
+}
+
+// GetOnlineEndpoint shows an online endpoint.
+func (c *Client) GetOnlineEndpoint(ctx context.Context, name string) (*workspace.OnlineEndpoint, error) {
+	var out workspace.OnlineEndpoint
+	return &out, c.do(ctx, "GET", endpointPath(name), nil, &out)
+}
+
+// UpdateOnlineEndpoint changes an online endpoint.
+func (c *Client) UpdateOnlineEndpoint(ctx context.Context, name string, u workspace.EndpointUpdate) (*workspace.OnlineEndpoint, error) {
+	var out workspace.OnlineEndpoint
+	return &out, c.do(ctx, "PATCH", endpointPath(name), u, &out)
+}
+
+// DeleteOnlineEndpoint deletes an online endpoint.
+func (c *Client) DeleteOnlineEndpoint(ctx context.Context, name string) error {
+	return c.do(ctx, "DELETE", endpointPath(name), nil, nil)
+}
+
+// GetEndpointCredentials returns an endpoint's keys.
+func (c *Client) GetEndpointCredentials(ctx context.Context, name string) (*workspace.EndpointKeys, error) {
+	var out workspace.EndpointKeys
+	return &out, c.do(ctx, "POST", endpointPath(name)+"/list-keys", nil, &out)
+}
+
+// RegenerateEndpointKey replaces an endpoint's primary or secondary key.
+func (c *Client) RegenerateEndpointKey(ctx context.Context, name, keyType string) (*workspace.OnlineEndpoint, error) {
+	var out workspace.OnlineEndpoint
+	return &out, c.do(ctx, "POST", endpointPath(name)+"/regenerate-keys", api.RegenerateKeysRequest{KeyType: keyType}, &out)
+}
+
+// ScoreError is an answer of an endpoint other than 2xx: its status and
+// the gateway's (or the scoring script's) message.
+type ScoreError struct {
+	Status  int
+	Message string
+}
+
+func (e *ScoreError) Error() string {
+	return fmt.Sprintf("%d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+}
+
+// Score posts body to an endpoint's scoring URI with key (not the
+// workspace token), and deployment in the azureml-model-deployment
+// header when it is not empty. It returns the answer's body; an answer
+// other than 2xx is a *ScoreError.
+func (c *Client) Score(ctx context.Context, scoringURI, key, deployment string, body io.Reader) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", scoringURI, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	if deployment != "" {
+		req.Header.Set("azureml-model-deployment", deployment)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the endpoint at %s: %w", scoringURI, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		msg := string(data)
+		var ge struct {
+			Error struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(data, &ge) == nil && ge.Error.Message != "" {
+			msg = ge.Error.Message
+		}
+		return nil, &ScoreError{Status: resp.StatusCode, Message: msg}
+	}
+	return data, nil
+}
