@@ -178,10 +178,24 @@ func (a *app) endpointUpdateCmd() *cobra.Command {
 }
 
 func (a *app) endpointShowCmd() *cobra.Command {
+	return a.namedEndpointCmd("show [NAME]", "Show an online endpoint: its scoring_uri, auth_mode, traffic and state (never its keys)",
+		func(cmd *cobra.Command, c *client.Client, n string) error {
+			v, err := c.GetOnlineEndpoint(cmd.Context(), n)
+			if err != nil {
+				return err
+			}
+			return a.print(v, func(w *tabwriter.Writer) { showEndpoint(w, v) })
+		})
+}
+
+// namedEndpointCmd is a command about one endpoint, named as az ml names
+// it (the argument or --name/-n): run gets a connected client and the
+// name. Callers add flags of their own to what it returns.
+func (a *app) namedEndpointCmd(use, short string, run func(cmd *cobra.Command, c *client.Client, name string) error) *cobra.Command {
 	var name string
 	cmd := &cobra.Command{
-		Use:   "show [NAME]",
-		Short: "Show an online endpoint: its scoring_uri, auth_mode, traffic and state (never its keys)",
+		Use:   use,
+		Short: short,
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n, err := endpointName(args, name)
@@ -192,11 +206,7 @@ func (a *app) endpointShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v, err := c.GetOnlineEndpoint(cmd.Context(), n)
-			if err != nil {
-				return err
-			}
-			return a.print(v, func(w *tabwriter.Writer) { showEndpoint(w, v) })
+			return run(cmd, c, n)
 		},
 	}
 	cmd.Flags().StringVarP(&name, "name", "n", "", "the endpoint's name (or give it as the argument)")
@@ -235,29 +245,15 @@ func dash(s string) string {
 }
 
 func (a *app) endpointDeleteCmd() *cobra.Command {
-	var name string
 	var yes bool
-	cmd := &cobra.Command{
-		Use:   "delete [NAME] [--yes]",
-		Short: "Delete an online endpoint; its scoring URI stops answering at once",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := endpointName(args, name)
-			if err != nil {
-				return err
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
+	cmd := a.namedEndpointCmd("delete [NAME] [--yes]", "Delete an online endpoint; its scoring URI stops answering at once",
+		func(cmd *cobra.Command, c *client.Client, n string) error {
 			if err := c.DeleteOnlineEndpoint(cmd.Context(), n); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "deleted online endpoint %s\n", n)
 			return nil
-		},
-	}
-	cmd.Flags().StringVarP(&name, "name", "n", "", "the endpoint's name (or give it as the argument)")
+		})
 	// az ml asks before deleting unless --yes; scripts written for it pass
 	// --yes, so it is accepted. Ferry does not ask.
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask (ferry never asks; accepted as az ml takes it)")
@@ -265,23 +261,8 @@ func (a *app) endpointDeleteCmd() *cobra.Command {
 }
 
 func (a *app) endpointCredentialsCmd() *cobra.Command {
-	var name string
-	cmd := &cobra.Command{
-		Use:   "get-credentials [NAME]",
-		Short: "Print an endpoint's keys, primaryKey and secondaryKey, as az ml does (JSON unless -o yaml)",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.checkOutput(); err != nil {
-				return err
-			}
-			n, err := endpointName(args, name)
-			if err != nil {
-				return err
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
+	cmd := a.namedEndpointCmd("get-credentials [NAME]", "Print an endpoint's keys, primaryKey and secondaryKey, as az ml does (JSON unless -o yaml)",
+		func(cmd *cobra.Command, c *client.Client, n string) error {
 			keys, err := c.GetEndpointCredentials(cmd.Context(), n)
 			if err != nil {
 				return err
@@ -292,63 +273,41 @@ func (a *app) endpointCredentialsCmd() *cobra.Command {
 			enc := json.NewEncoder(a.stdout)
 			enc.SetIndent("", "  ")
 			return enc.Encode(keys)
-		},
-	}
-	cmd.Flags().StringVarP(&name, "name", "n", "", "the endpoint's name (or give it as the argument)")
+		})
+	cmd.PreRunE = func(*cobra.Command, []string) error { return a.checkOutput() }
 	return cmd
 }
 
 func (a *app) endpointRegenerateCmd() *cobra.Command {
-	var name, keyType string
-	cmd := &cobra.Command{
-		Use:   "regenerate-keys [NAME] [--key-type primary|secondary]",
-		Short: "Replace an endpoint's primary (the default) or secondary key; the old one stops working at once",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := endpointName(args, name)
-			if err != nil {
-				return err
-			}
-			if keyType != "primary" && keyType != "secondary" {
-				return fmt.Errorf("--key-type: %q is not primary or secondary", keyType)
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
+	var keyType string
+	cmd := a.namedEndpointCmd("regenerate-keys [NAME] [--key-type primary|secondary]", "Replace an endpoint's primary (the default) or secondary key; the old one stops working at once",
+		func(cmd *cobra.Command, c *client.Client, n string) error {
 			if _, err := c.RegenerateEndpointKey(cmd.Context(), n, keyType); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "regenerated the %s key of online endpoint %s (ferry online-endpoint get-credentials -n %s shows it)\n", keyType, n, n)
 			return nil
-		},
+		})
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		if keyType != "primary" && keyType != "secondary" {
+			return fmt.Errorf("--key-type: %q is not primary or secondary", keyType)
+		}
+		return nil
 	}
-	cmd.Flags().StringVarP(&name, "name", "n", "", "the endpoint's name (or give it as the argument)")
 	cmd.Flags().StringVar(&keyType, "key-type", "primary", "which key: primary or secondary")
 	_ = cmd.RegisterFlagCompletionFunc("key-type", cobra.FixedCompletions([]string{"primary", "secondary"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
 func (a *app) endpointInvokeCmd() *cobra.Command {
-	var name, deployment, requestFile string
-	cmd := &cobra.Command{
-		Use:   "invoke [NAME] --request-file FILE [--deployment D]",
-		Short: "Score with an endpoint: POST the file to its scoring_uri with its primary key and print the answer",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := endpointName(args, name)
-			if err != nil {
-				return err
-			}
+	var deployment, requestFile string
+	cmd := a.namedEndpointCmd("invoke [NAME] --request-file FILE [--deployment D]", "Score with an endpoint: POST the file to its scoring_uri with its primary key and print the answer",
+		func(cmd *cobra.Command, c *client.Client, n string) error {
 			body, err := os.Open(requestFile)
 			if err != nil {
 				return fmt.Errorf("--request-file: %w", err)
 			}
 			defer body.Close()
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
 			e, err := c.GetOnlineEndpoint(cmd.Context(), n)
 			if err != nil {
 				return err
@@ -370,9 +329,7 @@ func (a *app) endpointInvokeCmd() *cobra.Command {
 				fmt.Fprintln(a.stdout)
 			}
 			return err
-		},
-	}
-	cmd.Flags().StringVarP(&name, "name", "n", "", "the endpoint's name (or give it as the argument)")
+		})
 	cmd.Flags().StringVarP(&deployment, "deployment", "d", "", "score with this deployment, whatever the traffic split (the azureml-model-deployment header)")
 	cmd.Flags().StringVarP(&requestFile, "request-file", "r", "", "file whose content is the request body (required)")
 	_ = cmd.MarkFlagRequired("request-file")
