@@ -206,73 +206,14 @@ func (v *modelVersionFlags) pick(args []string) (name, version string, err error
 	return "", "", fmt.Errorf("say which version of model %s: --version V, --label latest, or %s@latest", arg, arg)
 }
 
-func (a *app) modelShowCmd() *cobra.Command {
+// modelVersionCmd is a command about one model version, named as
+// modelVersionFlags.pick reads it (labels: --label is taken too): run
+// gets a connected client, the name and the version. Callers add flags of
+// their own to what it returns.
+func (a *app) modelVersionCmd(use, short string, labels bool, run func(cmd *cobra.Command, c *client.Client, name, version string) error) *cobra.Command {
 	var v modelVersionFlags
 	cmd := &cobra.Command{
-		Use:   "show NAME (--version V | --label latest)",
-		Short: "Show a model version; NAME@latest and azureml:NAME:VERSION work too",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			name, version, err := v.pick(args)
-			if err != nil {
-				return err
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			m, err := c.GetModel(cmd.Context(), name, version)
-			if err != nil {
-				return err
-			}
-			return a.print(m, func(w *tabwriter.Writer) { showModel(w, m) })
-		},
-	}
-	v.add(cmd, true)
-	return cmd
-}
-
-func (a *app) modelDownloadCmd() *cobra.Command {
-	var v modelVersionFlags
-	var dir string
-	cmd := &cobra.Command{
-		Use:   "download NAME (--version V | --label latest) [--download-path DIR]",
-		Short: "Download a model version's files to DIR/NAME, as az ml model download does",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			name, version, err := v.pick(args)
-			if err != nil {
-				return err
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			m, err := c.GetModel(cmd.Context(), name, version)
-			if err != nil {
-				return err
-			}
-			dest := filepath.Join(dir, m.Name)
-			if err := c.Download(cmd.Context(), m.Snapshot, dest); err != nil {
-				return fmt.Errorf("download model %s:%s: %w", m.Name, m.Version, err)
-			}
-			fmt.Fprintln(a.stdout, dest)
-			return nil
-		},
-	}
-	v.add(cmd, true)
-	cmd.Flags().StringVarP(&dir, "download-path", "p", ".", "directory to download into; the files go to DIR/NAME")
-	return cmd
-}
-
-func (a *app) modelArchiveCmd(verb string, archived bool) *cobra.Command {
-	var v modelVersionFlags
-	short := "Archive a model version: it is kept, but no longer listed or the latest"
-	if !archived {
-		short = "Restore an archived model version"
-	}
-	cmd := &cobra.Command{
-		Use:   verb + " NAME --version V",
+		Use:   use,
 		Short: short,
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -284,15 +225,56 @@ func (a *app) modelArchiveCmd(verb string, archived bool) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			return run(cmd, c, name, version)
+		},
+	}
+	v.add(cmd, labels)
+	return cmd
+}
+
+func (a *app) modelShowCmd() *cobra.Command {
+	return a.modelVersionCmd("show NAME (--version V | --label latest)", "Show a model version; NAME@latest and azureml:NAME:VERSION work too", true,
+		func(cmd *cobra.Command, c *client.Client, name, version string) error {
+			m, err := c.GetModel(cmd.Context(), name, version)
+			if err != nil {
+				return err
+			}
+			return a.print(m, func(w *tabwriter.Writer) { showModel(w, m) })
+		})
+}
+
+func (a *app) modelDownloadCmd() *cobra.Command {
+	var dir string
+	cmd := a.modelVersionCmd("download NAME (--version V | --label latest) [--download-path DIR]", "Download a model version's files to DIR/NAME, as az ml model download does", true,
+		func(cmd *cobra.Command, c *client.Client, name, version string) error {
+			m, err := c.GetModel(cmd.Context(), name, version)
+			if err != nil {
+				return err
+			}
+			dest := filepath.Join(dir, m.Name)
+			if err := c.Download(cmd.Context(), m.Snapshot, dest); err != nil {
+				return fmt.Errorf("download model %s:%s: %w", m.Name, m.Version, err)
+			}
+			fmt.Fprintln(a.stdout, dest)
+			return nil
+		})
+	cmd.Flags().StringVarP(&dir, "download-path", "p", ".", "directory to download into; the files go to DIR/NAME")
+	return cmd
+}
+
+func (a *app) modelArchiveCmd(verb string, archived bool) *cobra.Command {
+	short := "Archive a model version: it is kept, but no longer listed or the latest"
+	if !archived {
+		short = "Restore an archived model version"
+	}
+	return a.modelVersionCmd(verb+" NAME --version V", short, false,
+		func(cmd *cobra.Command, c *client.Client, name, version string) error {
 			m, err := c.ArchiveModel(cmd.Context(), name, version, archived)
 			if err != nil {
 				return err
 			}
 			return a.print(m, func(w *tabwriter.Writer) { showModel(w, m) })
-		},
-	}
-	v.add(cmd, false)
-	return cmd
+		})
 }
 
 func showModel(w *tabwriter.Writer, m *workspace.Model) {
