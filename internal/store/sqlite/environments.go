@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 
 	"github.com/ferry-ml/ferry/internal/store"
@@ -39,37 +38,10 @@ func (s *Store) CreateEnvironment(ctx context.Context, e store.Environment) erro
 
 // GetEnvironment implements store.Store.
 func (s *Store) GetEnvironment(ctx context.Context, name, version string) (store.Environment, error) {
-	e, err := scanEnvironment(s.r.QueryRowContext(ctx,
-		`SELECT `+environmentColumns+` FROM environments WHERE name = ? AND version = ?`, name, version))
-	if errors.Is(err, sql.ErrNoRows) {
-		return store.Environment{}, fmt.Errorf("environment %s:%s: %w", name, version, store.ErrNotFound)
-	}
-	if err != nil {
-		return store.Environment{}, fmt.Errorf("get environment %s:%s: %w", name, version, err)
-	}
-	return e, nil
+	return environmentTable.get(ctx, s.r, name, version)
 }
 
 // ListEnvironments implements store.Store.
 func (s *Store) ListEnvironments(ctx context.Context, name string) ([]store.Environment, error) {
-	q := `SELECT ` + environmentColumns + ` FROM environments`
-	var args []any
-	if name != "" {
-		q += ` WHERE name = ?`
-		args = append(args, name)
-	}
-	rows, err := s.r.QueryContext(ctx, q+` ORDER BY name, seq`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list environments: %w", err)
-	}
-	defer rows.Close()
-	out := []store.Environment{}
-	for rows.Next() {
-		e, err := scanEnvironment(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list environments: %w", err)
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return environmentTable.list(ctx, s.r, name)
 }

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 
 	"github.com/ferry-ml/ferry/internal/store"
@@ -47,39 +46,12 @@ func (s *Store) CreateModel(ctx context.Context, m store.Model) error {
 
 // GetModel implements store.Store.
 func (s *Store) GetModel(ctx context.Context, name, version string) (store.Model, error) {
-	m, err := scanModel(s.r.QueryRowContext(ctx,
-		`SELECT `+modelColumns+` FROM models WHERE name = ? AND version = ?`, name, version))
-	if errors.Is(err, sql.ErrNoRows) {
-		return store.Model{}, fmt.Errorf("model %s:%s: %w", name, version, store.ErrNotFound)
-	}
-	if err != nil {
-		return store.Model{}, fmt.Errorf("get model %s:%s: %w", name, version, err)
-	}
-	return m, nil
+	return modelTable.get(ctx, s.r, name, version)
 }
 
 // ListModels implements store.Store.
 func (s *Store) ListModels(ctx context.Context, name string) ([]store.Model, error) {
-	q := `SELECT ` + modelColumns + ` FROM models`
-	var args []any
-	if name != "" {
-		q += ` WHERE name = ?`
-		args = append(args, name)
-	}
-	rows, err := s.r.QueryContext(ctx, q+` ORDER BY name, seq`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list models: %w", err)
-	}
-	defer rows.Close()
-	out := []store.Model{}
-	for rows.Next() {
-		m, err := scanModel(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list models: %w", err)
-		}
-		out = append(out, m)
-	}
-	return out, rows.Err()
+	return modelTable.list(ctx, s.r, name)
 }
 
 // SetModelArchived implements store.Store.
