@@ -97,20 +97,48 @@ func jsonScalar(data []byte) (string, error) {
 // UnmarshalYAML reads an environment written as a reference string
 // (`azureml:name:1`, `name@latest`) or as an inline mapping.
 func (e *Environment) UnmarshalYAML(n *yaml.Node) error {
+	type plain Environment
+	var p plain
+	if err := refOrMappingYAML(n, &p, &p.Ref, "an environment must be a reference such as azureml:NAME:VERSION or a mapping"); err != nil {
+		return err
+	}
+	*e = Environment(p)
+	return nil
+}
+
+// refOrMappingYAML decodes a field that is written either as a plain
+// reference (set in *ref) or as a mapping, decoded strictly into plain:
+// a pointer to the field type's twin without methods, of which ref is
+// the Ref field. notEither is the error's text for anything else.
+func refOrMappingYAML(n *yaml.Node, plain any, ref *string, notEither string) error {
 	switch n.Kind {
 	case yaml.ScalarNode:
-		*e = Environment{Ref: n.Value}
+		*ref = n.Value
 		return nil
 	case yaml.MappingNode:
-		type plain Environment
-		var p plain
-		if err := decodeStrict(n, &p); err != nil {
-			return err
-		}
-		*e = Environment(p)
+		return decodeStrict(n, plain)
+	}
+	return fmt.Errorf("line %d: %s", n.Line, notEither)
+}
+
+// refOrObjectJSON is refOrMappingYAML for JSON: an object is decoded
+// strictly into plain, null leaves plain zero, and any scalar is a
+// reference (Validate judges whether it is a good one); what names the
+// field in the error for anything else.
+func refOrObjectJSON(data []byte, plain any, ref *string, what string) error {
+	data = bytes.TrimSpace(data)
+	switch {
+	case len(data) > 0 && data[0] == '{':
+		return strictJSON(data, plain)
+	case string(data) == "null":
 		return nil
 	}
-	return fmt.Errorf("line %d: an environment must be a reference such as azureml:NAME:VERSION or a mapping", n.Line)
+	r, err := jsonScalar(data)
+	if err != nil {
+		return fmt.Errorf("%s %w (a reference) or an object", what, err)
+	}
+	*ref = r
+	return nil
 }
 
 // MarshalYAML writes a reference as the plain string job files use.
@@ -132,27 +160,12 @@ func (e *Environment) refOnly() bool {
 // UnmarshalJSON reads an environment as a JSON object or as a plain string
 // (or number), which is a reference. Unknown fields are errors.
 func (e *Environment) UnmarshalJSON(data []byte) error {
-	data = bytes.TrimSpace(data)
-	switch {
-	case len(data) > 0 && data[0] == '{':
-		type plain Environment
-		var p plain
-		if err := strictJSON(data, &p); err != nil {
-			return err
-		}
-		*e = Environment(p)
-		return nil
-	case string(data) == "null":
-		*e = Environment{}
-		return nil
+	type plain Environment
+	var p plain
+	if err := refOrObjectJSON(data, &p, &p.Ref, "an environment"); err != nil {
+		return err
 	}
-	// Like YAML, any scalar is a reference; Validate judges whether it is
-	// a good one.
-	ref, err := jsonScalar(data)
-	if err != nil {
-		return fmt.Errorf("an environment %w (a reference) or an object", err)
-	}
-	*e = Environment{Ref: ref}
+	*e = Environment(p)
 	return nil
 }
 

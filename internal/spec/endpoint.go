@@ -1,7 +1,6 @@
 package spec
 
 import (
-	"bytes"
 	"fmt"
 	"maps"
 	"slices"
@@ -466,20 +465,13 @@ func cmpOr(v, def int) int {
 // UnmarshalYAML reads a model written as a reference (`model:
 // azureml:name:1`) or as an inline mapping.
 func (m *ModelRef) UnmarshalYAML(n *yaml.Node) error {
-	switch n.Kind {
-	case yaml.ScalarNode:
-		*m = ModelRef{Ref: n.Value}
-		return nil
-	case yaml.MappingNode:
-		type plain ModelRef
-		var p plain
-		if err := decodeStrict(n, &p); err != nil {
-			return err
-		}
-		*m = ModelRef(p)
-		return nil
+	type plain ModelRef
+	var p plain
+	if err := refOrMappingYAML(n, &p, &p.Ref, "a model must be a reference such as azureml:NAME:VERSION or a mapping with path"); err != nil {
+		return err
 	}
-	return fmt.Errorf("line %d: a model must be a reference such as azureml:NAME:VERSION or a mapping with path", n.Line)
+	*m = ModelRef(p)
+	return nil
 }
 
 // MarshalYAML writes a reference as the plain string files use.
@@ -494,24 +486,11 @@ func (m ModelRef) MarshalYAML() (any, error) {
 // UnmarshalJSON reads a model as a JSON object or as a plain string, which
 // is a reference. Unknown fields are errors.
 func (m *ModelRef) UnmarshalJSON(data []byte) error {
-	data = bytes.TrimSpace(data)
-	switch {
-	case len(data) > 0 && data[0] == '{':
-		type plain ModelRef
-		var p plain
-		if err := strictJSON(data, &p); err != nil {
-			return err
-		}
-		*m = ModelRef(p)
-		return nil
-	case string(data) == "null":
-		*m = ModelRef{}
-		return nil
+	type plain ModelRef
+	var p plain
+	if err := refOrObjectJSON(data, &p, &p.Ref, "a model"); err != nil {
+		return err
 	}
-	ref, err := jsonScalar(data)
-	if err != nil {
-		return fmt.Errorf("a model %w (a reference) or an object", err)
-	}
-	*m = ModelRef{Ref: ref}
+	*m = ModelRef(p)
 	return nil
 }
