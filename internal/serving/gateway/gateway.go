@@ -27,6 +27,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -250,7 +251,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	code := g.score(w, r, e, d)
 	elapsed := time.Since(start)
-	g.requests.WithLabelValues(e.Name, d.Name, fmt.Sprint(code)).Inc()
+	g.requests.WithLabelValues(e.Name, d.Name, strconv.Itoa(code)).Inc()
 	g.latency.WithLabelValues(e.Name, d.Name).Observe(elapsed.Seconds())
 	d.stats.add(elapsed, code >= 500 || code == http.StatusRequestTimeout || code == http.StatusTooManyRequests)
 }
@@ -450,7 +451,9 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 	// Unbuffered: each piece the replica sends is flushed at once, so
 	// chunked and server-sent event answers stream through.
 	rc := http.NewResponseController(w)
-	buf := make([]byte, 32<<10)
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	buf := *bp
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
@@ -464,6 +467,10 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 	}
 }
+
+// copyBuffers hold the buffers answers are copied through: one per
+// request in flight, not one allocated per request.
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // mirror sends copies of the request to the mirrored deployments drawn,
 // never to the one scoring it, and drops their answers. A copy that finds

@@ -1,0 +1,293 @@
+// Command endpoint measures the online endpoint gateway against calling a
+// replica directly, in one run: the same trivial scoring script on the
+// same real replica (Ferry's inference server under python3), the same
+// concurrency, the two alternated. It prints the latency the gateway adds
+// at p50 and p99, the throughput ratio, and a cold start from zero (the
+// gateway holding the first request while a replica starts, with the
+// server and script already on disk: a warm environment).
+//
+//	go run ./bench/endpoint [-n 3000] [-concurrency 4] [-workers 2] [-rounds 2]
+//
+// Not a test: it asserts nothing and prints figures (bench/endpoint/README.md).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/serving/gateway"
+	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
+)
+
+const score = `import json
+
+def init():
+    pass
+
+def run(raw_data):
+    return {"echo": json.loads(raw_data)["x"]}
+`
+
+const key = "bench-key-0123456789"
+
+func main() {
+	n := flag.Int("n", 3000, "requests per measurement")
+	conc := flag.Int("concurrency", 4, "requests in flight at once")
+	workers := flag.Int("workers", 2, "worker processes of the replica (WORKER_COUNT)")
+	rounds := flag.Int("rounds", 2, "direct/gateway pairs, alternated")
+	flag.Parse()
+	if err := run(*n, *conc, *workers, *rounds); err != nil {
+		fmt.Fprintln(os.Stderr, "endpoint:", err)
+		os.Exit(1)
+	}
+}
+
+// replica is a running inference server.
+type replica struct {
+	cmd  *exec.Cmd
+	url  string
+	done chan struct{}
+}
+
+func (r *replica) stop() {
+	_ = r.cmd.Process.Kill()
+	<-r.done
+}
+
+// startReplica starts the inference server on a free loopback port and
+// returns once it answers its liveness probe.
+func startReplica(ctx context.Context, serverDir, codeDir string, workers int) (*replica, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	c, err := inferenceserver.Replica{ServerDir: serverDir, CodeDir: codeDir, Script: "score.py", ModelDir: codeDir, Port: port, Workers: workers}.Command()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(c.Args[0], c.Args[1:]...)
+	cmd.Env, cmd.Dir = append(os.Environ(), c.Env...), c.Dir
+	// The replica logs every request; its log goes to a file beside the
+	// code, named in an error.
+	logf, err := os.CreateTemp(codeDir, "replica-*.log")
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = io.Discard, logf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	r := &replica{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(r.done) }()
+	if err := inferenceserver.WaitProbe(ctx, http.DefaultClient, r.url, 5*time.Millisecond, r.done); err != nil {
+		r.stop()
+		return nil, fmt.Errorf("%w (the replica's log: %s)", err, logf.Name())
+	}
+	return r, nil
+}
+
+func run(n, conc, workers, rounds int) error {
+	tmp, err := os.MkdirTemp("", "ferry-bench-endpoint-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	serverDir, err := inferenceserver.Install(filepath.Join(tmp, "server"))
+	if err != nil {
+		return err
+	}
+	code := filepath.Join(tmp, "code")
+	if err := os.MkdirAll(code, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(code, "score.py"), []byte(score), 0o644); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	r, err := startReplica(ctx, serverDir, code, workers)
+	if err != nil {
+		return fmt.Errorf("start the replica: %w", err)
+	}
+	defer r.stop()
+
+	gw := gateway.New(gateway.Options{})
+	dep := gateway.Deployment{Replicas: []string{r.url}, RequestTimeout: 30 * time.Second, MaxConcurrent: conc, MaxQueueWait: 30 * time.Second}
+	gw.Set(gateway.Endpoint{Name: "bench", AuthMode: "key", Keys: []string{key}, Traffic: map[string]int{"blue": 100}, Deployments: map[string]gateway.Deployment{"blue": dep}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: gw}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	gwURL := "http://" + ln.Addr().String() + "/endpoints/bench/score"
+
+	fmt.Printf("endpoint benchmark: %d requests of a trivial score.py, concurrency %d, replica with %d workers\n\n", n, conc, workers)
+	load(r.url+"/score", "", min(n, 300), conc) // warm both paths' connections
+	load(gwURL, key, min(n, 300), conc)
+	var direct, via []result
+	for i := range rounds {
+		d, err := load(r.url+"/score", "", n, conc)
+		if err != nil {
+			return fmt.Errorf("direct: %w", err)
+		}
+		g, err := load(gwURL, key, n, conc)
+		if err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
+		fmt.Printf("round %d  direct  %7.0f req/s  p50 %-9v p99 %-9v | gateway %7.0f req/s  p50 %-9v p99 %v\n",
+			i+1, d.rate, d.p50, d.p99, g.rate, g.p50, g.p99)
+		direct, via = append(direct, d), append(via, g)
+	}
+	d, g := median(direct), median(via)
+	fmt.Printf("\ngateway adds (median of rounds): p50 %v  p99 %v  (aim: <= 1ms at p50)\n", g.p50-d.p50, g.p99-d.p99)
+	fmt.Printf("throughput gateway/direct: %.3f (aim: >= 0.8)\n", g.rate/d.rate)
+
+	// Cold start: the deployment has no replica; the gateway holds the
+	// first request while one starts.
+	var colds []time.Duration
+	for range 3 {
+		var started *replica
+		var cold *gateway.Gateway
+		cold = gateway.New(gateway.Options{ColdStart: func(ctx context.Context, endpoint, deployment string) error {
+			rep, err := startReplica(ctx, serverDir, code, workers)
+			if err != nil {
+				return err
+			}
+			started = rep
+			d := dep
+			d.Replicas = []string{rep.url}
+			cold.Set(gateway.Endpoint{Name: endpoint, AuthMode: "key", Keys: []string{key}, Traffic: map[string]int{deployment: 100}, Deployments: map[string]gateway.Deployment{deployment: d}})
+			return nil
+		}})
+		d0 := dep
+		d0.Replicas = nil
+		cold.Set(gateway.Endpoint{Name: "bench", AuthMode: "key", Keys: []string{key}, Traffic: map[string]int{"blue": 100}, Deployments: map[string]gateway.Deployment{"blue": d0}})
+		cl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		cs := &http.Server{Handler: cold}
+		go func() { _ = cs.Serve(cl) }()
+		t0 := time.Now()
+		_, err = request(http.DefaultClient, "http://"+cl.Addr().String()+"/endpoints/bench/score", key)
+		colds = append(colds, time.Since(t0))
+		cs.Close()
+		if started != nil {
+			started.stop()
+		}
+		if err != nil {
+			return fmt.Errorf("cold start: %w", err)
+		}
+	}
+	slices.Sort(colds)
+	fmt.Printf("cold start from zero to the first answer: median %v of %v (aim: <= 2s with a warm environment)\n", colds[1].Round(time.Millisecond), colds)
+	return nil
+}
+
+type result struct {
+	rate     float64
+	p50, p99 time.Duration
+}
+
+func median(rs []result) result {
+	pick := func(f func(result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	return result{
+		rate: pick(func(r result) float64 { return r.rate }),
+		p50:  time.Duration(pick(func(r result) float64 { return float64(r.p50) })),
+		p99:  time.Duration(pick(func(r result) float64 { return float64(r.p99) })),
+	}
+}
+
+// load sends n requests, conc at a time, and times each.
+func load(url, key string, n, conc int) (result, error) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc * 2}}
+	lat := make([]time.Duration, n)
+	var next int
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conc {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= n {
+					return
+				}
+				t0 := time.Now()
+				_, err := request(client, url, key)
+				lat[i] = time.Since(t0)
+				if err != nil {
+					mu.Lock()
+					firstErr = cmpErr(firstErr, err)
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return result{}, firstErr
+	}
+	slices.Sort(lat)
+	return result{rate: float64(n) / elapsed.Seconds(), p50: lat[n/2], p99: lat[n*99/100]}, nil
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// request scores once and checks the answer.
+func request(c *http.Client, url, key string) (string, error) {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"x": 7}`))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"echo": 7`) && !strings.Contains(string(b), `"echo":7`) {
+		return "", fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	return string(b), nil
+}
