@@ -447,13 +447,21 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 	}
 	w.Header().Set(DeploymentHeader, d.Name)
-	w.WriteHeader(resp.StatusCode)
-	// Unbuffered: each piece the replica sends is flushed at once, so
-	// chunked and server-sent event answers stream through.
-	rc := http.NewResponseController(w)
 	bp := copyBuffers.Get().(*[]byte)
 	defer copyBuffers.Put(bp)
 	buf := *bp
+	if resp.ContentLength >= 0 {
+		// An answer of known length is whole when the replica sends it:
+		// it goes out with its length, in as few writes as it fits.
+		w.Header().Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.CopyBuffer(w, resp.Body, buf)
+		return resp.StatusCode, nil
+	}
+	w.WriteHeader(resp.StatusCode)
+	// An answer of unknown length (chunked, server-sent events) streams:
+	// each piece the replica sends is flushed at once.
+	rc := http.NewResponseController(w)
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
