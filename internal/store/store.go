@@ -283,14 +283,15 @@ type Store interface {
 	// transaction. If fn returns an error nothing is written and that error
 	// is returned as is. Concurrent UpdateJob calls on one job are serialised.
 	UpdateJob(ctx context.Context, name string, fn func(*Job) (*Event, error)) (Job, error)
-	// UpdateJobs is UpdateJob for each of names in turn, all in one
-	// transaction, so that a batch of changes (a dispatcher's hand-off)
-	// costs one commit. An error fn returns for a job, or ErrNotFound for
-	// a missing one, leaves that job unchanged and is its entry of errs;
-	// the other jobs are written. jobs[i] is names[i] as written (or as
-	// read, when errs[i] is not nil). err is the transaction's own: when
-	// it is not nil, nothing was written.
-	UpdateJobs(ctx context.Context, names []string, fn func(*Job) (*Event, error)) (jobs []Job, errs []error, err error)
+	// UpdateJobs is UpdateJobWith for each of names in turn, all in one
+	// transaction, so that a batch of changes (a dispatcher's hand-off:
+	// attempts and their run tokens) costs one commit. An error fn
+	// returns for a job, or ErrNotFound for a missing one, leaves that job
+	// unchanged and is its entry of errs; the other jobs are written.
+	// jobs[i] is names[i] as written (or as read, when errs[i] is not
+	// nil). err is the transaction's own (a token that cannot be created
+	// is one): when it is not nil, nothing was written.
+	UpdateJobs(ctx context.Context, names []string, fn func(*Job) (JobChange, error)) (jobs []Job, errs []error, err error)
 	// UpdateJobWith is UpdateJob for a change that is more than the
 	// record and one event: fn's JobChange (events, a token to create, a
 	// kind of the job's tokens to delete) is written in the same
@@ -370,9 +371,6 @@ type Store interface {
 
 	// CreateToken stores a token; ErrConflict if the hash exists.
 	CreateToken(ctx context.Context, t Token) error
-	// CreateTokens stores tokens in one transaction, all or none;
-	// ErrConflict if a hash exists.
-	CreateTokens(ctx context.Context, ts []Token) error
 	// TokenByHash finds a token; ErrNotFound if there is none.
 	TokenByHash(ctx context.Context, hash string) (Token, error)
 	// DeleteTokens removes every token of the given kind and subject.

@@ -91,8 +91,8 @@ func (s *Service) handOffsUnderWay(computeName string) int {
 
 // handOff marks each named queued job with a new attempt being handed to
 // the compute's target, makes the attempts' run tokens, and hands them
-// over in one batch beside the dispatcher's loop. The marks, the tokens
-// and the answers are each written in one transaction for the batch.
+// over in one batch beside the dispatcher's loop. The marks with their
+// tokens, and then the answers, are each one transaction for the batch.
 func (s *Service) handOff(ctx context.Context, computeName string, names []string) {
 	t, err := s.target(ctx, computeName)
 	if err != nil {
@@ -135,22 +135,22 @@ func (s *Service) handOff(ctx context.Context, computeName string, names []strin
 }
 
 // markHandOffs gives each named job that is still queued its next
-// attempt, marked as being handed over by this server, and makes the
-// attempts' run tokens. It returns the launches of the jobs marked; a job
-// whose stored record cannot run is failed with the reason.
+// attempt, marked as being handed over by this server, with its run
+// token, all in one transaction. It returns the launches of the jobs
+// marked; a job whose stored record cannot run is failed with the reason.
 func (s *Service) markHandOffs(ctx context.Context, computeName string, names []string) ([]compute.Launch, error) {
 	mark := s.handOffMark()
 	launches := map[string]*compute.Launch{}
 	damaged := map[string]error{}
-	_, errs, err := s.st.UpdateJobs(ctx, names, func(j *store.Job) (*store.Event, error) {
+	_, errs, err := s.st.UpdateJobs(ctx, names, func(j *store.Job) (store.JobChange, error) {
 		delete(launches, j.Name)
 		if j.Status != StatusQueued || j.Handle != "" {
-			return nil, errNotQueued
+			return store.JobChange{}, errNotQueued
 		}
 		js, env, bad := nextAttempt(j)
 		if bad != nil {
 			damaged[j.Name] = bad
-			return nil, errNotQueued
+			return store.JobChange{}, errNotQueued
 		}
 		j.Handle = mark
 		// An engine that queues itself starts one runner per node of a
@@ -160,13 +160,14 @@ func (s *Service) markHandOffs(ctx context.Context, computeName string, names []
 		if n := instancesOf(js); n > 1 {
 			raw, err := json.Marshal(Placement{Ranks: make([]RankPlacement, n)})
 			if err != nil {
-				return nil, err
+				return store.JobChange{}, err
 			}
 			j.Placement = raw
 		}
 		j.StatusReason = "queued: being handed to compute " + computeName + "'s queue"
-		launches[j.Name] = &compute.Launch{Job: j.Name, Attempt: j.Attempt, APIURL: s.cfg.APIURL, Spec: js, Environment: env}
-		return nil, nil
+		secret, hash := auth.NewToken()
+		launches[j.Name] = &compute.Launch{Job: j.Name, Attempt: j.Attempt, APIURL: s.cfg.APIURL, RunToken: secret, Spec: js, Environment: env}
+		return store.JobChange{CreateToken: &store.Token{Hash: hash, Kind: auth.KindRun, Subject: j.Name, Attempt: j.Attempt, Created: s.now()}}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -175,7 +176,6 @@ func (s *Service) markHandOffs(ctx context.Context, computeName string, names []
 		s.failQueued(ctx, name, why.Error())
 	}
 	var ls []compute.Launch
-	var toks []store.Token
 	for i, name := range names {
 		l := launches[name]
 		if errs[i] != nil || l == nil {
@@ -184,15 +184,8 @@ func (s *Service) markHandOffs(ctx context.Context, computeName string, names []
 			}
 			continue
 		}
-		secret, hash := auth.NewToken()
-		l.RunToken = secret
-		toks = append(toks, store.Token{Hash: hash, Kind: auth.KindRun, Subject: name, Attempt: l.Attempt, Created: s.now()})
 		ls = append(ls, *l)
 		s.changed(name)
-	}
-	if err := s.st.CreateTokens(ctx, toks); err != nil {
-		s.handOffFailed(ctx, ls, "could not make run tokens: "+err.Error())
-		return nil, err
 	}
 	return ls, nil
 }
@@ -263,7 +256,7 @@ func (s *Service) handedOff(ctx context.Context, stopping bool, t compute.Target
 		}
 	}
 	if len(failed) > 0 {
-		s.handOffFailedEach(ctx, failed, whys)
+		s.handOffFailed(ctx, failed, whys)
 	}
 	if len(ok) == 0 {
 		return nil
@@ -281,52 +274,47 @@ func (s *Service) handedOff(ctx context.Context, stopping bool, t compute.Target
 	return err
 }
 
-// handOffFailed fails the jobs of ls, whose attempts this server could
-// not hand over, all for one reason.
-func (s *Service) handOffFailed(ctx context.Context, ls []compute.Launch, why string) {
-	whys := map[string]string{}
-	for _, l := range ls {
-		whys[l.Job] = why
-	}
-	s.handOffFailedEach(ctx, ls, whys)
-}
-
-// handOffFailedEach fails each job of ls, whose attempt this server could
-// not hand over, with its reason in whys (unless the attempt ended or
-// moved on meanwhile), and revokes the attempts' run tokens.
-func (s *Service) handOffFailedEach(ctx context.Context, ls []compute.Launch, whys map[string]string) {
+// handOffFailed fails each job of ls, whose attempt this server could not
+// hand over, with its reason in whys (unless the attempt ended or moved
+// on meanwhile), and revokes its run token, in one transaction.
+func (s *Service) handOffFailed(ctx context.Context, ls []compute.Launch, whys map[string]string) {
 	mark := s.handOffMark()
-	attempts := map[string]int{}
-	names := make([]string, len(ls))
-	for i, l := range ls {
-		attempts[l.Job], names[i] = l.Attempt, l.Job
-	}
+	names, attempts := attemptsOf(ls)
 	failed := map[string]bool{}
-	_, _, err := s.st.UpdateJobs(ctx, names, func(j *store.Job) (*store.Event, error) {
+	_, _, err := s.st.UpdateJobs(ctx, names, func(j *store.Job) (store.JobChange, error) {
 		delete(failed, j.Name)
 		if j.Attempt != attempts[j.Name] || j.Handle != mark || j.Status != StatusQueued {
-			return nil, nil
+			return store.JobChange{}, nil
 		}
 		now, why := s.now(), whys[j.Name]
 		j.Status, j.StatusReason, j.Error, j.Ended, j.Handle = StatusFailed, why, why, now, ""
 		failed[j.Name] = true
-		return &store.Event{Job: j.Name, Time: now, From: StatusQueued, To: StatusFailed, Reason: why}, nil
+		return store.JobChange{
+			Events:       []store.Event{{Job: j.Name, Time: now, From: StatusQueued, To: StatusFailed, Reason: why}},
+			DeleteTokens: auth.KindRun,
+		}, nil
 	})
 	if err != nil {
 		s.log.Error("fail the jobs whose hand-off failed", "jobs", names, "err", err)
 		return
 	}
 	for _, name := range names {
-		if !failed[name] {
-			continue
+		if failed[name] {
+			s.log.Warn("hand-off failed", "job", name, "attempt", attempts[name], "reason", whys[name])
+			s.changed(name)
 		}
-		s.log.Warn("hand-off failed", "job", name, "attempt", attempts[name], "reason", whys[name])
-		if err := s.st.DeleteTokens(ctx, auth.KindRun, name); err != nil {
-			s.log.Error("revoke the run token of a failed hand-off", "job", name, "err", err)
-		}
-		s.changed(name)
 	}
 	s.wakeDispatcher()
+}
+
+// attemptsOf is the job names of ls, in order, and each one's attempt.
+func attemptsOf(ls []compute.Launch) ([]string, map[string]int) {
+	names := make([]string, len(ls))
+	attempts := make(map[string]int, len(ls))
+	for i, l := range ls {
+		names[i], attempts[l.Job] = l.Job, l.Attempt
+	}
+	return names, attempts
 }
 
 // launched records, in one transaction, the handles the engine gave the
@@ -337,29 +325,25 @@ func (s *Service) handOffFailedEach(ctx context.Context, ls []compute.Launch, wh
 // through the engine at once: no runner would hear of it.
 func (s *Service) launched(ctx context.Context, t compute.Target, computeName string, ls []compute.Launch, handles map[string]compute.Handle) error {
 	mark := s.handOffMark()
-	attempts := map[string]int{}
-	names := make([]string, len(ls))
-	for i, l := range ls {
-		attempts[l.Job], names[i] = l.Attempt, l.Job
-	}
+	names, attempts := attemptsOf(ls)
 	giveUp := map[string]bool{}
-	_, _, err := s.st.UpdateJobs(ctx, names, func(j *store.Job) (*store.Event, error) {
+	_, _, err := s.st.UpdateJobs(ctx, names, func(j *store.Job) (store.JobChange, error) {
 		delete(giveUp, j.Name)
 		h := handles[j.Name]
 		if j.Attempt != attempts[j.Name] || j.Handle != mark {
 			giveUp[j.Name] = true
-			return nil, nil
+			return store.JobChange{}, nil
 		}
 		j.Handle = string(h) // kept for the record, whatever became of the job
 		if IsTerminal(j.Status) {
 			giveUp[j.Name] = true
-			return nil, nil
+			return store.JobChange{}, nil
 		}
 		if j.Status != StatusQueued {
-			return nil, nil // its runner spoke first
+			return store.JobChange{}, nil // its runner spoke first
 		}
 		j.StatusReason = fmt.Sprintf("queued: handed to compute %s (engine handle %s); waiting in its queue", computeName, h)
-		return &store.Event{Job: j.Name, Time: s.now(), From: StatusQueued, To: StatusQueued, Reason: j.StatusReason}, nil
+		return store.JobChange{Events: []store.Event{{Job: j.Name, Time: s.now(), From: StatusQueued, To: StatusQueued, Reason: j.StatusReason}}}, nil
 	})
 	if err != nil {
 		return err
@@ -456,26 +440,26 @@ func (s *Service) adoptHandOff(ctx context.Context, computeName string, j store.
 // without a handle.
 func (s *Service) retakeHandOff(ctx context.Context, computeName string, j store.Job) error {
 	requeued := false
-	_, err := s.st.UpdateJob(ctx, j.Name, func(cur *store.Job) (*store.Event, error) {
+	_, err := s.st.UpdateJobWith(ctx, j.Name, func(cur *store.Job) (store.JobChange, error) {
 		requeued = false
 		if cur.Attempt != j.Attempt || cur.Handle != j.Handle {
-			return nil, nil
+			return store.JobChange{}, nil
 		}
 		cur.Handle = ""
 		if cur.Status != StatusQueued {
-			return nil, nil
+			return store.JobChange{}, nil
 		}
 		requeued = true
 		cur.StatusReason = fmt.Sprintf("queued: a server restart cut short handing attempt %d to compute %s; it is handed over again as a new attempt", cur.Attempt, computeName)
-		return &store.Event{Job: j.Name, Time: s.now(), From: StatusQueued, To: StatusQueued, Reason: cur.StatusReason}, nil
+		return store.JobChange{
+			Events:       []store.Event{{Job: j.Name, Time: s.now(), From: StatusQueued, To: StatusQueued, Reason: cur.StatusReason}},
+			DeleteTokens: auth.KindRun,
+		}, nil
 	})
 	if err != nil || !requeued {
 		return err
 	}
 	s.log.Info("took back an attempt whose hand-off a server restart cut short", "job", j.Name, "attempt", j.Attempt, "compute", computeName)
-	if err := s.st.DeleteTokens(ctx, auth.KindRun, j.Name); err != nil {
-		return err
-	}
 	s.changed(j.Name)
 	s.wakeDispatcher()
 	return nil

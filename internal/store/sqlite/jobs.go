@@ -235,17 +235,26 @@ func (s *Store) UpdateJobWith(ctx context.Context, name string, fn func(*store.J
 	return out, nil
 }
 
-// UpdateJobs implements store.Store, as UpdateJob does for each job.
-func (s *Store) UpdateJobs(ctx context.Context, names []string, fn func(*store.Job) (*store.Event, error)) ([]store.Job, []error, error) {
+// UpdateJobs implements store.Store, as UpdateJobWith does for each job.
+func (s *Store) UpdateJobs(ctx context.Context, names []string, fn func(*store.Job) (store.JobChange, error)) ([]store.Job, []error, error) {
 	jobs := make([]store.Job, len(names))
 	errs := make([]error, len(names))
+	revoke := make([]string, len(names)) // per job, the kind of tokens deleted
+	defer func() {
+		// After the transaction, even a failed one, as DeleteTokens does.
+		for i, kind := range revoke {
+			if kind != "" {
+				s.tokens.revoke(kind, names[i])
+			}
+		}
+	}()
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		for i, name := range names {
 			var read store.Job
 			jobs[i], errs[i] = s.updateJob(ctx, tx, name, func(j *store.Job) (store.JobChange, error) {
 				read = *j
-				return oneEvent(fn(j))
-			}, nil)
+				return fn(j)
+			}, &revoke[i])
 			if errs[i] != nil {
 				jobs[i] = normJob(read)
 				// A failure of the database itself ends the transaction;
@@ -283,8 +292,8 @@ func oneEvent(e *store.Event, err error) (store.JobChange, error) {
 
 // updateJob is UpdateJobWith's work inside the write transaction tx; an
 // error fn returns comes back wrapped in fnError. The kind of tokens it
-// deletes is left in *revoke (nil: it deletes none), for the token cache
-// to drop once the transaction is over.
+// deletes is left in *revoke, for the token cache to drop once the
+// transaction is over.
 func (s *Store) updateJob(ctx context.Context, tx *sql.Tx, name string, fn func(*store.Job) (store.JobChange, error), revoke *string) (store.Job, error) {
 	j, err := scanJob(s.txRow(ctx, tx, s.w, qGetJob, name))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -320,9 +329,6 @@ func (s *Store) updateJob(ctx context.Context, tx *sql.Tx, name string, fn func(
 		}
 	}
 	if kind := ch.DeleteTokens; kind != "" {
-		if revoke == nil {
-			return store.Job{}, fmt.Errorf("update job %q: this update cannot delete tokens", name)
-		}
 		*revoke = kind
 		if _, err := s.txExec(ctx, tx, s.w, qDeleteTokens, kind, name); err != nil {
 			return store.Job{}, fmt.Errorf("update job %q: delete %s tokens: %w", name, kind, err)

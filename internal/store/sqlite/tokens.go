@@ -94,19 +94,6 @@ func createTokenErr(t store.Token, err error) error {
 	return nil
 }
 
-// CreateTokens implements store.Store.
-func (s *Store) CreateTokens(ctx context.Context, ts []store.Token) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		for _, t := range ts {
-			_, err := s.txExec(ctx, tx, s.w, qCreateToken, t.Hash, t.Kind, t.Subject, t.Attempt, timeArg(t.Created))
-			if err := createTokenErr(t, err); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
 // TokenByHash implements store.Store. A token deleted by DeleteTokens is
 // not found from the moment DeleteTokens returns, though lookups are cached.
 func (s *Store) TokenByHash(ctx context.Context, hash string) (store.Token, error) {

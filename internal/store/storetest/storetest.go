@@ -95,6 +95,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Job/UpdateNilEvent", testJobUpdateNilEvent},
 		{"Job/UpdateFnError", testJobUpdateFnError},
 		{"Job/UpdateMany", testJobUpdateMany},
+		{"Job/UpdateManyTokenConflict", testJobUpdateManyTokenConflict},
 		{"Job/UpdateNotFound", testJobUpdateNotFound},
 		{"Job/UpdateIgnoresNameAndSeq", testJobUpdateIgnoresNameAndSeq},
 		{"Job/UpdateConcurrent", testJobUpdateConcurrent},
@@ -130,7 +131,6 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 
 		{"Token/CreateLookup", testTokenCreateLookup},
 		{"Token/Conflict", testTokenConflict},
-		{"Token/CreateMany", testTokenCreateMany},
 		{"Token/NotFound", testTokenNotFound},
 		{"Token/Delete", testTokenDelete},
 		{"Token/WithJobUpdate", testTokenWithJobUpdate},
@@ -845,21 +845,23 @@ func testJobUpdateFnError(t *testing.T, s store.Store) {
 	}
 }
 
-// UpdateJobs writes each job as UpdateJob would, in one transaction; a
-// job whose fn fails, or that is missing, is left as it was and only its
-// entry of errs says so.
+// UpdateJobs writes each job as UpdateJobWith would, its token included,
+// in one transaction; a job whose fn fails, or that is missing, is left as
+// it was, token and all, and only its entry of errs says so.
 func testJobUpdateMany(t *testing.T, s store.Store) {
+	ctx := context.Background()
 	mustCreateJob(t, s, testJob("j1"))
 	failing := mustCreateJob(t, s, fullJob("j2"))
 	mustCreateJob(t, s, testJob("j3"))
 	var seen []string
-	jobs, errs, err := s.UpdateJobs(context.Background(), []string{"j1", "j2", "nope", "j3"}, func(j *store.Job) (*store.Event, error) {
+	jobs, errs, err := s.UpdateJobs(ctx, []string{"j1", "j2", "nope", "j3"}, func(j *store.Job) (store.JobChange, error) {
 		seen = append(seen, j.Name)
 		j.Status, j.Handle = "Queued", "h-"+j.Name
+		tok := token("tok-"+j.Name, "run", j.Name, 1)
 		if j.Name == "j2" {
-			return &store.Event{Time: t0, From: "Queued", To: "Queued"}, errTest
+			return store.JobChange{Events: []store.Event{{Time: t0, From: "Queued", To: "Queued"}}, CreateToken: &tok}, errTest
 		}
-		return &store.Event{Time: t0, From: "Queued", To: "Queued", Reason: "handed " + j.Name}, nil
+		return store.JobChange{Events: []store.Event{{Time: t0, From: "Queued", To: "Queued", Reason: "handed " + j.Name}}, CreateToken: &tok}, nil
 	})
 	if err != nil {
 		t.Fatalf("UpdateJobs: %v", err)
@@ -890,6 +892,51 @@ func testJobUpdateMany(t *testing.T, s store.Store) {
 	if d := diff([]store.Event{firstEvent("j2")}, mustListEvents(t, s, "j2")); d != "" {
 		t.Errorf("j2's events though its fn failed (-want +got):\n%s", d)
 	}
+	for _, name := range []string{"j1", "j3"} {
+		if got, err := s.TokenByHash(ctx, "tok-"+name); err != nil || got.Subject != name {
+			t.Errorf("%s's token: %+v, %v; want it stored with the job", name, got, err)
+		}
+	}
+	_, err = s.TokenByHash(ctx, "tok-j2")
+	wantErrIs(t, "the token of a job whose fn failed", err, store.ErrNotFound)
+
+	// Tokens deleted in the batch are not found from its return on, though
+	// they were looked up (and could be cached) before.
+	jobs, errs, err = s.UpdateJobs(ctx, []string{"j1", "j3"}, func(j *store.Job) (store.JobChange, error) {
+		j.Status = "Failed"
+		return store.JobChange{DeleteTokens: "run"}, nil
+	})
+	if err != nil || errs[0] != nil || errs[1] != nil || jobs[1].Status != "Failed" {
+		t.Fatalf("UpdateJobs deleting tokens: %v %v %+v", err, errs, jobs)
+	}
+	for _, name := range []string{"j1", "j3"} {
+		_, err := s.TokenByHash(ctx, "tok-"+name)
+		wantErrIs(t, name+"'s token after the batch that deleted it", err, store.ErrNotFound)
+	}
+}
+
+// A token UpdateJobs cannot create (its hash exists) fails the whole
+// batch: no job of it is written, no token of it stored.
+func testJobUpdateManyTokenConflict(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	before := mustCreateJob(t, s, testJob("j1"))
+	mustCreateJob(t, s, testJob("j2"))
+	mustCreateToken(t, s, token("taken", "owner", "alice", 0))
+	_, _, err := s.UpdateJobs(ctx, []string{"j1", "j2"}, func(j *store.Job) (store.JobChange, error) {
+		j.Handle = "h-" + j.Name
+		hash := "new-" + j.Name
+		if j.Name == "j2" {
+			hash = "taken"
+		}
+		tok := token(hash, "run", j.Name, 1)
+		return store.JobChange{Events: []store.Event{{Time: t0, From: "Queued", To: "Queued"}}, CreateToken: &tok}, nil
+	})
+	wantErrIs(t, "UpdateJobs with a token whose hash exists", err, store.ErrConflict)
+	if d := diff(before, mustGetJob(t, s, "j1")); d != "" {
+		t.Errorf("j1 written by a batch that failed (-want +got):\n%s", d)
+	}
+	_, err = s.TokenByHash(ctx, "new-j1")
+	wantErrIs(t, "j1's token from a batch that failed", err, store.ErrNotFound)
 }
 
 func testJobUpdateNotFound(t *testing.T, s store.Store) {
@@ -1260,28 +1307,6 @@ func testTokenConflict(t *testing.T, s store.Store) {
 	if d := diff(first, got); d != "" {
 		t.Errorf("first token changed by a conflicting create (-want +got):\n%s", d)
 	}
-}
-
-// CreateTokens stores all of its tokens, or none when one conflicts.
-func testTokenCreateMany(t *testing.T, s store.Store) {
-	ctx := context.Background()
-	a, b := token("ha", "run", "j1", 1), token("hb", "run", "j2", 1)
-	if err := s.CreateTokens(ctx, []store.Token{a, b}); err != nil {
-		t.Fatalf("CreateTokens: %v", err)
-	}
-	for _, want := range []store.Token{a, b} {
-		got, err := s.TokenByHash(ctx, want.Hash)
-		if err != nil {
-			t.Fatalf("TokenByHash(%s): %v", want.Hash, err)
-		}
-		if d := diff(want, got); d != "" {
-			t.Errorf("TokenByHash(%s) (-want +got):\n%s", want.Hash, d)
-		}
-	}
-	err := s.CreateTokens(ctx, []store.Token{token("hc", "run", "j3", 1), token("ha", "run", "j4", 1)})
-	wantErrIs(t, "CreateTokens with an existing hash", err, store.ErrConflict)
-	_, err = s.TokenByHash(ctx, "hc")
-	wantErrIs(t, "the token created beside a conflicting one", err, store.ErrNotFound)
 }
 
 func testTokenNotFound(t *testing.T, s store.Store) {
