@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -429,10 +430,10 @@ func (d *OnlineDeployment) ApplyDefaults() {
 			ten := 10
 			q.InitialDelay = &ten
 		}
-		q.Period = cmpOr(q.Period, 10)
-		q.Timeout = cmpOr(q.Timeout, 2)
-		q.SuccessThreshold = cmpOr(q.SuccessThreshold, 1)
-		q.FailureThreshold = cmpOr(q.FailureThreshold, 30)
+		q.Period = cmp.Or(q.Period, 10)
+		q.Timeout = cmp.Or(q.Timeout, 2)
+		q.SuccessThreshold = cmp.Or(q.SuccessThreshold, 1)
+		q.FailureThreshold = cmp.Or(q.FailureThreshold, 30)
 	}
 	if d.ScaleSettings == nil {
 		d.ScaleSettings = &ScaleSettings{}
@@ -446,20 +447,13 @@ func (d *OnlineDeployment) ApplyDefaults() {
 			one := 1
 			s.MinInstances = &one
 		}
-		s.MaxInstances = cmpOr(s.MaxInstances, max(*s.MinInstances, 1))
-		s.PollingInterval = cmpOr(s.PollingInterval, 1)
-		s.TargetUtilizationPercentage = cmpOr(s.TargetUtilizationPercentage, DefaultTargetPercent)
+		s.MaxInstances = cmp.Or(s.MaxInstances, max(*s.MinInstances, 1))
+		s.PollingInterval = cmp.Or(s.PollingInterval, 1)
+		s.TargetUtilizationPercentage = cmp.Or(s.TargetUtilizationPercentage, DefaultTargetPercent)
 		if *s.MinInstances == 0 {
-			s.ScaleToZeroAfter = cmpOr(s.ScaleToZeroAfter, DefaultScaleToZeroAfter)
+			s.ScaleToZeroAfter = cmp.Or(s.ScaleToZeroAfter, DefaultScaleToZeroAfter)
 		}
 	}
-}
-
-func cmpOr(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // UnmarshalYAML reads a model written as a reference (`model:
