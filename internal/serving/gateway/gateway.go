@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -315,8 +316,9 @@ func (g *Gateway) pick(r *http.Request, e *endpointState) (*deploymentState, *ht
 	return e.deps[name], nil
 }
 
-// draw picks a name with probability weight/100 (weights sum to 100 or
-// less; what is left picks none).
+// draw picks a name in proportion to its weight among weights (live
+// traffic that sums to less than 100 is split among the deployments
+// named, in their proportions); "" when every weight is 0.
 func (g *Gateway) draw(weights map[string]int) string {
 	total := 0
 	for _, w := range weights {
@@ -325,15 +327,8 @@ func (g *Gateway) draw(weights map[string]int) string {
 	if total == 0 {
 		return ""
 	}
-	g.randMu.Lock()
-	var n int
-	if g.opt.Rand != nil {
-		n = g.opt.Rand.IntN(total)
-	} else {
-		n = rand.IntN(total)
-	}
-	g.randMu.Unlock()
-	for _, name := range sortedKeys(weights) {
+	n := g.intn(total)
+	for _, name := range slices.Sorted(maps.Keys(weights)) {
 		if n < weights[name] {
 			return name
 		}
@@ -342,13 +337,14 @@ func (g *Gateway) draw(weights map[string]int) string {
 	return ""
 }
 
-func sortedKeys(m map[string]int) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
+// intn is a random number in [0, n), from Options.Rand when set.
+func (g *Gateway) intn(n int) int {
+	g.randMu.Lock()
+	defer g.randMu.Unlock()
+	if g.opt.Rand != nil {
+		return g.opt.Rand.IntN(n)
 	}
-	slices.Sort(ks)
-	return ks
+	return rand.IntN(n)
 }
 
 // score proxies the request to a replica of d, mirrors it, and returns
@@ -486,7 +482,8 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 func (g *Gateway) mirror(r *http.Request, e *endpointState, live string, body []byte) {
 	for name, pct := range e.Mirror {
 		d := e.deps[name]
-		if d == nil || name == live || pct <= 0 || g.draw(map[string]int{name: pct}) == "" {
+		// Mirrored traffic is a percent of all requests, each drawn alone.
+		if d == nil || name == live || g.intn(100) >= pct {
 			continue
 		}
 		if d.replicaCount() == 0 || !d.lim.acquire(context.Background(), 0) {

@@ -194,6 +194,30 @@ func TestMirrorTraffic(t *testing.T) {
 	}
 }
 
+// A mirror of 10% gets about a tenth of the requests, not all of them.
+func TestMirrorPercent(t *testing.T) {
+	blue, shadow := newReplica(t, "blue"), newReplica(t, "shadow")
+	g := New(Options{Rand: rand.New(rand.NewPCG(3, 4))})
+	mirror := dep(shadow)
+	mirror.MaxConcurrent = 1000 // no copy is dropped for want of a slot
+	g.Set(Endpoint{Name: "ep", AuthMode: "key", Keys: []string{key1}, Traffic: map[string]int{"blue": 100}, Mirror: map[string]int{"shadow": 10},
+		Deployments: map[string]Deployment{"blue": dep(blue), "shadow": mirror}})
+	base := serve(t, g)
+	for range 1000 {
+		if code, _, _ := score(t, base, "ep", key1, "x", nil); code != 200 {
+			t.Fatalf("status %d", code)
+		}
+	}
+	waitFor(t, "the mirror's copies to settle", func() bool {
+		n := shadow.got.Load()
+		time.Sleep(100 * time.Millisecond)
+		return shadow.got.Load() == n
+	})
+	if n := shadow.got.Load(); n < 70 || n > 130 {
+		t.Errorf("a 10%% mirror got %d of 1,000 requests; want 100±30", n)
+	}
+}
+
 // Past request_timeout_ms the answer is 408; with every slot busy past
 // max_queue_wait_ms it is 429; a request that waits gets a slot freed
 // within its wait.
