@@ -111,6 +111,21 @@ type Endpoint struct {
 	Updated      time.Time
 }
 
+// Deployment is an online deployment of an endpoint. Spec and Replicas
+// are JSON the workspace owns (its record of the deployment, and of the
+// jobs that serve it), opaque to the store; State is its provisioning
+// state, Reason why it failed.
+type Deployment struct {
+	Endpoint string
+	Name     string
+	Spec     json.RawMessage
+	State    string
+	Reason   string
+	Replicas json.RawMessage
+	Created  time.Time
+	Updated  time.Time
+}
+
 // Node is a machine of a pool compute (a cluster or an instance). State and
 // Reason are owned by the workspace; Facts is JSON the store keeps opaque.
 type Node struct {
@@ -368,6 +383,21 @@ type Store interface {
 	UpdateEndpoint(ctx context.Context, e Endpoint) error
 	// DeleteEndpoint removes an endpoint; ErrNotFound if there is none.
 	DeleteEndpoint(ctx context.Context, name string) error
+
+	// CreateDeployment stores an online deployment; ErrConflict if the
+	// endpoint has one of that name.
+	CreateDeployment(ctx context.Context, d Deployment) error
+	// GetDeployment returns a deployment; ErrNotFound if there is none.
+	GetDeployment(ctx context.Context, endpoint, name string) (Deployment, error)
+	// ListDeployments returns an endpoint's deployments, or every
+	// endpoint's when endpoint is empty, ordered by endpoint and name.
+	ListDeployments(ctx context.Context, endpoint string) ([]Deployment, error)
+	// UpdateDeployment replaces a deployment's spec, state, reason,
+	// replicas and updated time (its created time stays); ErrNotFound if
+	// there is none.
+	UpdateDeployment(ctx context.Context, d Deployment) error
+	// DeleteDeployment removes a deployment; ErrNotFound if there is none.
+	DeleteDeployment(ctx context.Context, endpoint, name string) error
 
 	// CreateToken stores a token; ErrConflict if the hash exists.
 	CreateToken(ctx context.Context, t Token) error

@@ -128,6 +128,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Endpoint/NotFound", testEndpointNotFound},
 		{"Endpoint/Update", testEndpointUpdate},
 		{"Endpoint/ListDelete", testEndpointListDelete},
+		{"Deployment/Lifecycle", testDeploymentLifecycle},
 
 		{"Token/CreateLookup", testTokenCreateLookup},
 		{"Token/Conflict", testTokenConflict},
