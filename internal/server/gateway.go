@@ -14,15 +14,28 @@ type gatewayRouter struct{ g *gateway.Gateway }
 
 var _ workspace.EndpointRouter = gatewayRouter{}
 
-// SetEndpoint routes e. The deployments come with online deployments;
-// until then the gateway answers each request with its 503 that says no
-// deployment takes traffic.
+// SetEndpoint routes e and its deployments' ready replicas.
 func (r gatewayRouter) SetEndpoint(e workspace.RoutedEndpoint) {
 	keys := make([]string, len(e.Keys))
 	for i, k := range e.Keys {
 		keys[i] = k.Reveal()
 	}
-	r.g.Set(gateway.Endpoint{Name: e.Name, AuthMode: e.AuthMode, Keys: keys, Traffic: e.Traffic, Mirror: e.Mirror})
+	deps := map[string]gateway.Deployment{}
+	for name, d := range e.Deployments {
+		deps[name] = gateway.Deployment{Name: name, Replicas: d.Replicas, RequestTimeout: d.RequestTimeout,
+			MaxConcurrent: d.MaxConcurrent, MaxQueueWait: d.MaxQueueWait}
+	}
+	r.g.Set(gateway.Endpoint{Name: e.Name, AuthMode: e.AuthMode, Keys: keys, Traffic: e.Traffic, Mirror: e.Mirror, Deployments: deps})
+}
+
+// Load is the gateway's traffic of an endpoint's deployments.
+func (r gatewayRouter) Load(endpoint string) map[string]workspace.DeploymentLoad {
+	out := map[string]workspace.DeploymentLoad{}
+	for name, l := range r.g.Load(endpoint) {
+		out[name] = workspace.DeploymentLoad{InFlight: l.InFlight, Waiting: l.Waiting, PerReplica: l.PerReplica,
+			LastRequest: l.LastRequest, Requests: l.Requests, Errors: l.Errors, P50: l.P50, P99: l.P99}
+	}
+	return out
 }
 
 // RemoveEndpoint stops routing an endpoint.

@@ -204,8 +204,11 @@ func Run(ctx context.Context, cfg Config) error {
 	provs.serverAddr = dialable(ln.Addr().(*net.TCPAddr))
 	provs.loopbackOnly = ln.Addr().(*net.TCPAddr).IP.IsLoopback()
 	defer provs.tunnels.Close()
-	gw := gateway.New(gateway.Options{Log: cfg.Log})
-	ws, err := workspace.New(ctx, workspace.Config{
+	var ws *workspace.Service
+	gw := gateway.New(gateway.Options{Log: cfg.Log, ColdStart: func(ctx context.Context, endpoint, deployment string) error {
+		return ws.ColdStart(ctx, endpoint, deployment)
+	}})
+	ws, err = workspace.New(ctx, workspace.Config{
 		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: url,
 		Targets: targets, PoolTypes: poolTypes,
 		MaxSnapshotSize: cfg.MaxSnapshotSize, OutputQuota: cfg.OutputQuota, LeaseTimeout: cfg.LeaseTimeout, CancelGrace: cfg.CancelGrace, Log: cfg.Log,

@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
@@ -36,6 +34,9 @@ const (
 type EndpointRouter interface {
 	SetEndpoint(RoutedEndpoint)
 	RemoveEndpoint(name string)
+	// Load says, per deployment of the endpoint, what traffic it has:
+	// the deployment controller scales and drains by it.
+	Load(endpoint string) map[string]DeploymentLoad
 }
 
 // RoutedEndpoint is what the router needs of an endpoint. Keys are the
@@ -47,6 +48,9 @@ type RoutedEndpoint struct {
 	Keys     []secrets.Secret // primary, secondary
 	Traffic  map[string]int
 	Mirror   map[string]int
+	// Deployments are the endpoint's deployments with their ready
+	// replicas.
+	Deployments map[string]RoutedDeployment
 }
 
 // OnlineEndpoint is an online endpoint as the API shows it: never its
@@ -152,11 +156,19 @@ func (s *Service) endpointView(rec store.Endpoint) (*OnlineEndpoint, error) {
 	}, nil
 }
 
-// route tells the router what rec is now.
+// route tells the router what rec is now, with its deployments.
 func (s *Service) route(rec store.Endpoint) error {
 	if s.cfg.Router == nil {
 		return nil
 	}
+	deps, err := s.routedDeployments(context.Background(), rec.Name)
+	if err != nil {
+		return err
+	}
+	return s.routeWith(rec, deps)
+}
+
+func (s *Service) routeWith(rec store.Endpoint, deps map[string]RoutedDeployment) error {
 	e, err := endpointSpecOf(rec)
 	if err != nil {
 		return err
@@ -165,7 +177,8 @@ func (s *Service) route(rec store.Endpoint) error {
 	if err != nil {
 		return err
 	}
-	s.cfg.Router.SetEndpoint(RoutedEndpoint{Name: rec.Name, AuthMode: e.AuthMode, Keys: keys, Traffic: e.Traffic, Mirror: e.MirrorTraffic})
+	s.cfg.Router.SetEndpoint(RoutedEndpoint{Name: rec.Name, AuthMode: e.AuthMode, Keys: keys, Traffic: e.Traffic, Mirror: e.MirrorTraffic, Deployments: deps})
+	s.deployCtl.release(rec.Name, deps)
 	return nil
 }
 
@@ -188,23 +201,6 @@ func (s *Service) routeEndpoints(ctx context.Context) error {
 	return nil
 }
 
-// checkTrafficTargets refuses a split that names a deployment the
-// endpoint does not have. Deployments do not exist yet, so every named
-// deployment is refused; when they come, this looks them up.
-func checkTrafficTargets(e *spec.OnlineEndpoint) error {
-	for _, field := range []struct {
-		name string
-		t    map[string]int
-	}{{"traffic", e.Traffic}, {"mirror_traffic", e.MirrorTraffic}} {
-		if len(field.t) == 0 {
-			continue
-		}
-		d := slices.Sorted(maps.Keys(field.t))[0]
-		return Invalid("%s.%s: endpoint %s has no deployment %s; deployments come first (ferry online-deployment create), then the traffic that goes to them — and deployments are not available in this version yet, so leave %s out", field.name, d, e.Name, d, field.name)
-	}
-	return nil
-}
-
 // CreateOnlineEndpoint stores an endpoint from its file and makes its
 // primary and secondary keys.
 func (s *Service) CreateOnlineEndpoint(ctx context.Context, who auth.Principal, e *spec.OnlineEndpoint) (*OnlineEndpoint, error) {
@@ -220,7 +216,7 @@ func (s *Service) CreateOnlineEndpoint(ctx context.Context, who auth.Principal, 
 	if e.AuthMode == "" {
 		e.AuthMode = "key"
 	}
-	if err := checkTrafficTargets(e); err != nil {
+	if err := s.checkTrafficTargets(ctx, e); err != nil {
 		return nil, err
 	}
 	raw, err := json.Marshal(e)
@@ -317,7 +313,7 @@ func (s *Service) UpdateOnlineEndpoint(ctx context.Context, who auth.Principal, 
 	if err := e.Validate(); err != nil {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	if err := checkTrafficTargets(e); err != nil {
+	if err := s.checkTrafficTargets(ctx, e); err != nil {
 		return nil, err
 	}
 	if rec.Spec, err = json.Marshal(e); err != nil {
@@ -350,12 +346,27 @@ func (s *Service) DeleteOnlineEndpoint(ctx context.Context, who auth.Principal, 
 	}
 	s.epMu.Lock()
 	defer s.epMu.Unlock()
+	deps, err := s.st.ListDeployments(ctx, name)
+	if err != nil {
+		return err
+	}
 	if err := s.st.DeleteEndpoint(ctx, name); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return NotFound("endpoint %s does not exist", name)
 		}
 		return err
 	}
+	// Its deployments go with it: the controller stops their replicas
+	// and removes them.
+	for _, d := range deps {
+		if d.State != DeploymentDeleting {
+			d.State, d.Updated = DeploymentDeleting, s.now()
+			if err := s.st.UpdateDeployment(ctx, d); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+		}
+	}
+	s.kickDeployments()
 	if s.cfg.Router != nil {
 		s.cfg.Router.RemoveEndpoint(name)
 	}

@@ -38,6 +38,8 @@ func (r *routerLog) RemoveEndpoint(name string) {
 	delete(r.routed, name)
 }
 
+func (r *routerLog) Load(string) map[string]DeploymentLoad { return map[string]DeploymentLoad{} }
+
 func (r *routerLog) get(name string) (RoutedEndpoint, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

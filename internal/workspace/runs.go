@@ -44,6 +44,11 @@ func (s *Service) Run(ctx context.Context) {
 		defer tick.Stop()
 		s.loop(ctx, nil, tick.C, loopPass{name: "engine reconcile", run: s.reconcileEngines})
 	})
+	wg.Go(func() {
+		tick := time.NewTicker(deployTick)
+		defer tick.Stop()
+		s.loop(ctx, s.kickDeploy, tick.C, loopPass{name: "deployments", run: s.reconcileDeployments})
+	})
 	wg.Wait()
 	s.handOffs.Wait()
 }

@@ -122,6 +122,13 @@ type Service struct {
 	retaken   map[string]bool
 	kickPools chan struct{} // wakes the pool loop
 
+	kickDeploy chan struct{} // wakes the deployment controller (deployctl.go)
+	deployCtl  *deployCtl
+	// isSnap is the snapshot of Ferry's inference server that replica
+	// jobs take as an input, made once (inferenceServerSnapshot).
+	isMu   sync.Mutex
+	isSnap string
+
 	mu         sync.Mutex
 	targets    map[string]compute.Target
 	waiters    map[string]chan struct{} // per job: closed on any change
@@ -204,7 +211,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, st: cfg.Store, blobs: cfg.Blobs, logs: logs, log: cfg.Log, now: cfg.Now,
-		kick: make(chan struct{}, 1), kickPools: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), kickPools: make(chan struct{}, 1), kickDeploy: make(chan struct{}, 1),
 		targets:    map[string]compute.Target{},
 		waiters:    map[string]chan struct{}{},
 		heartbeats: map[string]time.Time{},
@@ -213,6 +220,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		delivered: map[string]bool{}, nodeWait: map[string]chan struct{}{},
 	}
 	s.started = s.now()
+	s.deployCtl = newDeployCtl(s.started)
 	s.instance = newInstanceID()
 	s.pools = newPoolLoop(cfg, s, s.started)
 	if _, err := s.st.GetCompute(ctx, "local"); errors.Is(err, store.ErrNotFound) {
@@ -255,6 +263,9 @@ func (s *Service) changed(job string) {
 		delete(s.waiters, job)
 	}
 	s.mu.Unlock()
+	if s.deployCtl.isReplica(job) {
+		s.kickDeployments()
+	}
 }
 
 // wakeDispatcher asks for a dispatch pass: a job was queued or a slot freed.

@@ -31,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -117,6 +118,8 @@ type deploymentState struct {
 	inFlight map[string]int // per replica URL
 	next     int            // round robin among the least busy
 	stats    *latencies
+	waiting  atomic.Int64 // requests waiting for a slot or a cold start
+	last     atomic.Int64 // when the last request came, in Unix nanoseconds
 }
 
 // New makes a gateway that routes nothing until Set.
@@ -209,6 +212,42 @@ func (g *Gateway) Stats(endpoint string) map[string]Stats {
 	}
 	for name, d := range e.deps {
 		out[name] = d.stats.snapshot()
+	}
+	return out
+}
+
+// Load is a deployment's traffic now: what scales and drains it.
+type Load struct {
+	InFlight int // requests being answered by a replica
+	Waiting  int // requests waiting for a slot, or for a cold start
+	// PerReplica are the requests in flight per replica URL, including
+	// replicas no longer routed that still finish theirs.
+	PerReplica  map[string]int
+	LastRequest time.Time // zero before the first
+	Stats
+}
+
+// Load returns the traffic of an endpoint's deployments.
+func (g *Gateway) Load(endpoint string) map[string]Load {
+	g.mu.RLock()
+	e := g.endpoints[endpoint]
+	g.mu.RUnlock()
+	out := map[string]Load{}
+	if e == nil {
+		return out
+	}
+	for name, d := range e.deps {
+		l := Load{Waiting: int(d.waiting.Load()), Stats: d.stats.snapshot()}
+		if t := d.last.Load(); t != 0 {
+			l.LastRequest = time.Unix(0, t)
+		}
+		d.mu.Lock()
+		l.PerReplica = maps.Clone(d.inFlight)
+		d.mu.Unlock()
+		for _, n := range l.PerReplica {
+			l.InFlight += n
+		}
+		out[name] = l
 	}
 	return out
 }
@@ -360,13 +399,18 @@ func (g *Gateway) score(w http.ResponseWriter, r *http.Request, e *endpointState
 		return writeError(w, fail(http.StatusBadRequest, "reading the request body: %v", err))
 	}
 	g.mirror(r, e, d.Name, body)
+	d.last.Store(time.Now().UnixNano())
 
 	ctx, cancel := context.WithTimeout(r.Context(), d.timeout())
 	defer cancel()
-	if err := g.ready(ctx, e, d); err != nil {
-		return writeError(w, err)
+	d.waiting.Add(1)
+	herr := g.ready(ctx, e, d)
+	acquired := herr == nil && d.lim.acquire(ctx, d.queueWait())
+	d.waiting.Add(-1)
+	if herr != nil {
+		return writeError(w, herr)
 	}
-	if !d.lim.acquire(ctx, d.queueWait()) {
+	if !acquired {
 		if ctx.Err() != nil {
 			return writeError(w, fail(http.StatusRequestTimeout, "deployment %s did not answer within %v", d.Name, d.timeout()))
 		}

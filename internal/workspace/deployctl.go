@@ -1,0 +1,864 @@
+package workspace
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
+	"github.com/ferry-ml/ferry/internal/snapshot"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// The deployment controller: one pass (reconcileDeployments) every
+// deployTick, and at once when a replica's job changes. Per deployment it
+//
+//   - drops replicas whose jobs ended, and counts those that ended before
+//     they were ever ready: during Creating or Updating one such is the
+//     deployment's failure (the reason is the end of its log, the
+//     traceback of init()); afterwards three in a row are;
+//   - finds each replica's address in its log (the inference server's
+//     first status line) and probes GET / on it: readiness takes it into
+//     routing and out again, liveness past its failure threshold restarts
+//     it (its job is cancelled and replaced);
+//   - starts replica jobs up to the count it wants (instance_count, or
+//     autoscale's target) and drains the ones beyond it;
+//   - rolls updates: replicas of the new generation start beside the old,
+//     and the old drain once every new one is ready;
+//   - drains before it stops: a draining replica leaves routing first and
+//     its job is cancelled once the gateway has no request in flight to it.
+//
+// What the controller knows of a replica beyond its job (its address, its
+// probes) is in memory: a restarted server reads it again from the logs
+// and probes.
+
+const (
+	deployTick = 200 * time.Millisecond
+	// replicaFailuresToFail is how many replicas in a row may end before
+	// they were ever ready before a Succeeded deployment is Failed.
+	replicaFailuresToFail = 3
+	// scaleDownDelay is how long autoscale's need must stay below its
+	// target before the target comes down (Kubernetes' stabilization).
+	scaleDownDelay = 30 * time.Second
+)
+
+// DeploymentLoad is what the router says of a deployment's traffic.
+type DeploymentLoad struct {
+	InFlight int // requests being answered
+	Waiting  int // requests waiting for a free replica
+	// PerReplica are the requests in flight per replica URL, including
+	// replicas no longer routed that still finish requests.
+	PerReplica  map[string]int
+	LastRequest time.Time
+	Requests    int64
+	Errors      int64
+	P50, P99    time.Duration
+}
+
+// RoutedDeployment is a deployment as the router needs it.
+type RoutedDeployment struct {
+	Replicas       []string // base URLs of ready replicas
+	RequestTimeout time.Duration
+	MaxConcurrent  int
+	MaxQueueWait   time.Duration
+}
+
+type deployCtl struct {
+	mu      sync.Mutex
+	started time.Time
+	reps    map[string]*replicaLive    // by job
+	ended   map[string][]string        // "endpoint/deployment" → replica jobs ended lately
+	demand  map[string]time.Time       // cold starts asked, by "endpoint/deployment"
+	waiters map[string][]chan struct{} // cold starts waiting for a ready replica
+	routed  map[string]string          // endpoint → what was last routed
+	scale   map[string]*scaleState
+	probe   *http.Client
+}
+
+type scaleState struct {
+	lastPoll time.Time
+	peak     int       // most requests in flight or waiting seen since lastPoll
+	highAt   time.Time // when the need last reached the target
+}
+
+type replicaLive struct {
+	key      string // endpoint/deployment
+	attempt  int
+	offset   int64
+	partial  []byte
+	address  string
+	ready    bool
+	everUp   bool
+	probing  bool
+	probeAt  time.Time
+	okRun    int
+	failRun  int
+	draining time.Time // when it left routing; zero while it serves
+	canceled bool
+	restart  string // why liveness restarts it
+}
+
+func newDeployCtl(now time.Time) *deployCtl {
+	return &deployCtl{started: now, reps: map[string]*replicaLive{}, ended: map[string][]string{},
+		demand: map[string]time.Time{}, waiters: map[string][]chan struct{}{}, routed: map[string]string{},
+		scale: map[string]*scaleState{},
+		probe: &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}}
+}
+
+func (c *deployCtl) isReplica(job string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.reps[job]
+	return ok
+}
+
+func (c *deployCtl) live(job, key string) *replicaLive {
+	l, ok := c.reps[job]
+	if !ok {
+		l = &replicaLive{key: key}
+		c.reps[job] = l
+	}
+	return l
+}
+
+func (c *deployCtl) forget(job, key string) {
+	delete(c.reps, job)
+	c.ended[key] = append(c.ended[key], job)
+	if n := len(c.ended[key]); n > 5 {
+		c.ended[key] = c.ended[key][n-5:]
+	}
+}
+
+func (c *deployCtl) endedJobs(endpoint, name string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.ended[endpoint+"/"+name])
+}
+
+func (c *deployCtl) replicaView(ctx context.Context, s *Service, r replicaRec) DeploymentReplica {
+	v := DeploymentReplica{Job: r.Job, Generation: r.Generation, State: "Starting"}
+	if j, err := s.st.GetJob(ctx, r.Job); err == nil {
+		v.JobStatus = j.Status
+		if j.Status == StatusQueued || j.Status == StatusPreparing {
+			v.Reason = j.StatusReason
+		}
+	} else {
+		v.JobStatus = "NotSubmitted"
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l, ok := c.reps[r.Job]; ok {
+		v.Address = l.address
+		switch {
+		case !l.draining.IsZero():
+			v.State = "Draining"
+		case l.ready:
+			v.State = "Ready"
+		case l.everUp:
+			v.State = "Unready"
+		}
+	}
+	return v
+}
+
+func (s *Service) kickDeployments() {
+	select {
+	case s.kickDeploy <- struct{}{}:
+	default:
+	}
+}
+
+// ColdStart is the gateway's hook for a request to a deployment with no
+// ready replica: it asks the controller for one (a deployment scaled to
+// zero scales to one) and returns once the deployment has one routed, or
+// ctx ends. A deployment that cannot get one (it failed, or is deleted)
+// returns an error at once.
+func (s *Service) ColdStart(ctx context.Context, endpoint, deployment string) error {
+	rec, err := s.st.GetDeployment(ctx, endpoint, deployment)
+	if err != nil {
+		return fmt.Errorf("deployment %s: %w", deployment, err)
+	}
+	switch rec.State {
+	case DeploymentFailed:
+		return fmt.Errorf("deployment %s failed: %s", deployment, firstLine(rec.Reason))
+	case DeploymentDeleting:
+		return fmt.Errorf("deployment %s is being deleted", deployment)
+	}
+	key := endpoint + "/" + deployment
+	ch := make(chan struct{})
+	c := s.deployCtl
+	c.mu.Lock()
+	c.demand[key] = s.now()
+	c.waiters[key] = append(c.waiters[key], ch)
+	c.mu.Unlock()
+	s.kickDeployments()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// reconcileDeployments is one pass of the controller.
+func (s *Service) reconcileDeployments(ctx context.Context) error {
+	recs, err := s.st.ListDeployments(ctx, "")
+	if err != nil {
+		return err
+	}
+	c := s.deployCtl
+	c.mu.Lock()
+	idle := len(recs) == 0 && len(c.routed) == 0 && len(c.reps) == 0
+	c.mu.Unlock()
+	if idle {
+		return nil
+	}
+	eps, err := s.st.ListEndpoints(ctx)
+	if err != nil {
+		return err
+	}
+	endpoints := map[string]store.Endpoint{}
+	for _, e := range eps {
+		endpoints[e.Name] = e
+	}
+	for _, rec := range recs {
+		s.startProbes(rec)
+	}
+	var errs []error
+	for _, rec := range recs {
+		if err := s.reconcileDeployment(ctx, rec.Endpoint, rec.Name, endpoints); err != nil {
+			errs = append(errs, fmt.Errorf("deployment %s/%s: %w", rec.Endpoint, rec.Name, err))
+		}
+	}
+	for _, e := range eps {
+		if err := s.routeIfChanged(ctx, e); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// startProbes starts the probes that are due, each in a goroutine of its
+// own, so that a replica that hangs delays no other.
+func (s *Service) startProbes(rec store.Deployment) {
+	doc, set, err := decodeDeployment(rec)
+	if err != nil {
+		return
+	}
+	c := s.deployCtl
+	now := s.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range set.Replicas {
+		l, ok := c.reps[r.Job]
+		if !ok || l.address == "" || l.probing || l.canceled || !l.draining.IsZero() {
+			continue
+		}
+		if l.everUp && now.Before(l.probeAt) {
+			continue
+		}
+		l.probing = true
+		go s.probeReplica(r.Job, l.address, doc.Spec)
+	}
+}
+
+func (s *Service) probeReplica(job, address string, d *spec.OnlineDeployment) {
+	timeout := time.Duration(cmp.Or(d.ReadinessProbe.Timeout, 2)) * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ok := false
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, inferenceserver.URL(address)+"/", nil)
+	if err == nil {
+		if resp, err := s.deployCtl.probe.Do(req); err == nil {
+			ok = resp.StatusCode == http.StatusOK
+			resp.Body.Close()
+		}
+	}
+	c := s.deployCtl
+	c.mu.Lock()
+	l, live := c.reps[job]
+	if !live {
+		c.mu.Unlock()
+		return
+	}
+	l.probing = false
+	wasReady := l.ready
+	period := time.Duration(cmp.Or(d.ReadinessProbe.Period, 10)) * time.Second
+	if ok {
+		l.okRun, l.failRun = l.okRun+1, 0
+		if !l.everUp {
+			// The first success after the server said it listens: its
+			// workers' init() returned (the server answers 200 only
+			// then), so it takes requests now rather than after
+			// initial_delay (docs/endpoints.md).
+			l.everUp, l.ready = true, true
+		} else if l.okRun >= cmp.Or(d.ReadinessProbe.SuccessThreshold, 1) {
+			l.ready = true
+		}
+		l.probeAt = s.now().Add(period)
+	} else {
+		l.okRun = 0
+		if l.everUp {
+			l.failRun++
+			if l.failRun >= cmp.Or(d.ReadinessProbe.FailureThreshold, 30) {
+				l.ready = false
+			}
+			if l.failRun >= cmp.Or(d.LivenessProbe.FailureThreshold, 30) && l.restart == "" {
+				l.restart = fmt.Sprintf("its liveness probe failed %d times in a row", l.failRun)
+			}
+			l.probeAt = s.now().Add(period)
+		}
+	}
+	changed := wasReady != l.ready || l.restart != ""
+	c.mu.Unlock()
+	if changed || !l.everUp {
+		s.kickDeployments()
+	}
+}
+
+// reconcileDeployment brings one deployment a step toward what it wants.
+// It holds epMu, so that an API call's write and its own do not cross.
+func (s *Service) reconcileDeployment(ctx context.Context, endpoint, name string, endpoints map[string]store.Endpoint) error {
+	s.epMu.Lock()
+	defer s.epMu.Unlock()
+	rec, err := s.st.GetDeployment(ctx, endpoint, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	doc, set, err := decodeDeployment(rec)
+	if err != nil {
+		return err
+	}
+	key := endpoint + "/" + name
+	_, hasEndpoint := endpoints[endpoint]
+	deleting := rec.State == DeploymentDeleting || !hasEndpoint
+	before := string(rec.Replicas) + rec.State + rec.Reason
+	c := s.deployCtl
+	now := s.now()
+
+	// 1. The replicas' jobs: ended ones go, the others are read.
+	var lastFailure string
+	kept := set.Replicas[:0:0]
+	for _, r := range set.Replicas {
+		j, err := s.st.GetJob(ctx, r.Job)
+		if errors.Is(err, store.ErrNotFound) {
+			if r.Submitted || deleting {
+				continue
+			}
+			kept = append(kept, r) // submitted below
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		r.Submitted = true
+		c.mu.Lock()
+		l := c.live(r.Job, key)
+		if IsTerminal(j.Status) {
+			if !l.everUp && l.draining.IsZero() && !l.canceled && r.Generation == doc.Generation && j.Status != StatusCanceled {
+				set.Failures++
+				lastFailure = s.replicaFailure(j)
+			}
+			c.forget(r.Job, key)
+			c.mu.Unlock()
+			s.log.Info("replica ended", "endpoint", endpoint, "deployment", name, "job", r.Job, "status", j.Status)
+			continue
+		}
+		if l.everUp {
+			set.Failures = 0
+		}
+		s.readReplicaLog(j, l)
+		restart := l.restart
+		if restart != "" && !l.canceled {
+			l.canceled = true
+		} else {
+			restart = ""
+		}
+		c.mu.Unlock()
+		if restart != "" {
+			s.log.Warn("replica restarted", "endpoint", endpoint, "deployment", name, "job", r.Job, "why", restart)
+			s.cancelReplica(ctx, r.Job)
+		}
+		kept = append(kept, r)
+	}
+	set.Replicas = kept
+
+	// 2. Failures.
+	if lastFailure != "" && !deleting && rec.State != DeploymentFailed &&
+		(rec.State == DeploymentCreating || rec.State == DeploymentUpdating || set.Failures >= replicaFailuresToFail) {
+		rec.State, rec.Reason = DeploymentFailed, lastFailure
+		s.log.Error("deployment failed", "endpoint", endpoint, "deployment", name, "reason", firstLine(lastFailure))
+	}
+
+	// 3. How many it wants, and of which generation.
+	want := 0
+	if !deleting && rec.State != DeploymentFailed {
+		want = s.wantReplicas(key, doc, set, now)
+	}
+	var cur, old []replicaRec
+	c.mu.Lock()
+	readyCur := 0
+	for _, r := range set.Replicas {
+		l := c.live(r.Job, key)
+		switch {
+		case r.Generation == doc.Generation && l.draining.IsZero() && !l.canceled:
+			cur = append(cur, r)
+			if l.ready {
+				readyCur++
+			}
+		case r.Generation != doc.Generation && l.draining.IsZero():
+			old = append(old, r)
+		}
+	}
+	drain := func(r replicaRec) {
+		if l := c.live(r.Job, key); l.draining.IsZero() {
+			l.draining = now
+		}
+	}
+	switch {
+	case rec.State == DeploymentFailed:
+		// A failed generation stops; what serves keeps serving.
+		for _, r := range cur {
+			if !c.live(r.Job, key).ready {
+				drain(r)
+			}
+		}
+	case len(cur) > want:
+		// Drain the extras: those not ready first, then the newest.
+		slices.SortStableFunc(cur, func(a, b replicaRec) int {
+			ra, rb := c.live(a.Job, key).ready, c.live(b.Job, key).ready
+			if ra != rb {
+				if ra {
+					return 1
+				}
+				return -1
+			}
+			return strings.Compare(b.Job, a.Job) // newest first (names end in their number)
+		})
+		for _, r := range cur[:len(cur)-want] {
+			drain(r)
+		}
+	}
+	if deleting || (rec.State != DeploymentFailed && readyCur >= want) {
+		for _, r := range old {
+			drain(r)
+		}
+	}
+	c.mu.Unlock()
+
+	for range max(0, want-len(cur)) {
+		r := replicaRec{Job: fmt.Sprintf("%s-%s-%s-%d", endpoint, name, doc.ID, set.Next), Generation: doc.Generation}
+		set.Next++
+		set.Replicas = append(set.Replicas, r)
+
+	}
+
+	// 4. Draining replicas stop once nothing is in flight to them.
+	s.stopDrained(ctx, key, endpoint, name, doc, set)
+
+	// 5. State.
+	switch rec.State {
+	case DeploymentCreating, DeploymentUpdating:
+		if readyCur >= want && len(old) == 0 {
+			rec.State = DeploymentSucceeded
+			s.log.Info("deployment succeeded", "endpoint", endpoint, "deployment", name, "replicas", readyCur, "generation", doc.Generation)
+		}
+	}
+	if deleting && len(set.Replicas) == 0 {
+		if err := s.st.DeleteDeployment(ctx, endpoint, name); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		c.mu.Lock()
+		delete(c.scale, key)
+		delete(c.demand, key)
+		c.mu.Unlock()
+		s.log.Info("deployment deleted", "endpoint", endpoint, "deployment", name)
+		return nil
+	}
+
+	// Persist before submitting: a replica's name is in the record before
+	// its job exists, so a server stopped in between creates it later
+	// rather than losing it.
+	var pending []replicaRec
+	for _, r := range set.Replicas {
+		if !r.Submitted {
+			pending = append(pending, r)
+		}
+	}
+	if err := encodeDeployment(&rec, doc, set); err != nil {
+		return err
+	}
+	if string(rec.Replicas)+rec.State+rec.Reason != before {
+		rec.Updated = now
+		if err := s.st.UpdateDeployment(ctx, rec); err != nil {
+			return err
+		}
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	for _, r := range pending {
+		if err := s.submitReplica(ctx, rec, doc, r); err != nil {
+			s.log.Error("replica not started", "endpoint", endpoint, "deployment", name, "job", r.Job, "err", err)
+			rec.State, rec.Reason = DeploymentFailed, fmt.Sprintf("replica %s could not be started: %v", r.Job, err)
+			set.Replicas = slices.DeleteFunc(set.Replicas, func(x replicaRec) bool { return x.Job == r.Job })
+			continue
+		}
+		for i := range set.Replicas {
+			if set.Replicas[i].Job == r.Job {
+				set.Replicas[i].Submitted = true
+			}
+		}
+	}
+	if err := encodeDeployment(&rec, doc, set); err != nil {
+		return err
+	}
+	return s.st.UpdateDeployment(ctx, rec)
+}
+
+// stopDrained cancels the jobs of draining replicas that have nothing in
+// flight (or ran past the request timeout with something still in flight,
+// which the gateway then answers as it answers a lost replica).
+func (s *Service) stopDrained(ctx context.Context, key, endpoint, name string, doc *deploymentDoc, set *replicaSet) {
+	var load DeploymentLoad
+	if s.cfg.Router != nil {
+		load = s.cfg.Router.Load(endpoint)[name]
+	}
+	grace := time.Duration(doc.Spec.RequestSettings.RequestTimeoutMS)*time.Millisecond + time.Second
+	now := s.now()
+	c := s.deployCtl
+	var stop []string
+	c.mu.Lock()
+	for _, r := range set.Replicas {
+		l := c.live(r.Job, key)
+		if l.draining.IsZero() || l.canceled {
+			continue
+		}
+		// Wait one pass after it left routing: the gateway's snapshot
+		// without it is set at the end of the pass that drained it.
+		left := now.Sub(l.draining) >= deployTick
+		if !l.everUp || (left && load.PerReplica[inferenceserver.URL(l.address)] == 0) || now.Sub(l.draining) > grace {
+			l.canceled = true
+			stop = append(stop, r.Job)
+		}
+	}
+	c.mu.Unlock()
+	for _, job := range stop {
+		s.cancelReplica(ctx, job)
+	}
+}
+
+func (s *Service) cancelReplica(ctx context.Context, job string) {
+	if _, err := s.CancelJob(ctx, auth.Principal{Kind: auth.KindOwner, Subject: "deployment-controller"}, job); err != nil && CodeOf(err) != CodeNotFound {
+		s.log.Error("replica not cancelled", "job", job, "err", err)
+	}
+}
+
+// wantReplicas is how many replicas of the current generation the
+// deployment wants now: instance_count, or autoscale's target between
+// min_instances and max_instances by the requests in flight per replica,
+// 0 after scale_to_zero_after seconds without a request when
+// min_instances is 0, and at least 1 while a cold start waits.
+func (s *Service) wantReplicas(key string, doc *deploymentDoc, set *replicaSet, now time.Time) int {
+	d := doc.Spec
+	ss := d.ScaleSettings
+	if ss == nil || ss.Type != "target_utilization" {
+		return d.InstanceCount
+	}
+	lo, hi := *ss.MinInstances, ss.MaxInstances
+	target := max(lo, 1)
+	if set.Target != nil {
+		target = *set.Target
+	}
+	var load DeploymentLoad
+	if s.cfg.Router != nil {
+		endpoint, name, _ := strings.Cut(key, "/")
+		load = s.cfg.Router.Load(endpoint)[name]
+	}
+	c := s.deployCtl
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.scale[key]
+	if st == nil {
+		st = &scaleState{lastPoll: now, highAt: now}
+		c.scale[key] = st
+	}
+	st.peak = max(st.peak, load.InFlight+load.Waiting)
+	demanded := !c.demand[key].IsZero() && now.Sub(c.demand[key]) < time.Duration(max(ss.ScaleToZeroAfter, 1))*time.Second
+	if now.Sub(st.lastPoll) >= time.Duration(max(ss.PollingInterval, 1))*time.Second {
+		perReplica := float64(max(d.RequestSettings.MaxConcurrentRequestsPerInstance, 1)) * float64(ss.TargetUtilizationPercentage) / 100
+		need := int(math.Ceil(float64(st.peak) / perReplica))
+		switch {
+		case need >= target:
+			target, st.highAt = min(need, hi), now
+		case now.Sub(st.highAt) >= scaleDownDelay:
+			target, st.highAt = max(need, lo, min(target, 1)), now
+		}
+		st.lastPoll, st.peak = now, 0
+	}
+	if lo == 0 {
+		last := load.LastRequest
+		if last.IsZero() {
+			last = c.started
+		}
+		if t := c.demand[key]; t.After(last) {
+			last = t
+		}
+		if load.InFlight+load.Waiting == 0 && now.Sub(last) >= time.Duration(ss.ScaleToZeroAfter)*time.Second {
+			target = 0
+		}
+	}
+	if demanded || load.Waiting > 0 {
+		target = max(target, 1)
+	}
+	target = min(max(target, lo), hi)
+	set.Target = &target
+	return target
+}
+
+// readReplicaLog reads the new part of a replica's log for the inference
+// server's status line with its address. The caller holds c.mu.
+func (s *Service) readReplicaLog(j store.Job, l *replicaLive) {
+	if j.Attempt == 0 {
+		return
+	}
+	if l.attempt != j.Attempt {
+		*l = replicaLive{key: l.key, attempt: j.Attempt, draining: l.draining, canceled: l.canceled}
+	}
+	if l.address != "" {
+		return
+	}
+	var b bytes.Buffer
+	n, _ := s.logs.ReadAt(j.Name, j.Attempt, 0, l.offset, 256<<10, &b)
+	l.offset += n
+	data := append(l.partial, b.Bytes()...)
+	for {
+		line, rest, ok := bytes.Cut(data, []byte("\n"))
+		if !ok {
+			break
+		}
+		data = rest
+		if st, ok := inferenceserver.ParseStatus(line); ok {
+			l.address = st.Address
+			break
+		}
+	}
+	if len(data) > 64<<10 { // a line that long is no status line
+		data = nil
+	}
+	l.partial = slices.Clone(data)
+}
+
+// replicaFailure says why a replica that was never ready ended: its job's
+// error and the end of its log, from the last traceback on.
+func (s *Service) replicaFailure(j store.Job) string {
+	msg := fmt.Sprintf("replica %s %s before it was ready: %s", j.Name, strings.ToLower(j.Status), cmp.Or(j.Error, j.StatusReason))
+	tail := s.logTail(j.Name, j.Attempt, 16<<10)
+	if i := strings.LastIndex(tail, "Traceback (most recent call last):"); i >= 0 {
+		tail = tail[i:]
+	} else {
+		tail = lastLines(tail, 20)
+	}
+	if tail = strings.TrimSpace(tail); tail != "" {
+		msg += "\n" + tail
+	}
+	return msg
+}
+
+// replicaCommand is a replica job's command: Ferry's inference server
+// (the job's input ferry_inference_server) serving the scoring script on
+// the node's address (MASTER_ADDR, which a pool node's assignment gives;
+// 127.0.0.1 on the local target) and a port of its choosing, which its
+// first status line says.
+func replicaCommand(d *spec.OnlineDeployment, hasModel bool) string {
+	q := shellQuote
+	var b strings.Builder
+	b.WriteString("export AZUREML_ENTRY_SCRIPT=" + q(d.CodeConfiguration.ScoringScript) + ` AML_APP_ROOT="$PWD"`)
+	if hasModel {
+		b.WriteString(` AZUREML_MODEL_DIR="${{inputs.model}}"`)
+	}
+	if _, ok := d.EnvironmentVariables["WORKER_COUNT"]; !ok {
+		b.WriteString(" WORKER_COUNT=1")
+	}
+	b.WriteString(`; exec python3 -u "${{inputs.ferry_inference_server}}/` + inferenceserver.Program + `" --script ` + q(d.CodeConfiguration.ScoringScript) +
+		` --host "${MASTER_ADDR:-127.0.0.1}" --port 0`)
+	return b.String()
+}
+
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// submitReplica creates a replica's job.
+func (s *Service) submitReplica(ctx context.Context, rec store.Deployment, doc *deploymentDoc, r replicaRec) error {
+	server, err := s.inferenceServerSnapshot()
+	if err != nil {
+		return err
+	}
+	d := doc.Spec
+	j := &spec.Job{
+		Type: "command", Name: r.Job,
+		DisplayName:          fmt.Sprintf("%s/%s replica (generation %d)", rec.Endpoint, rec.Name, r.Generation),
+		ExperimentName:       "endpoint-" + rec.Endpoint,
+		Description:          "a replica of online deployment " + rec.Name + " of endpoint " + rec.Endpoint,
+		Tags:                 map[string]string{"ferry.endpoint": rec.Endpoint, "ferry.deployment": rec.Name, "ferry.generation": strconv.Itoa(r.Generation)},
+		Code:                 d.CodeConfiguration.Code,
+		Command:              replicaCommand(d, doc.ModelSnapshot != ""),
+		Environment:          d.Environment,
+		EnvironmentVariables: d.EnvironmentVariables,
+		Inputs: map[string]spec.Input{
+			"ferry_inference_server": {Type: "uri_folder", Path: "ferry-inference-server", Mode: "download"},
+		},
+	}
+	inputs := map[string]string{"ferry_inference_server": server}
+	if doc.ModelSnapshot != "" {
+		j.Inputs["model"] = spec.Input{Type: "uri_folder", Path: "model", Mode: "download"}
+		inputs["model"] = doc.ModelSnapshot
+	}
+	if doc.Local {
+		j.Compute = "local"
+	} else {
+		j.Resources = &spec.Resources{InstanceType: d.InstanceType}
+	}
+	_, err = s.SubmitJob(ctx, auth.Principal{Kind: auth.KindOwner, Subject: "deployment-controller"},
+		Submission{Spec: j, CodeSnapshot: doc.CodeSnapshot, InputSnapshots: inputs, EnvironmentSnapshot: doc.EnvironmentSnapshot})
+	if CodeOf(err) == CodeConflict {
+		return nil // made by a pass before a restart
+	}
+	return err
+}
+
+// routeIfChanged routes an endpoint when what the router would get
+// differs from what it got last, and releases cold starts that now have
+// a replica.
+func (s *Service) routeIfChanged(ctx context.Context, rec store.Endpoint) error {
+	if s.cfg.Router == nil {
+		return nil
+	}
+	deps, err := s.routedDeployments(ctx, rec.Name)
+	if err != nil {
+		return err
+	}
+	sig := fmt.Sprint(rec.Updated.UnixNano(), rec.PrimaryKey, rec.SecondaryKey, deps)
+	c := s.deployCtl
+	c.mu.Lock()
+	same := c.routed[rec.Name] == sig
+	c.mu.Unlock()
+	if same {
+		return nil
+	}
+	if err := s.routeWith(rec, deps); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.routed[rec.Name] = sig
+	c.mu.Unlock()
+	return nil
+}
+
+// routedDeployments are an endpoint's deployments with their ready
+// replicas that are not draining.
+func (s *Service) routedDeployments(ctx context.Context, endpoint string) (map[string]RoutedDeployment, error) {
+	recs, err := s.st.ListDeployments(ctx, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]RoutedDeployment{}
+	c := s.deployCtl
+	for _, rec := range recs {
+		doc, set, err := decodeDeployment(rec)
+		if err != nil {
+			return nil, err
+		}
+		r := doc.Spec.RequestSettings
+		rd := RoutedDeployment{RequestTimeout: time.Duration(r.RequestTimeoutMS) * time.Millisecond,
+			MaxConcurrent: r.MaxConcurrentRequestsPerInstance, MaxQueueWait: time.Duration(r.MaxQueueWaitMS) * time.Millisecond}
+		c.mu.Lock()
+		for _, rep := range set.Replicas {
+			if l, ok := c.reps[rep.Job]; ok && l.ready && l.draining.IsZero() && !l.canceled {
+				rd.Replicas = append(rd.Replicas, inferenceserver.URL(l.address))
+			}
+		}
+		c.mu.Unlock()
+		slices.Sort(rd.Replicas)
+		out[rec.Name] = rd
+	}
+	return out, nil
+}
+
+// released wakes the cold starts of deployments that have a replica now.
+func (c *deployCtl) release(endpoint string, deps map[string]RoutedDeployment) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, d := range deps {
+		key := endpoint + "/" + name
+		if len(d.Replicas) == 0 {
+			continue
+		}
+		for _, ch := range c.waiters[key] {
+			close(ch)
+		}
+		delete(c.waiters, key)
+	}
+}
+
+// inferenceServerSnapshot stores Ferry's inference server (embedded in
+// the binary) as a snapshot, once per server, and returns its id: replica
+// jobs take it as an input, so nodes fetch it as they fetch code, through
+// their blob cache.
+func (s *Service) inferenceServerSnapshot() (string, error) {
+	s.isMu.Lock()
+	defer s.isMu.Unlock()
+	if s.isSnap != "" && s.blobs.Has(s.isSnap) {
+		return s.isSnap, nil
+	}
+	tmp, err := os.MkdirTemp("", "ferry-inference-server-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	dir, err := inferenceserver.Install(tmp)
+	if err != nil {
+		return "", err
+	}
+	m, files, err := snapshot.Build(dir, snapshot.BuildOptions{})
+	if err != nil {
+		return "", fmt.Errorf("inference server snapshot: %w", err)
+	}
+	for digest, path := range files {
+		if s.blobs.Has(digest) {
+			continue
+		}
+		if _, _, err := s.blobs.PutFile(path); err != nil {
+			return "", noSpace(err, "the inference server snapshot")
+		}
+	}
+	id := m.ID()
+	if !s.blobs.Has(id) {
+		if _, _, err := s.blobs.Put(bytes.NewReader(m.MarshalCanonical()), id); err != nil {
+			return "", noSpace(err, "the inference server snapshot")
+		}
+	}
+	s.isSnap = id
+	return id, nil
+}
