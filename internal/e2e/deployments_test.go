@@ -4,9 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -196,5 +202,219 @@ func TestOnlineDeploymentLocal(t *testing.T) {
 	// The good deployment still answers.
 	if c, body := scoreBody(t, uri, key, "blue", `{}`); c != 200 {
 		t.Errorf("blue after bad failed: %d %s", c, body)
+	}
+}
+
+// loadResult counts a load generator's answers.
+type loadResult struct {
+	mu       sync.Mutex
+	codes    map[int]int
+	versions map[string]int
+	failures []string
+}
+
+func (l *loadResult) add(code int, body string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.codes[code]++
+	if code != 200 {
+		if len(l.failures) < 10 {
+			l.failures = append(l.failures, fmt.Sprintf("%d %.200s", code, body))
+		}
+		return
+	}
+	var a struct{ Version string }
+	if json.Unmarshal([]byte(body), &a) == nil {
+		l.versions[a.Version]++
+	}
+}
+
+func (l *loadResult) snapshot() (map[int]int, map[string]int, []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.codes), maps.Clone(l.versions), slices.Clone(l.failures)
+}
+
+// load sends requests from workers at once until stop is called, which
+// returns what they got.
+func load(t *testing.T, uri, key string, workers int) (stop func() *loadResult) {
+	t.Helper()
+	res := &loadResult{codes: map[int]int{}, versions: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				res.add(scoreBody(t, uri, key, "", `{"data": [1]}`))
+			}
+		})
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return func() *loadResult { cancel(); wg.Wait(); return res }
+}
+
+// killReplica kills a replica's inference server (the parent of the
+// worker whose pid an answer gave) and its worker with SIGKILL.
+func killReplica(t *testing.T, workerPID int) {
+	t.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", workerPID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	ppid, _ := strconv.Atoi(fields[1])
+	for _, pid := range []int{ppid, workerPID} {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill %d: %v", pid, err)
+		}
+	}
+}
+
+// waitReady waits until a deployment has n ready replicas and no other.
+func (s *server) waitReady(endpoint, name string, n int) deploymentOut {
+	s.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		d := s.deployment(endpoint, name)
+		ready := 0
+		for _, r := range d.Replicas {
+			if r.State == "Ready" {
+				ready++
+			}
+		}
+		if ready == n && len(d.Replicas) == n {
+			return d
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("deployment %s: %d of %d replicas ready: %+v", name, ready, n, d.Replicas)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Replicas on pool nodes (the serverless cluster of the deployment's
+// instance_type, nodes of the process provider), under constant load: a
+// rolling update fails no request and ends with only the new version
+// answering; a replica killed mid-load loses at most the requests it had
+// in flight, the endpoint keeps answering and the replica is replaced; a
+// 90/10 split lands within ±3 % over 1,000 requests; the deployment
+// header picks a deployment; mirrored traffic reaches its deployment
+// while the answers come from the live one.
+func TestOnlineDeploymentOnPoolNodes(t *testing.T) {
+	s := startServer(t, "--serverless-idle", "60s")
+	uri, key := s.endpointKey("pool-ep")
+	code, model := scoringApp(t)
+	up := map[string]string{"code_snapshot": s.uploadDir(code), "model_snapshot": s.uploadDir(model)}
+	blue := map[string]any{"name": "blue", "endpoint_name": "pool-ep", "instance_type": "Standard_DS1_v2", "instance_count": 2,
+		"model":              map[string]any{"path": "model"},
+		"code_configuration": map[string]any{"code": "code", "scoring_script": "score.py"},
+		"environment_variables": map[string]string{"VERSION": "v1"},
+		"request_settings":      map[string]any{"max_concurrent_requests_per_instance": 4}}
+	if c, body := s.deploy("POST", "pool-ep", blue, up, false); c != 200 {
+		t.Fatalf("create: %d %s", c, body)
+	}
+	d := s.waitDeployment("pool-ep", "blue", "Succeeded", "Failed")
+	if d.ProvisioningState != "Succeeded" || d.Compute != "serverless-standard-ds1-v2" {
+		t.Fatalf("blue: %+v", d)
+	}
+	d = s.waitReady("pool-ep", "blue", 2)
+	if d.Replicas[0].Address == d.Replicas[1].Address {
+		t.Fatalf("two replicas at one address: %+v", d.Replicas)
+	}
+	s.mustFerry("online-endpoint", "update", "pool-ep", "--traffic", "blue=100")
+
+	// A rolling update under load.
+	stop := load(t, uri, key, 4)
+	time.Sleep(500 * time.Millisecond)
+	blue["environment_variables"] = map[string]string{"VERSION": "v2"}
+	if c, body := s.deploy("PUT", "pool-ep", blue, up, false); c != 200 {
+		t.Fatalf("update: %d %s", c, body)
+	}
+	s.waitDeployment("pool-ep", "blue", "Succeeded", "Failed")
+	s.waitReady("pool-ep", "blue", 2)
+	time.Sleep(500 * time.Millisecond)
+	res := stop()
+	codes, versions, failures := res.snapshot()
+	if len(codes) != 1 || codes[200] == 0 || versions["v1"] == 0 || versions["v2"] == 0 {
+		t.Errorf("rolling update under load: answers %v, versions %v, failures %v", codes, versions, failures)
+	}
+	t.Logf("rolling update under load: %v answers, versions %v", codes, versions)
+	for i := range 20 {
+		if c, body := scoreBody(t, uri, key, "", `{}`); c != 200 || !strings.Contains(body, `"v2"`) {
+			t.Fatalf("request %d after the update: %d %s", i, c, body)
+		}
+	}
+
+	// A replica killed under load.
+	c, body := scoreBody(t, uri, key, "", `{}`)
+	var a struct{ PID int }
+	if c != 200 || json.Unmarshal([]byte(body), &a) != nil || a.PID == 0 {
+		t.Fatalf("score: %d %s", c, body)
+	}
+	stop = load(t, uri, key, 4)
+	time.Sleep(300 * time.Millisecond)
+	killReplica(t, a.PID)
+	time.Sleep(2 * time.Second)
+	before, _, _ := stop().snapshot()
+	lost := 0
+	for code, n := range before {
+		if code != 200 {
+			lost += n
+		}
+	}
+	if lost > 4 || before[200] == 0 {
+		t.Errorf("killing a replica under load: answers %v; want at most its 4 in-flight requests lost", before)
+	}
+	s.waitReady("pool-ep", "blue", 2)
+	t.Logf("replica killed under load: answers %v", before)
+
+	// A second deployment, a 90/10 split, the header, and a mirror.
+	green := maps.Clone(blue)
+	green["name"], green["instance_count"] = "green", 1
+	green["environment_variables"] = map[string]string{"VERSION": "green"}
+	if c, body := s.deploy("POST", "pool-ep", green, up, false); c != 200 {
+		t.Fatalf("create green: %d %s", c, body)
+	}
+	s.waitDeployment("pool-ep", "green", "Succeeded")
+	s.mustFerry("online-endpoint", "update", "pool-ep", "--traffic", "blue=90 green=10")
+	counts := map[string]int{}
+	for range 1000 {
+		c, body := scoreBody(t, uri, key, "", `{}`)
+		var a struct{ Version string }
+		if c != 200 || json.Unmarshal([]byte(body), &a) != nil {
+			t.Fatalf("split: %d %s", c, body)
+		}
+		counts[a.Version]++
+	}
+	if g := counts["green"]; g < 70 || g > 130 || counts["v2"]+g != 1000 {
+		t.Errorf("90/10 split over 1000 requests: %v; want green within 100±30", counts)
+	}
+	for range 10 {
+		if c, body := scoreBody(t, uri, key, "green", `{}`); c != 200 || !strings.Contains(body, `"green"`) {
+			t.Fatalf("azureml-model-deployment: green: %d %s", c, body)
+		}
+	}
+	s.mustFerry("online-endpoint", "update", "pool-ep", "--traffic", "blue=100 green=0", "--mirror-traffic", "green=50")
+	for range 40 {
+		if c, body := scoreBody(t, uri, key, "", `{}`); c != 200 || !strings.Contains(body, `"v2"`) {
+			t.Fatalf("with a mirror: %d %s (answers come from blue)", c, body)
+		}
+	}
+	var shown struct {
+		Stats struct{ Requests int64 } `json:"stats"`
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, raw := s.call("GET", "/v1/online-endpoints/pool-ep/deployments/green", s.token, nil)
+		_ = json.Unmarshal(raw, &shown)
+		// green answered the 10 header requests and its 10 % share, so
+		// more than 110 means the mirror reached it.
+		if shown.Stats.Requests > 110+5 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if shown.Stats.Requests <= 115 {
+		t.Errorf("green's requests with a 50%% mirror of 40: %d; want more than 115", shown.Stats.Requests)
 	}
 }

@@ -535,6 +535,7 @@ func (g *Gateway) mirror(r *http.Request, e *endpointState, live string, body []
 		}
 		hdr := r.Header.Clone()
 		go func() {
+			start := time.Now()
 			defer d.lim.release()
 			ctx, cancel := context.WithTimeout(context.Background(), d.timeout())
 			defer cancel()
@@ -560,6 +561,10 @@ func (g *Gateway) mirror(r *http.Request, e *endpointState, live string, body []
 				code = resp.StatusCode
 			}
 			g.requests.WithLabelValues(e.Name, name+" (mirror)", fmt.Sprint(code)).Inc()
+			// The deployment's own statistics count the copies it
+			// answered: they are its requests, and what shows that the
+			// mirror reaches it.
+			d.stats.add(time.Since(start), code >= 500 || code == http.StatusRequestTimeout || code == http.StatusTooManyRequests)
 		}()
 	}
 }
