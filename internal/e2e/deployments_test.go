@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/snapshot"
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // deploymentOut is a deployment as the API shows it.
@@ -416,5 +418,139 @@ func TestOnlineDeploymentOnPoolNodes(t *testing.T) {
 	}
 	if shown.Stats.Requests <= 115 {
 		t.Errorf("green's requests with a 50%% mirror of 40: %d; want more than 115", shown.Stats.Requests)
+	}
+}
+
+// The request settings and scale to zero, on pool nodes: a request past
+// request_timeout_ms is 408; more than max_concurrent_requests_per_instance
+// at once waits max_queue_wait_ms, then is 429; a deployment with
+// min_instances 0 goes to no replica after scale_to_zero_after, holds the
+// next request while one starts, and answers it; and after kill -9 of the
+// server, a running replica is found again and serves, as the same job.
+func TestOnlineDeploymentLimitsAndScaleToZero(t *testing.T) {
+	s := startServer(t, "--serverless-idle", "60s")
+	uri, key := s.endpointKey("limits-ep")
+	code, model := scoringApp(t)
+	up := map[string]string{"code_snapshot": s.uploadDir(code), "model_snapshot": s.uploadDir(model)}
+	base := func(name string) map[string]any {
+		return map[string]any{"name": name, "endpoint_name": "limits-ep", "instance_type": "Standard_DS1_v2",
+			"model":              map[string]any{"path": "model"},
+			"code_configuration": map[string]any{"code": "code", "scoring_script": "score.py"},
+			"environment_variables": map[string]string{"VERSION": name}}
+	}
+	slow := base("slow")
+	slow["request_settings"] = map[string]any{"request_timeout_ms": 1000, "max_concurrent_requests_per_instance": 1, "max_queue_wait_ms": 100}
+	zero := base("zero")
+	zero["scale_settings"] = map[string]any{"type": "target_utilization", "min_instances": 0, "max_instances": 2, "polling_interval": 1, "scale_to_zero_after": 2}
+	for _, d := range []map[string]any{slow, zero} {
+		if c, body := s.deploy("POST", "limits-ep", d, up, false); c != 200 {
+			t.Fatalf("create %s: %d %s", d["name"], c, body)
+		}
+	}
+	s.waitDeployment("limits-ep", "slow", "Succeeded")
+	s.waitDeployment("limits-ep", "zero", "Succeeded")
+
+	// 408 past the request timeout.
+	if c, body := scoreBody(t, uri, key, "slow", `{"sleep": 3}`); c != http.StatusRequestTimeout {
+		t.Errorf("a request past request_timeout_ms: %d %s, want 408", c, body)
+	}
+	// 429 beyond one request at a time and 100 ms of waiting. (The
+	// replica may still be answering the request above: it is not
+	// stopped, only no longer waited for.)
+	time.Sleep(2 * time.Second)
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Go(func() {
+			c, _ := scoreBody(t, uri, key, "slow", `{"sleep": 0.6}`)
+			mu.Lock()
+			codes[c]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if codes[http.StatusTooManyRequests] < 3 || codes[200] < 1 || codes[200]+codes[http.StatusTooManyRequests] != 5 {
+		t.Errorf("5 requests at once to one slot with 100 ms of queue wait: %v; want one or two 200 and the rest 429", codes)
+	}
+
+	// Scale to zero, then a cold start on the next request.
+	waitReplicas := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for len(s.deployment("limits-ep", "zero").Replicas) != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("deployment zero: replicas %+v, want %d", s.deployment("limits-ep", "zero").Replicas, n)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitReplicas(0)
+	start := time.Now()
+	if c, body := scoreBody(t, uri, key, "zero", `{}`); c != 200 || !strings.Contains(body, `"zero"`) {
+		t.Fatalf("the first request to a deployment scaled to zero: %d %s", c, body)
+	}
+	t.Logf("cold start from zero (pool node up): %v", time.Since(start).Round(time.Millisecond))
+	waitReplicas(1)
+	waitReplicas(0)
+
+	// kill -9 of the server: slow's replica is found again.
+	before := s.waitReady("limits-ep", "slow", 1).Replicas[0].Job
+	s.kill9()
+	s.start()
+	after := s.waitReady("limits-ep", "slow", 1).Replicas[0].Job
+	if after != before {
+		t.Errorf("after kill -9 the replica is %s, not %s: it was replaced, not found again", after, before)
+	}
+	if c, body := scoreBody(t, uri, key, "slow", `{}`); c != 200 || !strings.Contains(body, `"slow"`) {
+		t.Errorf("slow after kill -9: %d %s", c, body)
+	}
+}
+
+// A replica in an image environment on the Docker engine: the scoring
+// script runs in a container of the image, on this machine.
+func TestOnlineDeploymentInImage(t *testing.T) {
+	testutil.RequireBaseImage(t)
+	s := startServer(t)
+	uri, key := s.endpointKey("image-ep")
+	code, model := scoringApp(t)
+	up := map[string]string{"code_snapshot": s.uploadDir(code), "model_snapshot": s.uploadDir(model)}
+	d := map[string]any{"name": "boxed", "endpoint_name": "image-ep",
+		"model":              map[string]any{"path": "model"},
+		"code_configuration": map[string]any{"code": "code", "scoring_script": "score.py"},
+		"environment":        map[string]any{"image": testutil.BaseImage},
+		"environment_variables": map[string]string{"VERSION": "in-image"}}
+	if c, body := s.deploy("POST", "image-ep", d, up, true); c != 200 {
+		t.Fatalf("create: %d %s", c, body)
+	}
+	if got := s.waitDeployment("image-ep", "boxed", "Succeeded", "Failed"); got.ProvisioningState != "Succeeded" {
+		t.Fatalf("deployment in an image: %+v", got)
+	}
+	s.mustFerry("online-endpoint", "update", "image-ep", "--traffic", "boxed=100")
+	if c, body := scoreBody(t, uri, key, "", `{}`); c != 200 || !strings.Contains(body, `"in-image"`) {
+		t.Fatalf("score: %d %s", c, body)
+	}
+	out, err := exec.Command("docker", "ps", "--filter", "label=ferry.job", "--format", `{{.Label "ferry.job"}}`).Output()
+	if err != nil || !strings.Contains(string(out), "image-ep-boxed-") {
+		t.Errorf("no container runs the replica: %q %v", out, err)
+	}
+	// Deleting the deployment stops its container.
+	s.mustFerry("online-endpoint", "update", "image-ep", "--traffic", "")
+	if c, body := s.call("DELETE", "/v1/online-endpoints/image-ep/deployments/boxed", s.token, nil); c != 200 {
+		t.Fatalf("delete: %d %s", c, body)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, _ := s.call("GET", "/v1/online-endpoints/image-ep/deployments/boxed", s.token, nil)
+		if c == http.StatusNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deployment not gone after delete: %d", c)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out, _ := exec.Command("docker", "ps", "--filter", "label=ferry.job", "-q").Output(); strings.TrimSpace(string(out)) != "" {
+		t.Errorf("containers left after the deployment was deleted: %s", out)
 	}
 }
