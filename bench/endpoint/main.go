@@ -28,6 +28,7 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
 	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
+	"github.com/ferry-ml/ferry/internal/serving/probe"
 )
 
 const score = `import json
@@ -93,7 +94,7 @@ func startReplica(ctx context.Context, serverDir, codeDir string, workers int) (
 	}
 	r := &replica{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(r.done) }()
-	if err := inferenceserver.WaitProbe(ctx, http.DefaultClient, r.url, 5*time.Millisecond, r.done); err != nil {
+	if err := probe.WaitProbe(ctx, http.DefaultClient, r.url, 5*time.Millisecond, r.done); err != nil {
 		r.stop()
 		return nil, fmt.Errorf("%w (the replica's log: %s)", err, logf.Name())
 	}

@@ -261,7 +261,7 @@ func (a *app) endpointDeleteCmd() *cobra.Command {
 }
 
 func (a *app) endpointCredentialsCmd() *cobra.Command {
-	cmd := a.namedEndpointCmd("get-credentials [NAME]", "Print an endpoint's keys, primaryKey and secondaryKey, as az ml does (JSON unless -o yaml)",
+	cmd := a.namedEndpointCmd("get-credentials [NAME]", "Print an endpoint's keys, primaryKey and secondaryKey (auth_mode key), or a token, accessToken with its expiryTimeUtc (auth_mode aml_token), as az ml does (JSON unless -o yaml)",
 		func(cmd *cobra.Command, c *client.Client, n string) error {
 			keys, err := c.GetEndpointCredentials(cmd.Context(), n)
 			if err != nil {
@@ -316,7 +316,7 @@ func (a *app) endpointInvokeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out, err := c.Score(cmd.Context(), e.ScoringURI, keys.PrimaryKey, deployment, body)
+			out, err := c.Score(cmd.Context(), e.ScoringURI, keys.Credential(), deployment, body)
 			var se *client.ScoreError
 			if errors.As(err, &se) {
 				return fmt.Errorf("endpoint %s answered %w", n, se)

@@ -205,6 +205,38 @@ func TestOnlineDeploymentLocal(t *testing.T) {
 	if c, body := scoreBody(t, uri, key, "blue", `{}`); c != 200 {
 		t.Errorf("blue after bad failed: %d %s", c, body)
 	}
+
+	// The key is in no log: not the server's, not the replica's.
+	replicaLog := s.mustFerry("job", "stream", d.Replicas[0].Job)
+	if !strings.Contains(replicaLog.stdout, "ferry_inference_server") {
+		t.Errorf("the replica's log has no status line: %s", replicaLog)
+	}
+	for what, text := range map[string]string{"server log": s.output.String(), "replica log": replicaLog.stdout + replicaLog.stderr} {
+		if strings.Contains(text, key) {
+			t.Errorf("the endpoint's key is in the %s", what)
+		}
+	}
+
+	// An aml_token endpoint: get-credentials gives a token the gateway
+	// takes (503: no deployment takes its traffic), a wrong one is 401.
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"tok.yml": "name: tok-ep\nauth_mode: aml_token\n"})
+	tokURI := parseEndpoint(t, s.mustFerry("online-endpoint", "create", "-f", filepath.Join(dir, "tok.yml"), "-o", "json")).ScoringURI
+	var tok struct {
+		AccessToken   string `json:"accessToken"`
+		ExpiryTimeUTC int64  `json:"expiryTimeUtc"`
+	}
+	if err := json.Unmarshal([]byte(s.mustFerry("online-endpoint", "get-credentials", "tok-ep").stdout), &tok); err != nil || tok.AccessToken == "" || tok.ExpiryTimeUTC < time.Now().Unix() {
+		t.Fatalf("aml_token credentials: %v, token given %v, expiry %d", err, tok.AccessToken != "", tok.ExpiryTimeUTC)
+	}
+	if c, body := scoreBody(t, tokURI, tok.AccessToken, "", `{}`); c != http.StatusServiceUnavailable {
+		t.Errorf("a right token: %d %s, want 503 (no traffic yet)", c, body)
+	}
+	for what, k := range map[string]string{"a wrong token": "nope", "the key of another endpoint": key} {
+		if c, _ := scoreBody(t, tokURI, k, "", `{}`); c != http.StatusUnauthorized {
+			t.Errorf("%s: %d, want 401", what, c)
+		}
+	}
 }
 
 // loadResult counts a load generator's answers.

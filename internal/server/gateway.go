@@ -1,7 +1,11 @@
 package server
 
 import (
+	"context"
+	"net/http"
+
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
+	"github.com/ferry-ml/ferry/internal/serving/probe"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
@@ -40,3 +44,11 @@ func (r gatewayRouter) Load(endpoint string) map[string]workspace.DeploymentLoad
 
 // RemoveEndpoint stops routing an endpoint.
 func (r gatewayRouter) RemoveEndpoint(name string) { r.g.Remove(name) }
+
+// replicaProber is the deployment controller's probe: GET / on a
+// replica, on connections of its own (a probe must not wait behind
+// scoring requests, nor keep connections to replicas that go away).
+func replicaProber() func(ctx context.Context, baseURL string) error {
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	return func(ctx context.Context, baseURL string) error { return probe.Probe(ctx, client, baseURL) }
+}

@@ -205,9 +205,13 @@ func Run(ctx context.Context, cfg Config) error {
 	provs.loopbackOnly = ln.Addr().(*net.TCPAddr).IP.IsLoopback()
 	defer provs.tunnels.Close()
 	var ws *workspace.Service
-	gw := gateway.New(gateway.Options{Log: cfg.Log, ColdStart: func(ctx context.Context, endpoint, deployment string) error {
-		return ws.ColdStart(ctx, endpoint, deployment)
-	}})
+	gw := gateway.New(gateway.Options{Log: cfg.Log,
+		ColdStart: func(ctx context.Context, endpoint, deployment string) error {
+			return ws.ColdStart(ctx, endpoint, deployment)
+		},
+		CheckToken: func(_ context.Context, endpoint, token string) bool {
+			return ws.CheckEndpointToken(endpoint, token)
+		}})
 	ws, err = workspace.New(ctx, workspace.Config{
 		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: url,
 		Targets: targets, PoolTypes: poolTypes,
@@ -216,7 +220,7 @@ func Run(ctx context.Context, cfg Config) error {
 		NodeLease: cfg.NodeLease, NodeHeartbeat: nodeHeartbeat(cfg.NodeLease),
 		PreemptPoll: cfg.PreemptPoll, PreemptGrace: cfg.PreemptGrace,
 		JoinTimeout: cfg.NodeJoinTimeout, ServerlessIdle: cfg.ServerlessIdle,
-		Router: gatewayRouter{gw},
+		Router: gatewayRouter{gw}, ProbeReplica: replicaProber(),
 	})
 	if err != nil {
 		return err

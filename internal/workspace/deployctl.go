@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -84,7 +83,6 @@ type deployCtl struct {
 	waiters map[string][]chan struct{} // cold starts waiting for a ready replica
 	routed  map[string]string          // endpoint → what was last routed
 	scale   map[string]*scaleState
-	probe   *http.Client
 }
 
 type scaleState struct {
@@ -101,10 +99,13 @@ type replicaLive struct {
 	address  string
 	ready    bool
 	everUp   bool
-	probing  bool
-	probeAt  time.Time
-	okRun    int
-	failRun  int
+	probing  bool      // a readiness probe is under way
+	probeAt  time.Time // when the next readiness probe is due
+	okRun    int       // readiness probes that passed in a row
+	failRun  int       // readiness probes that failed in a row
+	living   bool      // a liveness probe is under way
+	liveAt   time.Time // when the next liveness probe is due
+	liveFail int       // liveness probes that failed in a row
 	draining time.Time // when it left routing; zero while it serves
 	canceled bool
 	restart  string // why liveness restarts it
@@ -113,8 +114,7 @@ type replicaLive struct {
 func newDeployCtl(now time.Time) *deployCtl {
 	return &deployCtl{started: now, reps: map[string]*replicaLive{}, ended: map[string][]string{},
 		demand: map[string]time.Time{}, waiters: map[string][]chan struct{}{}, routed: map[string]string{},
-		scale: map[string]*scaleState{},
-		probe: &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}}
+		scale: map[string]*scaleState{}}
 }
 
 func (c *deployCtl) isReplica(job string) bool {
@@ -256,7 +256,10 @@ func (s *Service) reconcileDeployments(ctx context.Context) error {
 }
 
 // startProbes starts the probes that are due, each in a goroutine of its
-// own, so that a replica that hangs delays no other.
+// own, so that a replica that hangs delays no other. A replica is probed
+// for readiness at every pass until it first answers, then every
+// readiness_probe.period; for liveness every liveness_probe.period from
+// its initial_delay after it first answered.
 func (s *Service) startProbes(rec store.Deployment) {
 	doc, set, err := decodeDeployment(rec)
 	if err != nil {
@@ -268,29 +271,35 @@ func (s *Service) startProbes(rec store.Deployment) {
 	defer c.mu.Unlock()
 	for _, r := range set.Replicas {
 		l, ok := c.reps[r.Job]
-		if !ok || l.address == "" || l.probing || l.canceled || !l.draining.IsZero() {
+		if !ok || l.address == "" || l.canceled || !l.draining.IsZero() {
 			continue
 		}
-		if l.everUp && now.Before(l.probeAt) {
-			continue
+		if !l.probing && (!l.everUp || !now.Before(l.probeAt)) {
+			l.probing = true
+			go s.probeReplica(r.Job, l.address, doc.Spec, false)
 		}
-		l.probing = true
-		go s.probeReplica(r.Job, l.address, doc.Spec)
+		if l.everUp && !l.living && !now.Before(l.liveAt) {
+			l.living = true
+			go s.probeReplica(r.Job, l.address, doc.Spec, true)
+		}
 	}
 }
 
-func (s *Service) probeReplica(job, address string, d *spec.OnlineDeployment) {
-	timeout := time.Duration(cmp.Or(d.ReadinessProbe.Timeout, 2)) * time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	ok := false
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, inferenceserver.URL(address)+"/", nil)
-	if err == nil {
-		if resp, err := s.deployCtl.probe.Do(req); err == nil {
-			ok = resp.StatusCode == http.StatusOK
-			resp.Body.Close()
-		}
+// probeReplica probes one replica and counts the answer: readiness takes
+// it into routing and out, liveness past its failure_threshold restarts
+// it.
+func (s *Service) probeReplica(job, address string, d *spec.OnlineDeployment, liveness bool) {
+	p := d.ReadinessProbe
+	if liveness {
+		p = d.LivenessProbe
 	}
+	ok := true
+	if s.cfg.ProbeReplica != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cmp.Or(p.Timeout, 2))*time.Second)
+		ok = s.cfg.ProbeReplica(ctx, inferenceserver.URL(address)) == nil
+		cancel()
+	}
+	period := time.Duration(cmp.Or(p.Period, 10)) * time.Second
 	c := s.deployCtl
 	c.mu.Lock()
 	l, live := c.reps[job]
@@ -298,37 +307,42 @@ func (s *Service) probeReplica(job, address string, d *spec.OnlineDeployment) {
 		c.mu.Unlock()
 		return
 	}
-	l.probing = false
-	wasReady := l.ready
-	period := time.Duration(cmp.Or(d.ReadinessProbe.Period, 10)) * time.Second
-	if ok {
+	kick := false
+	now := s.now()
+	switch {
+	case liveness:
+		l.living, l.liveAt = false, now.Add(period)
+		if ok {
+			l.liveFail = 0
+		} else if l.liveFail++; l.liveFail >= cmp.Or(p.FailureThreshold, 30) && l.restart == "" {
+			l.restart, kick = fmt.Sprintf("its liveness probe failed %d times in a row", l.liveFail), true
+		}
+	case ok:
+		l.probing, l.probeAt = false, now.Add(period)
 		l.okRun, l.failRun = l.okRun+1, 0
 		if !l.everUp {
 			// The first success after the server said it listens: its
 			// workers' init() returned (the server answers 200 only
 			// then), so it takes requests now rather than after
-			// initial_delay (docs/endpoints.md).
-			l.everUp, l.ready = true, true
-		} else if l.okRun >= cmp.Or(d.ReadinessProbe.SuccessThreshold, 1) {
-			l.ready = true
+			// initial_delay, which delays the probes that follow
+			// (docs/endpoints.md).
+			l.everUp, l.ready, kick = true, true, true
+			l.liveAt = now.Add(time.Duration(*d.LivenessProbe.InitialDelay) * time.Second)
+			l.probeAt = now.Add(time.Duration(*d.ReadinessProbe.InitialDelay) * time.Second)
+		} else if !l.ready && l.okRun >= cmp.Or(p.SuccessThreshold, 1) {
+			l.ready, kick = true, true
 		}
-		l.probeAt = s.now().Add(period)
-	} else {
-		l.okRun = 0
+	default:
+		l.probing, l.okRun = false, 0
 		if l.everUp {
-			l.failRun++
-			if l.failRun >= cmp.Or(d.ReadinessProbe.FailureThreshold, 30) {
-				l.ready = false
+			l.probeAt = now.Add(period)
+			if l.failRun++; l.failRun >= cmp.Or(p.FailureThreshold, 30) && l.ready {
+				l.ready, kick = false, true
 			}
-			if l.failRun >= cmp.Or(d.LivenessProbe.FailureThreshold, 30) && l.restart == "" {
-				l.restart = fmt.Sprintf("its liveness probe failed %d times in a row", l.failRun)
-			}
-			l.probeAt = s.now().Add(period)
 		}
 	}
-	changed := wasReady != l.ready || l.restart != ""
 	c.mu.Unlock()
-	if changed || !l.everUp {
+	if kick {
 		s.kickDeployments()
 	}
 }
@@ -416,10 +430,14 @@ func (s *Service) reconcileDeployment(ctx context.Context, endpoint, name string
 		want = s.wantReplicas(key, doc, set, now)
 	}
 	var cur, old []replicaRec
+	oldLeft := 0 // replicas of older generations, draining ones too
 	c.mu.Lock()
 	readyCur := 0
 	for _, r := range set.Replicas {
 		l := c.live(r.Job, key)
+		if r.Generation != doc.Generation {
+			oldLeft++
+		}
 		switch {
 		case r.Generation == doc.Generation && l.draining.IsZero() && !l.canceled:
 			cur = append(cur, r)
@@ -479,7 +497,9 @@ func (s *Service) reconcileDeployment(ctx context.Context, endpoint, name string
 	// 5. State.
 	switch rec.State {
 	case DeploymentCreating, DeploymentUpdating:
-		if readyCur >= want && len(old) == 0 {
+		// Succeeded once the old generation's replicas are gone, not only
+		// out of routing: a client told Succeeded gets the new version.
+		if readyCur >= want && oldLeft == 0 {
 			rec.State = DeploymentSucceeded
 			s.log.Info("deployment succeeded", "endpoint", endpoint, "deployment", name, "replicas", readyCur, "generation", doc.Generation)
 		}

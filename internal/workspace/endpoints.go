@@ -1,12 +1,14 @@
 package workspace
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
@@ -71,11 +73,60 @@ type OnlineEndpoint struct {
 	Updated             time.Time         `json:"updated"`
 }
 
-// EndpointKeys are an endpoint's keys, named as `az ml online-endpoint
-// get-credentials` prints them.
+// EndpointKeys are an endpoint's credentials, named as `az ml
+// online-endpoint get-credentials` prints them: the two keys of an
+// endpoint with auth_mode key, or a token (and when it expires) of one
+// with auth_mode aml_token.
 type EndpointKeys struct {
-	PrimaryKey   string `json:"primaryKey"`
-	SecondaryKey string `json:"secondaryKey"`
+	PrimaryKey          string `json:"primaryKey,omitempty"`
+	SecondaryKey        string `json:"secondaryKey,omitempty"`
+	AccessToken         string `json:"accessToken,omitempty"`
+	TokenType           string `json:"tokenType,omitempty"`
+	ExpiryTimeUTC       int64  `json:"expiryTimeUtc,omitempty"`
+	RefreshAfterTimeUTC int64  `json:"refreshAfterTimeUtc,omitempty"`
+}
+
+// Credential is what a client sends: the primary key, or the token.
+func (k *EndpointKeys) Credential() string { return cmp.Or(k.PrimaryKey, k.AccessToken) }
+
+// EndpointTokenLifetime is how long an aml_token endpoint's token is
+// good for, as Azure's are.
+const EndpointTokenLifetime = 24 * time.Hour
+
+// tokenLabel binds an endpoint's tokens to it: a token of one endpoint
+// does not open as another's.
+func tokenLabel(endpoint string) string { return "endpoint/" + endpoint + "/aml_token" }
+
+// newEndpointToken makes a token for an aml_token endpoint: its expiry,
+// sealed (authenticated encryption) with the workspace key, so only this
+// workspace can make one and a changed one does not open. Like Azure's,
+// it cannot be revoked: it ends when it expires.
+func (s *Service) newEndpointToken(endpoint string) (*EndpointKeys, error) {
+	if s.cfg.Secrets == nil {
+		return nil, Invalid("this server has no workspace key to sign endpoint tokens with")
+	}
+	now := s.now()
+	exp := now.Add(EndpointTokenLifetime)
+	tok, err := s.cfg.Secrets.Seal([]byte(strconv.FormatInt(exp.Unix(), 10)), tokenLabel(endpoint))
+	if err != nil {
+		return nil, err
+	}
+	return &EndpointKeys{AccessToken: tok, TokenType: "Bearer", ExpiryTimeUTC: exp.Unix(),
+		RefreshAfterTimeUTC: now.Add(EndpointTokenLifetime / 2).Unix()}, nil
+}
+
+// CheckEndpointToken says whether token is a token of endpoint that has
+// not expired (the gateway's check for auth_mode aml_token).
+func (s *Service) CheckEndpointToken(endpoint, token string) bool {
+	if s.cfg.Secrets == nil {
+		return false
+	}
+	raw, err := s.cfg.Secrets.Open(token, tokenLabel(endpoint))
+	if err != nil {
+		return false
+	}
+	exp, err := strconv.ParseInt(string(raw), 10, 64)
+	return err == nil && s.now().Unix() < exp
 }
 
 // EndpointUpdate changes an endpoint: a nil field keeps what the endpoint
@@ -388,8 +439,8 @@ func (s *Service) GetEndpointCredentials(ctx context.Context, who auth.Principal
 	if err != nil {
 		return nil, err
 	}
-	if e.AuthMode != "key" {
-		return nil, Invalid("endpoint %s uses auth_mode %s: it takes tokens, not keys, and this version issues no endpoint tokens yet; use auth_mode key", name, e.AuthMode)
+	if e.AuthMode == "aml_token" {
+		return s.newEndpointToken(name)
 	}
 	keys, err := s.openKeys(rec)
 	if err != nil {

@@ -261,12 +261,36 @@ func TestEndpointsAreTheOwners(t *testing.T) {
 	wantCode(t, "run token updates", err, CodeForbidden)
 	wantCode(t, "run token deletes", s.DeleteOnlineEndpoint(ctx, run, "iris-ep"), CodeForbidden)
 
-	// An aml_token endpoint has no keys to give.
+	// An aml_token endpoint gives a token, not keys: good for its own
+	// endpoint until it expires, refused changed, for another endpoint,
+	// and after its expiry.
 	if _, err := s.CreateOnlineEndpoint(ctx, owner, endpointFile(t, "name: tok-ep\nauth_mode: aml_token\n")); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.GetEndpointCredentials(ctx, owner, "tok-ep")
-	wantCode(t, "keys of an aml_token endpoint", err, CodeInvalid, "aml_token")
+	_, err = s.GetEndpointCredentials(ctx, run, "tok-ep")
+	wantCode(t, "run token reads a token", err, CodeForbidden)
+	tok, err := s.GetEndpointCredentials(ctx, owner, "tok-ep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.PrimaryKey != "" || tok.AccessToken == "" || tok.TokenType != "Bearer" || tok.ExpiryTimeUTC != s.now().Add(EndpointTokenLifetime).Unix() {
+		t.Fatalf("aml_token credentials: keys %v, token %v, type %q, expiry %d", tok.PrimaryKey != "", tok.AccessToken != "", tok.TokenType, tok.ExpiryTimeUTC)
+	}
+	if !s.CheckEndpointToken("tok-ep", tok.AccessToken) {
+		t.Error("the token is refused by its own endpoint")
+	}
+	if s.CheckEndpointToken("iris-ep", tok.AccessToken) {
+		t.Error("the token of tok-ep opens iris-ep")
+	}
+	changed := tok.AccessToken[:len(tok.AccessToken)-2] + "AA"
+	if changed != tok.AccessToken && s.CheckEndpointToken("tok-ep", changed) {
+		t.Error("a changed token is taken")
+	}
+	now := s.now()
+	s.now = func() time.Time { return now.Add(EndpointTokenLifetime + time.Second) }
+	if s.CheckEndpointToken("tok-ep", tok.AccessToken) {
+		t.Error("an expired token is taken")
+	}
 }
 
 // Writers of one endpoint that race (key regenerations and updates) leave

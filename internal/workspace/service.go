@@ -95,6 +95,10 @@ type Config struct {
 	// Router routes scoring requests to online endpoints (the gateway);
 	// nil routes nothing.
 	Router EndpointRouter
+	// ProbeReplica asks a deployment's replica at baseURL whether it is
+	// live and ready (GET / answers 200): nil when it is. The server gives
+	// the HTTP one; nil takes a replica as ready once it listens.
+	ProbeReplica func(ctx context.Context, baseURL string) error
 	Now    func() time.Time // clock; nil means time.Now
 	Log    *slog.Logger
 }

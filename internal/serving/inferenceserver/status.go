@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"strconv"
-	"time"
 )
 
 // The server's states, as its status lines on stdout name them.
@@ -106,52 +104,6 @@ func WaitReady(ctx context.Context, statuses <-chan Status) (Status, error) {
 			if s.State == StateReady {
 				return s, nil
 			}
-		}
-	}
-}
-
-// Probe asks a replica at baseURL whether it is live and ready (GET /),
-// as a liveness or readiness probe does: nil for 200.
-func Probe(ctx context.Context, client *http.Client, baseURL string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("probe %s: %w", baseURL, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("probe %s: %s: %s", baseURL, resp.Status, bytes.TrimSpace(body))
-	}
-	return nil
-}
-
-// WaitProbe probes the replica at baseURL every interval until it answers
-// 200, for a launcher that does not read the replica's stdout (one on
-// another node, say). It returns ErrExited, wrapped, once exited is closed
-// (the launcher closes it when the process is gone; nil if it cannot
-// tell), or the context's error with the last probe's.
-func WaitProbe(ctx context.Context, client *http.Client, baseURL string, interval time.Duration, exited <-chan struct{}) error {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	var last error // the last probe that ended on its own
-	for {
-		err := Probe(ctx, client, baseURL)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() == nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s to be ready: %w (last probe: %v)", baseURL, ctx.Err(), last)
-		case <-exited:
-			return fmt.Errorf("%s: %w", baseURL, ErrExited)
-		case <-tick.C:
 		}
 	}
 }
