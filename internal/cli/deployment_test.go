@@ -31,7 +31,7 @@ func deploymentDir(t *testing.T, deployment string) string {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
 		"endpoint.yml": "name: iris-ep\n",
-		"blue.yml": "name: blue\ncode_configuration:\n  code: src\n  scoring_script: score.py\n" + deployment,
+		"blue.yml":     "name: blue\ncode_configuration:\n  code: src\n  scoring_script: score.py\n" + deployment,
 		"src/score.py": scoreScript,
 	})
 	return dir
