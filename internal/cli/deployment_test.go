@@ -77,6 +77,14 @@ func TestOnlineDeploymentCreateRefusesBeforeUploading(t *testing.T) {
 			t.Errorf("%s: uploaded before it refused: %s", c.what, r.stderr)
 		}
 	}
+	for _, args := range [][]string{
+		{"online-deployment", "list", "--endpoint-name", ""},
+		{"online-deployment", "create", "-f", "blue.yml", "-e", "ir"},
+	} {
+		if got := completions(t, s, args...); len(got) != 1 || got[0] != "iris-ep" {
+			t.Errorf("__complete %q: %q, want iris-ep", args, got)
+		}
+	}
 	r := s.ferry(t, "online-deployment", "list", "-e", "iris-ep", "-o", "json")
 	var ds []workspace.OnlineDeployment
 	if mustJSON(t, r, &ds); len(ds) != 0 {
@@ -122,6 +130,13 @@ func TestOnlineDeploymentLocal(t *testing.T) {
 		t.Fatalf("invoke: %s", r)
 	}
 	mustContain(t, "invoke", r.stdout, `"greeting"`, `"n": 3`)
+	// --deployment is the azureml-model-deployment header, which the
+	// gateway follows whatever the split.
+	r = s.ferry(t, "online-endpoint", "invoke", "-n", "iris-ep", "--request-file", filepath.Join(dir, "req.json"), "--deployment", "nosuch")
+	if r.code == 0 {
+		t.Fatalf("invoke --deployment nosuch: %s", r)
+	}
+	mustContain(t, "invoke --deployment nosuch", r.stderr, "404", "no deployment nosuch")
 	r = s.ferry(t, "online-endpoint", "show", "-n", "iris-ep")
 	if r.code != 0 {
 		t.Fatalf("endpoint show: %s", r)
