@@ -144,6 +144,23 @@ func TestEndpointRoutesAreForOwners(t *testing.T) {
 	if code := call(t, srv, "GET", "/v1/online-endpoints/iris-ep/deployments/blue", owner, nil, nil, &p); code != 404 || !strings.Contains(p.Detail, "no deployment blue") {
 		t.Errorf("an unknown deployment: %d %q, want 404", code, p.Detail)
 	}
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Parameters []struct{ Name string } `json:"parameters"`
+		} `json:"paths"`
+	}
+	call(t, srv, "GET", "/openapi.json", "", nil, nil, &doc)
+	for path, methods := range map[string][]string{
+		"/v1/online-endpoints/{endpoint}/deployments":             {"get", "post"},
+		"/v1/online-endpoints/{endpoint}/deployments/{name}":      {"get", "put", "delete"},
+		"/v1/online-endpoints/{endpoint}/deployments/{name}/logs": {"get"},
+	} {
+		for _, m := range methods {
+			if op, ok := doc.Paths[path][m]; !ok || len(op.Parameters) == 0 || op.Parameters[0].Name != "endpoint" {
+				t.Errorf("openapi: %s %s is missing or lacks its endpoint parameter: %+v", m, path, op)
+			}
+		}
+	}
 	var deps []workspace.OnlineDeployment
 	if code := call(t, srv, "GET", "/v1/online-endpoints/iris-ep/deployments", owner, nil, nil, &deps); code != 200 || len(deps) != 0 {
 		t.Errorf("an endpoint with no deployment lists %d: %+v", code, deps)
