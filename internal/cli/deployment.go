@@ -34,11 +34,11 @@ func (a *app) onlineDeploymentCmd() *cobra.Command {
 		a.deploymentDeleteCmd(), a.deploymentLogsCmd())
 	for _, sub := range cmd.Commands() {
 		_ = sub.RegisterFlagCompletionFunc("endpoint-name", a.complete(listEndpointNames))
-		if sub.Name() != "list" {
+		if sub.Name() != "list" && sub.Name() != "create" {
 			_ = sub.RegisterFlagCompletionFunc("name", a.deploymentNames())
 		}
 		if sub.Name() != "create" && sub.Name() != "update" && sub.Name() != "list" {
-			sub.ValidArgsFunction = a.firstArgWith(a.deploymentNames())
+			sub.ValidArgsFunction = firstArgWith(a.deploymentNames())
 		}
 	}
 	return cmd
@@ -63,16 +63,6 @@ func (a *app) deploymentNames() cobra.CompletionFunc {
 			}
 			return out, nil
 		})(cmd, args, toComplete)
-	}
-}
-
-// firstArgWith completes the first argument with f, and nothing after it.
-func (a *app) firstArgWith(f cobra.CompletionFunc) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-		if len(args) > 0 {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		return f(cmd, args, toComplete)
 	}
 }
 
