@@ -34,6 +34,13 @@ func (r endpointRouter) SetEndpoint(e workspace.RoutedEndpoint) {
 	r.g.Set(gateway.Endpoint{Name: e.Name, AuthMode: e.AuthMode, Keys: keys, Traffic: e.Traffic, Mirror: e.Mirror})
 }
 func (r endpointRouter) RemoveEndpoint(name string) { r.g.Remove(name) }
+func (r endpointRouter) Load(endpoint string) map[string]workspace.DeploymentLoad {
+	out := map[string]workspace.DeploymentLoad{}
+	for name, l := range r.g.Load(endpoint) {
+		out[name] = workspace.DeploymentLoad{InFlight: l.InFlight, Requests: l.Requests, Errors: l.Errors}
+	}
+	return out
+}
 
 // Online endpoints take the owner's token on every route, as models do:
 // a run token and no token are refused. Scoring takes no workspace token
@@ -90,6 +97,12 @@ func TestEndpointRoutesAreForOwners(t *testing.T) {
 		{"POST", "/v1/online-endpoints/iris-ep/list-keys"},
 		{"POST", "/v1/online-endpoints/iris-ep/regenerate-keys"},
 		{"GET", "/metrics/endpoints"},
+		{"GET", "/v1/online-endpoints/iris-ep/deployments"},
+		{"POST", "/v1/online-endpoints/iris-ep/deployments"},
+		{"GET", "/v1/online-endpoints/iris-ep/deployments/blue"},
+		{"PUT", "/v1/online-endpoints/iris-ep/deployments/blue"},
+		{"DELETE", "/v1/online-endpoints/iris-ep/deployments/blue"},
+		{"GET", "/v1/online-endpoints/iris-ep/deployments/blue/logs"},
 	} {
 		if code := call(t, srv, r[0], r[1], run, strings.NewReader(`{}`), nil, nil); code != 403 {
 			t.Errorf("%s %s with a run token: %d, want 403", r[0], r[1], code)
@@ -104,6 +117,53 @@ func TestEndpointRoutesAreForOwners(t *testing.T) {
 	}
 	if code := call(t, srv, "PATCH", "/v1/online-endpoints/iris-ep", owner, strings.NewReader(`{"traffic": {"blue": 100}}`), nil, &p); code != 400 || !strings.Contains(p.Detail, "deployments come first") {
 		t.Errorf("traffic to no deployment: %d %+v", code, p)
+	}
+
+	// The endpoint in the path is the deployment's: a spec that names
+	// another is refused naming both, and one that names none gets the
+	// path's (so that the refusal is the next check's, the code not
+	// uploaded).
+	dep := func(endpoint, name string) string {
+		return `{"spec": {"name": "` + name + `", "endpoint_name": "` + endpoint + `", "code_configuration": {"code": "src", "scoring_script": "score.py"}}, "uploads": {"code_snapshot": ""}}`
+	}
+	for _, c := range []struct{ method, path, body, want string }{
+		{"POST", "/v1/online-endpoints/iris-ep/deployments", dep("other-ep", "blue"), "spec.endpoint_name: the path names endpoint iris-ep, the spec other-ep"},
+		{"PUT", "/v1/online-endpoints/iris-ep/deployments/blue", dep("other-ep", "blue"), "spec.endpoint_name: the path names endpoint iris-ep, the spec other-ep"},
+		{"PUT", "/v1/online-endpoints/iris-ep/deployments/blue", dep("iris-ep", "green"), "spec.name: the path names deployment blue, the spec green"},
+		{"POST", "/v1/online-endpoints/iris-ep/deployments", dep("", "blue"), "code_configuration.code"},
+		{"POST", "/v1/online-endpoints/iris-ep/deployments", `{"spec": {"name": "blue", "endpoint_name": "iris-ep"}, "uploads": {}}`, "code_configuration"},
+		{"PUT", "/v1/online-endpoints/iris-ep/deployments/blue", `{"spec": {}, "uploads": {}, "local": true}`, "local:"},
+		{"GET", "/v1/online-endpoints/iris-ep/deployments/blue/logs?lines=x", "", "lines:"},
+	} {
+		p = Problem{}
+		if code := call(t, srv, c.method, c.path, owner, strings.NewReader(c.body), nil, &p); code != 400 || !strings.Contains(p.Detail, c.want) {
+			t.Errorf("%s %s %s: %d %q, want 400 saying %q", c.method, c.path, c.body, code, p.Detail, c.want)
+		}
+	}
+	p = Problem{}
+	if code := call(t, srv, "GET", "/v1/online-endpoints/iris-ep/deployments/blue", owner, nil, nil, &p); code != 404 || !strings.Contains(p.Detail, "no deployment blue") {
+		t.Errorf("an unknown deployment: %d %q, want 404", code, p.Detail)
+	}
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Parameters []struct{ Name string } `json:"parameters"`
+		} `json:"paths"`
+	}
+	call(t, srv, "GET", "/openapi.json", "", nil, nil, &doc)
+	for path, methods := range map[string][]string{
+		"/v1/online-endpoints/{endpoint}/deployments":             {"get", "post"},
+		"/v1/online-endpoints/{endpoint}/deployments/{name}":      {"get", "put", "delete"},
+		"/v1/online-endpoints/{endpoint}/deployments/{name}/logs": {"get"},
+	} {
+		for _, m := range methods {
+			if op, ok := doc.Paths[path][m]; !ok || len(op.Parameters) == 0 || op.Parameters[0].Name != "endpoint" {
+				t.Errorf("openapi: %s %s is missing or lacks its endpoint parameter: %+v", m, path, op)
+			}
+		}
+	}
+	var deps []workspace.OnlineDeployment
+	if code := call(t, srv, "GET", "/v1/online-endpoints/iris-ep/deployments", owner, nil, nil, &deps); code != 200 || len(deps) != 0 {
+		t.Errorf("an endpoint with no deployment lists %d: %+v", code, deps)
 	}
 
 	var keys workspace.EndpointKeys

@@ -80,7 +80,11 @@ func (a *app) complete(list lister) cobra.CompletionFunc {
 
 // firstArg completes the first argument with list, and nothing after it.
 func (a *app) firstArg(list lister) cobra.CompletionFunc {
-	f := a.complete(list)
+	return firstArgWith(a.complete(list))
+}
+
+// firstArgWith completes the first argument with f, and nothing after it.
+func firstArgWith(f cobra.CompletionFunc) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp

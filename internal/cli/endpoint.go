@@ -352,4 +352,8 @@ func showEndpoint(w *tabwriter.Writer, e *workspace.OnlineEndpoint) {
 		fmt.Fprintf(w, "tags.%s:\t%s\n", k, e.Tags[k])
 	}
 	fmt.Fprintf(w, "created:\t%s\n", e.Created.Local().Format("2006-01-02 15:04:05"))
+	for _, d := range slices.Sorted(maps.Keys(e.Deployments)) {
+		s := e.Deployments[d]
+		fmt.Fprintf(w, "deployment %s:\t%d requests (%d errors), p50 %.1f ms, p99 %.1f ms\n", d, s.Requests, s.Errors, s.P50MS, s.P99MS)
+	}
 }

@@ -90,6 +90,11 @@ type DeploymentStats struct {
 	P99MS    float64 `json:"p99_ms"`
 }
 
+func statsOf(l DeploymentLoad) *DeploymentStats {
+	return &DeploymentStats{Requests: l.Requests, Errors: l.Errors,
+		P50MS: float64(l.P50.Microseconds()) / 1000, P99MS: float64(l.P99.Microseconds()) / 1000}
+}
+
 // deploymentDoc is what the store keeps of a deployment (its Spec
 // column).
 type deploymentDoc struct {
@@ -525,8 +530,7 @@ func (s *Service) deploymentView(rec store.Deployment) (*OnlineDeployment, error
 	}
 	if s.cfg.Router != nil {
 		if l, ok := s.cfg.Router.Load(rec.Endpoint)[rec.Name]; ok {
-			v.Stats = &DeploymentStats{Requests: l.Requests, Errors: l.Errors,
-				P50MS: float64(l.P50.Microseconds()) / 1000, P99MS: float64(l.P99.Microseconds()) / 1000}
+			v.Stats = statsOf(l)
 		}
 	}
 	return v, nil

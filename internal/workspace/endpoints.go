@@ -69,8 +69,11 @@ type OnlineEndpoint struct {
 	ProvisioningState   string            `json:"provisioning_state"`
 	PublicNetworkAccess string            `json:"public_network_access,omitempty"`
 	Identity            *spec.Identity    `json:"identity,omitempty"`
-	Created             time.Time         `json:"created"`
-	Updated             time.Time         `json:"updated"`
+	// Deployments are the gateway's counts of each deployment's requests
+	// since the server started; those that had none are left out.
+	Deployments map[string]*DeploymentStats `json:"deployment_stats,omitempty"`
+	Created     time.Time                   `json:"created"`
+	Updated     time.Time                   `json:"updated"`
 }
 
 // EndpointKeys are an endpoint's credentials, named as `az ml
@@ -198,13 +201,25 @@ func (s *Service) endpointView(rec store.Endpoint) (*OnlineEndpoint, error) {
 		}
 		return m
 	}
-	return &OnlineEndpoint{
+	v := &OnlineEndpoint{
 		Name: rec.Name, Description: e.Description, Tags: e.Tags, Properties: e.Properties,
 		AuthMode: e.AuthMode, Traffic: orEmpty(e.Traffic), MirrorTraffic: orEmpty(e.MirrorTraffic),
 		ScoringURI:        s.cfg.APIURL + "/endpoints/" + rec.Name + "/score",
 		ProvisioningState: rec.State, PublicNetworkAccess: e.PublicNetworkAccess, Identity: e.Identity,
 		Created: rec.Created, Updated: rec.Updated,
-	}, nil
+	}
+	if s.cfg.Router != nil {
+		for name, l := range s.cfg.Router.Load(rec.Name) {
+			if l.Requests == 0 {
+				continue
+			}
+			if v.Deployments == nil {
+				v.Deployments = map[string]*DeploymentStats{}
+			}
+			v.Deployments[name] = statsOf(l)
+		}
+	}
+	return v, nil
 }
 
 // route tells the router what rec is now, with its deployments.
