@@ -207,8 +207,8 @@ func TestOnlineDeploymentLocal(t *testing.T) {
 	}
 
 	// The key is in no log: not the server's, not the replica's.
-	replicaLog := s.mustFerry("job", "stream", d.Replicas[0].Job)
-	if !strings.Contains(replicaLog.stdout, "ferry_inference_server") {
+	replicaLog := s.mustFerry("online-deployment", "get-logs", "-n", "blue", "-e", "local-ep")
+	if !strings.Contains(replicaLog.stdout, "ferry_inference_server") || !strings.Contains(replicaLog.stdout, d.Replicas[0].Job) {
 		t.Errorf("the replica's log has no status line: %s", replicaLog)
 	}
 	for what, text := range map[string]string{"server log": s.output.String(), "replica log": replicaLog.stdout + replicaLog.stderr} {
