@@ -118,16 +118,20 @@ func succeeded(d *workspace.OnlineDeployment) bool {
 // start from zero through real deployments, with a replica started
 // directly as the cold start's peer.
 func runDeployments(ctx context.Context, clients, updates, colds int) error {
+	if clients < 1 || updates < 0 || colds < 1 {
+		return fmt.Errorf("-clients and -colds must be at least 1 and -updates at least 0 (got %d, %d, %d)", clients, colds, updates)
+	}
 	fmt.Printf("\ndeployments: a real ferry server, replicas on pool nodes (Standard_DS1_v2, process provider), the same score.py\n\n")
 	srv, err := startFerryServer(ctx, "--serverless-idle", "60s")
 	if err != nil {
 		return fmt.Errorf("start ferry server: %w", err)
 	}
 	defer srv.end()
-	if err := measureDeployments(ctx, srv, clients, updates, colds); err != nil {
-		return fmt.Errorf("%w\nthe server's output ends:\n%s", err, srv.outputTail())
+	err = measureDeployments(ctx, srv, clients, updates, colds)
+	if err != nil && ctx.Err() == nil { // not when interrupted
+		err = fmt.Errorf("%w\nthe server's output ends:\n%s", err, srv.outputTail())
 	}
-	return nil
+	return err
 }
 
 func measureDeployments(ctx context.Context, srv *ferryServer, clients, updates, colds int) error {
@@ -192,11 +196,11 @@ func measureDeployments(ctx context.Context, srv *ferryServer, clients, updates,
 		return err
 	}
 	fmt.Printf("\nzero (min_instances 0, scale_to_zero_after 2 s) created to Succeeded: %v\n", time.Since(t0).Round(time.Millisecond))
-	viaDeployment, err := deploymentColdStarts(ctx, api, ep.ScoringURI, keys.PrimaryKey, colds)
+	serverDir, err := inferenceserver.Install(filepath.Join(srv.root, "app", "server"))
 	if err != nil {
 		return err
 	}
-	direct, err := directColdStarts(ctx, filepath.Join(srv.root, "app"), code, colds)
+	viaDeployment, direct, err := coldStarts(ctx, c, api, ep.ScoringURI, keys.PrimaryKey, serverDir, code, colds)
 	if err != nil {
 		return err
 	}
@@ -325,16 +329,25 @@ func (l *constantLoad) stop() loadCounts {
 	return l.counts()
 }
 
-// deploymentColdStarts waits, colds times, until zero has no replica,
-// then times its first request, held by the gateway while a replica
-// starts on the pool node, to the answer.
-func deploymentColdStarts(ctx context.Context, api *deployAPI, uri, key string, colds int) ([]time.Duration, error) {
+// coldStarts alternates, colds times, a cold start through zero and one
+// of its peer. Through zero: wait until it has no replica and a node of
+// its pool is idle (a warm environment), then time its first request,
+// which the gateway holds while a replica starts on the pool node, to the
+// answer; it says which replica answered and whether its node was up
+// before the request. The peer: the
+// same score.py under Ferry's inference server with the deployment's one
+// worker, started by the bench itself (serverDir), from the start of
+// python3 to its first answer.
+func coldStarts(ctx context.Context, c *client.Client, api *deployAPI, uri, key, serverDir, code string, colds int) (viaDeployment, direct []time.Duration, err error) {
 	noReplica := func(d *workspace.OnlineDeployment) bool { return len(d.Replicas) == 0 }
 	hc := &http.Client{Timeout: deploymentTimeout}
-	var took []time.Duration
 	for i := range colds {
-		if _, err := api.wait(ctx, "zero", "scaled to zero", noReplica); err != nil {
-			return nil, err
+		z, err := api.wait(ctx, "zero", "scaled to zero", noReplica)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := waitIdleNode(ctx, c, z.Compute); err != nil {
+			return nil, nil, err
 		}
 		t0 := time.Now()
 		status, body, err := post(ctx, hc, uri, key, "zero")
@@ -343,39 +356,79 @@ func deploymentColdStarts(ctx context.Context, api *deployAPI, uri, key string, 
 			err = fmt.Errorf("status %d: %s", status, body)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("cold start %d through the deployment: %w", i+1, err)
+			return nil, nil, fmt.Errorf("cold start %d through the deployment: %w", i+1, err)
 		}
-		fmt.Printf("  cold start %d through the deployment (zero replicas to the first answer): %v\n", i+1, d.Round(time.Millisecond))
-		took = append(took, d)
-	}
-	return took, nil
-}
+		where, err := replicaNode(ctx, c, api, t0)
+		if err != nil {
+			return nil, nil, err
+		}
 
-// directColdStarts is the peer: the same score.py under Ferry's inference
-// server, with the deployment's one worker, started by the bench itself,
-// timed from the start of python3 to its first answer.
-func directColdStarts(ctx context.Context, dir, code string, colds int) ([]time.Duration, error) {
-	serverDir, err := inferenceserver.Install(filepath.Join(dir, "server"))
-	if err != nil {
-		return nil, err
-	}
-	var took []time.Duration
-	for i := range colds {
-		t0 := time.Now()
+		t0 = time.Now()
 		r, err := startReplica(ctx, serverDir, code, 1)
 		if err != nil {
-			return nil, fmt.Errorf("start the inference server directly: %w", err)
+			return nil, nil, fmt.Errorf("start the inference server directly: %w", err)
 		}
 		_, err = request(http.DefaultClient, r.url+"/score", "")
-		d := time.Since(t0)
+		p := time.Since(t0)
 		r.stop()
 		if err != nil {
-			return nil, fmt.Errorf("cold start %d of the inference server: %w", i+1, err)
+			return nil, nil, fmt.Errorf("cold start %d of the inference server: %w", i+1, err)
 		}
-		fmt.Printf("  cold start %d of the inference server started directly: %v\n", i+1, d.Round(time.Millisecond))
-		took = append(took, d)
+		fmt.Printf("  cold start %d  through the deployment %-7v  inference server started directly %-7v %s\n",
+			i+1, d.Round(time.Millisecond), p.Round(time.Millisecond), where)
+		viaDeployment, direct = append(viaDeployment, d), append(direct, p)
 	}
-	return took, nil
+	return viaDeployment, direct, nil
+}
+
+// waitIdleNode waits until a node of compute is idle. (A replica's job
+// may hold its node a moment after the replica left its deployment.)
+func waitIdleNode(ctx context.Context, c *client.Client, compute string) error {
+	deadline := time.Now().Add(deploymentTimeout)
+	for {
+		nodes, err := c.ListNodes(ctx, compute)
+		if err != nil {
+			return fmt.Errorf("nodes of %s: %w", compute, err)
+		}
+		if slices.ContainsFunc(nodes, func(n *workspace.Node) bool { return n.State == workspace.NodeIdle }) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no node of %s idle after %v", compute, deploymentTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// replicaNode says which replica of zero runs and on which node, and
+// whether the node was up before t0.
+func replicaNode(ctx context.Context, c *client.Client, api *deployAPI, t0 time.Time) (string, error) {
+	d, err := api.get(ctx, "zero")
+	if err != nil {
+		return "", err
+	}
+	if len(d.Replicas) == 0 {
+		return "(its replica is already gone)", nil
+	}
+	job := d.Replicas[0].Job
+	nodes, err := c.ListNodes(ctx, d.Compute)
+	if err != nil {
+		return "", fmt.Errorf("nodes of %s: %w", d.Compute, err)
+	}
+	for _, n := range nodes {
+		if slices.Contains(n.Jobs, job) {
+			up := "up before the request"
+			if n.Created.After(t0) {
+				up = "started for it"
+			}
+			return fmt.Sprintf("(replica %s on node %s, %s)", job, n.Name, up), nil
+		}
+	}
+	return fmt.Sprintf("(replica %s, its node not found)", job), nil
 }
 
 func medianDuration(ds []time.Duration) time.Duration {

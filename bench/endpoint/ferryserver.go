@@ -53,7 +53,7 @@ func startFerryServer(ctx context.Context, args ...string) (*ferryServer, error)
 	}
 	if err := testutil.BuildFerry(bin); err != nil {
 		os.RemoveAll(root)
-		return nil, err
+		return nil, fmt.Errorf("%w (go run the bench from inside the repository)", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
