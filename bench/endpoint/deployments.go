@@ -334,10 +334,10 @@ func (l *constantLoad) stop() loadCounts {
 // its pool is idle (a warm environment), then time its first request,
 // which the gateway holds while a replica starts on the pool node, to the
 // answer; it says which replica answered and whether its node was up
-// before the request. The peer: the
-// same score.py under Ferry's inference server with the deployment's one
-// worker, started by the bench itself (serverDir), from the start of
-// python3 to its first answer.
+// before the request. The peer: the same score.py under Ferry's inference
+// server (installed in serverDir) with the deployment's one worker,
+// started by the bench itself, from the start of python3 to its first
+// answer.
 func coldStarts(ctx context.Context, c *client.Client, api *deployAPI, uri, key, serverDir, code string, colds int) (viaDeployment, direct []time.Duration, err error) {
 	noReplica := func(d *workspace.OnlineDeployment) bool { return len(d.Replicas) == 0 }
 	hc := &http.Client{Timeout: deploymentTimeout}

@@ -14,7 +14,7 @@
 // and a cold start from zero replicas with the pool node up, against the
 // same inference server started directly (deployments.go).
 //
-//	go run ./bench/endpoint [-n 3000] [-concurrency 4] [-workers 2] [-rounds 2]
+//	go run ./bench/endpoint [-n 3000] [-concurrency 4] [-workers 2] [-rounds 2] [-gateway]
 //	                        [-deployments] [-clients 4] [-updates 3] [-colds 3]
 //
 // Not a test: it asserts nothing and prints figures (bench/endpoint/README.md).
