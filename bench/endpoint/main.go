@@ -1,12 +1,21 @@
-// Command endpoint measures the online endpoint gateway against calling a
-// replica directly, in one run: the same trivial scoring script on the
-// same real replica (Ferry's inference server under python3), the same
-// concurrency, the two alternated. It prints the latency the gateway adds
-// at p50 and p99, the throughput ratio, and a cold start from zero (the
-// gateway holding the first request while a replica starts, with the
-// server and script already on disk: a warm environment).
+// Command endpoint measures online endpoints in two parts, in one run.
 //
-//	go run ./bench/endpoint [-n 3000] [-concurrency 4] [-workers 2] [-rounds 2]
+// The first measures the gateway against calling a replica directly: the
+// same trivial scoring script on the same real replica (Ferry's inference
+// server under python3), the same concurrency, the two alternated. It
+// prints the latency the gateway adds at p50 and p99, the throughput
+// ratio, and a cold start from zero (the gateway holding the first
+// request while a replica starts, with the server and script already on
+// disk: a warm environment).
+//
+// The second (-deployments) starts a real `ferry server` and measures
+// deployments through its API and gateway: the requests that fail while a
+// deployment of 2 replicas on pool nodes is updated under constant load,
+// and a cold start from zero replicas with the pool node up, against the
+// same inference server started directly (deployments.go).
+//
+//	go run ./bench/endpoint [-n 3000] [-concurrency 4] [-workers 2] [-rounds 2] [-gateway]
+//	                        [-deployments] [-clients 4] [-updates 3] [-colds 3]
 //
 // Not a test: it asserts nothing and prints figures (bench/endpoint/README.md).
 package main
@@ -20,10 +29,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
@@ -31,13 +42,15 @@ import (
 	"github.com/ferry-ml/ferry/internal/serving/probe"
 )
 
-const score = `import json
+// score answers with its input and the deployment's VERSION variable,
+// which says which generation of a deployment answered.
+const score = `import json, os
 
 def init():
     pass
 
 def run(raw_data):
-    return {"echo": json.loads(raw_data)["x"]}
+    return {"echo": json.loads(raw_data)["x"], "version": os.environ.get("VERSION", "")}
 `
 
 const key = "bench-key-0123456789"
@@ -47,9 +60,29 @@ func main() {
 	conc := flag.Int("concurrency", 4, "requests in flight at once")
 	workers := flag.Int("workers", 2, "worker processes of the replica (WORKER_COUNT)")
 	rounds := flag.Int("rounds", 2, "direct/gateway pairs, alternated")
+	gw := flag.Bool("gateway", true, "measure the gateway against a direct replica (the first part)")
+	deployments := flag.Bool("deployments", true, "measure real deployments on a ferry server (the second part)")
+	clients := flag.Int("clients", 4, "clients scoring without a pause during the rolling updates")
+	updates := flag.Int("updates", 3, "rolling updates under load")
+	colds := flag.Int("colds", 3, "cold starts from zero, through a deployment and directly")
 	flag.Parse()
-	if err := run(*n, *conc, *workers, *rounds); err != nil {
+	// An interrupted run still stops the server and replicas it started.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := func() error {
+		if *gw {
+			if err := run(ctx, *n, *conc, *workers, *rounds); err != nil {
+				return err
+			}
+		}
+		if *deployments {
+			return runDeployments(ctx, *clients, *updates, *colds)
+		}
+		return nil
+	}()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "endpoint:", err)
+		stop()
 		os.Exit(1)
 	}
 }
@@ -101,7 +134,7 @@ func startReplica(ctx context.Context, serverDir, codeDir string, workers int) (
 	return r, nil
 }
 
-func run(n, conc, workers, rounds int) error {
+func run(ctx context.Context, n, conc, workers, rounds int) error {
 	tmp, err := os.MkdirTemp("", "ferry-bench-endpoint-")
 	if err != nil {
 		return err
@@ -118,7 +151,6 @@ func run(n, conc, workers, rounds int) error {
 	if err := os.WriteFile(filepath.Join(code, "score.py"), []byte(score), 0o644); err != nil {
 		return err
 	}
-	ctx := context.Background()
 	r, err := startReplica(ctx, serverDir, code, workers)
 	if err != nil {
 		return fmt.Errorf("start the replica: %w", err)
@@ -270,25 +302,36 @@ func cmpErr(a, b error) error {
 
 // request scores once and checks the answer.
 func request(c *http.Client, url, key string) (string, error) {
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"x": 7}`))
+	status, b, err := post(context.Background(), c, url, key, "")
 	if err != nil {
 		return "", err
+	}
+	if status != http.StatusOK || !strings.Contains(string(b), `"echo": 7`) && !strings.Contains(string(b), `"echo":7`) {
+		return "", fmt.Errorf("status %d: %s", status, b)
+	}
+	return string(b), nil
+}
+
+// post sends one scoring request with key ("" for none) and deployment
+// in the azureml-model-deployment header ("" for none), and returns the
+// answer's status and body.
+func post(ctx context.Context, c *http.Client, url, key, deployment string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"x": 7}`))
+	if err != nil {
+		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
+	if deployment != "" {
+		req.Header.Set("azureml-model-deployment", deployment)
+	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return "", err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"echo": 7`) && !strings.Contains(string(b), `"echo":7`) {
-		return "", fmt.Errorf("status %d: %s", resp.StatusCode, b)
-	}
-	return string(b), nil
+	return resp.StatusCode, b, err
 }
