@@ -250,7 +250,7 @@ func TestOnlineDeploymentUpdate(t *testing.T) {
 
 def init():
     global greeting
-    with open(os.path.join(os.environ["AZUREML_MODEL_DIR"], "greeting.txt")) as f:
+    with open(os.path.join(os.environ["AZUREML_MODEL_DIR"], "model", "greeting.txt")) as f:
         greeting = f.read().strip()
 
 def run(raw_data):

@@ -44,7 +44,9 @@ const scoreScript = `import json, os, time
 
 def init():
     global model
-    with open(os.path.join(os.environ["AZUREML_MODEL_DIR"], "weights.json")) as f:
+    # As on Azure: a model registered as a folder is in AZUREML_MODEL_DIR
+    # under its folder's name, one that is a file by its file's name.
+    with open(os.path.join(os.environ["AZUREML_MODEL_DIR"], os.environ.get("MODEL_FILE", "model/weights.json"))) as f:
         model = json.load(f)
     if os.environ.get("FAIL_INIT"):
         raise RuntimeError("init failed on purpose: " + os.environ["FAIL_INIT"])
@@ -157,7 +159,7 @@ func scoreBody(t *testing.T, uri, key, deployment, body string) (int, string) {
 // scoringApp writes a deployment's code and model folders.
 func scoringApp(t *testing.T) (code, model string) {
 	t.Helper()
-	code, model = t.TempDir(), t.TempDir()
+	code, model = t.TempDir(), filepath.Join(t.TempDir(), "model")
 	writeFiles(t, code, map[string]string{"score.py": scoreScript})
 	writeFiles(t, model, map[string]string{"weights.json": `{"name": "iris-v1"}`})
 	return code, model
@@ -169,7 +171,9 @@ func scoringApp(t *testing.T) (code, model string) {
 // the gateway with the endpoint's key, and a failing init() makes a
 // deployment Failed with the traceback as its reason.
 func TestOnlineDeploymentLocal(t *testing.T) {
-	s := startServer(t)
+	// Three replicas at once here, each holding one of the local
+	// target's slots while it runs.
+	s := startServer(t, "--local-capacity", "4")
 	uri, key := s.endpointKey("local-ep")
 	code, model := scoringApp(t)
 	up := map[string]string{"code_snapshot": s.uploadDir(code), "model_snapshot": s.uploadDir(model)}
@@ -191,6 +195,24 @@ func TestOnlineDeploymentLocal(t *testing.T) {
 	}
 	if c, _ := scoreBody(t, uri, "wrong", "", `{}`); c != 401 {
 		t.Errorf("a wrong key: %d, want 401", c)
+	}
+
+	// A registered model that is a file, by reference: in
+	// AZUREML_MODEL_DIR by its file's name.
+	mdir := t.TempDir()
+	writeFiles(t, mdir, map[string]string{"weights.json": `{"name": "iris-file"}`, "model.yml": "name: iris-file\npath: weights.json\n"})
+	s.mustFerry("model", "create", "-f", filepath.Join(mdir, "model.yml"))
+	green := map[string]any{"name": "green", "endpoint_name": "local-ep", "model": "azureml:iris-file@latest",
+		"code_configuration":    map[string]any{"code": "code", "scoring_script": "score.py"},
+		"environment_variables": map[string]string{"VERSION": "v1", "MODEL_FILE": "weights.json"}}
+	if c, body := s.deploy("POST", "local-ep", green, map[string]string{"code_snapshot": up["code_snapshot"]}, true); c != 200 {
+		t.Fatalf("create green: %d %s", c, body)
+	}
+	if g := s.waitDeployment("local-ep", "green", "Succeeded", "Failed"); g.ProvisioningState != "Succeeded" {
+		t.Fatalf("green: %+v", g)
+	}
+	if c, body := scoreBody(t, uri, key, "green", `{}`); c != 200 || !strings.Contains(body, `"iris-file"`) {
+		t.Fatalf("green, with the registered model: %d %s", c, body)
 	}
 
 	// init() failing: Failed, with the traceback.

@@ -709,12 +709,20 @@ func (s *Service) replicaFailure(j store.Job) string {
 // (the job's input ferry_inference_server) serving the scoring script on
 // the node's address (MASTER_ADDR, which a pool node's assignment gives;
 // 127.0.0.1 on the local target) and a port of its choosing, which its
-// first status line says.
-func replicaCommand(d *spec.OnlineDeployment, hasModel bool) string {
+// first status line says. AZUREML_MODEL_DIR is the model input (a model
+// that is a file is in it by its name) or, for a model that is a folder,
+// a folder holding it under its name, as on Azure.
+func replicaCommand(d *spec.OnlineDeployment, hasModel bool, modelFolder string) string {
 	q := shellQuote
 	var b strings.Builder
+	if hasModel && modelFolder != "" {
+		b.WriteString(`mkdir -p .azureml-models && ln -sfn "${{inputs.model}}" .azureml-models/` + q(modelFolder) + " && ")
+	}
 	b.WriteString("export AZUREML_ENTRY_SCRIPT=" + q(d.CodeConfiguration.ScoringScript) + ` AML_APP_ROOT="$PWD"`)
-	if hasModel {
+	switch {
+	case hasModel && modelFolder != "":
+		b.WriteString(` AZUREML_MODEL_DIR="$PWD/.azureml-models"`)
+	case hasModel:
 		b.WriteString(` AZUREML_MODEL_DIR="${{inputs.model}}"`)
 	}
 	if _, ok := d.EnvironmentVariables["WORKER_COUNT"]; !ok {
@@ -743,7 +751,7 @@ func (s *Service) submitReplica(ctx context.Context, rec store.Deployment, doc *
 		Description:          "a replica of online deployment " + rec.Name + " of endpoint " + rec.Endpoint,
 		Tags:                 map[string]string{"ferry.endpoint": rec.Endpoint, "ferry.deployment": rec.Name, "ferry.generation": strconv.Itoa(r.Generation)},
 		Code:                 d.CodeConfiguration.Code,
-		Command:              replicaCommand(d, doc.ModelSnapshot != ""),
+		Command:              replicaCommand(d, doc.ModelSnapshot != "", doc.ModelFolder),
 		Environment:          d.Environment,
 		EnvironmentVariables: d.EnvironmentVariables,
 		Inputs: map[string]spec.Input{

@@ -105,6 +105,11 @@ type deploymentDoc struct {
 	Compute string `json:"compute"`
 	Local   bool   `json:"local,omitempty"`
 	ModelID string `json:"model_id,omitempty"`
+	// ModelFolder is the name of a model registered (or given inline) as
+	// a folder: AZUREML_MODEL_DIR holds the folder under it, as Azure's
+	// does; empty for a model that is a file, which is there by its own
+	// name.
+	ModelFolder string `json:"model_folder,omitempty"`
 	DeploymentUploads
 	// Generation counts the deployment's specs: an update that changes
 	// what replicas run makes a new generation, rolled out beside the old.
@@ -178,7 +183,8 @@ func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeploymen
 	if err := s.requireSnapshot(up.CodeSnapshot, "code_configuration.code"); err != nil {
 		return err
 	}
-	doc.ModelID = ""
+	doc.ModelID, doc.ModelFolder = "", ""
+	var modelName string
 	switch m := d.Model; {
 	case m == nil:
 		if up.ModelSnapshot != "" {
@@ -197,13 +203,23 @@ func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeploymen
 			return Invalid("model: %s is archived", model.ID)
 		}
 		up.ModelSnapshot = model.Snapshot
-		doc.ModelID = model.ID
+		doc.ModelID, modelName = model.ID, model.PathName
 	default:
 		if up.ModelSnapshot == "" {
 			return Invalid("model.path: %q was not uploaded with the deployment (ferry online-deployment create uploads it)", m.Path)
 		}
 		if err := s.requireSnapshot(up.ModelSnapshot, "model.path"); err != nil {
 			return err
+		}
+		modelName = modelPathName(m.Path)
+	}
+	if up.ModelSnapshot != "" && modelName != "" {
+		m, err := s.readSnapshot(up.ModelSnapshot)
+		if err != nil {
+			return err
+		}
+		if len(m.Files) != 1 || m.Files[0].Path != modelName {
+			doc.ModelFolder = modelName
 		}
 	}
 	if _, err := s.resolveEnvironment(ctx, d.Environment, up.EnvironmentSnapshot); err != nil {

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,15 +31,20 @@ type Model struct {
 	Tags        map[string]string `json:"tags,omitempty"`
 	Properties  map[string]string `json:"properties,omitempty"`
 	Snapshot    string            `json:"snapshot"`
-	Hash        string            `json:"hash"`
-	Archived    bool              `json:"archived,omitempty"`
-	Created     time.Time         `json:"created"`
+	// PathName is the name of the file or folder registered: a
+	// deployment's AZUREML_MODEL_DIR holds the model under it, as
+	// Azure's does.
+	PathName string    `json:"path_name,omitempty"`
+	Hash     string    `json:"hash"`
+	Archived bool      `json:"archived,omitempty"`
+	Created  time.Time `json:"created"`
 }
 
 // modelSpec is what the store keeps of a model file beside its columns.
 type modelSpec struct {
 	Tags       map[string]string `json:"tags,omitempty"`
 	Properties map[string]string `json:"properties,omitempty"`
+	PathName   string            `json:"path_name,omitempty"`
 }
 
 func modelView(rec store.Model) (*Model, error) {
@@ -49,7 +56,7 @@ func modelView(rec store.Model) (*Model, error) {
 	}
 	return &Model{ID: "azureml:" + rec.Name + ":" + rec.Version, Name: rec.Name, Version: rec.Version,
 		Type: rec.Type, Description: rec.Description, Tags: ms.Tags, Properties: ms.Properties,
-		Snapshot: rec.Snapshot, Hash: rec.Hash, Archived: rec.Archived, Created: rec.Created}, nil
+		Snapshot: rec.Snapshot, PathName: ms.PathName, Hash: rec.Hash, Archived: rec.Archived, Created: rec.Created}, nil
 }
 
 // modelHash is a version's identity: its files, its type and its
@@ -115,7 +122,7 @@ func (s *Service) CreateModel(ctx context.Context, who auth.Principal, f *spec.M
 		}
 		return nil, Conflict("model %s:%s is registered with other content (files, type or properties), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, nextModelVersion(versions))
 	}
-	raw, err := json.Marshal(modelSpec{Tags: f.Tags, Properties: f.Properties})
+	raw, err := json.Marshal(modelSpec{Tags: f.Tags, Properties: f.Properties, PathName: modelPathName(f.Path)})
 	if err != nil {
 		return nil, err
 	}
@@ -268,4 +275,14 @@ func (s *Service) unknownModel(ctx context.Context, name, version string) error 
 		msg += fmt.Sprintf("; did you mean %s?", close)
 	}
 	return NotFound("%s (registered: %s)", msg, strings.Join(names, ", "))
+}
+
+// modelPathName is the name of the file or folder a model's path names
+// ("model" for ../model-1/model/); "" when it names none.
+func modelPathName(p string) string {
+	name := path.Base(path.Clean(filepath.ToSlash(p)))
+	if name == "." || name == "/" || name == ".." {
+		return ""
+	}
+	return name
 }
