@@ -196,6 +196,9 @@ func TestOnlineDeploymentLocal(t *testing.T) {
 	if c, _ := scoreBody(t, uri, "wrong", "", `{}`); c != 401 {
 		t.Errorf("a wrong key: %d, want 401", c)
 	}
+	if c, _ := score(t, uri, ""); c != 401 {
+		t.Errorf("no key: %d, want 401", c)
+	}
 
 	// A registered model that is a file, by reference: in
 	// AZUREML_MODEL_DIR by its file's name.
@@ -547,6 +550,35 @@ func TestOnlineDeploymentLimitsAndScaleToZero(t *testing.T) {
 	t.Logf("cold start from zero (pool node up): %v", time.Since(start).Round(time.Millisecond))
 	waitReplicas(1)
 	waitReplicas(0)
+
+	// Autoscale: one replica at a time each, busy from three clients at
+	// once, scales to max_instances 3.
+	auto := base("auto")
+	auto["request_settings"] = map[string]any{"max_concurrent_requests_per_instance": 1, "max_queue_wait_ms": 2000}
+	auto["scale_settings"] = map[string]any{"type": "target_utilization", "min_instances": 1, "max_instances": 3, "polling_interval": 1, "target_utilization_percentage": 70}
+	if c, body := s.deploy("POST", "limits-ep", auto, up, false); c != 200 {
+		t.Fatalf("create auto: %d %s", c, body)
+	}
+	s.waitDeployment("limits-ep", "auto", "Succeeded")
+	s.mustFerry("online-endpoint", "update", "limits-ep", "--traffic", "auto=100")
+	res := &loadResult{codes: map[int]int{}, versions: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var busy sync.WaitGroup
+	for range 3 {
+		busy.Go(func() {
+			for ctx.Err() == nil {
+				res.add(scoreBody(t, uri, key, "", `{"sleep": 0.3}`))
+			}
+		})
+	}
+	s.waitReady("limits-ep", "auto", 3)
+	cancel()
+	busy.Wait()
+	autoCodes, _, _ := res.snapshot()
+	if autoCodes[200] == 0 {
+		t.Errorf("autoscaled deployment under load: %v", autoCodes)
+	}
+	t.Logf("autoscale 1 → 3 under 3 clients: answers %v", autoCodes)
 
 	// kill -9 of the server: slow's replica is found again.
 	before := s.waitReady("limits-ep", "slow", 1).Replicas[0].Job

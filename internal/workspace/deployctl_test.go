@@ -1,0 +1,167 @@
+package workspace
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/spec"
+)
+
+// loadRouter is a router whose load the test sets.
+type loadRouter struct {
+	routerLog
+	load map[string]DeploymentLoad
+}
+
+func (r *loadRouter) Load(string) map[string]DeploymentLoad { return r.load }
+
+func autoscaled(t *testing.T, yaml string) *deploymentDoc {
+	t.Helper()
+	d, err := spec.ParseOnlineDeployment([]byte("name: auto\nendpoint_name: ep-one\ncode_configuration: {code: src, scoring_script: score.py}\n"+yaml), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &deploymentDoc{Spec: d, Generation: 1}
+}
+
+// Autoscale's arithmetic: up at once to what the requests in flight and
+// waiting need (bounded by max_instances), down only after
+// scaleDownDelay below the target, never under min_instances; to zero
+// after scale_to_zero_after without a request when min_instances is 0,
+// and back to one while a cold start waits.
+func TestWantReplicas(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0
+	r := &loadRouter{load: map[string]DeploymentLoad{}}
+	s := &Service{cfg: Config{Router: r}, deployCtl: newDeployCtl(t0), now: func() time.Time { return now }}
+	want := func(doc *deploymentDoc, set *replicaSet) int { return s.wantReplicas("ep-one/auto", doc, set, now) }
+
+	fixed := autoscaled(t, "instance_count: 3\n")
+	if got := want(fixed, &replicaSet{}); got != 3 {
+		t.Errorf("scale_settings default: %d, want instance_count 3", got)
+	}
+
+	doc := autoscaled(t, "request_settings: {max_concurrent_requests_per_instance: 1}\nscale_settings: {type: target_utilization, min_instances: 1, max_instances: 3, polling_interval: 1, target_utilization_percentage: 70}\n")
+	set := &replicaSet{}
+	if got := want(doc, set); got != 1 {
+		t.Fatalf("at first: %d, want min_instances 1", got)
+	}
+	// Two requests in flight and one waiting: 3 / 0.7 → 5, bounded by 3;
+	// not before the polling interval.
+	r.load["auto"] = DeploymentLoad{InFlight: 2, Waiting: 1, LastRequest: now}
+	if got := want(doc, set); got != 1 {
+		t.Errorf("busy within the polling interval: %d, want still 1", got)
+	}
+	now = now.Add(time.Second)
+	if got := want(doc, set); got != 3 || set.Target == nil || *set.Target != 3 {
+		t.Errorf("busy after the polling interval: %d (target %v), want max_instances 3", got, set.Target)
+	}
+	// Idle: the target stays until scaleDownDelay has passed.
+	r.load["auto"] = DeploymentLoad{LastRequest: now}
+	now = now.Add(time.Second)
+	if got := want(doc, set); got != 3 {
+		t.Errorf("idle at once: %d, want 3 kept", got)
+	}
+	now = now.Add(scaleDownDelay)
+	if got := want(doc, set); got != 1 {
+		t.Errorf("idle past the delay: %d, want min_instances 1", got)
+	}
+	// A burst seen between polls counts: the peak, not the last sample.
+	r.load["auto"] = DeploymentLoad{InFlight: 2, LastRequest: now}
+	want(doc, set)
+	r.load["auto"] = DeploymentLoad{LastRequest: now}
+	now = now.Add(time.Second)
+	if got := want(doc, set); got != 3 {
+		t.Errorf("after a burst of 2 between polls: %d, want ceil(2/0.7) = 3", got)
+	}
+
+	zero := autoscaled(t, "scale_settings: {type: target_utilization, min_instances: 0, max_instances: 2, scale_to_zero_after: 5}\n")
+	zset := &replicaSet{}
+	r.load["auto"] = DeploymentLoad{LastRequest: now}
+	if got := want(zero, zset); got != 1 {
+		t.Errorf("min_instances 0, just used: %d, want 1", got)
+	}
+	now = now.Add(5 * time.Second)
+	if got := want(zero, zset); got != 0 {
+		t.Errorf("min_instances 0, idle for scale_to_zero_after: %d, want 0", got)
+	}
+	s.deployCtl.demand["ep-one/auto"] = now // a cold start asks
+	if got := want(zero, zset); got != 1 {
+		t.Errorf("a cold start waiting: %d, want 1", got)
+	}
+	delete(s.deployCtl.demand, "ep-one/auto")
+	r.load["auto"] = DeploymentLoad{Waiting: 1, LastRequest: now.Add(-time.Hour)}
+	if got := want(zero, zset); got != 1 {
+		t.Errorf("a request waiting: %d, want 1", got)
+	}
+}
+
+// What a replica runs: Ferry's inference server on the node's address,
+// the script quoted for the shell, AZUREML_MODEL_DIR laid out as Azure
+// lays it out, and WORKER_COUNT 1 unless the deployment sets it.
+func TestReplicaCommand(t *testing.T) {
+	d := autoscaled(t, "").Spec
+	d.CodeConfiguration.ScoringScript = "my score's.py"
+	cases := []struct {
+		name        string
+		hasModel    bool
+		folder      string
+		env         map[string]string
+		want, avoid []string
+	}{
+		{"no model", false, "", nil,
+			[]string{`"${{inputs.ferry_inference_server}}/inference_server.py"`, `--script 'my score'\''s.py'`, `--host "${MASTER_ADDR:-127.0.0.1}" --port 0`, "WORKER_COUNT=1"},
+			[]string{"AZUREML_MODEL_DIR"}},
+		{"a model that is a file", true, "", nil, []string{`AZUREML_MODEL_DIR="${{inputs.model}}"`}, []string{".azureml-models"}},
+		{"a model that is a folder", true, "model", map[string]string{"WORKER_COUNT": "2"},
+			[]string{`ln -sfn "${{inputs.model}}" .azureml-models/'model'`, `AZUREML_MODEL_DIR="$PWD/.azureml-models"`},
+			[]string{"WORKER_COUNT=1"}},
+	}
+	for _, c := range cases {
+		d.EnvironmentVariables = c.env
+		got := replicaCommand(d, c.hasModel, c.folder)
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %s\nlacks %s", c.name, got, w)
+			}
+		}
+		for _, a := range c.avoid {
+			if strings.Contains(got, a) {
+				t.Errorf("%s: %s\nhas %s", c.name, got, a)
+			}
+		}
+	}
+}
+
+// An update that changes what a replica runs is a new generation; one of
+// the count, scale settings, description or tags alone is not.
+func TestRollingChange(t *testing.T) {
+	base := func() *deploymentDoc {
+		doc := autoscaled(t, "instance_count: 2\nenvironment_variables: {V: a}\n")
+		doc.CodeSnapshot = "c1"
+		return doc
+	}
+	for name, change := range map[string]func(*deploymentDoc){
+		"instance_count": func(d *deploymentDoc) { d.Spec.InstanceCount = 5 },
+		"description":    func(d *deploymentDoc) { d.Spec.Description = "new" },
+		"tags":           func(d *deploymentDoc) { d.Spec.Tags = map[string]string{"a": "b"} },
+	} {
+		next := base()
+		change(next)
+		if rollingChange(base(), next) {
+			t.Errorf("%s alone made a new generation", name)
+		}
+	}
+	for name, change := range map[string]func(*deploymentDoc){
+		"an environment variable": func(d *deploymentDoc) { d.Spec.EnvironmentVariables["V"] = "b" },
+		"the code":                func(d *deploymentDoc) { d.CodeSnapshot = "c2" },
+		"the model":               func(d *deploymentDoc) { d.ModelSnapshot = "m2" },
+	} {
+		next := base()
+		change(next)
+		if !rollingChange(base(), next) {
+			t.Errorf("%s made no new generation", name)
+		}
+	}
+}
