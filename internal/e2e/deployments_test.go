@@ -476,6 +476,22 @@ func TestOnlineDeploymentOnPoolNodes(t *testing.T) {
 	if shown.Stats.Requests <= 115 {
 		t.Errorf("green's requests with a 50%% mirror of 40: %d; want more than 115", shown.Stats.Requests)
 	}
+
+	// Deleting the endpoint takes its deployments with it: every
+	// replica's job is cancelled.
+	var jobs []string
+	for _, name := range []string{"blue", "green"} {
+		for _, r := range s.deployment("pool-ep", name).Replicas {
+			jobs = append(jobs, r.Job)
+		}
+	}
+	s.mustFerry("online-endpoint", "delete", "-n", "pool-ep", "--yes")
+	for _, j := range jobs {
+		s.waitStatus(j, "Canceled")
+	}
+	if c, _ := s.call("GET", "/v1/online-endpoints/pool-ep/deployments", s.token, nil); c != http.StatusNotFound {
+		t.Errorf("the deployments of a deleted endpoint: %d, want 404", c)
+	}
 }
 
 // The request settings and scale to zero, on pool nodes: a request past
