@@ -165,6 +165,17 @@ func scoringApp(t *testing.T) (code, model string) {
 	return code, model
 }
 
+// deploymentSpec is a deployment of the scoringApp's code and model
+// answering with version, with extra fields added.
+func deploymentSpec(name, endpoint, version string, extra map[string]any) map[string]any {
+	d := map[string]any{"name": name, "endpoint_name": endpoint,
+		"model":                 map[string]any{"path": "model"},
+		"code_configuration":    map[string]any{"code": "code", "scoring_script": "score.py"},
+		"environment_variables": map[string]string{"VERSION": version}}
+	maps.Copy(d, extra)
+	return d
+}
+
 // A deployment on this machine (--local): its replica is Ferry's
 // inference server running the scoring script as a job of the local
 // target; it becomes Succeeded once the replica answers, scores through
@@ -177,10 +188,7 @@ func TestOnlineDeploymentLocal(t *testing.T) {
 	uri, key := s.endpointKey("local-ep")
 	code, model := scoringApp(t)
 	up := map[string]string{"code_snapshot": s.uploadDir(code), "model_snapshot": s.uploadDir(model)}
-	spec := map[string]any{"name": "blue", "endpoint_name": "local-ep",
-		"model":              map[string]any{"path": "model"},
-		"code_configuration": map[string]any{"code": "code", "scoring_script": "score.py"},
-		"environment_variables": map[string]string{"VERSION": "v1"}}
+	spec := deploymentSpec("blue", "local-ep", "v1", nil)
 	if c, body := s.deploy("POST", "local-ep", spec, up, true); c != 200 {
 		t.Fatalf("create: %d %s", c, body)
 	}
@@ -364,11 +372,8 @@ func TestOnlineDeploymentOnPoolNodes(t *testing.T) {
 	uri, key := s.endpointKey("pool-ep")
 	code, model := scoringApp(t)
 	up := map[string]string{"code_snapshot": s.uploadDir(code), "model_snapshot": s.uploadDir(model)}
-	blue := map[string]any{"name": "blue", "endpoint_name": "pool-ep", "instance_type": "Standard_DS1_v2", "instance_count": 2,
-		"model":              map[string]any{"path": "model"},
-		"code_configuration": map[string]any{"code": "code", "scoring_script": "score.py"},
-		"environment_variables": map[string]string{"VERSION": "v1"},
-		"request_settings":      map[string]any{"max_concurrent_requests_per_instance": 4}}
+	blue := deploymentSpec("blue", "pool-ep", "v1", map[string]any{"instance_type": "Standard_DS1_v2", "instance_count": 2,
+		"request_settings": map[string]any{"max_concurrent_requests_per_instance": 4}})
 	if c, body := s.deploy("POST", "pool-ep", blue, up, false); c != 200 {
 		t.Fatalf("create: %d %s", c, body)
 	}
@@ -506,10 +511,7 @@ func TestOnlineDeploymentLimitsAndScaleToZero(t *testing.T) {
 	code, model := scoringApp(t)
 	up := map[string]string{"code_snapshot": s.uploadDir(code), "model_snapshot": s.uploadDir(model)}
 	base := func(name string) map[string]any {
-		return map[string]any{"name": name, "endpoint_name": "limits-ep", "instance_type": "Standard_DS1_v2",
-			"model":              map[string]any{"path": "model"},
-			"code_configuration": map[string]any{"code": "code", "scoring_script": "score.py"},
-			"environment_variables": map[string]string{"VERSION": name}}
+		return deploymentSpec(name, "limits-ep", name, map[string]any{"instance_type": "Standard_DS1_v2"})
 	}
 	slow := base("slow")
 	slow["request_settings"] = map[string]any{"request_timeout_ms": 1000, "max_concurrent_requests_per_instance": 1, "max_queue_wait_ms": 100}
@@ -617,11 +619,7 @@ func TestOnlineDeploymentInImage(t *testing.T) {
 	uri, key := s.endpointKey("image-ep")
 	code, model := scoringApp(t)
 	up := map[string]string{"code_snapshot": s.uploadDir(code), "model_snapshot": s.uploadDir(model)}
-	d := map[string]any{"name": "boxed", "endpoint_name": "image-ep",
-		"model":              map[string]any{"path": "model"},
-		"code_configuration": map[string]any{"code": "code", "scoring_script": "score.py"},
-		"environment":        map[string]any{"image": testutil.BaseImage},
-		"environment_variables": map[string]string{"VERSION": "in-image"}}
+	d := deploymentSpec("boxed", "image-ep", "in-image", map[string]any{"environment": map[string]any{"image": testutil.BaseImage}})
 	if c, body := s.deploy("POST", "image-ep", d, up, true); c != 200 {
 		t.Fatalf("create: %d %s", c, body)
 	}

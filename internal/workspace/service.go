@@ -99,8 +99,8 @@ type Config struct {
 	// live and ready (GET / answers 200): nil when it is. The server gives
 	// the HTTP one; nil takes a replica as ready once it listens.
 	ProbeReplica func(ctx context.Context, baseURL string) error
-	Now    func() time.Time // clock; nil means time.Now
-	Log    *slog.Logger
+	Now          func() time.Time // clock; nil means time.Now
+	Log          *slog.Logger
 }
 
 // Service is the workspace. It is safe for concurrent use.
