@@ -400,7 +400,13 @@ func TestOnlineDeploymentOnPoolNodes(t *testing.T) {
 	res := stop()
 	codes, versions, failures := res.snapshot()
 	if len(codes) != 1 || codes[200] == 0 || versions["v1"] == 0 || versions["v2"] == 0 {
-		t.Errorf("rolling update under load: answers %v, versions %v, failures %v", codes, versions, failures)
+		var timedOut []string // the gateway logs which replica did not answer
+		for line := range strings.Lines(s.output.String()) {
+			if strings.Contains(line, "timed out") || strings.Contains(line, "request failed") {
+				timedOut = append(timedOut, line)
+			}
+		}
+		t.Errorf("rolling update under load: answers %v, versions %v, failures %v; gateway: %v", codes, versions, failures, timedOut)
 	}
 	t.Logf("rolling update under load: %v answers, versions %v", codes, versions)
 	for i := range 20 {

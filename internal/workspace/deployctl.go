@@ -81,6 +81,9 @@ type deployCtl struct {
 	ended   map[string][]string        // "endpoint/deployment" → replica jobs ended lately
 	demand  map[string]time.Time       // cold starts asked, by "endpoint/deployment"
 	waiters map[string][]chan struct{} // cold starts waiting for a ready replica
+	// routedAny says, by "endpoint/deployment", whether the router was
+	// last given at least one replica of it (release keeps it).
+	routedAny map[string]bool
 	routed  map[string]string          // endpoint → what was last routed
 	scale   map[string]*scaleState
 }
@@ -113,7 +116,7 @@ type replicaLive struct {
 
 func newDeployCtl(now time.Time) *deployCtl {
 	return &deployCtl{started: now, reps: map[string]*replicaLive{}, ended: map[string][]string{},
-		demand: map[string]time.Time{}, waiters: map[string][]chan struct{}{}, routed: map[string]string{},
+		demand: map[string]time.Time{}, waiters: map[string][]chan struct{}{}, routed: map[string]string{}, routedAny: map[string]bool{},
 		scale: map[string]*scaleState{}}
 }
 
@@ -201,6 +204,12 @@ func (s *Service) ColdStart(ctx context.Context, endpoint, deployment string) er
 	c := s.deployCtl
 	c.mu.Lock()
 	c.demand[key] = s.now()
+	if c.routedAny[key] {
+		// Routed with a replica since the gateway looked: a waiter
+		// registered now would wait for the next change instead.
+		c.mu.Unlock()
+		return nil
+	}
 	c.waiters[key] = append(c.waiters[key], ch)
 	c.mu.Unlock()
 	s.kickDeployments()
@@ -840,6 +849,7 @@ func (c *deployCtl) release(endpoint string, deps map[string]RoutedDeployment) {
 	defer c.mu.Unlock()
 	for name, d := range deps {
 		key := endpoint + "/" + name
+		c.routedAny[key] = len(d.Replicas) > 0
 		if len(d.Replicas) == 0 {
 			continue
 		}

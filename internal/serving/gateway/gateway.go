@@ -412,7 +412,7 @@ func (g *Gateway) score(w http.ResponseWriter, r *http.Request, e *endpointState
 	}
 	if !acquired {
 		if ctx.Err() != nil {
-			return writeError(w, fail(http.StatusRequestTimeout, "deployment %s did not answer within %v", d.Name, d.timeout()))
+			return writeError(w, fail(http.StatusRequestTimeout, "deployment %s did not answer within %v: no replica was free the whole time", d.Name, d.timeout()))
 		}
 		return writeError(w, fail(http.StatusTooManyRequests, "deployment %s is at max_concurrent_requests_per_instance (%d) on every replica, and no slot freed within max_queue_wait_ms (%v)", d.Name, d.MaxConcurrent, d.queueWait()))
 	}
@@ -437,6 +437,7 @@ func (g *Gateway) score(w http.ResponseWriter, r *http.Request, e *endpointState
 			continue
 		}
 		if ctx.Err() != nil && r.Context().Err() == nil {
+			g.log.Warn("scoring request timed out", "endpoint", e.Name, "deployment", d.Name, "replica", replica, "timeout", d.timeout())
 			return writeError(w, fail(http.StatusRequestTimeout, "deployment %s did not answer within %v", d.Name, d.timeout()))
 		}
 		g.log.Warn("scoring request failed", "endpoint", e.Name, "deployment", d.Name, "replica", replica, "err", err)
