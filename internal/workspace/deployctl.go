@@ -151,7 +151,7 @@ func (c *deployCtl) endedJobs(endpoint, name string) []string {
 }
 
 func (c *deployCtl) replicaView(ctx context.Context, s *Service, r replicaRec) DeploymentReplica {
-	v := DeploymentReplica{Job: r.Job, Generation: r.Generation, State: "Starting"}
+	v := DeploymentReplica{Job: r.Job, Generation: r.Generation, State: ReplicaPreparing}
 	if j, err := s.st.GetJob(ctx, r.Job); err == nil {
 		v.JobStatus = j.Status
 		if j.Status == StatusQueued || j.Status == StatusPreparing {
@@ -166,11 +166,11 @@ func (c *deployCtl) replicaView(ctx context.Context, s *Service, r replicaRec) D
 		v.Address = l.address
 		switch {
 		case !l.draining.IsZero():
-			v.State = "Draining"
+			v.State = ReplicaDraining
 		case l.ready:
-			v.State = "Ready"
+			v.State = ReplicaReady
 		case l.everUp:
-			v.State = "Unready"
+			v.State = ReplicaNotReady
 		}
 	}
 	return v

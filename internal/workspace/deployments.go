@@ -67,15 +67,27 @@ type OnlineDeployment struct {
 	Updated  time.Time           `json:"updated"`
 }
 
+// The states of a replica.
+const (
+	// ReplicaPreparing: its job is queued or preparing, or its server
+	// has not answered yet.
+	ReplicaPreparing = "Preparing"
+	// ReplicaReady: it takes requests.
+	ReplicaReady = "Ready"
+	// ReplicaNotReady: it was ready, and its readiness probe now fails;
+	// it takes no requests until it passes again.
+	ReplicaNotReady = "NotReady"
+	// ReplicaDraining: it takes no new requests, finishes those it has,
+	// then stops (scaled down, replaced by an update, or deleted).
+	ReplicaDraining = "Draining"
+)
+
 // DeploymentReplica is one replica: its job and where it stands.
 type DeploymentReplica struct {
 	Job        string `json:"job"`
 	Generation int    `json:"generation"`
-	// State is Starting (its job is queued or its server not yet
-	// ready), Ready (it takes requests), Unready (its readiness probe
-	// fails), or Draining (it finishes its requests, then stops).
-	State   string `json:"state"`
-	Address string `json:"address,omitempty"`
+	State      string `json:"state"` // Replica*
+	Address    string `json:"address,omitempty"`
 	// JobStatus is its job's status and, while it waits, why.
 	JobStatus string `json:"job_status"`
 	Reason    string `json:"reason,omitempty"`
