@@ -84,8 +84,8 @@ type deployCtl struct {
 	// routedAny says, by "endpoint/deployment", whether the router was
 	// last given at least one replica of it (release keeps it).
 	routedAny map[string]bool
-	routed  map[string]string          // endpoint → what was last routed
-	scale   map[string]*scaleState
+	routed    map[string]string // endpoint → what was last routed
+	scale     map[string]*scaleState
 }
 
 type scaleState struct {
@@ -436,7 +436,7 @@ func (s *Service) reconcileDeployment(ctx context.Context, endpoint, name string
 	// 3. How many it wants, and of which generation.
 	want := 0
 	if !deleting && rec.State != DeploymentFailed {
-		want = s.wantReplicas(key, doc, set, now)
+		want = s.wantReplicas(key, doc, set, rec.Updated, now)
 	}
 	var cur, old []replicaRec
 	oldLeft := 0 // replicas of older generations, draining ones too
@@ -520,6 +520,8 @@ func (s *Service) reconcileDeployment(ctx context.Context, endpoint, name string
 		c.mu.Lock()
 		delete(c.scale, key)
 		delete(c.demand, key)
+		delete(c.ended, key) // a deployment made again by this name starts with no logs
+		delete(c.routedAny, key)
 		c.mu.Unlock()
 		s.log.Info("deployment deleted", "endpoint", endpoint, "deployment", name)
 		return nil
@@ -608,7 +610,11 @@ func (s *Service) cancelReplica(ctx context.Context, job string) {
 // min_instances and max_instances by the requests in flight per replica,
 // 0 after scale_to_zero_after seconds without a request when
 // min_instances is 0, and at least 1 while a cold start waits.
-func (s *Service) wantReplicas(key string, doc *deploymentDoc, set *replicaSet, now time.Time) int {
+//
+// The idle time counts from the last request, or from when the deployment
+// was created or changed (since), or from the server's start, whichever
+// is latest.
+func (s *Service) wantReplicas(key string, doc *deploymentDoc, set *replicaSet, since, now time.Time) int {
 	d := doc.Spec
 	ss := d.ScaleSettings
 	if ss == nil || ss.Type != "target_utilization" {
@@ -647,11 +653,10 @@ func (s *Service) wantReplicas(key string, doc *deploymentDoc, set *replicaSet, 
 	}
 	if lo == 0 {
 		last := load.LastRequest
-		if last.IsZero() {
-			last = c.started
-		}
-		if t := c.demand[key]; t.After(last) {
-			last = t
+		for _, t := range []time.Time{c.started, since, c.demand[key]} {
+			if t.After(last) {
+				last = t
+			}
 		}
 		if load.InFlight+load.Waiting == 0 && now.Sub(last) >= time.Duration(ss.ScaleToZeroAfter)*time.Second {
 			target = 0

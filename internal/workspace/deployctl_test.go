@@ -35,7 +35,10 @@ func TestWantReplicas(t *testing.T) {
 	now := t0
 	r := &loadRouter{load: map[string]DeploymentLoad{}}
 	s := &Service{cfg: Config{Router: r}, deployCtl: newDeployCtl(t0), now: func() time.Time { return now }}
-	want := func(doc *deploymentDoc, set *replicaSet) int { return s.wantReplicas("ep-one/auto", doc, set, now) }
+	since := t0 // when the deployment was made
+	want := func(doc *deploymentDoc, set *replicaSet) int {
+		return s.wantReplicas("ep-one/auto", doc, set, since, now)
+	}
 
 	fixed := autoscaled(t, "instance_count: 3\n")
 	if got := want(fixed, &replicaSet{}); got != 3 {
@@ -77,7 +80,15 @@ func TestWantReplicas(t *testing.T) {
 	}
 
 	zero := autoscaled(t, "scale_settings: {type: target_utilization, min_instances: 0, max_instances: 2, scale_to_zero_after: 5}\n")
+	// Made on a server up for longer than scale_to_zero_after, and never
+	// called: it keeps its replica for scale_to_zero_after from its
+	// making, not from the server's start.
+	since = now.Add(-time.Second)
 	zset := &replicaSet{}
+	r.load["auto"] = DeploymentLoad{}
+	if got := want(zero, zset); got != 1 {
+		t.Errorf("min_instances 0, made a second ago on an old server: %d, want 1", got)
+	}
 	r.load["auto"] = DeploymentLoad{LastRequest: now}
 	if got := want(zero, zset); got != 1 {
 		t.Errorf("min_instances 0, just used: %d, want 1", got)

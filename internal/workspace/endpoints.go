@@ -483,6 +483,11 @@ func (s *Service) RegenerateEndpointKey(ctx context.Context, who auth.Principal,
 	if err != nil {
 		return nil, err
 	}
+	if e, err := endpointSpecOf(rec); err != nil {
+		return nil, err
+	} else if e.AuthMode != "key" {
+		return nil, Invalid("endpoint %s uses auth_mode %s: it has no keys to regenerate; its tokens expire after %v (ferry online-endpoint get-credentials gives a new one)", name, e.AuthMode, EndpointTokenLifetime)
+	}
 	sealed, err := s.sealKey(name, keyType)
 	if err != nil {
 		return nil, err

@@ -286,6 +286,8 @@ func TestEndpointsAreTheOwners(t *testing.T) {
 	if changed != tok.AccessToken && s.CheckEndpointToken("tok-ep", changed) {
 		t.Error("a changed token is taken")
 	}
+	_, err = s.RegenerateEndpointKey(ctx, owner, "tok-ep", "primary")
+	wantCode(t, "regenerate the keys of an aml_token endpoint", err, CodeInvalid, "no keys to regenerate")
 	now := s.now()
 	s.now = func() time.Time { return now.Add(EndpointTokenLifetime + time.Second) }
 	if s.CheckEndpointToken("tok-ep", tok.AccessToken) {

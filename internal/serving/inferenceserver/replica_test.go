@@ -297,6 +297,11 @@ def run(raw_data):
 		t.Fatal(err)
 	}
 	rep.waitLog(t, "draining 1 request(s)")
+	// A second SIGTERM while it drains (a launcher's again, or the
+	// process group's) changes nothing.
+	if err := rep.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(rep.dir, "gate"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -306,6 +311,9 @@ def run(raw_data):
 	<-rep.done
 	if rep.waitErr != nil {
 		t.Errorf("exit after SIGTERM: %v, want status 0", rep.waitErr)
+	}
+	if strings.Contains(rep.stderr.String(), "Traceback") {
+		t.Errorf("a traceback on stopping:\n%s", rep.stderr.String())
 	}
 }
 

@@ -260,6 +260,10 @@ def main(argv=None):
             stop_workers(children, args.drain_seconds)
             return exit_code(status) or 1
     except Stop:
+        # One stop is enough: a second SIGTERM (the process group's, or a
+        # launcher's again) must not break off the workers' drain.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         log("I", "stopping")
         stop_workers(children, args.drain_seconds)
         return 0
