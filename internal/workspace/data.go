@@ -257,10 +257,7 @@ func (s *Service) unknownData(ctx context.Context, name, version string) error {
 // An input whose type is not the asset's is refused, naming the field;
 // one with no type takes the asset's.
 func (s *Service) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded map[string]string) (map[string]string, error) {
-	out := make(map[string]string, len(uploaded))
-	for name, id := range uploaded {
-		out[name] = id
-	}
+	out, cloned := uploaded, false // unchanged (nil stays nil) when no input names an asset
 	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
 		in := j.Inputs[name]
 		if in.IsLiteral() || !spec.IsDataRef(in.Path) {
@@ -284,6 +281,12 @@ func (s *Service) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded m
 		}
 		if in.Type != "" && in.Type != d.Type {
 			return nil, Invalid("inputs.%s.type: %s is %s, but the input's type is %s; write type: %s", name, d.ID, d.Type, in.Type, d.Type)
+		}
+		if !cloned {
+			out, cloned = maps.Clone(uploaded), true // the caller's map is not written
+			if out == nil {
+				out = map[string]string{}
+			}
 		}
 		out[name] = d.Snapshot
 		in.Type = d.Type
