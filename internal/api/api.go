@@ -101,6 +101,7 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 		{method: "GET", path: "/v1/snapshots/{id}", summary: "Get a snapshot manifest", run: true, handle: s.getSnapshot},
 	}
 	s.routes = append(s.routes, s.modelRoutes()...)
+	s.routes = append(s.routes, s.dataRoutes()...)
 	s.routes = append(s.routes, s.endpointRoutes()...)
 	s.routes = append(s.routes, s.deploymentRoutes()...)
 	for _, rt := range s.routes {

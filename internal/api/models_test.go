@@ -19,9 +19,9 @@ import (
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
-// The model registry takes the owner's token, as environments do: a run
-// token (a job's) and no token are refused on every route, and a bad
-// spec is answered with its field.
+// The model and data registries take the owner's token, as environments
+// do: a run token (a job's) and no token are refused on every route, and
+// a bad spec is answered with its field.
 func TestModelRoutesAreForOwners(t *testing.T) {
 	dir := t.TempDir()
 	st, err := sqlite.Open(filepath.Join(dir, "db"))
@@ -59,6 +59,11 @@ func TestModelRoutesAreForOwners(t *testing.T) {
 		{"GET", "/v1/models/iris/versions/1"},
 		{"POST", "/v1/models/iris/versions/1/archive"},
 		{"POST", "/v1/models/iris/versions/1/restore"},
+		{"GET", "/v1/data"},
+		{"POST", "/v1/data"},
+		{"GET", "/v1/data/cifar/versions/1"},
+		{"POST", "/v1/data/cifar/versions/1/archive"},
+		{"POST", "/v1/data/cifar/versions/1/restore"},
 	} {
 		if code := call(t, srv, r[0], r[1], run, strings.NewReader(`{}`), nil, nil); code != 403 {
 			t.Errorf("%s %s with a run token: %d, want 403", r[0], r[1], code)
@@ -71,6 +76,10 @@ func TestModelRoutesAreForOwners(t *testing.T) {
 	body := []byte(`{"spec": {"name": "iris", "path": "m", "type": "onnx"}, "snapshot": ""}`)
 	if code := call(t, srv, "POST", "/v1/models", owner, bytes.NewReader(body), nil, &p); code != 400 || len(p.Errors) != 1 || p.Errors[0].Field != "type" {
 		t.Errorf("a bad type: %d %+v; want 400 naming the field type", code, p)
+	}
+	body = []byte(`{"spec": {"name": "cifar", "path": "d", "type": "mltable"}, "snapshot": ""}`)
+	if code := call(t, srv, "POST", "/v1/data", owner, bytes.NewReader(body), nil, &p); code != 400 || len(p.Errors) != 1 || p.Errors[0].Field != "type" {
+		t.Errorf("a data asset of a bad type: %d %+v; want 400 naming the field type", code, p)
 	}
 	var list []workspace.Model
 	if code := call(t, srv, "GET", "/v1/models?include_archived=true", owner, nil, nil, &list); code != 200 || len(list) != 0 {

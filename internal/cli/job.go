@@ -101,6 +101,9 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 		}
 	}
 	src := specFile{name: o.file, data: data, sets: sets}
+	if err := checkDataInputs(ctx, c, src, j); err != nil {
+		return nil, err
+	}
 	req := api.JobRequest{InputSnapshots: map[string]string{}}
 	if j.Code != "" {
 		id, err := a.upload(ctx, c, pathField{file: src, field: "code", value: j.Code}, "", limit, true)
@@ -111,8 +114,8 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 	}
 	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
 		in := j.Inputs[name]
-		if in.IsLiteral() {
-			continue
+		if in.IsLiteral() || spec.IsDataRef(in.Path) {
+			continue // a registered data asset: the workspace has its files
 		}
 		f := pathField{file: src, field: "inputs." + name + ".path", value: in.Path}
 		if isRemote(in.Path) {
@@ -135,6 +138,34 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 	}
 	req.Spec = raw
 	return c.SubmitJob(ctx, req)
+}
+
+// checkDataInputs looks up the data assets that j's inputs name
+// (azureml:NAME:VERSION, azureml:NAME@latest) and checks their types,
+// before anything is uploaded: a job that names a missing asset is
+// refused without sending its code first. The workspace checks again at
+// submission, which is what counts; this is for the user's time.
+func checkDataInputs(ctx context.Context, c *client.Client, src specFile, j *spec.Job) error {
+	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
+		in := j.Inputs[name]
+		if in.IsLiteral() || !spec.IsDataRef(in.Path) {
+			continue
+		}
+		f := pathField{file: src, field: "inputs." + name + ".path", value: in.Path}
+		dname, version, err := spec.ParseDataRef(in.Path)
+		if err != nil {
+			return f.errorf("%v", err)
+		}
+		d, err := c.GetData(ctx, dname, version)
+		if err != nil {
+			return f.errorf("%v", err)
+		}
+		if in.Type != "" && in.Type != d.Type {
+			f.field = "inputs." + name + ".type"
+			return f.errorf("%s is %s, but the input's type is %s; write type: %s", d.ID, d.Type, in.Type, d.Type)
+		}
+	}
+	return nil
 }
 
 var remoteScheme = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)
@@ -165,9 +196,9 @@ func (a *app) upload(ctx context.Context, c *client.Client, f pathField, kind st
 	}
 	switch {
 	case kind == "uri_file" && st.IsDir():
-		return "", f.errorf("%s is a folder, but the input's type is uri_file; use type: uri_folder", path)
+		return "", f.errorf("%s is a folder, but its type is uri_file; use type: uri_folder", path)
 	case kind == "uri_folder" && !st.IsDir():
-		return "", f.errorf("%s is a file, but the input's type is uri_folder; use type: uri_file", path)
+		return "", f.errorf("%s is a file, but its type is uri_folder; use type: uri_file", path)
 	}
 	opt := snapshot.BuildOptions{MaxSize: limit, UseIgnoreFiles: ignoreFiles, Cache: a.statCache()}
 	var tree *snapshot.Tree

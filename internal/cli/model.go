@@ -158,12 +158,13 @@ func (a *app) modelListCmd() *cobra.Command {
 }
 
 // modelVersionFlags are the flags that pick a version, as in `az ml
-// model`: --version V or --label latest.
-// The name goes by --name/-n, as in az ml, or as the argument.
-type modelVersionFlags struct{ name, version, label string }
+// model` and `az ml data`: --version V or --label latest.
+// The name goes by --name/-n, as in az ml, or as the argument. what is
+// the thing named ("model", "data asset"), for messages.
+type modelVersionFlags struct{ what, name, version, label string }
 
 func (v *modelVersionFlags) add(cmd *cobra.Command, labels bool) {
-	cmd.Flags().StringVarP(&v.name, "name", "n", "", "the model's name (or give it as the argument)")
+	cmd.Flags().StringVarP(&v.name, "name", "n", "", "the "+v.what+"'s name (or give it as the argument)")
 	cmd.Flags().StringVarP(&v.version, "version", "v", "", "the version")
 	if labels {
 		cmd.Flags().StringVarP(&v.label, "label", "l", "", "a label instead of a version: latest (the newest version not archived)")
@@ -177,13 +178,13 @@ func (v *modelVersionFlags) pick(args []string) (name, version string, err error
 	var arg string
 	switch {
 	case len(args) == 1 && v.name != "" && args[0] != v.name:
-		return "", "", fmt.Errorf("the model is %s or %s? give its name once", args[0], v.name)
+		return "", "", fmt.Errorf("the %s is %s or %s? give its name once", v.what, args[0], v.name)
 	case len(args) == 1:
 		arg = args[0]
 	case v.name != "":
 		arg = v.name
 	default:
-		return "", "", errors.New("which model? give its name: NAME or --name NAME")
+		return "", "", fmt.Errorf("which %s? give its name: NAME or --name NAME", v.what)
 	}
 	if v.version != "" && v.label != "" {
 		return "", "", errors.New("give --version or --label, not both")
@@ -195,6 +196,9 @@ func (v *modelVersionFlags) pick(args []string) (name, version string, err error
 		if v.version != "" || v.label != "" {
 			return "", "", fmt.Errorf("%s names its version already; leave out --version and --label", arg)
 		}
+		if v.what == "data asset" {
+			return spec.ParseDataRef("azureml:" + strings.TrimPrefix(arg, "azureml:"))
+		}
 		return spec.ParseModelRef(arg)
 	}
 	switch {
@@ -203,7 +207,7 @@ func (v *modelVersionFlags) pick(args []string) (name, version string, err error
 	case v.label != "":
 		return arg, "latest", nil
 	}
-	return "", "", fmt.Errorf("say which version of model %s: --version V, --label latest, or %s@latest", arg, arg)
+	return "", "", fmt.Errorf("say which version of %s %s: --version V, --label latest, or %s@latest", v.what, arg, arg)
 }
 
 // modelVersionCmd is a command about one model version, named as
@@ -211,7 +215,13 @@ func (v *modelVersionFlags) pick(args []string) (name, version string, err error
 // gets a connected client, the name and the version. Callers add flags of
 // their own to what it returns.
 func (a *app) modelVersionCmd(use, short string, labels bool, run func(cmd *cobra.Command, c *client.Client, name, version string) error) *cobra.Command {
-	var v modelVersionFlags
+	return a.versionedCmd("model", use, short, labels, run)
+}
+
+// versionedCmd is modelVersionCmd for any versioned thing (what: "model",
+// "data asset").
+func (a *app) versionedCmd(what, use, short string, labels bool, run func(cmd *cobra.Command, c *client.Client, name, version string) error) *cobra.Command {
+	v := modelVersionFlags{what: what}
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,

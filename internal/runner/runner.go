@@ -419,6 +419,23 @@ type paths struct {
 	outDirs map[string]string // output name -> directory uploaded after the run
 }
 
+// inputFileName is the name of a uri_file input's file in dir: the base
+// of its local path, or, for a registered data asset (azureml:NAME:VERSION),
+// whose path says nothing of its file, the one file its snapshot holds.
+func inputFileName(dir, path string) (string, error) {
+	if !spec.IsDataRef(path) {
+		return filepath.Base(path), nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	if len(entries) != 1 || entries[0].IsDir() {
+		return "", fmt.Errorf("%s is a uri_file data asset but holds %d entries, not one file", path, len(entries))
+	}
+	return entries[0].Name(), nil
+}
+
 // prepare materialises the code snapshot and the inputs, and makes the
 // output directories.
 func (r *runner) prepare(ctx context.Context, a *workspace.Assignment) (*paths, error) {
@@ -439,7 +456,11 @@ func (r *runner) prepare(ctx context.Context, a *workspace.Assignment) (*paths, 
 		}
 		p.inputs[name] = dir
 		if in.Type == "uri_file" {
-			p.inputs[name] = filepath.Join(dir, filepath.Base(in.Path))
+			file, err := inputFileName(dir, in.Path)
+			if err != nil {
+				return nil, fmt.Errorf("input %s: %w", name, err)
+			}
+			p.inputs[name] = filepath.Join(dir, file)
 		}
 	}
 	for name, out := range a.Spec.Outputs {

@@ -325,6 +325,10 @@ func (j *Job) validateIO(es *Errors) {
 		oneOf(es, f+".type", in.Type, true, inputTypes)
 		if strings.TrimSpace(in.Path) == "" {
 			es.add(f+".path", "a data input needs a path: a local file or folder, or a URI")
+		} else if IsDataRef(in.Path) {
+			if _, _, err := ParseDataRef(in.Path); err != nil {
+				es.add(f+".path", "%v", err)
+			}
 		}
 		oneOf(es, f+".mode", in.Mode, true, inputModes)
 	}

@@ -97,6 +97,23 @@ type Model struct {
 	Created     time.Time
 }
 
+// DataAsset is one version of a registered data asset (uri_file or
+// uri_folder), kept as a Model is: its files are the snapshot Snapshot,
+// Spec the rest of it (tags) as JSON, opaque to the store, Hash its
+// identity. An archived version is kept but hidden from lists and from
+// "latest".
+type DataAsset struct {
+	Name        string
+	Version     string
+	Type        string
+	Description string
+	Spec        json.RawMessage
+	Snapshot    string
+	Hash        string
+	Archived    bool
+	Created     time.Time
+}
+
 // Endpoint is an online endpoint. Spec is its file as JSON, opaque to the
 // store; State its provisioning state. PrimaryKey and SecondaryKey are
 // sealed by the workspace before they reach the store, which keeps them as
@@ -370,6 +387,20 @@ type Store interface {
 	// ErrNotFound if there is none. Setting the state it has is not an
 	// error.
 	SetModelArchived(ctx context.Context, name, version string, archived bool) (Model, error)
+	// CreateData stores a version of a data asset; ErrConflict if that
+	// name and version exist.
+	CreateData(ctx context.Context, d DataAsset) error
+	// GetData returns one version, archived or not; ErrNotFound if there
+	// is none.
+	GetData(ctx context.Context, name, version string) (DataAsset, error)
+	// ListData returns every version of the named data asset, or of all
+	// of them when name is empty, archived ones too, ordered by name and
+	// then by registration.
+	ListData(ctx context.Context, name string) ([]DataAsset, error)
+	// SetDataArchived archives (or restores) one version and returns it;
+	// ErrNotFound if there is none. Setting the state it has is not an
+	// error.
+	SetDataArchived(ctx context.Context, name, version string, archived bool) (DataAsset, error)
 
 	// CreateEndpoint stores an online endpoint; ErrConflict if the name
 	// is taken.

@@ -542,6 +542,11 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 	if err != nil {
 		return nil, err
 	}
+	inputs, err := s.resolveDataInputs(ctx, j, sub.InputSnapshots)
+	if err != nil {
+		return nil, err
+	}
+	sub.InputSnapshots = inputs
 	if err := s.admit(ctx, computeName, j, env); err != nil {
 		return nil, err
 	}

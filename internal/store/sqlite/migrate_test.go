@@ -402,3 +402,58 @@ func TestEndpointsMigrationUpgrades(t *testing.T) {
 		t.Errorf("GetEndpoint = %+v, %v", got, err)
 	}
 }
+
+// A database from before data assets upgrades with its models kept and an
+// empty, usable data registry. The migration is found by name, so the
+// test holds if it is renumbered.
+func TestDataMigrationUpgrades(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ferry.db")
+	ms, err := loadMigrations(migrations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := -1
+	for _, m := range ms {
+		if strings.HasSuffix(m.name, "_data.sql") {
+			at = m.version
+		}
+	}
+	if at < 0 {
+		t.Fatal("no NNNN_data.sql migration")
+	}
+	before := fstest.MapFS{}
+	for _, m := range ms {
+		if m.version < at {
+			before[m.name] = &fstest.MapFile{Data: []byte(m.sql)}
+		}
+	}
+	db := openRaw(t, path)
+	if err := migrate(ctx, db, before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO models (name, version, type, description, spec, snapshot, hash, created)
+		VALUES ('iris', '1', 'custom_model', '', '{}', 's', 'h', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.GetModel(ctx, "iris", "1"); err != nil {
+		t.Errorf("the model stored before data assets: %v", err)
+	}
+	if got, err := s.ListData(ctx, ""); err != nil || len(got) != 0 {
+		t.Errorf("ListData after the upgrade = %v, %v; want none", got, err)
+	}
+	d := store.DataAsset{Name: "cifar", Version: "1", Type: "uri_folder", Snapshot: "s", Hash: "h"}
+	if err := s.CreateData(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetData(ctx, "cifar", "1"); err != nil || got.Archived {
+		t.Errorf("GetData = %+v, %v; want it, not archived", got, err)
+	}
+}

@@ -10,7 +10,7 @@ import (
 )
 
 // A versioned table holds named things registered in versions
-// (environments, models): the same reads serve each, given its table,
+// (environments, models, data assets): the same reads serve each, given its table,
 // columns, the word for one in messages, and how a row is scanned.
 type versioned[T any] struct {
 	table, columns, what string
@@ -20,6 +20,7 @@ type versioned[T any] struct {
 var (
 	environmentTable = versioned[store.Environment]{"environments", environmentColumns, "environment", scanEnvironment}
 	modelTable       = versioned[store.Model]{"models", modelColumns, "model", scanModel}
+	dataTable        = versioned[store.DataAsset]{"data_assets", dataColumns, "data asset", scanData}
 )
 
 // get reads one version; ErrNotFound if there is none.

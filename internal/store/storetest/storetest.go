@@ -123,6 +123,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Model/ListOrder", testModelListOrder},
 		{"Model/Archive", testModelArchive},
 
+		{"Data/CreateGet", testDataCreateGet},
+		{"Data/ConflictNotFound", testDataConflictNotFound},
+		{"Data/ListArchive", testDataListArchive},
+
 		{"Endpoint/CreateGet", testEndpointCreateGet},
 		{"Endpoint/Conflict", testEndpointConflict},
 		{"Endpoint/NotFound", testEndpointNotFound},

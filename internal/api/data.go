@@ -1,0 +1,68 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+// dataRoutes are the data asset registry's operations, shaped as the
+// model registry's and, like them, for owner tokens only.
+func (s *Server) dataRoutes() []route {
+	return []route{
+		{method: "GET", path: "/v1/data", summary: "List registered data assets (?name= for the versions of one; ?include_archived=true to show archived versions)", handle: s.listData},
+		{method: "POST", path: "/v1/data", summary: "Register a data asset version: {spec, snapshot}, the Azure ML v2 data file as JSON and the snapshot of its files", handle: s.createData},
+		{method: "GET", path: "/v1/data/{name}/versions/{version}", summary: "Show a data asset version (version latest: the newest one not archived)", handle: s.getData},
+		{method: "POST", path: "/v1/data/{name}/versions/{version}/archive", summary: "Archive a data asset version: kept, but no longer listed or latest", handle: s.archiveData(true)},
+		{method: "POST", path: "/v1/data/{name}/versions/{version}/restore", summary: "Restore an archived data asset version", handle: s.archiveData(false)},
+	}
+}
+
+// DataRequest is the body of POST /v1/data.
+type DataRequest struct {
+	Spec json.RawMessage `json:"spec"`
+	// Snapshot holds the data's files (POST /v1/snapshots).
+	Snapshot string `json:"snapshot"`
+}
+
+func (s *Server) createData(r *http.Request, who auth.Principal) (any, error) {
+	var req DataRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Spec) == 0 {
+		return nil, workspace.Invalid("spec: the data asset spec is missing")
+	}
+	f, err := spec.DecodeDataJSON(req.Spec)
+	if err != nil {
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	return s.ws.CreateData(r.Context(), who, f, req.Snapshot)
+}
+
+func (s *Server) listData(r *http.Request, _ auth.Principal) (any, error) {
+	q := r.URL.Query()
+	all := false
+	if v := q.Get("include_archived"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, workspace.Invalid("include_archived: %q is not true or false", v)
+		}
+		all = b
+	}
+	return s.ws.ListData(r.Context(), q.Get("name"), all)
+}
+
+func (s *Server) getData(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.GetData(r.Context(), r.PathValue("name"), r.PathValue("version"))
+}
+
+func (s *Server) archiveData(archived bool) func(*http.Request, auth.Principal) (any, error) {
+	return func(r *http.Request, who auth.Principal) (any, error) {
+		return s.ws.ArchiveData(r.Context(), who, r.PathValue("name"), r.PathValue("version"), archived)
+	}
+}

@@ -1,0 +1,296 @@
+package workspace
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// DataAsset is a registered data asset version as the API shows it. Its
+// files are the snapshot Snapshot; `ferry data download` fetches them,
+// and a job input `path: azureml:NAME:VERSION` gets them.
+type DataAsset struct {
+	ID          string            `json:"id"` // azureml:NAME:VERSION, what job inputs name
+	Name        string            `json:"name"`
+	Version     string            `json:"version"`
+	Type        string            `json:"type"` // uri_file | uri_folder
+	Description string            `json:"description,omitempty"`
+	Tags        map[string]string `json:"tags,omitempty"`
+	Snapshot    string            `json:"snapshot"`
+	Hash        string            `json:"hash"`
+	Archived    bool              `json:"archived,omitempty"`
+	Created     time.Time         `json:"created"`
+}
+
+// dataSpec is what the store keeps of a data file beside its columns.
+type dataSpec struct {
+	Tags map[string]string `json:"tags,omitempty"`
+}
+
+func dataView(rec store.DataAsset) (*DataAsset, error) {
+	var ds dataSpec
+	if len(rec.Spec) > 0 {
+		if err := json.Unmarshal(rec.Spec, &ds); err != nil {
+			return nil, fmt.Errorf("data asset %s:%s: stored spec: %w", rec.Name, rec.Version, err)
+		}
+	}
+	return &DataAsset{ID: "azureml:" + rec.Name + ":" + rec.Version, Name: rec.Name, Version: rec.Version,
+		Type: rec.Type, Description: rec.Description, Tags: ds.Tags, Snapshot: rec.Snapshot,
+		Hash: rec.Hash, Archived: rec.Archived, Created: rec.Created}, nil
+}
+
+// dataHash is a version's identity: its files and its type. Description
+// and tags are about the data, not part of it, so a change to them alone
+// is not new content.
+func dataHash(f *spec.DataFile, snap string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "type %q\nsnapshot %q\n", f.Type, snap)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// CreateData registers a version of a data asset whose files are the
+// uploaded snapshot snap, with the rules of CreateModel: versions are
+// immutable, the same content under the same version (or under no
+// version, when it is the latest's) is that version, and other content
+// under an existing version is refused.
+func (s *Service) CreateData(ctx context.Context, who auth.Principal, f *spec.DataFile, snap string) (*DataAsset, error) {
+	if !who.IsOwner() {
+		return nil, Forbidden("a run token cannot register data assets")
+	}
+	if f == nil {
+		return nil, Invalid("the data asset is missing")
+	}
+	if f.Type == "" {
+		f.Type = spec.DataTypes[0]
+	}
+	if err := f.Validate(); err != nil {
+		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	if snap == "" {
+		return nil, Invalid("snapshot: a data asset needs its files uploaded as a snapshot; `ferry data create -f FILE` uploads the path it names")
+	}
+	if err := s.requireSnapshot(snap, "snapshot"); err != nil {
+		return nil, err
+	}
+	if _, err := s.readSnapshot(snap); err != nil {
+		return nil, Invalid("snapshot: %v", err)
+	}
+	hash := dataHash(f, snap)
+
+	versions, err := s.st.ListData(ctx, f.Name)
+	if err != nil {
+		return nil, err
+	}
+	version := f.Version
+	if version == "" {
+		if latest, ok := latestData(versions); ok && latest.Hash == hash {
+			return dataView(latest)
+		}
+		version = nextDataVersion(versions)
+	}
+	for _, v := range versions {
+		if v.Version != version {
+			continue
+		}
+		if v.Hash == hash {
+			return dataView(v)
+		}
+		return nil, Conflict("data asset %s:%s is registered with other content (files or type), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, nextDataVersion(versions))
+	}
+	raw, err := json.Marshal(dataSpec{Tags: f.Tags})
+	if err != nil {
+		return nil, err
+	}
+	rec := store.DataAsset{Name: f.Name, Version: version, Type: f.Type, Description: f.Description,
+		Spec: raw, Snapshot: snap, Hash: hash, Created: s.now()}
+	if err := s.st.CreateData(ctx, rec); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			if other, gerr := s.st.GetData(ctx, f.Name, version); gerr == nil && other.Hash == hash {
+				return dataView(other)
+			}
+			return nil, Conflict("data asset %s:%s was registered at the same time by someone else with other content; run the command again", f.Name, version)
+		}
+		return nil, noSpace(err, "data asset "+f.Name+":"+version)
+	}
+	return dataView(rec)
+}
+
+// latestData is the version registered last that is not archived.
+func latestData(versions []store.DataAsset) (store.DataAsset, bool) {
+	for i := len(versions) - 1; i >= 0; i-- {
+		if !versions[i].Archived {
+			return versions[i], true
+		}
+	}
+	return store.DataAsset{}, false
+}
+
+// nextDataVersion is one more than the highest whole-number version,
+// archived ones included: a number once given is never given again.
+func nextDataVersion(versions []store.DataAsset) string {
+	n := 0
+	for _, v := range versions {
+		if i, err := strconv.Atoi(v.Version); err == nil && i > n {
+			n = i
+		}
+	}
+	return strconv.Itoa(n + 1)
+}
+
+// GetData returns one version of a data asset, archived or not; version
+// "" or "latest" is the newest one not archived.
+func (s *Service) GetData(ctx context.Context, name, version string) (*DataAsset, error) {
+	rec, err := s.lookupData(ctx, name, version)
+	if err != nil {
+		return nil, err
+	}
+	return dataView(rec)
+}
+
+// ListData returns the versions of every data asset, or of one, in
+// registration order; archived versions only when includeArchived.
+func (s *Service) ListData(ctx context.Context, name string, includeArchived bool) ([]*DataAsset, error) {
+	recs, err := s.st.ListData(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	out := []*DataAsset{}
+	for _, r := range recs {
+		if r.Archived && !includeArchived {
+			continue
+		}
+		v, err := dataView(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// ArchiveData archives (archived true) or restores one version. An
+// archived version keeps its files and can still be shown, downloaded and
+// named by its version, but is no longer listed or the latest.
+func (s *Service) ArchiveData(ctx context.Context, who auth.Principal, name, version string, archived bool) (*DataAsset, error) {
+	if !who.IsOwner() {
+		return nil, Forbidden("a run token cannot archive data assets")
+	}
+	if version == "" || version == "latest" {
+		return nil, Invalid("version: say which version to archive or restore, e.g. --version 3")
+	}
+	rec, err := s.st.SetDataArchived(ctx, name, version, archived)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, s.unknownData(ctx, name, version)
+	}
+	if err != nil {
+		return nil, noSpace(err, "data asset "+name+":"+version)
+	}
+	return dataView(rec)
+}
+
+func (s *Service) lookupData(ctx context.Context, name, version string) (store.DataAsset, error) {
+	if version == "" || version == "latest" {
+		versions, err := s.st.ListData(ctx, name)
+		if err != nil {
+			return store.DataAsset{}, err
+		}
+		if latest, ok := latestData(versions); ok {
+			return latest, nil
+		}
+		if len(versions) > 0 {
+			return store.DataAsset{}, NotFound("data asset %s has no latest version: all of its versions are archived; restore one with `ferry data restore %s --version V`", name, name)
+		}
+		return store.DataAsset{}, s.unknownData(ctx, name, "")
+	}
+	rec, err := s.st.GetData(ctx, name, version)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.DataAsset{}, s.unknownData(ctx, name, version)
+	}
+	return rec, err
+}
+
+// unknownData says that name (at version) is not registered and what is:
+// the versions of that name, or the names close to it.
+func (s *Service) unknownData(ctx context.Context, name, version string) error {
+	all, err := s.st.ListData(ctx, "")
+	if err != nil {
+		return err
+	}
+	var names, versions []string
+	for _, d := range all {
+		if !slices.Contains(names, d.Name) {
+			names = append(names, d.Name)
+		}
+		if d.Name == name {
+			versions = append(versions, d.Version)
+		}
+	}
+	switch {
+	case len(versions) > 0:
+		return NotFound("data asset %s has no version %s; it has %s", name, version, strings.Join(versions, ", "))
+	case len(names) == 0:
+		return NotFound("data asset %s is not registered, and the workspace has no data assets; register it with `ferry data create -f FILE`", name)
+	}
+	msg := fmt.Sprintf("data asset %s is not registered", name)
+	if close := spec.Suggest(name, names); close != "" {
+		msg += fmt.Sprintf("; did you mean %s?", close)
+	}
+	return NotFound("%s (registered: %s)", msg, strings.Join(names, ", "))
+}
+
+// resolveDataInputs finds the data asset each of a job's data inputs
+// names by reference (path: azureml:NAME:VERSION or azureml:NAME@latest)
+// and returns the inputs' snapshots with those added: a registered input
+// is the asset's snapshot, looked up here, never uploaded by the client.
+// An input whose type is not the asset's is refused, naming the field;
+// one with no type takes the asset's.
+func (s *Service) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded map[string]string) (map[string]string, error) {
+	out, cloned := uploaded, false // unchanged (nil stays nil) when no input names an asset
+	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
+		in := j.Inputs[name]
+		if in.IsLiteral() || !spec.IsDataRef(in.Path) {
+			continue
+		}
+		field := "inputs." + name + ".path"
+		if _, ok := uploaded[name]; ok {
+			return nil, Invalid("input_snapshots.%s: input %s names the registered data asset %s, whose files the workspace has; upload nothing for it", name, name, in.Path)
+		}
+		dname, version, err := spec.ParseDataRef(in.Path)
+		if err != nil {
+			return nil, Invalid("%s: %v", field, err)
+		}
+		d, err := s.GetData(ctx, dname, version)
+		if err != nil {
+			var e *Error
+			if errors.As(err, &e) && e.Code == CodeNotFound {
+				return nil, NotFound("%s: %s", field, e.Msg)
+			}
+			return nil, err
+		}
+		if in.Type != "" && in.Type != d.Type {
+			return nil, Invalid("inputs.%s.type: %s is %s, but the input's type is %s; write type: %s", name, d.ID, d.Type, in.Type, d.Type)
+		}
+		if !cloned {
+			out, cloned = maps.Clone(uploaded), true // the caller's map is not written
+			if out == nil {
+				out = map[string]string{}
+			}
+		}
+		out[name] = d.Snapshot
+		in.Type = d.Type
+		j.Inputs[name] = in
+	}
+	return out, nil
+}
