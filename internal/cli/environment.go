@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -78,14 +79,21 @@ func (a *app) environmentCmd() *cobra.Command {
 	create.Flags().StringVar(&version, "version", "", "version to register (default: the file's, else the next number)")
 	_ = create.MarkFlagRequired("file")
 
+	var catalog bool
 	list := &cobra.Command{
-		Use:   "list [NAME]",
-		Short: "List registered environments, or the versions of one",
+		Use:   "list [NAME] [--catalog]",
+		Short: "List registered environments, or the versions of one; --catalog lists the built-in (curated) ones",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if catalog {
+				if len(args) > 0 {
+					return fmt.Errorf("--catalog lists the whole catalog; leave out %s", args[0])
+				}
+				return a.listEnvironmentCatalog(cmd.Context(), c)
 			}
 			name := ""
 			if len(args) == 1 {
@@ -103,6 +111,7 @@ func (a *app) environmentCmd() *cobra.Command {
 			})
 		},
 	}
+	list.Flags().BoolVar(&catalog, "catalog", false, "list the catalog of curated environments (Azure's built-in ones, as azureml:AzureML-NAME@latest or azureml://registries/azureml/environments/NAME/labels/latest) instead of the registered ones")
 	show := &cobra.Command{
 		Use:   "show NAME[:VERSION|@latest]",
 		Short: "Show an environment version (the latest when no version is given)",
@@ -164,6 +173,24 @@ cache for every later job with the same environment.`,
 	return cmd
 }
 
+// listEnvironmentCatalog prints the catalog of curated environments.
+func (a *app) listEnvironmentCatalog(ctx context.Context, c *client.Client) error {
+	es, err := c.EnvironmentCatalog(ctx)
+	if err != nil {
+		return err
+	}
+	return a.print(es, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "NAME\tVERSIONS\tIMAGE\tSOFTWARE\tDESCRIPTION")
+		for _, e := range es {
+			sw := e.Describe()
+			if sw == "" {
+				sw = "-"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", e.Name, e.VersionList(), e.ImageOf(), sw, e.Description)
+		}
+	})
+}
+
 // splitEnvRef reads NAME, NAME:VERSION, NAME@latest, with or without the
 // azureml: prefix; the version is "latest" when none is given.
 func splitEnvRef(ref string) (name, version string) {
@@ -187,4 +214,31 @@ func showEnvironment(w *tabwriter.Writer, v *workspace.Environment) {
 	fmt.Fprintf(w, "hash:\t%s\n", v.Hash)
 	fmt.Fprintf(w, "created:\t%s\n", v.Created.Local().Format("2006-01-02 15:04:05"))
 	fmt.Fprintf(w, "use it in a job as:\tenvironment: azureml:%s:%s\n", v.Name, v.Version)
+}
+
+// inlineEnvironmentFile replaces a job's `environment: file:PATH` with the
+// environment that file holds, read from PATH relative to the job file, as
+// Azure's CLI does. It returns the file and the field prefix that the
+// environment's own paths (its conda file, its build context) are relative
+// to and reported at: the environment file's when there is one, else the
+// job file's environment field.
+func inlineEnvironmentFile(src specFile, j *spec.Job) (specFile, string, error) {
+	p := j.Environment.FilePath()
+	if p == "" {
+		return src, "environment.", nil
+	}
+	f := pathField{file: src, field: "environment", value: p}
+	data, err := os.ReadFile(f.path())
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return specFile{}, "", f.notFound()
+	case err != nil:
+		return specFile{}, "", f.errorf("%v", err)
+	}
+	env, err := spec.ParseInlineEnvironment(data)
+	if err != nil {
+		return specFile{}, "", fmt.Errorf("%s (the environment file of %s): %w", f.path(), src.name, err)
+	}
+	j.Environment = env
+	return specFile{name: f.path(), data: data}, "", nil
 }

@@ -101,6 +101,10 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 		}
 	}
 	src := specFile{name: o.file, data: data, sets: sets}
+	envSrc, envField, err := inlineEnvironmentFile(src, j)
+	if err != nil {
+		return nil, err
+	}
 	req := api.JobRequest{InputSnapshots: map[string]string{}}
 	if j.Code != "" {
 		id, err := a.upload(ctx, c, pathField{file: src, field: "code", value: j.Code}, "", limit, true)
@@ -124,7 +128,7 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 		}
 		req.InputSnapshots[name] = id
 	}
-	if id, err := a.uploadEnvironmentFiles(ctx, c, "environment.", src, j.Environment, limit); err != nil {
+	if id, err := a.uploadEnvironmentFiles(ctx, c, envField, envSrc, j.Environment, limit); err != nil {
 		return nil, err
 	} else {
 		req.EnvironmentSnapshot = id

@@ -236,5 +236,8 @@ func (e Entry) ImageOf() string {
 	if e.Repository != "" {
 		return e.Repository + ":VERSION"
 	}
+	if len(e.Versions) == 0 {
+		return ""
+	}
 	return e.Versions[len(e.Versions)-1].Image
 }
