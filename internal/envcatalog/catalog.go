@@ -58,6 +58,10 @@ var ErrUnknown = errors.New("not in the environment catalog")
 // for concurrent use.
 type Catalog struct {
 	byKey map[string]Entry
+	// curated is the repository prefix that names the catalog does not
+	// list resolve under when they are written as Azure writes its curated
+	// environments (AzureML-NAME); "" resolves none that way.
+	curated string
 }
 
 // key is how names are compared: Azure writes AzureML-sklearn-1.5 in a
@@ -70,7 +74,7 @@ func key(name string) string {
 
 // Builtin returns the built-in catalog (see builtin).
 func Builtin() *Catalog {
-	c := &Catalog{byKey: make(map[string]Entry, len(builtin))}
+	c := &Catalog{byKey: make(map[string]Entry, len(builtin)), curated: mcr}
 	for _, e := range builtin {
 		c.byKey[key(e.Name)] = e
 	}
@@ -78,9 +82,21 @@ func Builtin() *Catalog {
 }
 
 // Lookup finds an entry by name, ignoring case and an AzureML- prefix.
+// A name the catalog does not list but that is written as Azure writes its
+// curated environments, AzureML-NAME, is found too in the built-in
+// catalog: Microsoft publishes every curated environment's image as
+// mcr.microsoft.com/azureml/curated/NAME (lower-cased) tagged by version,
+// so the ones Azure adds after this list was written resolve as well.
 func (c *Catalog) Lookup(name string) (Entry, bool) {
-	e, ok := c.byKey[key(name)]
-	return e, ok
+	k := key(name)
+	if e, ok := c.byKey[k]; ok {
+		return e, true
+	}
+	name = strings.TrimSpace(name)
+	if c.curated == "" || !nameRe.MatchString(name) || !strings.HasPrefix(strings.ToLower(name), "azureml-") || k == "" {
+		return Entry{}, false
+	}
+	return Entry{Name: name, Description: "a curated environment by Microsoft's naming rule", Repository: c.curated + k}, true
 }
 
 // List returns every entry, ordered by name ignoring case.
@@ -151,7 +167,7 @@ func (c *Catalog) Extend(entries []Entry) (*Catalog, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	out := &Catalog{byKey: make(map[string]Entry, len(c.byKey)+len(entries))}
+	out := &Catalog{byKey: make(map[string]Entry, len(c.byKey)+len(entries)), curated: c.curated}
 	for k, e := range c.byKey {
 		out.byKey[k] = e
 	}

@@ -1,6 +1,7 @@
 package envcatalog
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -65,5 +66,24 @@ func TestExtendReplacesAndValidates(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the error lacks %q:\n%v", want, err)
 		}
+	}
+}
+
+func TestNamingRuleForUnlistedCuratedNames(t *testing.T) {
+	c, err := Builtin().Extend([]Entry{{Name: "lab", Versions: []Version{{Version: "1", Image: "x:1"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Resolve("AzureML-Designer-Score", "3")
+	if err != nil || r.Image != mcr+"designer-score:3" || r.Name != "AzureML-Designer-Score" {
+		t.Errorf("an unlisted AzureML- name: %+v, %v", r, err)
+	}
+	for _, name := range []string{"sklearn-9", "AzureML-", "AzureML-bad name"} {
+		if _, err := c.Resolve(name, "1"); !errors.Is(err, ErrUnknown) {
+			t.Errorf("Resolve(%q) = %v, want ErrUnknown", name, err)
+		}
+	}
+	if _, ok := (&Catalog{}).Lookup("AzureML-sklearn-1.5"); ok {
+		t.Error("a catalog without the naming rule found an unlisted name")
 	}
 }

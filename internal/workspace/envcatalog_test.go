@@ -40,6 +40,9 @@ func TestCatalogReferencesResolve(t *testing.T) {
 		"azureml://registries/azureml/environments/sklearn-1.5/versions/12":   img("AzureML-sklearn-1.5", "12", "mcr.microsoft.com/azureml/curated/sklearn-1.5:12"),
 		"azureml:AzureML-lab-1.0@latest":                                      img("AzureML-lab-1.0", "2", "registry.lab/lab:2"),
 		"azureml://registries/azureml/environments/lab-1.0/versions/1":        img("AzureML-lab-1.0", "1", "registry.lab/lab:1"),
+		// Names the catalog does not list follow Microsoft's naming rule.
+		"azureml:AzureML-Minimal:1": img("AzureML-Minimal", "1", "mcr.microsoft.com/azureml/curated/minimal:1"),
+		"azureml://registries/azureml/environments/tensorflow-2.16-cuda12/labels/latest": img("AzureML-tensorflow-2.16-cuda12", "latest", "mcr.microsoft.com/azureml/curated/tensorflow-2.16-cuda12:latest"),
 	} {
 		got, err := s.resolveEnvironment(ctx, &spec.Environment{Ref: ref}, "")
 		if err != nil {
@@ -52,11 +55,10 @@ func TestCatalogReferencesResolve(t *testing.T) {
 	}
 
 	for ref, want := range map[string][]string{
-		"azureml:AzureML-lab-1.0:3": {"AzureML-lab-1.0 has no version 3", "the catalog has 1, 2"},
-		"azureml:" + sk10 + ":beta": {"has no version beta", "whole numbers"},
-		"azureml://registries/azureml/environments/no-such-env/labels/latest": {"not in the catalog", "--environment-catalog"},
-		"azureml:no-such-env@latest":                                          {"not registered", "nor is it in the catalog"},
-		"file:./env.yml":                                                      {"file on the client's machine"},
+		"azureml:AzureML-lab-1.0:3":  {"AzureML-lab-1.0 has no version 3", "the catalog has 1, 2"},
+		"azureml:" + sk10 + ":beta":  {"has no version beta", "whole numbers"},
+		"azureml:no-such-env@latest": {"not registered", "nor is it in the catalog"},
+		"file:./env.yml":             {"file on the client's machine"},
 	} {
 		_, err := s.resolveEnvironment(ctx, &spec.Environment{Ref: ref}, "")
 		if CodeOf(err) != CodeInvalid {

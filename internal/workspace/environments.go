@@ -230,7 +230,12 @@ func (s *Service) resolveEnvironmentRef(ctx context.Context, ref spec.Environmen
 	}
 	registered := name != ""
 	if !registered {
-		r, err := s.cfg.Environments.Resolve(ref.Name, version)
+		catalogName := ref.Name
+		if ref.Registry != "" && !strings.HasPrefix(strings.ToLower(catalogName), "azureml-") {
+			// The registry's names are the workspace's without its prefix.
+			catalogName = "AzureML-" + catalogName
+		}
+		r, err := s.cfg.Environments.Resolve(catalogName, version)
 		if err == nil {
 			return &environment.Spec{Kind: environment.KindImage, Image: r.Image, Name: r.Name, Version: r.Version}, nil
 		}
