@@ -216,29 +216,29 @@ func showEnvironment(w *tabwriter.Writer, v *workspace.Environment) {
 	fmt.Fprintf(w, "use it in a job as:\tenvironment: azureml:%s:%s\n", v.Name, v.Version)
 }
 
-// inlineEnvironmentFile replaces a job's `environment: file:PATH` with the
-// environment that file holds, read from PATH relative to the job file, as
-// Azure's CLI does. It returns the file and the field prefix that the
-// environment's own paths (its conda file, its build context) are relative
-// to and reported at: the environment file's when there is one, else the
-// job file's environment field.
-func inlineEnvironmentFile(src specFile, j *spec.Job) (specFile, string, error) {
-	p := j.Environment.FilePath()
+// inlineEnvironmentFile reads the environment file that an environment
+// written as file:PATH names (relative to src, the file that names it), as
+// Azure's CLI does, and returns its environment to send inline. It also
+// returns the file and the field prefix that the environment's own paths
+// (its conda file, its build context) are relative to and reported at: the
+// environment file's when there is one, else src's environment field. Any
+// other environment comes back as it is.
+func inlineEnvironmentFile(src specFile, e *spec.Environment) (*spec.Environment, specFile, string, error) {
+	p := e.FilePath()
 	if p == "" {
-		return src, "environment.", nil
+		return e, src, "environment.", nil
 	}
 	f := pathField{file: src, field: "environment", value: p}
 	data, err := os.ReadFile(f.path())
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return specFile{}, "", f.notFound()
+		return nil, specFile{}, "", f.notFound()
 	case err != nil:
-		return specFile{}, "", f.errorf("%v", err)
+		return nil, specFile{}, "", f.errorf("%v", err)
 	}
 	env, err := spec.ParseInlineEnvironment(data)
 	if err != nil {
-		return specFile{}, "", fmt.Errorf("%s (the environment file of %s): %w", f.path(), src.name, err)
+		return nil, specFile{}, "", fmt.Errorf("%s (the environment file of %s): %w", f.path(), src.name, err)
 	}
-	j.Environment = env
-	return specFile{name: f.path(), data: data}, "", nil
+	return env, specFile{name: f.path(), data: data}, "", nil
 }

@@ -101,10 +101,11 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 		}
 	}
 	src := specFile{name: o.file, data: data, sets: sets}
-	envSrc, envField, err := inlineEnvironmentFile(src, j)
+	env, envSrc, envField, err := inlineEnvironmentFile(src, j.Environment)
 	if err != nil {
 		return nil, err
 	}
+	j.Environment = env
 	req := api.JobRequest{InputSnapshots: map[string]string{}}
 	if j.Code != "" {
 		id, err := a.upload(ctx, c, pathField{file: src, field: "code", value: j.Code}, "", limit, true)

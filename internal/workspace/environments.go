@@ -193,7 +193,7 @@ func (s *Service) resolveEnvironment(ctx context.Context, e *spec.Environment, s
 			return nil, Invalid("environment_snapshot: the job refers to registered environment %s, which carries its own files", e.Ref)
 		}
 		if strings.HasPrefix(e.Ref, spec.EnvironmentFilePrefix) {
-			return nil, Invalid("environment: %s is a file on the client's machine; `ferry job create` reads it and sends the environment inline", e.Ref)
+			return nil, Invalid("environment: %s is a file on the client's machine; `ferry job create` and `ferry online-deployment create` read it and send the environment inline", e.Ref)
 		}
 		ref, err := spec.ParseEnvironmentRef(e.Ref)
 		if err != nil {
