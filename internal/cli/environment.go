@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -131,31 +132,30 @@ func (a *app) environmentCmd() *cobra.Command {
 	}
 	var computeName string
 	build := &cobra.Command{
-		Use:   "build NAME[:VERSION|@latest] --compute TARGET",
+		Use:   "build NAME[:VERSION|@latest]|azureml://registries/azureml/... --compute TARGET",
 		Short: "Build an environment on a compute target ahead of the jobs that use it",
 		Long: `Build an environment on a compute target ahead of the jobs that use it.
 
 It submits a job that runs ` + "`true`" + ` in the environment, so the build happens
 where jobs will run, streams its log, and leaves the build in the target's
-cache for every later job with the same environment.`,
+cache for every later job with the same environment. A built-in (curated)
+environment from the catalog is pulled the same way.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
-			name, ver := splitEnvRef(args[0])
-			env, err := c.GetEnvironment(cmd.Context(), name, ver)
+			ref, label, err := buildRef(cmd.Context(), c, args[0])
 			if err != nil {
 				return err
 			}
-			ref := "azureml:" + env.Name + ":" + env.Version
 			j := &spec.Job{
 				Type: "command", Command: "true", Compute: computeName,
-				DisplayName:    "build environment " + env.Name + ":" + env.Version,
+				DisplayName:    "build environment " + label,
 				ExperimentName: "environment-builds",
 				Environment:    &spec.Environment{Ref: ref},
-				Tags:           map[string]string{"ferry.environment": env.Name + ":" + env.Version},
+				Tags:           map[string]string{"ferry.environment": label},
 			}
 			raw, err := jsonOf(j)
 			if err != nil {
@@ -189,6 +189,30 @@ func (a *app) listEnvironmentCatalog(ctx context.Context, c *client.Client) erro
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", e.Name, e.VersionList(), e.ImageOf(), sw, e.Description)
 		}
 	})
+}
+
+// buildRef is the reference an environment build's job names, and how
+// the job is labelled: a registered environment pinned to the version the
+// workspace has, else the reference as the user wrote it, which the
+// workspace resolves through its catalog of curated environments (or
+// refuses, saying what it has).
+func buildRef(ctx context.Context, c *client.Client, arg string) (ref, label string, err error) {
+	if strings.HasPrefix(arg, "azureml://") {
+		return arg, arg, nil
+	}
+	name, ver := splitEnvRef(arg)
+	env, err := c.GetEnvironment(ctx, name, ver)
+	var ae *client.APIError
+	switch {
+	case err == nil:
+		return "azureml:" + env.Name + ":" + env.Version, env.Name + ":" + env.Version, nil
+	case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
+		if ver == "latest" {
+			return "azureml:" + name + "@latest", name + "@latest", nil
+		}
+		return "azureml:" + name + ":" + ver, name + ":" + ver, nil
+	}
+	return "", "", err
 }
 
 // splitEnvRef reads NAME, NAME:VERSION, NAME@latest, with or without the

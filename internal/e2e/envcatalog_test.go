@@ -66,6 +66,16 @@ environment: azureml:AzureML-sklearn-1.0-ubuntu20.04-py38-cpu@latest
 		t.Errorf("cat-missing: %s (%s)", j.Status, j.StatusReason)
 	}
 
+	// A curated environment is built (pulled) ahead of jobs like a
+	// registered one; a name that is neither is refused with both said.
+	s.mustFerry("environment", "build", "azureml://registries/azureml/environments/sklearn-1.0-ubuntu20.04-py38-cpu/labels/latest", "--compute", "local")
+	s.mustFerry("environment", "build", "AzureML-sklearn-1.0-ubuntu20.04-py38-cpu:1", "--compute", "local")
+	r = s.ferry("environment", "build", "no-such-env@latest", "--compute", "local")
+	if r.code == 0 {
+		t.Fatalf("building an environment nobody has worked: %s", r)
+	}
+	mustContain(t, "unknown build", r.stderr, "no-such-env", "not registered", "nor is it in the catalog")
+
 	// Registering an environment of the same name replaces the catalog's.
 	s.mustFerry("environment", "create", "-f", filepath.Join(dir, "lab-env.yml"))
 	mustContain(t, "registered wins", s.mustFerry("job", "create", "-f", job, "--stream", "--set", "environment=azureml:AzureML-lab-2.0@latest").stdout, "curated 42 3")
