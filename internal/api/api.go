@@ -77,6 +77,7 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 		{method: "GET", path: "/v1/sizes", summary: "The size catalog: node shapes clusters and serverless jobs use", handle: s.listSizes},
 		{method: "GET", path: "/v1/environments", summary: "List registered environments (?name= for the versions of one)", handle: s.listEnvironments},
 		{method: "POST", path: "/v1/environments", summary: "Register an environment version: {spec, context_snapshot}", handle: s.createEnvironment},
+		{method: "GET", path: "/v1/environments/catalog", summary: "The catalog of curated environments (Azure's built-in ones) that references resolve through after the registered ones", handle: s.environmentCatalog},
 		{method: "GET", path: "/v1/environments/{name}/versions/{version}", summary: "Show an environment version (version latest: the one registered last)", handle: s.getEnvironment},
 		{method: "POST", path: "/v1/jobs", summary: "Submit a job: {spec, code_snapshot, input_snapshots, environment_snapshot}", handle: s.createJob},
 		{method: "GET", path: "/v1/jobs", summary: "List jobs, newest first (?status=&compute=&limit=)", handle: s.listJobs},
@@ -413,6 +414,10 @@ func (s *Server) createEnvironment(r *http.Request, who auth.Principal) (any, er
 
 func (s *Server) listEnvironments(r *http.Request, _ auth.Principal) (any, error) {
 	return s.ws.ListEnvironments(r.Context(), r.URL.Query().Get("name"))
+}
+
+func (s *Server) environmentCatalog(*http.Request, auth.Principal) (any, error) {
+	return s.ws.CatalogEnvironments(), nil
 }
 
 func (s *Server) getEnvironment(r *http.Request, _ auth.Principal) (any, error) {

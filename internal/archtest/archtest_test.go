@@ -30,6 +30,7 @@ var forbidden = map[string][]string{
 	"internal/snapshot":                {"internal/workspace", "internal/api", "internal/store"},
 	"internal/scheduler":               {"internal/"},
 	"internal/sizes":                   {"internal/"},
+	"internal/envcatalog":              {"internal/"},
 	"internal/instance":                {"internal/workspace", "internal/api", "internal/store", "internal/compute", "internal/server", "net/http"},
 	"internal/nodeproto":               {"internal/"},
 	"internal/autoscale":               {"internal/api", "internal/workspace", "internal/store", "internal/compute", "internal/server"},

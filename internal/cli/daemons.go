@@ -93,6 +93,7 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 	f.DurationVar(&cfg.PreemptPoll, "preempt-poll", 10*time.Second, "how often the machines of low-priority clusters are listed to find those their provider takes back")
 	f.DurationVar(&cfg.PreemptGrace, "preempt-grace", 30*time.Second, "how long the jobs of a preempted node have to stop and upload their outputs before they are queued again without them")
 	f.StringVar(&cfg.SizesFile, "sizes", "", "YAML file of sizes that extend or override the built-in catalog (see ferry size list)")
+	f.StringVar(&cfg.EnvironmentCatalogFile, "environment-catalog", "", "YAML file of curated environments (Azure ML's built-in environment names mapped to images) that extend or override the built-in catalog (see ferry environment list --catalog)")
 	f.StringVar(&cfg.EnvCacheSize, "env-cache-size", "50g", "bound of this machine's built environments (virtualenvs, conda envs, images); least recently used ones above it are removed")
 	f.DurationVar(&cfg.LeaseTimeout, "lease-timeout", 30*time.Second, "how long a silent runner keeps its job before it is failed as lost")
 	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "time a canceled job gets between SIGTERM and SIGKILL")

@@ -160,6 +160,11 @@ func (a *app) deploy(ctx context.Context, c *client.Client, o deployOpts, create
 		return fmt.Errorf("%s: %w", o.file, err)
 	}
 	src := specFile{name: o.file, data: data, sets: o.sets}
+	env, envSrc, envField, err := inlineEnvironmentFile(src, d.Environment)
+	if err != nil {
+		return err
+	}
+	d.Environment = env
 	local := o.local
 	if !create {
 		old, err := c.GetOnlineDeployment(ctx, d.EndpointName, d.Name)
@@ -179,7 +184,7 @@ func (a *app) deploy(ctx context.Context, c *client.Client, o deployOpts, create
 		paths = append(paths, *model)
 	}
 	if p, field := environment.ContextPath(d.Environment); p != "" && d.Environment.Ref == "" {
-		paths = append(paths, pathField{file: src, field: "environment." + field, value: p})
+		paths = append(paths, pathField{file: envSrc, field: envField + field, value: p})
 	}
 	for _, f := range paths {
 		if isRemote(f.value) {
@@ -208,7 +213,7 @@ func (a *app) deploy(ctx context.Context, c *client.Client, o deployOpts, create
 			return err
 		}
 	}
-	if up.EnvironmentSnapshot, err = a.uploadEnvironmentFiles(ctx, c, "environment.", src, d.Environment, limit); err != nil {
+	if up.EnvironmentSnapshot, err = a.uploadEnvironmentFiles(ctx, c, envField, envSrc, d.Environment, limit); err != nil {
 		return err
 	}
 	var v *workspace.OnlineDeployment

@@ -46,6 +46,7 @@ func TestOnlineDeploymentCreateRefusesBeforeUploading(t *testing.T) {
 	if r := s.ferry(t, "online-endpoint", "create", "-f", filepath.Join(dir, "endpoint.yml")); r.code != 0 {
 		t.Fatalf("endpoint create: %s", r)
 	}
+	writeFiles(t, dir, map[string]string{"envs/env.yml": "image: python:3.11\nconda_file: conda.yml\n"})
 	for _, c := range []struct {
 		what, file string
 		args       []string
@@ -65,6 +66,11 @@ func TestOnlineDeploymentCreateRefusesBeforeUploading(t *testing.T) {
 			[]string{"d.yml:4: code_configuration.code: nosuch does not exist"}},
 		{"no model folder", "name: blue\nendpoint_name: iris-ep\nmodel:\n  path: nosuch-model\ncode_configuration:\n  code: src\n  scoring_script: score.py\n", []string{"--local"},
 			[]string{"model.path: nosuch-model does not exist"}},
+		{"no environment file", "name: blue\nendpoint_name: iris-ep\nenvironment: file:envs/nosuch.yml\ncode_configuration:\n  code: src\n  scoring_script: score.py\n", []string{"--local"},
+			[]string{"d.yml:3: environment: envs/nosuch.yml does not exist"}},
+		// The environment file's own paths are relative to it, and named at its line.
+		{"no conda file beside the environment file", "name: blue\nendpoint_name: iris-ep\nenvironment: file:envs/env.yml\ncode_configuration:\n  code: src\n  scoring_script: score.py\n", []string{"--local"},
+			[]string{"env.yml:2: conda_file: conda.yml does not exist", filepath.Join(dir, "envs")}},
 	} {
 		writeFiles(t, dir, map[string]string{"d.yml": c.file})
 		r := s.ferry(t, append([]string{"online-deployment", "create", "-f", filepath.Join(dir, "d.yml"), "--no-wait"}, c.args...)...)

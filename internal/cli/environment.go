@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -78,14 +80,21 @@ func (a *app) environmentCmd() *cobra.Command {
 	create.Flags().StringVar(&version, "version", "", "version to register (default: the file's, else the next number)")
 	_ = create.MarkFlagRequired("file")
 
+	var catalog bool
 	list := &cobra.Command{
-		Use:   "list [NAME]",
-		Short: "List registered environments, or the versions of one",
+		Use:   "list [NAME] [--catalog]",
+		Short: "List registered environments, or the versions of one; --catalog lists the built-in (curated) ones",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if catalog {
+				if len(args) > 0 {
+					return fmt.Errorf("--catalog lists the whole catalog; leave out %s", args[0])
+				}
+				return a.listEnvironmentCatalog(cmd.Context(), c)
 			}
 			name := ""
 			if len(args) == 1 {
@@ -103,6 +112,7 @@ func (a *app) environmentCmd() *cobra.Command {
 			})
 		},
 	}
+	list.Flags().BoolVar(&catalog, "catalog", false, "list the catalog of curated environments (Azure's built-in ones, as azureml:AzureML-NAME@latest or azureml://registries/azureml/environments/NAME/labels/latest) instead of the registered ones")
 	show := &cobra.Command{
 		Use:   "show NAME[:VERSION|@latest]",
 		Short: "Show an environment version (the latest when no version is given)",
@@ -122,31 +132,30 @@ func (a *app) environmentCmd() *cobra.Command {
 	}
 	var computeName string
 	build := &cobra.Command{
-		Use:   "build NAME[:VERSION|@latest] --compute TARGET",
+		Use:   "build NAME[:VERSION|@latest]|azureml://registries/azureml/... --compute TARGET",
 		Short: "Build an environment on a compute target ahead of the jobs that use it",
 		Long: `Build an environment on a compute target ahead of the jobs that use it.
 
 It submits a job that runs ` + "`true`" + ` in the environment, so the build happens
 where jobs will run, streams its log, and leaves the build in the target's
-cache for every later job with the same environment.`,
+cache for every later job with the same environment. A built-in (curated)
+environment from the catalog is pulled the same way.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
-			name, ver := splitEnvRef(args[0])
-			env, err := c.GetEnvironment(cmd.Context(), name, ver)
+			ref, label, err := buildRef(cmd.Context(), c, args[0])
 			if err != nil {
 				return err
 			}
-			ref := "azureml:" + env.Name + ":" + env.Version
 			j := &spec.Job{
 				Type: "command", Command: "true", Compute: computeName,
-				DisplayName:    "build environment " + env.Name + ":" + env.Version,
+				DisplayName:    "build environment " + label,
 				ExperimentName: "environment-builds",
 				Environment:    &spec.Environment{Ref: ref},
-				Tags:           map[string]string{"ferry.environment": env.Name + ":" + env.Version},
+				Tags:           map[string]string{"ferry.environment": label},
 			}
 			raw, err := jsonOf(j)
 			if err != nil {
@@ -162,6 +171,48 @@ cache for every later job with the same environment.`,
 	build.Flags().StringVar(&computeName, "compute", "local", "compute target to build on")
 	cmd.AddCommand(create, list, show, build)
 	return cmd
+}
+
+// listEnvironmentCatalog prints the catalog of curated environments.
+func (a *app) listEnvironmentCatalog(ctx context.Context, c *client.Client) error {
+	es, err := c.EnvironmentCatalog(ctx)
+	if err != nil {
+		return err
+	}
+	return a.print(es, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "NAME\tVERSIONS\tIMAGE\tSOFTWARE\tDESCRIPTION")
+		for _, e := range es {
+			sw := e.Describe()
+			if sw == "" {
+				sw = "-"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", e.Name, e.VersionList(), e.ImageOf(), sw, e.Description)
+		}
+	})
+}
+
+// buildRef is the reference an environment build's job names, and how
+// the job is labelled: a registered environment pinned to the version the
+// workspace has, else the reference as the user wrote it, which the
+// workspace resolves through its catalog of curated environments (or
+// refuses, saying what it has).
+func buildRef(ctx context.Context, c *client.Client, arg string) (ref, label string, err error) {
+	if strings.HasPrefix(arg, "azureml://") {
+		return arg, arg, nil
+	}
+	name, ver := splitEnvRef(arg)
+	env, err := c.GetEnvironment(ctx, name, ver)
+	var ae *client.APIError
+	switch {
+	case err == nil:
+		return "azureml:" + env.Name + ":" + env.Version, env.Name + ":" + env.Version, nil
+	case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
+		if ver == "latest" {
+			return "azureml:" + name + "@latest", name + "@latest", nil
+		}
+		return "azureml:" + name + ":" + ver, name + ":" + ver, nil
+	}
+	return "", "", err
 }
 
 // splitEnvRef reads NAME, NAME:VERSION, NAME@latest, with or without the
@@ -187,4 +238,31 @@ func showEnvironment(w *tabwriter.Writer, v *workspace.Environment) {
 	fmt.Fprintf(w, "hash:\t%s\n", v.Hash)
 	fmt.Fprintf(w, "created:\t%s\n", v.Created.Local().Format("2006-01-02 15:04:05"))
 	fmt.Fprintf(w, "use it in a job as:\tenvironment: azureml:%s:%s\n", v.Name, v.Version)
+}
+
+// inlineEnvironmentFile reads the environment file that an environment
+// written as file:PATH names (relative to src, the file that names it), as
+// Azure's CLI does, and returns its environment to send inline. It also
+// returns the file and the field prefix that the environment's own paths
+// (its conda file, its build context) are relative to and reported at: the
+// environment file's when there is one, else src's environment field. Any
+// other environment comes back as it is.
+func inlineEnvironmentFile(src specFile, e *spec.Environment) (*spec.Environment, specFile, string, error) {
+	p := e.FilePath()
+	if p == "" {
+		return e, src, "environment.", nil
+	}
+	f := pathField{file: src, field: "environment", value: p}
+	data, err := os.ReadFile(f.path())
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, specFile{}, "", f.notFound()
+	case err != nil:
+		return nil, specFile{}, "", f.errorf("%v", err)
+	}
+	env, err := spec.ParseInlineEnvironment(data)
+	if err != nil {
+		return nil, specFile{}, "", fmt.Errorf("%s (the environment file of %s): %w", f.path(), src.name, err)
+	}
+	return env, specFile{name: f.path(), data: data}, "", nil
 }

@@ -104,6 +104,11 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 	if err := checkDataInputs(ctx, c, src, j); err != nil {
 		return nil, err
 	}
+	env, envSrc, envField, err := inlineEnvironmentFile(src, j.Environment)
+	if err != nil {
+		return nil, err
+	}
+	j.Environment = env
 	req := api.JobRequest{InputSnapshots: map[string]string{}}
 	if j.Code != "" {
 		id, err := a.upload(ctx, c, pathField{file: src, field: "code", value: j.Code}, "", limit, true)
@@ -127,7 +132,7 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 		}
 		req.InputSnapshots[name] = id
 	}
-	if id, err := a.uploadEnvironmentFiles(ctx, c, "environment.", src, j.Environment, limit); err != nil {
+	if id, err := a.uploadEnvironmentFiles(ctx, c, envField, envSrc, j.Environment, limit); err != nil {
 		return nil, err
 	} else {
 		req.EnvironmentSnapshot = id

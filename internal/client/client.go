@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/api"
+	"github.com/ferry-ml/ferry/internal/envcatalog"
 	"github.com/ferry-ml/ferry/internal/sizes"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -227,6 +228,12 @@ func (c *Client) CreateEnvironment(ctx context.Context, req api.EnvironmentReque
 func (c *Client) ListEnvironments(ctx context.Context, name string) ([]*workspace.Environment, error) {
 	var out []*workspace.Environment
 	return out, c.do(ctx, "GET", "/v1/environments?name="+url.QueryEscape(name), nil, &out)
+}
+
+// EnvironmentCatalog returns the workspace's catalog of curated environments.
+func (c *Client) EnvironmentCatalog(ctx context.Context) ([]envcatalog.Entry, error) {
+	var out []envcatalog.Entry
+	return out, c.do(ctx, "GET", "/v1/environments/catalog", nil, &out)
 }
 
 // GetEnvironment shows one environment version ("latest" for the last).

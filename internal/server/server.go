@@ -56,6 +56,9 @@ type Config struct {
 	// SizesFile is a YAML file of sizes that extend or override the
 	// built-in catalog ("" = the built-in one only).
 	SizesFile string
+	// EnvironmentCatalogFile is a YAML file of curated environments that
+	// extend or override the built-in catalog ("" = the built-in one only).
+	EnvironmentCatalogFile string
 	// Provider is the node provider of clusters that name none ("" = process).
 	Provider string
 	// AgentBinaries is a directory of ferry-linux-ARCH binaries that the
@@ -125,6 +128,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer unlock()
 	catalog, err := loadSizes(cfg.SizesFile)
+	if err != nil {
+		return err
+	}
+	envCatalog, err := loadEnvironmentCatalog(cfg.EnvironmentCatalogFile)
 	if err != nil {
 		return err
 	}
@@ -216,7 +223,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: url,
 		Targets: targets, PoolTypes: poolTypes,
 		MaxSnapshotSize: cfg.MaxSnapshotSize, OutputQuota: cfg.OutputQuota, LeaseTimeout: cfg.LeaseTimeout, CancelGrace: cfg.CancelGrace, Log: cfg.Log,
-		Sizes: catalog, Providers: provs.factory(), CheckProvider: provs.check, Secrets: key,
+		Sizes: catalog, Environments: envCatalog, Providers: provs.factory(), CheckProvider: provs.check, Secrets: key,
 		NodeLease: cfg.NodeLease, NodeHeartbeat: nodeHeartbeat(cfg.NodeLease),
 		PreemptPoll: cfg.PreemptPoll, PreemptGrace: cfg.PreemptGrace,
 		JoinTimeout: cfg.NodeJoinTimeout, ServerlessIdle: cfg.ServerlessIdle,

@@ -42,6 +42,22 @@ func ParseEnvironment(data []byte) (*EnvironmentFile, error) {
 	return f, nil
 }
 
+// ParseInlineEnvironment reads the environment file a job names with
+// `environment: file:PATH`, as strictly as ParseEnvironment; its software
+// becomes the job's inline environment, so unlike a registered one it
+// needs no name.
+func ParseInlineEnvironment(data []byte) (*Environment, error) {
+	f, root, err := parseYAML[EnvironmentFile](data, nil, "environment", environmentEmptyHint, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.check(false); err != nil {
+		addLines(err.(Errors), root)
+		return nil, err
+	}
+	return f.Environment(), nil
+}
+
 // DecodeEnvironmentJSON reads an environment from strict JSON, the API's
 // form, and validates it.
 func DecodeEnvironmentJSON(data []byte) (*EnvironmentFile, error) {
@@ -66,9 +82,13 @@ func (f *EnvironmentFile) Environment() *Environment {
 }
 
 // Validate checks the file; every problem is reported, each naming its field.
-func (f *EnvironmentFile) Validate() error {
+func (f *EnvironmentFile) Validate() error { return f.check(true) }
+
+// check is Validate; needName is false for an inline environment's file.
+func (f *EnvironmentFile) check(needName bool) error {
 	var es Errors
 	switch {
+	case f.Name == "" && !needName:
 	case f.Name == "":
 		es.add("name", "a registered environment needs a name, e.g. name: sklearn-env")
 	case !envNameRe().MatchString(f.Name):

@@ -93,3 +93,71 @@ func FuzzParseEnvironment(f *testing.F) {
 		}
 	})
 }
+
+func TestParseEnvironmentRef(t *testing.T) {
+	for ref, want := range map[string]EnvironmentRef{
+		"azureml:AzureML-sklearn-1.0-ubuntu20.04-py38-cpu@latest":       {Name: "AzureML-sklearn-1.0-ubuntu20.04-py38-cpu", Latest: true},
+		"azureml:AzureML-tensorflow-2.4-ubuntu18.04-py37-cuda11-gpu:41": {Name: "AzureML-tensorflow-2.4-ubuntu18.04-py37-cuda11-gpu", Version: "41"},
+		"my-env:2.0": {Name: "my-env", Version: "2.0"},
+		"azureml://registries/azureml/environments/sklearn-1.5/labels/latest":             {Name: "sklearn-1.5", Latest: true, Registry: "azureml"},
+		"azureml://registries/azureml/environments/acpt-pytorch-2.2-cuda12.1/versions/41": {Name: "acpt-pytorch-2.2-cuda12.1", Version: "41", Registry: "azureml"},
+	} {
+		got, err := ParseEnvironmentRef(ref)
+		if err != nil {
+			t.Errorf("ParseEnvironmentRef(%q): %v", ref, err)
+			continue
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("ParseEnvironmentRef(%q) (-want +got):\n%s", ref, diff)
+		}
+		// The written form reads back as the same reference.
+		if back, err := ParseEnvironmentRef(got.String()); err != nil || back != got {
+			t.Errorf("%q: String() = %q reads back as %+v, %v", ref, got.String(), back, err)
+		}
+	}
+	for ref, want := range map[string]string{
+		"sklearn": "azureml:NAME@latest",
+		"env:1:2": "not an environment reference",
+		"azureml://registries/azureml-meta/environments/x/versions/1": `registry "azureml-meta" is not known`,
+		"azureml://registries/azureml/environments/x/labels/default":  "labels/latest",
+		"azureml://registries/azureml/environments/x/versions/":       "versions/VERSION",
+		"azureml://registries/azureml/environments/a/b/versions/1":    "not an environment reference Ferry knows",
+	} {
+		_, err := ParseEnvironmentRef(ref)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseEnvironmentRef(%q) = %v, want an error containing %q", ref, err, want)
+		}
+	}
+}
+
+func TestEnvironmentFileRef(t *testing.T) {
+	j, err := ParseJob([]byte("command: python train.py\nenvironment: file:./env.yml\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := j.Environment.FilePath(); got != "./env.yml" {
+		t.Errorf("FilePath = %q, want ./env.yml", got)
+	}
+	if got := (&Environment{Ref: "azureml:env:1"}).FilePath(); got != "" {
+		t.Errorf("FilePath of a registered reference = %q", got)
+	}
+}
+
+func FuzzParseEnvironmentRef(f *testing.F) {
+	for _, s := range []string{"azureml:env:1", "env@latest", "azureml://registries/azureml/environments/sklearn-1.5/labels/latest",
+		"azureml://registries/azureml/environments/sklearn-1.5/versions/3", "azureml://registries/x/environments//versions/", "file:./env.yml", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ref string) {
+		r, err := ParseEnvironmentRef(ref)
+		if err != nil {
+			return
+		}
+		if r.Name == "" || r.Latest == (r.Version != "") {
+			t.Fatalf("%q parsed to %+v", ref, r)
+		}
+		if back, err := ParseEnvironmentRef(r.String()); err != nil || back != r {
+			t.Fatalf("%q: %q reads back as %+v, %v", ref, r.String(), back, err)
+		}
+	})
+}

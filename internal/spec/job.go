@@ -114,18 +114,16 @@ func (j *Job) Clone() *Job {
 	return &c
 }
 
-var envRefRe = lazyRegexp(`^([A-Za-z0-9_.-]+)(?::([A-Za-z0-9_.-]+)|(@latest))$`)
-
 // RefParts splits the reference Ref into the environment's name and
-// version, or reports latest for `name@latest`. ok is false when Ref is not
-// a reference (azureml:NAME:VERSION, NAME:VERSION, NAME@latest or
-// azureml:NAME@latest).
+// version, or reports latest for `name@latest` and a registry's
+// labels/latest; ok is false when Ref is not a reference that
+// ParseEnvironmentRef reads.
 func (e *Environment) RefParts() (name, version string, latest bool, ok bool) {
-	m := envRefRe().FindStringSubmatch(strings.TrimPrefix(e.Ref, "azureml:"))
-	if m == nil {
+	r, err := ParseEnvironmentRef(e.Ref)
+	if err != nil {
 		return "", "", false, false
 	}
-	return m[1], m[2], m[3] != "", true
+	return r.Name, r.Version, r.Latest, true
 }
 
 var (
@@ -369,11 +367,14 @@ func (e *Environment) validate(es *Errors, f string) {
 		if !e.refOnly() {
 			es.add(f, "a reference (%s) stands alone; remove the other fields, or remove ref to define the environment inline", e.Ref)
 		}
-		switch _, _, _, ok := e.RefParts(); {
-		case strings.HasPrefix(e.Ref, "azureml://"):
-			es.add(f, "registry references (%s) are not supported; register the environment with Ferry and use azureml:NAME:VERSION", quote(e.Ref))
-		case !ok:
-			es.add(f, "%s is not an environment reference: write azureml:NAME:VERSION, NAME:VERSION, NAME@latest or an inline mapping (image, build, python, conda_file or user_managed)", quote(e.Ref))
+		if strings.HasPrefix(e.Ref, EnvironmentFilePrefix) {
+			if e.FilePath() == "" {
+				es.add(f, "file: needs the path of an environment file, e.g. file:./env.yml")
+			}
+			return
+		}
+		if _, err := ParseEnvironmentRef(e.Ref); err != nil {
+			es.add(f, "%v", err)
 		}
 		return
 	}

@@ -338,7 +338,10 @@ func TestJobRulesReject(t *testing.T) {
 		// environment
 		{"env ref", valid + "environment: 'bad ref!'\n", "environment", []string{"not an environment reference"}},
 		{"env ref without version", valid + "environment: myenv\n", "environment", []string{"azureml:NAME:VERSION"}},
-		{"env registry", valid + "environment: azureml://registries/azureml/environments/sklearn/labels/latest\n", "environment", []string{"registry references"}},
+		{"env other registry", valid + "environment: azureml://registries/contoso/environments/sklearn/labels/latest\n", "environment", []string{"registry \"contoso\" is not known", "ferry environment create"}},
+		{"env registry label", valid + "environment: azureml://registries/azureml/environments/sklearn/labels/stable\n", "environment", []string{"labels/latest", ".../versions/VERSION"}},
+		{"env workspace uri", valid + "environment: azureml://locations/westus/workspaces/ws/environments/sklearn/versions/1\n", "environment", []string{"not an environment reference Ferry knows"}},
+		{"env empty file", valid + "environment: \"file:\"\n", "environment", []string{"file: needs the path"}},
 		{"env ref with more", valid + "environment: {ref: 'env:1', image: x}\n", "environment", []string{"stands alone"}},
 		{"env nothing", valid + "environment: {name: x}\n", "environment", []string{"say how to make"}},
 		{"env two kinds", valid + "environment: {image: a, python: {requirements: r.txt}}\n", "environment", []string{"only one", "image and python"}},
@@ -612,6 +615,11 @@ func TestHelpers(t *testing.T) {
 		"env:1:2":               {},
 		"env@v1":                {},
 		"":                      {},
+		"azureml://registries/azureml/environments/sklearn-1.5/labels/latest": {"sklearn-1.5", "", true, true},
+		"azureml://registries/azureml/environments/sklearn-1.5/versions/12":   {"sklearn-1.5", "12", false, true},
+		"azureml://registries/azureml/environments/sklearn-1.5":               {},
+		"azureml://registries/other/environments/sklearn-1.5/versions/12":     {},
+		"file:./env.yml": {},
 	} {
 		var got parts
 		got.Name, got.Version, got.Latest, got.OK = (&Environment{Ref: ref}).RefParts()

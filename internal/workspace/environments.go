@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/envcatalog"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -184,27 +185,21 @@ func (s *Service) unknownEnvironment(ctx context.Context, name, version string) 
 }
 
 // resolveEnvironment turns a job's environment into what its runner
-// builds: a registered one looked up, an inline one checked against the
-// snapshot of its files.
+// builds: a reference looked up (resolveEnvironmentRef), an inline one
+// checked against the snapshot of its files.
 func (s *Service) resolveEnvironment(ctx context.Context, e *spec.Environment, snap string) (*environment.Spec, error) {
 	if e != nil && e.Ref != "" {
 		if snap != "" {
 			return nil, Invalid("environment_snapshot: the job refers to registered environment %s, which carries its own files", e.Ref)
 		}
-		name, version, _, _ := e.RefParts()
-		rec, err := s.lookupEnvironment(ctx, name, version)
+		if strings.HasPrefix(e.Ref, spec.EnvironmentFilePrefix) {
+			return nil, Invalid("environment: %s is a file on the client's machine; `ferry job create` and `ferry online-deployment create` read it and send the environment inline", e.Ref)
+		}
+		ref, err := spec.ParseEnvironmentRef(e.Ref)
 		if err != nil {
-			var we *Error
-			if errors.As(err, &we) && we.Code == CodeNotFound {
-				return nil, Invalid("environment: %s", we.Msg)
-			}
-			return nil, err
+			return nil, Invalid("environment: %v", err)
 		}
-		var es environment.Spec
-		if err := json.Unmarshal(rec.Spec, &es); err != nil {
-			return nil, fmt.Errorf("environment %s:%s: stored spec: %w", rec.Name, rec.Version, err)
-		}
-		return &es, nil
+		return s.resolveEnvironmentRef(ctx, ref)
 	}
 	if snap != "" {
 		if err := s.requireSnapshot(snap, "environment_snapshot"); err != nil {
@@ -217,3 +212,81 @@ func (s *Service) resolveEnvironment(ctx context.Context, e *spec.Environment, s
 	}
 	return es, nil
 }
+
+// resolveEnvironmentRef looks a reference up: an environment registered
+// under its name wins, so a site can replace a curated environment by
+// registering one of the same name; a name nobody registered is looked up
+// in the catalog of curated environments, whose image is resolved here
+// whether or not it can be pulled (a node that cannot pull it fails the
+// job at Preparing with the engine's words).
+func (s *Service) resolveEnvironmentRef(ctx context.Context, ref spec.EnvironmentRef) (*environment.Spec, error) {
+	version := ref.Version
+	if ref.Latest {
+		version = "latest"
+	}
+	name, err := s.registeredName(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	registered := name != ""
+	if !registered {
+		catalogName := ref.Name
+		if ref.Registry != "" && !strings.HasPrefix(strings.ToLower(catalogName), "azureml-") {
+			// The registry's names are the workspace's without its prefix.
+			catalogName = "AzureML-" + catalogName
+		}
+		r, err := s.cfg.Environments.Resolve(catalogName, version)
+		if err == nil {
+			return &environment.Spec{Kind: environment.KindImage, Image: r.Image, Name: r.Name, Version: r.Version}, nil
+		}
+		if !errors.Is(err, envcatalog.ErrUnknown) {
+			return nil, Invalid("environment: %v", err)
+		}
+		if ref.Registry != "" {
+			return nil, Invalid("environment: %s is not in the catalog of Azure's built-in environments (see `ferry environment list --catalog`); add it to the server's --environment-catalog file, or register an environment named %s", ref, ref.Name)
+		}
+		name = ref.Name
+	}
+	rec, err := s.lookupEnvironment(ctx, name, version)
+	if err != nil {
+		var we *Error
+		if errors.As(err, &we) && we.Code == CodeNotFound {
+			msg := we.Msg
+			if !registered {
+				msg += "; nor is it in the catalog of built-in environments (`ferry environment list --catalog`)"
+			}
+			return nil, Invalid("environment: %s", msg)
+		}
+		return nil, err
+	}
+	var es environment.Spec
+	if err := json.Unmarshal(rec.Spec, &es); err != nil {
+		return nil, fmt.Errorf("environment %s:%s: stored spec: %w", rec.Name, rec.Version, err)
+	}
+	return &es, nil
+}
+
+// registeredName is the name under which ref's environment is registered,
+// "" when it is not. A registry reference names a curated environment
+// without Azure's workspace prefix (sklearn-1.5 for AzureML-sklearn-1.5),
+// so an environment registered under either name stands for it.
+func (s *Service) registeredName(ctx context.Context, ref spec.EnvironmentRef) (string, error) {
+	names := []string{ref.Name}
+	if ref.Registry != "" {
+		names = append(names, "AzureML-"+ref.Name)
+	}
+	for _, n := range names {
+		versions, err := s.st.ListEnvironments(ctx, n)
+		if err != nil {
+			return "", err
+		}
+		if len(versions) > 0 {
+			return n, nil
+		}
+	}
+	return "", nil
+}
+
+// CatalogEnvironments returns the catalog of curated environments, ordered
+// by name.
+func (s *Service) CatalogEnvironments() []envcatalog.Entry { return s.cfg.Environments.List() }

@@ -15,6 +15,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/envcatalog"
 	"github.com/ferry-ml/ferry/internal/provider"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/sizes"
@@ -61,6 +62,10 @@ type Config struct {
 	OutputQuota int64
 	// Sizes is the size catalog; nil means the built-in one.
 	Sizes *sizes.Catalog
+	// Environments is the catalog of curated environments that references
+	// to Azure's built-in environments resolve through, after the
+	// registered ones; nil means the built-in one.
+	Environments *envcatalog.Catalog
 	// PoolTypes are the compute types whose computes are pools of agent
 	// nodes that the pool loop runs, by type name, each with what sets it
 	// apart (compute.Pool); the workspace asks them instead of comparing
@@ -184,6 +189,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	if cfg.Sizes == nil {
 		cfg.Sizes = sizes.Builtin()
+	}
+	if cfg.Environments == nil {
+		cfg.Environments = envcatalog.Builtin()
 	}
 	if cfg.NodeHeartbeat == 0 {
 		cfg.NodeHeartbeat = 2 * time.Second
