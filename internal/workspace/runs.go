@@ -660,6 +660,7 @@ func (s *Service) fencedFinish(ctx context.Context, who auth.Principal, name str
 		}
 		end.outputs = raw
 	}
+	fenced := false // the runner was heard, as by the read the old path fences with
 	err := s.endAttempt(ctx, name, attempt, end, func(j store.Job) error {
 		if err := attemptCurrent(j, attempt); err != nil {
 			return err
@@ -667,10 +668,17 @@ func (s *Service) fencedFinish(ctx context.Context, who auth.Principal, name str
 		if len(placementOf(j).Ranks) > 1 {
 			return errSeveralRanks
 		}
+		fenced = true
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return NotFound("job %q does not exist", name)
+	}
+	if err != nil && fenced {
+		// The end was not recorded (the runner sends it again): its
+		// lease is renewed as the old path's fence renewed it. A
+		// recorded end drops the lease.
+		s.heard(name)
 	}
 	return err
 }
