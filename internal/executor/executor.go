@@ -248,10 +248,7 @@ func (e *executor) take(req local.ExecutorRequest) local.ExecutorReply {
 	if _, ok := e.attempts[key]; ok {
 		return local.ExecutorReply{OK: true} // already running: a retried launch
 	}
-	logf, err := os.OpenFile(filepath.Join(inv.Dir, "runner.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return local.ExecutorReply{Error: "the attempt's runner.log: " + err.Error()}
-	}
+	logf := &lazyLog{path: filepath.Join(inv.Dir, "runner.log")}
 	cfg, err := runner.ConfigFor(inv, req.RunToken, slog.New(slog.NewTextHandler(logf, nil)))
 	if err != nil {
 		logf.Close()
@@ -286,4 +283,39 @@ func (e *executor) take(req local.ExecutorRequest) local.ExecutorReply {
 		e.mu.Unlock()
 	}()
 	return local.ExecutorReply{OK: true}
+}
+
+// lazyLog is an attempt's runner.log, made when the runner first logs: a
+// runner logs nothing in most attempts, and each file made per attempt in
+// the runs dir was a share of a small job's CPU (bench/dispatch). A log
+// that cannot be made loses the runner's lines, not the attempt: how it
+// ended still reaches the server or its folder.
+type lazyLog struct {
+	path string
+
+	mu  sync.Mutex
+	f   *os.File
+	err error // of making it, once tried
+}
+
+func (l *lazyLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil && l.err == nil {
+		l.f, l.err = os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	}
+	if l.err != nil {
+		return 0, l.err
+	}
+	return l.f.Write(p)
+}
+
+// Close closes the log if it was made.
+func (l *lazyLog) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return nil
+	}
+	return l.f.Close()
 }

@@ -3,6 +3,7 @@ package executor
 import (
 	"bufio"
 	"encoding/json"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -154,5 +155,30 @@ func TestAttemptGivesUpAndExecutorEndsWithItsServer(t *testing.T) {
 	log, _ := os.ReadFile(filepath.Join(attempt, "runner.log"))
 	if !strings.Contains(string(log), "giving up") || strings.Contains(string(log), "not-a-real-token") {
 		t.Errorf("runner.log:\n%s", log)
+	}
+}
+
+// An attempt's runner.log is made when the runner first logs, not before:
+// an attempt that logs nothing leaves none.
+func TestRunnerLogMadeWhenFirstWritten(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runner.log")
+	quiet := &lazyLog{path: path}
+	if err := quiet.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("a runner that logged nothing left runner.log: %v", err)
+	}
+	l := &lazyLog{path: path}
+	t.Cleanup(func() { l.Close() })
+	log := slog.New(slog.NewTextHandler(l, nil))
+	log.Error("giving up", "for", "1s")
+	log.Info("second")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(data)), "\n"); len(lines) != 2 || !strings.Contains(lines[0], "giving up") {
+		t.Errorf("runner.log:\n%s", data)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -52,13 +53,15 @@ type metricQueue struct {
 	wake chan struct{} // a value was added, or the queue was closed
 
 	mu     sync.Mutex
-	f      *os.File
-	next   int64 // the number of the next value
+	f      *os.File // nil until the first value is added
+	next   int64    // the number of the next value
 	closed bool
 }
 
-// openMetricQueue opens (or makes) the queue at path and goes on with its
-// numbering.
+// openMetricQueue opens the queue at path and goes on with its numbering.
+// The file is made when the first value is added: most jobs log no
+// metric, and each file made in the runs dir was a share of a small job's
+// CPU (bench/dispatch).
 func openMetricQueue(path string) (*metricQueue, error) {
 	q := &metricQueue{path: path, next: 1, wake: make(chan struct{}, 1)}
 	if f, err := os.Open(path); err == nil {
@@ -71,12 +74,9 @@ func openMetricQueue(path string) (*metricQueue, error) {
 			}
 		}
 		f.Close()
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	q.f = f
 	return q, nil
 }
 
@@ -95,6 +95,13 @@ func (q *metricQueue) add(ms []workspace.Metric) error {
 			return fmt.Errorf("metrics[%d]: %w", i, err)
 		}
 		buf = append(append(buf, line...), '\n')
+	}
+	if q.f == nil {
+		f, err := createSynced(q.path)
+		if err != nil {
+			return err
+		}
+		q.f = f
 	}
 	if _, err := q.f.Write(buf); err != nil {
 		return err
@@ -116,12 +123,36 @@ func (q *metricQueue) close() {
 	defer q.mu.Unlock()
 	if !q.closed {
 		q.closed = true
-		q.f.Close()
+		if q.f != nil {
+			q.f.Close()
+		}
 		select {
 		case q.wake <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// createSynced opens path for appending, making it if need be, and syncs
+// its folder when it made it, so that a value synced into the file is not
+// lost with the file's name after a crash.
+func createSynced(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		err = d.Sync()
+		d.Close()
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
 }
 
 // state is the number of the last value queued, and whether the queue is
@@ -141,12 +172,15 @@ const maxMetricBatch = 1000
 // A batch the server refuses as such (4xx) is dropped and logged: sending
 // it again would not change the answer, and it must not hold up the rest.
 func (q *metricQueue) deliver(ctx context.Context, send func(ctx context.Context, first int64, ms []workspace.Metric) error, log *slog.Logger) error {
-	f, err := os.Open(q.path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	br := bufio.NewReaderSize(f, 64<<10)
+	// The file is opened once there is a value to read: add makes it with
+	// the first.
+	var f *os.File
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	var br *bufio.Reader
 	var sent int64 // the number of the last value delivered
 	var batch []workspace.Metric
 	var first int64
@@ -156,6 +190,13 @@ func (q *metricQueue) deliver(ctx context.Context, send func(ctx context.Context
 		// Read up to a batch of the values queued so far. A value is
 		// counted only once add has written all of it, so no line is
 		// read half written.
+		if f == nil && last > 0 {
+			var err error
+			if f, err = os.Open(q.path); err != nil {
+				return err
+			}
+			br = bufio.NewReaderSize(f, 64<<10)
+		}
 		for len(batch) < maxMetricBatch && sent+int64(len(batch)) < last {
 			line, err := br.ReadBytes('\n')
 			if err != nil {
@@ -295,8 +336,9 @@ func (e *metricsEndpoint) take(r *http.Request) (int, error) {
 // queue, and sets the FERRY_API_URL the job gets. finish, called once the
 // job has ended, takes no more metrics and waits until the queue is
 // delivered or ctx is done; the queue stays in the attempt's folder either
-// way. Without an endpoint (no loopback port, no queue file) the job
-// reaches the server directly, as it did before the runner buffered.
+// way. Without an endpoint (no loopback port, an unreadable queue file)
+// the job reaches the server directly, as it did before the runner
+// buffered.
 func (r *runner) startMetrics(ctx context.Context) (finish func(ctx context.Context) error) {
 	q, err := openMetricQueue(filepath.Join(r.cfg.Dir, MetricsQueueName))
 	if err != nil {

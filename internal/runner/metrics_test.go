@@ -3,9 +3,11 @@ package runner
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -132,5 +134,54 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	if d := cmp.Diff([]string{"POST /v1/jobs/j/metrics", "POST /v1/jobs/k/metrics"}, upstream); d != "" {
 		t.Errorf("passed to the server (-want +got):\n%s", d)
+	}
+}
+
+// A job that logs no metric leaves no queue file, and its queue delivers
+// nothing; the first value makes the file, and a runner that dies after
+// the job was told it is taken finds it there.
+func TestMetricQueueFileMadeWithTheFirstValue(t *testing.T) {
+	path := filepath.Join(t.TempDir(), MetricsQueueName)
+	q, err := openMetricQueue(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.close()
+	f := &fakeServer{}
+	if err := q.deliver(context.Background(), f.send, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a queue with no value made its file: %v", err)
+	}
+	if f.sends != 0 {
+		t.Errorf("%d sends of an empty queue", f.sends)
+	}
+
+	q, err = openMetricQueue(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivered := make(chan error, 1)
+	go func() { delivered <- q.deliver(context.Background(), f.send, slog.New(slog.DiscardHandler)) }()
+	if err := q.add([]workspace.Metric{{Name: "loss", Step: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := openMetricQueue(path) // as a runner started again finds it
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last, _ := again.state(); last != 1 {
+		t.Errorf("the file holds %d values, want 1", last)
+	}
+	if err := q.add([]workspace.Metric{{Name: "loss", Step: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	q.close()
+	if err := <-delivered; err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]int64{1, 2}, f.steps); d != "" {
+		t.Errorf("steps recorded (-want +got):\n%s", d)
 	}
 }

@@ -31,7 +31,7 @@ func (s *Service) SetOutputs(ctx context.Context, who auth.Principal, name strin
 // checkOutputs checks a runner's outputs for the job rec and returns them
 // as they are stored.
 func (s *Service) checkOutputs(ctx context.Context, who auth.Principal, rec store.Job, out Outputs) (json.RawMessage, error) {
-	if out.Artifacts == "" && len(out.Named) == 0 && len(out.Skipped) == 0 && out.SkippedMore == 0 {
+	if out.empty() {
 		// Nothing to check (most small jobs' outputs): the spec is not
 		// read for its declared outputs (bench/dispatch).
 		return json.Marshal(out)
@@ -62,6 +62,12 @@ func (s *Service) checkOutputs(ctx context.Context, who auth.Principal, rec stor
 		return nil, err
 	}
 	return json.Marshal(out)
+}
+
+// empty says whether o names no output and skipped none: there is nothing
+// in it to check against the job's spec or the quota.
+func (o Outputs) empty() bool {
+	return o.Artifacts == "" && len(o.Named) == 0 && len(o.Skipped) == 0 && o.SkippedMore == 0
 }
 
 // storeOutputs records checked outputs of a job that has not ended.

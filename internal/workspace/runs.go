@@ -555,6 +555,15 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 		s.heard(name)
 		s.changed(name)
 	case StatusCompleted, StatusFailed, StatusCanceled:
+		if r.Rank == 0 && (r.Outputs == nil || r.Outputs.empty()) {
+			// The end of a single-node attempt with no outputs to
+			// check, the most common one, is fenced inside its own
+			// transaction, without a read before it (bench/dispatch).
+			err := s.fencedFinish(ctx, who, name, attempt, r)
+			if !errors.Is(err, errSeveralRanks) {
+				return err
+			}
+		}
 		rec, err := s.fence(ctx, who, name, attempt)
 		if err != nil {
 			return err
@@ -629,13 +638,70 @@ type attemptEnd struct {
 	finalizing string
 }
 
+// errSeveralRanks is fencedFinish's answer for an attempt of several node
+// ranks, whose end is recorded rank by rank.
+var errSeveralRanks = errors.New("the attempt has several node ranks")
+
+// fencedFinish is ReportStatus for the final report r of rank 0 that
+// carries no outputs to check: the fence (the attempt is current) is
+// checked on the record the end's transaction reads, so the end is one
+// store call, not a read and then a transaction. It returns
+// errSeveralRanks, having changed nothing, when the attempt has several
+// node ranks.
+func (s *Service) fencedFinish(ctx context.Context, who auth.Principal, name string, attempt int, r Report) error {
+	if err := mayWriteAttempt(who, name, attempt); err != nil {
+		return err
+	}
+	end := attemptEnd{status: r.Status, reason: r.Reason, exit: r.ExitCode, msg: r.Error, finalizing: r.Finalizing}
+	if r.Outputs != nil {
+		raw, err := json.Marshal(*r.Outputs)
+		if err != nil {
+			return err
+		}
+		end.outputs = raw
+	}
+	fenced := false // the runner was heard, as by the read the old path fences with
+	err := s.endAttempt(ctx, name, attempt, end, func(j store.Job) error {
+		if err := attemptCurrent(j, attempt); err != nil {
+			return err
+		}
+		if len(placementOf(j).Ranks) > 1 {
+			return errSeveralRanks
+		}
+		fenced = true
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return NotFound("job %q does not exist", name)
+	}
+	if err != nil && fenced {
+		// The end was not recorded (the runner sends it again): its
+		// lease is renewed as the old path's fence renewed it. A
+		// recorded end drops the lease.
+		s.heard(name)
+	}
+	return err
+}
+
 // finishWith is finish with the outputs and Finalizing step a runner's
 // final report may carry, all in one transaction with the end.
 func (s *Service) finishWith(ctx context.Context, name string, attempt int, end attemptEnd) error {
+	return s.endAttempt(ctx, name, attempt, end, nil)
+}
+
+// endAttempt is finishWith, with fence, when not nil, checked first on the
+// record the transaction read: an error it returns is returned as it is,
+// and nothing is changed.
+func (s *Service) endAttempt(ctx context.Context, name string, attempt int, end attemptEnd, fence func(store.Job) error) error {
 	// The run token goes in the end's own transaction (one commit, not
 	// two: bench/dispatch), even when the job had ended already, as a
 	// resent end must still leave no token behind.
 	_, err := s.st.UpdateJobWith(ctx, name, func(j *store.Job) (store.JobChange, error) {
+		if fence != nil {
+			if err := fence(*j); err != nil {
+				return store.JobChange{}, err
+			}
+		}
 		ch := store.JobChange{DeleteTokens: auth.KindRun}
 		if IsTerminal(j.Status) || j.Attempt != attempt {
 			return ch, nil

@@ -164,7 +164,8 @@ func TestDispatchFillsCapacityInSubmitOrder(t *testing.T) {
 
 func TestRunnerWritesAreFenced(t *testing.T) {
 	ctx := context.Background()
-	s, _ := newService(t, &fakeTarget{capacity: 1})
+	target := &fakeTarget{capacity: 1}
+	s, _ := newService(t, target)
 	submit(t, s, "a")
 	submit(t, s, "b")
 	dispatch(t, s)
@@ -174,15 +175,26 @@ func TestRunnerWritesAreFenced(t *testing.T) {
 	if err := s.ReportStatus(ctx, runPrincipal("b", 1), "a", 1, Report{Status: StatusRunning}); CodeOf(err) != CodeForbidden {
 		t.Errorf("b's token writing a: %v", err)
 	}
-	// Progress is fenced inside its store update, the end by a read first:
-	// both refuse a stale attempt and a job that does not exist.
-	for _, st := range []string{StatusRunning, StatusFinalizing, StatusCompleted} {
-		if err := s.ReportStatus(ctx, owner, "a", 7, Report{Status: st}); CodeOf(err) != CodeConflict {
-			t.Errorf("%s of a stale attempt: %v", st, err)
+	// Progress and an end with nothing to check are fenced inside their
+	// store update, an end with outputs by a read first: each refuses a
+	// stale attempt and a job that does not exist.
+	for _, r := range []Report{
+		{Status: StatusRunning},
+		{Status: StatusFinalizing},
+		{Status: StatusCompleted},
+		{Status: StatusCompleted, Outputs: &Outputs{}, Finalizing: "uploading outputs"},
+		{Status: StatusCompleted, Outputs: &Outputs{Skipped: []SkippedOutput{{Output: "outputs", Path: "x", Reason: "r"}}}},
+	} {
+		if err := s.ReportStatus(ctx, owner, "a", 7, r); CodeOf(err) != CodeConflict {
+			t.Errorf("%+v of a stale attempt: %v", r, err)
 		}
-		if err := s.ReportStatus(ctx, owner, "nope", 1, Report{Status: st}); CodeOf(err) != CodeNotFound {
-			t.Errorf("%s of a job that does not exist: %v", st, err)
+		if err := s.ReportStatus(ctx, owner, "nope", 1, r); CodeOf(err) != CodeNotFound {
+			t.Errorf("%+v of a job that does not exist: %v", r, err)
 		}
+	}
+	// A refused end revokes nothing: the current attempt's token stands.
+	if _, err := s.st.TokenByHash(ctx, auth.Hash(target.runToken("a"))); err != nil {
+		t.Errorf("the run token of attempt 1 after refused ends: %v", err)
 	}
 	if j, err := s.GetJob(ctx, "a", false); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -221,9 +222,16 @@ func (s *Store) UpdateJobWith(ctx context.Context, name string, fn func(*store.J
 			s.tokens.revoke(revoke, name)
 		}
 	}()
+	gen := s.tokens.generation()
 	var out store.Job
+	var created *store.Token
 	err := s.write(ctx, func(tx *sql.Tx) (err error) {
-		out, err = s.updateJob(ctx, tx, name, fn, &revoke)
+		created = nil
+		out, err = s.updateJob(ctx, tx, name, func(j *store.Job) (store.JobChange, error) {
+			ch, err := fn(j)
+			created = ch.CreateToken
+			return ch, err
+		}, &revoke)
 		return err
 	})
 	if fe := (fnError{}); errors.As(err, &fe) {
@@ -231,6 +239,9 @@ func (s *Store) UpdateJobWith(ctx context.Context, name string, fn func(*store.J
 	}
 	if err != nil {
 		return store.Job{}, err
+	}
+	if created != nil && revoke == "" {
+		s.tokens.made(*created, gen, time.Now())
 	}
 	return out, nil
 }

@@ -77,3 +77,56 @@ func TestTokenRevokedDespiteConcurrentLookups(t *testing.T) {
 		}
 	}
 }
+
+// A token is cached once it is made, by CreateToken or with a job's
+// update, as a lookup reads it back: the first lookup reads no row. The
+// proof is a delete by another store on the same file, whose cache is its
+// own: this store still finds the token it made (and no other).
+func TestMadeTokensAreCachedAsTheyReadBack(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ferry.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	other, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	created := time.Date(2025, 3, 14, 15, 9, 26, 535897123, time.FixedZone("UTC+2", 2*3600))
+	node := store.Token{Hash: "node-h", Kind: "node", Subject: "n1", Created: created}
+	if err := s.CreateToken(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateJob(ctx, store.Job{Name: "j", Status: "Queued", Created: created}, store.Event{Time: created, To: "Queued"}); err != nil {
+		t.Fatal(err)
+	}
+	run := store.Token{Hash: "run-h", Kind: "run", Subject: "j", Attempt: 1, Created: created}
+	if _, err := s.UpdateJobWith(ctx, "j", func(j *store.Job) (store.JobChange, error) {
+		j.Status, j.Attempt = "Preparing", 1
+		return store.JobChange{CreateToken: &run}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []store.Token{node, run} {
+		read, err := other.TokenByHash(ctx, tok.Hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := other.DeleteTokens(ctx, tok.Kind, tok.Subject); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.TokenByHash(ctx, tok.Hash)
+		if err != nil {
+			t.Fatalf("%s token made by this store, deleted by another: %v; want it cached", tok.Kind, err)
+		}
+		if got != read {
+			t.Errorf("%s token cached as %+v, read back as %+v", tok.Kind, got, read)
+		}
+	}
+	if _, err := s.TokenByHash(ctx, "never-made"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a token never made: %v", err)
+	}
+}
