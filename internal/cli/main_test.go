@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,7 +59,11 @@ func startServer(t *testing.T) *testServer {
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
+	var ts *testServer
 	t.Cleanup(func() {
+		if ts != nil {
+			ts.endWork(t)
+		}
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -74,7 +79,8 @@ func startServer(t *testing.T) *testServer {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return &testServer{url: url, token: strings.TrimSpace(string(tok)), dir: dir}
+			ts = &testServer{url: url, token: strings.TrimSpace(string(tok)), dir: dir}
+			return ts
 		}
 		select {
 		case <-exited:
@@ -160,4 +166,35 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 // envOf is getenv of an environment that holds only env.
 func envOf(env map[string]string) func(string) string {
 	return func(k string) string { return env[k] }
+}
+
+// endWork ends what a test left running on the server before the server
+// stops (a server that stops leaves its jobs running, to ride out a
+// restart; a test that is over must not): it deletes every endpoint, so
+// their deployments' replicas stop, cancels every job still active, and
+// waits up to 30 s until none is.
+func (ts *testServer) endWork(t *testing.T) {
+	ctx := context.Background()
+	c := client.New(ts.url, ts.token)
+	if eps, err := c.ListOnlineEndpoints(ctx); err == nil {
+		for _, e := range eps {
+			_ = c.DeleteOnlineEndpoint(ctx, e.Name)
+		}
+	}
+	active := url.Values{"status": {"Queued,Preparing,Running,Finalizing,CancelRequested"}}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		jobs, err := c.ListJobs(ctx, active)
+		if err != nil || len(jobs) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d jobs still active 30 s after the test asked them to end", len(jobs))
+			return
+		}
+		for _, j := range jobs {
+			if j.CancelRequestedBy == "" {
+				_, _ = c.CancelJob(ctx, j.Name)
+			}
+		}
+	}
 }
