@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
@@ -95,10 +93,10 @@ func (s *Service) CreateData(ctx context.Context, who auth.Principal, f *spec.Da
 	}
 	version := f.Version
 	if version == "" {
-		if latest, ok := latestData(versions); ok && latest.Hash == hash {
+		if latest, ok := s.dataAssets().latest(versions); ok && latest.Hash == hash {
 			return dataView(latest)
 		}
-		version = nextDataVersion(versions)
+		version = s.dataAssets().next(versions)
 	}
 	for _, v := range versions {
 		if v.Version != version {
@@ -107,7 +105,7 @@ func (s *Service) CreateData(ctx context.Context, who auth.Principal, f *spec.Da
 		if v.Hash == hash {
 			return dataView(v)
 		}
-		return nil, Conflict("data asset %s:%s is registered with other content (files or type), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, nextDataVersion(versions))
+		return nil, Conflict("data asset %s:%s is registered with other content (files or type), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, s.dataAssets().next(versions))
 	}
 	raw, err := json.Marshal(dataSpec{Tags: f.Tags})
 	if err != nil {
@@ -127,32 +125,10 @@ func (s *Service) CreateData(ctx context.Context, who auth.Principal, f *spec.Da
 	return dataView(rec)
 }
 
-// latestData is the version registered last that is not archived.
-func latestData(versions []store.DataAsset) (store.DataAsset, bool) {
-	for i := len(versions) - 1; i >= 0; i-- {
-		if !versions[i].Archived {
-			return versions[i], true
-		}
-	}
-	return store.DataAsset{}, false
-}
-
-// nextDataVersion is one more than the highest whole-number version,
-// archived ones included: a number once given is never given again.
-func nextDataVersion(versions []store.DataAsset) string {
-	n := 0
-	for _, v := range versions {
-		if i, err := strconv.Atoi(v.Version); err == nil && i > n {
-			n = i
-		}
-	}
-	return strconv.Itoa(n + 1)
-}
-
 // GetData returns one version of a data asset, archived or not; version
 // "" or "latest" is the newest one not archived.
 func (s *Service) GetData(ctx context.Context, name, version string) (*DataAsset, error) {
-	rec, err := s.lookupData(ctx, name, version)
+	rec, err := s.dataAssets().lookup(ctx, name, version)
 	if err != nil {
 		return nil, err
 	}
@@ -167,10 +143,7 @@ func (s *Service) ListData(ctx context.Context, name string, includeArchived boo
 		return nil, err
 	}
 	out := []*DataAsset{}
-	for _, r := range recs {
-		if r.Archived && !includeArchived {
-			continue
-		}
+	for _, r := range s.dataAssets().visible(recs, includeArchived) {
 		v, err := dataView(r)
 		if err != nil {
 			return nil, err
@@ -192,62 +165,12 @@ func (s *Service) ArchiveData(ctx context.Context, who auth.Principal, name, ver
 	}
 	rec, err := s.st.SetDataArchived(ctx, name, version, archived)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, s.unknownData(ctx, name, version)
+		return nil, s.dataAssets().unknown(ctx, name, version)
 	}
 	if err != nil {
 		return nil, noSpace(err, "data asset "+name+":"+version)
 	}
 	return dataView(rec)
-}
-
-func (s *Service) lookupData(ctx context.Context, name, version string) (store.DataAsset, error) {
-	if version == "" || version == "latest" {
-		versions, err := s.st.ListData(ctx, name)
-		if err != nil {
-			return store.DataAsset{}, err
-		}
-		if latest, ok := latestData(versions); ok {
-			return latest, nil
-		}
-		if len(versions) > 0 {
-			return store.DataAsset{}, NotFound("data asset %s has no latest version: all of its versions are archived; restore one with `ferry data restore %s --version V`", name, name)
-		}
-		return store.DataAsset{}, s.unknownData(ctx, name, "")
-	}
-	rec, err := s.st.GetData(ctx, name, version)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.DataAsset{}, s.unknownData(ctx, name, version)
-	}
-	return rec, err
-}
-
-// unknownData says that name (at version) is not registered and what is:
-// the versions of that name, or the names close to it.
-func (s *Service) unknownData(ctx context.Context, name, version string) error {
-	all, err := s.st.ListData(ctx, "")
-	if err != nil {
-		return err
-	}
-	var names, versions []string
-	for _, d := range all {
-		if !slices.Contains(names, d.Name) {
-			names = append(names, d.Name)
-		}
-		if d.Name == name {
-			versions = append(versions, d.Version)
-		}
-	}
-	switch {
-	case len(versions) > 0:
-		return NotFound("data asset %s has no version %s; it has %s", name, version, strings.Join(versions, ", "))
-	case len(names) == 0:
-		return NotFound("data asset %s is not registered, and the workspace has no data assets; register it with `ferry data create -f FILE`", name)
-	}
-	msg := fmt.Sprintf("data asset %s is not registered", name)
-	if close := spec.Suggest(name, names); close != "" {
-		msg += fmt.Sprintf("; did you mean %s?", close)
-	}
-	return NotFound("%s (registered: %s)", msg, strings.Join(names, ", "))
 }
 
 // resolveDataInputs finds the data asset each of a job's data inputs

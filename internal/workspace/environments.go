@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -73,7 +72,7 @@ func (s *Service) CreateEnvironment(ctx context.Context, who auth.Principal, f *
 		if n := len(versions); n > 0 && versions[n-1].Hash == hash {
 			return environmentView(versions[n-1])
 		}
-		version = nextVersion(versions)
+		version = nextNumber(versions, func(e store.Environment) string { return e.Version })
 	}
 	for _, v := range versions {
 		if v.Version != version {
@@ -82,7 +81,7 @@ func (s *Service) CreateEnvironment(ctx context.Context, who auth.Principal, f *
 		if v.Hash == hash {
 			return environmentView(v)
 		}
-		return nil, Conflict("environment %s:%s is registered with other content, and versions do not change; give a new version, or leave version out to get %s", f.Name, version, nextVersion(versions))
+		return nil, Conflict("environment %s:%s is registered with other content, and versions do not change; give a new version, or leave version out to get %s", f.Name, version, nextNumber(versions, func(e store.Environment) string { return e.Version }))
 	}
 	es.Name, es.Version = f.Name, version
 	raw, err := json.Marshal(es)
@@ -97,17 +96,6 @@ func (s *Service) CreateEnvironment(ctx context.Context, who auth.Principal, f *
 		return nil, err
 	}
 	return environmentView(rec)
-}
-
-// nextVersion is one more than the highest whole-number version.
-func nextVersion(versions []store.Environment) string {
-	n := 0
-	for _, v := range versions {
-		if i, err := strconv.Atoi(v.Version); err == nil && i > n {
-			n = i
-		}
-	}
-	return strconv.Itoa(n + 1)
 }
 
 // GetEnvironment returns one version of an environment; version "" or

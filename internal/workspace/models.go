@@ -11,8 +11,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
@@ -108,10 +106,10 @@ func (s *Service) CreateModel(ctx context.Context, who auth.Principal, f *spec.M
 	}
 	version := f.Version
 	if version == "" {
-		if latest, ok := latestModel(versions); ok && latest.Hash == hash {
+		if latest, ok := s.models().latest(versions); ok && latest.Hash == hash {
 			return modelView(latest)
 		}
-		version = nextModelVersion(versions)
+		version = s.models().next(versions)
 	}
 	for _, v := range versions {
 		if v.Version != version {
@@ -120,7 +118,7 @@ func (s *Service) CreateModel(ctx context.Context, who auth.Principal, f *spec.M
 		if v.Hash == hash {
 			return modelView(v)
 		}
-		return nil, Conflict("model %s:%s is registered with other content (files, type or properties), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, nextModelVersion(versions))
+		return nil, Conflict("model %s:%s is registered with other content (files, type or properties), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, s.models().next(versions))
 	}
 	raw, err := json.Marshal(modelSpec{Tags: f.Tags, Properties: f.Properties, PathName: modelPathName(f.Path)})
 	if err != nil {
@@ -142,32 +140,10 @@ func (s *Service) CreateModel(ctx context.Context, who auth.Principal, f *spec.M
 	return modelView(rec)
 }
 
-// latestModel is the version registered last that is not archived.
-func latestModel(versions []store.Model) (store.Model, bool) {
-	for i := len(versions) - 1; i >= 0; i-- {
-		if !versions[i].Archived {
-			return versions[i], true
-		}
-	}
-	return store.Model{}, false
-}
-
-// nextModelVersion is one more than the highest whole-number version,
-// archived ones included: a number once given is never given again.
-func nextModelVersion(versions []store.Model) string {
-	n := 0
-	for _, v := range versions {
-		if i, err := strconv.Atoi(v.Version); err == nil && i > n {
-			n = i
-		}
-	}
-	return strconv.Itoa(n + 1)
-}
-
 // GetModel returns one version of a model, archived or not; version ""
 // or "latest" is the newest one not archived.
 func (s *Service) GetModel(ctx context.Context, name, version string) (*Model, error) {
-	rec, err := s.lookupModel(ctx, name, version)
+	rec, err := s.models().lookup(ctx, name, version)
 	if err != nil {
 		return nil, err
 	}
@@ -194,10 +170,7 @@ func (s *Service) ListModels(ctx context.Context, name string, includeArchived b
 		return nil, err
 	}
 	out := []*Model{}
-	for _, r := range recs {
-		if r.Archived && !includeArchived {
-			continue
-		}
+	for _, r := range s.models().visible(recs, includeArchived) {
 		v, err := modelView(r)
 		if err != nil {
 			return nil, err
@@ -219,62 +192,12 @@ func (s *Service) ArchiveModel(ctx context.Context, who auth.Principal, name, ve
 	}
 	rec, err := s.st.SetModelArchived(ctx, name, version, archived)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, s.unknownModel(ctx, name, version)
+		return nil, s.models().unknown(ctx, name, version)
 	}
 	if err != nil {
 		return nil, noSpace(err, "model "+name+":"+version)
 	}
 	return modelView(rec)
-}
-
-func (s *Service) lookupModel(ctx context.Context, name, version string) (store.Model, error) {
-	if version == "" || version == "latest" {
-		versions, err := s.st.ListModels(ctx, name)
-		if err != nil {
-			return store.Model{}, err
-		}
-		if latest, ok := latestModel(versions); ok {
-			return latest, nil
-		}
-		if len(versions) > 0 {
-			return store.Model{}, NotFound("model %s has no latest version: all of its versions are archived; restore one with `ferry model restore %s --version V`", name, name)
-		}
-		return store.Model{}, s.unknownModel(ctx, name, "")
-	}
-	rec, err := s.st.GetModel(ctx, name, version)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Model{}, s.unknownModel(ctx, name, version)
-	}
-	return rec, err
-}
-
-// unknownModel says that name (at version) is not registered and what
-// is: the versions of that name, or the names close to it.
-func (s *Service) unknownModel(ctx context.Context, name, version string) error {
-	all, err := s.st.ListModels(ctx, "")
-	if err != nil {
-		return err
-	}
-	var names, versions []string
-	for _, m := range all {
-		if !slices.Contains(names, m.Name) {
-			names = append(names, m.Name)
-		}
-		if m.Name == name {
-			versions = append(versions, m.Version)
-		}
-	}
-	switch {
-	case len(versions) > 0:
-		return NotFound("model %s has no version %s; it has %s", name, version, strings.Join(versions, ", "))
-	case len(names) == 0:
-		return NotFound("model %s is not registered, and the workspace has no models; register it with `ferry model create -f FILE`", name)
-	}
-	msg := fmt.Sprintf("model %s is not registered", name)
-	if close := spec.Suggest(name, names); close != "" {
-		msg += fmt.Sprintf("; did you mean %s?", close)
-	}
-	return NotFound("%s (registered: %s)", msg, strings.Join(names, ", "))
 }
 
 // modelPathName is the name of the file or folder a model's path names
