@@ -93,11 +93,9 @@ func (a *app) createData(ctx context.Context, c *client.Client, o modelCreateOpt
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.file, err)
 	}
-	limit := int64(defaultMaxSnapshot)
-	if s := firstNonEmpty(o.maxSnap, a.getenv("FERRY_MAX_SNAPSHOT_SIZE")); s != "" {
-		if limit, err = parseSize(s); err != nil {
-			return nil, err
-		}
+	limit, err := a.snapshotLimit(o.maxSnap)
+	if err != nil {
+		return nil, err
 	}
 	pf := pathField{file: specFile{name: o.file, data: data, sets: sets}, field: "path", value: f.Path}
 	if isRemote(f.Path) {

@@ -198,11 +198,9 @@ func (a *app) deploy(ctx context.Context, c *client.Client, o deployOpts, create
 		return err
 	}
 
-	limit := int64(defaultMaxSnapshot)
-	if s := a.getenv("FERRY_MAX_SNAPSHOT_SIZE"); s != "" {
-		if limit, err = parseSize(s); err != nil {
-			return fmt.Errorf("FERRY_MAX_SNAPSHOT_SIZE: %w", err)
-		}
+	limit, err := a.snapshotLimit("")
+	if err != nil {
+		return fmt.Errorf("FERRY_MAX_SNAPSHOT_SIZE: %w", err)
 	}
 	var up workspace.DeploymentUploads
 	if up.CodeSnapshot, err = a.upload(ctx, c, code, "", limit, true); err != nil {

@@ -27,6 +27,16 @@ import (
 
 const defaultMaxSnapshot = 1 << 30
 
+// snapshotLimit is the largest upload a command makes: its
+// --max-snapshot-size (flag), else $FERRY_MAX_SNAPSHOT_SIZE, else
+// defaultMaxSnapshot.
+func (a *app) snapshotLimit(flag string) (int64, error) {
+	if s := firstNonEmpty(flag, a.getenv("FERRY_MAX_SNAPSHOT_SIZE")); s != "" {
+		return parseSize(s)
+	}
+	return defaultMaxSnapshot, nil
+}
+
 func (a *app) jobCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "job", Short: "Submit and follow jobs (Azure ML v2 command job files)"}
 	cmd.AddCommand(a.jobCreateCmd(), a.jobShowCmd(), a.jobListCmd(), a.jobStreamCmd(), a.jobCancelCmd(), a.jobDownloadCmd())
@@ -94,11 +104,9 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.file, err)
 	}
-	limit := int64(defaultMaxSnapshot)
-	if s := firstNonEmpty(o.maxSnap, a.getenv("FERRY_MAX_SNAPSHOT_SIZE")); s != "" {
-		if limit, err = parseSize(s); err != nil {
-			return nil, err
-		}
+	limit, err := a.snapshotLimit(o.maxSnap)
+	if err != nil {
+		return nil, err
 	}
 	src := specFile{name: o.file, data: data, sets: sets}
 	if err := checkDataInputs(ctx, c, src, j); err != nil {
