@@ -451,21 +451,16 @@ func (s *Service) DeleteOnlineDeployment(ctx context.Context, who auth.Principal
 	if rec.State == DeploymentDeleting {
 		return nil
 	}
-	if _, ok := e.MirrorTraffic[name]; ok {
-		e.MirrorTraffic = withoutKey(e.MirrorTraffic, name)
+	// The endpoint forgets the deployment: its mirror and a traffic
+	// entry of 0 go, in one write.
+	_, mirrored := e.MirrorTraffic[name]
+	_, listed := e.Traffic[name] // at 0: more was refused above
+	if mirrored || listed {
+		e.MirrorTraffic, e.Traffic = withoutKey(e.MirrorTraffic, name), withoutKey(e.Traffic, name)
 		if erec.Spec, err = json.Marshal(e); err != nil {
 			return err
 		}
 		erec.Updated = s.now()
-		if err := s.writeEndpoint(ctx, erec); err != nil {
-			return err
-		}
-	}
-	if t, ok := e.Traffic[name]; ok && t == 0 {
-		e.Traffic = withoutKey(e.Traffic, name)
-		if erec.Spec, err = json.Marshal(e); err != nil {
-			return err
-		}
 		if err := s.writeEndpoint(ctx, erec); err != nil {
 			return err
 		}

@@ -201,21 +201,6 @@ type Stats struct {
 	P50, P99 time.Duration
 }
 
-// Stats returns the statistics of an endpoint's deployments.
-func (g *Gateway) Stats(endpoint string) map[string]Stats {
-	g.mu.RLock()
-	e := g.endpoints[endpoint]
-	g.mu.RUnlock()
-	out := map[string]Stats{}
-	if e == nil {
-		return out
-	}
-	for name, d := range e.deps {
-		out[name] = d.stats.snapshot()
-	}
-	return out
-}
-
 // Load is a deployment's traffic now: what scales and drains it.
 type Load struct {
 	InFlight int // requests being answered by a replica

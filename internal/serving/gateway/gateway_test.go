@@ -257,7 +257,7 @@ func TestTimeoutAndOverload(t *testing.T) {
 	if c1, c2 := <-first, <-second; c1 != 200 || c2 != 200 {
 		t.Errorf("the first and the queued request: %d and %d, want 200 both", c1, c2)
 	}
-	st := g.Stats("ep")["slow"]
+	st := g.Load("ep")["slow"].Stats
 	if st.Requests != 4 || st.Errors != 2 || st.P50 <= 0 {
 		t.Errorf("stats %+v: want 4 requests, 2 errors (the 408 and the 429), a p50", st)
 	}
