@@ -3,7 +3,6 @@ package api
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -45,16 +44,11 @@ func (s *Server) createData(r *http.Request, who auth.Principal) (any, error) {
 }
 
 func (s *Server) listData(r *http.Request, _ auth.Principal) (any, error) {
-	q := r.URL.Query()
-	all := false
-	if v := q.Get("include_archived"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return nil, workspace.Invalid("include_archived: %q is not true or false", v)
-		}
-		all = b
+	all, err := includeArchived(r)
+	if err != nil {
+		return nil, err
 	}
-	return s.ws.ListData(r.Context(), q.Get("name"), all)
+	return s.ws.ListData(r.Context(), r.URL.Query().Get("name"), all)
 }
 
 func (s *Server) getData(r *http.Request, _ auth.Principal) (any, error) {

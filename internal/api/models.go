@@ -45,16 +45,11 @@ func (s *Server) createModel(r *http.Request, who auth.Principal) (any, error) {
 }
 
 func (s *Server) listModels(r *http.Request, _ auth.Principal) (any, error) {
-	q := r.URL.Query()
-	all := false
-	if v := q.Get("include_archived"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return nil, workspace.Invalid("include_archived: %q is not true or false", v)
-		}
-		all = b
+	all, err := includeArchived(r)
+	if err != nil {
+		return nil, err
 	}
-	return s.ws.ListModels(r.Context(), q.Get("name"), all)
+	return s.ws.ListModels(r.Context(), r.URL.Query().Get("name"), all)
 }
 
 func (s *Server) getModel(r *http.Request, _ auth.Principal) (any, error) {
@@ -65,4 +60,17 @@ func (s *Server) archiveModel(archived bool) func(*http.Request, auth.Principal)
 	return func(r *http.Request, who auth.Principal) (any, error) {
 		return s.ws.ArchiveModel(r.Context(), who, r.PathValue("name"), r.PathValue("version"), archived)
 	}
+}
+
+// includeArchived reads ?include_archived= of a registry's list.
+func includeArchived(r *http.Request) (bool, error) {
+	v := r.URL.Query().Get("include_archived")
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, workspace.Invalid("include_archived: %q is not true or false", v)
+	}
+	return b, nil
 }
