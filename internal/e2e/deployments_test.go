@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -143,17 +144,8 @@ func scoreBody(t *testing.T, uri, key, deployment, body string) (int, string) {
 		return 0, err.Error()
 	}
 	defer resp.Body.Close()
-	var b strings.Builder
-	_, _ = fmt.Fprint(&b, "")
-	buf := make([]byte, 4096)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
-	return resp.StatusCode, b.String()
+	b, _ := io.ReadAll(resp.Body) // a body cut off midway is what the caller sees
+	return resp.StatusCode, string(b)
 }
 
 // scoringApp writes a deployment's code and model folders.
