@@ -193,9 +193,13 @@ func (j *Job) Validate() error {
 	if j.Type == "" {
 		j.Type = "command"
 	}
+	if j.Type == "sweep" {
+		return j.validateSweep()
+	}
 	if msg := typeProblem(j.Type); msg != "" {
 		es.add("type", "%s", msg)
 	}
+	j.refuseSweepFields(&es)
 	if j.Name != "" && !jobNameRe().MatchString(j.Name) {
 		es.add("name", "%s is not a valid job name: use 1 to 255 letters, digits, '_' or '-', starting with a letter or digit", quote(j.Name))
 	}
@@ -247,12 +251,12 @@ func (j *Job) Validate() error {
 // typeProblem says what is wrong with a job type, or "" when nothing is.
 func typeProblem(t string) string {
 	switch t {
-	case "command":
+	case "command", "sweep":
 		return ""
-	case "pipeline", "sweep", "spark", "automl", "parallel":
-		return fmt.Sprintf("only command jobs are supported; %s jobs are not supported yet", t)
+	case "pipeline", "spark", "automl", "parallel":
+		return fmt.Sprintf("only command and sweep jobs are supported; %s jobs are not supported yet", t)
 	}
-	return fmt.Sprintf("must be command (pipeline and sweep jobs are not supported yet), got %s", quote(t))
+	return fmt.Sprintf("must be command or sweep (pipeline jobs are not supported yet), got %s", quote(t))
 }
 
 // validateCommand checks the command and its ${{...}} expressions.

@@ -269,14 +269,14 @@ func TestJobRulesReject(t *testing.T) {
 		{"list for a string", "command: [a, b]\n", "command", []string{"single value", "a list"}},
 		{"mapping for a string", valid + "compute: {name: x}\n", "compute", []string{"a mapping"}},
 		{"bool", valid + "environment: {user_managed: maybe}\n", "environment.user_managed", []string{"true or false", `"maybe"`}},
-		{"scalar for a struct", valid + "limits: 30\n", "limits", []string{"mapping of fields (timeout)", `"30"`}},
+		{"scalar for a struct", valid + "limits: 30\n", "limits", []string{"mapping of fields (timeout, ", `"30"`}},
 		{"list for a map", valid + "tags: [a, b]\n", "tags", []string{"mapping"}},
 		{"list for an input", valid + "inputs: {x: [1]}\n", "inputs.x", []string{"a value (epochs: 5)"}},
 		{"list for an environment", valid + "environment: [x]\n", "environment", []string{"reference"}},
 		{"non-scalar key", valid + "tags: {[a]: b}\n", "tags", []string{"plain names"}},
 		// type
-		{"pipeline", "type: pipeline\njobs: {}\n", "type", []string{"only command jobs are supported", "pipeline"}},
-		{"sweep", "type: sweep\n" + valid, "type", []string{"not supported yet"}},
+		{"pipeline", "type: pipeline\njobs: {}\n", "type", []string{"only command and sweep jobs are supported", "pipeline"}},
+		{"sweep with a command job's fields", "type: sweep\n" + valid, "command", []string{"goes under trial"}},
 		{"other type", "type: batch\n" + valid, "type", []string{"must be command", `"batch"`}},
 		// command
 		{"no command", "name: j\n", "command", []string{"required"}},
