@@ -27,6 +27,9 @@ const (
 	// maxExp bounds the exponent of loguniform and lognormal, whose
 	// values exp(x) would otherwise overflow a float64.
 	maxExp = 700
+	// maxParamNumber and minQ keep every value a sweep can draw finite.
+	maxParamNumber = 1e15
+	minQ           = 1e-12
 )
 
 // Trial is a sweep job's trial: the command job each trial runs, whose
@@ -490,6 +493,14 @@ func validateParam(es *Errors, f string, p SearchParam) {
 				es.add(fmt.Sprintf("%s.values[%d]", f, i), "must be a number, a string or a boolean")
 			}
 		}
+	}
+	for k, v := range map[string]*float64{"min_value": p.MinValue, "max_value": p.MaxValue, "mu": p.Mu, "sigma": p.Sigma, "q": p.Q} {
+		if v != nil && math.Abs(*v) > maxParamNumber {
+			es.add(f+"."+k, "must be from -1e15 to 1e15, got %s", FormatParam(*v))
+		}
+	}
+	if p.Q != nil && *p.Q > 0 && *p.Q < minQ {
+		es.add(f+".q", "must be at least 1e-12, got %s", FormatParam(*p.Q))
 	}
 	if p.Upper != nil && (*p.Upper < 1 || *p.Upper > math.MaxInt32) {
 		es.add(f+".upper", "must be from 1 to %d (values are 0 to upper-1), got %d", math.MaxInt32, *p.Upper)
