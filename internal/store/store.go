@@ -195,6 +195,17 @@ type Metric struct {
 	Time  time.Time
 }
 
+// SweepTrial is one trial of a sweep job: its index (from 0), the name
+// of its job and its parameters (JSON owned by the workspace), stored
+// before the job is created.
+type SweepTrial struct {
+	Sweep   string
+	Index   int
+	Job     string
+	Params  json.RawMessage
+	Created time.Time
+}
+
 // Token is an API token. Only the SHA-256 of the secret is stored.
 type Token struct {
 	Hash    string // hex SHA-256 of the secret
@@ -429,6 +440,21 @@ type Store interface {
 	UpdateDeployment(ctx context.Context, d Deployment) error
 	// DeleteDeployment removes a deployment; ErrNotFound if there is none.
 	DeleteDeployment(ctx context.Context, endpoint, name string) error
+
+	// CreateSweep records that the job named name is a sweep the server
+	// drives; ErrConflict if it is recorded already.
+	CreateSweep(ctx context.Context, name string, created time.Time) error
+	// ListOpenSweeps returns the names of the sweeps not marked done, in
+	// the order they were created.
+	ListOpenSweeps(ctx context.Context) ([]string, error)
+	// SweepDone marks a sweep done; ErrNotFound if there is none.
+	SweepDone(ctx context.Context, name string) error
+	// AddSweepTrial stores a trial of a sweep; ErrConflict if the sweep
+	// has a trial of that index.
+	AddSweepTrial(ctx context.Context, t SweepTrial) error
+	// ListSweepTrials returns a sweep's trials by index, empty when it has
+	// none (or there is no such sweep).
+	ListSweepTrials(ctx context.Context, sweep string) ([]SweepTrial, error)
 
 	// CreateToken stores a token; ErrConflict if the hash exists.
 	CreateToken(ctx context.Context, t Token) error

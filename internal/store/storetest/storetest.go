@@ -134,6 +134,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Endpoint/ListDelete", testEndpointListDelete},
 		{"Deployment/Lifecycle", testDeploymentLifecycle},
 
+		{"Sweep/Lifecycle", testSweepLifecycle},
+		{"Sweep/Trials", testSweepTrials},
+
 		{"Token/CreateLookup", testTokenCreateLookup},
 		{"Token/Conflict", testTokenConflict},
 		{"Token/NotFound", testTokenNotFound},
