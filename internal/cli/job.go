@@ -112,14 +112,22 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 	if err := checkDataInputs(ctx, c, src, j); err != nil {
 		return nil, err
 	}
-	env, envSrc, envField, err := inlineEnvironmentFile(src, j.Environment)
+	// A sweep's code and environment are its trial's.
+	code, envp, prefix := &j.Code, &j.Environment, ""
+	if j.Type == "sweep" && j.Trial != nil {
+		code, envp, prefix = &j.Trial.Code, &j.Trial.Environment, "trial."
+	}
+	env, envSrc, envField, err := inlineEnvironmentFile(src, *envp)
 	if err != nil {
 		return nil, err
 	}
-	j.Environment = env
+	*envp = env
+	if envField != "" {
+		envField = prefix + envField
+	}
 	req := api.JobRequest{InputSnapshots: map[string]string{}}
-	if j.Code != "" {
-		id, err := a.upload(ctx, c, pathField{file: src, field: "code", value: j.Code}, "", limit, true)
+	if *code != "" {
+		id, err := a.upload(ctx, c, pathField{file: src, field: prefix + "code", value: *code}, "", limit, true)
 		if err != nil {
 			return nil, err
 		}
@@ -140,7 +148,7 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 		}
 		req.InputSnapshots[name] = id
 	}
-	if id, err := a.uploadEnvironmentFiles(ctx, c, envField, envSrc, j.Environment, limit); err != nil {
+	if id, err := a.uploadEnvironmentFiles(ctx, c, envField, envSrc, *envp, limit); err != nil {
 		return nil, err
 	} else {
 		req.EnvironmentSnapshot = id
@@ -436,8 +444,11 @@ func showJob(w *tabwriter.Writer, j *workspace.Job) {
 	fmt.Fprintf(w, "started:\t%s\n", fmtTime(j.Started))
 	fmt.Fprintf(w, "ended:\t%s\n", fmtTime(j.Ended))
 	fmt.Fprintf(w, "duration:\t%s\n", fmtDuration(j.Started, j.Ended))
-	if j.Spec != nil {
+	if j.Spec != nil && j.Sweep == nil {
 		fmt.Fprintf(w, "command:\t%s\n", strings.TrimSpace(j.Spec.Command))
+	}
+	if j.Sweep != nil {
+		showSweep(w, j)
 	}
 	for _, k := range slices.Sorted(maps.Keys(j.Metrics)) {
 		fmt.Fprintf(w, "metric %s:\t%g\n", k, j.Metrics[k])

@@ -49,6 +49,11 @@ func (s *Service) Run(ctx context.Context) {
 		defer tick.Stop()
 		s.loop(ctx, s.kickDeploy, tick.C, loopPass{name: "deployments", run: s.reconcileDeployments})
 	})
+	wg.Go(func() {
+		tick := time.NewTicker(sweepTick)
+		defer tick.Stop()
+		s.loop(ctx, s.sweeps.kick, tick.C, loopPass{name: "sweeps", run: s.reconcileSweeps})
+	})
 	wg.Wait()
 	s.handOffs.Wait()
 }

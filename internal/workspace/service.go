@@ -155,6 +155,8 @@ type Service struct {
 
 	pools *poolLoop // the pool loop (poolloop.go) and its memory
 
+	sweeps *sweepMemory // the sweep loop's memory (sweeps.go)
+
 	pmu       sync.Mutex               // guards the agent protocol's memory below
 	delivered map[string]bool          // node/job/attempt handed to its agent
 	nodeWait  map[string]chan struct{} // per node: closed when it has new work
@@ -235,6 +237,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	s.deployCtl = newDeployCtl(s.started)
 	s.instance = newInstanceID()
 	s.pools = newPoolLoop(cfg, s, s.started)
+	s.sweeps = newSweepMemory()
 	if _, err := s.st.GetCompute(ctx, "local"); errors.Is(err, store.ErrNotFound) {
 		local := &spec.Compute{Name: "local", Type: "local"}
 		if _, err := s.CreateCompute(ctx, local); err != nil && CodeOf(err) != CodeConflict {
@@ -278,6 +281,7 @@ func (s *Service) changed(job string) {
 	if s.deployCtl.isReplica(job) {
 		s.kickDeployments()
 	}
+	s.kickSweeps()
 }
 
 // wakeDispatcher asks for a dispatch pass: a job was queued or a slot freed.
@@ -535,63 +539,10 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 	if err := j.Validate(); err != nil {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	computeName := j.ComputeName()
-	if computeName == "" && j.Resources != nil && j.Resources.InstanceType != "" {
-		name, err := s.serverless(ctx, j)
-		if err != nil {
-			return nil, err
-		}
-		computeName = name
+	if j.Type == "sweep" {
+		return s.submitSweep(ctx, who, sub)
 	}
-	if computeName == "" {
-		computeName = "local"
-	}
-	env, err := s.resolveEnvironment(ctx, j.Environment, sub.EnvironmentSnapshot)
-	if err != nil {
-		return nil, err
-	}
-	inputs, err := s.resolveDataInputs(ctx, j, sub.InputSnapshots)
-	if err != nil {
-		return nil, err
-	}
-	sub.InputSnapshots = inputs
-	if err := s.admit(ctx, computeName, j, env); err != nil {
-		return nil, err
-	}
-	if j.Code != "" && sub.CodeSnapshot == "" {
-		return nil, Invalid("code: the job names code %q but no code snapshot was uploaded with it", j.Code)
-	}
-	if sub.CodeSnapshot != "" {
-		if err := s.requireSnapshot(sub.CodeSnapshot, "code"); err != nil {
-			return nil, err
-		}
-	}
-	for name, in := range j.Inputs {
-		if in.IsLiteral() {
-			continue
-		}
-		id, ok := sub.InputSnapshots[name]
-		if !ok {
-			return nil, Invalid("inputs.%s.path: %q was not uploaded; only local paths are supported so far (upload happens in `ferry job create`)", name, in.Path)
-		}
-		if err := s.requireSnapshot(id, "inputs."+name); err != nil {
-			return nil, err
-		}
-	}
-	for name := range sub.InputSnapshots {
-		if in, ok := j.Inputs[name]; !ok || in.IsLiteral() {
-			return nil, Invalid("input_snapshots.%s: the job has no data input by that name", name)
-		}
-	}
-	specJSON, err := json.Marshal(j)
-	if err != nil {
-		return nil, err
-	}
-	inputsJSON, err := json.Marshal(sub.InputSnapshots)
-	if err != nil {
-		return nil, err
-	}
-	envJSON, err := json.Marshal(env)
+	rec, err := s.prepareJob(ctx, j, sub)
 	if err != nil {
 		return nil, err
 	}
@@ -600,13 +551,8 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 		name = newJobName()
 	}
 	now := s.now()
-	rec := store.Job{
-		Name: name, DisplayName: j.DisplayName, ExperimentName: j.ExperimentName,
-		Compute: computeName, Status: StatusQueued, Priority: priorityOf(j),
-		CreatedBy: who.Subject, Spec: specJSON, CodeSnapshot: sub.CodeSnapshot, Inputs: inputsJSON,
-		Environment: envJSON, Created: now,
-	}
-	reason := "waiting for a free slot on compute " + computeName
+	rec.Name, rec.Status, rec.CreatedBy, rec.Created = name, StatusQueued, who.Subject, now
+	reason := "waiting for a free slot on compute " + rec.Compute
 	created, err := s.st.CreateJob(ctx, rec, store.Event{Job: name, Time: now, To: StatusQueued, Reason: reason})
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
@@ -620,6 +566,88 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 	// it back (a store read and a metrics query) was a tenth of a small
 	// job's store work (bench/dispatch).
 	return s.jobViewWith(created, nil)
+}
+
+// jobCompute is the compute a job runs on: the one it names, else the
+// serverless cluster of its instance type, else local.
+func (s *Service) jobCompute(ctx context.Context, j *spec.Job) (string, error) {
+	computeName := j.ComputeName()
+	if computeName == "" && j.Resources != nil && j.Resources.InstanceType != "" {
+		name, err := s.serverless(ctx, j)
+		if err != nil {
+			return "", err
+		}
+		computeName = name
+	}
+	if computeName == "" {
+		computeName = "local"
+	}
+	return computeName, nil
+}
+
+// prepareJob checks a valid command job against the workspace (its
+// compute, environment, data inputs and uploaded snapshots) and returns
+// the record to store, less its name, status, creator and time.
+func (s *Service) prepareJob(ctx context.Context, j *spec.Job, sub Submission) (store.Job, error) {
+	var none store.Job
+	computeName, err := s.jobCompute(ctx, j)
+	if err != nil {
+		return none, err
+	}
+	env, err := s.resolveEnvironment(ctx, j.Environment, sub.EnvironmentSnapshot)
+	if err != nil {
+		return none, err
+	}
+	inputs, err := s.resolveDataInputs(ctx, j, sub.InputSnapshots)
+	if err != nil {
+		return none, err
+	}
+	sub.InputSnapshots = inputs
+	if err := s.admit(ctx, computeName, j, env); err != nil {
+		return none, err
+	}
+	if j.Code != "" && sub.CodeSnapshot == "" {
+		return none, Invalid("code: the job names code %q but no code snapshot was uploaded with it", j.Code)
+	}
+	if sub.CodeSnapshot != "" {
+		if err := s.requireSnapshot(sub.CodeSnapshot, "code"); err != nil {
+			return none, err
+		}
+	}
+	for name, in := range j.Inputs {
+		if in.IsLiteral() {
+			continue
+		}
+		id, ok := sub.InputSnapshots[name]
+		if !ok {
+			return none, Invalid("inputs.%s.path: %q was not uploaded; only local paths are supported so far (upload happens in `ferry job create`)", name, in.Path)
+		}
+		if err := s.requireSnapshot(id, "inputs."+name); err != nil {
+			return none, err
+		}
+	}
+	for name := range sub.InputSnapshots {
+		if in, ok := j.Inputs[name]; !ok || in.IsLiteral() {
+			return none, Invalid("input_snapshots.%s: the job has no data input by that name", name)
+		}
+	}
+	specJSON, err := json.Marshal(j)
+	if err != nil {
+		return none, err
+	}
+	inputsJSON, err := json.Marshal(sub.InputSnapshots)
+	if err != nil {
+		return none, err
+	}
+	envJSON, err := json.Marshal(env)
+	if err != nil {
+		return none, err
+	}
+	return store.Job{
+		DisplayName: j.DisplayName, ExperimentName: j.ExperimentName,
+		Compute: computeName, Priority: priorityOf(j),
+		Spec: specJSON, CodeSnapshot: sub.CodeSnapshot, Inputs: inputsJSON, Environment: envJSON,
+	}, nil
 }
 
 func priorityOf(j *spec.Job) int {
@@ -682,6 +710,11 @@ func (s *Service) GetJob(ctx context.Context, name string, history bool) (*Job, 
 			v.History = append(v.History, Event{Time: e.Time, From: e.From, To: e.To, Reason: e.Reason})
 		}
 		if v.Preemptions, err = s.preemptionsOf(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	if v.Spec != nil && v.Spec.Type == "sweep" {
+		if v.Sweep, err = s.sweepView(ctx, rec, v.Spec); err != nil {
 			return nil, err
 		}
 	}

@@ -57,6 +57,8 @@ type Job struct {
 	// Preemptions are the attempts that ended because their node was
 	// preempted; each was followed by a new attempt (shown with History).
 	Preemptions []Preemption `json:"preemptions,omitempty"`
+	// Sweep is a sweep job's objective and trials, ranked (sweeps.go).
+	Sweep *SweepView `json:"sweep,omitempty"`
 }
 
 // Event is one status change of a job.
