@@ -284,6 +284,9 @@ func (a *app) follow(ctx context.Context, c *client.Client, name string, submitt
 	}
 	sctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
+	if j, err := c.GetJob(sctx, name); err == nil && j.Sweep != nil {
+		return a.followSweep(sctx, c, name)
+	}
 	wctx, stopWatching := context.WithCancel(sctx)
 	defer stopWatching()
 	go a.watchQueue(wctx, c, name)

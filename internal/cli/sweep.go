@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
+	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
@@ -53,4 +56,55 @@ func paramsLine(p map[string]any) string {
 		parts = append(parts, k+"="+spec.FormatParam(p[k]))
 	}
 	return strings.Join(parts, " ")
+}
+
+// followSweep prints a sweep's progress, a line per trial that starts or
+// ends, until the sweep ends; a sweep has no log of its own.
+func (a *app) followSweep(ctx context.Context, c *client.Client, name string) error {
+	seen := map[string]string{} // trial -> the status last printed
+	wait := 200 * time.Millisecond
+	for {
+		j, err := c.GetJob(ctx, name)
+		if ctx.Err() != nil {
+			fmt.Fprintf(a.stderr, "\nstopped following; sweep %s goes on (`%s job stream %s` to follow it again)\n", name, a.self, name)
+			return &exitError{code: 130}
+		}
+		if s := client.StatusOf(err); s >= 400 && s < 500 {
+			return err
+		}
+		if err == nil && j.Sweep != nil {
+			trials := slices.Clone(j.Sweep.Trials)
+			slices.SortFunc(trials, func(x, y workspace.SweepTrialView) int { return x.Index - y.Index })
+			for _, t := range trials {
+				if seen[t.Name] == t.Status {
+					continue
+				}
+				first := seen[t.Name] == ""
+				switch {
+				case workspace.IsTerminal(t.Status):
+					value := ""
+					if t.Objective != nil {
+						value = fmt.Sprintf(", %s = %g", j.Sweep.PrimaryMetric, *t.Objective)
+					}
+					if first {
+						value += "; " + paramsLine(t.Params)
+					}
+					fmt.Fprintf(a.stdout, "trial %s: %s%s (%s)\n", t.Name, t.Status, value, t.StatusReason)
+				case first:
+					fmt.Fprintf(a.stdout, "trial %s: %s (%s)\n", t.Name, t.Status, paramsLine(t.Params))
+				case t.Status == workspace.StatusRunning:
+					fmt.Fprintf(a.stdout, "trial %s: Running\n", t.Name)
+				}
+				seen[t.Name] = t.Status
+			}
+			if workspace.IsTerminal(j.Status) {
+				return a.finalSummary(j)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, time.Second)
+	}
 }

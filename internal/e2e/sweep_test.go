@@ -93,7 +93,11 @@ if loss > 1:
     log("loss", loss, 1)
 print("done", sys.argv[1:])
 `})
-	name := strings.TrimSpace(s.mustFerry("job", "create", "-f", file, "--name", "grid1").stdout)
+	// --stream follows the trials and exits as the sweep ends.
+	r := s.mustFerry("job", "create", "-f", file, "--name", "grid1", "--stream")
+	mustContain(t, "streamed progress", r.stdout, "trial grid1_0: Completed, loss = 0.1", "trial grid1_2: Canceled, loss = 5")
+	mustContain(t, "final summary", r.stderr, "job grid1: Completed")
+	name := "grid1"
 	j := s.waitSweep(name)
 	if j.Status != "Completed" {
 		t.Fatalf("sweep %s: %s (%s)", name, j.Status, j.StatusReason)
