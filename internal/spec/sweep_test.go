@@ -10,26 +10,26 @@ import (
 // Azure ML's own sweep example parses, and its trials are command jobs
 // with the parameters in their command.
 func TestParseSweepAzureExample(t *testing.T) {
-	j, err := ParseJob(readFile(t, "testdata/sweep-azure-iris.yml"))
+	j, err := ParseJob(readFile(t, "testdata/sweep-azure-shape.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.Type != "sweep" || j.Sampling().Type != "random" || j.Objective.Goal != "minimize" {
+	if j.Type != "sweep" || j.Sampling().Type != "random" || j.Objective.Goal != "maximize" {
 		t.Fatalf("parsed %+v", j)
 	}
 	total, conc := j.TrialLimits()
-	if total != 20 || conc != 10 {
+	if total != 30 || conc != 6 {
 		t.Fatalf("limits = %d, %d", total, conc)
 	}
-	tj := j.TrialJob(map[string]any{"C": 0.75, "kernel": "rbf", "coef0": 1.0})
+	tj := j.TrialJob(map[string]any{"alpha": 0.25, "solver": "saga", "depth": 7.0})
 	if err := tj.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	want := "python main.py --iris-csv ${{inputs.iris_csv}} --C 0.75 --kernel rbf --coef0 1"
+	want := "python fit.py --table ${{inputs.penguins}} --alpha 0.25 --solver saga --depth 7"
 	if diff := cmp.Diff(want, tj.Command); diff != "" {
 		t.Fatalf("trial command (-want +got):\n%s", diff)
 	}
-	if tj.Code != "src" || tj.Compute != "azureml:cpu-cluster" || tj.Inputs["iris_csv"].Path != "./iris.csv" {
+	if tj.Code != "src" || tj.Compute != "azureml:cpu-cluster" || tj.Inputs["penguins"].Path != "./penguins.csv" {
 		t.Fatalf("trial job %+v", tj)
 	}
 	roundTrip(t, j)
