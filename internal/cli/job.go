@@ -438,8 +438,10 @@ func showJob(w *tabwriter.Writer, j *workspace.Job) {
 	if j.CancelRequestedBy != "" {
 		fmt.Fprintf(w, "canceled by:\t%s\n", j.CancelRequestedBy)
 	}
-	fmt.Fprintf(w, "compute:\t%s\n", j.Compute)
-	fmt.Fprintf(w, "attempt:\t%d\n", j.Attempt)
+	if j.Sweep == nil { // a sweep has no compute or attempt of its own: its trials have
+		fmt.Fprintf(w, "compute:\t%s\n", j.Compute)
+		fmt.Fprintf(w, "attempt:\t%d\n", j.Attempt)
+	}
 	if j.Handle != "" {
 		fmt.Fprintf(w, "engine handle:\t%s\n", j.Handle)
 	}

@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,13 +23,16 @@ func showSweep(w *tabwriter.Writer, j *workspace.Job) {
 	if j.Spec != nil && j.Spec.Trial != nil {
 		fmt.Fprintf(w, "trial command:\t%s\n", strings.TrimSpace(j.Spec.Trial.Command))
 	}
+	if sw.TrialCompute != "" {
+		fmt.Fprintf(w, "trials' compute:\t%s\n", sw.TrialCompute)
+	}
 	fmt.Fprintf(w, "objective:\t%s %s\n", sw.Goal, sw.PrimaryMetric)
 	fmt.Fprintf(w, "sampling:\t%s\n", sw.Sampling)
 	fmt.Fprintf(w, "trials:\t%d of %d (%d at once)\n", len(sw.Trials), sw.MaxTotalTrials, sw.MaxConcurrentTrials)
 	if sw.Best != "" {
 		for _, t := range sw.Trials {
 			if t.Name == sw.Best {
-				fmt.Fprintf(w, "best trial:\t%s (%s = %g; %s)\n", t.Name, sw.PrimaryMetric, *t.Objective, paramsLine(t.Params))
+				fmt.Fprintf(w, "best trial:\t%s (%s = %s; %s)\n", t.Name, sw.PrimaryMetric, short(*t.Objective), paramsLine(t.Params))
 			}
 		}
 	} else {
@@ -36,27 +41,41 @@ func showSweep(w *tabwriter.Writer, j *workspace.Job) {
 	if len(sw.Trials) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "  RANK\tTRIAL\tSTATUS\t%s\tPARAMETERS\n", strings.ToUpper(sw.PrimaryMetric))
+	// The table is aligned on its own and written without tabs, so the
+	// fields around it keep their own alignment.
+	fmt.Fprintf(w, "trials by %s, best first:\n", sw.PrimaryMetric)
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  RANK\tTRIAL\tSTATUS\t%s\tPARAMETERS\n", strings.ToUpper(sw.PrimaryMetric))
 	for _, t := range sw.Trials {
 		rank, obj := "-", "-"
 		if t.Objective != nil {
-			rank, obj = fmt.Sprint(t.Rank), fmt.Sprintf("%g", *t.Objective)
+			rank, obj = fmt.Sprint(t.Rank), short(*t.Objective)
 		}
 		status := t.Status
 		if t.Status == workspace.StatusCanceled && strings.Contains(t.StatusReason, "early termination") {
 			status += " (early termination)"
 		}
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", rank, t.Name, status, obj, paramsLine(t.Params))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", rank, t.Name, status, obj, paramsLine(t.Params))
 	}
+	_ = tw.Flush()
+	_, _ = w.Write(b.Bytes())
 }
 
 func paramsLine(p map[string]any) string {
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(p)) {
-		parts = append(parts, k+"="+spec.FormatParam(p[k]))
+		v := spec.FormatParam(p[k])
+		if f, ok := p[k].(float64); ok {
+			v = short(f)
+		}
+		parts = append(parts, k+"="+v)
 	}
 	return strings.Join(parts, " ")
 }
+
+// short writes a number to 6 significant digits.
+func short(f float64) string { return strconv.FormatFloat(f, 'g', 6, 64) }
 
 // followSweep prints a sweep's progress, a line per trial that starts or
 // ends, until the sweep ends; a sweep has no log of its own.
@@ -84,7 +103,7 @@ func (a *app) followSweep(ctx context.Context, c *client.Client, name string) er
 				case workspace.IsTerminal(t.Status):
 					value := ""
 					if t.Objective != nil {
-						value = fmt.Sprintf(", %s = %g", j.Sweep.PrimaryMetric, *t.Objective)
+						value = fmt.Sprintf(", %s = %s", j.Sweep.PrimaryMetric, short(*t.Objective))
 					}
 					if first {
 						value += "; " + paramsLine(t.Params)

@@ -110,7 +110,7 @@ func judge(et *spec.EarlyTermination, goal string, t Trial, k int, v float64, at
 			return ""
 		}
 		if better(limit, v, goal) {
-			return fmt.Sprintf("early termination (bandit policy): at interval %d its value %g is outside %s of the best %g", k, v, slack, best)
+			return fmt.Sprintf("early termination (bandit policy): at interval %d its value %.6g is outside %s of the best %.6g", k, v, slack, best)
 		}
 	case "median_stopping":
 		var avgs []float64
@@ -130,7 +130,7 @@ func judge(et *spec.EarlyTermination, goal string, t Trial, k int, v float64, at
 		}
 		best, _ := Best(t.Values[:k], goal)
 		if len(avgs) > 1 && better(median, best, goal) {
-			return fmt.Sprintf("early termination (median_stopping policy): at interval %d its best value %g is worse than the median %g of the trials' running averages", k, best, median)
+			return fmt.Sprintf("early termination (median_stopping policy): at interval %d its best value %.6g is worse than the median %.6g of the trials' running averages", k, best, median)
 		}
 	case "truncation_selection":
 		n := int(math.Floor(float64(et.TruncationPercentage) / 100 * float64(len(at))))
@@ -150,7 +150,7 @@ func judge(et *spec.EarlyTermination, goal string, t Trial, k int, v float64, at
 		// sorted is worst first; v is cut if it is no better than the
 		// n-th worst.
 		if !better(v, sorted[n-1], goal) {
-			return fmt.Sprintf("early termination (truncation_selection policy): at interval %d its value %g is among the worst %d%% of %d trials", k, v, et.TruncationPercentage, len(at))
+			return fmt.Sprintf("early termination (truncation_selection policy): at interval %d its value %.6g is among the worst %d%% of %d trials", k, v, et.TruncationPercentage, len(at))
 		}
 	}
 	return ""

@@ -446,7 +446,7 @@ func (s *Service) sweepSummary(j *spec.Job, trials []trialState) string {
 	msg := fmt.Sprintf("%d trials (%s)", len(trials), strings.Join(parts, ", "))
 	ranked := rankTrials(j, trials)
 	if len(ranked) > 0 && ranked[0].Objective != nil {
-		msg += fmt.Sprintf("; best trial %s: %s = %g", ranked[0].Name, j.Objective.PrimaryMetric, *ranked[0].Objective)
+		msg += fmt.Sprintf("; best trial %s: %s = %.6g", ranked[0].Name, j.Objective.PrimaryMetric, *ranked[0].Objective)
 	}
 	return msg
 }
@@ -459,6 +459,8 @@ type SweepView struct {
 	Sampling            string `json:"sampling_algorithm"`
 	MaxTotalTrials      int    `json:"max_total_trials"`
 	MaxConcurrentTrials int    `json:"max_concurrent_trials"`
+	// TrialCompute is the compute the trials run on ("" before the first).
+	TrialCompute string `json:"trial_compute,omitempty"`
 	// Best is the name of the trial with the best value of the primary
 	// metric, "" while none has logged it.
 	Best string `json:"best_trial,omitempty"`
@@ -517,11 +519,13 @@ func (s *Service) sweepView(ctx context.Context, rec store.Job, j *spec.Job) (*S
 		return nil, err
 	}
 	var trials []trialState
+	computeName := ""
 	for _, row := range rows {
 		t := trialState{row: row, status: StatusQueued, reason: "being created"}
 		_ = json.Unmarshal(row.Params, &t.params)
 		tr, err := s.st.GetJob(ctx, row.Job)
 		if err == nil {
+			computeName = firstOf(computeName, tr.Compute)
 			t.status, t.reason = tr.Status, tr.StatusReason
 			ms, err := s.st.ListMetrics(ctx, row.Job, j.Objective.PrimaryMetric)
 			if err != nil {
@@ -539,6 +543,7 @@ func (s *Service) sweepView(ctx context.Context, rec store.Job, j *spec.Job) (*S
 	v := &SweepView{
 		PrimaryMetric: j.Objective.PrimaryMetric, Goal: j.Objective.Goal, Sampling: j.Sampling().Type,
 		MaxTotalTrials: total, MaxConcurrentTrials: conc, Trials: rankTrials(j, trials),
+		TrialCompute: computeName,
 	}
 	if len(v.Trials) > 0 && v.Trials[0].Objective != nil {
 		v.Best = v.Trials[0].Name
