@@ -287,3 +287,57 @@ func TestSweepRefusesBadSearchSpace(t *testing.T) {
 		t.Errorf("grid with uniform: %s", r)
 	}
 }
+
+// Bayesian sampling learns from the trials that ended: with one trial at
+// a time and a seed, two sweeps see the same results and so choose the
+// same trials, those after the random start included. A running sweep's
+// reason shows its progress and its best trial so far.
+func TestSweepBayesianReproducible(t *testing.T) {
+	s := startServer(t, "--local-capacity", "2")
+	file := jobFile(t, `type: sweep
+trial:
+  code: .
+  command: python3 train.py ${{search_space.x}} ${{search_space.opt}}
+  environment: {user_managed: true}
+sampling_algorithm: {type: bayesian, seed: 5}
+search_space:
+  x: {type: uniform, min_value: 0, max_value: 1}
+  opt: {type: choice, values: [sgd, adam]}
+objective: {primary_metric: loss, goal: minimize}
+limits: {max_total_trials: 8, max_concurrent_trials: 1}
+`, map[string]string{"ferrylog.py": logpy, "train.py": `
+import sys
+from ferrylog import log
+x, opt = float(sys.argv[1]), sys.argv[2]
+log("loss", (x - 0.3) ** 2 + (0 if opt == "adam" else 0.1), 0)
+`})
+	a := strings.TrimSpace(s.mustFerry("job", "create", "-f", file, "--name", "bayes-a").stdout)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		j := s.showSweep(a)
+		if j.Status != "Running" || time.Now().After(deadline) {
+			t.Fatalf("sweep %s: %s (%s); want it Running with a best trial", a, j.Status, j.StatusReason)
+		}
+		if strings.Contains(j.StatusReason, "best trial") {
+			mustContain(t, "running sweep's reason", j.StatusReason, "of 8 trials started", "unfinished; best trial bayes-a_0: loss = ")
+			break
+		}
+	}
+	b := strings.TrimSpace(s.mustFerry("job", "create", "-f", file, "--name", "bayes-b").stdout)
+	ja, jb := s.waitSweep(a), s.waitSweep(b)
+	byIndex := func(j sweepJob) map[int]string {
+		out := map[int]string{}
+		for _, tr := range j.Sweep.Trials {
+			out[tr.Index] = fmt.Sprint(tr.Params)
+		}
+		return out
+	}
+	pa, pb := byIndex(ja), byIndex(jb)
+	if ja.Status != "Completed" || len(pa) != 8 || len(pb) != 8 {
+		t.Fatalf("sweeps: %s with %d trials, %s with %d", ja.Status, len(pa), jb.Status, len(pb))
+	}
+	for i := range 8 {
+		if pa[i] != pb[i] {
+			t.Errorf("trial %d: %s vs %s", i, pa[i], pb[i])
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -258,7 +259,25 @@ func (s *Service) driveSweep(ctx context.Context, name string) error {
 		}
 		return s.endSweep(ctx, name, status, s.sweepSummary(&j, trials))
 	}
-	return nil
+	return s.sweepProgress(ctx, rec, fmt.Sprintf("%d of %d trials started, %d unfinished", len(trials), total, active)+bestSoFar(&j, trials))
+}
+
+// sweepProgress keeps a running sweep's status reason up to date, with a
+// write only when it changes.
+func (s *Service) sweepProgress(ctx context.Context, rec store.Job, reason string) error {
+	if rec.StatusReason == reason {
+		return nil
+	}
+	_, err := s.st.UpdateJob(ctx, rec.Name, func(j *store.Job) (*store.Event, error) {
+		if j.Status == StatusRunning {
+			j.StatusReason = reason
+		}
+		return nil, nil
+	})
+	if err == nil {
+		s.changed(rec.Name)
+	}
+	return err
 }
 
 // trialName is the job name of trial idx of sweep name, as Azure ML
@@ -305,9 +324,7 @@ func (s *Service) trialStates(ctx context.Context, rec store.Job, j *spec.Job) (
 		if err != nil {
 			return nil, err
 		}
-		for _, m := range ms {
-			t.values = append(t.values, m.Value)
-		}
+		t.values = finiteValues(ms)
 		if IsTerminal(tr.Status) {
 			s.sweeps.mu.Lock()
 			s.sweeps.ended[row.Job] = endedTrial{status: t.status, reason: t.reason, values: t.values}
@@ -316,6 +333,18 @@ func (s *Service) trialStates(ctx context.Context, rec store.Job, j *spec.Job) (
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// finiteValues are the values of a metric series that can be compared: a
+// NaN or infinite value a trial logs is left out of its objective.
+func finiteValues(ms []store.Metric) []float64 {
+	var out []float64
+	for _, m := range ms {
+		if !math.IsNaN(m.Value) && !math.IsInf(m.Value, 0) {
+			out = append(out, m.Value)
+		}
+	}
+	return out
 }
 
 // sweepHistory is what bayesian sampling learns from: the trials that ended
@@ -443,12 +472,17 @@ func (s *Service) sweepSummary(j *spec.Job, trials []trialState) string {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[st], strings.ToLower(st)))
 		}
 	}
-	msg := fmt.Sprintf("%d trials (%s)", len(trials), strings.Join(parts, ", "))
+	return fmt.Sprintf("%d trials (%s)", len(trials), strings.Join(parts, ", ")) + bestSoFar(j, trials)
+}
+
+// bestSoFar names the best trial ("; best trial NAME: METRIC = V"), or
+// is "" while no trial has logged the primary metric.
+func bestSoFar(j *spec.Job, trials []trialState) string {
 	ranked := rankTrials(j, trials)
-	if len(ranked) > 0 && ranked[0].Objective != nil {
-		msg += fmt.Sprintf("; best trial %s: %s = %.6g", ranked[0].Name, j.Objective.PrimaryMetric, *ranked[0].Objective)
+	if len(ranked) == 0 || ranked[0].Objective == nil {
+		return ""
 	}
-	return msg
+	return fmt.Sprintf("; best trial %s: %s = %.6g", ranked[0].Name, j.Objective.PrimaryMetric, *ranked[0].Objective)
 }
 
 // SweepView is what `job show` adds for a sweep job: its objective and
@@ -531,9 +565,7 @@ func (s *Service) sweepView(ctx context.Context, rec store.Job, j *spec.Job) (*S
 			if err != nil {
 				return nil, err
 			}
-			for _, m := range ms {
-				t.values = append(t.values, m.Value)
-			}
+			t.values = finiteValues(ms)
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return nil, err
 		}
