@@ -119,3 +119,23 @@ func TestFormatParam(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseSweepJob is FuzzParseJob seeded with sweep files: no input
+// makes ParseJob panic, and every sweep it accepts is valid and comes back
+// unchanged through the API's JSON and through YAML.
+func FuzzParseSweepJob(f *testing.F) {
+	f.Add(readFile(f, "testdata/sweep-azure-shape.yml"))
+	f.Add([]byte(sweepDoc("sampling_algorithm: {type: random, seed: 7, rule: sobol}\nsearch_space:\n  lr: {type: qlognormal, mu: -3, sigma: 1, q: 0.001}\n  layers: {type: choice, values: [1, two, true]}\nearly_termination: {type: truncation_selection, truncation_percentage: 20, delay_evaluation: 2}\n")))
+	f.Add([]byte(sweepDoc("sampling_algorithm: grid\nsearch_space:\n  lr: {type: choice, values: [0.1]}\n  layers: {type: choice, values: [1, 2]}\nlimits: {max_total_trials: 2, trial_timeout: 60}\n")))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		j, err := ParseJob(data)
+		if err != nil {
+			fieldErrors(t, err)
+			return
+		}
+		if err := j.Validate(); err != nil {
+			t.Fatalf("parsed job does not validate: %v", err)
+		}
+		roundTrip(t, j)
+	})
+}
