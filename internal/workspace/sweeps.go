@@ -50,6 +50,9 @@ type sweepMemory struct {
 	ended map[string]endedTrial // by trial job name
 	open  atomic.Int64
 	kick  chan struct{}
+	// lastPass is when the last pass began (real time: it only spaces
+	// passes out); only the loop's goroutine uses it.
+	lastPass time.Time
 }
 
 type endedTrial struct {
@@ -139,8 +142,21 @@ func (s *Service) submitSweep(ctx context.Context, who auth.Principal, sub Submi
 	return s.jobViewWith(created, nil)
 }
 
+// sweepPassGap is the least time between two passes of the sweep loop:
+// it is woken by every job's change, metrics included, and a burst of
+// them is one pass, not one each.
+const sweepPassGap = 200 * time.Millisecond
+
 // reconcileSweeps is one pass of the sweep loop over every open sweep.
 func (s *Service) reconcileSweeps(ctx context.Context) error {
+	if wait := sweepPassGap - time.Since(s.sweeps.lastPass); wait > 0 {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+	s.sweeps.lastPass = time.Now()
 	names, err := s.st.ListOpenSweeps(ctx)
 	if err != nil {
 		return err
@@ -390,7 +406,7 @@ func (s *Service) createTrial(ctx context.Context, parent store.Job, j *spec.Job
 	reason := fmt.Sprintf("trial %d of sweep %s (%s); waiting for a free slot on compute %s", row.Index, parent.Name, paramsText(params), computeName)
 	_, err = s.st.CreateJob(ctx, rec, store.Event{Job: row.Job, Time: now, To: StatusQueued, Reason: reason})
 	if errors.Is(err, store.ErrConflict) {
-		return nil
+		return s.ownTrial(ctx, parent.Name, row)
 	}
 	if err != nil {
 		return err
@@ -398,6 +414,21 @@ func (s *Service) createTrial(ctx context.Context, parent store.Job, j *spec.Job
 	s.changed(row.Job)
 	s.wakeDispatcher()
 	return nil
+}
+
+// ownTrial checks that the job that has a trial's name is that trial
+// (created by an earlier pass), not a job of the user's that happens to be
+// named SWEEP_N.
+func (s *Service) ownTrial(ctx context.Context, sweepName string, row store.SweepTrial) error {
+	rec, err := s.st.GetJob(ctx, row.Job)
+	if err != nil {
+		return err
+	}
+	var j spec.Job
+	if json.Unmarshal(rec.Spec, &j) == nil && j.Tags["ferry.sweep"] == sweepName && j.Tags["ferry.trial"] == strconv.Itoa(row.Index) {
+		return nil
+	}
+	return Conflict("trial %d of sweep %s would be job %s, but a job of that name exists already; submit the sweep under another name", row.Index, sweepName, row.Job)
 }
 
 // paramsText writes parameters as name=value, by name.

@@ -116,3 +116,22 @@ func TestSweepTimeoutCancelsTrials(t *testing.T) {
 		t.Fatalf("open sweeps after the end: %v", open)
 	}
 }
+
+// A job of the user's that has a trial's name is not taken for the
+// trial: the sweep fails, saying so.
+func TestSweepTrialNameTakenFailsTheSweep(t *testing.T) {
+	s, _ := newService(t, &fakeTarget{capacity: 4})
+	submit(t, s, "sw_1")
+	submitSweep(t, s, gridSweep)
+	sweepPass(t, s)
+	j := status(t, s, "sw")
+	if j.Status != StatusFailed || !strings.Contains(j.StatusReason, "would be job sw_1, but a job of that name exists already") {
+		t.Fatalf("sweep: %s (%s)", j.Status, j.StatusReason)
+	}
+	if tr := status(t, s, "sw_0"); tr.Status != StatusCanceled || !strings.Contains(tr.StatusReason, "sweep sw failed") {
+		t.Fatalf("trial 0: %s (%s); want Canceled by the failed sweep", tr.Status, tr.StatusReason)
+	}
+	if own := status(t, s, "sw_1"); own.Spec.Command != "true" || own.Status != StatusQueued {
+		t.Fatalf("the user's job sw_1 changed: %s %q", own.Status, own.Spec.Command)
+	}
+}
