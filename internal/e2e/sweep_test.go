@@ -65,6 +65,18 @@ func (s *server) waitSweep(name string) sweepJob {
 	}
 }
 
+// waitTrials waits until a sweep has created n trials.
+func (s *server) waitTrials(name string, n int) {
+	s.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for len(s.showSweep(name).Sweep.Trials) < n {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("sweep %s has not made %d trials", name, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // Grid sampling runs every combination once; the bandit policy cancels
 // the trials whose loss is far from the best at the same interval, naming
 // the policy; `job show` ranks the trials and names the best.
@@ -207,6 +219,7 @@ time.sleep(1.5)
 log("y", float(sys.argv[1]), 0)
 `})
 	name := strings.TrimSpace(s.mustFerry("job", "create", "-f", file, "--name", "killed").stdout)
+	s.waitTrials(name, 2)
 	s.waitStatus("killed_1", "Running")
 	s.kill9()
 	s.start()
@@ -252,6 +265,7 @@ sampling_algorithm: grid
 objective: {primary_metric: y, goal: maximize}
 `, nil)
 	name := strings.TrimSpace(s.mustFerry("job", "create", "-f", file, "--name", "cancelme").stdout)
+	s.waitTrials(name, 3)
 	s.waitStatus("cancelme_0", "Running")
 	s.waitStatus("cancelme_2", "Queued")
 	s.mustFerry("job", "cancel", name)
