@@ -110,6 +110,10 @@ func TestGridLimits(t *testing.T) {
 	if total, conc := j.TrialLimits(); total != 6 || conc != 2 {
 		t.Fatalf("limits = %d, %d; want every combination (6), 2 at once", total, conc)
 	}
+	j.Limits.TrialTimeout = 90
+	if tj := j.TrialJob(map[string]any{"lr": 0.1, "layers": 2.0}); tj.Limits == nil || tj.Limits.Timeout != 90 || tj.Command != "python3 train.py --lr 0.1 --layers 2" {
+		t.Fatalf("trial job %+v; want limits.timeout 90 from trial_timeout", tj)
+	}
 }
 
 func TestFormatParam(t *testing.T) {
