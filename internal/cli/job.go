@@ -100,28 +100,41 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 	if o.name != "" {
 		sets = append(sets, "name="+o.name)
 	}
-	j, err := spec.ParseJobWithSet(data, sets)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", o.file, err)
-	}
-	limit, err := a.snapshotLimit(o.maxSnap)
+	req, err := a.jobRequest(ctx, c, specFile{name: o.file, data: data, sets: sets}, o.maxSnap)
 	if err != nil {
 		return nil, err
 	}
-	src := specFile{name: o.file, data: data, sets: sets}
+	return c.SubmitJob(ctx, req)
+}
+
+// jobRequest parses a job file, checks the references it makes against
+// the workspace, and uploads its code and local inputs: the request that
+// submits it (`job create`) or that a schedule fires (`schedule create`).
+func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, maxSnap string) (api.JobRequest, error) {
+	j, err := spec.ParseJobWithSet(src.data, src.sets)
+	if err != nil {
+		return api.JobRequest{}, fmt.Errorf("%s: %w", src.name, err)
+	}
+	limit, err := a.snapshotLimit(maxSnap)
+	if err != nil {
+		return api.JobRequest{}, err
+	}
+	if err := checkReferences(ctx, c, src, jobReferences(j)); err != nil {
+		return api.JobRequest{}, err
+	}
 	if err := checkDataInputs(ctx, c, src, j); err != nil {
-		return nil, err
+		return api.JobRequest{}, err
 	}
 	env, envSrc, envField, err := inlineEnvironmentFile(src, j.Environment)
 	if err != nil {
-		return nil, err
+		return api.JobRequest{}, err
 	}
 	j.Environment = env
 	req := api.JobRequest{InputSnapshots: map[string]string{}}
 	if j.Code != "" {
 		id, err := a.upload(ctx, c, pathField{file: src, field: "code", value: j.Code}, "", limit, true)
 		if err != nil {
-			return nil, err
+			return api.JobRequest{}, err
 		}
 		req.CodeSnapshot = id
 	}
@@ -132,25 +145,25 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 		}
 		f := pathField{file: src, field: "inputs." + name + ".path", value: in.Path}
 		if isRemote(in.Path) {
-			return nil, f.errorf("%q is not a local path; only local files and folders are supported as inputs so far", in.Path)
+			return api.JobRequest{}, f.errorf("%q is not a local path; only local files and folders are supported as inputs so far", in.Path)
 		}
 		id, err := a.upload(ctx, c, f, in.Type, limit, false)
 		if err != nil {
-			return nil, err
+			return api.JobRequest{}, err
 		}
 		req.InputSnapshots[name] = id
 	}
 	if id, err := a.uploadEnvironmentFiles(ctx, c, envField, envSrc, j.Environment, limit); err != nil {
-		return nil, err
+		return api.JobRequest{}, err
 	} else {
 		req.EnvironmentSnapshot = id
 	}
 	raw, err := jsonOf(j)
 	if err != nil {
-		return nil, err
+		return api.JobRequest{}, err
 	}
 	req.Spec = raw
-	return c.SubmitJob(ctx, req)
+	return req, nil
 }
 
 // checkDataInputs looks up the data assets that j's inputs name

@@ -49,6 +49,11 @@ func (s *Service) Run(ctx context.Context) {
 		defer tick.Stop()
 		s.loop(ctx, s.kickDeploy, tick.C, loopPass{name: "deployments", run: s.reconcileDeployments})
 	})
+	wg.Go(func() {
+		tick := time.NewTicker(scheduleTick)
+		defer tick.Stop()
+		s.loop(ctx, s.kickSchedules, tick.C, loopPass{name: "schedules", run: s.reconcileSchedules})
+	})
 	wg.Wait()
 	s.handOffs.Wait()
 }

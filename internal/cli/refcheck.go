@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+// jobReferences lists what a job names that the workspace must have: its
+// environment (a registered or built-in one), its registered data inputs
+// and its compute. Pipelines add their steps' components.
+func jobReferences(j *spec.Job) []workspace.Reference {
+	var refs []workspace.Reference
+	if e := j.Environment; e != nil && e.Ref != "" && !strings.HasPrefix(e.Ref, spec.EnvironmentFilePrefix) {
+		refs = append(refs, workspace.Reference{Field: "environment", Kind: "environment", Ref: e.Ref})
+	}
+	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
+		if in := j.Inputs[name]; !in.IsLiteral() && spec.IsDataRef(in.Path) {
+			refs = append(refs, workspace.Reference{Field: "inputs." + name + ".path", Kind: "data", Ref: in.Path})
+		}
+	}
+	if j.ComputeName() != "" {
+		refs = append(refs, workspace.Reference{Field: "compute", Kind: "compute", Ref: j.Compute})
+	}
+	return refs
+}
+
+// checkReferences asks the workspace, in one call, whether it has what
+// refs name, before anything is uploaded: a job that names an environment
+// nobody registered is refused at once, naming the field and what to do,
+// instead of after its code and inputs were sent. The submission checks
+// again, which is what counts; a server too old to answer is not asked.
+func checkReferences(ctx context.Context, c *client.Client, src specFile, refs []workspace.Reference) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	problems, err := c.CheckReferences(ctx, refs)
+	if client.StatusOf(err) == http.StatusNotFound {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range problems {
+		errs = append(errs, pathField{file: src, field: p.Field, value: p.Ref}.errorf("%s", p.Message))
+	}
+	return errors.Join(errs...)
+}
