@@ -113,10 +113,13 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, maxSnap string) (api.JobRequest, error) {
 	j, err := spec.ParseJobWithSet(src.data, src.sets)
 	if err != nil {
-		return api.JobRequest{}, fmt.Errorf("%s: %w", src.name, err)
+		return api.JobRequest{}, src.parseError(err)
 	}
 	limit, err := a.snapshotLimit(maxSnap)
 	if err != nil {
+		return api.JobRequest{}, err
+	}
+	if err := checkLocalPaths(src, j); err != nil {
 		return api.JobRequest{}, err
 	}
 	if err := checkReferences(ctx, c, src, jobReferences(j)); err != nil {

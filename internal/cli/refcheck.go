@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 
@@ -30,6 +31,28 @@ func jobReferences(j *spec.Job) []workspace.Reference {
 		refs = append(refs, workspace.Reference{Field: "compute", Kind: "compute", Ref: j.Compute})
 	}
 	return refs
+}
+
+// checkLocalPaths makes sure the local paths a job names exist, before
+// the workspace is asked anything: a typo in a path costs no round trip.
+func checkLocalPaths(src specFile, j *spec.Job) error {
+	fields := []pathField{}
+	if j.Code != "" {
+		fields = append(fields, pathField{file: src, field: "code", value: j.Code})
+	}
+	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
+		in := j.Inputs[name]
+		if in.IsLiteral() || spec.IsDataRef(in.Path) || isRemote(in.Path) {
+			continue
+		}
+		fields = append(fields, pathField{file: src, field: "inputs." + name + ".path", value: in.Path})
+	}
+	for _, f := range fields {
+		if _, err := os.Stat(f.path()); errors.Is(err, os.ErrNotExist) {
+			return f.notFound()
+		}
+	}
+	return nil
 }
 
 // checkReferences asks the workspace, in one call, whether it has what

@@ -2,9 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -125,9 +125,14 @@ func (a *app) createSchedule(ctx context.Context, c *client.Client, o scheduleCr
 // scheduleJobFile is the job file a schedule's create_job makes: the file
 // it names (relative to the schedule file), with the other fields of a
 // create_job mapping laid over it, or the job written inline, whose local
-// paths are relative to the schedule file.
+// paths are relative to the schedule file. Problems with its fields are
+// placed where the user wrote them.
 func scheduleJobFile(file string, data []byte, sets []string, createJob any) (specFile, error) {
 	at := pathField{file: specFile{name: file, data: data, sets: sets}, field: "create_job"}
+	inSchedule := func(field string) (string, string, int) {
+		shown := "create_job." + field
+		return file, shown, spec.FieldLine(data, shown)
+	}
 	var (
 		base      map[string]any
 		overrides map[string]any
@@ -150,12 +155,12 @@ func scheduleJobFile(file string, data []byte, sets []string, createJob any) (sp
 			base = c
 		}
 	}
-	name := file + " (create_job)"
+	out := specFile{name: file, locate: inSchedule}
 	if jobPath != "" {
 		at.value = jobPath
 		p := at.path()
 		jd, err := os.ReadFile(p)
-		if os.IsNotExist(err) {
+		if errors.Is(err, os.ErrNotExist) {
 			return specFile{}, at.notFound()
 		}
 		if err != nil {
@@ -167,16 +172,22 @@ func scheduleJobFile(file string, data []byte, sets []string, createJob any) (sp
 		if err := yaml.Unmarshal(jd, &base); err != nil {
 			return specFile{}, fmt.Errorf("%s: %w", p, err)
 		}
-		name = p + " (with create_job's overrides from " + filepath.Base(file) + ")"
+		// Paths are relative to the job file; a field create_job sets is
+		// shown in the schedule file, the others in the job file.
+		out = specFile{name: p, locate: func(field string) (string, string, int) {
+			top, _, _ := strings.Cut(field, ".")
+			if _, ok := overrides[top]; ok {
+				return inSchedule(field)
+			}
+			return p, field, spec.FieldLine(jd, field)
+		}}
 	}
-	merged := mergeFields(base, overrides)
-	out, err := yaml.Marshal(merged)
+	merged, err := yaml.Marshal(mergeFields(base, overrides))
 	if err != nil {
 		return specFile{}, at.errorf("%v", err)
 	}
-	// Local paths of an inline job are relative to the schedule file; of
-	// an overridden file, to that file. name keeps the right folder.
-	return specFile{name: name, data: out}, nil
+	out.data = merged
+	return out, nil
 }
 
 // mergeFields lays over's fields over base's, mapping into mapping.
@@ -296,7 +307,7 @@ func when(t *time.Time) string {
 	if t == nil {
 		return "-"
 	}
-	return t.Local().Format("2006-01-02 15:04:05")
+	return t.Local().Format("2006-01-02 15:04:05 MST")
 }
 
 func showSchedule(w *tabwriter.Writer, sc *workspace.Schedule) {

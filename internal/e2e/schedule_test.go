@@ -242,7 +242,7 @@ create_job:
 	if r.code == 0 {
 		t.Fatalf("a schedule whose job names a missing environment was accepted: %s", r)
 	}
-	mustContain(t, "missing environment", r.stderr, "environment", "never-registered")
+	mustContain(t, "missing environment", r.stderr, "inline.yml:6: create_job.environment:", "never-registered", "ferry environment create")
 	if n := counter.calls.Load(); n != 0 {
 		t.Errorf("%d uploads were made before the missing environment was found", n)
 	}
