@@ -17,8 +17,12 @@ type ScheduleFile struct {
 	DisplayName string            `yaml:"display_name,omitempty" json:"display_name,omitempty"`
 	Description string            `yaml:"description,omitempty" json:"description,omitempty"`
 	Tags        map[string]string `yaml:"tags,omitempty" json:"tags,omitempty"`
-	Trigger     map[string]any    `yaml:"trigger,omitempty" json:"trigger,omitempty"`
-	CreateJob   any               `yaml:"create_job,omitempty" json:"create_job,omitempty"`
+	Properties  map[string]string `yaml:"properties,omitempty" json:"properties,omitempty"`
+	// Version is accepted as Azure's files write it; a schedule has one
+	// version, the last one created.
+	Version   string         `yaml:"version,omitempty" json:"version,omitempty"`
+	Trigger   map[string]any `yaml:"trigger,omitempty" json:"trigger,omitempty"`
+	CreateJob any            `yaml:"create_job,omitempty" json:"create_job,omitempty"`
 }
 
 const scheduleEmptyHint = "a schedule needs a name, a trigger and create_job, e.g. name: nightly, trigger: {type: cron, expression: \"0 2 * * *\"}, create_job: ./job.yml"

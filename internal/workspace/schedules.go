@@ -106,7 +106,9 @@ func (s *Service) scheduleClock() schedule.Clock { return schedule.Clock{Minute:
 // CreateSchedule stores a schedule, or updates the one of that name: its
 // file and job are replaced, it keeps its enabled state and the
 // occurrences it fired, and its next firing is the trigger's first
-// occurrence from now. The job is checked as a submission would be.
+// occurrence from now. A new schedule without start_time starts now and
+// fires its first job at once, as Azure's does. The job is checked as a
+// submission would be.
 func (s *Service) CreateSchedule(ctx context.Context, who auth.Principal, req ScheduleRequest) (*Schedule, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot create schedules")
@@ -119,10 +121,12 @@ func (s *Service) CreateSchedule(ctx context.Context, who auth.Principal, req Sc
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	now := s.now()
-	if _, ok := f.Trigger["start_time"]; !ok {
-		// Azure counts a schedule from its creation; stored, so that an
-		// update or a restart counts from the same instant.
-		f.Trigger["start_time"] = now.UTC().Format(time.RFC3339)
+	_, hasStart := f.Trigger["start_time"]
+	if !hasStart {
+		// Azure counts a schedule from its creation, and fires its first
+		// job at once; stored, so that an update or a restart counts from
+		// the same instant.
+		f.Trigger["start_time"] = now.UTC().Truncate(time.Second).Format(time.RFC3339)
 	}
 	t, err := schedule.Trigger(f)
 	if err != nil {
@@ -156,9 +160,13 @@ func (s *Service) CreateSchedule(ctx context.Context, who auth.Principal, req Sc
 	if err != nil {
 		return nil, err
 	}
+	next := s.scheduleClock().Next(t, now)
+	if !hasStart {
+		next = t.StartTime
+	}
 	rec := store.Schedule{
 		Name: f.Name, Spec: specJSON, Job: jobJSON, Enabled: true,
-		NextFire: s.scheduleClock().Next(t, now), CreatedBy: who.Subject, Created: now, Updated: now,
+		NextFire: next, CreatedBy: who.Subject, Created: now, Updated: now,
 	}
 	err = s.st.CreateSchedule(ctx, rec)
 	if errors.Is(err, store.ErrConflict) {
@@ -414,6 +422,9 @@ func (s *Service) fireSchedule(ctx context.Context, rec store.Schedule, now time
 		return s.scheduleFailed(ctx, rec.Name, fr.Occurrence, now, fr.Next, fmt.Sprintf("its stored job is no longer valid: %v", err))
 	}
 	j.Name = firedJobName(rec.Name, fr.Occurrence)
+	if j.ExperimentName == "" {
+		j.ExperimentName = rec.Name // Azure's default for a schedule's jobs
+	}
 	j.Tags = maps.Clone(j.Tags)
 	if j.Tags == nil {
 		j.Tags = map[string]string{}

@@ -49,7 +49,8 @@ func TestScheduleFiringOnTheClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := time.Date(2026, 1, 1, 1, 0, 0, 0, time.UTC); sc.NextFire == nil || !sc.NextFire.Equal(want) {
+	// No start_time: it starts now and fires at once, as Azure's do.
+	if want := time.Date(2026, 1, 1, 0, 30, 0, 0, time.UTC); sc.NextFire == nil || !sc.NextFire.Equal(want) {
 		t.Fatalf("next firing %v, want %s", sc.NextFire, want)
 	}
 	pass := func() {
@@ -59,13 +60,15 @@ func TestScheduleFiringOnTheClock(t *testing.T) {
 		}
 	}
 	pass()
-	if got := scheduledJobs(t, s, "hourly"); len(got) != 0 {
-		t.Fatalf("fired before its time: %v", got)
+	clk.advance(29 * time.Minute) // 00:59
+	pass()
+	if got, want := scheduledJobs(t, s, "hourly"), []string{"hourly-20260101T003000Z"}; !slices.Equal(got, want) {
+		t.Fatalf("jobs %v, want %v: the first at once, and none before 01:00", got, want)
 	}
-	clk.advance(31 * time.Minute) // 01:01
+	clk.advance(2 * time.Minute) // 01:01
 	pass()
 	pass()
-	if got, want := scheduledJobs(t, s, "hourly"), []string{"hourly-20260101T010000Z"}; !slices.Equal(got, want) {
+	if got, want := scheduledJobs(t, s, "hourly"), []string{"hourly-20260101T003000Z", "hourly-20260101T010000Z"}; !slices.Equal(got, want) {
 		t.Fatalf("jobs %v, want %v", got, want)
 	}
 	j, err := s.GetJob(ctx, "hourly-20260101T010000Z", false)
@@ -75,11 +78,14 @@ func TestScheduleFiringOnTheClock(t *testing.T) {
 	if j.Spec.Tags[TagSchedule] != "hourly" || j.Spec.Tags[TagOccurrence] != "2026-01-01T01:00:00Z" || j.Spec.Tags["team"] != "a" || j.Spec.Tags[TagMissed] != "" {
 		t.Errorf("fired job's tags %v", j.Spec.Tags)
 	}
+	if j.ExperimentName != "hourly" {
+		t.Errorf("fired job's experiment %q, want the schedule's name", j.ExperimentName)
+	}
 
 	clk.advance(3*time.Hour + 10*time.Minute) // 04:11: 02:00, 03:00 and 04:00 missed
 	pass()
 	got := scheduledJobs(t, s, "hourly")
-	if want := []string{"hourly-20260101T010000Z", "hourly-20260101T040000Z"}; !slices.Equal(got, want) {
+	if want := []string{"hourly-20260101T003000Z", "hourly-20260101T010000Z", "hourly-20260101T040000Z"}; !slices.Equal(got, want) {
 		t.Fatalf("after a gap: jobs %v, want %v (the latest missed only)", got, want)
 	}
 	if j, _ := s.GetJob(ctx, "hourly-20260101T040000Z", false); j.Spec.Tags[TagMissed] != "2" {
@@ -95,7 +101,7 @@ func TestScheduleFiringOnTheClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	pass()
-	if got := scheduledJobs(t, s, "hourly"); len(got) != 2 {
+	if got := scheduledJobs(t, s, "hourly"); len(got) != 3 {
 		t.Fatalf("disabled, or missed while disabled, it fired: %v", got)
 	}
 	// An update keeps what it fired: moving start_time back does not
@@ -111,8 +117,8 @@ func TestScheduleFiringOnTheClock(t *testing.T) {
 	}
 	clk.advance(50 * time.Minute) // 07:01
 	pass()
-	if got := scheduledJobs(t, s, "hourly"); len(got) != 3 || got[2] != "hourly-20260101T070000Z" {
-		t.Errorf("after the update: jobs %v, want a third at 07:00", got)
+	if got := scheduledJobs(t, s, "hourly"); len(got) != 4 || got[3] != "hourly-20260101T070000Z" {
+		t.Errorf("after the update: jobs %v, want a fourth at 07:00", got)
 	}
 }
 
