@@ -425,12 +425,20 @@ func (s *Service) fireSchedule(ctx context.Context, rec store.Schedule, now time
 	if j.ExperimentName == "" {
 		j.ExperimentName = rec.Name // Azure's default for a schedule's jobs
 	}
+	occurrence := fr.Occurrence.UTC().Format(time.RFC3339)
+	for name, in := range j.Inputs {
+		if in.IsLiteral() && strings.Contains(*in.Value, "${{") {
+			v := strings.NewReplacer("${{name}}", j.Name, "${{creation_context.trigger_time}}", occurrence).Replace(*in.Value)
+			in.Value = &v
+			j.Inputs[name] = in
+		}
+	}
 	j.Tags = maps.Clone(j.Tags)
 	if j.Tags == nil {
 		j.Tags = map[string]string{}
 	}
 	j.Tags[TagSchedule] = rec.Name
-	j.Tags[TagOccurrence] = fr.Occurrence.UTC().Format(time.RFC3339)
+	j.Tags[TagOccurrence] = occurrence
 	if fr.Skipped > 0 {
 		j.Tags[TagMissed] = strconv.Itoa(fr.Skipped)
 	}

@@ -44,7 +44,9 @@ func TestScheduleFiringOnTheClock(t *testing.T) {
 	ctx := context.Background()
 	s, clk := newService(t, &fakeTarget{capacity: 1})
 	clk.now = time.Date(2026, 1, 1, 0, 30, 0, 0, time.UTC)
-	job := &Submission{Spec: &spec.Job{Command: "echo hi", Tags: map[string]string{"team": "a"}}}
+	name, when := "${{name}}", "at ${{creation_context.trigger_time}}"
+	job := &Submission{Spec: &spec.Job{Command: "echo ${{inputs.who}} ${{inputs.when}}", Tags: map[string]string{"team": "a"},
+		Inputs: map[string]spec.Input{"who": {Value: &name}, "when": {Value: &when}}}}
 	sc, err := s.CreateSchedule(ctx, owner, ScheduleRequest{File: hourlySchedule(t, "hourly"), Job: job})
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +79,9 @@ func TestScheduleFiringOnTheClock(t *testing.T) {
 	}
 	if j.Spec.Tags[TagSchedule] != "hourly" || j.Spec.Tags[TagOccurrence] != "2026-01-01T01:00:00Z" || j.Spec.Tags["team"] != "a" || j.Spec.Tags[TagMissed] != "" {
 		t.Errorf("fired job's tags %v", j.Spec.Tags)
+	}
+	if who, when := *j.Spec.Inputs["who"].Value, *j.Spec.Inputs["when"].Value; who != "hourly-20260101T010000Z" || when != "at 2026-01-01T01:00:00Z" {
+		t.Errorf("inputs ${{name}} and ${{creation_context.trigger_time}} became %q and %q", who, when)
 	}
 	if j.ExperimentName != "hourly" {
 		t.Errorf("fired job's experiment %q, want the schedule's name", j.ExperimentName)
