@@ -14,7 +14,7 @@ import (
 func (s *Server) scheduleRoutes() []route {
 	return []route{
 		{method: "GET", path: "/v1/schedules", summary: "List job schedules", handle: s.listSchedules},
-		{method: "POST", path: "/v1/schedules", summary: "Create or update a job schedule: {spec, job} (spec: the Azure ML v2 schedule file as JSON; job: what POST /v1/jobs takes) or {spec, copy_job} (a job of the workspace to copy)", handle: s.createSchedule},
+		{method: "POST", path: "/v1/schedules", summary: "Create or update a job schedule: {spec, job} (spec: the Azure ML v2 schedule file as JSON; job: what POST /v1/jobs takes) or {spec, copy_job, overrides} (a job of the workspace to copy, with fields laid over it)", handle: s.createSchedule},
 		{method: "GET", path: "/v1/schedules/{name}", summary: "Show a job schedule: its trigger, next and last firing", handle: s.getSchedule},
 		{method: "POST", path: "/v1/schedules/{name}/enable", summary: "Enable a schedule: it fires from its next occurrence on", handle: s.enableSchedule(true)},
 		{method: "POST", path: "/v1/schedules/{name}/disable", summary: "Disable a schedule: it fires no more until enabled", handle: s.enableSchedule(false)},
@@ -31,6 +31,9 @@ type ScheduleRequest struct {
 	// CopyJob names a job of the workspace whose spec and snapshots each
 	// firing submits again (create_job: azureml:JOB).
 	CopyJob string `json:"copy_job,omitempty"`
+	// Overrides are fields laid over the copied job's (create_job's
+	// other fields beside job: azureml:JOB).
+	Overrides map[string]any `json:"overrides,omitempty"`
 }
 
 func (s *Server) createSchedule(r *http.Request, who auth.Principal) (any, error) {
@@ -45,7 +48,7 @@ func (s *Server) createSchedule(r *http.Request, who auth.Principal) (any, error
 	if err != nil {
 		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	wreq := workspace.ScheduleRequest{File: f, CopyJob: req.CopyJob}
+	wreq := workspace.ScheduleRequest{File: f, CopyJob: req.CopyJob, Overrides: req.Overrides}
 	if req.Job != nil {
 		sub, err := req.Job.submission()
 		if err != nil {

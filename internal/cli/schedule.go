@@ -98,11 +98,15 @@ func (a *app) createSchedule(ctx context.Context, c *client.Client, o scheduleCr
 	}
 	req := api.ScheduleRequest{}
 	if ref := spec.ScheduleJobRef(f.CreateJob); ref != "" {
-		if m, ok := f.CreateJob.(map[string]any); ok && len(m) > 1 {
-			return nil, pathField{file: specFile{name: o.file, data: data, sets: sets}, field: "create_job"}.errorf(
-				"overriding fields of a copied job (azureml:%s) is not supported; write the job's file and name it in create_job.job", ref)
-		}
 		req.CopyJob = ref
+		if m, ok := f.CreateJob.(map[string]any); ok {
+			req.Overrides = map[string]any{}
+			for k, v := range m {
+				if k != "job" {
+					req.Overrides[k] = v
+				}
+			}
+		}
 	} else {
 		src, err := scheduleJobFile(o.file, data, sets, f.CreateJob)
 		if err != nil {
@@ -182,30 +186,12 @@ func scheduleJobFile(file string, data []byte, sets []string, createJob any) (sp
 			return p, field, spec.FieldLine(jd, field)
 		}}
 	}
-	merged, err := yaml.Marshal(mergeFields(base, overrides))
+	merged, err := yaml.Marshal(spec.MergeFields(base, overrides))
 	if err != nil {
 		return specFile{}, at.errorf("%v", err)
 	}
 	out.data = merged
 	return out, nil
-}
-
-// mergeFields lays over's fields over base's, mapping into mapping.
-func mergeFields(base, over map[string]any) map[string]any {
-	out := make(map[string]any, len(base)+len(over))
-	for k, v := range base {
-		out[k] = v
-	}
-	for k, v := range over {
-		bm, ok1 := out[k].(map[string]any)
-		om, ok2 := v.(map[string]any)
-		if ok1 && ok2 {
-			out[k] = mergeFields(bm, om)
-			continue
-		}
-		out[k] = v
-	}
-	return out
 }
 
 func (a *app) scheduleListCmd() *cobra.Command {

@@ -112,3 +112,22 @@ func ScheduleJobRef(createJob any) string {
 	}
 	return strings.TrimPrefix(s, "azureml:")
 }
+
+// MergeFields returns base with over's fields laid over it, mapping into
+// mapping (create_job's fields over the job they name). Neither is changed.
+func MergeFields(base, over map[string]any) map[string]any {
+	out := make(map[string]any, len(base)+len(over))
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range over {
+		bm, ok1 := out[k].(map[string]any)
+		om, ok2 := v.(map[string]any)
+		if ok1 && ok2 {
+			out[k] = MergeFields(bm, om)
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}

@@ -70,6 +70,9 @@ type ScheduleRequest struct {
 	File    *spec.ScheduleFile
 	Job     *Submission
 	CopyJob string
+	// Overrides are fields laid over the copied job's (create_job's
+	// other fields beside job: azureml:JOB), mapping into mapping.
+	Overrides map[string]any
 }
 
 // Schedule is a job schedule as the API shows it.
@@ -137,9 +140,11 @@ func (s *Service) CreateSchedule(ctx context.Context, who auth.Principal, req Sc
 	case req.CopyJob != "" && req.Job != nil:
 		return nil, Invalid("create_job: give either a job or a job to copy, not both")
 	case req.CopyJob != "":
-		if sub, err = s.copyJob(ctx, req.CopyJob); err != nil {
+		if sub, err = s.copyJob(ctx, req.CopyJob, req.Overrides); err != nil {
 			return nil, err
 		}
+	case len(req.Overrides) > 0:
+		return nil, Invalid("create_job: overrides go with a job to copy (azureml:JOB); the client lays them over a job file itself")
 	case req.Job != nil:
 		sub = *req.Job
 	default:
@@ -217,7 +222,7 @@ func (s *Service) checkScheduledJob(ctx context.Context, who auth.Principal, nam
 // azureml:NAME: its spec and the snapshots it was given (not those the
 // workspace looked up for registered data, which a firing looks up
 // again).
-func (s *Service) copyJob(ctx context.Context, name string) (Submission, error) {
+func (s *Service) copyJob(ctx context.Context, name string, overrides map[string]any) (Submission, error) {
 	rec, err := s.st.GetJob(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return Submission{}, NotFound("create_job: there is no job %s to copy; `ferry job list` shows the jobs, or name a job file (create_job: ./job.yml)", name)
@@ -225,8 +230,24 @@ func (s *Service) copyJob(ctx context.Context, name string) (Submission, error) 
 	if err != nil {
 		return Submission{}, err
 	}
-	j, err := spec.DecodeJobJSON(rec.Spec)
+	raw := rec.Spec
+	if len(overrides) > 0 {
+		if _, ok := overrides["code"]; ok {
+			return Submission{}, Invalid("create_job.code: a copied job keeps the code it was given; to change it, write the job's file and name it in create_job.job")
+		}
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return Submission{}, fmt.Errorf("job %s: stored spec: %w", name, err)
+		}
+		if raw, err = json.Marshal(spec.MergeFields(m, overrides)); err != nil {
+			return Submission{}, err
+		}
+	}
+	j, err := spec.DecodeJobJSON(raw)
 	if err != nil {
+		if len(overrides) > 0 {
+			return Submission{}, Invalid("create_job: job %s with create_job's fields laid over it: %v", name, err)
+		}
 		return Submission{}, fmt.Errorf("job %s: stored spec: %w", name, err)
 	}
 	var inputs map[string]string

@@ -144,7 +144,23 @@ func TestScheduleCopiesJobAndRefusesBadOnes(t *testing.T) {
 	if got := scheduledJobs(t, s, "copy"); len(got) != 1 {
 		t.Errorf("copy schedule fired %v, want one job", got)
 	}
-	_, err := s.CreateSchedule(ctx, owner, ScheduleRequest{File: hourlySchedule(t, "gone"), CopyJob: "no-such-job"})
+	over := map[string]any{"experiment_name": "copies", "tags": map[string]any{"kind": "copy"}}
+	if _, err := s.CreateSchedule(ctx, owner, ScheduleRequest{File: hourlySchedule(t, "copy2"), CopyJob: "template", Overrides: over}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.reconcileSchedules(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := scheduledJobs(t, s, "copy2"); len(got) != 1 {
+		t.Fatalf("copy2 fired %v, want one job", got)
+	} else if j, _ := s.GetJob(ctx, got[0], false); j.ExperimentName != "copies" || j.Spec.Tags["kind"] != "copy" || j.Spec.Command != "true" {
+		t.Errorf("copied job with overrides: experiment %q, tags %v, command %q", j.ExperimentName, j.Spec.Tags, j.Spec.Command)
+	}
+	_, err := s.CreateSchedule(ctx, owner, ScheduleRequest{File: hourlySchedule(t, "copy3"), CopyJob: "template", Overrides: map[string]any{"code": "./src"}})
+	if CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), "create_job.code") {
+		t.Errorf("overriding a copied job's code: %v, want invalid naming create_job.code", err)
+	}
+	_, err = s.CreateSchedule(ctx, owner, ScheduleRequest{File: hourlySchedule(t, "gone"), CopyJob: "no-such-job"})
 	if CodeOf(err) != CodeNotFound || !strings.Contains(err.Error(), "create_job") {
 		t.Errorf("copying a missing job: %v, want not found naming create_job", err)
 	}
