@@ -105,6 +105,7 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 	s.routes = append(s.routes, s.dataRoutes()...)
 	s.routes = append(s.routes, s.endpointRoutes()...)
 	s.routes = append(s.routes, s.deploymentRoutes()...)
+	s.routes = append(s.routes, s.scheduleRoutes()...)
 	for _, rt := range s.routes {
 		s.mux.HandleFunc(rt.method+" "+rt.path, s.wrap(rt))
 	}
@@ -441,15 +442,25 @@ func (s *Server) createJob(r *http.Request, who auth.Principal) (any, error) {
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
+	sub, err := req.submission()
+	if err != nil {
+		return nil, err
+	}
+	return s.ws.SubmitJob(r.Context(), who, sub)
+}
+
+// submission reads the job of a request: POST /v1/jobs's, and the job a
+// schedule fires.
+func (req JobRequest) submission() (workspace.Submission, error) {
 	if len(req.Spec) == 0 {
-		return nil, workspace.Invalid("spec: the job spec is missing")
+		return workspace.Submission{}, workspace.Invalid("spec: the job spec is missing")
 	}
 	j, err := spec.DecodeJobJSON(req.Spec)
 	if err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return workspace.Submission{}, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	return s.ws.SubmitJob(r.Context(), who, workspace.Submission{
-		Spec: j, CodeSnapshot: req.CodeSnapshot, InputSnapshots: req.InputSnapshots, EnvironmentSnapshot: req.EnvironmentSnapshot})
+	return workspace.Submission{
+		Spec: j, CodeSnapshot: req.CodeSnapshot, InputSnapshots: req.InputSnapshots, EnvironmentSnapshot: req.EnvironmentSnapshot}, nil
 }
 
 func (s *Server) listJobs(r *http.Request, _ auth.Principal) (any, error) {

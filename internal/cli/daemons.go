@@ -97,6 +97,8 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 	f.StringVar(&cfg.EnvCacheSize, "env-cache-size", "50g", "bound of this machine's built environments (virtualenvs, conda envs, images); least recently used ones above it are removed")
 	f.DurationVar(&cfg.LeaseTimeout, "lease-timeout", 30*time.Second, "how long a silent runner keeps its job before it is failed as lost")
 	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "time a canceled job gets between SIGTERM and SIGKILL")
+	f.DurationVar(&cfg.ScheduleMinute, "schedule-minute", time.Minute, "length of a minute for schedules' minute recurrences (tests shorten it to see firings every few seconds)")
+	_ = f.MarkHidden("schedule-minute")
 	_ = cmd.MarkFlagRequired("data-dir")
 	cmd.AddCommand(a.serverStatusCmd(), a.serverStopCmd())
 	return cmd

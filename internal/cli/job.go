@@ -100,17 +100,33 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 	if o.name != "" {
 		sets = append(sets, "name="+o.name)
 	}
-	j, err := spec.ParseJobWithSet(data, sets)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", o.file, err)
-	}
-	limit, err := a.snapshotLimit(o.maxSnap)
+	req, err := a.jobRequest(ctx, c, specFile{name: o.file, data: data, sets: sets}, o.maxSnap)
 	if err != nil {
 		return nil, err
 	}
-	src := specFile{name: o.file, data: data, sets: sets}
+	return c.SubmitJob(ctx, req)
+}
+
+// jobRequest parses a job file, checks the references it makes against
+// the workspace, and uploads its code and local inputs: the request that
+// submits it (`job create`) or that a schedule fires (`schedule create`).
+func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, maxSnap string) (api.JobRequest, error) {
+	j, err := spec.ParseJobWithSet(src.data, src.sets)
+	if err != nil {
+		return api.JobRequest{}, src.parseError(err)
+	}
+	limit, err := a.snapshotLimit(maxSnap)
+	if err != nil {
+		return api.JobRequest{}, err
+	}
+	if err := checkLocalPaths(src, j); err != nil {
+		return api.JobRequest{}, err
+	}
+	if err := checkReferences(ctx, c, src, jobReferences(j)); err != nil {
+		return api.JobRequest{}, err
+	}
 	if err := checkDataInputs(ctx, c, src, j); err != nil {
-		return nil, err
+		return api.JobRequest{}, err
 	}
 	// A sweep's code and environment are its trial's.
 	code, envp, prefix := &j.Code, &j.Environment, ""
@@ -119,7 +135,7 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 	}
 	env, envSrc, envField, err := inlineEnvironmentFile(src, *envp)
 	if err != nil {
-		return nil, err
+		return api.JobRequest{}, err
 	}
 	*envp = env
 	if envField != "" {
@@ -129,7 +145,7 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 	if *code != "" {
 		id, err := a.upload(ctx, c, pathField{file: src, field: prefix + "code", value: *code}, "", limit, true)
 		if err != nil {
-			return nil, err
+			return api.JobRequest{}, err
 		}
 		req.CodeSnapshot = id
 	}
@@ -140,25 +156,25 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 		}
 		f := pathField{file: src, field: "inputs." + name + ".path", value: in.Path}
 		if isRemote(in.Path) {
-			return nil, f.errorf("%q is not a local path; only local files and folders are supported as inputs so far", in.Path)
+			return api.JobRequest{}, f.errorf("%q is not a local path; only local files and folders are supported as inputs so far", in.Path)
 		}
 		id, err := a.upload(ctx, c, f, in.Type, limit, false)
 		if err != nil {
-			return nil, err
+			return api.JobRequest{}, err
 		}
 		req.InputSnapshots[name] = id
 	}
 	if id, err := a.uploadEnvironmentFiles(ctx, c, envField, envSrc, *envp, limit); err != nil {
-		return nil, err
+		return api.JobRequest{}, err
 	} else {
 		req.EnvironmentSnapshot = id
 	}
 	raw, err := jsonOf(j)
 	if err != nil {
-		return nil, err
+		return api.JobRequest{}, err
 	}
 	req.Spec = raw
-	return c.SubmitJob(ctx, req)
+	return req, nil
 }
 
 // checkDataInputs looks up the data assets that j's inputs name

@@ -80,6 +80,8 @@ type Config struct {
 	// Version is the server's version, recorded in Info for `ferry server
 	// status`.
 	Version string
+	// ScheduleMinute is workspace.Config's (0 = a minute).
+	ScheduleMinute time.Duration
 }
 
 // Info is written to DataDir/server.json once the server listens, so that
@@ -228,6 +230,7 @@ func Run(ctx context.Context, cfg Config) error {
 		PreemptPoll: cfg.PreemptPoll, PreemptGrace: cfg.PreemptGrace,
 		JoinTimeout: cfg.NodeJoinTimeout, ServerlessIdle: cfg.ServerlessIdle,
 		Router: gatewayRouter{gw}, ProbeReplica: replicaProber(),
+		ScheduleMinute: cfg.ScheduleMinute,
 	})
 	if err != nil {
 		return err

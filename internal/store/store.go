@@ -143,6 +143,27 @@ type Deployment struct {
 	Updated  time.Time
 }
 
+// Schedule is a job schedule. Spec (the schedule file and its trigger)
+// and Job (the submission each firing makes) are JSON the workspace owns,
+// opaque to the store. NextFire is the occurrence the schedule fires next
+// (zero: none, it has ended); LastFired the last occurrence it fired
+// (zero: none yet), which FireSchedule moves forward only, so an
+// occurrence is never fired twice; LastJob the job that firing created.
+// LastError says why the last occurrence created no job ("" when it did).
+type Schedule struct {
+	Name      string
+	Spec      json.RawMessage
+	Job       json.RawMessage
+	Enabled   bool
+	NextFire  time.Time
+	LastFired time.Time
+	LastJob   string
+	LastError string
+	CreatedBy string
+	Created   time.Time
+	Updated   time.Time
+}
+
 // Node is a machine of a pool compute (a cluster or an instance). State and
 // Reason are owned by the workspace; Facts is JSON the store keeps opaque.
 type Node struct {
@@ -455,6 +476,30 @@ type Store interface {
 	// ListSweepTrials returns a sweep's trials by index, empty when it has
 	// none (or there is no such sweep).
 	ListSweepTrials(ctx context.Context, sweep string) ([]SweepTrial, error)
+
+	// CreateSchedule stores a schedule; ErrConflict if the name is taken.
+	CreateSchedule(ctx context.Context, sc Schedule) error
+	// GetSchedule returns a schedule; ErrNotFound if there is none.
+	GetSchedule(ctx context.Context, name string) (Schedule, error)
+	// ListSchedules returns every schedule, ordered by name.
+	ListSchedules(ctx context.Context) ([]Schedule, error)
+	// UpdateSchedule reads, modifies with fn and writes back one schedule
+	// in a single transaction; ErrNotFound if there is none, and then fn
+	// is not called. A change fn makes to Name or Created is ignored, and
+	// one that moves LastFired back is refused with ErrConflict. If fn
+	// returns an error nothing is written and that error is returned as is.
+	UpdateSchedule(ctx context.Context, name string, fn func(*Schedule) error) (Schedule, error)
+	// DeleteSchedule removes a schedule; ErrNotFound if there is none.
+	// The jobs it fired stay.
+	DeleteSchedule(ctx context.Context, name string) error
+	// FireSchedule stores the job that occurrence of schedule fires, with
+	// its first event, and sets the schedule's LastFired to occurrence,
+	// LastJob to the job, LastError to "" and NextFire to next, all in one
+	// transaction: a firing is stored whole or not at all. ErrNotFound if
+	// there is no such schedule; ErrConflict, with nothing written, if the
+	// schedule is disabled, has fired occurrence or a later one, or the
+	// job's name is taken.
+	FireSchedule(ctx context.Context, schedule string, occurrence, next time.Time, j Job, first Event) (Job, error)
 
 	// CreateToken stores a token; ErrConflict if the hash exists.
 	CreateToken(ctx context.Context, t Token) error

@@ -54,6 +54,11 @@ func (s *Service) Run(ctx context.Context) {
 		defer tick.Stop()
 		s.loop(ctx, s.sweeps.kick, tick.C, loopPass{name: "sweeps", run: s.reconcileSweeps})
 	})
+	wg.Go(func() {
+		tick := time.NewTicker(scheduleTick)
+		defer tick.Stop()
+		s.loop(ctx, s.kickSchedules, tick.C, loopPass{name: "schedules", run: s.reconcileSchedules})
+	})
 	wg.Wait()
 	s.handOffs.Wait()
 }

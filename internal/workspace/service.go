@@ -106,6 +106,11 @@ type Config struct {
 	ProbeReplica func(ctx context.Context, baseURL string) error
 	Now          func() time.Time // clock; nil means time.Now
 	Log          *slog.Logger
+
+	// ScheduleMinute is how long the minute of job schedules' minute
+	// recurrences lasts: 0 means a minute; tests of the server shorten it
+	// to see a schedule fire every few seconds of real time.
+	ScheduleMinute time.Duration
 }
 
 // Service is the workspace. It is safe for concurrent use.
@@ -133,6 +138,8 @@ type Service struct {
 
 	kickDeploy chan struct{} // wakes the deployment controller (deployctl.go)
 	deployCtl  *deployCtl
+
+	kickSchedules chan struct{} // wakes the schedule loop (schedules.go)
 	// isSnap is the snapshot of Ferry's inference server that replica
 	// jobs take as an input, made once (inferenceServerSnapshot).
 	isMu   sync.Mutex
@@ -233,6 +240,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		retaken:    map[string]bool{}, handing: map[string]int{}, cancelAsked: map[string]time.Time{}, engineCanceled: map[string]int{},
 		delivered: map[string]bool{}, nodeWait: map[string]chan struct{}{},
 	}
+	s.kickSchedules = make(chan struct{}, 1)
 	s.started = s.now()
 	s.deployCtl = newDeployCtl(s.started)
 	s.instance = newInstanceID()
@@ -553,7 +561,10 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 	now := s.now()
 	rec.Name, rec.Status, rec.CreatedBy, rec.Created = name, StatusQueued, who.Subject, now
 	reason := "waiting for a free slot on compute " + rec.Compute
-	created, err := s.st.CreateJob(ctx, rec, store.Event{Job: name, Time: now, To: StatusQueued, Reason: reason})
+	created, err := s.createJobRecord(ctx, sub, rec, store.Event{Job: name, Time: now, To: StatusQueued, Reason: reason})
+	if errors.Is(err, errDryRun) {
+		return s.jobViewWith(rec, nil)
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return nil, Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)

@@ -117,6 +117,9 @@ func (s *Service) submitSweep(ctx context.Context, who auth.Principal, sub Submi
 		CodeSnapshot: trial.CodeSnapshot, Inputs: trial.Inputs, Environment: trial.Environment,
 		Created: now, Started: now, Heartbeat: now,
 	}
+	if sub.dryRun { // a schedule's check of what it will fire
+		return s.jobViewWith(rec, nil)
+	}
 	// The sweep is recorded before its job: a server killed in between
 	// leaves a record the loop skips while no job has its name.
 	if err := s.st.CreateSweep(ctx, name, now); err != nil {
@@ -127,7 +130,8 @@ func (s *Service) submitSweep(ctx context.Context, who auth.Principal, sub Submi
 	}
 	total, conc := j.TrialLimits()
 	reason := fmt.Sprintf("sweep of %d trials (%d at once) on compute %s", total, conc, trial.Compute)
-	created, err := s.st.CreateJob(ctx, rec, store.Event{Job: name, Time: now, To: StatusRunning, Reason: reason})
+	// A schedule's firing stores the job with the occurrence it fires.
+	created, err := s.createJobRecord(ctx, sub, rec, store.Event{Job: name, Time: now, To: StatusRunning, Reason: reason})
 	if err != nil {
 		_ = s.st.SweepDone(ctx, name) // the name belongs to another job
 		if errors.Is(err, store.ErrConflict) {

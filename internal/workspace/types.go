@@ -113,6 +113,12 @@ type Submission struct {
 	InputSnapshots map[string]string
 	// EnvironmentSnapshot holds the files an inline environment refers to.
 	EnvironmentSnapshot string
+
+	// firing, when set, makes the job a schedule's firing: stored with
+	// the schedule's record in one transaction (schedules.go).
+	firing *firing
+	// dryRun checks the submission as SubmitJob would and stores nothing.
+	dryRun bool
 }
 
 // Compute is a compute target as the API shows it.

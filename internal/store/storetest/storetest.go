@@ -127,6 +127,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Data/ConflictNotFound", testDataConflictNotFound},
 		{"Data/ListArchive", testDataListArchive},
 
+		{"Schedule/CRUD", testScheduleCRUD},
+		{"Schedule/FireOnce", testScheduleFireOnce},
+
 		{"Endpoint/CreateGet", testEndpointCreateGet},
 		{"Endpoint/Conflict", testEndpointConflict},
 		{"Endpoint/NotFound", testEndpointNotFound},
