@@ -1,15 +1,16 @@
 """One worker process of Ferry's inference server: the scoring script, the
-HTTP handler that calls it, and the worker's accounting of its connections.
+HTTP handler that calls it, and the threads that take connections from the
+front process, one request at a time.
 
 inference_server.py forks the workers and runs this in each. Standard
 library only, Python 3.8 or later.
 """
 
+import array
 import importlib.util
 import inspect
 import json
 import os
-import select
 import socket
 import sys
 import threading
@@ -21,6 +22,8 @@ from urllib.parse import urlsplit
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHIMS = os.path.join(HERE, "shims")
 
+# How long a connection may wait for its next request (the front closes it
+# then), and how long a request that has begun may take to arrive whole.
 CONNECTION_IDLE_TIMEOUT = 300.0
 _END = object()  # the end of a streamed result
 
@@ -143,103 +146,104 @@ def chunk_bytes(item):
 
 
 class Worker(object):
-    """One worker process: the script, its readiness, and how many of its
-    connections have a request under way."""
+    """One worker process: the script, its readiness, and the threads that
+    take connections from the front process and answer one request on
+    each.
 
-    def __init__(self, script, sock, max_body):
+    Each thread waits on the worker's Unix socket for a message from the
+    front ("ID FLAG HOST" with the connection's file descriptor attached),
+    answers the request that arrived on it, closes its copy and sends back
+    "ID 1" (the connection stays open: the front watches it for the next
+    request) or "ID 0" (the front closes it). A thread that takes the last
+    waiting place starts another, so that a request the front hands over
+    while run() is busy (GET / from a prober, say) is answered at once.
+    """
+
+    SPARE = 4  # threads beyond this many waiting end
+
+    def __init__(self, script, ctl, family, max_body):
         self.script = script
-        self.sock = sock
+        self.ctl = ctl
+        self.family = family
         self.max_body = max_body
         self.ready = False
         self.run_lock = threading.Lock()
-        self.idle = threading.Condition()
-        self.busy = 0  # connections with a request under way
-        self.stopping = False
+        self.lock = threading.Lock()
+        self.waiting = 0  # threads waiting for a connection
 
-    def accept_loop(self):
+    def start(self):
+        self._spawn()
+
+    def _spawn(self):
+        t = threading.Thread(target=self.take_loop)
+        t.daemon = True
+        t.start()
+
+    def take_loop(self):
+        lock = self.lock
         while True:
-            # A busy worker leaves new connections to idle ones.
-            with self.idle:
-                while self.busy > 0:
-                    self.idle.wait()
+            with lock:
+                self.waiting += 1
             try:
-                r, _, _ = select.select([self.sock], [], [], 1.0)
+                got = self.receive()
+            finally:
+                with lock:
+                    self.waiting -= 1
+                    more = self.waiting == 0
+            if got is None:
+                return  # the front is gone; the main thread ends the process
+            if more:
+                self._spawn()
+            self.serve(*got)
+            with lock:
+                if self.waiting >= self.SPARE:
+                    return
+
+    def receive(self):
+        """The next connection: (id, socket, close after, host), or None at
+        the end of the socket."""
+        while True:
+            try:
+                msg, anc, _, _ = self.ctl.recvmsg(256, socket.CMSG_SPACE(4 * array.array("i").itemsize))
             except InterruptedError:
                 continue
-            if self.stopping:
-                return
-            if not r:
-                continue
-            try:
-                conn, addr = self.sock.accept()
-            except (BlockingIOError, InterruptedError):
-                continue  # another worker took it
-            except OSError as e:
-                log("E", "accept: %s" % e)
-                time.sleep(0.1)
-                continue
-            # Busy from the accept, so that this loop does not take a
-            # second connection before the first one's request is read.
-            self.begin()
-            conn.setblocking(True)
-            try:
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
-                pass
-            t = threading.Thread(target=self.serve_connection, args=(conn, addr))
-            t.daemon = True
-            t.start()
+                return None
+            fds = array.array("i")
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+            if not msg:
+                for fd in fds:
+                    os.close(fd)
+                return None
+            if len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                log("E", "a message from the front without one connection: %r" % msg)
+                continue
+            cid, flag, host = msg.decode("ascii", "replace").split(" ", 2)
+            conn = socket.socket(self.family, socket.SOCK_STREAM, 0, fileno=fds[0])
+            return cid, conn, flag == "c", host
 
-    def serve_connection(self, conn, addr):
-        slot = Slot(self)  # the accept loop counted the first request
+    def serve(self, cid, conn, close_after, host):
+        keep = False
         try:
-            Handler(conn, addr, self, slot)
+            handler = Handler(conn, (host, 0), self, close_after)
+            keep = not handler.close_connection
         except Exception:
-            log("E", "connection from %s:\n%s" % (addr[0], traceback.format_exc()))
+            log("E", "connection from %s:\n%s" % (host, traceback.format_exc()))
         finally:
-            # Whatever happened to the connection, it no longer keeps the
-            # worker busy.
-            slot.release()
+            # The front holds the connection too: closing this copy ends
+            # it only when the front closes its own.
             try:
                 conn.close()
             except OSError:
                 pass
-
-    def drain(self):
-        """Stops taking connections and waits for the requests under way."""
-        with self.idle:
-            self.stopping = True
-            if self.busy:
-                log("I", "draining %d request(s) before stopping" % self.busy)
-            while self.busy > 0:
-                self.idle.wait()
-
-    def begin(self):
-        with self.idle:
-            self.busy += 1
-
-    def end(self):
-        with self.idle:
-            self.busy -= 1
-            self.idle.notify_all()
-
-
-class Slot(object):
-    """Whether one connection counts in its worker's busy count."""
-
-    def __init__(self, worker):
-        self.worker = worker
-        self.counted = True
-
-    def take(self):
-        if not self.counted:
-            self.worker.begin()
-            self.counted = True
-
-    def release(self):
-        if self.counted:
-            self.counted = False
-            self.worker.end()
+            try:
+                self.ctl.send(b"%s %d" % (cid.encode("ascii"), keep))
+            except OSError:
+                pass  # the front is gone
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -249,16 +253,39 @@ class Handler(BaseHTTPRequestHandler):
     def version_string(self):
         return "ferry-inference-server"
 
-    def __init__(self, conn, addr, worker, slot):
+    def __init__(self, conn, addr, worker, close_after):
         self.worker = worker
-        self.slot = slot
+        # The replica is stopping: this answer closes the connection.
+        self.close_after = close_after
+        self.status_sent = 0
+        self.connection_header = False
         BaseHTTPRequestHandler.__init__(self, conn, addr, worker)
 
+    def handle(self):
+        # One request: the front watches the connection for the next, and
+        # gives it to whichever worker is least busy then. Only bytes read
+        # past this request (a client that pipelines) are answered here,
+        # or they would be lost with this copy of the connection.
+        self.handle_one_request()
+        while not self.close_connection and self.buffered():
+            self.handle_one_request()
+
+    def buffered(self):
+        """Whether the next request's bytes are here already; without
+        waiting for them."""
+        try:
+            self.connection.settimeout(0.0)
+            more = bool(self.rfile.peek(1))
+        except (OSError, ValueError):
+            return False
+        if more:
+            self.connection.settimeout(self.timeout)
+        return more
+
     def parse_request(self):
-        # A later request on a kept-alive connection counts from its first
-        # line: an idle connection does not keep the worker busy.
-        self.slot.take()
         self.body_read = False
+        self.status_sent = 0
+        self.connection_header = False
         return BaseHTTPRequestHandler.parse_request(self)
 
     def has_unread_body(self):
@@ -268,12 +295,25 @@ class Handler(BaseHTTPRequestHandler):
         return length != "0" or "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
 
     def handle_one_request(self):
-        try:
-            BaseHTTPRequestHandler.handle_one_request(self)
-            if self.worker.stopping:
-                self.close_connection = True
-        finally:
-            self.slot.release()
+        BaseHTTPRequestHandler.handle_one_request(self)
+        if self.close_after:
+            self.close_connection = True
+
+    def send_response_only(self, code, message=None):
+        self.status_sent = code
+        BaseHTTPRequestHandler.send_response_only(self, code, message)
+
+    def send_header(self, keyword, value):
+        if keyword.lower() == "connection":
+            self.connection_header = True
+        BaseHTTPRequestHandler.send_header(self, keyword, value)
+
+    def end_headers(self):
+        # A stopping replica says so in its last answer on a connection, so
+        # that the client does not send another on it.
+        if self.close_after and self.status_sent >= 200 and not self.connection_header:
+            self.send_header("Connection", "close")
+        BaseHTTPRequestHandler.end_headers(self)
 
     def log_message(self, fmt, *args):
         log("I", "%s %s" % (self.address_string(), fmt % args))
