@@ -227,10 +227,10 @@ class Worker(object):
             return cid, conn, flag == "c", host
 
     def serve(self, cid, conn, close_after, host):
+        lease = Lease(self, cid)
         keep = False
         try:
-            handler = Handler(conn, (host, 0), self, close_after)
-            keep = not handler.close_connection
+            keep = not Handler(conn, (host, 0), self, lease, close_after).close_connection
         except Exception:
             log("E", "connection from %s:\n%s" % (host, traceback.format_exc()))
         finally:
@@ -240,10 +240,30 @@ class Worker(object):
                 conn.close()
             except OSError:
                 pass
-            try:
-                self.ctl.send(b"%s %d" % (cid.encode("ascii"), keep))
-            except OSError:
-                pass  # the front is gone
+        lease.give_back(keep)
+
+
+class Lease(object):
+    """A connection the front handed to a worker, until the worker gives it
+    back (once)."""
+
+    __slots__ = ("worker", "cid", "released")
+
+    def __init__(self, worker, cid):
+        self.worker = worker
+        self.cid = cid
+        self.released = False
+
+    def give_back(self, keep):
+        """Tells the front that this worker is done with the connection, and
+        whether to keep it open."""
+        if self.released:
+            return
+        self.released = True
+        try:
+            self.worker.ctl.send(b"%s %d" % (self.cid.encode("ascii"), keep))
+        except OSError:
+            pass  # the front is gone
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -253,8 +273,9 @@ class Handler(BaseHTTPRequestHandler):
     def version_string(self):
         return "ferry-inference-server"
 
-    def __init__(self, conn, addr, worker, close_after):
+    def __init__(self, conn, addr, worker, lease, close_after):
         self.worker = worker
+        self.lease = lease
         # The replica is stopping: this answer closes the connection.
         self.close_after = close_after
         self.status_sent = 0
@@ -267,7 +288,7 @@ class Handler(BaseHTTPRequestHandler):
         # past this request (a client that pipelines) are answered here,
         # or they would be lost with this copy of the connection.
         self.handle_one_request()
-        while not self.close_connection and self.buffered():
+        while not self.close_connection and not self.lease.released and self.buffered():
             self.handle_one_request()
 
     def buffered(self):
@@ -275,12 +296,12 @@ class Handler(BaseHTTPRequestHandler):
         waiting for them."""
         try:
             self.connection.settimeout(0.0)
-            more = bool(self.rfile.peek(1))
+            try:
+                return bool(self.rfile.peek(1))
+            finally:
+                self.connection.settimeout(self.timeout)
         except (OSError, ValueError):
             return False
-        if more:
-            self.connection.settimeout(self.timeout)
-        return more
 
     def parse_request(self):
         self.body_read = False
@@ -309,11 +330,28 @@ class Handler(BaseHTTPRequestHandler):
         BaseHTTPRequestHandler.send_header(self, keyword, value)
 
     def end_headers(self):
+        self.headers_done()
+        self.flush_headers()
+
+    def headers_done(self):
+        """Ends the headers without sending them."""
         # A stopping replica says so in its last answer on a connection, so
         # that the client does not send another on it.
         if self.close_after and self.status_sent >= 200 and not self.connection_header:
             self.send_header("Connection", "close")
-        BaseHTTPRequestHandler.end_headers(self)
+        self._headers_buffer.append(b"\r\n")
+
+    def release_early(self):
+        """Gives the connection back to the front just before the answer's
+        last bytes are written, so that the front counts this worker free
+        before the client can send its next request: that request goes to
+        the least busy worker by a count that is up to date. After it, this
+        worker only writes to the connection. Not for a connection that
+        closes, nor when the next request's bytes are here already (a
+        client that pipelines): this worker answers them."""
+        if self.lease.released or self.close_connection or self.buffered():
+            return
+        self.lease.give_back(True)
 
     def log_message(self, fmt, *args):
         log("I", "%s %s" % (self.address_string(), fmt % args))
@@ -506,9 +544,15 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         for k, v in (extra.items() if isinstance(extra, dict) else (extra or [])):
             self.send_header(k, v)
-        self.end_headers()
+        # Headers and body in one write, the worker's last on this
+        # connection: the front hears first that it may have it back.
+        self.headers_done()
+        out = b"".join(self._headers_buffer)
+        self._headers_buffer = []
         if self.command != "HEAD":
-            self.wfile.write(data)
+            out += data
+        self.release_early()
+        self.wfile.write(out)
 
     def send_json(self, status, obj, extra=None):
         self.send_body(status, json.dumps(obj).encode("utf-8"), "application/json", extra)
@@ -547,6 +591,7 @@ class Handler(BaseHTTPRequestHandler):
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                     self.wfile.flush()
                 item = next(it, _END)
+            self.release_early()
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):

@@ -203,12 +203,20 @@ class Front(object):
                         % (self.inflight(), self.drain_seconds))
                     return 0
                 timeout = min(timeout, self.deadline - now)
+            # The workers' messages first: a worker gives a connection back
+            # before its answer's last bytes go out, so its message is
+            # here whenever the client's next request is, and the least
+            # busy worker is picked by an up-to-date count.
+            requests = []
             for key, _ in sel.select(max(timeout, 0)):
                 d = key.data
                 if d.__class__ is Conn:
-                    self.on_request(d)
+                    requests.append(d)
                 else:
                     d(key)
+            for c in requests:
+                if c.worker is None and c.id in self.conns:
+                    self.on_request(c)
             if time.monotonic() >= next_sweep:
                 self.sweep()
                 next_sweep = time.monotonic() + SWEEP_SECONDS
