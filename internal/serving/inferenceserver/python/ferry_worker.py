@@ -9,6 +9,7 @@ library only, Python 3.8 or later.
 import array
 import importlib.util
 import inspect
+import io
 import json
 import os
 import socket
@@ -266,6 +267,41 @@ class Lease(object):
             pass  # the front is gone
 
 
+class ConnReader(io.RawIOBase):
+    """A connection's bytes, for the handler's buffered reader. While probe
+    is set a read returns None (nothing to read now) without a system call,
+    so that rfile.peek(1) then shows only what rfile has buffered."""
+
+    def __init__(self, sock):
+        io.RawIOBase.__init__(self)
+        self.sock = sock
+        self.probe = False
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        if self.probe:
+            return None
+        return self.sock.recv_into(b)
+
+
+class ConnWriter(io.BufferedIOBase):
+    """Writes to a connection unbuffered, each write whole."""
+
+    def __init__(self, sock):
+        io.BufferedIOBase.__init__(self)
+        self.sock = sock
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        self.sock.sendall(b)
+        with memoryview(b) as view:
+            return view.nbytes
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = CONNECTION_IDLE_TIMEOUT
@@ -291,17 +327,27 @@ class Handler(BaseHTTPRequestHandler):
         while not self.close_connection and not self.lease.released and self.buffered():
             self.handle_one_request()
 
+    def setup(self):
+        # As StreamRequestHandler's, but not socket.makefile's reader: this
+        # one can be asked what it has read past the request without
+        # reading more (buffered()).
+        self.connection = self.request
+        self.connection.settimeout(self.timeout)
+        self.raw_reader = ConnReader(self.connection)
+        self.rfile = io.BufferedReader(self.raw_reader)
+        self.wfile = ConnWriter(self.connection)
+
     def buffered(self):
-        """Whether the next request's bytes are here already; without
-        waiting for them."""
+        """Whether bytes of a next request are in rfile's buffer already,
+        read with this one's; without a system call. Bytes still in the
+        kernel are the front's to see."""
+        self.raw_reader.probe = True
         try:
-            self.connection.settimeout(0.0)
-            try:
-                return bool(self.rfile.peek(1))
-            finally:
-                self.connection.settimeout(self.timeout)
+            return bool(self.rfile.peek(1))
         except (OSError, ValueError):
             return False
+        finally:
+            self.raw_reader.probe = False
 
     def parse_request(self):
         self.body_read = False

@@ -34,9 +34,9 @@ else: the script's own output and every log line go to stderr.
 
 import argparse
 import array
-import errno
 import json
 import os
+import select
 import selectors
 import signal
 import socket
@@ -135,17 +135,18 @@ class WorkerProc(object):
         self.ctl = ctl  # the front's end of the worker's Unix socket
         self.go_w = go_w  # the write end of its go pipe
         self.inflight = 0  # connections handed to it and not given back
+        self.index = 0  # its place among the workers
 
 
 class Conn(object):
-    """A client connection the front holds."""
+    """A client connection the front holds, known by its file descriptor."""
 
-    __slots__ = ("id", "sock", "host", "worker", "last")
+    __slots__ = ("fd", "sock", "host", "worker", "last")
 
-    def __init__(self, cid, sock, host):
-        self.id = cid
+    def __init__(self, sock, host):
+        self.fd = sock.fileno()
         self.sock = sock
-        self.host = host
+        self.host = host.encode("ascii", "replace")
         self.worker = None  # while a worker answers a request on it
         self.last = time.monotonic()
 
@@ -157,6 +158,55 @@ class WorkerLost(Exception):
         self.code = code
 
 
+class Poller(object):
+    """Watches file descriptors for input. With epoll (Linux), a connection
+    is watched for one event at a time (EPOLLONESHOT) and armed again with
+    one call when a worker gives it back; elsewhere, the selectors module."""
+
+    def __init__(self):
+        self.ep = select.epoll() if hasattr(select, "epoll") else None
+        self.sel = None if self.ep else selectors.DefaultSelector()
+
+    def watch(self, fd):
+        """Watches fd for as long as it is open."""
+        if self.ep:
+            self.ep.register(fd, select.EPOLLIN)
+        else:
+            self.sel.register(fd, selectors.EVENT_READ)
+
+    def once(self, fd, first):
+        """Watches fd until its next event (first: not watched before)."""
+        if self.ep:
+            if first:
+                self.ep.register(fd, select.EPOLLIN | select.EPOLLONESHOT)
+            else:
+                self.ep.modify(fd, select.EPOLLIN | select.EPOLLONESHOT)
+        else:
+            self.sel.register(fd, selectors.EVENT_READ)
+
+    def fired(self, fd):
+        """fd, watched once, had its event."""
+        if not self.ep:
+            self.sel.unregister(fd)
+
+    def forget(self, fd, armed):
+        """Stops watching fd before it is closed; armed says whether it is
+        being watched now (with selectors, only then is it known)."""
+        try:
+            if self.ep:
+                self.ep.unregister(fd)
+            elif armed:
+                self.sel.unregister(fd)
+        except (KeyError, OSError, ValueError):
+            pass
+
+    def poll(self, timeout):
+        """The file descriptors with input, waiting up to timeout seconds."""
+        if self.ep:
+            return [fd for fd, _ in self.ep.poll(timeout)]
+        return [key.fd for key, _ in self.sel.select(timeout)]
+
+
 class Front(object):
     """The front process's event loop: accepts connections, watches those
     waiting for a request, hands each request's connection to the least
@@ -166,13 +216,14 @@ class Front(object):
         self.sock = sock
         self.address = address
         self.workers = workers  # in fork order
-        self.by_ctl = {w.ctl.fileno(): w for w in workers}
+        for i, w in enumerate(workers):
+            w.index = i
         self.ready_r = ready_r
         self.wake_r = wake_r
         self.drain_seconds = drain_seconds
-        self.sel = selectors.DefaultSelector()
-        self.conns = {}
-        self.next_id = 0
+        self.poller = Poller()
+        self.conns = {}  # by file descriptor
+        self.handlers = {}  # the other file descriptors watched: what to call
         self.rr = 0  # round robin among equally busy workers
         self.reports = Reports(ready_r)
         self.go_sent = False
@@ -183,12 +234,15 @@ class Front(object):
 
     def run(self):
         """Serves until stopped (0) or a worker is lost (its status)."""
-        sel = self.sel
-        sel.register(self.sock, selectors.EVENT_READ, self.accept)
-        sel.register(self.ready_r, selectors.EVENT_READ, self.on_reports)
-        sel.register(self.wake_r, selectors.EVENT_READ, self.on_wake)
+        handlers = self.handlers
+        handlers[self.sock.fileno()] = self.accept
+        handlers[self.ready_r] = self.on_reports
+        handlers[self.wake_r] = self.on_wake
         for w in self.workers:
-            sel.register(w.ctl, selectors.EVENT_READ, self.on_worker)
+            handlers[w.ctl.fileno()] = self.on_worker_of(w)
+        for fd in handlers:
+            self.poller.watch(fd)
+        conns = self.conns
         next_sweep = time.monotonic() + SWEEP_SECONDS
         while True:
             if self.stop[0] and not self.stopping:
@@ -208,16 +262,17 @@ class Front(object):
             # here whenever the client's next request is, and the least
             # busy worker is picked by an up-to-date count.
             requests = []
-            for key, _ in sel.select(max(timeout, 0)):
-                d = key.data
-                if d.__class__ is Conn:
-                    requests.append(d)
-                else:
-                    d(key)
+            for fd in self.poller.poll(max(timeout, 0)):
+                h = handlers.get(fd)
+                if h is not None:
+                    h()
+                elif fd in conns:
+                    requests.append(conns[fd])
             for c in requests:
-                if c.worker is None and c.id in self.conns:
-                    self.on_request(c)
-            if time.monotonic() >= next_sweep:
+                if c.worker is None and conns.get(c.fd) is c:
+                    self.poller.fired(c.fd)
+                    self.dispatch(c)
+            if now >= next_sweep:
                 self.sweep()
                 next_sweep = time.monotonic() + SWEEP_SECONDS
 
@@ -227,21 +282,23 @@ class Front(object):
     def begin_stop(self):
         self.stopping = True
         log("I", "stopping")
-        self.sel.unregister(self.sock)
+        fd = self.sock.fileno()
+        self.poller.forget(fd, True)
+        del self.handlers[fd]
         self.sock.close()
         n = self.inflight()
         if n:
             log("I", "draining %d request(s) before stopping" % n)
         self.deadline = time.monotonic() + self.drain_seconds
 
-    def on_wake(self, key):
+    def on_wake(self):
         try:
             while os.read(self.wake_r, 64):
                 pass
         except (BlockingIOError, InterruptedError):
             pass
 
-    def accept(self, key):
+    def accept(self):
         for _ in range(64):
             try:
                 s, addr = self.sock.accept()
@@ -257,15 +314,9 @@ class Front(object):
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
-            self.next_id += 1
-            c = Conn(self.next_id, s, addr[0])
-            self.conns[c.id] = c
-            self.sel.register(s, selectors.EVENT_READ, c)
-
-    def on_request(self, c):
-        """A request (or the end) arrived on a connection waiting for one."""
-        self.sel.unregister(c.sock)
-        self.dispatch(c)
+            c = Conn(s, addr[0])
+            self.conns[c.fd] = c
+            self.poller.once(c.fd, True)
 
     def pick(self):
         """The worker with the fewest requests under way; among equals, the
@@ -279,61 +330,71 @@ class Front(object):
                 best = w
                 if w.inflight == 0:
                     break
-        self.rr = (ws.index(best) + 1) % n
+        self.rr = (best.index + 1) % n
         return best
 
     def dispatch(self, c):
+        """Hands connection c, with a request arriving on it, to a worker:
+        the message "FD FLAG HOST" (FD the front's number for it, the
+        worker's name for it in its answer; FLAG c when the replica is
+        stopping and the answer closes the connection) with the connection
+        attached."""
         w = self.pick()
-        flag = b"c" if self.stopping else b"k"
-        msg = b"%d %s %s" % (c.id, flag, c.host.encode("ascii", "replace"))
+        msg = b"%d %s %s" % (c.fd, b"c" if self.stopping else b"k", c.host)
         try:
-            w.ctl.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [c.sock.fileno()]))])
+            w.ctl.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [c.fd]))])
         except OSError as e:
             # The worker is gone; its end of file on the socket says so
             # next, and the replica stops.
             log("E", "handing a connection to worker %d: %s" % (w.pid, e))
-            self.close(c)
+            self.close(c, False)
             return
         w.inflight += 1
         c.worker = w
 
-    def on_worker(self, key):
-        """Messages from a worker: "ID 1" (connection ID answered, keep it)
-        or "ID 0" (close it); the end of the socket when the worker exits."""
-        w = self.by_ctl[key.fd]
-        while True:
-            try:
-                msg = w.ctl.recv(64, socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                msg = b""
-            if not msg:
-                raise WorkerLost(w.pid, self.reap(w))
-            cid, _, keep = msg.partition(b" ")
-            c = self.conns.get(int(cid))
-            w.inflight -= 1
-            if c is None:
-                continue
-            c.worker = None
-            if keep == b"1" and not self.stopping:
-                c.last = time.monotonic()
-                self.sel.register(c.sock, selectors.EVENT_READ, c)
-            else:
-                self.close(c)
+    def on_worker_of(self, w):
+        return lambda: self.on_worker(w)
+
+    def on_worker(self, w):
+        """A message from a worker: "FD 1" (the request on connection FD is
+        answered, keep it) or "FD 0" (close it); the end of the socket when
+        the worker exits. One message a call: the poller calls again while
+        there are more."""
+        try:
+            msg = w.ctl.recv(64, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            msg = b""
+        if not msg:
+            raise WorkerLost(w.pid, self.reap(w))
+        fd, _, keep = msg.partition(b" ")
+        w.inflight -= 1
+        c = self.conns.get(int(fd))
+        if c is None or c.worker is not w:
+            return
+        c.worker = None
+        if keep == b"1" and not self.stopping:
+            c.last = time.monotonic()
+            self.poller.once(c.fd, False)
+        else:
+            self.close(c, False)
 
     def reap(self, w):
         """The exit status of a worker whose socket ended."""
-        self.sel.unregister(w.ctl)
+        fd = w.ctl.fileno()
+        self.poller.forget(fd, True)
+        del self.handlers[fd]
         try:
             _, status = os.waitpid(w.pid, 0)
         except ChildProcessError:
             return 1
         return exit_code(status)
 
-    def on_reports(self, key):
+    def on_reports(self):
         if not self.reports.read():
-            self.sel.unregister(self.ready_r)
+            self.poller.forget(self.ready_r, True)
+            del self.handlers[self.ready_r]
         if not self.go_sent and len(self.reports.pids("init")) == len(self.workers):
             self.go_sent = True
             for w in self.workers:
@@ -343,8 +404,10 @@ class Front(object):
             status_line("ready", address=self.address, pid=os.getpid(), workers=self.reports.pids("serving"))
             log("I", "ready: %d worker(s) serving on %s" % (len(self.workers), self.address))
 
-    def close(self, c):
-        self.conns.pop(c.id, None)
+    def close(self, c, armed):
+        if self.conns.get(c.fd) is c:
+            del self.conns[c.fd]
+        self.poller.forget(c.fd, armed)
         try:
             c.sock.close()
         except OSError:
@@ -355,12 +418,11 @@ class Front(object):
         cutoff = time.monotonic() - CONNECTION_IDLE_TIMEOUT
         for c in list(self.conns.values()):
             if c.worker is None and c.last < cutoff:
-                self.sel.unregister(c.sock)
-                self.close(c)
+                self.close(c, True)
 
     def close_all(self):
         for c in list(self.conns.values()):
-            self.close(c)
+            self.close(c, c.worker is None)
         try:
             self.sock.close()
         except OSError:
