@@ -561,7 +561,12 @@ def main(argv=None):
         code = front.run()
     except WorkerLost as e:
         procs = [p for p in procs if p.pid != e.pid]
-        if front.ready:
+        if stop[0]:
+            # A worker still in init() ends with the SIGTERM its process
+            # group got: that is the stop asked for, not a lost worker.
+            log("I", "stopping")
+            code = 0
+        elif front.ready:
             # A lost worker means a replica short of capacity: stop, so the
             # server replaces the replica whole.
             log("E", "worker %d exited (status %d); stopping the replica" % (e.pid, e.code))
