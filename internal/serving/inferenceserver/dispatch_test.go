@@ -196,3 +196,35 @@ func TestStopClosesKeptConnections(t *testing.T) {
 		t.Errorf("exit after SIGTERM: %v, want status 0", rep.waitErr)
 	}
 }
+
+// TestPipelinedRequests: two requests sent at once on one connection (a
+// client that pipelines) are both answered, in order, and the connection
+// stays usable: bytes a worker read past its request are not lost when it
+// gives the connection back.
+func TestPipelinedRequests(t *testing.T) {
+	python := requirePython(t)
+	rep := startReplica(t, python, echoScript, func(r *Replica) { r.Workers = 2 })
+	st := rep.ready(t)
+	k := dialKept(t, st.Address)
+	req := func(body string) string {
+		return fmt.Sprintf("POST /score HTTP/1.1\r\nHost: replica\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
+	_ = k.c.SetDeadline(time.Now().Add(2 * time.Minute))
+	if _, err := io.WriteString(k.c, req("a")+req("bbb")); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"1", "3"} {
+		resp, err := http.ReadResponse(k.r, nil)
+		if err != nil {
+			t.Fatalf("answer %s: %v", want, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != want {
+			t.Errorf("pipelined answer: %d %q, want 200 %q", resp.StatusCode, b, want)
+		}
+	}
+	if resp, body, err := k.score("four"); err != nil || resp.StatusCode != 200 || body != "4" {
+		t.Errorf("the next request on the connection: %v %v %q", resp, err, body)
+	}
+}
