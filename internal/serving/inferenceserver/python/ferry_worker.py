@@ -171,6 +171,8 @@ class Worker(object):
         self.run_lock = threading.Lock()
         self.lock = threading.Lock()
         self.waiting = 0  # threads waiting for a connection
+        self.active = 0  # connections being answered
+        self.idle = threading.Condition(self.lock)
 
     def start(self):
         self._spawn()
@@ -185,20 +187,36 @@ class Worker(object):
         while True:
             with lock:
                 self.waiting += 1
+            got = None
             try:
                 got = self.receive()
             finally:
                 with lock:
                     self.waiting -= 1
                     more = self.waiting == 0
+                    if got is not None:
+                        self.active += 1
             if got is None:
                 return  # the front is gone; the main thread ends the process
             if more:
                 self._spawn()
-            self.serve(*got)
-            with lock:
-                if self.waiting >= self.SPARE:
-                    return
+            try:
+                self.serve(*got)
+            finally:
+                with lock:
+                    self.active -= 1
+                    if not self.active:
+                        self.idle.notify_all()
+                    spare = self.waiting >= self.SPARE
+            if spare:
+                return
+
+    def wait_answers(self, timeout):
+        """Waits (up to timeout seconds) until no connection is being
+        answered: a connection given back before its answer's last write
+        is still being written to."""
+        with self.idle:
+            self.idle.wait_for(lambda: not self.active, timeout)
 
     def receive(self):
         """The next connection: (id, socket, close after, host), or None at

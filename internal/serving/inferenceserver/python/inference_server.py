@@ -91,10 +91,13 @@ def worker_main(script_path, ctl, family, max_body, ready_w, go_r):
     worker.ready = True
     os.write(ready_w, b"serving %d\n" % os.getpid())
     os.close(ready_w)
-    # Then wait for the front to go away or let go (end of file).
+    # Then wait for the front to go away or let go (end of file), and for
+    # the last bytes of the answers under way: the front counts a request
+    # done when its connection is given back, just before that last write.
     while True:
         try:
             if not os.read(go_r, 1):
+                worker.wait_answers(STOP_GRACE - 1)
                 return 0
         except InterruptedError:
             continue
