@@ -133,6 +133,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Endpoint/Update", testEndpointUpdate},
 		{"Endpoint/ListDelete", testEndpointListDelete},
 		{"Deployment/Lifecycle", testDeploymentLifecycle},
+		{"BatchEndpoint/Lifecycle", testBatchEndpointLifecycle},
 
 		{"Token/CreateLookup", testTokenCreateLookup},
 		{"Token/Conflict", testTokenConflict},
