@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -102,22 +103,11 @@ func showBatchEndpoint(w *tabwriter.Writer, e *workspace.BatchEndpoint) {
 	}
 	fmt.Fprintf(w, "provisioning_state:\t%s\n", e.ProvisioningState)
 	fmt.Fprintf(w, "default deployment:\t%s\n", orDash(e.DefaultDeployment()))
-	fmt.Fprintf(w, "deployments:\t%s\n", orDash(joinComma(e.Deployments)))
+	fmt.Fprintf(w, "deployments:\t%s\n", orDash(strings.Join(e.Deployments, ", ")))
 	for _, k := range slices.Sorted(maps.Keys(e.Tags)) {
 		fmt.Fprintf(w, "tags.%s:\t%s\n", k, e.Tags[k])
 	}
 	fmt.Fprintf(w, "created:\t%s\n", e.Created.Local().Format("2006-01-02 15:04:05"))
-}
-
-func joinComma(ss []string) string {
-	out := ""
-	for i, s := range ss {
-		if i > 0 {
-			out += ", "
-		}
-		out += s
-	}
-	return out
 }
 
 func (a *app) batchEndpointShowCmd() *cobra.Command {

@@ -233,6 +233,7 @@ class Master:
         self.done = self.failed = self.items_failed = self.rows = 0
         self.next_write = 0
         self.abort = None
+        self.first = self.last = None  # when the first mini-batch went out, the last result came
         self.lock = threading.Lock()
         self.over = threading.Event()
         self.out = None
@@ -259,6 +260,8 @@ class Master:
             if self.pending:
                 i = self.pending.popleft()
                 self.inflight[i] = slot
+                if self.first is None:
+                    self.first = time.monotonic()
                 self.tries[i] += 1
                 return {"op": "task", "index": i, "files": self.batches[i]}
             return {"op": "wait"}
@@ -268,6 +271,7 @@ class Master:
         if self.inflight.get(i) != slot:
             return  # not this slot's mini-batch (a slot that was given up)
         del self.inflight[i]
+        self.last = time.monotonic()
         files = self.batches[i]
         if result.get("ok"):
             rows = result.get("rows") or []
@@ -558,6 +562,9 @@ def main():
         print("ferry batch: " + master.abort, file=sys.stderr, flush=True)
         return 1
     log("info", "completed: %d mini-batches scored, %d failed; %d rows written, %d files failed" % (done, failed, master.rows if master.out else 0, items_failed))
+    if master.first is not None and master.last is not None and master.last > master.first:
+        took = master.last - master.first
+        log("info", "scoring took %.3f s: %.1f mini-batches/s" % (took, (done + failed) / took))
     return 0
 
 
