@@ -173,7 +173,13 @@ func median(xs []float64) float64 {
 }
 
 func plainRate(app, data string, size int) (float64, error) {
-	out, err := exec.Command("python3", "-c", plainPeer, data, strconv.Itoa(size), filepath.Join(app, "code", "score.py")).Output()
+	cmd := exec.Command("python3", "-c", plainPeer, data, strconv.Itoa(size), filepath.Join(app, "code", "score.py"))
+	// A session of its own, as a job's shell has: with the kernel's
+	// autogroup scheduling, a session is what gets a fair share of the
+	// CPUs, and on a loaded machine a peer left in the bench's session
+	// would share one share with everything else the bench's caller runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out, err := cmd.Output()
 	if err != nil {
 		return 0, fmt.Errorf("plain python: %w", err)
 	}

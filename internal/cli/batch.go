@@ -350,8 +350,12 @@ func (a *app) putBatchDeployment(ctx context.Context, c *client.Client, src spec
 		return err
 	}
 	d.Environment = env
-	code := pathField{file: src, field: "code_configuration.code", value: d.CodeConfiguration.Code}
-	paths := []pathField{code}
+	var paths []pathField
+	var code *pathField
+	if d.CodeConfiguration != nil {
+		code = &pathField{file: src, field: "code_configuration.code", value: d.CodeConfiguration.Code}
+		paths = append(paths, *code)
+	}
 	var model *pathField
 	if m := d.Model; m != nil && m.Ref == "" {
 		model = &pathField{file: src, field: "model.path", value: m.Path}
@@ -390,8 +394,10 @@ func (a *app) putBatchDeployment(ctx context.Context, c *client.Client, src spec
 		return fmt.Errorf("FERRY_MAX_SNAPSHOT_SIZE: %w", err)
 	}
 	var up workspace.DeploymentUploads
-	if up.CodeSnapshot, err = a.upload(ctx, c, code, "", limit, true); err != nil {
-		return err
+	if code != nil {
+		if up.CodeSnapshot, err = a.upload(ctx, c, *code, "", limit, true); err != nil {
+			return err
+		}
 	}
 	if model != nil {
 		if up.ModelSnapshot, err = a.upload(ctx, c, *model, "", limit, false); err != nil {
@@ -423,6 +429,8 @@ func showBatchDeployment(w *tabwriter.Writer, d *workspace.BatchDeployment) {
 	}
 	if c := d.CodeConfiguration; c != nil {
 		fmt.Fprintf(w, "scoring_script:\t%s (in %s)\n", c.ScoringScript, c.Code)
+	} else {
+		fmt.Fprintf(w, "scoring_script:\tnone: Ferry's MLflow scoring (mlflow.pyfunc)\n")
 	}
 	fmt.Fprintf(w, "instance_count:\t%d\n", d.Resources.InstanceCount)
 	fmt.Fprintf(w, "max_concurrency_per_instance:\t%d\n", d.MaxConcurrencyPerInstance)

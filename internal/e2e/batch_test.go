@@ -187,13 +187,35 @@ func TestBatchEndpointScoresOverTwoNodes(t *testing.T) {
 		t.Errorf("summary_only wrote predictions.csv (%v)", err)
 	}
 
+	// A registered data asset as the input, on one node; a second
+	// deployment does not take the default, and the default cannot be
+	// deleted while another is there.
+	assetDir := t.TempDir()
+	writeFiles(t, assetDir, map[string]string{"numbers.yml": "name: numbers\nversion: \"1\"\ntype: uri_folder\npath: ./n\n",
+		"n/a.txt": "1", "n/b.txt": "2", "n/sub/c.txt": "3"})
+	s.mustFerry("data", "create", "-f", filepath.Join(assetDir, "numbers.yml"))
+	s.mustFerry("batch-deployment", "create", "-f", deployment, "--name", "tripler", "--set", "resources.instance_count=1",
+		"--set", "environment_variables.RENDEZVOUS=off", "--set", "settings.logging_level=warning")
+	s.mustFerry("batch-endpoint", "invoke", "scorer", "--input", "azureml:numbers:1", "--deployment-name", "tripler", "--job-name", "score-4", "--stream")
+	out = t.TempDir()
+	s.mustFerry("job", "download", "score-4", "--download-path", out)
+	if pred, err := os.ReadFile(filepath.Join(out, "artifacts", "outputs", "predictions.csv")); err != nil || string(pred) != "a.txt,3\nb.txt,6\nc.txt,9\n" {
+		t.Errorf("scoring a data asset: %q, %v", pred, err)
+	}
+	if r := s.ferry("batch-deployment", "delete", "doubler", "--endpoint-name", "scorer"); r.code == 0 || !strings.Contains(r.stderr, "make another the default first") {
+		t.Errorf("deleting the default deployment beside another: %s", r)
+	}
+	if r := s.ferry("batch-endpoint", "invoke", "scorer", "--input", data, "--deployment-name", "nope"); r.code == 0 || !strings.Contains(r.stderr, "has no deployment nope") {
+		t.Errorf("invoking a deployment that is not there: %s", r)
+	}
+
 	var jobs []struct {
 		Name string `json:"name"`
 	}
 	if err := json.Unmarshal([]byte(s.mustFerry("batch-endpoint", "list-jobs", "scorer", "-o", "json").stdout), &jobs); err != nil {
 		t.Fatal(err)
 	}
-	if len(jobs) != 3 || jobs[0].Name != "score-3" || jobs[2].Name != "score-1" {
+	if len(jobs) != 4 || jobs[0].Name != "score-4" || jobs[3].Name != "score-1" {
 		t.Errorf("list-jobs: %+v", jobs)
 	}
 }

@@ -306,8 +306,11 @@ func (d *BatchDeployment) validate() Errors {
 		m.validate(&es, "model")
 	}
 	switch c := d.CodeConfiguration; {
+	case c == nil && d.Model == nil:
+		es.add("code_configuration", "is required: code (the folder of the scoring code) and scoring_script (the file in it that defines init() and run(mini_batch)); only an MLflow model is scored without one")
 	case c == nil:
-		es.add("code_configuration", "is required: code (the folder of the scoring code) and scoring_script (the file in it that defines init() and run(mini_batch)); Ferry does not generate scoring for MLflow models")
+		// An MLflow model, scored by Ferry's own script (the workspace
+		// checks the model's type).
 	case strings.TrimSpace(c.ScoringScript) == "":
 		es.add("code_configuration.scoring_script", "is required: the file, in code, that defines init() and run(mini_batch)")
 	case strings.TrimSpace(c.Code) == "":

@@ -49,6 +49,10 @@ func TestAzureBatchFilesParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Azure's MLflow deployments have no scoring script.
+	if m, err := ParseBatchDeployment(readFile(t, "testdata/batch-deployment-mlflow.yml"), nil); err != nil || m.CodeConfiguration != nil || m.Environment != nil {
+		t.Errorf("MLflow deployment: %+v, %v", m, err)
+	}
 	if d.Model.Ref != "azureml:my-classifier@latest" || d.ComputeName() != "cpu-cluster" || d.Resources.InstanceCount != 4 ||
 		d.MiniBatchSize != 100 || *d.RetrySettings.MaxRetries != 0 || d.RetrySettings.Timeout != 300 || *d.ErrorThreshold != 5 ||
 		d.OutputAction != "summary_only" || d.OutputFileName != DefaultBatchOutputFileName || d.EnvironmentVariables["MODE"] != "fast" {
@@ -88,6 +92,7 @@ func TestBatchDeploymentRefusals(t *testing.T) {
 		{base + "instance_count: 2\n", "instance_count"},
 		{"name: dep1\nendpoint_name: ep1\ncode_configuration: {code: c, scoring_script: s.py}\n", "compute: is required"},
 		{"name: dep1\nendpoint_name: ep1\ncompute: c1\n", "code_configuration: is required"},
+		{"name: dep1\nendpoint_name: ep1\ncompute: c1\ncode_configuration: {code: c}\n", "code_configuration.scoring_script (line 4): is required"},
 		{"name: dep1\ncompute: c1\ncode_configuration: {code: c, scoring_script: s.py}\n", "endpoint_name: is required"},
 		{"type: pipeline\nname: dep1\nendpoint_name: ep1\ncomponent: azureml:c:1\n", "pipeline batch deployments"},
 	} {

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -243,13 +244,18 @@ func (s *Service) resolveBatchDeployment(ctx context.Context, d *spec.BatchDeplo
 	if _, err := s.getBatchEndpointRecord(ctx, d.EndpointName); err != nil {
 		return err
 	}
-	if up.CodeSnapshot == "" {
+	switch {
+	case d.CodeConfiguration == nil && up.CodeSnapshot != "":
+		return Invalid("code_snapshot: the deployment has no code_configuration, but code was uploaded")
+	case d.CodeConfiguration == nil:
+	case up.CodeSnapshot == "":
 		return Invalid("code_configuration.code: %q was not uploaded with the deployment (ferry batch-deployment create uploads it)", d.CodeConfiguration.Code)
+	default:
+		if err := s.requireSnapshot(up.CodeSnapshot, "code_configuration.code"); err != nil {
+			return err
+		}
 	}
-	if err := s.requireSnapshot(up.CodeSnapshot, "code_configuration.code"); err != nil {
-		return err
-	}
-	var modelName string
+	var modelName, modelType string
 	switch m := d.Model; {
 	case m == nil:
 		if up.ModelSnapshot != "" {
@@ -265,7 +271,7 @@ func (s *Service) resolveBatchDeployment(ctx context.Context, d *spec.BatchDeplo
 			return err
 		}
 		up.ModelSnapshot = model.Snapshot
-		doc.ModelID, modelName = model.ID, model.PathName
+		doc.ModelID, modelName, modelType = model.ID, model.PathName, model.Type
 	default:
 		if up.ModelSnapshot == "" {
 			return Invalid("model.path: %q was not uploaded with the deployment (ferry batch-deployment create uploads it)", m.Path)
@@ -273,7 +279,12 @@ func (s *Service) resolveBatchDeployment(ctx context.Context, d *spec.BatchDeplo
 		if err := s.requireSnapshot(up.ModelSnapshot, "model.path"); err != nil {
 			return err
 		}
-		modelName = modelPathName(m.Path)
+		modelName, modelType = modelPathName(m.Path), m.Type
+	}
+	if d.CodeConfiguration == nil && modelType != "mlflow_model" {
+		// What makes it an MLflow model is its MLmodel file, which the
+		// registry's type says; Ferry's script finds it at init().
+		return Invalid("code_configuration: is required: the model is %s, and only an mlflow_model is scored without a scoring script", cmp.Or(modelType, "custom_model"))
 	}
 	if up.ModelSnapshot != "" && modelName != "" {
 		m, err := s.readSnapshot(up.ModelSnapshot)
@@ -532,7 +543,6 @@ func (s *Service) InvokeBatchEndpoint(ctx context.Context, who auth.Principal, e
 		ExperimentName:       "batch-" + endpoint,
 		Description:          "a batch scoring job of deployment " + dep + " of batch endpoint " + endpoint,
 		Tags:                 map[string]string{"ferry.batch_endpoint": endpoint, "ferry.batch_deployment": dep},
-		Code:                 d.CodeConfiguration.Code,
 		Command:              batchCommand(d, doc.ModelSnapshot != "", doc.ModelFolder),
 		Environment:          d.Environment,
 		EnvironmentVariables: d.EnvironmentVariables,
@@ -541,6 +551,9 @@ func (s *Service) InvokeBatchEndpoint(ctx context.Context, who auth.Principal, e
 			"ferry_batch_driver": {Type: "uri_folder", Path: "ferry-batch-driver", Mode: "download"},
 			"data":               in,
 		},
+	}
+	if d.CodeConfiguration != nil {
+		j.Code = d.CodeConfiguration.Code
 	}
 	if d.Resources.InstanceCount > 1 || d.Resources.InstanceType != "" {
 		j.Resources = &spec.Resources{InstanceCount: d.Resources.InstanceCount, InstanceType: d.Resources.InstanceType}
@@ -624,7 +637,8 @@ func (s *Service) ListBatchJobs(ctx context.Context, endpoint string) ([]*Job, e
 
 // batchCommand is a batch job's command: Ferry's batch driver (the job's
 // input ferry_batch_driver) over the input data with the deployment's
-// scoring script and settings. AZUREML_MODEL_DIR is as for an online
+// scoring script (or, for an MLflow model without one, the driver's
+// batchdriver.MLflowScript) and settings. AZUREML_MODEL_DIR is as for an online
 // deployment's replica (replicaCommand).
 func batchCommand(d *spec.BatchDeployment, hasModel bool, modelFolder string) string {
 	q := shellQuote
@@ -639,9 +653,13 @@ func batchCommand(d *spec.BatchDeployment, hasModel bool, modelFolder string) st
 	case hasModel:
 		b.WriteString(` AZUREML_MODEL_DIR="${{inputs.model}}"`)
 	}
+	script := `"${{inputs.ferry_batch_driver}}/` + batchdriver.MLflowScript + `"`
+	if d.CodeConfiguration != nil {
+		script = q(d.CodeConfiguration.ScoringScript)
+	}
 	r := d.RetrySettings
 	args := []string{
-		"--script", q(d.CodeConfiguration.ScoringScript),
+		"--script", script,
 		"--input", `"${{inputs.data}}"`,
 		"--nodes", strconv.Itoa(d.Resources.InstanceCount),
 		"--concurrency", strconv.Itoa(d.MaxConcurrencyPerInstance),

@@ -22,19 +22,34 @@ import (
 // Program is the driver's file name inside an installed folder.
 const Program = "ferry_batch_driver.py"
 
-//go:embed python/ferry_batch_driver.py
-var source []byte
+// MLflowScript is, in the same folder, the scoring script of an MLflow
+// model deployed without one.
+const MLflowScript = "ferry_mlflow_score.py"
 
-// Digest is the sha256 of the embedded driver: the name of the folder
-// Install writes it to.
+var (
+	//go:embed python/ferry_batch_driver.py
+	source []byte
+	//go:embed python/ferry_mlflow_score.py
+	mlflowSource []byte
+)
+
+// Digest is the sha256 of the embedded files: the name of the folder
+// Install writes them to.
 func Digest() string {
-	h := sha256.Sum256(source)
-	return hex.EncodeToString(h[:])
+	h := sha256.New()
+	for _, f := range []struct {
+		name string
+		b    []byte
+	}{{Program, source}, {MLflowScript, mlflowSource}} {
+		fmt.Fprintf(h, "%s\x00%d\x00", f.name, len(f.b))
+		h.Write(f.b)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
-// Install writes the embedded driver under root, in a folder named by its
-// digest, unless it is there already, and returns that folder. The file
-// is written to a temporary folder renamed into place, so a folder under
+// Install writes the embedded driver (and MLflowScript) under root, in a
+// folder named by their digest, unless it is there already, and returns
+// that folder. The files are written to a temporary folder renamed into place, so a folder under
 // its final name is always whole.
 func Install(root string) (string, error) {
 	dir := filepath.Join(root, Digest())
@@ -49,8 +64,10 @@ func Install(root string) (string, error) {
 		return "", fmt.Errorf("batch driver folder %s: %w", root, err)
 	}
 	defer os.RemoveAll(tmp)
-	if err := os.WriteFile(filepath.Join(tmp, Program), source, 0o644); err != nil {
-		return "", fmt.Errorf("install batch driver: %w", err)
+	for name, b := range map[string][]byte{Program: source, MLflowScript: mlflowSource} {
+		if err := os.WriteFile(filepath.Join(tmp, name), b, 0o644); err != nil {
+			return "", fmt.Errorf("install batch driver: %w", err)
+		}
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return "", err

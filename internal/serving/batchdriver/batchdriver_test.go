@@ -117,3 +117,35 @@ def run(mini_batch):
 		t.Errorf("a failing init(): exit %d:\n%s", code, log)
 	}
 }
+
+// An MLflow model deployed without a scoring script is scored by the
+// driver's own script, whose init() says what the environment lacks
+// when mlflow or pandas is not there.
+func TestMLflowScriptSaysWhatIsMissing(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed (apt-get install python3)")
+	}
+	if exec.Command(py, "-c", "import mlflow, pandas").Run() == nil {
+		t.Skip("mlflow and pandas are installed: this checks the message given without them")
+	}
+	dir := t.TempDir()
+	inst, err := Install(filepath.Join(dir, "driver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(dir, "in")
+	if err := os.MkdirAll(in, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(in, "a.csv"), []byte("x\n1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, "-u", filepath.Join(inst, Program), "--script", filepath.Join(inst, MLflowScript), "--input", in, "--outputs", filepath.Join(dir, "out"))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "FERRY_API_URL=", "NODE_RANK=", "AZUREML_MODEL_DIR="+dir)
+	b, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(b), "which the deployment's environment lacks") || !strings.Contains(string(b), "init() of") {
+		t.Errorf("%v:\n%s", err, b)
+	}
+}
