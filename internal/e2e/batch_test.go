@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // batchScoreScript is an Azure batch scoring script: init() reads the
@@ -217,5 +218,64 @@ func TestBatchEndpointScoresOverTwoNodes(t *testing.T) {
 	}
 	if len(jobs) != 4 || jobs[0].Name != "score-4" || jobs[3].Name != "score-1" {
 		t.Errorf("list-jobs: %+v", jobs)
+	}
+}
+
+// A batch job goes on through a server kill -9, as every job does: the
+// driver's queue is between the job's own processes, its progress metrics
+// wait in the runner, and the endpoint, its deployment and the job are in
+// the store. After the restart the job completes with every row, in
+// order, and list-jobs still has it.
+func TestBatchJobSurvivesServerKill(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	files := map[string]string{
+		"endpoint.yml": "name: survivor\n",
+		"deployment.yml": `name: slow
+endpoint_name: survivor
+code_configuration: {code: code, scoring_script: score.py}
+compute: local
+max_concurrency_per_instance: 2
+mini_batch_size: 5
+`,
+		"code/score.py": "import os, time\n\ndef init():\n    pass\n\ndef run(mini_batch):\n    time.sleep(0.2)\n    return [os.path.basename(p) + ',' + open(p).read() for p in mini_batch]\n",
+	}
+	var want strings.Builder
+	for i := range 300 {
+		files[fmt.Sprintf("data/x%03d.txt", i)] = fmt.Sprint(i * i)
+		fmt.Fprintf(&want, "x%03d.txt,%d\n", i, i*i)
+	}
+	writeFiles(t, dir, files)
+	s.mustFerry("batch-endpoint", "create", "-f", filepath.Join(dir, "endpoint.yml"))
+	s.mustFerry("batch-deployment", "create", "-f", filepath.Join(dir, "deployment.yml"))
+	s.mustFerry("batch-endpoint", "invoke", "survivor", "--input", filepath.Join(dir, "data"), "--job-name", "survive-1")
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		j := s.show("survive-1")
+		if d := j.Metrics["mini_batches_done"]; d > 0 {
+			if j.Status != "Running" || d == 60 {
+				t.Fatalf("the job was done before the kill (%s, %v mini-batches): it must score for longer", j.Status, d)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress: %+v", j)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.kill9()
+	s.start()
+	j := s.waitStatus("survive-1", "Completed", "Failed", "Canceled")
+	if j.Status != "Completed" || j.Metrics["mini_batches_done"] != 60 || j.Metrics["mini_batches_left"] != 0 {
+		t.Fatalf("after the restart: %s (%s), metrics %v", j.Status, j.StatusReason, j.Metrics)
+	}
+	out := t.TempDir()
+	s.mustFerry("job", "download", "survive-1", "--download-path", out)
+	pred, err := os.ReadFile(filepath.Join(out, "artifacts", "outputs", "predictions.csv"))
+	if err != nil || string(pred) != want.String() {
+		t.Errorf("predictions.csv after the restart (%v): %d lines", err, strings.Count(string(pred), "\n"))
+	}
+	if r := s.mustFerry("batch-endpoint", "list-jobs", "survivor"); !strings.Contains(r.stdout, "survive-1") {
+		t.Errorf("list-jobs after the restart:\n%s", r.stdout)
 	}
 }
