@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -545,7 +546,7 @@ func (s *Service) InvokeBatchEndpoint(ctx context.Context, who auth.Principal, e
 		Tags:                 map[string]string{"ferry.batch_endpoint": endpoint, "ferry.batch_deployment": dep},
 		Command:              batchCommand(d, doc.ModelSnapshot != "", doc.ModelFolder),
 		Environment:          d.Environment,
-		EnvironmentVariables: d.EnvironmentVariables,
+		EnvironmentVariables: batchJobVariables(d.EnvironmentVariables),
 		Compute:              d.ComputeName(),
 		Inputs: map[string]spec.Input{
 			"ferry_batch_driver": {Type: "uri_folder", Path: "ferry-batch-driver", Mode: "download"},
@@ -582,6 +583,20 @@ func (s *Service) InvokeBatchEndpoint(ctx context.Context, who auth.Principal, e
 	}
 	s.log.Info("batch endpoint invoked", "endpoint", endpoint, "deployment", dep, "job", name)
 	return job, nil
+}
+
+// batchJobVariables are a batch job's variables: the deployment's, and
+// BATCH_DRIVER_KEY, a key of the job's own that its driver's workers
+// present to node rank 0's queue, which serves no one else.
+func batchJobVariables(vars map[string]string) map[string]string {
+	out := maps.Clone(vars)
+	if out == nil {
+		out = map[string]string{}
+	}
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand does not fail (Go 1.24+)
+	out["BATCH_DRIVER_KEY"] = hex.EncodeToString(b)
+	return out
 }
 
 func (s *Service) addBatchJob(ctx context.Context, endpoint, job string) error {

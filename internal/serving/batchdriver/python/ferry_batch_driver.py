@@ -13,8 +13,9 @@ master: it lists the input files in path order, cuts them into mini-batches
 and serves them from one queue over TCP at MASTER_ADDR:MASTER_PORT, which
 Ferry gives every node of a multi-node job. Every node, the master's too,
 runs max_concurrency_per_instance worker processes, each of which takes the
-next mini-batch when it is free. A queue served by one process needs no
-folder shared between nodes (Docker and SSH nodes have none), balances
+next mini-batch when it is free. Only workers that present the job's key
+(BATCH_DRIVER_KEY, which the workspace makes for each job) are served. A
+queue served by one process needs no folder shared between nodes (Docker and SSH nodes have none), balances
 itself (a slow node takes fewer mini-batches), lets a retry go to any
 worker, and leaves one writer of the output, which is what keeps its rows
 in input order. Losing the master is losing the job, as with any multi-node
@@ -32,6 +33,7 @@ job's metrics.
 import argparse
 import collections
 import csv
+import hmac
 import importlib.util
 import io
 import json
@@ -340,15 +342,15 @@ class Master:
                 self.out.close()
 
 
-def serve(master, host, port, job):
+def serve(master, host, port, job, key):
     class Handler(socketserver.StreamRequestHandler):
         def handle(self):
             slot = None
             try:
                 for line in self.rfile:
                     msg = json.loads(line)
-                    if msg.get("job") != job:
-                        return  # another job's worker on a reused port
+                    if msg.get("job") != job or not hmac.compare_digest(str(msg.get("key", "")), key):
+                        return  # not this job's worker (another job's on a reused port, or a stranger)
                     slot = msg["slot"]
                     if msg.get("op") == "fatal":
                         master.fatal(msg.get("error", "a worker failed"))
@@ -390,7 +392,7 @@ def connect(addr, deadline):
             time.sleep(0.2)
 
 
-def slot_main(args, name, addr, root, job, errors):
+def slot_main(args, name, addr, root, job, key, errors):
     worker = Worker(args)
     try:
         conn = connect(addr, time.monotonic() + args.connect_timeout)
@@ -400,7 +402,7 @@ def slot_main(args, name, addr, root, job, errors):
     f = conn.makefile("rwb")
 
     def ask(msg):
-        msg["job"], msg["slot"] = job, name
+        msg["job"], msg["slot"], msg["key"] = job, name, key
         f.write((json.dumps(msg) + "\n").encode())
         f.flush()
         line = f.readline()
@@ -517,6 +519,9 @@ def main():
 
     rank = int(os.environ.get("NODE_RANK") or 0)
     job = os.environ.get("FERRY_JOB_ID", "local")
+    # The job's own key, which the workspace gives every node of the job:
+    # only its workers may take mini-batches or hand in results.
+    key = os.environ.get("BATCH_DRIVER_KEY", "")
     root, files = list_inputs(args.input)
     errors = []
     master = None
@@ -525,7 +530,7 @@ def main():
         host, port = "127.0.0.1", 0
         if args.nodes > 1:
             host, port = "", int(os.environ["MASTER_PORT"])
-        srv = serve(master, host, port, job)
+        srv = serve(master, host, port, job, key)
         addr = ("127.0.0.1", srv.server_address[1])
         log("info", "%d files in %d mini-batches of up to %d, over %d node(s) x %d worker(s); output: %s" % (
             len(files), len(master.batches), args.mini_batch_size, args.nodes, args.concurrency,
@@ -535,7 +540,7 @@ def main():
     slots = []
     for w in range(args.concurrency):
         name = "node %d worker %d" % (rank, w)
-        t = threading.Thread(target=slot_main, args=(args, name, addr, root, job, errors), daemon=True)
+        t = threading.Thread(target=slot_main, args=(args, name, addr, root, job, key, errors), daemon=True)
         t.start()
         slots.append(t)
 
