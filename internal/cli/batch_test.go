@@ -53,6 +53,17 @@ func TestBatchRefusesBeforeUploading(t *testing.T) {
 		t.Errorf("a custom model without a script: %s", r)
 	}
 
+	// An inline model with an MLmodel file is an MLflow model, which
+	// needs no script (Azure's no-code MLflow deployments).
+	writeFiles(t, dir, map[string]string{"mlflow-model/MLmodel": "flavors: {}\n",
+		"mlflow.yml": "name: auto\nendpoint_name: scorer\ncompute: local\nmodel:\n  path: mlflow-model\n"})
+	if r := s.ferry(t, "batch-deployment", "create", "-f", filepath.Join(dir, "mlflow.yml")); r.code != 0 || !strings.Contains(r.stdout, "Ferry's MLflow scoring") {
+		t.Errorf("an MLflow model without a script: %s", r)
+	}
+	if r := s.ferry(t, "batch-deployment", "delete", "auto", "-e", "scorer"); r.code != 0 {
+		t.Errorf("deleting the only deployment: %s", r)
+	}
+
 	r := s.ferry(t, "batch-endpoint", "invoke", "scorer", "--input", filepath.Join(dir, "data"))
 	if r.code == 0 || !strings.Contains(r.stderr, "has no default deployment") || strings.Contains(r.stderr, "uploaded") {
 		t.Errorf("invoking an endpoint with no deployment: %s", r)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -281,6 +282,18 @@ func (s *Service) resolveBatchDeployment(ctx context.Context, d *spec.BatchDeplo
 			return err
 		}
 		modelName, modelType = modelPathName(m.Path), m.Type
+	}
+	if d.CodeConfiguration == nil && modelType == "" && up.ModelSnapshot != "" {
+		// An inline model without a type is an MLflow model when it
+		// has an MLmodel file, as Azure decides.
+		if m, err := s.readSnapshot(up.ModelSnapshot); err == nil {
+			for _, f := range m.Files {
+				if path.Base(f.Path) == "MLmodel" {
+					modelType = "mlflow_model"
+					break
+				}
+			}
+		}
 	}
 	if d.CodeConfiguration == nil && modelType != "mlflow_model" {
 		// What makes it an MLflow model is its MLmodel file, which the
