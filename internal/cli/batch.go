@@ -72,12 +72,6 @@ func (a *app) batchEndpointPutCmd(create bool) *cobra.Command {
 			}
 			var v *workspace.BatchEndpoint
 			if create {
-				if d := e.DefaultDeployment(); d != "" {
-					// Azure takes the default from the first deployment
-					// made (or --set-default); it cannot exist yet.
-					e.Defaults = nil
-					fmt.Fprintf(a.stderr, "defaults.deployment_name %s: set once that deployment is created (ferry batch-deployment create)\n", d)
-				}
 				v, err = c.CreateBatchEndpoint(cmd.Context(), e)
 			} else {
 				v, err = c.UpdateBatchEndpoint(cmd.Context(), e)

@@ -117,7 +117,8 @@ func (s *Service) batchEndpointView(ctx context.Context, rec store.BatchEndpoint
 }
 
 // CreateBatchEndpoint stores a batch endpoint. A default deployment it
-// names must be made after it (batch-deployment create), as in Azure.
+// names is made after it (batch-deployment create), as in Azure; until
+// then an invocation without a deployment is refused naming it.
 func (s *Service) CreateBatchEndpoint(ctx context.Context, who auth.Principal, e *spec.BatchEndpoint) (*BatchEndpoint, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot create batch endpoints")
