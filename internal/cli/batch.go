@@ -26,12 +26,33 @@ func (a *app) batchEndpointCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "batch-endpoint", Short: "Batch endpoints (Azure ML v2 batchEndpoint files): invoke one to score a folder of files on a cluster"}
 	cmd.AddCommand(a.batchEndpointPutCmd(true), a.batchEndpointPutCmd(false), a.batchEndpointShowCmd(), a.batchEndpointListCmd(),
 		a.batchEndpointDeleteCmd(), a.batchEndpointInvokeCmd(), a.batchEndpointListJobsCmd())
+	for _, sub := range cmd.Commands() {
+		if sub.Name() != "create" && sub.Name() != "list" {
+			sub.ValidArgsFunction = a.firstArg(listBatchEndpointNames)
+			_ = sub.RegisterFlagCompletionFunc("name", a.complete(listBatchEndpointNames))
+		}
+	}
 	return cmd
+}
+
+func listBatchEndpointNames(ctx context.Context, c *client.Client, _ []string) ([]string, error) {
+	es, err := c.ListBatchEndpoints(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name+"\t"+e.DefaultDeployment())
+	}
+	return out, nil
 }
 
 func (a *app) batchDeploymentCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "batch-deployment", Short: "Batch deployments (Azure ML v2 modelBatchDeployment files): the scoring script, model, environment and compute of a batch endpoint's jobs"}
 	cmd.AddCommand(a.batchDeploymentPutCmd(true), a.batchDeploymentPutCmd(false), a.batchDeploymentShowCmd(), a.batchDeploymentListCmd(), a.batchDeploymentDeleteCmd())
+	for _, sub := range cmd.Commands() {
+		_ = sub.RegisterFlagCompletionFunc("endpoint-name", a.complete(listBatchEndpointNames))
+	}
 	return cmd
 }
 

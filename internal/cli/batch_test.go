@@ -76,6 +76,14 @@ func TestBatchRefusesBeforeUploading(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "--deployment-name: batch endpoint scorer has no deployment green") || strings.Contains(r.stderr, "uploaded") {
 		t.Errorf("invoking a deployment that is not there: %s", r)
 	}
+	for _, args := range [][]string{
+		{"batch-endpoint", "invoke", "sc"},
+		{"batch-deployment", "list", "--endpoint-name", "s"},
+	} {
+		if got := completions(t, s, args...); len(got) != 1 || got[0] != "scorer" {
+			t.Errorf("__complete %q: %q, want scorer", args, got)
+		}
+	}
 	r = s.ferry(t, "batch-deployment", "list", "-e", "scorer", "-o", "json")
 	var ds []workspace.BatchDeployment
 	if mustJSON(t, r, &ds); len(ds) != 1 || !ds[0].Default || ds[0].Name != "blue" {
