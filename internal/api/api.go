@@ -106,6 +106,7 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 	s.routes = append(s.routes, s.endpointRoutes()...)
 	s.routes = append(s.routes, s.deploymentRoutes()...)
 	s.routes = append(s.routes, s.scheduleRoutes()...)
+	s.routes = append(s.routes, s.batchRoutes()...)
 	for _, rt := range s.routes {
 		s.mux.HandleFunc(rt.method+" "+rt.path, s.wrap(rt))
 	}

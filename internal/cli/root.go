@@ -132,6 +132,7 @@ starting its server in the background when none is running.`,
 	root.AddCommand(a.modelCmd(), a.dataCmd())
 	root.AddCommand(a.scheduleCmd())
 	root.AddCommand(a.onlineEndpointCmd(), a.onlineDeploymentCmd())
+	root.AddCommand(a.batchEndpointCmd(), a.batchDeploymentCmd())
 	a.addCompletions(root)
 	return root
 }

@@ -136,6 +136,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Endpoint/Update", testEndpointUpdate},
 		{"Endpoint/ListDelete", testEndpointListDelete},
 		{"Deployment/Lifecycle", testDeploymentLifecycle},
+		{"BatchEndpoint/Lifecycle", testBatchEndpointLifecycle},
 
 		{"Sweep/Lifecycle", testSweepLifecycle},
 		{"Sweep/Trials", testSweepTrials},
