@@ -249,7 +249,9 @@ func typeProblem(t string) string {
 	switch t {
 	case "command":
 		return ""
-	case "pipeline", "sweep", "spark", "automl", "parallel":
+	case "pipeline":
+		return "only command jobs are supported here; a pipeline job is read by ParsePipelineJob and submitted to POST /v1/pipeline-jobs (`ferry job create -f` does both)"
+	case "sweep", "spark", "automl", "parallel":
 		return fmt.Sprintf("only command jobs are supported; %s jobs are not supported yet", t)
 	}
 	return fmt.Sprintf("must be command (pipeline and sweep jobs are not supported yet), got %s", quote(t))
