@@ -127,6 +127,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Data/ConflictNotFound", testDataConflictNotFound},
 		{"Data/ListArchive", testDataListArchive},
 
+		{"Component/CreateGetList", testComponentCreateGetList},
+		{"Pipeline/Steps", testPipelineSteps},
+		{"Pipeline/Reuse", testPipelineReuse},
+
 		{"Endpoint/CreateGet", testEndpointCreateGet},
 		{"Endpoint/Conflict", testEndpointConflict},
 		{"Endpoint/NotFound", testEndpointNotFound},
