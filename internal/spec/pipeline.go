@@ -755,3 +755,30 @@ func ParseComponentRef(ref string) (name, version string, err error) {
 	}
 	return name, version, nil
 }
+
+// DecodePipelineJobJSON reads a pipeline job from JSON, the REST API's
+// form (the client has parsed the file): unknown fields are refused, and
+// the pipeline is validated.
+func DecodePipelineJobJSON(data []byte) (*PipelineJob, error) {
+	var p PipelineJob
+	if err := strictJSON(data, &p); err != nil {
+		return nil, jsonError(err, data, "pipeline job")
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// DecodeComponentJSON reads a component from JSON, the REST API's form:
+// unknown fields are refused, and the component is validated.
+func DecodeComponentJSON(data []byte) (*Component, error) {
+	var c Component
+	if err := strictJSON(data, &c); err != nil {
+		return nil, jsonError(err, data, "component")
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
