@@ -96,6 +96,9 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 	if err != nil {
 		return nil, err
 	}
+	if spec.IsPipelineFile(data) {
+		return a.createPipeline(ctx, c, o, data)
+	}
 	sets := o.sets
 	if o.name != "" {
 		sets = append(sets, "name="+o.name)
@@ -276,6 +279,9 @@ func (a *app) follow(ctx context.Context, c *client.Client, name string, submitt
 	}
 	sctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
+	if j, err := c.GetJob(sctx, name); err == nil && j.Pipeline != nil {
+		return a.followPipeline(sctx, c, name)
+	}
 	wctx, stopWatching := context.WithCancel(sctx)
 	defer stopWatching()
 	go a.watchQueue(wctx, c, name)
@@ -439,6 +445,9 @@ func showJob(w *tabwriter.Writer, j *workspace.Job) {
 	if j.Spec != nil {
 		fmt.Fprintf(w, "command:\t%s\n", strings.TrimSpace(j.Spec.Command))
 	}
+	if j.Pipeline != nil {
+		showPipeline(w, j)
+	}
 	for _, k := range slices.Sorted(maps.Keys(j.Metrics)) {
 		fmt.Fprintf(w, "metric %s:\t%g\n", k, j.Metrics[k])
 	}
@@ -581,6 +590,9 @@ func download(ctx context.Context, c *client.Client, name, dir, only string) ([]
 	}
 	if !workspace.IsTerminal(j.Status) {
 		return nil, fmt.Errorf("job %s is %s; its outputs can be downloaded once it has ended", name, j.Status)
+	}
+	if j.Pipeline != nil {
+		return downloadPipeline(ctx, c, j, dir, only)
 	}
 	out, err := c.Outputs(ctx, name)
 	if err != nil {
