@@ -422,7 +422,7 @@ func (p *PipelineJob) StepComponent(name string) *Component {
 		EnvironmentVariables: st.EnvironmentVariables, Resources: st.Resources, Distribution: st.Distribution,
 		Limits: st.Limits, IsDeterministic: st.IsDeterministic, CodeSnapshot: st.CodeSnapshot,
 		EnvironmentSnapshot: st.EnvironmentSnapshot,
-		Inputs: map[string]ComponentInput{}, Outputs: map[string]ComponentOutput{}}
+		Inputs:              map[string]ComponentInput{}, Outputs: map[string]ComponentOutput{}}
 	for k, in := range st.Inputs {
 		c.Inputs[k] = ComponentInput{Type: p.inputType(in)}
 	}

@@ -78,7 +78,7 @@ jobs:
     command: echo ${{inputs.x}}
     inputs: {x: "${{parent.foo}}"}
 `, "is not a binding Ferry knows"},
-		"no steps": {"type: pipeline\n", "jobs: is required"},
+		"no steps":   {"type: pipeline\n", "jobs: is required"},
 		"sweep step": {"type: pipeline\njobs:\n  a:\n    type: sweep\n    command: x\n", "sweep steps are not supported yet"},
 		"missing required": {`type: pipeline
 jobs:
