@@ -35,6 +35,8 @@ func (b Binding) String() string {
 	return "${{parent.inputs." + b.Name + "}}"
 }
 
+var stepNameRe = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_-]{0,200}$`)
+
 // IsBinding says whether s is written as one ${{...}} expression, which
 // ParseBinding then reads (or says what is wrong with).
 func IsBinding(s string) bool {
@@ -59,10 +61,17 @@ func ParseBinding(s string) (b Binding, ok bool, err error) {
 		return bad()
 	}
 	parts := strings.Split(inner, ".")
-	for _, p := range parts {
-		if !identRe().MatchString(p) {
+	for i, p := range parts {
+		// A step's name may hold '-' (Azure's examples name steps
+		// prep-job); other names are identifiers.
+		if !identRe().MatchString(p) && !(i > 0 && parts[i-1] == "jobs" && stepNameRe().MatchString(p)) {
 			return bad()
 		}
+	}
+	if len(parts) > 0 && parts[0] != "parent" {
+		// The older form Azure's first pipeline files wrote, without
+		// parent.: ${{inputs.X}}, ${{jobs.STEP.outputs.Y}}, ${{outputs.Z}}.
+		parts = append([]string{"parent"}, parts...)
 	}
 	switch {
 	case len(parts) == 3 && parts[0] == "parent" && parts[1] == "inputs":

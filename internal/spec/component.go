@@ -100,6 +100,13 @@ func componentFromNode(n *yaml.Node, path string) (*Component, error) {
 	if n.Kind != yaml.MappingNode {
 		return nil, Errors{{Field: path, Line: n.Line, Message: "a component must be a mapping of fields (name, inputs, outputs, command, ...), got " + describe(n)}}
 	}
+	if code := child(n, "code"); code != nil && code.Kind == yaml.MappingNode {
+		// The older form: code: {local_path: ./src}.
+		if lp := child(code, "local_path"); lp != nil && lp.Kind == yaml.ScalarNode {
+			n = without(n, "code")
+			n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: "code"}, lp)
+		}
+	}
 	var c Component
 	var ignored []string
 	if err := decodeLenient(n, &c, path, &ignored); err != nil {
@@ -110,6 +117,19 @@ func componentFromNode(n *yaml.Node, path string) (*Component, error) {
 	c.Ignored = sortedIgnored(ignored)
 	if c.Type == "" {
 		c.Type = "command"
+	}
+	// The older type path is a folder or a file: uri_folder takes both.
+	for k, in := range c.Inputs {
+		if in.Type == "path" {
+			in.Type = "uri_folder"
+			c.Inputs[k] = in
+		}
+	}
+	for k, out := range c.Outputs {
+		if out.Type == "path" {
+			out.Type = "uri_folder"
+			c.Outputs[k] = out
+		}
 	}
 	return &c, nil
 }

@@ -212,6 +212,16 @@ func pipelineFromNode(root *yaml.Node) (*PipelineJob, error) {
 				val := v.Value
 				p.Inputs[k] = PipelineInput{Value: &val}
 			case v.Kind == yaml.MappingNode:
+				if ds := child(v, "dataset"); ds != nil {
+					// The older form: dataset: {local_path: ./data} or dataset: azureml:NAME:V.
+					if lp := child(ds, "local_path"); lp != nil {
+						ds = lp
+					}
+					if ds.Kind == yaml.ScalarNode {
+						v = without(v, "dataset")
+						v.Content = append(v.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: "path"}, ds)
+					}
+				}
 				var raw struct {
 					Value       *string `yaml:"value,omitempty"`
 					Default     *string `yaml:"default,omitempty"`
@@ -583,15 +593,15 @@ func checkComputeRef(es *Errors, f, c string) {
 
 func (p *PipelineJob) validateStep(es *Errors, name string) {
 	st, f := p.Jobs[name], "jobs."+name
-	if !identRe().MatchString(name) {
-		es.add(f, "%s is not a valid step name: use letters, digits and '_', not starting with a digit", quote(name))
+	if !stepNameRe().MatchString(name) {
+		es.add(f, "%s is not a valid step name: use letters, digits, '_' and '-', starting with a letter or '_'", quote(name))
 	}
 	if st == nil {
 		es.add(f, "the step is empty; give it a component or a command")
 		return
 	}
 	switch st.Type {
-	case "", "command":
+	case "", "command", "component":
 	case "pipeline", "sweep", "parallel", "spark", "automl", "import", "data_transfer":
 		es.add(f+".type", "%s steps are not supported yet; Ferry runs command steps (a command or a command component)", st.Type)
 	default:

@@ -146,7 +146,16 @@ func TestParseBinding(t *testing.T) {
 			t.Errorf("%q: %+v %v %v", in, b, ok, err)
 		}
 	}
-	for _, in := range []string{"${{parent.jobs.a.inputs.x}}", "${{inputs.x}}", "${{parent.inputs.}}"} {
+	for in, want := range map[string]Binding{
+		"${{inputs.x}}":                {Kind: BindParentInput, Name: "x"},
+		"${{jobs.prep-job.outputs.o}}": {Kind: BindStepOutput, Step: "prep-job", Name: "o"},
+		"${{outputs.z}}":               {Kind: BindParentOutput, Name: "z"},
+	} {
+		if b, ok, err := ParseBinding(in); err != nil || !ok || b != want {
+			t.Errorf("older form %q: %+v %v %v", in, b, ok, err)
+		}
+	}
+	for _, in := range []string{"${{parent.jobs.a.inputs.x}}", "${{parent.foo.x}}", "${{parent.inputs.}}", "${{parent.inputs.a-b}}"} {
 		if _, ok, err := ParseBinding(in); !ok || err == nil {
 			t.Errorf("%q: ok=%v err=%v, want an error", in, ok, err)
 		}
@@ -197,4 +206,63 @@ func FuzzParseBinding(f *testing.F) {
 		}
 		_ = ExpandOptional(s, func(string) bool { return len(s)%2 == 0 })
 	})
+}
+
+// The shapes of Azure's older pipeline files: steps of type component
+// with inline components whose code and inputs use local_path and type
+// path, pipeline inputs given as dataset:, bindings without parent., and
+// step names with '-'.
+func TestParsePipelineOlderForms(t *testing.T) {
+	file := `type: pipeline
+inputs:
+  training_input:
+    dataset:
+      local_path: ./data
+  epochs: 20
+outputs:
+  model:
+    mode: rw_mount
+jobs:
+  train-job:
+    type: component
+    component:
+      name: Train
+      version: 10
+      type: command
+      inputs:
+        training_data: {type: path}
+        max_epochs: {type: integer}
+      outputs:
+        model_output: {type: path}
+      code:
+        local_path: ./train_src
+      command: python train.py --data ${{inputs.training_data}} --epochs ${{inputs.max_epochs}} --out ${{outputs.model_output}}
+    inputs:
+      training_data: ${{inputs.training_input}}
+      max_epochs: ${{inputs.epochs}}
+    outputs:
+      model_output: ${{outputs.model}}
+  score-job:
+    type: command
+    component: file:./score.yml
+    inputs:
+      model_input: ${{jobs.train-job.outputs.model_output}}
+`
+	p, err := ParsePipelineJob([]byte(file), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := p.Inputs["training_input"]; in.Path != "./data" {
+		t.Errorf("dataset: local_path read as %+v", in)
+	}
+	c := p.Jobs["train-job"].Component.Resolved
+	if c.Code != "./train_src" || c.Inputs["training_data"].Type != "uri_folder" || c.Outputs["model_output"].Type != "uri_folder" {
+		t.Errorf("older component read as code %q, inputs %+v, outputs %+v", c.Code, c.Inputs, c.Outputs)
+	}
+	if d := p.Jobs["score-job"].Dependencies(); len(d) != 1 || d[0] != "train-job" {
+		t.Errorf("score-job depends on %v", d)
+	}
+	if b := p.Jobs["train-job"].Outputs["model_output"].Binding; b == nil || b.Kind != BindParentOutput {
+		t.Errorf("older output binding read as %+v", b)
+	}
 }
