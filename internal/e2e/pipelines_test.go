@@ -364,3 +364,27 @@ jobs:
 		t.Errorf("steps ran %q, want each once", lines)
 	}
 }
+
+// TestPipelineExample runs docs/pipelines.md's example as the page says.
+func TestPipelineExample(t *testing.T) {
+	s := startServer(t, "--node-lease", "6s")
+	dir, err := filepath.Abs("../../examples/pipelines")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mustFerry("compute", "create", "-f", clusterFile(t, "cpu-cluster", "Standard_DS1_v2", 1, 30))
+	s.mustFerry("component", "create", "-f", filepath.Join(dir, "components", "train.yml"))
+	r := s.ferry("job", "create", "-f", filepath.Join(dir, "pipeline.yml"), "--name", "example", "--stream")
+	if r.code != 0 {
+		t.Fatalf("the example pipeline: %s\nserver:\n%s", r, s.output)
+	}
+	mustContain(t, "example's log", r.stdout, "[prep] prepared 6 rows", "[train] trained on 6 rows", "[evaluate] mean 7.0 of 6 rows")
+	show := s.mustFerry("job", "show", "example").stdout
+	mustContain(t, "example's steps", show, "prep", "Completed on local", "train", "Completed on cpu-cluster")
+	dl := t.TempDir()
+	s.mustFerry("job", "download", "example", "--download-path", dl)
+	got, err := os.ReadFile(filepath.Join(dl, "named-outputs", "report", "report.txt"))
+	if err != nil || !strings.Contains(string(got), "mean 7.0 of 6 rows") {
+		t.Errorf("downloaded report: %q, %v", got, err)
+	}
+}

@@ -494,6 +494,9 @@ func (s *Service) endPipeline(ctx context.Context, name, status, reason string, 
 		}
 		return &store.Event{Job: name, Time: now, From: from, To: status, Reason: reason}, nil
 	})
+	s.mu.Lock()
+	delete(s.cancelAsked, name) // a cancel of the pipeline is done
+	s.mu.Unlock()
 	s.changed(name)
 	return err
 }
