@@ -433,8 +433,12 @@ func showJob(w *tabwriter.Writer, j *workspace.Job) {
 	if j.CancelRequestedBy != "" {
 		fmt.Fprintf(w, "canceled by:\t%s\n", j.CancelRequestedBy)
 	}
-	fmt.Fprintf(w, "compute:\t%s\n", j.Compute)
-	fmt.Fprintf(w, "attempt:\t%d\n", j.Attempt)
+	if j.Pipeline != nil {
+		fmt.Fprintf(w, "compute:\t- (a pipeline: each step runs on its own)\n")
+	} else {
+		fmt.Fprintf(w, "compute:\t%s\n", j.Compute)
+		fmt.Fprintf(w, "attempt:\t%d\n", j.Attempt)
+	}
 	if j.Handle != "" {
 		fmt.Fprintf(w, "engine handle:\t%s\n", j.Handle)
 	}

@@ -396,17 +396,25 @@ func (a *app) followPipeline(ctx context.Context, c *client.Client, name string)
 			return err
 		}
 		for _, st := range j.Steps {
-			if announced[st.Name] != st.Status {
+			ended := workspace.IsTerminal(st.Status) || st.Status == workspace.StepSkipped
+			announce := func() {
+				if announced[st.Name] == st.Status {
+					return
+				}
 				announced[st.Name] = st.Status
 				msg := st.Status
 				if st.ReusedFrom != "" {
 					msg += ", reused the outputs of " + st.ReusedFrom
-				} else if st.Reason != "" && (workspace.IsTerminal(st.Status) || st.Status == workspace.StepSkipped) && st.Status != workspace.StatusCompleted {
+				} else if st.Reason != "" && ended && st.Status != workspace.StatusCompleted {
 					msg += ": " + oneLine(st.Reason)
 				}
 				fmt.Fprintf(a.stderr, "step %s: %s\n", st.Name, msg)
 			}
+			if !ended {
+				announce() // before its log; an end after it
+			}
 			if st.Job == "" || done[st.Job] {
+				announce()
 				continue
 			}
 			var buf bytes.Buffer
@@ -430,6 +438,7 @@ func (a *app) followPipeline(ctx context.Context, c *client.Client, name string)
 				}
 				done[st.Job] = true
 			}
+			announce()
 		}
 		if workspace.IsTerminal(j.Status) {
 			return a.finalSummary(j)

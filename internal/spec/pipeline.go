@@ -488,6 +488,41 @@ func (st *PipelineStep) Dependencies() []string {
 	return deps
 }
 
+// StepOrder numbers the steps in an order in which each comes after the
+// steps it takes inputs from (by name among those that could go first),
+// the order they run in: 0, 1, 2, ...
+func (p *PipelineJob) StepOrder() map[string]int {
+	order := map[string]int{}
+	for len(order) < len(p.Jobs) {
+		progress := false
+		for _, n := range slices.Sorted(maps.Keys(p.Jobs)) {
+			if _, done := order[n]; done {
+				continue
+			}
+			ready := true
+			if st := p.Jobs[n]; st != nil {
+				for _, d := range st.Dependencies() {
+					if _, done := order[d]; !done && p.Jobs[d] != nil && d != n {
+						ready = false
+					}
+				}
+			}
+			if ready {
+				order[n] = len(order)
+				progress = true
+			}
+		}
+		if !progress { // a circle, which Validate refuses: the rest by name
+			for _, n := range slices.Sorted(maps.Keys(p.Jobs)) {
+				if _, done := order[n]; !done {
+					order[n] = len(order)
+				}
+			}
+		}
+	}
+	return order
+}
+
 // ContinueOnStepFailure says whether steps that do not depend on a failed
 // step go on.
 func (p *PipelineJob) ContinueOnStepFailure() bool {

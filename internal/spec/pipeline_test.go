@@ -266,3 +266,15 @@ jobs:
 		t.Errorf("older output binding read as %+v", b)
 	}
 }
+
+func TestStepOrder(t *testing.T) {
+	data, _ := os.ReadFile("testdata/pipelines/e2e_registered.yml")
+	p, err := ParsePipelineJob(data, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := p.StepOrder()
+	if !(o["train_job"] < o["score_job"] && o["score_job"] < o["evaluate_job"]) {
+		t.Errorf("order %v: each step must come after the one it takes inputs from", o)
+	}
+}

@@ -529,6 +529,8 @@ func (s *Service) pipelineView(ctx context.Context, rec store.Job, v *Job) error
 	if err != nil {
 		return err
 	}
+	order := p.StepOrder()
+	slices.SortStableFunc(rows, func(a, b store.PipelineStep) int { return order[a.Step] - order[b.Step] })
 	for _, r := range rows {
 		ps := PipelineStep{Name: r.Step, Job: r.Job, Status: r.State, Reason: r.Reason, ReusedFrom: r.ReusedFrom,
 			Compute: p.StepCompute(r.Step)}
