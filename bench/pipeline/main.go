@@ -78,13 +78,18 @@ func run(steps, runs int, prebuilt string) error {
 	fmt.Printf("%-34s %10s %14s %14s %16s\n", "", "wall", "sum of steps", "overhead", "overhead/step")
 	p.print("pipeline job (server runs it)", steps)
 	s.print("client script (job after job)", steps)
-	fmt.Printf("\npipeline overhead per step: %.1f ms (aim <= 50 ms); ratio to the client script's: %.2f\n",
+	fmt.Printf("\nmedian per step: previous step's end -> its job made: pipeline %v, script %v; made -> started: pipeline %v, script %v\n",
+		med(p.made), med(s.made), med(p.started), med(s.started))
+	fmt.Printf("pipeline overhead per step: %.1f ms (aim <= 50 ms); ratio to the client script's: %.2f\n",
 		ms(p.overhead())/float64(steps), float64(p.overhead())/float64(s.overhead()))
 	return nil
 }
 
 type result struct {
 	wall, steps time.Duration
+	// made is, per step after the first, the time from its predecessor's
+	// end to its own job being made; started from then to its start.
+	made, started []time.Duration
 }
 
 func (r result) overhead() time.Duration { return r.wall - r.steps }
@@ -136,15 +141,21 @@ func runPipeline(c *client.Client, name string, steps int) (result, error) {
 	if j.Status != workspace.StatusCompleted {
 		return result{}, fmt.Errorf("pipeline %s: %s (%s)", name, j.Status, j.StatusReason)
 	}
-	var sum time.Duration
-	for _, st := range j.Steps {
+	res := result{wall: wall}
+	var prevEnd *time.Time
+	for _, st := range j.Steps { // in the order they ran
 		sj, err := c.GetJob(ctx, st.Job)
 		if err != nil {
 			return result{}, err
 		}
-		sum += sj.Ended.Sub(*sj.Started)
+		res.steps += sj.Ended.Sub(*sj.Started)
+		if prevEnd != nil {
+			res.made = append(res.made, sj.Created.Sub(*prevEnd))
+		}
+		res.started = append(res.started, sj.Started.Sub(*sj.Created))
+		prevEnd = sj.Ended
 	}
-	return result{wall: wall, steps: sum}, nil
+	return res, nil
 }
 
 // runScript is the peer: the same steps as plain command jobs, each
@@ -154,6 +165,8 @@ func runScript(c *client.Client, prefix string, steps int) (result, error) {
 	ctx := context.Background()
 	start := time.Now()
 	var sum time.Duration
+	var res result
+	var prevEnd *time.Time
 	prevOut := ""
 	for i := 0; i < steps; i++ {
 		name := prefix + "-" + strconv.Itoa(i)
@@ -184,8 +197,23 @@ func runScript(c *client.Client, prefix string, steps int) (result, error) {
 		}
 		prevOut = out.Named["o"]
 		sum += done.Ended.Sub(*done.Started)
+		res.started = append(res.started, done.Started.Sub(*done.Created))
+		if prevEnd != nil {
+			res.made = append(res.made, done.Created.Sub(*prevEnd))
+		}
+		prevEnd = done.Ended
 	}
-	return result{wall: time.Since(start), steps: sum}, nil
+	res.wall, res.steps = time.Since(start), sum
+	return res, nil
+}
+
+func med(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	ds = append([]time.Duration(nil), ds...)
+	sort.Slice(ds, func(a, b int) bool { return ds[a] < ds[b] })
+	return ds[len(ds)/2].Round(100 * time.Microsecond)
 }
 
 func stepName(i int) string { return fmt.Sprintf("s%02d", i) }

@@ -447,6 +447,9 @@ type Store interface {
 	// ListPipelineSteps returns a pipeline's steps in the order they were
 	// stored; empty for a job that is no pipeline.
 	ListPipelineSteps(ctx context.Context, pipeline string) ([]PipelineStep, error)
+	// PipelineStepJobs returns the jobs of a pipeline's steps that have
+	// one, in one read, keyed by job name; empty (not nil) when none has.
+	PipelineStepJobs(ctx context.Context, pipeline string) (map[string]Job, error)
 	// UpdatePipelineStep replaces a step's job, reuse key, reused_from,
 	// state and reason; ErrNotFound if there is no such step.
 	UpdatePipelineStep(ctx context.Context, st PipelineStep) error

@@ -189,32 +189,48 @@ func (s *Service) resolveComponents(ctx context.Context, p *spec.PipelineJob) er
 }
 
 // pipelineSteps is the pipeline loop's memory: the jobs (parents and
-// steps) of the pipelines not ended, so that a change to one of them
-// wakes the loop.
+// steps) of the pipelines not ended, each with the status the loop last
+// saw, so that a change of status of one of them wakes the loop (and a
+// step's log lines do not).
 type pipelineSteps struct {
 	mu   sync.Mutex
-	jobs map[string]bool
+	jobs map[string]string
 }
 
-func (ps *pipelineSteps) has(job string) bool {
+// seen returns the status the loop last saw of job, and whether it
+// watches it.
+func (ps *pipelineSteps) seen(job string) (string, bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	return ps.jobs[job]
+	st, ok := ps.jobs[job]
+	return st, ok
 }
 
-func (ps *pipelineSteps) set(jobs map[string]bool) {
+func (ps *pipelineSteps) set(jobs map[string]string) {
 	ps.mu.Lock()
 	ps.jobs = jobs
 	ps.mu.Unlock()
 }
 
-func (ps *pipelineSteps) add(job string) {
+func (ps *pipelineSteps) add(job, status string) {
 	ps.mu.Lock()
 	if ps.jobs == nil {
-		ps.jobs = map[string]bool{}
+		ps.jobs = map[string]string{}
 	}
-	ps.jobs[job] = true
+	ps.jobs[job] = status
 	ps.mu.Unlock()
+}
+
+// pipelineJobChanged wakes the pipeline loop when job, one it watches,
+// is in another status than the loop last saw.
+func (s *Service) pipelineJobChanged(job string) {
+	last, ok := s.pipes.seen(job)
+	if !ok {
+		return
+	}
+	if rec, err := s.st.GetJob(context.Background(), job); err != nil || rec.Status != last {
+		s.kickPipelines()
+	}
 }
 
 // kickPipelines asks for a pass of the pipeline loop.
@@ -234,9 +250,9 @@ func (s *Service) reconcilePipelines(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	watch := map[string]bool{}
+	watch := map[string]string{}
 	for _, name := range names {
-		watch[name] = true
+		watch[name] = ""
 		if err := s.guard("pipeline "+name, func() error { return s.advancePipeline(ctx, name, watch) }); err != nil {
 			s.log.Error("pipeline", "job", name, "err", err)
 			if errors.Is(err, errInternal) {
@@ -264,11 +280,12 @@ func (st stepState) ended() bool {
 // exist, skips those that can no longer run, stops the rest when a step
 // failed (unless continue_on_step_failure) or a cancel was asked, and ends
 // the pipeline when every step has ended.
-func (s *Service) advancePipeline(ctx context.Context, name string, watch map[string]bool) error {
+func (s *Service) advancePipeline(ctx context.Context, name string, watch map[string]string) error {
 	rec, err := s.st.GetJob(ctx, name)
 	if err != nil {
 		return err
 	}
+	watch[name] = rec.Status
 	var p spec.PipelineJob
 	if err := json.Unmarshal(rec.Spec, &p); err != nil {
 		return s.endPipeline(ctx, name, StatusFailed, "its stored spec cannot be read: "+err.Error(), nil)
@@ -283,16 +300,16 @@ func (s *Service) advancePipeline(ctx context.Context, name string, watch map[st
 	if err != nil {
 		return err
 	}
+	jobs, err := s.st.PipelineStepJobs(ctx, name)
+	if err != nil {
+		return err
+	}
 	states := map[string]*stepState{}
 	for _, r := range rows {
 		st := &stepState{row: r, status: r.State, reason: r.Reason}
 		if r.Job != "" {
-			watch[r.Job] = true
-			j, err := s.st.GetJob(ctx, r.Job)
-			if err != nil && !errors.Is(err, store.ErrNotFound) {
-				return err
-			}
-			if err == nil {
+			if j, ok := jobs[r.Job]; ok {
+				watch[r.Job] = j.Status
 				st.job, st.status, st.reason = &j, j.Status, j.StatusReason
 			} else {
 				st.status, st.reason = StepFailed, "its job "+r.Job+" no longer exists"
@@ -325,8 +342,8 @@ func (s *Service) advancePipeline(ctx context.Context, name string, watch map[st
 		if err := s.maybeStartStep(ctx, rec, &p, snaps, n, states); err != nil {
 			return err
 		}
-		if j := states[n].row.Job; j != "" {
-			watch[j] = true
+		if st := states[n]; st.job != nil {
+			watch[st.job.Name] = st.job.Status
 		}
 	}
 	return s.settlePipeline(ctx, rec, &p, states, canceling)
@@ -391,7 +408,7 @@ func (s *Service) maybeStartStep(ctx context.Context, rec store.Job, p *spec.Pip
 		return err
 	}
 	st.job, st.status, st.reason = &job.Job, job.Status, job.StatusReason
-	s.pipes.add(job.Name)
+	s.pipes.add(job.Name, job.Status)
 	return nil
 }
 
@@ -531,6 +548,10 @@ func (s *Service) pipelineView(ctx context.Context, rec store.Job, v *Job) error
 	}
 	order := p.StepOrder()
 	slices.SortStableFunc(rows, func(a, b store.PipelineStep) int { return order[a.Step] - order[b.Step] })
+	jobs, err := s.st.PipelineStepJobs(ctx, rec.Name)
+	if err != nil {
+		return err
+	}
 	for _, r := range rows {
 		ps := PipelineStep{Name: r.Step, Job: r.Job, Status: r.State, Reason: r.Reason, ReusedFrom: r.ReusedFrom,
 			Compute: p.StepCompute(r.Step)}
@@ -540,10 +561,8 @@ func (s *Service) pipelineView(ctx context.Context, rec store.Job, v *Job) error
 		if st := p.Jobs[r.Step]; st != nil {
 			ps.DependsOn = st.Dependencies()
 		}
-		if r.Job != "" {
-			if j, err := s.st.GetJob(ctx, r.Job); err == nil {
-				ps.Status, ps.Reason, ps.Compute = j.Status, j.StatusReason, j.Compute
-			}
+		if j, ok := jobs[r.Job]; ok && r.Job != "" {
+			ps.Status, ps.Reason, ps.Compute = j.Status, j.StatusReason, j.Compute
 		}
 		if ps.Status == "" {
 			ps.Status = StatusNotStarted

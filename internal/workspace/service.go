@@ -280,9 +280,7 @@ func (s *Service) changed(job string) {
 	if s.deployCtl.isReplica(job) {
 		s.kickDeployments()
 	}
-	if s.pipes.has(job) {
-		s.kickPipelines()
-	}
+	s.pipelineJobChanged(job)
 }
 
 // wakeDispatcher asks for a dispatch pass: a job was queued or a slot freed.

@@ -106,6 +106,25 @@ func (s *Store) ListPipelineSteps(ctx context.Context, pipeline string) ([]store
 	return out, rows.Err()
 }
 
+// PipelineStepJobs implements store.Store.
+func (s *Store) PipelineStepJobs(ctx context.Context, pipeline string) (map[string]store.Job, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE name IN
+		(SELECT job FROM pipeline_steps WHERE pipeline = ? AND job != '')`, pipeline)
+	if err != nil {
+		return nil, fmt.Errorf("jobs of the steps of %s: %w", pipeline, err)
+	}
+	defer rows.Close()
+	out := map[string]store.Job{}
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, fmt.Errorf("jobs of the steps of %s: %w", pipeline, err)
+		}
+		out[j.Name] = j
+	}
+	return out, rows.Err()
+}
+
 // UpdatePipelineStep implements store.Store.
 func (s *Store) UpdatePipelineStep(ctx context.Context, st store.PipelineStep) error {
 	res, err := s.w.ExecContext(ctx, `UPDATE pipeline_steps SET job = ?, reuse_key = ?, reused_from = ?, state = ?, reason = ?

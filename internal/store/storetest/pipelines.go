@@ -118,4 +118,11 @@ func testPipelineReuse(t *testing.T, s store.Store) {
 	if err != nil || job != "p2-a" {
 		t.Errorf("ReusableStep = %q, %v; want the newest completed, p2-a", job, err)
 	}
+	jobs, err := s.PipelineStepJobs(ctx, "p1")
+	if err != nil || len(jobs) != 1 || jobs["p1-a"].Status != "Completed" {
+		t.Errorf("PipelineStepJobs(p1) = %+v, %v; want p1-a, Completed", jobs, err)
+	}
+	if none, err := s.PipelineStepJobs(ctx, "nope"); err != nil || none == nil || len(none) != 0 {
+		t.Errorf("PipelineStepJobs of no pipeline = %v, %v; want empty", none, err)
+	}
 }
