@@ -120,7 +120,9 @@ func stepSpec(rec store.Job, p *spec.PipelineJob, n string, comp *spec.Component
 		j.ExperimentName = rec.DisplayName
 	}
 	for k, v := range st.Tags {
-		j.Tags[k] = v
+		if k != "ferry.pipeline" && k != "ferry.step" { // the step's own mark stays
+			j.Tags[k] = v
+		}
 	}
 	for k, v := range st.EnvironmentVariables {
 		if j.EnvironmentVariables == nil {
@@ -206,7 +208,11 @@ func (s *Service) startStep(ctx context.Context, rec store.Job, p *spec.Pipeline
 	}
 	key := stepReuseKey(comp, j, in.snaps, envJSON)
 	if existing, err := s.st.GetJob(ctx, name); err == nil {
-		// Made by a pass that ended (a server killed) before recording it.
+		// Made by a pass that ended (a server killed) before recording
+		// it, unless another job took the name first.
+		if !isStepOf(existing, rec.Name, n) {
+			return stepJob{}, "", Conflict("a job named %s exists that is not this pipeline's step %s; give the pipeline another name", name, n)
+		}
 		return stepJob{Job: existing, reuseKey: key}, "", nil
 	}
 	if !p.ForceRerun(n) {
@@ -234,7 +240,19 @@ func (s *Service) startStep(ctx context.Context, rec store.Job, p *spec.Pipeline
 		}
 		return stepJob{}, "", gerr
 	}
+	if !isStepOf(made, rec.Name, n) {
+		return stepJob{}, "", Conflict("a job named %s exists that is not this pipeline's step %s; give the pipeline another name", name, n)
+	}
 	return stepJob{Job: made, reuseKey: key}, "", nil
+}
+
+// isStepOf says whether a stored job is step n of pipeline, by the tags
+// its spec carries.
+func isStepOf(j store.Job, pipeline, n string) bool {
+	var sp struct {
+		Tags map[string]string `json:"tags"`
+	}
+	return json.Unmarshal(j.Spec, &sp) == nil && sp.Tags["ferry.pipeline"] == pipeline && sp.Tags["ferry.step"] == n
 }
 
 // reuseStep makes step j's job Completed at once with the outputs of job
