@@ -58,7 +58,9 @@ func ParseBinding(s string) (b Binding, ok bool, err error) {
 		return Binding{}, true, fmt.Errorf("%s is not a binding Ferry knows: write ${{parent.inputs.NAME}}, ${{parent.jobs.STEP.outputs.NAME}} or ${{parent.outputs.NAME}}", quote(t))
 	}
 	if strings.Contains(inner, "{{") || strings.Contains(inner, "}}") {
-		return bad()
+		// Several expressions in one value: a literal, whose
+		// ${{parent.inputs.NAME}} are replaced by their values.
+		return Binding{}, false, nil
 	}
 	parts := strings.Split(inner, ".")
 	for i, p := range parts {
@@ -154,4 +156,21 @@ func commandRefs(command string) (inputs map[string]bool, outputs map[string]boo
 	}
 	note(rest, false)
 	return inputs, outputs, bad
+}
+
+// ExpandParentInputs replaces the ${{parent.inputs.NAME}} written inside
+// a longer literal (a step input "run_${{parent.inputs.tag}}") with the
+// value value gives for NAME; expressions it gives none for stay as
+// written.
+func ExpandParentInputs(s string, value func(name string) (string, bool)) string {
+	return exprRe().ReplaceAllStringFunc(s, func(m string) string {
+		b, ok, err := ParseBinding(m)
+		if !ok || err != nil || b.Kind != BindParentInput {
+			return m
+		}
+		if v, ok := value(b.Name); ok {
+			return v
+		}
+		return m
+	})
 }

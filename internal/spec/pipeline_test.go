@@ -126,6 +126,15 @@ command: echo ${{inputs.opt}} ${{inputs.nope}}
 	}
 }
 
+func TestExpandParentInputs(t *testing.T) {
+	got := ExpandParentInputs("run_${{parent.inputs.tag}}_${{ parent.inputs.nope }}_${{parent.jobs.a.outputs.b}}", func(n string) (string, bool) {
+		return "v1", n == "tag"
+	})
+	if want := "run_v1_${{ parent.inputs.nope }}_${{parent.jobs.a.outputs.b}}"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
 func TestExpandOptional(t *testing.T) {
 	cmd := "run $[[--a ${{inputs.a}}]] $[[--b ${{inputs.b}}]] --c ${{inputs.c}}"
 	got := ExpandOptional(cmd, func(n string) bool { return n != "b" })
@@ -160,8 +169,10 @@ func TestParseBinding(t *testing.T) {
 			t.Errorf("%q: ok=%v err=%v, want an error", in, ok, err)
 		}
 	}
-	if _, ok, _ := ParseBinding("plain"); ok {
-		t.Error("plain text read as a binding")
+	for _, in := range []string{"plain", "${{parent.inputs.a}}_${{parent.inputs.b}}"} {
+		if _, ok, err := ParseBinding(in); ok || err != nil {
+			t.Errorf("%q read as a binding (%v)", in, err)
+		}
 	}
 }
 

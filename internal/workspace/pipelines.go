@@ -78,6 +78,9 @@ func (s *Service) SubmitPipeline(ctx context.Context, who auth.Principal, sub Pi
 	if err := p.Validate(); err != nil {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
 	}
+	if err := s.serverlessSteps(ctx, p); err != nil {
+		return nil, err
+	}
 	name := p.Name
 	if name == "" {
 		name = newJobName()
@@ -138,6 +141,40 @@ func (s *Service) SubmitPipeline(ctx context.Context, who auth.Principal, sub Pi
 	s.changed(name)
 	s.kickPipelines()
 	return s.jobViewWith(created, nil)
+}
+
+// serverlessSteps reads Azure's compute name serverless (azureml:serverless,
+// which Azure's files give as a pipeline's or a step's compute) as no
+// compute: such a step runs where a command job without compute: does
+// (on the serverless cluster of its resources.instance_type, else on
+// local), unless the workspace has a compute of that name.
+func (s *Service) serverlessSteps(ctx context.Context, p *spec.PipelineJob) error {
+	const name = "serverless"
+	isServerless := func(c string) bool { return strings.TrimPrefix(c, "azureml:") == name }
+	uses := isServerless(p.Compute) || (p.Settings != nil && isServerless(p.Settings.DefaultCompute))
+	for _, st := range p.Jobs {
+		uses = uses || isServerless(st.Compute)
+	}
+	if !uses {
+		return nil
+	}
+	if _, err := s.st.GetCompute(ctx, name); err == nil {
+		return nil
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	if isServerless(p.Compute) {
+		p.Compute = ""
+	}
+	if p.Settings != nil && isServerless(p.Settings.DefaultCompute) {
+		p.Settings.DefaultCompute = ""
+	}
+	for _, st := range p.Jobs {
+		if isServerless(st.Compute) {
+			st.Compute = ""
+		}
+	}
+	return nil
 }
 
 // knownInputKey says whether an input snapshot's key names a data input

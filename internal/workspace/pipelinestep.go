@@ -65,7 +65,12 @@ func bindStepInputs(p *spec.PipelineJob, snaps map[string]string, n string, comp
 				literal(k, *ci.Default)
 			}
 		case si.Value != nil:
-			literal(k, *si.Value)
+			literal(k, spec.ExpandParentInputs(*si.Value, func(name string) (string, bool) {
+				if pi, ok := p.Inputs[name]; ok && pi.IsLiteral() {
+					return *pi.Value, true
+				}
+				return "", false
+			}))
 		case si.Binding != nil && si.Binding.Kind == spec.BindParentInput:
 			pi, ok := p.Inputs[si.Binding.Name]
 			switch {
