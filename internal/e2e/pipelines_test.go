@@ -388,3 +388,40 @@ func TestPipelineExample(t *testing.T) {
 		t.Errorf("downloaded report: %q, %v", got, err)
 	}
 }
+
+func TestComponentVersions(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	comp := "name: greet\ntype: command\ninputs:\n  who: {type: string, default: world}\ncode: ./src\ncommand: sh greet.sh ${{inputs.who}}\n"
+	writeFiles(t, dir, map[string]string{"greet.yml": comp, "src/greet.sh": "echo hello $1\n"})
+	file := filepath.Join(dir, "greet.yml")
+	mustContain(t, "first", s.mustFerry("component", "create", "-f", file).stdout, "azureml:greet:1")
+	// The same content again is the same version, and sends nothing.
+	r := s.mustFerry("component", "create", "-f", file)
+	mustContain(t, "again", r.stdout, "azureml:greet:1")
+	mustContain(t, "again, uploads", r.stderr, "nothing to upload")
+	// Changed code is the next version; a version never changes.
+	writeFiles(t, dir, map[string]string{"src/greet.sh": "echo hi $1\n"})
+	mustContain(t, "changed", s.mustFerry("component", "create", "-f", file).stdout, "azureml:greet:2")
+	r = s.ferry("component", "create", "-f", file, "--version", "1")
+	if r.code == 0 || !strings.Contains(r.stderr, "versions do not change") {
+		t.Errorf("other content under version 1: %s", r)
+	}
+	mustContain(t, "show latest", s.mustFerry("component", "show", "greet").stdout, "azureml:greet:2", "input who:", "default world")
+	mustContain(t, "show version", s.mustFerry("component", "show", "greet", "--version", "1").stdout, "azureml:greet:1")
+	r = s.ferry("component", "show", "gret")
+	if r.code == 0 || !strings.Contains(r.stderr, "did you mean greet") {
+		t.Errorf("a misspelled component: %s", r)
+	}
+	// A pipeline names it by version and by @latest.
+	pipe := jobFile(t, `type: pipeline
+jobs:
+  old:
+    component: azureml:greet:1
+  new:
+    component: azureml:greet@latest
+    inputs: {who: ferry}
+`, nil)
+	r = s.mustFerry("job", "create", "-f", pipe, "--name", "greetings", "--stream")
+	mustContain(t, "versions run", r.stdout, "[old] hello world", "[new] hi ferry")
+}
