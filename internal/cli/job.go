@@ -96,6 +96,9 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 	if err != nil {
 		return nil, err
 	}
+	if spec.IsPipelineFile(data) {
+		return a.createPipeline(ctx, c, o, data)
+	}
 	sets := o.sets
 	if o.name != "" {
 		sets = append(sets, "name="+o.name)
@@ -302,6 +305,8 @@ func (a *app) follow(ctx context.Context, c *client.Client, name string, submitt
 	defer stop()
 	if j, err := c.GetJob(sctx, name); err == nil && j.Sweep != nil {
 		return a.followSweep(sctx, c, name)
+	} else if err == nil && j.Pipeline != nil {
+		return a.followPipeline(sctx, c, name)
 	}
 	wctx, stopWatching := context.WithCancel(sctx)
 	defer stopWatching()
@@ -454,7 +459,9 @@ func showJob(w *tabwriter.Writer, j *workspace.Job) {
 	if j.CancelRequestedBy != "" {
 		fmt.Fprintf(w, "canceled by:\t%s\n", j.CancelRequestedBy)
 	}
-	if j.Sweep == nil { // a sweep has no compute or attempt of its own: its trials have
+	if j.Pipeline != nil {
+		fmt.Fprintf(w, "compute:\t- (a pipeline: each step runs on its own)\n")
+	} else if j.Sweep == nil { // a sweep has no compute or attempt of its own: its trials have
 		fmt.Fprintf(w, "compute:\t%s\n", j.Compute)
 		fmt.Fprintf(w, "attempt:\t%d\n", j.Attempt)
 	}
@@ -470,6 +477,9 @@ func showJob(w *tabwriter.Writer, j *workspace.Job) {
 	}
 	if j.Sweep != nil {
 		showSweep(w, j)
+	}
+	if j.Pipeline != nil {
+		showPipeline(w, j)
 	}
 	for _, k := range slices.Sorted(maps.Keys(j.Metrics)) {
 		fmt.Fprintf(w, "metric %s:\t%g\n", k, j.Metrics[k])
@@ -613,6 +623,9 @@ func download(ctx context.Context, c *client.Client, name, dir, only string) ([]
 	}
 	if !workspace.IsTerminal(j.Status) {
 		return nil, fmt.Errorf("job %s is %s; its outputs can be downloaded once it has ended", name, j.Status)
+	}
+	if j.Pipeline != nil {
+		return downloadPipeline(ctx, c, j, dir, only)
 	}
 	out, err := c.Outputs(ctx, name)
 	if err != nil {

@@ -131,6 +131,7 @@ starting its server in the background when none is running.`,
 	root.AddCommand(a.serverCmd(), a.runnerCmd(), a.quickstartCmd(), a.jobCmd(), a.computeCmd(), a.environmentCmd(), a.sizeCmd(), a.quotaCmd(), a.agentCmd(), a.probeCmd(), a.versionCmd())
 	root.AddCommand(a.modelCmd(), a.dataCmd())
 	root.AddCommand(a.scheduleCmd())
+	root.AddCommand(a.modelCmd(), a.dataCmd(), a.componentCmd())
 	root.AddCommand(a.onlineEndpointCmd(), a.onlineDeploymentCmd())
 	root.AddCommand(a.batchEndpointCmd(), a.batchDeploymentCmd())
 	a.addCompletions(root)

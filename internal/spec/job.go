@@ -253,10 +253,12 @@ func typeProblem(t string) string {
 	switch t {
 	case "command", "sweep":
 		return ""
-	case "pipeline", "spark", "automl", "parallel":
-		return fmt.Sprintf("only command and sweep jobs are supported; %s jobs are not supported yet", t)
+	case "pipeline":
+		return "a pipeline job is read by ParsePipelineJob and submitted to POST /v1/pipeline-jobs (`ferry job create -f` does both)"
+	case "spark", "automl", "parallel":
+		return fmt.Sprintf("only command, sweep and pipeline jobs are supported; %s jobs are not supported yet", t)
 	}
-	return fmt.Sprintf("must be command or sweep (pipeline jobs are not supported yet), got %s", quote(t))
+	return fmt.Sprintf("must be command, sweep or pipeline, got %s", quote(t))
 }
 
 // validateCommand checks the command and its ${{...}} expressions.

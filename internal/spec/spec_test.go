@@ -275,7 +275,8 @@ func TestJobRulesReject(t *testing.T) {
 		{"list for an environment", valid + "environment: [x]\n", "environment", []string{"reference"}},
 		{"non-scalar key", valid + "tags: {[a]: b}\n", "tags", []string{"plain names"}},
 		// type
-		{"pipeline", "type: pipeline\njobs: {}\n", "type", []string{"only command and sweep jobs are supported", "pipeline"}},
+		{"pipeline", "type: pipeline\njobs: {}\n", "type", []string{"a pipeline job is read by ParsePipelineJob", "/v1/pipeline-jobs"}},
+		{"spark", "type: spark\n" + valid, "type", []string{"only command, sweep and pipeline jobs are supported", "spark"}},
 		{"sweep with a command job's fields", "type: sweep\n" + valid, "command", []string{"goes under trial"}},
 		{"other type", "type: batch\n" + valid, "type", []string{"must be command", `"batch"`}},
 		// command

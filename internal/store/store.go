@@ -114,6 +114,34 @@ type DataAsset struct {
 	Created     time.Time
 }
 
+// Component is one version of a registered command component. Spec is
+// the component as JSON, opaque to the store; CodeSnapshot its uploaded
+// code; Hash its content digest.
+type Component struct {
+	Name         string
+	Version      string
+	Description  string
+	Spec         json.RawMessage
+	CodeSnapshot string
+	Hash         string
+	Created      time.Time
+}
+
+// PipelineStep is one step of a pipeline job (Pipeline, the parent job's
+// name). Job is the step's own job, "" until it is made; ReuseKey what
+// it ran (for reuse by later steps); ReusedFrom the job whose outputs a
+// reused step took; State and Reason are those of a step that never got
+// a job (skipped, canceled, refused at submit), "" otherwise.
+type PipelineStep struct {
+	Pipeline   string
+	Step       string
+	Job        string
+	ReuseKey   string
+	ReusedFrom string
+	State      string
+	Reason     string
+}
+
 // Endpoint is an online endpoint. Spec is its file as JSON, opaque to the
 // store; State its provisioning state. PrimaryKey and SecondaryKey are
 // sealed by the workspace before they reach the store, which keeps them as
@@ -454,6 +482,37 @@ type Store interface {
 	// ErrNotFound if there is none. Setting the state it has is not an
 	// error.
 	SetDataArchived(ctx context.Context, name, version string, archived bool) (DataAsset, error)
+
+	// CreateComponent stores a version of a command component;
+	// ErrConflict if that name and version exist.
+	CreateComponent(ctx context.Context, c Component) error
+	// GetComponent returns one version; ErrNotFound if there is none.
+	GetComponent(ctx context.Context, name, version string) (Component, error)
+	// ListComponents returns every version of the named component, or of
+	// all components when name is empty, ordered by name and then by
+	// registration.
+	ListComponents(ctx context.Context, name string) ([]Component, error)
+
+	// CreatePipelineJob is CreateJob for a pipeline job's parent, with
+	// its steps stored in the same transaction (their Pipeline fields are
+	// ignored: they are j's).
+	CreatePipelineJob(ctx context.Context, j Job, first Event, steps []PipelineStep) (Job, error)
+	// ListPipelineSteps returns a pipeline's steps in the order they were
+	// stored; empty for a job that is no pipeline.
+	ListPipelineSteps(ctx context.Context, pipeline string) ([]PipelineStep, error)
+	// PipelineStepJobs returns the jobs of a pipeline's steps that have
+	// one, in one read, keyed by job name; empty (not nil) when none has.
+	PipelineStepJobs(ctx context.Context, pipeline string) (map[string]Job, error)
+	// UpdatePipelineStep replaces a step's job, reuse key, reused_from,
+	// state and reason; ErrNotFound if there is no such step.
+	UpdatePipelineStep(ctx context.Context, st PipelineStep) error
+	// ActivePipelines returns the names of the pipeline jobs that have not
+	// ended (their parent's status is not Completed, Failed or Canceled),
+	// in submit order.
+	ActivePipelines(ctx context.Context) ([]string, error)
+	// ReusableStep returns the job of the newest step stored with reuse
+	// key key whose job Completed; ErrNotFound if there is none.
+	ReusableStep(ctx context.Context, key string) (string, error)
 
 	// CreateEndpoint stores an online endpoint; ErrConflict if the name
 	// is taken.

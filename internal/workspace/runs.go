@@ -44,6 +44,7 @@ func (s *Service) Run(ctx context.Context) {
 		defer tick.Stop()
 		s.loop(ctx, nil, tick.C, loopPass{name: "engine reconcile", run: s.reconcileEngines})
 	})
+	wg.Go(func() { s.pipelineRun(ctx) })
 	wg.Go(func() {
 		tick := time.NewTicker(deployTick)
 		defer tick.Stop()
@@ -350,6 +351,9 @@ func (s *Service) expireLeases(ctx context.Context) error {
 	}
 	now := s.now()
 	for _, j := range active {
+		if j.Compute == "" {
+			continue // a pipeline job: its steps have the runners
+		}
 		s.mu.Lock()
 		last, ok := s.heartbeats[j.Name]
 		s.mu.Unlock()

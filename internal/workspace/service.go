@@ -137,6 +137,8 @@ type Service struct {
 	kickPools chan struct{} // wakes the pool loop
 
 	kickDeploy chan struct{} // wakes the deployment controller (deployctl.go)
+	kickPipe   chan struct{} // wakes the pipeline loop (pipelines.go)
+	pipes      pipelineSteps // the jobs of pipelines under way (pipelines.go)
 	deployCtl  *deployCtl
 
 	kickSchedules chan struct{} // wakes the schedule loop (schedules.go)
@@ -237,7 +239,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, st: cfg.Store, blobs: cfg.Blobs, logs: logs, log: cfg.Log, now: cfg.Now,
-		kick: make(chan struct{}, 1), kickPools: make(chan struct{}, 1), kickDeploy: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), kickPools: make(chan struct{}, 1), kickDeploy: make(chan struct{}, 1), kickPipe: make(chan struct{}, 1),
 		targets:    map[string]compute.Target{},
 		waiters:    map[string]chan struct{}{},
 		heartbeats: map[string]time.Time{},
@@ -295,6 +297,7 @@ func (s *Service) changed(job string) {
 		s.kickDeployments()
 	}
 	s.kickSweeps()
+	s.pipelineJobChanged(job)
 }
 
 // wakeDispatcher asks for a dispatch pass: a job was queued or a slot freed.
@@ -717,6 +720,11 @@ func (s *Service) GetJob(ctx context.Context, name string, history bool) (*Job, 
 	if err != nil {
 		return nil, err
 	}
+	if v.Pipeline != nil {
+		if err := s.pipelineView(ctx, rec, v); err != nil {
+			return nil, err
+		}
+	}
 	if history {
 		evs, err := s.st.ListEvents(ctx, name)
 		if err != nil {
@@ -768,7 +776,14 @@ func (s *Service) jobViewWith(rec store.Job, latest map[string]store.Metric) (*J
 		v.Unreadable = append(v.Unreadable, part+": "+err.Error())
 	}
 	var j spec.Job
-	if err := json.Unmarshal(rec.Spec, &j); err != nil {
+	if isPipeline(rec) {
+		var p spec.PipelineJob
+		if err := json.Unmarshal(rec.Spec, &p); err != nil {
+			unreadable("pipeline spec", err)
+		} else {
+			v.Pipeline = &p
+		}
+	} else if err := json.Unmarshal(rec.Spec, &j); err != nil {
 		unreadable("spec", err)
 	} else {
 		v.Spec = &j
@@ -821,7 +836,7 @@ func (s *Service) ListJobs(ctx context.Context, f store.JobFilter) ([]*Job, erro
 		if err != nil {
 			return nil, err
 		}
-		v.Spec = nil
+		v.Spec, v.Pipeline = nil, nil
 		out = append(out, v)
 	}
 	return out, nil

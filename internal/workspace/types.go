@@ -50,6 +50,10 @@ type Job struct {
 	Environment       *environment.Spec  `json:"environment,omitempty"`
 	Outputs           *Outputs           `json:"outputs,omitempty"`
 	Spec              *spec.Job          `json:"spec,omitempty"`
+	// Pipeline is a pipeline job's spec (Spec is nil), and Steps its
+	// steps (in GetJob's view, not in lists).
+	Pipeline *spec.PipelineJob `json:"pipeline,omitempty"`
+	Steps    []PipelineStep    `json:"steps,omitempty"`
 	// Unreadable names the stored parts of a damaged record that could
 	// not be read, and why; they are left out of the view.
 	Unreadable []string `json:"unreadable,omitempty"`

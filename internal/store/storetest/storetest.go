@@ -129,6 +129,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 
 		{"Schedule/CRUD", testScheduleCRUD},
 		{"Schedule/FireOnce", testScheduleFireOnce},
+		{"Component/CreateGetList", testComponentCreateGetList},
+		{"Pipeline/Steps", testPipelineSteps},
+		{"Pipeline/Reuse", testPipelineReuse},
 
 		{"Endpoint/CreateGet", testEndpointCreateGet},
 		{"Endpoint/Conflict", testEndpointConflict},
