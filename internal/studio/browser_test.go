@@ -1,0 +1,293 @@
+package studio_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/ferry-ml/ferry/internal/testutil"
+)
+
+// browser is a headless Chromium driven by chromedp, ended with the test.
+type browser struct {
+	ctx   context.Context
+	shots string // where screenshots go
+	t     *testing.T
+}
+
+// newBrowser starts Debian's chromium headless with a profile of its
+// own; when the test ends it is closed and the test fails if any process
+// of that profile is left.
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	exe := testutil.RequireChromium(t)
+	profile := t.TempDir()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.UserDataDir(profile), chromedp.WindowSize(1280, 900),
+		chromedp.Flag("disable-dev-shm-usage", true))
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox) // Chromium's sandbox refuses to run as root
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		cancelBrowser()
+		cancelAlloc()
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			var left []string
+			for _, p := range testutil.Procs() {
+				if strings.Contains(p.CmdLine(), profile) {
+					left = append(left, p.CmdLine())
+				}
+			}
+			if len(left) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("chromium processes of the test's profile are still running after it was closed: %v", left)
+				return
+			}
+		}
+	})
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("starting chromium: %v", err)
+	}
+	shots := t.ArtifactDir()
+	t.Logf("screenshots in %s", shots)
+	return &browser{ctx: ctx, shots: shots, t: t}
+}
+
+// run runs actions with a deadline, failing the test with what.
+func (b *browser) run(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	get(b, what, chromedp.Steps(actions...))
+}
+
+// get runs one action that gives a value, with a deadline, failing the
+// test with what and the page it was on.
+func get[T any](b *browser, what string, a chromedp.Action[T]) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		url, _ := chromedp.Run(b.ctx, chromedp.Location())
+		body, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+		b.t.Fatalf("%s: %v\n(page %s:\n%s)", what, err, url, body)
+	}
+	return v
+}
+
+// screenshot saves the whole page as NAME.png among the test's artifacts.
+func (b *browser) screenshot(name string) {
+	b.t.Helper()
+	png := get(b, "screenshot "+name, chromedp.FullScreenshot(100))
+	path := filepath.Join(b.shots, name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// signIn signs in through the sign-in form with the server's owner token.
+func (b *browser) signIn(s *testServer) {
+	b.t.Helper()
+	b.run("open the sign-in page", chromedp.Navigate(s.url+"/studio/"), chromedp.WaitVisible(chromedp.ID("token")))
+	b.screenshot("signin")
+	b.run("sign in",
+		chromedp.SendKeys(chromedp.ID("token"), s.token),
+		chromedp.Submit(chromedp.ID("token")),
+		chromedp.WaitVisible(chromedp.ID("computes")))
+}
+
+// textOf is the text of the element that the CSS selector sel finds.
+func (b *browser) textOf(sel string) string {
+	b.t.Helper()
+	return get(b, "read "+sel, chromedp.Text(chromedp.CSS(sel)))
+}
+
+// eval evaluates a JavaScript expression in the page.
+func eval[T any](b *browser, expr string) T {
+	b.t.Helper()
+	return get(b, "evaluate "+expr, chromedp.Evaluate[T](expr))
+}
+
+// Sign in, create a cluster from the form and see it in the list; a bad
+// value shows its error beside its field.
+func TestStudioComputeInBrowser(t *testing.T) {
+	s := startServer(t)
+	b := newBrowser(t)
+	b.signIn(s)
+	b.screenshot("compute-empty")
+
+	b.run("open the create-cluster form", chromedp.Navigate(s.url+"/studio/compute/new"), chromedp.WaitVisible(chromedp.ID("name")))
+	if opts := b.textOf("#size"); !strings.Contains(opts, "Standard_DS3_v2 — 4 cores") || !strings.Contains(opts, "cores left") {
+		t.Errorf("the size list does not show cores and the quota left: %q", opts)
+	}
+	b.screenshot("compute-new")
+
+	// A maximum below the minimum: the API's error, beside max_instances.
+	b.run("send a bad form",
+		chromedp.SetValue(chromedp.ID("name"), "gpu-pool"),
+		chromedp.SetValue(chromedp.ID("min_instances"), "3"),
+		chromedp.SetValue(chromedp.ID("max_instances"), "1"),
+		chromedp.Submit(chromedp.ID("name")),
+		chromedp.WaitVisible(chromedp.ID("max_instances-error")))
+	if msg := b.textOf("#max_instances-error"); !strings.Contains(msg, "must be ≥ min_instances") {
+		t.Errorf("max_instances' error says %q, want the API's 'must be ≥ min_instances'", msg)
+	}
+	beside := eval[bool](b, `document.getElementById("max_instances").parentElement.contains(document.getElementById("max_instances-error"))`)
+	described := eval[bool](b, `document.getElementById("max_instances").getAttribute("aria-describedby").split(" ").includes("max_instances-error")`)
+	invalid := eval[bool](b, `document.getElementById("max_instances").getAttribute("aria-invalid") === "true"`)
+	if !beside || !described || !invalid {
+		t.Errorf("the error is beside its field %v, named by its aria-describedby %v, field marked invalid %v; want all", beside, described, invalid)
+	}
+	kept := get(b, "read what was kept", chromedp.Value(chromedp.ID("name")))
+	if kept != "gpu-pool" {
+		t.Errorf("the form lost what was typed: name is %q", kept)
+	}
+	b.screenshot("compute-new-error")
+	if _, err := s.client().GetCompute(context.Background(), "gpu-pool"); err == nil {
+		t.Fatal("a form the API refused made the compute")
+	}
+
+	// A good form: the cluster's page, then the list shows it.
+	b.run("send a good form",
+		chromedp.SetValue(chromedp.ID("min_instances"), "0"),
+		chromedp.SetValue(chromedp.ID("max_instances"), "2"),
+		chromedp.SetValue(chromedp.ID("size"), "Standard_DS2_v2"),
+		chromedp.Submit(chromedp.ID("name")),
+		chromedp.WaitVisible(chromedp.ID("compute-state")))
+	if st := b.textOf("#compute-state"); st != "Succeeded" {
+		t.Errorf("the new cluster's state is %q, want Succeeded", st)
+	}
+	b.screenshot("compute-detail")
+	b.run("open the compute list", chromedp.Navigate(s.url+"/studio/compute"), chromedp.WaitVisible(chromedp.CSS(`tr[data-compute="gpu-pool"]`)))
+	row := b.textOf(`tr[data-compute="gpu-pool"]`)
+	for _, want := range []string{"amlcompute", "Standard_DS2_v2", "0 / 0 / 2", "dedicated", "scale down after 120 s"} {
+		if !strings.Contains(row, want) {
+			t.Errorf("the list's row for gpu-pool %q lacks %q", row, want)
+		}
+	}
+	b.screenshot("compute")
+	c, err := s.client().GetCompute(context.Background(), "gpu-pool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Size != "Standard_DS2_v2" || *c.MaxNodes != 2 || *c.MinNodes != 0 {
+		t.Errorf("the form made %s with size %s, min %d, max %d; want Standard_DS2_v2, 0, 2", c.Name, c.Size, *c.MinNodes, *c.MaxNodes)
+	}
+}
+
+// trainPy logs a loss curve with its run token, then waits for the test
+// to let it print one more line, then runs until it is canceled.
+const trainPy = `
+import json, os, sys, time, urllib.request
+def post(body):
+    req = urllib.request.Request(os.environ["FERRY_API_URL"] + "/v1/jobs/" + os.environ["FERRY_JOB_ID"] + "/metrics",
+        data=json.dumps(body).encode(), method="POST",
+        headers={"Authorization": "Bearer " + os.environ["FERRY_RUN_TOKEN"], "Content-Type": "application/json"})
+    urllib.request.urlopen(req)
+for step in range(8):
+    post({"name": "loss", "value": 2.0 / (step + 1), "step": step})
+    print("epoch", step, "loss", 2.0 / (step + 1), flush=True)
+print("metrics logged", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+print("the line after the go-ahead", flush=True)
+time.sleep(600)
+`
+
+// Submit a job with the CLI, watch its log lines arrive in the open page
+// (server-sent events, no reload), see its metric chart, cancel it from
+// the page.
+func TestStudioJobInBrowser(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	goAhead := filepath.Join(s.work, "go-ahead")
+	if err := os.WriteFile(filepath.Join(dir, "train.py"), []byte(trainPy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job := "code: .\ncommand: python3 train.py " + goAhead + "\ncompute: local\nexperiment_name: studio-test\n"
+	if err := os.WriteFile(filepath.Join(dir, "job.yml"), []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t)
+	s.ferry(t, "job", "create", "-f", filepath.Join(dir, "job.yml"), "--name", "studio-job-1")
+
+	// The chart is drawn when the page is served: wait for the metrics.
+	c := s.client()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ms, err := c.Metrics(context.Background(), "studio-job-1", "loss")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 8 {
+			break
+		}
+		if time.Now().After(deadline) {
+			j, _ := c.GetJob(context.Background(), "studio-job-1")
+			t.Fatalf("the job logged %d of 8 metric values in 60 s (job %+v)", len(ms), j)
+		}
+	}
+
+	b.signIn(s)
+	b.run("open the job list", chromedp.Navigate(s.url+"/studio/jobs?experiment=studio-test"), chromedp.WaitVisible(chromedp.CSS(`tr[data-job="studio-job-1"]`)))
+	b.screenshot("jobs")
+	b.run("open the job page",
+		chromedp.Click(chromedp.CSS(`tr[data-job="studio-job-1"] a`)),
+		chromedp.WaitVisible(chromedp.ID("log")),
+		chromedp.Poll[chromedp.Void](`document.getElementById("log").textContent.includes("metrics logged")`, chromedp.WithPollingTimeout(30*time.Second)))
+
+	points := eval[int](b, `document.querySelector('figure.chart[data-metric="loss"] svg polyline').getAttribute("points").trim().split(" ").length`)
+	if points != 8 {
+		t.Errorf("the loss chart has %d points, want 8", points)
+	}
+
+	// The go-ahead makes the job print a line; the open page shows it
+	// without being loaded again (the marker set on it survives).
+	eval[bool](b, `window.studioTestMarker = "same page"; true`)
+	if err := os.WriteFile(goAhead, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.run("wait for the live line",
+		chromedp.Poll[chromedp.Void](`document.getElementById("log").textContent.includes("the line after the go-ahead")`, chromedp.WithPollingTimeout(30*time.Second)))
+	marker := eval[string](b, `window.studioTestMarker || ""`)
+	if marker != "same page" {
+		t.Error("the page was loaded again: the log line should have come over the open event stream")
+	}
+	if st := b.textOf("#live-state"); !strings.Contains(st, "live") {
+		t.Errorf("the live log's state says %q, want it following live", st)
+	}
+	b.screenshot("job-running")
+
+	// Cancel from the page.
+	b.run("cancel", chromedp.Click(chromedp.ID("cancel")), chromedp.WaitVisible(chromedp.ID("message")))
+	if msg := b.textOf("#message"); !strings.Contains(msg, "cancel asked") {
+		t.Errorf("after cancel the page says %q", msg)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		j, err := c.GetJob(context.Background(), "studio-job-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Status == "Canceled" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job is %s 60 s after cancel from the page", j.Status)
+		}
+	}
+	b.run("reload the job page", chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("job-status")))
+	if st := b.textOf("#job-status"); st != "Canceled" {
+		t.Errorf("the job page says %q after the cancel, want Canceled", st)
+	}
+	if tl := b.textOf("#timeline"); !strings.Contains(tl, "Running") || !strings.Contains(tl, "Canceled") {
+		t.Errorf("the status timeline %q lacks Running or Canceled", tl)
+	}
+	b.screenshot("job")
+}

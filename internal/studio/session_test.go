@@ -1,0 +1,153 @@
+package studio_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/ferry-ml/ferry/internal/client"
+)
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// A request without the session cookie, or a form without this session's
+// CSRF token, is refused and changes nothing; sign-in sets an HttpOnly,
+// SameSite=Strict cookie only for a token the API takes; no page shows
+// the token.
+func TestStudioRefusesWithoutSessionOrCSRF(t *testing.T) {
+	s := startServer(t)
+	hc := noRedirects(t)
+	ctx := context.Background()
+	createForm := url.Values{"name": {"cpu-cluster"}, "size": {"Standard_DS3_v2"}, "min_instances": {"0"}, "max_instances": {"2"},
+		"idle_time_before_scale_down": {"120"}, "tier": {"dedicated"}}
+
+	// No cookie: pages send the browser to sign in; forms are refused.
+	resp, err := hc.Get(s.url + "/studio/jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/studio/signin") {
+		t.Errorf("GET /studio/jobs without a cookie: %s to %q, want 303 to /studio/signin", resp.Status, resp.Header.Get("Location"))
+	}
+	resp, err = hc.PostForm(s.url+"/studio/compute", createForm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "sign in first") {
+		t.Errorf("POST /studio/compute without a cookie: %s %q, want 403 saying to sign in", resp.Status, body)
+	}
+
+	// A wrong token: no cookie, and the page says why.
+	resp, err = hc.PostForm(s.url+"/studio/signin", url.Values{"token": {"fry_not-a-token"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "not valid for this workspace") || len(resp.Cookies()) != 0 {
+		t.Errorf("sign-in with a wrong token: %s, cookies %v; want 401, no cookie and the reason", resp.Status, resp.Cookies())
+	}
+
+	// The owner's token: a session cookie, HttpOnly and SameSite=Strict.
+	resp, err = hc.PostForm(s.url+"/studio/signin", url.Values{"token": {s.token}, "next": {"/studio/jobs"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/studio/jobs" {
+		t.Fatalf("sign-in: %s to %q, want 303 to /studio/jobs", resp.Status, resp.Header.Get("Location"))
+	}
+	cs := resp.Cookies()
+	if len(cs) != 1 || !cs[0].HttpOnly || cs[0].SameSite != http.SameSiteStrictMode || cs[0].Path != "/studio/" {
+		t.Fatalf("sign-in cookies %+v, want one HttpOnly, SameSite=Strict cookie for /studio/", cs)
+	}
+
+	resp, err = hc.Get(s.url + "/studio/compute/new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := readAll(t, resp)
+	if strings.Contains(page, s.token) {
+		t.Error("the create-cluster page shows the session's token")
+	}
+	m := csrfRE.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("the create-cluster page has no CSRF field:\n%s", page)
+	}
+	csrf := m[1]
+
+	post := func(what string, form url.Values, origin string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest("POST", s.url+"/studio/compute", strings.NewReader(form.Encode()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		readAll(t, resp)
+		return resp
+	}
+	with := func(csrf string) url.Values {
+		f := url.Values{}
+		for k, v := range createForm {
+			f[k] = v
+		}
+		if csrf != "" {
+			f.Set("csrf", csrf)
+		}
+		return f
+	}
+	for _, tc := range []struct {
+		what   string
+		form   url.Values
+		origin string
+	}{
+		{"no CSRF token", with(""), ""},
+		{"a wrong CSRF token", with("AAAA" + csrf[4:]), ""},
+		{"another session's CSRF token", with("x" + csrf), ""},
+		{"the right CSRF token from another site", with(csrf), "https://evil.example"},
+	} {
+		if resp := post(tc.what, tc.form, tc.origin); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("POST /studio/compute with %s: %s, want 403", tc.what, resp.Status)
+		}
+	}
+	if _, err := s.client().GetCompute(ctx, "cpu-cluster"); client.StatusOf(err) != http.StatusNotFound {
+		t.Fatalf("after refused forms, GetCompute(cpu-cluster) = %v, want not found: a refused form created it", err)
+	}
+
+	// With the session's own token, the same form creates the cluster.
+	resp = post("the right CSRF token", with(csrf), s.url)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/studio/compute/cpu-cluster" {
+		t.Fatalf("POST /studio/compute with the session's CSRF token: %s to %q, want 303 to its page", resp.Status, resp.Header.Get("Location"))
+	}
+	c, err := s.client().GetCompute(ctx, "cpu-cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Size != "Standard_DS3_v2" || c.MaxNodes == nil || *c.MaxNodes != 2 {
+		t.Errorf("the form made %+v, want size Standard_DS3_v2 and max 2", c)
+	}
+
+	// Signing out ends the cookie.
+	resp, err = hc.PostForm(s.url+"/studio/signout", url.Values{"csrf": {csrf}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	resp, err = hc.Get(s.url + "/studio/compute")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("GET /studio/compute after sign-out: %s, want 303 to sign in", resp.Status)
+	}
+}
