@@ -291,3 +291,95 @@ func TestStudioJobInBrowser(t *testing.T) {
 	}
 	b.screenshot("job")
 }
+
+// scoreScript answers with a greeting and how many rows it was sent.
+const scoreScript = `import json, os
+
+def init():
+    print("score.py: init done", flush=True)
+
+def run(raw_data):
+    return {"greeting": "hello from " + os.environ.get("DEPLOYMENT", "?"), "n": len(json.loads(raw_data)["data"])}
+`
+
+// Change an endpoint's traffic split from the form (a bad split shows
+// the API's error beside the form) and invoke it from the test box; the
+// endpoint's keys never reach the page.
+func TestStudioEndpointInBrowser(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"endpoint.yml": "name: iris-ep\n",
+		"blue.yml":     "name: blue\ncode_configuration:\n  code: src\n  scoring_script: score.py\nenvironment_variables:\n  DEPLOYMENT: blue\n",
+		"green.yml":    "name: green\ncode_configuration:\n  code: src\n  scoring_script: score.py\nenvironment_variables:\n  DEPLOYMENT: green\n",
+		"src/score.py": scoreScript,
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.ferry(t, "online-endpoint", "create", "-f", filepath.Join(dir, "endpoint.yml"))
+	s.ferry(t, "online-deployment", "create", "-f", filepath.Join(dir, "blue.yml"), "-e", "iris-ep", "--local", "--all-traffic")
+	s.ferry(t, "online-deployment", "create", "-f", filepath.Join(dir, "green.yml"), "-e", "iris-ep", "--local")
+	t.Cleanup(func() { _ = s.client().DeleteOnlineEndpoint(context.Background(), "iris-ep") })
+
+	b := newBrowser(t)
+	b.signIn(s)
+	b.run("open the endpoints", chromedp.Navigate(s.url+"/studio/endpoints"), chromedp.WaitVisible(chromedp.CSS(`tr[data-endpoint="iris-ep"] a`)))
+	b.screenshot("endpoints")
+	b.run("open iris-ep", chromedp.Click(chromedp.CSS(`tr[data-endpoint="iris-ep"] a`)), chromedp.WaitVisible(chromedp.ID("traffic-form")))
+	if now := b.textOf("#traffic-now"); now != "blue 100 %" {
+		t.Errorf("the page says the traffic is %q, want blue 100 %%", now)
+	}
+
+	// 60 + 50 is not 100: the API's refusal, beside the form.
+	b.run("send a bad split",
+		chromedp.SetValue(chromedp.ID("traffic-blue"), "60"),
+		chromedp.SetValue(chromedp.ID("traffic-green"), "50"),
+		chromedp.Submit(chromedp.ID("traffic-blue")),
+		chromedp.WaitVisible(chromedp.ID("traffic-error")))
+	if msg := b.textOf("#traffic-error"); !strings.Contains(msg, "100") {
+		t.Errorf("the bad split's error says %q, want it to say the split must add up to 100", msg)
+	}
+	b.screenshot("endpoint-traffic-error")
+
+	b.run("send a good split",
+		chromedp.SetValue(chromedp.ID("traffic-blue"), "70"),
+		chromedp.SetValue(chromedp.ID("traffic-green"), "30"),
+		chromedp.Submit(chromedp.ID("traffic-blue")),
+		chromedp.WaitVisible(chromedp.ID("message")))
+	if now := b.textOf("#traffic-now"); now != "blue 70 %, green 30 %" {
+		t.Errorf("after the form the page says %q, want blue 70 %%, green 30 %%", now)
+	}
+	e, err := s.client().GetOnlineEndpoint(context.Background(), "iris-ep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Traffic["blue"] != 70 || e.Traffic["green"] != 30 {
+		t.Errorf("the API says the traffic is %v after the form, want blue 70, green 30", e.Traffic)
+	}
+
+	// The test box, to green.
+	b.run("invoke green",
+		chromedp.SetValue(chromedp.ID("test-body"), `{"data": [1, 2, 3]}`),
+		chromedp.SetValue(chromedp.ID("test-deployment"), "green"),
+		chromedp.Submit(chromedp.ID("test-body")),
+		chromedp.WaitVisible(chromedp.ID("test-answer")))
+	if ans := b.textOf("#test-answer"); !strings.Contains(ans, "hello from green") || !strings.Contains(ans, `"n": 3`) && !strings.Contains(ans, `"n":3`) {
+		t.Errorf("the test box's answer is %q, want green's greeting and n 3", ans)
+	}
+	b.screenshot("endpoint")
+	keys, err := s.client().GetEndpointCredentials(context.Background(), "iris-ep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	html := get(b, "read the page", chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+	for _, k := range []string{keys.PrimaryKey, keys.SecondaryKey, s.token} {
+		if k != "" && strings.Contains(html, k) {
+			t.Error("the endpoint page holds a secret (an endpoint key or the session token)")
+		}
+	}
+}

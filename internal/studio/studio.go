@@ -89,6 +89,11 @@ func New(o Options) (*Studio, error) {
 	s.mux.HandleFunc("GET /studio/jobs/{name}/events", s.page(s.jobLogEvents))
 	s.mux.HandleFunc("POST /studio/jobs/{name}/cancel", s.form(s.jobCancel))
 	s.mux.HandleFunc("GET /studio/blobs/{digest}", s.page(s.download))
+
+	s.mux.HandleFunc("GET /studio/endpoints", s.page(s.endpointList))
+	s.mux.HandleFunc("GET /studio/endpoints/{name}", s.page(s.endpointDetail))
+	s.mux.HandleFunc("POST /studio/endpoints/{name}/traffic", s.form(s.endpointTraffic))
+	s.mux.HandleFunc("POST /studio/endpoints/{name}/test", s.form(s.endpointTest))
 	s.mux.HandleFunc("/studio/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no studio page "+r.URL.Path+"; start at /studio/", http.StatusNotFound)
 	})
