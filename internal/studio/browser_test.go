@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -381,5 +382,63 @@ func TestStudioEndpointInBrowser(t *testing.T) {
 		if k != "" && strings.Contains(html, k) {
 			t.Error("the endpoint page holds a secret (an endpoint key or the session token)")
 		}
+	}
+}
+
+// Attach a machine (a real sshd on loopback) through the form: without a
+// host key the page shows the fingerprint the machine offers, to confirm;
+// confirming attaches it with that key pinned. The private key never
+// comes back in a page.
+func TestStudioAttachInBrowser(t *testing.T) {
+	sshd := testutil.StartSSHD(t)
+	s := startServer(t)
+	c := s.client()
+	t.Cleanup(func() { // detach: the agent stops and what Ferry put there goes
+		ctx := context.Background()
+		if err := c.DeleteCompute(ctx, "ssh-box"); err != nil {
+			return
+		}
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if _, err := c.GetCompute(ctx, "ssh-box"); err != nil {
+				return
+			}
+		}
+		t.Error("ssh-box was not detached within 60 s")
+	})
+	b := newBrowser(t)
+	b.signIn(s)
+	b.run("open the attach form", chromedp.Navigate(s.url+"/studio/compute"), chromedp.Click(chromedp.CSS(`a[href="/studio/compute/attach"]`)), chromedp.WaitVisible(chromedp.ID("address")))
+	key := strings.TrimSpace(string(sshd.ClientKey))
+	b.run("send the form without a host key",
+		chromedp.SetValue(chromedp.ID("name"), "ssh-box"),
+		chromedp.SetValue(chromedp.ID("address"), sshd.Address),
+		chromedp.SetValue(chromedp.ID("ssh_port"), strconv.Itoa(sshd.Port)),
+		chromedp.SetValue(chromedp.ID("admin_username"), sshd.User),
+		chromedp.SetValue(chromedp.ID("ssh_private_key"), key),
+		chromedp.Click(chromedp.ID("attach")),
+		chromedp.WaitVisible(chromedp.ID("offered-fingerprint")))
+	if got := b.textOf("#offered-fingerprint"); got != sshd.Fingerprint {
+		t.Errorf("the page offers the fingerprint %q to confirm, want the machine's %q", got, sshd.Fingerprint)
+	}
+	html := get(b, "read the page", chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+	if strings.Contains(html, "PRIVATE KEY") || strings.Contains(html, key[40:80]) {
+		t.Error("the confirmation page holds the private key that was sent")
+	}
+	if _, err := c.GetCompute(context.Background(), "ssh-box"); err == nil {
+		t.Fatal("the attach without a confirmed host key made the compute")
+	}
+	b.screenshot("attach-confirm")
+
+	b.run("confirm and attach",
+		chromedp.SetValue(chromedp.ID("ssh_private_key"), key),
+		chromedp.Click(chromedp.ID("confirm-attach")),
+		chromedp.WaitVisible(chromedp.ID("compute-state")))
+	b.screenshot("attach-done")
+	got, err := c.GetCompute(context.Background(), "ssh-box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec == nil || got.Spec.HostKey != sshd.Fingerprint {
+		t.Errorf("ssh-box pins host key %v, want the confirmed %q", got.Spec, sshd.Fingerprint)
 	}
 }
