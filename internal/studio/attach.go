@@ -83,8 +83,7 @@ func (s *Studio) attachCreate(w http.ResponseWriter, r *http.Request, ss *sessio
 			placeAttachErrors(&f, err)
 		}
 	}
-	w.WriteHeader(http.StatusUnprocessableEntity)
-	s.render(w, r, ss, "attach", "Attach a machine", f)
+	s.render(withStatus(w, http.StatusUnprocessableEntity), r, ss, "attach", "Attach a machine", f)
 	return nil
 }
 

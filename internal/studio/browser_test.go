@@ -182,6 +182,53 @@ func TestStudioComputeInBrowser(t *testing.T) {
 	if c.Size != "Standard_DS2_v2" || *c.MaxNodes != 2 || *c.MinNodes != 0 {
 		t.Errorf("the form made %s with size %s, min %d, max %d; want Standard_DS2_v2, 0, 2", c.Name, c.Size, *c.MinNodes, *c.MaxNodes)
 	}
+
+	// On a phone's width the page reflows: nothing wider than the screen
+	// but the tables' own scrolling boxes.
+	b.run("narrow the window", chromedp.EmulateViewport(390, 844))
+	b.run("reload", chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("computes")))
+	if wide := eval[bool](b, `document.documentElement.scrollWidth > window.innerWidth`); wide {
+		t.Error("the compute list is wider than a 390 px screen")
+	}
+	b.screenshot("compute-phone")
+	b.run("widen the window", chromedp.EmulateViewport(1280, 900))
+
+	// Resize from the cluster's page: a bad bound is refused beside its
+	// field, a good one changes the cluster.
+	b.run("open gpu-pool", chromedp.Click(chromedp.CSS(`tr[data-compute="gpu-pool"] a`)), chromedp.WaitVisible(chromedp.ID("resize-form")))
+	b.run("send a bad resize",
+		chromedp.SetValue(chromedp.ID("min_instances"), "2"),
+		chromedp.SetValue(chromedp.ID("max_instances"), "1"),
+		chromedp.Submit(chromedp.ID("max_instances")),
+		chromedp.WaitVisible(chromedp.CSS(`#resize-problem, #max_instances-error, #min_instances-error`)))
+	msg := eval[string](b, `[...document.querySelectorAll("#resize-problem, #max_instances-error, #min_instances-error")].map(e => e.textContent).join(" ")`)
+	if !strings.Contains(msg, "min") {
+		t.Errorf("the bad resize's error says %q", msg)
+	}
+	b.run("send a good resize",
+		chromedp.SetValue(chromedp.ID("min_instances"), "0"),
+		chromedp.SetValue(chromedp.ID("max_instances"), "3"),
+		chromedp.Submit(chromedp.ID("max_instances")),
+		chromedp.WaitVisible(chromedp.ID("message")))
+	if c, err = s.client().GetCompute(context.Background(), "gpu-pool"); err != nil || *c.MaxNodes != 3 {
+		t.Errorf("after the resize form the cluster is %+v (%v), want max 3", c, err)
+	}
+
+	// Delete, confirmed by typing the name.
+	b.run("ask to delete", chromedp.Click(chromedp.ID("delete")), chromedp.WaitVisible(chromedp.ID("confirm")))
+	b.run("confirm with a wrong name", chromedp.SetValue(chromedp.ID("confirm"), "gpu"), chromedp.Click(chromedp.ID("confirm-delete")), chromedp.WaitVisible(chromedp.ID("confirm-error")))
+	if _, err := s.client().GetCompute(context.Background(), "gpu-pool"); err != nil {
+		t.Fatalf("a delete confirmed with the wrong name deleted it: %v", err)
+	}
+	b.run("confirm", chromedp.SetValue(chromedp.ID("confirm"), "gpu-pool"), chromedp.Click(chromedp.ID("confirm-delete")), chromedp.WaitVisible(chromedp.ID("message")))
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := s.client().GetCompute(context.Background(), "gpu-pool"); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("gpu-pool is still there 30 s after its delete was confirmed")
+		}
+	}
 }
 
 // trainPy logs a loss curve with its run token, then waits for the test

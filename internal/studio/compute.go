@@ -60,26 +60,41 @@ func (s *Studio) computeList(w http.ResponseWriter, r *http.Request, ss *session
 	for i, c := range cs {
 		rows[i] = rowOf(c)
 	}
-	s.render(w, r, ss, "compute", "Compute", map[string]any{"Computes": rows, "Created": r.URL.Query().Get("created")})
+	s.render(w, r, ss, "compute", "Compute", map[string]any{"Computes": rows, "Message": r.URL.Query().Get("msg")})
 	return nil
 }
 
 type computeDetailView struct {
 	computeRow
-	Nodes    []*workspace.Node
-	Events   []workspace.ComputeEvent
-	Jobs     []*workspace.Job
-	Settling bool
-	NodesErr string
+	Nodes      []*workspace.Node
+	Events     []workspace.ComputeEvent
+	Jobs       []*workspace.Job
+	Settling   bool
+	NodesErr   string
+	Message    string
+	Resize     resizeForm
+	IsCluster  bool
+	IsInstance bool
 }
 
 func (s *Studio) computeDetail(w http.ResponseWriter, r *http.Request, ss *session) error {
-	ctx, name := r.Context(), r.PathValue("name")
+	return s.renderComputeDetail(w, r, ss, r.PathValue("name"), nil, http.StatusOK)
+}
+
+// renderComputeDetail renders a compute's page; resize, when not nil, is
+// a resize form sent back with its errors.
+func (s *Studio) renderComputeDetail(w http.ResponseWriter, r *http.Request, ss *session, name string, resize *resizeForm, status int) error {
+	ctx := r.Context()
 	c, err := ss.api.GetCompute(ctx, name)
 	if err != nil {
 		return err
 	}
-	v := computeDetailView{computeRow: rowOf(c)}
+	v := computeDetailView{computeRow: rowOf(c), Message: r.URL.Query().Get("msg")}
+	v.IsCluster, v.IsInstance = isCluster(v.computeRow), isInstance(v.computeRow)
+	v.Resize = resizeOf(v.computeRow)
+	if resize != nil {
+		v.Resize = *resize
+	}
 	if c.MaxNodes != nil { // a pool: it has nodes
 		if v.Nodes, err = ss.api.ListNodes(ctx, name); err != nil {
 			v.NodesErr = err.Error()
@@ -95,8 +110,8 @@ func (s *Studio) computeDetail(w http.ResponseWriter, r *http.Request, ss *sessi
 	if v.Jobs, err = ss.api.ListJobs(ctx, url.Values{"compute": {name}, "limit": {"20"}}); err != nil {
 		return err
 	}
-	v.Settling = settling(c, v.Nodes)
-	s.render(w, r, ss, "computedetail", "Compute "+name, v)
+	v.Settling = settling(c, v.Nodes) && resize == nil
+	s.render(withStatus(w, status), r, ss, "computedetail", "Compute "+name, v)
 	return nil
 }
 
@@ -205,8 +220,7 @@ func (s *Studio) computeCreate(w http.ResponseWriter, r *http.Request, ss *sessi
 		return err
 	}
 	f.Sizes = opts
-	w.WriteHeader(http.StatusUnprocessableEntity)
-	s.render(w, r, ss, "computenew", "Create a cluster", f)
+	s.render(withStatus(w, http.StatusUnprocessableEntity), r, ss, "computenew", "Create a cluster", f)
 	return nil
 }
 

@@ -130,8 +130,7 @@ func (s *Studio) endpointTraffic(w http.ResponseWriter, r *http.Request, ss *ses
 		bad = append(bad, err.Error())
 	}
 	v.TrafficError = strings.Join(bad, "\n")
-	w.WriteHeader(http.StatusUnprocessableEntity)
-	s.render(w, r, ss, "endpoint", "Endpoint "+name, v)
+	s.render(withStatus(w, http.StatusUnprocessableEntity), r, ss, "endpoint", "Endpoint "+name, v)
 	return nil
 }
 

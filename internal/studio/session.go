@@ -89,8 +89,7 @@ func (s *Studio) signIn(w http.ResponseWriter, r *http.Request) {
 	token := strings.TrimSpace(r.PostForm.Get("token"))
 	if token == "" {
 		v.Error = "Enter a workspace token (an owner's is in the server's data directory, owner.token)."
-		w.WriteHeader(http.StatusBadRequest)
-		s.render(w, r, nil, "signin", "Sign in", v)
+		s.render(withStatus(w, http.StatusBadRequest), r, nil, "signin", "Sign in", v)
 		return
 	}
 	ss := s.newSession(token)
@@ -103,8 +102,7 @@ func (s *Studio) signIn(w http.ResponseWriter, r *http.Request) {
 		default:
 			v.Error = "The workspace could not check the token: " + err.Error()
 		}
-		w.WriteHeader(http.StatusUnauthorized)
-		s.render(w, r, nil, "signin", "Sign in", v)
+		s.render(withStatus(w, http.StatusUnauthorized), r, nil, "signin", "Sign in", v)
 		return
 	}
 	setCookie(w, r, token)

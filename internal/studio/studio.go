@@ -83,6 +83,10 @@ func New(o Options) (*Studio, error) {
 	s.mux.HandleFunc("GET /studio/compute/attach", s.page(s.attachNew))
 	s.mux.HandleFunc("POST /studio/compute/attach", s.form(s.attachCreate))
 	s.mux.HandleFunc("GET /studio/compute/{name}", s.page(s.computeDetail))
+	s.mux.HandleFunc("POST /studio/compute/{name}/resize", s.form(s.computeResize))
+	s.mux.HandleFunc("POST /studio/compute/{name}/action", s.form(s.computeAction))
+	s.mux.HandleFunc("GET /studio/compute/{name}/delete", s.page(s.computeDeletePage))
+	s.mux.HandleFunc("POST /studio/compute/{name}/delete", s.form(s.computeDelete))
 	s.mux.HandleFunc("GET /studio/quotas", s.page(s.quotaList))
 
 	s.mux.HandleFunc("GET /studio/jobs", s.page(s.jobList))
@@ -208,8 +212,7 @@ func (s *Studio) fail(w http.ResponseWriter, r *http.Request, ss *session, err e
 		}
 		s.log.Error("studio page failed", "path", r.URL.Path, "err", err)
 	}
-	w.WriteHeader(status)
-	s.render(w, r, ss, "error", "Error", map[string]any{"Status": status, "Message": err.Error()})
+	s.render(withStatus(w, status), r, ss, "error", "Error", map[string]any{"Status": status, "Message": err.Error()})
 }
 
 // view is what every page's template gets.
@@ -236,4 +239,28 @@ func navOf(path string) string {
 	rest := strings.TrimPrefix(path, Prefix)
 	section, _, _ := strings.Cut(rest, "/")
 	return section
+}
+
+// statusWriter sends status instead of 200 when the page's header goes
+// out, so that render can set the page's Content-Type first.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+// withStatus makes the page rendered to w answer with status.
+func withStatus(w http.ResponseWriter, status int) http.ResponseWriter {
+	return &statusWriter{ResponseWriter: w, status: status}
+}
+
+func (s *statusWriter) WriteHeader(int) {
+	if s.status != 0 {
+		s.ResponseWriter.WriteHeader(s.status)
+		s.status = 0
+	}
+}
+
+func (s *statusWriter) Write(p []byte) (int, error) {
+	s.WriteHeader(0)
+	return s.ResponseWriter.Write(p)
 }
