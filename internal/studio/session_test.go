@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -149,5 +151,73 @@ func TestStudioRefusesWithoutSessionOrCSRF(t *testing.T) {
 	readAll(t, resp)
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Errorf("GET /studio/compute after sign-out: %s, want 303 to sign in", resp.Status)
+	}
+}
+
+// Every list page renders for a signed-in user with what the API has; a
+// page about something that does not exist answers 404 with the API's
+// words.
+func TestStudioPagesRender(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	files := map[string]string{
+		"env.yml":      "name: py-base\nversion: '3'\nimage: ferry-base:bookworm\n",
+		"model.yml":    "name: iris-model\nversion: '2'\npath: model.txt\n",
+		"model.txt":    "weights\n",
+		"endpoint.yml": "name: web-ep\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.ferry(t, "environment", "create", "-f", filepath.Join(dir, "env.yml"))
+	s.ferry(t, "model", "create", "-f", filepath.Join(dir, "model.yml"))
+	s.ferry(t, "online-endpoint", "create", "-f", filepath.Join(dir, "endpoint.yml"))
+	t.Cleanup(func() { _ = s.client().DeleteOnlineEndpoint(context.Background(), "web-ep") })
+
+	hc := noRedirects(t)
+	resp, err := hc.PostForm(s.url+"/studio/signin", url.Values{"token": {s.token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	for _, tc := range []struct {
+		path   string
+		status int
+		want   []string
+	}{
+		{"/studio/compute", 200, []string{"<h1>Compute</h1>", `data-compute="local"`}},
+		{"/studio/compute/local", 200, []string{"<h1>local</h1>", "Events"}},
+		{"/studio/compute/new", 200, []string{"Create a cluster", "Standard_DS3_v2"}},
+		{"/studio/compute/attach", 200, []string{"Attach a machine over SSH", `type="password"`}},
+		{"/studio/jobs", 200, []string{"<h1>Jobs</h1>", "No jobs"}},
+		{"/studio/environments", 200, []string{"py-base", "ferry-base:bookworm"}},
+		{"/studio/models", 200, []string{"iris-model", "<td>2</td>"}},
+		{"/studio/endpoints", 200, []string{"web-ep", "/endpoints/web-ep/score"}},
+		{"/studio/endpoints/web-ep", 200, []string{"No deployments yet"}},
+		{"/studio/quotas", 200, []string{"standardDSv2Family"}},
+		{"/studio/jobs/no-such-job", 404, []string{"no-such-job"}},
+		{"/studio/compute/no-such-compute", 404, []string{"no-such-compute"}},
+	} {
+		resp, err := hc.Get(s.url + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readAll(t, resp)
+		if resp.StatusCode != tc.status || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+			t.Errorf("GET %s: %s %q, want %d and a page", tc.path, resp.Status, resp.Header.Get("Content-Type"), tc.status)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(body, w) {
+				t.Errorf("GET %s: the page lacks %q", tc.path, w)
+			}
+		}
+		if strings.Contains(body, s.token) {
+			t.Errorf("GET %s: the page shows the session's token", tc.path)
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
+			t.Errorf("GET %s: Content-Security-Policy %q", tc.path, csp)
+		}
 	}
 }

@@ -96,6 +96,8 @@ func New(o Options) (*Studio, error) {
 	s.mux.HandleFunc("POST /studio/jobs/{name}/cancel", s.form(s.jobCancel))
 	s.mux.HandleFunc("GET /studio/blobs/{digest}", s.page(s.download))
 
+	s.mux.HandleFunc("GET /studio/environments", s.page(s.environmentList))
+	s.mux.HandleFunc("GET /studio/models", s.page(s.modelList))
 	s.mux.HandleFunc("GET /studio/endpoints", s.page(s.endpointList))
 	s.mux.HandleFunc("GET /studio/endpoints/{name}", s.page(s.endpointDetail))
 	s.mux.HandleFunc("POST /studio/endpoints/{name}/traffic", s.form(s.endpointTraffic))
