@@ -269,6 +269,10 @@ func TestStudioJobInBrowser(t *testing.T) {
 
 	// The chart is drawn when the page is served: wait for the metrics.
 	c := s.client()
+	j0, err := c.GetJob(context.Background(), "studio-job-1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		ms, err := c.Metrics(context.Background(), "studio-job-1", "loss")
 		if err != nil {
@@ -338,6 +342,25 @@ func TestStudioJobInBrowser(t *testing.T) {
 		t.Errorf("the status timeline %q lacks Running or Canceled", tl)
 	}
 	b.screenshot("job")
+
+	// Submit it again: a new job with the same code runs.
+	b.run("submit again", chromedp.Click(chromedp.ID("resubmit")), chromedp.WaitVisible(chromedp.ID("message")))
+	if msg := b.textOf("#message"); !strings.Contains(msg, "submitted again from studio-job-1") {
+		t.Errorf("after submit again the page says %q", msg)
+	}
+	again := strings.TrimSpace(b.textOf("h1"))
+	if again == "studio-job-1" || again == "" {
+		t.Fatalf("submit again shows job %q, want a new job", again)
+	}
+	b.run("watch the new job's log",
+		chromedp.Poll[chromedp.Void](`document.getElementById("log").textContent.includes("the line after the go-ahead")`, chromedp.WithPollingTimeout(60*time.Second)))
+	nj, err := c.GetJob(context.Background(), again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nj.ExperimentName != "studio-test" || nj.CodeSnapshot == "" || nj.Spec == nil || nj.Spec.Command != j0.Spec.Command {
+		t.Errorf("the job submitted again is %+v, want studio-test's spec and code", nj)
+	}
 }
 
 // scoreScript answers with a greeting and how many rows it was sent.

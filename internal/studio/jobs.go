@@ -3,6 +3,7 @@ package studio
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
@@ -356,5 +358,36 @@ func (s *Studio) jobCancel(w http.ResponseWriter, r *http.Request, ss *session) 
 		return err
 	}
 	http.Redirect(w, r, "/studio/jobs/"+url.PathEscape(name)+"?msg="+url.QueryEscape("cancel asked: the job is "+j.Status), http.StatusSeeOther)
+	return nil
+}
+
+// jobResubmit submits a job again as a new one: the same spec (without
+// its name, so the new job gets its own), code, inputs and environment
+// files, through POST /v1/jobs as `ferry job create` would.
+func (s *Studio) jobResubmit(w http.ResponseWriter, r *http.Request, ss *session) error {
+	ctx := r.Context()
+	j, err := ss.api.GetJob(ctx, r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	if j.Spec == nil {
+		http.Error(w, "job "+j.Name+" has no readable spec to submit again", http.StatusConflict)
+		return nil
+	}
+	sp := *j.Spec
+	sp.Name = ""
+	data, err := json.Marshal(&sp)
+	if err != nil {
+		return err
+	}
+	req := api.JobRequest{Spec: data, CodeSnapshot: j.CodeSnapshot, InputSnapshots: j.InputSnapshots}
+	if sp.Environment != nil && sp.Environment.Ref == "" && j.Environment != nil {
+		req.EnvironmentSnapshot = j.Environment.Context
+	}
+	nj, err := ss.api.SubmitJob(ctx, req)
+	if err != nil {
+		return err
+	}
+	http.Redirect(w, r, "/studio/jobs/"+url.PathEscape(nj.Name)+"?msg="+url.QueryEscape("submitted again from "+j.Name), http.StatusSeeOther)
 	return nil
 }

@@ -94,6 +94,7 @@ func New(o Options) (*Studio, error) {
 	s.mux.HandleFunc("GET /studio/jobs/{name}/log", s.page(s.jobLogText))
 	s.mux.HandleFunc("GET /studio/jobs/{name}/events", s.page(s.jobLogEvents))
 	s.mux.HandleFunc("POST /studio/jobs/{name}/cancel", s.form(s.jobCancel))
+	s.mux.HandleFunc("POST /studio/jobs/{name}/resubmit", s.form(s.jobResubmit))
 	s.mux.HandleFunc("GET /studio/blobs/{digest}", s.page(s.download))
 
 	s.mux.HandleFunc("GET /studio/environments", s.page(s.environmentList))
