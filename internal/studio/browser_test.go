@@ -358,6 +358,10 @@ func TestStudioJobInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A single-node job has only rank 0's log.
+	if st := get(b, "ask for rank 3", chromedp.Evaluate[int](`fetch("/studio/jobs/studio-job-1?rank=3").then(r => r.status)`, chromedp.EvalAwaitPromise)); st != 400 {
+		t.Errorf("the page of a single-node job's rank 3 answered %d, want 400", st)
+	}
 	if nj.ExperimentName != "studio-test" || nj.CodeSnapshot == "" || nj.Spec == nil || nj.Spec.Command != j0.Spec.Command {
 		t.Errorf("the job submitted again is %+v, want studio-test's spec and code", nj)
 	}

@@ -86,19 +86,40 @@ type outputFile struct {
 
 type jobView struct {
 	*workspace.Job
-	Terminal      bool
-	Log           string
-	LogOffset     int64
-	LogCut        bool // the page holds only the first maxPageLog bytes
-	Charts        []chart
-	YAML          string
-	Inputs        []inputRow
-	Outputs       []outputFile
-	OutputsErr    string
-	Message       string
-	Duration      string
-	CanCancel     bool
-	StatusEndedAt string
+	Terminal   bool
+	Log        string
+	LogOffset  int64
+	LogCut     bool // the page holds only the first maxPageLog bytes
+	Charts     []chart
+	YAML       string
+	Inputs     []inputRow
+	Outputs    []outputFile
+	OutputsErr string
+	Message    string
+	Duration   string
+	CanCancel  bool
+	Rank       int   // whose log the page shows
+	Ranks      []int // every node rank of a multi-node job
+}
+
+// rankOf reads ?rank= of a job of instances nodes: 0 when absent.
+func rankOf(r *http.Request, instances int) (int, error) {
+	v := r.URL.Query().Get("rank")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n >= max(instances, 1) {
+		return 0, fmt.Errorf("rank: %q is not a node rank of this job (0 to %d)", v, max(instances, 1)-1)
+	}
+	return n, nil
+}
+
+func instancesOf(j *workspace.Job) int {
+	if j.Spec != nil && j.Spec.Resources != nil && j.Spec.Resources.InstanceCount > 1 {
+		return j.Spec.Resources.InstanceCount
+	}
+	return 1
 }
 
 type inputRow struct{ Name, Type, Path, Snapshot string }
@@ -127,6 +148,17 @@ func (s *Studio) jobDetail(w http.ResponseWriter, r *http.Request, ss *session) 
 		return err
 	}
 	v := jobView{Job: j, Terminal: workspace.IsTerminal(j.Status), Message: r.URL.Query().Get("msg")}
+	n := instancesOf(j)
+	if v.Rank, err = rankOf(r, n); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return nil
+	}
+	ss.api.Rank = v.Rank
+	if n > 1 {
+		for i := range n {
+			v.Ranks = append(v.Ranks, i)
+		}
+	}
 	v.CanCancel = !v.Terminal && j.Status != workspace.StatusCancelRequested
 	if j.Started != nil {
 		end := time.Now()
@@ -244,11 +276,16 @@ func (s *Studio) download(w http.ResponseWriter, r *http.Request, ss *session) e
 // jobLogText is the whole log as text, for reading or saving.
 func (s *Studio) jobLogText(w http.ResponseWriter, r *http.Request, ss *session) error {
 	name := r.PathValue("name")
-	if _, err := ss.api.GetJob(r.Context(), name); err != nil {
+	j, err := ss.api.GetJob(r.Context(), name)
+	if err != nil {
 		return err
 	}
+	if ss.api.Rank, err = rankOf(r, instancesOf(j)); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return nil
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, err := ss.api.StreamLogs(r.Context(), name, 0, false, w)
+	_, err = ss.api.StreamLogs(r.Context(), name, 0, false, w)
 	if err != nil {
 		s.log.Warn("studio log download cut", "job", name, "err", err)
 	}
@@ -322,8 +359,13 @@ func (s *Studio) jobLogEvents(w http.ResponseWriter, r *http.Request, ss *sessio
 		}
 		offset = n
 	}
-	if _, err := ss.api.GetJob(r.Context(), name); err != nil {
+	j, err := ss.api.GetJob(r.Context(), name)
+	if err != nil {
 		return err
+	}
+	if ss.api.Rank, err = rankOf(r, instancesOf(j)); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return nil
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no")
@@ -332,7 +374,7 @@ func (s *Studio) jobLogEvents(w http.ResponseWriter, r *http.Request, ss *sessio
 	if err := sw.rc.Flush(); err != nil {
 		return nil
 	}
-	_, err := ss.api.StreamLogs(r.Context(), name, offset, true, sw)
+	_, err = ss.api.StreamLogs(r.Context(), name, offset, true, sw)
 	if err != nil {
 		if r.Context().Err() == nil {
 			s.log.Warn("studio live log ended", "job", name, "err", err)
