@@ -516,3 +516,65 @@ func TestStudioAttachInBrowser(t *testing.T) {
 		t.Errorf("ssh-box pins host key %v, want the confirmed %q", got.Spec, sshd.Fingerprint)
 	}
 }
+
+// Create a compute instance from its form (a bad idle time is refused
+// beside its field, a schedule is kept) and stop it from its page.
+func TestStudioInstanceInBrowser(t *testing.T) {
+	s := startServer(t)
+	c := s.client()
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if err := c.DeleteCompute(ctx, "dev-box"); err != nil {
+			return
+		}
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if _, err := c.GetCompute(ctx, "dev-box"); err != nil {
+				return
+			}
+		}
+		t.Error("dev-box was not deleted within 60 s")
+	})
+	b := newBrowser(t)
+	b.signIn(s)
+	b.run("open the instance form", chromedp.Navigate(s.url+"/studio/compute/new-instance"), chromedp.WaitVisible(chromedp.ID("name")))
+	b.run("send a bad idle time",
+		chromedp.SetValue(chromedp.ID("name"), "dev-box"),
+		chromedp.SetValue(chromedp.ID("idle_time_before_shutdown_minutes"), "5"),
+		chromedp.SetValue(chromedp.ID("stop_cron"), "0 18 * * *"),
+		chromedp.Submit(chromedp.ID("name")),
+		chromedp.WaitVisible(chromedp.ID("idle_time_before_shutdown_minutes-error")))
+	if msg := b.textOf("#idle_time_before_shutdown_minutes-error"); !strings.Contains(msg, "15 to 4320") {
+		t.Errorf("the idle time's error says %q", msg)
+	}
+	if kept := get(b, "read the kept schedule", chromedp.Value(chromedp.ID("stop_cron"))); kept != "0 18 * * *" {
+		t.Errorf("the form lost the stop schedule: %q", kept)
+	}
+	b.run("send a good form",
+		chromedp.SetValue(chromedp.ID("idle_time_before_shutdown_minutes"), "60"),
+		chromedp.Submit(chromedp.ID("name")),
+		chromedp.WaitVisible(chromedp.ID("compute-state")))
+	got, err := c.GetCompute(context.Background(), "dev-box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec == nil || got.Spec.IdleTimeBeforeShutdownMins == nil || *got.Spec.IdleTimeBeforeShutdownMins != 60 || got.Spec.Schedules == nil {
+		t.Errorf("the form made %+v, want idle 60 and a stop schedule", got.Spec)
+	}
+	b.screenshot("instance")
+	b.run("stop it", chromedp.Click(chromedp.CSS(`button[value="stop"]`)), chromedp.WaitVisible(chromedp.ID("message")))
+	if msg := b.textOf("#message"); !strings.Contains(msg, "stop asked") {
+		t.Errorf("after Stop the page says %q", msg)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		got, err := c.GetCompute(context.Background(), "dev-box")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == "Stopped" || got.State == "Stopping" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dev-box is %s 60 s after Stop from its page", got.State)
+		}
+	}
+}

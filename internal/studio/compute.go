@@ -147,7 +147,7 @@ type clusterForm struct {
 }
 
 // formFields are the fields of clusterForm, as the API names them.
-var formFields = []string{"name", "size", "min_instances", "max_instances", "idle_time_before_scale_down", "tier"}
+var formFields = []string{"name", "size", "min_instances", "max_instances", "idle_time_before_scale_down", "tier", "idle_time_before_shutdown_minutes"}
 
 func (s *Studio) sizeOptions(r *http.Request, ss *session) ([]sizeOption, error) {
 	szs, err := ss.api.ListSizes(r.Context())

@@ -80,6 +80,8 @@ func New(o Options) (*Studio, error) {
 	s.mux.HandleFunc("GET /studio/compute", s.page(s.computeList))
 	s.mux.HandleFunc("GET /studio/compute/new", s.page(s.computeNew))
 	s.mux.HandleFunc("POST /studio/compute", s.form(s.computeCreate))
+	s.mux.HandleFunc("GET /studio/compute/new-instance", s.page(s.instanceNew))
+	s.mux.HandleFunc("POST /studio/compute/new-instance", s.form(s.instanceCreate))
 	s.mux.HandleFunc("GET /studio/compute/attach", s.page(s.attachNew))
 	s.mux.HandleFunc("POST /studio/compute/attach", s.form(s.attachCreate))
 	s.mux.HandleFunc("GET /studio/compute/{name}", s.page(s.computeDetail))
