@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html/template"
 	"io"
 	"net/http"
 	"net/url"
@@ -22,8 +23,12 @@ import (
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
-// jobPageSize is how many jobs a page of the list shows.
-const jobPageSize = 50
+// jobPageSize is how many jobs a page of the list shows unless ?limit=
+// (1 to maxJobPageSize) says otherwise.
+const (
+	jobPageSize    = 50
+	maxJobPageSize = 500
+)
 
 // jobStatuses are the statuses the list's filter offers.
 var jobStatuses = []string{"Queued", "Preparing", "Running", "Finalizing", "CancelRequested", "Completed", "Failed", "Canceled"}
@@ -33,8 +38,9 @@ type jobListView struct {
 	Status, Compute, Experiment string
 	Statuses                    []string
 	Computes                    []string
-	Before                      string // the page's keyset: it shows jobs before this one
-	Next                        string // the query of the next page, "" on the last
+	Before                      string       // the page's keyset: it shows jobs before this one
+	Next                        template.URL // the next page, "" on the last
+	Limit                       string       // the page size asked for, "" for the default
 }
 
 // jobList is the job list: filters by status, compute and experiment,
@@ -43,7 +49,16 @@ type jobListView struct {
 func (s *Studio) jobList(w http.ResponseWriter, r *http.Request, ss *session) error {
 	q := r.URL.Query()
 	v := jobListView{Status: q.Get("status"), Compute: q.Get("compute"), Experiment: q.Get("experiment"), Before: q.Get("before"), Statuses: jobStatuses}
-	api := url.Values{"limit": {strconv.Itoa(jobPageSize + 1)}}
+	size := jobPageSize
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > maxJobPageSize {
+			http.Error(w, fmt.Sprintf("limit: %q is not a page size from 1 to %d", l, maxJobPageSize), http.StatusBadRequest)
+			return nil
+		}
+		size, v.Limit = n, l
+	}
+	api := url.Values{"limit": {strconv.Itoa(size + 1)}}
 	for k, val := range map[string]string{"status": v.Status, "compute": v.Compute, "experiment": v.Experiment, "before": v.Before} {
 		if val != "" {
 			api.Set(k, val)
@@ -53,15 +68,17 @@ func (s *Studio) jobList(w http.ResponseWriter, r *http.Request, ss *session) er
 	if err != nil {
 		return err
 	}
-	if len(jobs) > jobPageSize {
-		jobs = jobs[:jobPageSize]
+	if len(jobs) > size {
+		jobs = jobs[:size]
 		next := url.Values{"before": {jobs[len(jobs)-1].Name}}
-		for k, val := range map[string]string{"status": v.Status, "compute": v.Compute, "experiment": v.Experiment} {
+		for k, val := range map[string]string{"status": v.Status, "compute": v.Compute, "experiment": v.Experiment, "limit": v.Limit} {
 			if val != "" {
 				next.Set(k, val)
 			}
 		}
-		v.Next = next.Encode()
+		// Built here from url.Values, so it is a well-formed relative URL;
+		// as a plain string, the template would escape its query.
+		v.Next = template.URL("/studio/jobs?" + next.Encode())
 	}
 	v.Jobs = jobs
 	cs, err := ss.api.ListComputes(r.Context())

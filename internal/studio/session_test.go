@@ -2,6 +2,8 @@ package studio_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -10,6 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
 )
 
@@ -172,6 +177,10 @@ func TestStudioPagesRender(t *testing.T) {
 		}
 	}
 	s.ferry(t, "environment", "create", "-f", filepath.Join(dir, "env.yml"))
+	if err := os.WriteFile(filepath.Join(dir, "job.yml"), []byte("command: mkdir -p outputs/sub && printf 'forty two' > 'outputs/sub/the answer.txt'\ncompute: local\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.ferry(t, "job", "create", "-f", filepath.Join(dir, "job.yml"), "--name", "with-outputs", "--stream")
 	s.ferry(t, "model", "create", "-f", filepath.Join(dir, "model.yml"))
 	s.ferry(t, "online-endpoint", "create", "-f", filepath.Join(dir, "endpoint.yml"))
 	t.Cleanup(func() { _ = s.client().DeleteOnlineEndpoint(context.Background(), "web-ep") })
@@ -191,12 +200,13 @@ func TestStudioPagesRender(t *testing.T) {
 		{"/studio/compute/local", 200, []string{"<h1>local</h1>", "Events"}},
 		{"/studio/compute/new", 200, []string{"Create a cluster", "Standard_DS3_v2"}},
 		{"/studio/compute/attach", 200, []string{"Attach a machine over SSH", `type="password"`}},
-		{"/studio/jobs", 200, []string{"<h1>Jobs</h1>", "No jobs"}},
+		{"/studio/jobs", 200, []string{"<h1>Jobs</h1>", `data-job="with-outputs"`}},
 		{"/studio/environments", 200, []string{"py-base", "ferry-base:bookworm"}},
 		{"/studio/models", 200, []string{"iris-model", "<td>2</td>"}},
 		{"/studio/endpoints", 200, []string{"web-ep", "/endpoints/web-ep/score"}},
 		{"/studio/endpoints/web-ep", 200, []string{"No deployments yet"}},
 		{"/studio/quotas", 200, []string{"standardDSv2Family"}},
+		{"/studio/jobs/with-outputs", 200, []string{"Completed", "sub/the answer.txt"}},
 		{"/studio/jobs/no-such-job", 404, []string{"no-such-job"}},
 		{"/studio/compute/no-such-compute", 404, []string{"no-such-compute"}},
 	} {
@@ -216,8 +226,85 @@ func TestStudioPagesRender(t *testing.T) {
 		if strings.Contains(body, s.token) {
 			t.Errorf("GET %s: the page shows the session's token", tc.path)
 		}
+		if tc.path == "/studio/jobs/with-outputs" {
+			m := regexp.MustCompile(`href="(/studio/blobs/[^"]+)" download`).FindStringSubmatch(body)
+			if m == nil {
+				t.Fatalf("the job page has no download link:\n%s", body)
+			}
+			resp, err := hc.Get(s.url + strings.ReplaceAll(m[1], "&amp;", "&"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := readAll(t, resp)
+			if resp.StatusCode != 200 || got != "forty two" || !strings.Contains(resp.Header.Get("Content-Disposition"), `filename="the answer.txt"`) {
+				t.Errorf("the output's download: %s %q, %q; want 200, forty two, named the answer.txt", resp.Status, got, resp.Header.Get("Content-Disposition"))
+			}
+			continue
+		}
+
 		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
 			t.Errorf("GET %s: Content-Security-Policy %q", tc.path, csp)
 		}
+	}
+}
+
+var jobRowRE = regexp.MustCompile(`<tr data-job="([^"]+)">`)
+var nextRE = regexp.MustCompile(`id="next-page" rel="next" href="([^"]+)"`)
+
+// The job list pages by keyset: following "Older jobs" walks every job
+// of the filter once, newest first, and the last page has no next link.
+func TestStudioJobListPages(t *testing.T) {
+	s := startServer(t)
+	c := s.client()
+	var want []string
+	for i := range 5 {
+		spec := fmt.Sprintf(`{"name": "page-job-%d", "command": "true", "compute": "local", "experiment_name": "paging"}`, i)
+		if _, err := c.SubmitJob(context.Background(), api.JobRequest{Spec: json.RawMessage(spec)}); err != nil {
+			t.Fatal(err)
+		}
+		want = append([]string{fmt.Sprintf("page-job-%d", i)}, want...) // newest first
+	}
+	other := `{"name": "other-job", "command": "true", "compute": "local", "experiment_name": "elsewhere"}`
+	if _, err := c.SubmitJob(context.Background(), api.JobRequest{Spec: json.RawMessage(other)}); err != nil {
+		t.Fatal(err)
+	}
+	hc := noRedirects(t)
+	resp, err := hc.PostForm(s.url+"/studio/signin", url.Values{"token": {s.token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+
+	var got []string
+	pages := 0
+	for next := "/studio/jobs?experiment=paging&limit=2"; next != ""; pages++ {
+		if pages > 5 {
+			t.Fatalf("more than 5 pages of 2 for 5 jobs: %v", got)
+		}
+		resp, err := hc.Get(s.url + next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readAll(t, resp)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s", next, resp.Status)
+		}
+		for _, m := range jobRowRE.FindAllStringSubmatch(body, -1) {
+			got = append(got, m[1])
+		}
+		next = ""
+		if m := nextRE.FindStringSubmatch(body); m != nil {
+			next = strings.ReplaceAll(m[1], "&amp;", "&")
+		}
+	}
+	if d := cmp.Diff(want, got); d != "" || pages != 3 {
+		t.Errorf("paging by 2 over %d pages (want 3) gave (-want +got):\n%s", pages, d)
+	}
+	resp, err = hc.Get(s.url + "/studio/jobs?limit=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if readAll(t, resp); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("limit=0: %s, want 400", resp.Status)
 	}
 }

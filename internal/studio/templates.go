@@ -25,8 +25,7 @@ var funcs = template.FuncMap{
 		}
 		return ""
 	},
-	"path":  url.PathEscape,
-	"query": url.QueryEscape,
+	"path": url.PathEscape,
 	"deref": func(p *int) string {
 		if p == nil {
 			return "–"
