@@ -80,7 +80,7 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 		{method: "GET", path: "/v1/environments/catalog", summary: "The catalog of curated environments (Azure's built-in ones) that references resolve through after the registered ones", handle: s.environmentCatalog},
 		{method: "GET", path: "/v1/environments/{name}/versions/{version}", summary: "Show an environment version (version latest: the one registered last)", handle: s.getEnvironment},
 		{method: "POST", path: "/v1/jobs", summary: "Submit a job: {spec, code_snapshot, input_snapshots, environment_snapshot}", handle: s.createJob},
-		{method: "GET", path: "/v1/jobs", summary: "List jobs, newest first (?status=&compute=&limit=)", handle: s.listJobs},
+		{method: "GET", path: "/v1/jobs", summary: "List jobs, newest first (?status=&compute=&experiment=&limit=; ?before=NAME for the page after the one that ended with job NAME)", handle: s.listJobs},
 		{method: "GET", path: "/v1/jobs/{name}", summary: "Show a job with its status history", handle: s.getJob},
 		{method: "POST", path: "/v1/jobs/{name}/cancel", summary: "Cancel a job", handle: s.cancelJob},
 		{method: "GET", path: "/v1/jobs/{name}/logs", summary: "A job's log from ?offset=, following it while it runs with ?follow=true", raw: s.streamLogs},
@@ -467,7 +467,7 @@ func (req JobRequest) submission() (workspace.Submission, error) {
 
 func (s *Server) listJobs(r *http.Request, _ auth.Principal) (any, error) {
 	q := r.URL.Query()
-	f := store.JobFilter{Compute: q.Get("compute")}
+	f := store.JobFilter{Compute: q.Get("compute"), Experiment: q.Get("experiment"), Before: q.Get("before")}
 	if st := q.Get("status"); st != "" {
 		f.Statuses = strings.Split(st, ",")
 	}

@@ -237,7 +237,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	apiServer := api.New(ws, st, cfg.Log)
 	apiServer.MountGateway(gw, gw.Metrics())
-	hs := &http.Server{Handler: apiServer, ReadHeaderTimeout: 10 * time.Second}
+	handler, err := withStudio(apiServer, cfg.Log)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	if err := writeJSONFile(filepath.Join(dir, InfoFile), Info{URL: url, PID: os.Getpid(), WorkDir: work, Version: cfg.Version}); err != nil {
 		return err
 	}

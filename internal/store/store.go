@@ -289,8 +289,14 @@ type Token struct {
 type JobFilter struct {
 	Statuses []string // any of these
 	Compute  string
-	Limit    int  // at most this many; 0 means no limit
-	Newest   bool // order by Seq descending instead of ascending
+	// Experiment selects the jobs of one experiment (experiment_name).
+	Experiment string
+	// Before is a job's name: only jobs submitted before it are selected
+	// (by Seq), the keyset of a page of a Newest list that ended with it.
+	// A name that is not stored selects nothing.
+	Before string
+	Limit  int  // at most this many; 0 means no limit
+	Newest bool // order by Seq descending instead of ascending
 	// ByPriority orders by Priority descending, then Seq ascending: the
 	// order the dispatcher starts queued jobs in. Newest is then ignored.
 	ByPriority bool

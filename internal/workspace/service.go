@@ -429,15 +429,19 @@ func (s *Service) computeView(ctx context.Context, rec store.Compute) (*Compute,
 	} else if t, err := s.target(ctx, rec.Name); err == nil {
 		v.Capacity = t.Capacity()
 	}
-	active, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: activeStatuses, Compute: rec.Name})
+	// Counted, not read: a read of the compute's jobs by status, ordered
+	// by seq, was planned on jobs_compute and walked every job the
+	// compute ever had (0.2 s a call at 100,000 jobs, twice per compute
+	// on every compute list); the counts are served by jobs_status.
+	active, err := s.st.CountJobs(ctx, activeStatuses)
 	if err != nil {
 		return nil, err
 	}
-	queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}, Compute: rec.Name})
+	queued, err := s.st.CountJobs(ctx, []string{StatusQueued})
 	if err != nil {
 		return nil, err
 	}
-	v.Active, v.Queued = len(active), len(queued)
+	v.Active, v.Queued = active[rec.Name], queued[rec.Name]
 	return v, nil
 }
 

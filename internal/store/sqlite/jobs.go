@@ -137,6 +137,14 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 		where = append(where, `compute = ?`)
 		args = append(args, f.Compute)
 	}
+	if f.Experiment != "" {
+		where = append(where, `experiment_name = ?`)
+		args = append(args, f.Experiment)
+	}
+	if f.Before != "" {
+		where = append(where, `seq < (SELECT seq FROM jobs WHERE name = ?)`)
+		args = append(args, f.Before)
+	}
 	switch f.Handle {
 	case store.HandleSet:
 		where = append(where, `handle != ''`)

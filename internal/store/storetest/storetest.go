@@ -693,6 +693,9 @@ func testJobList(t *testing.T, s store.Store) {
 	for _, sp := range specs {
 		j := testJob(sp.name)
 		j.Status, j.Compute = sp.status, sp.compute
+		if sp.compute == "gpu" {
+			j.ExperimentName = "resnet"
+		}
 		if sp.name == "d" {
 			j.Priority = 5
 		}
@@ -727,6 +730,14 @@ func testJobList(t *testing.T, s store.Store) {
 		{store.JobFilter{ByPriority: true}, jobs("d", "a", "b", "c", "e")},
 		{store.JobFilter{Statuses: []string{"Queued"}, ByPriority: true, Limit: 1}, jobs("d")},
 		{store.JobFilter{Statuses: []string{"Queued"}, ByPriority: true, Newest: true}, jobs("d", "a")},
+		// The studio's list: by experiment, and pages by keyset (Before).
+		{store.JobFilter{Experiment: "resnet", Newest: true}, jobs("d", "b")},
+		{store.JobFilter{Experiment: "none"}, jobs()},
+		{store.JobFilter{Newest: true, Limit: 2, Before: "d"}, jobs("c", "b")},
+		{store.JobFilter{Newest: true, Before: "a"}, jobs()},
+		{store.JobFilter{Newest: true, Before: "no-such-job"}, jobs()},
+		{store.JobFilter{Newest: true, Compute: "cpu", Before: "e"}, jobs("c", "a")},
+		{store.JobFilter{Newest: true, Experiment: "resnet", Statuses: []string{"Running"}, Before: "d"}, jobs("b")},
 	} {
 		if d := diff(tt.want, mustListJobs(t, s, tt.f)); d != "" {
 			t.Errorf("ListJobs(%+v) (-want +got):\n%s", tt.f, d)
