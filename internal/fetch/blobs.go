@@ -1,0 +1,148 @@
+package fetch
+
+import (
+	"context"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+
+	"github.com/ferry-ml/ferry/internal/datauri"
+)
+
+// MaxBlobs bounds the files of one blob folder input.
+const MaxBlobs = 200_000
+
+// maxListPage bounds one List Blobs answer (5,000 entries are well under).
+const maxListPage = 32 << 20
+
+// Blob is one blob of a listing.
+type Blob struct {
+	Name string // the blob's full name in its container
+	Size int64
+}
+
+// listResult is the part of Azure's List Blobs answer Ferry reads
+// (https://learn.microsoft.com/rest/api/storageservices/list-blobs).
+type listResult struct {
+	XMLName xml.Name `xml:"EnumerationResults"`
+	Blobs   []struct {
+		Name       string `xml:"Name"`
+		Properties struct {
+			ContentLength int64 `xml:"Content-Length"`
+		} `xml:"Properties"`
+	} `xml:"Blobs>Blob"`
+	NextMarker string `xml:"NextMarker"`
+}
+
+// ParseList reads one page of a List Blobs answer: its blobs and the
+// marker of the next page ("" on the last).
+func ParseList(r io.Reader) ([]Blob, string, error) {
+	var lr listResult
+	d := xml.NewDecoder(r)
+	if err := d.Decode(&lr); err != nil {
+		return nil, "", fmt.Errorf("the List Blobs answer is not its XML: %w", err)
+	}
+	out := make([]Blob, 0, len(lr.Blobs))
+	for _, b := range lr.Blobs {
+		out = append(out, Blob{Name: b.Name, Size: b.Properties.ContentLength})
+	}
+	return out, strings.TrimSpace(lr.NextMarker), nil
+}
+
+// ListBlobs lists the blobs whose names start with prefix in container
+// of the blob service at base, page by page, anonymously.
+func (c *Cache) ListBlobs(ctx context.Context, base, container, prefix string) ([]Blob, error) {
+	var all []Blob
+	marker := ""
+	for page := 0; ; page++ {
+		q := url.Values{"restype": {"container"}, "comp": {"list"}}
+		if prefix != "" {
+			q.Set("prefix", prefix)
+		}
+		if marker != "" {
+			q.Set("marker", marker)
+		}
+		u := base + "/" + url.PathEscape(container) + "?" + q.Encode()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, fmt.Errorf("GET %s: %w", u, err)
+		}
+		req.Header.Set("x-ms-version", "2021-08-06")
+		resp, err := c.client().Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("GET %s: %w", u, unwrapURLError(err))
+		}
+		if resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			return nil, &StatusError{URL: u, Status: resp.StatusCode, Text: resp.Status}
+		}
+		blobs, next, err := ParseList(io.LimitReader(resp.Body, maxListPage))
+		resp.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("GET %s: %w", u, err)
+		}
+		all = append(all, blobs...)
+		if len(all) > MaxBlobs {
+			return nil, fmt.Errorf("%s/%s/%s holds more than %d files; name a smaller folder", base, container, prefix, MaxBlobs)
+		}
+		if next == "" {
+			return all, nil
+		}
+		if next == marker {
+			return nil, fmt.Errorf("GET %s: the listing gave the same next marker twice", u)
+		}
+		marker = next
+	}
+}
+
+// FolderResult says how a blob folder was got.
+type FolderResult struct {
+	Files, Hits int
+	Bytes       int64
+}
+
+// BlobFolder fetches every blob under path (a folder; "" is the whole
+// container) of container at base into the folder dest, each through the
+// cache, and writes a line about the whole to logw. A blob whose name
+// would leave dest is refused.
+func (c *Cache) BlobFolder(ctx context.Context, base, container, path, dest string, logw io.Writer, label string) (FolderResult, error) {
+	prefix := ""
+	if path != "" {
+		prefix = path + "/"
+	}
+	shown := base + "/" + container + "/" + prefix
+	blobs, err := c.ListBlobs(ctx, base, container, prefix)
+	if err != nil {
+		return FolderResult{}, err
+	}
+	var res FolderResult
+	for _, b := range blobs {
+		rel := strings.TrimPrefix(b.Name, prefix)
+		if strings.HasSuffix(rel, "/") || rel == "" {
+			continue // a folder's marker (ADLS Gen2), not a file
+		}
+		if !filepath.IsLocal(rel) || strings.Contains(rel, "\\") {
+			return res, fmt.Errorf("%s: the blob %q would be written outside the input's folder", shown, b.Name)
+		}
+		u := base + "/" + url.PathEscape(container) + "/" + datauri.EscapePath(b.Name)
+		r, err := c.File(ctx, u, filepath.Join(dest, filepath.FromSlash(rel)), io.Discard, label)
+		if err != nil {
+			return res, err
+		}
+		res.Files++
+		res.Bytes += r.Size
+		if r.Hit {
+			res.Hits++
+		}
+	}
+	if res.Files == 0 {
+		return res, fmt.Errorf("%s: no files under this folder (List Blobs found none with prefix %q)", shown, prefix)
+	}
+	fmt.Fprintf(logw, "ferry: %s: %d files (%s) from %s: %d from the cache, %d downloaded\n",
+		label, res.Files, sizeText(res.Bytes), shown, res.Hits, res.Files-res.Hits)
+	return res, nil
+}

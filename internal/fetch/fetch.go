@@ -1,0 +1,267 @@
+// Package fetch downloads the remote inputs of jobs on the node that runs
+// them: http(s) files through a per-node cache keyed by URL and validator
+// (ETag, Last-Modified), revalidated with a conditional request so an
+// unchanged file costs one 304, and Azure blob folders through the List
+// Blobs REST API, read anonymously.
+//
+// The cache is shared by the runners of a node, which may run at once:
+// every file in it is written under a temporary name and renamed into
+// place, and a data file, once named, never changes (a new validator is a
+// new file), so a reader never sees half of one.
+package fetch
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// StatusError is a fetch the server answered with a status other than
+// success: the job's failure names the URL and the status.
+type StatusError struct {
+	URL    string
+	Status int
+	Text   string // the status line's text, e.g. "404 Not Found"
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("GET %s: HTTP %s", e.URL, e.Text)
+}
+
+// Cache is a node's cache of fetched files.
+type Cache struct {
+	Dir    string
+	Client *http.Client // nil: a client with no overall timeout (files may be large)
+	// ProgressEvery is how often a long download writes a progress line
+	// (0: every 5 s).
+	ProgressEvery time.Duration
+}
+
+// entry is what the cache keeps about one URL: the validator the server
+// gave and the data file that holds the body it came with.
+type entry struct {
+	URL          string `json:"url"`
+	ETag         string `json:"etag,omitempty"`
+	LastModified string `json:"last_modified,omitempty"`
+	Size         int64  `json:"size"`
+	File         string `json:"file"` // in the cache's directory
+}
+
+// Result says how a file was got.
+type Result struct {
+	Size int64
+	// Hit is true when the cached copy was used: the server said it was
+	// not modified (304).
+	Hit bool
+}
+
+func (c *Cache) client() *http.Client {
+	if c.Client != nil {
+		return c.Client
+	}
+	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment,
+		ResponseHeaderTimeout: 2 * time.Minute, TLSHandshakeTimeout: 30 * time.Second}}
+}
+
+func key(url string) string {
+	h := sha256.Sum256([]byte(url))
+	return hex.EncodeToString(h[:16])
+}
+
+// File fetches url into the new file dest, from the cache when the
+// server says the cached copy is current, and writes progress lines
+// ("ferry: input NAME: ...") to logw, label naming what is fetched.
+func (c *Cache) File(ctx context.Context, url, dest string, logw io.Writer, label string) (Result, error) {
+	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return Result{}, fmt.Errorf("the node's download cache: %w", err)
+	}
+	k := key(url)
+	metaPath := filepath.Join(c.Dir, k+".json")
+	var cached *entry
+	if raw, err := os.ReadFile(metaPath); err == nil {
+		var e entry
+		if json.Unmarshal(raw, &e) == nil && e.URL == url && e.File != "" && filepath.Base(e.File) == e.File {
+			if fi, err := os.Stat(filepath.Join(c.Dir, e.File)); err == nil && fi.Size() == e.Size {
+				cached = &e
+			}
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return Result{}, fmt.Errorf("GET %s: %w", url, err)
+	}
+	if cached != nil {
+		if cached.ETag != "" {
+			req.Header.Set("If-None-Match", cached.ETag)
+		}
+		if cached.LastModified != "" {
+			req.Header.Set("If-Modified-Since", cached.LastModified)
+		}
+	}
+	resp, err := c.client().Do(req)
+	if err != nil {
+		return Result{}, fmt.Errorf("GET %s: %w", url, unwrapURLError(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotModified && cached != nil {
+		fmt.Fprintf(logw, "ferry: %s: %s: cache hit (not modified, %s)\n", label, url, sizeText(cached.Size))
+		if err := copyFile(filepath.Join(c.Dir, cached.File), dest); err != nil {
+			return Result{}, fmt.Errorf("%s from the node's download cache: %w", url, err)
+		}
+		return Result{Size: cached.Size, Hit: true}, nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		return Result{}, &StatusError{URL: url, Status: resp.StatusCode, Text: resp.Status}
+	}
+	e := entry{URL: url, ETag: resp.Header.Get("ETag"), LastModified: resp.Header.Get("Last-Modified")}
+	tmp, err := os.CreateTemp(c.Dir, k+".*.tmp")
+	if err != nil {
+		return Result{}, fmt.Errorf("the node's download cache: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // after the rename, there is nothing to remove
+	fmt.Fprintf(logw, "ferry: %s: downloading %s (%s)\n", label, url, sizeText(resp.ContentLength))
+	pw := &progress{w: logw, label: label, total: resp.ContentLength, every: c.ProgressEvery, last: time.Now()}
+	if pw.every == 0 {
+		pw.every = 5 * time.Second
+	}
+	n, err := io.Copy(io.MultiWriter(tmp, pw), resp.Body)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("GET %s: reading the body: %w", url, err)
+	}
+	if resp.ContentLength >= 0 && n != resp.ContentLength {
+		return Result{}, fmt.Errorf("GET %s: the body ended after %d of %d bytes", url, n, resp.ContentLength)
+	}
+	e.Size = n
+	fmt.Fprintf(logw, "ferry: %s: downloaded %s\n", label, sizeText(n))
+	if e.ETag == "" && e.LastModified == "" {
+		// Nothing to revalidate with: not kept, fetched again next time.
+		if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+			return Result{}, err
+		}
+		if err := os.Rename(tmp.Name(), dest); err != nil {
+			return Result{}, err
+		}
+		return Result{Size: n}, nil
+	}
+	vh := sha256.Sum256([]byte(e.ETag + "\x00" + e.LastModified + "\x00" + strconv.FormatInt(n, 10)))
+	e.File = k + "-" + hex.EncodeToString(vh[:8])
+	if err := os.Chmod(tmp.Name(), 0o444); err != nil {
+		return Result{}, err
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(c.Dir, e.File)); err != nil {
+		return Result{}, fmt.Errorf("the node's download cache: %w", err)
+	}
+	if err := writeAtomic(metaPath, e); err != nil {
+		return Result{}, fmt.Errorf("the node's download cache: %w", err)
+	}
+	if cached != nil && cached.File != e.File {
+		os.Remove(filepath.Join(c.Dir, cached.File)) // superseded; a runner copying it keeps its open file
+	}
+	if err := copyFile(filepath.Join(c.Dir, e.File), dest); err != nil {
+		return Result{}, err
+	}
+	return Result{Size: n}, nil
+}
+
+func writeAtomic(path string, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(raw); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// copyFile copies src into the new file dest (0644), making its folder.
+func copyFile(src, dest string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dest, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// unwrapURLError drops url.Error's "Get \"URL\": " prefix, which the
+// caller's message already carries.
+func unwrapURLError(err error) error {
+	var ue interface{ Unwrap() error }
+	if errors.As(err, &ue) && strings.HasPrefix(err.Error(), "Get ") {
+		if inner := ue.Unwrap(); inner != nil {
+			return inner
+		}
+	}
+	return err
+}
+
+// progress writes a line about a download at most every `every`.
+type progress struct {
+	w     io.Writer
+	label string
+	total int64
+	n     int64
+	every time.Duration
+	last  time.Time
+}
+
+func (p *progress) Write(b []byte) (int, error) {
+	p.n += int64(len(b))
+	if now := time.Now(); now.Sub(p.last) >= p.every {
+		p.last = now
+		if p.total > 0 {
+			fmt.Fprintf(p.w, "ferry: %s: %s of %s (%d%%)\n", p.label, sizeText(p.n), sizeText(p.total), p.n*100/p.total)
+		} else {
+			fmt.Fprintf(p.w, "ferry: %s: %s\n", p.label, sizeText(p.n))
+		}
+	}
+	return len(b), nil
+}
+
+func sizeText(n int64) string {
+	switch {
+	case n < 0:
+		return "size unknown"
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	case n < 1<<30:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+}
