@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/ferry-ml/ferry/internal/datauri"
 )
 
 const jobEmptyHint = "a command job needs at least `command:`, e.g. command: python train.py"
@@ -136,7 +138,7 @@ var (
 	nodesRe      = lazyRegexp(`^(all|[0-9]+)$`)
 
 	inputTypes   = []string{"uri_file", "uri_folder", "mltable", "mlflow_model", "custom_model"}
-	inputModes   = []string{"ro_mount", "download", "direct"}
+	inputModes   = []string{"ro_mount", "download", "direct", "rw_mount", "eval_mount", "eval_download"}
 	outputTypes  = []string{"uri_folder", "uri_file", "mlflow_model", "custom_model"}
 	outputModes  = []string{"rw_mount", "upload", "direct"}
 	distTypes    = []string{"pytorch", "mpi", "tensorflow"}
@@ -327,6 +329,8 @@ func (j *Job) validateIO(es *Errors) {
 			if _, _, err := ParseDataRef(in.Path); err != nil {
 				es.add(f+".path", "%v", err)
 			}
+		} else if _, err := datauri.Parse(in.Path); err != nil {
+			es.add(f+".path", "%v", err)
 		}
 		oneOf(es, f+".mode", in.Mode, true, inputModes)
 	}
