@@ -20,6 +20,7 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/datauri"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
@@ -130,10 +131,10 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 		if in.IsLiteral() || spec.IsDataRef(in.Path) {
 			continue // a registered data asset: the workspace has its files
 		}
-		f := pathField{file: src, field: "inputs." + name + ".path", value: in.Path}
 		if isRemote(in.Path) {
-			return nil, f.errorf("%q is not a local path; only local files and folders are supported as inputs so far", in.Path)
+			continue // fetched on the node: a URL, a blob container, a datastore
 		}
+		f := pathField{file: src, field: "inputs." + name + ".path", value: in.Path}
 		id, err := a.upload(ctx, c, f, in.Type, limit, false)
 		if err != nil {
 			return nil, err
@@ -154,17 +155,27 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 }
 
 // checkDataInputs looks up the data assets that j's inputs name
-// (azureml:NAME:VERSION, azureml:NAME@latest) and checks their types,
+// (azureml:NAME:VERSION, azureml:NAME@latest) and checks their types, and
+// the datastores they name (azureml://datastores/NAME/paths/PATH),
 // before anything is uploaded: a job that names a missing asset is
 // refused without sending its code first. The workspace checks again at
 // submission, which is what counts; this is for the user's time.
 func checkDataInputs(ctx context.Context, c *client.Client, src specFile, j *spec.Job) error {
 	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
 		in := j.Inputs[name]
-		if in.IsLiteral() || !spec.IsDataRef(in.Path) {
+		if in.IsLiteral() {
 			continue
 		}
 		f := pathField{file: src, field: "inputs." + name + ".path", value: in.Path}
+		if u, err := datauri.Parse(in.Path); err == nil && u.Kind == datauri.Datastore {
+			if _, err := c.GetDatastore(ctx, u.Store); err != nil {
+				return f.errorf("%v", err)
+			}
+			continue
+		}
+		if !spec.IsDataRef(in.Path) {
+			continue
+		}
 		dname, version, err := spec.ParseDataRef(in.Path)
 		if err != nil {
 			return f.errorf("%v", err)

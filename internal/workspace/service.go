@@ -97,6 +97,13 @@ type Config struct {
 	// Secrets seals the SSH secrets of attached machines and fleets at
 	// rest; nil means such computes cannot be made.
 	Secrets *secrets.Key
+	// BlobEndpoints maps Azure storage accounts to the base URLs that
+	// stand in for their blob services (tests, a mirror): inputs in such
+	// an account are fetched from there ($FERRY_BLOB_ENDPOINTS).
+	BlobEndpoints map[string]string
+	// DefaultDatastoreDir is the folder of the built-in workspaceblobstore
+	// datastore; "" means there is none until one is created.
+	DefaultDatastoreDir string
 	// Router routes scoring requests to online endpoints (the gateway);
 	// nil routes nothing.
 	Router EndpointRouter
@@ -555,6 +562,10 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 		return nil, err
 	}
 	sub.InputSnapshots = inputs
+	remote, err := s.resolveRemoteInputs(ctx, j)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.admit(ctx, computeName, j, env); err != nil {
 		return nil, err
 	}
@@ -568,6 +579,12 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 	}
 	for name, in := range j.Inputs {
 		if in.IsLiteral() {
+			continue
+		}
+		if _, ok := remote[name]; ok {
+			if _, up := sub.InputSnapshots[name]; up {
+				return nil, Invalid("input_snapshots.%s: input %s is fetched from %s on the node; upload nothing for it", name, name, in.Path)
+			}
 			continue
 		}
 		id, ok := sub.InputSnapshots[name]
@@ -587,7 +604,7 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 	if err != nil {
 		return nil, err
 	}
-	inputsJSON, err := json.Marshal(sub.InputSnapshots)
+	inputsJSON, err := storedInputs(sub.InputSnapshots, remote)
 	if err != nil {
 		return nil, err
 	}
@@ -725,7 +742,7 @@ func (s *Service) jobViewWith(rec store.Job, latest map[string]store.Metric) (*J
 		v.Spec = &j
 	}
 	if len(rec.Inputs) > 0 {
-		if err := json.Unmarshal(rec.Inputs, &v.InputSnapshots); err != nil {
+		if err := readStoredInputs(rec.Inputs, v); err != nil {
 			unreadable("inputs", err)
 		}
 	}

@@ -47,9 +47,11 @@ type Job struct {
 	Metrics           map[string]float64 `json:"metrics"`
 	CodeSnapshot      string             `json:"code_snapshot,omitempty"`
 	InputSnapshots    map[string]string  `json:"input_snapshots,omitempty"`
-	Environment       *environment.Spec  `json:"environment,omitempty"`
-	Outputs           *Outputs           `json:"outputs,omitempty"`
-	Spec              *spec.Job          `json:"spec,omitempty"`
+	// RemoteInputs are the inputs the runner fetches on its node.
+	RemoteInputs map[string]RemoteInput `json:"remote_inputs,omitempty"`
+	Environment  *environment.Spec      `json:"environment,omitempty"`
+	Outputs      *Outputs               `json:"outputs,omitempty"`
+	Spec         *spec.Job              `json:"spec,omitempty"`
 	// Unreadable names the stored parts of a damaged record that could
 	// not be read, and why; they are left out of the view.
 	Unreadable []string `json:"unreadable,omitempty"`
@@ -163,6 +165,8 @@ type Assignment struct {
 	Spec           *spec.Job         `json:"spec"`
 	CodeSnapshot   string            `json:"code_snapshot,omitempty"`
 	InputSnapshots map[string]string `json:"input_snapshots,omitempty"`
+	// RemoteInputs are the inputs the runner fetches on its node.
+	RemoteInputs map[string]RemoteInput `json:"remote_inputs,omitempty"`
 	// Environment is the job's environment, resolved; nil = the node's own.
 	Environment *environment.Spec `json:"environment,omitempty"`
 	// ResumeOutputs is the snapshot of ./outputs an earlier attempt of the
