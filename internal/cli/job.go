@@ -20,7 +20,6 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
-	"github.com/ferry-ml/ferry/internal/datauri"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
@@ -167,7 +166,7 @@ func checkDataInputs(ctx context.Context, c *client.Client, src specFile, j *spe
 			continue
 		}
 		f := pathField{file: src, field: "inputs." + name + ".path", value: in.Path}
-		if u, err := datauri.Parse(in.Path); err == nil && u.Kind == datauri.Datastore {
+		if u, err := spec.ParseDataURI(in.Path); err == nil && u.Kind == spec.URIDatastore {
 			if _, err := c.GetDatastore(ctx, u.Store); err != nil {
 				return f.errorf("%v", err)
 			}

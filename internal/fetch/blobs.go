@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ferry-ml/ferry/internal/datauri"
+	"github.com/ferry-ml/ferry/internal/spec"
 )
 
 // MaxBlobs bounds the files of one blob folder input.
@@ -128,7 +128,7 @@ func (c *Cache) BlobFolder(ctx context.Context, base, container, path, dest stri
 		if !filepath.IsLocal(rel) || strings.Contains(rel, "\\") {
 			return res, fmt.Errorf("%s: the blob %q would be written outside the input's folder", shown, b.Name)
 		}
-		u := base + "/" + url.PathEscape(container) + "/" + datauri.EscapePath(b.Name)
+		u := base + "/" + url.PathEscape(container) + "/" + spec.EscapeURLPath(b.Name)
 		r, err := c.File(ctx, u, filepath.Join(dest, filepath.FromSlash(rel)), io.Discard, label)
 		if err != nil {
 			return res, err

@@ -22,11 +22,11 @@ import (
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/compute/local"
-	"github.com/ferry-ml/ferry/internal/datauri"
 	"github.com/ferry-ml/ferry/internal/environment/docker"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/selfexe"
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
+	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 	"github.com/ferry-ml/ferry/internal/store/sqlite"
 	"github.com/ferry-ml/ferry/internal/workspace"
@@ -223,7 +223,7 @@ func Run(ctx context.Context, cfg Config) error {
 		CheckToken: func(_ context.Context, endpoint, token string) bool {
 			return ws.CheckEndpointToken(endpoint, token)
 		}})
-	blobEndpoints, err := datauri.ParseEndpoints(cfg.BlobEndpoints)
+	blobEndpoints, err := spec.ParseBlobEndpoints(cfg.BlobEndpoints)
 	if err != nil {
 		return err
 	}

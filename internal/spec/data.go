@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-
-	"github.com/ferry-ml/ferry/internal/datauri"
 )
 
 // DataFile is an Azure ML CLI v2 data asset file, the input of `ferry
@@ -84,10 +82,10 @@ func (f *DataFile) Validate() error {
 	}
 	if strings.TrimSpace(f.Path) == "" {
 		es.add("path", "a data asset needs its files: path: a file (type: uri_file) or folder (type: uri_folder), relative to the data file")
-	} else if datauri.IsRemote(f.Path) {
-		if u, err := datauri.Parse(f.Path); err != nil {
+	} else if IsRemotePath(f.Path) {
+		if u, err := ParseDataURI(f.Path); err != nil {
 			es.add("path", "%v", err)
-		} else if u.Kind == datauri.Asset {
+		} else if u.Kind == URIAsset {
 			es.add("path", "a data asset's path is its files (a local path or a URL), not another asset (%s)", quote(f.Path))
 		}
 	}

@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/ferry-ml/ferry/internal/datauri"
 )
 
 const jobEmptyHint = "a command job needs at least `command:`, e.g. command: python train.py"
@@ -329,7 +327,7 @@ func (j *Job) validateIO(es *Errors) {
 			if _, _, err := ParseDataRef(in.Path); err != nil {
 				es.add(f+".path", "%v", err)
 			}
-		} else if _, err := datauri.Parse(in.Path); err != nil {
+		} else if _, err := ParseDataURI(in.Path); err != nil {
 			es.add(f+".path", "%v", err)
 		}
 		oneOf(es, f+".mode", in.Mode, true, inputModes)

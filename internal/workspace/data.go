@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
-	"github.com/ferry-ml/ferry/internal/datauri"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -85,7 +84,7 @@ func (s *Service) CreateData(ctx context.Context, who auth.Principal, f *spec.Da
 	if err := f.Validate(); err != nil {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	remote := datauri.IsRemote(f.Path)
+	remote := spec.IsRemotePath(f.Path)
 	switch {
 	case remote && snap != "":
 		return nil, Invalid("snapshot: path %s is remote and kept as a reference; upload nothing for it", f.Path)

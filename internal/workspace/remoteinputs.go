@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ferry-ml/ferry/internal/datauri"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
@@ -43,7 +42,7 @@ type BlobSource struct {
 func (b *BlobSource) URLOf() string {
 	u := b.Base + "/" + b.Container
 	if b.Path != "" {
-		u += "/" + datauri.EscapePath(b.Path)
+		u += "/" + spec.EscapeURLPath(b.Path)
 	}
 	return u
 }
@@ -83,7 +82,7 @@ func (s *Service) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[str
 			}
 			p = d.Path
 		}
-		if !datauri.IsRemote(p) {
+		if !spec.IsRemotePath(p) {
 			continue
 		}
 		r, err := s.resolveRemote(ctx, p)
@@ -106,16 +105,16 @@ func (s *Service) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[str
 
 // resolveRemote resolves one remote path (not an asset reference).
 func (s *Service) resolveRemote(ctx context.Context, p string) (RemoteInput, error) {
-	u, err := datauri.Parse(p)
+	u, err := spec.ParseDataURI(p)
 	if err != nil {
 		return RemoteInput{}, err
 	}
 	switch u.Kind {
-	case datauri.HTTP:
+	case spec.URIHTTP:
 		return RemoteInput{URL: u.URL}, nil
-	case datauri.Blob:
-		return RemoteInput{Blob: &BlobSource{Base: datauri.BlobBase(u.Account, u.Host, s.cfg.BlobEndpoints), Container: u.Container, Path: u.Path}}, nil
-	case datauri.Datastore:
+	case spec.URIBlob:
+		return RemoteInput{Blob: &BlobSource{Base: spec.BlobBase(u.Account, u.Host, s.cfg.BlobEndpoints), Container: u.Container, Path: u.Path}}, nil
+	case spec.URIDatastore:
 		ds, err := s.GetDatastore(ctx, u.Store)
 		if err != nil {
 			return RemoteInput{}, err
@@ -134,7 +133,7 @@ func (s *Service) inDatastore(ds *Datastore, p string) (RemoteInput, error) {
 	case "http":
 		u := strings.TrimRight(f.URL, "/")
 		if p != "" {
-			u += "/" + datauri.EscapePath(p)
+			u += "/" + spec.EscapeURLPath(p)
 		}
 		return RemoteInput{URL: u}, nil
 	case "azure_blob", "azure_data_lake_gen2":
@@ -143,7 +142,7 @@ func (s *Service) inDatastore(ds *Datastore, p string) (RemoteInput, error) {
 			container = f.Filesystem
 		}
 		host := f.AccountName + ".blob." + f.Endpoint
-		return RemoteInput{Blob: &BlobSource{Base: datauri.BlobBase(f.AccountName, host, s.cfg.BlobEndpoints), Container: container, Path: p}}, nil
+		return RemoteInput{Blob: &BlobSource{Base: spec.BlobBase(f.AccountName, host, s.cfg.BlobEndpoints), Container: container, Path: p}}, nil
 	case "azure_file":
 		return RemoteInput{}, Invalid("datastore %s is an azure_file share, which has no anonymous reads: mount the share on every node and create a local_folder datastore for the mount", ds.Name)
 	}

@@ -1,4 +1,4 @@
-package datauri
+package spec
 
 import (
 	"strings"
@@ -7,38 +7,38 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func TestParse(t *testing.T) {
+func TestParseDataURI(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
-		want URI
+		want DataURI
 	}{
-		{"./data", URI{Kind: Local}},
-		{"file:./data", URI{Kind: Local}},
-		{"azureml:cifar:1", URI{Kind: Asset}},
-		{"https://example.com/a/b.csv", URI{Kind: HTTP, URL: "https://example.com/a/b.csv"}},
-		{"http://127.0.0.1:8080/x?y=1", URI{Kind: HTTP, URL: "http://127.0.0.1:8080/x?y=1"}},
-		{"wasbs://data@azuremlexamples.blob.core.windows.net/mnist", URI{Kind: Blob, Account: "azuremlexamples", Container: "data", Host: "azuremlexamples.blob.core.windows.net", Path: "mnist"}},
-		{"wasbs://data@azuremlexamples.blob.core.windows.net/", URI{Kind: Blob, Account: "azuremlexamples", Container: "data", Host: "azuremlexamples.blob.core.windows.net"}},
-		{"https://azuremlexamples.blob.core.windows.net/datasets/iris.csv", URI{Kind: Blob, Account: "azuremlexamples", Container: "datasets", Host: "azuremlexamples.blob.core.windows.net", Path: "iris.csv"}},
-		{"https://acct.blob.core.windows.net/c01/x.csv?sv=1&sig=2", URI{Kind: HTTP, URL: "https://acct.blob.core.windows.net/c01/x.csv?sv=1&sig=2"}},
-		{"abfss://fs1@acct.dfs.core.windows.net/a/b/", URI{Kind: Blob, Account: "acct", Container: "fs1", Host: "acct.dfs.core.windows.net", Path: "a/b"}},
-		{"azureml://datastores/workspaceblobstore/paths/data/titanic.csv", URI{Kind: Datastore, Store: "workspaceblobstore", Path: "data/titanic.csv"}},
-		{"azureml://datastores/nfs/paths/", URI{Kind: Datastore, Store: "nfs"}},
-		{"azureml://subscriptions/s/resourcegroups/rg/workspaces/ws/datastores/st/paths/p/q", URI{Kind: Datastore, Store: "st", Path: "p/q"}},
+		{"./data", DataURI{Kind: URILocal}},
+		{"file:./data", DataURI{Kind: URILocal}},
+		{"azureml:cifar:1", DataURI{Kind: URIAsset}},
+		{"https://example.com/a/b.csv", DataURI{Kind: URIHTTP, URL: "https://example.com/a/b.csv"}},
+		{"http://127.0.0.1:8080/x?y=1", DataURI{Kind: URIHTTP, URL: "http://127.0.0.1:8080/x?y=1"}},
+		{"wasbs://data@azuremlexamples.blob.core.windows.net/mnist", DataURI{Kind: URIBlob, Account: "azuremlexamples", Container: "data", Host: "azuremlexamples.blob.core.windows.net", Path: "mnist"}},
+		{"wasbs://data@azuremlexamples.blob.core.windows.net/", DataURI{Kind: URIBlob, Account: "azuremlexamples", Container: "data", Host: "azuremlexamples.blob.core.windows.net"}},
+		{"https://azuremlexamples.blob.core.windows.net/datasets/iris.csv", DataURI{Kind: URIBlob, Account: "azuremlexamples", Container: "datasets", Host: "azuremlexamples.blob.core.windows.net", Path: "iris.csv"}},
+		{"https://acct.blob.core.windows.net/c01/x.csv?sv=1&sig=2", DataURI{Kind: URIHTTP, URL: "https://acct.blob.core.windows.net/c01/x.csv?sv=1&sig=2"}},
+		{"abfss://fs1@acct.dfs.core.windows.net/a/b/", DataURI{Kind: URIBlob, Account: "acct", Container: "fs1", Host: "acct.dfs.core.windows.net", Path: "a/b"}},
+		{"azureml://datastores/workspaceblobstore/paths/data/titanic.csv", DataURI{Kind: URIDatastore, Store: "workspaceblobstore", Path: "data/titanic.csv"}},
+		{"azureml://datastores/nfs/paths/", DataURI{Kind: URIDatastore, Store: "nfs"}},
+		{"azureml://subscriptions/s/resourcegroups/rg/workspaces/ws/datastores/st/paths/p/q", DataURI{Kind: URIDatastore, Store: "st", Path: "p/q"}},
 	} {
-		got, err := Parse(tc.in)
+		got, err := ParseDataURI(tc.in)
 		if err != nil {
-			t.Errorf("Parse(%q): %v", tc.in, err)
+			t.Errorf("ParseDataURI(%q): %v", tc.in, err)
 			continue
 		}
 		tc.want.Raw = tc.in
 		if d := cmp.Diff(tc.want, got); d != "" {
-			t.Errorf("Parse(%q) (-want +got):\n%s", tc.in, d)
+			t.Errorf("ParseDataURI(%q) (-want +got):\n%s", tc.in, d)
 		}
 	}
 }
 
-func TestParseRefuses(t *testing.T) {
+func TestParseDataURIRefuses(t *testing.T) {
 	for in, want := range map[string]string{
 		"s3://bucket/x":                            "s3:// paths cannot be read here",
 		"azureml://registries/azureml/data/x":      "a registry's asset cannot be read here",
@@ -52,18 +52,18 @@ func TestParseRefuses(t *testing.T) {
 		"https://user:secret@example.com/x":        "with a user or password",
 		"https:///x":                               "has no host",
 	} {
-		_, err := Parse(in)
+		_, err := ParseDataURI(in)
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("Parse(%q) = %v, want an error with %q", in, err, want)
+			t.Errorf("ParseDataURI(%q) = %v, want an error with %q", in, err, want)
 		}
 		if err != nil && strings.Contains(err.Error(), "secret") {
-			t.Errorf("Parse(%q) shows the password: %v", in, err)
+			t.Errorf("ParseDataURI(%q) shows the password: %v", in, err)
 		}
 	}
 }
 
 func TestBlobBase(t *testing.T) {
-	ep, err := ParseEndpoints("acct=http://127.0.0.1:9/, other=https://mirror.example/x")
+	ep, err := ParseBlobEndpoints("acct=http://127.0.0.1:9/, other=https://mirror.example/x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,33 +76,33 @@ func TestBlobBase(t *testing.T) {
 			t.Errorf("BlobBase(%s) = %s, want %s", tc[0], got, tc[2])
 		}
 	}
-	if _, err := ParseEndpoints("acct=ftp://x"); err == nil {
+	if _, err := ParseBlobEndpoints("acct=ftp://x"); err == nil {
 		t.Error("ParseEndpoints took an ftp URL")
 	}
 }
 
 // FuzzParse: any string is parsed or refused without a panic, and what is
 // parsed as a container or datastore path stays inside it.
-func FuzzParse(f *testing.F) {
+func FuzzParseDataURI(f *testing.F) {
 	for _, s := range []string{"./x", "azureml:a:1", "https://h/x", "wasbs://c12@a12.blob.core.windows.net/p/q",
 		"azureml://datastores/s/paths/a/b", "abfss://f@a12.dfs.core.windows.net/", "https://a12.blob.core.windows.net/c12/x%2F..%2Fy"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		u, err := Parse(s)
+		u, err := ParseDataURI(s)
 		if err != nil {
 			return
 		}
 		switch u.Kind {
-		case Blob, Datastore:
+		case URIBlob, URIDatastore:
 			for _, seg := range strings.Split(u.Path, "/") {
 				if seg == ".." || seg == "." || (seg == "" && u.Path != "") {
-					t.Fatalf("Parse(%q) gave path %q", s, u.Path)
+					t.Fatalf("ParseDataURI(%q) gave path %q", s, u.Path)
 				}
 			}
-		case HTTP:
+		case URIHTTP:
 			if !strings.HasPrefix(strings.ToLower(u.URL), "http") {
-				t.Fatalf("Parse(%q) gave URL %q", s, u.URL)
+				t.Fatalf("ParseDataURI(%q) gave URL %q", s, u.URL)
 			}
 		}
 	})
