@@ -124,11 +124,13 @@ func TestRemoteInputs(t *testing.T) {
 	})
 
 	t.Run("wasbs folder through List Blobs", func(t *testing.T) {
-		job := jobFile(t, "command: cat ${{inputs.m}}/a.csv ${{inputs.m}}/sub/b.txt && ls -R ${{inputs.m}}\n"+
+		job := jobFile(t, "command: cat ${{inputs.m}}/a.csv ${{inputs.m}}/sub/b.txt ${{inputs.iris}} ${{inputs.one}}/iris.csv && ls -R ${{inputs.m}}\n"+
 			"inputs:\n  m: {type: uri_folder, path: 'wasbs://data@ferrytest.blob.core.windows.net/mnist'}\n"+
-			"  iris: {type: uri_file, path: 'https://ferrytest.blob.core.windows.net/data/single/iris.csv'}\n", nil)
+			"  iris: {type: uri_file, path: 'https://ferrytest.blob.core.windows.net/data/single/iris.csv'}\n"+
+			"  one: {type: uri_folder, path: 'wasbs://data@ferrytest.blob.core.windows.net/single/iris.csv'}\n", nil)
 		r := s.mustFerry("job", "create", "-f", job, "--name", "blob-1", "--stream")
-		mustContain(t, "log", r.stdout, "pixels", "label seven", "2 files (")
+		t.Logf("log:\n%s", r.stdout)
+		mustContain(t, "log", r.stdout, "pixels", "label seven", "2 files (", "iris\niris\n", "is one blob, not a folder")
 		if strings.Contains(r.stdout, "no.txt") {
 			t.Errorf("a blob outside the folder was fetched:\n%s", r.stdout)
 		}

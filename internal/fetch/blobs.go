@@ -3,6 +3,7 @@ package fetch
 import (
 	"context"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +19,9 @@ const MaxBlobs = 200_000
 
 // maxListPage bounds one List Blobs answer (5,000 entries are well under).
 const maxListPage = 32 << 20
+
+// ErrEmptyFolder is a blob folder with no files under it.
+var ErrEmptyFolder = errors.New("no files under this folder")
 
 // Blob is one blob of a listing.
 type Blob struct {
@@ -140,7 +144,7 @@ func (c *Cache) BlobFolder(ctx context.Context, base, container, path, dest stri
 		}
 	}
 	if res.Files == 0 {
-		return res, fmt.Errorf("%s: no files under this folder (List Blobs found none with prefix %q)", shown, prefix)
+		return res, fmt.Errorf("%s: %w (List Blobs found none with prefix %q)", shown, ErrEmptyFolder, prefix)
 	}
 	fmt.Fprintf(logw, "ferry: %s: %d files (%s) from %s: %d from the cache, %d downloaded\n",
 		label, res.Files, sizeText(res.Bytes), shown, res.Hits, res.Files-res.Hits)

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -9,8 +10,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"syscall"
 
 	"github.com/ferry-ml/ferry/internal/fetch"
+	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
@@ -62,21 +65,50 @@ func (r *runner) remoteInput(ctx context.Context, name string, in spec.Input, ri
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return "", err
 		}
-		if _, err := c.BlobFolder(ctx, ri.Blob.Base, ri.Blob.Container, ri.Blob.Path, dir, logw, label); err != nil {
+		_, err := c.BlobFolder(ctx, ri.Blob.Base, ri.Blob.Container, ri.Blob.Path, dir, logw, label)
+		if errors.Is(err, fetch.ErrEmptyFolder) && ri.Blob.Path != "" {
+			// No blob under PATH/: PATH may be one blob, which a folder
+			// input gets as its one file, as with a URL.
+			dest := filepath.Join(dir, path.Base(ri.Blob.Path))
+			if _, ferr := c.File(ctx, ri.Blob.URLOf(), dest, logw, label); ferr == nil {
+				fmt.Fprintf(logw, "ferry: %s: %s is one blob, not a folder: the input's folder holds it\n", label, ri.Blob.URLOf())
+				return dir, nil
+			}
+		}
+		if err != nil {
 			return "", err
 		}
 		return dir, nil
 	case ri.Folder != "":
-		return folderInput(label, in, ri.Folder, dir, inContainer, logw)
+		return folderInput(label, in, ri.Folder, dir, inContainer, r.cfg.RunAs, logw)
 	}
 	return "", fmt.Errorf("%s: the workspace gave no source for it", label)
 }
 
 // folderInput links to or copies a file or folder every node reads.
-func folderInput(label string, in spec.Input, src, dir string, inContainer bool, logw io.Writer) (string, error) {
+// A copy is made with the runner's rights, which may be more than the
+// job's (a root server's jobs run as ferry-job): what the job's account
+// could not read itself is refused, so a datastore cannot reach past the
+// job's own rights (the workspace's data directory, say).
+func folderInput(label string, in spec.Input, src, dir string, inContainer bool, runAs *isolation.User, logw io.Writer) (string, error) {
 	fi, err := os.Stat(src)
 	if err != nil {
 		return "", fmt.Errorf("%s is not readable on this node: %w (a local_folder datastore must be at the same path on every node)", src, err)
+	}
+	check := func(p string, fi fs.FileInfo) error { return nil }
+	if runAs != nil {
+		if err := isolation.CheckReachable(filepath.Dir(src), runAs); err != nil {
+			return "", fmt.Errorf("%s cannot be read by the job's account: %w", src, err)
+		}
+		check = func(p string, fi fs.FileInfo) error {
+			if !readableBy(fi, runAs) {
+				return fmt.Errorf("%s (mode %04o) cannot be read by the job's account %s", p, fi.Mode().Perm(), runAs.Name)
+			}
+			return nil
+		}
+	}
+	if err := check(src, fi); err != nil {
+		return "", err
 	}
 	file := in.Type == "uri_file"
 	if file && fi.IsDir() {
@@ -112,12 +144,33 @@ func folderInput(label string, in spec.Input, src, dir string, inContainer bool,
 		fmt.Fprintf(logw, "ferry: %s: copied %s\n", label, src)
 		return dest, nil
 	}
-	n, err := copyTree(src, dir, logw, label)
+	n, err := copyTree(src, dir, check, logw, label)
 	if err != nil {
 		return "", err
 	}
 	fmt.Fprintf(logw, "ferry: %s: copied %d files from %s\n", label, n, src)
 	return dir, nil
+}
+
+// readableBy says whether u may read fi (and, for a folder, list and
+// pass it), with no supplementary groups, as jobs run.
+func readableBy(fi fs.FileInfo, u *isolation.User) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || u.UID == 0 {
+		return u.UID == 0
+	}
+	need := fs.FileMode(0o4)
+	if fi.IsDir() {
+		need = 0o5
+	}
+	perm := fi.Mode().Perm()
+	switch {
+	case st.Uid == u.UID:
+		return (perm>>6)&need == need
+	case st.Gid == u.GID:
+		return (perm>>3)&need == need
+	}
+	return perm&need == need
 }
 
 func orDefault(s, d string) string {
@@ -129,11 +182,20 @@ func orDefault(s, d string) string {
 
 // copyTree copies the folders and regular files under src into dest;
 // links and special files are skipped, each with a line in the log.
-func copyTree(src, dest string, logw io.Writer, label string) (int, error) {
+func copyTree(src, dest string, check func(string, fs.FileInfo) error, logw io.Writer, label string) (int, error) {
 	n := 0
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if d.IsDir() || d.Type().IsRegular() {
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if err := check(p, fi); err != nil {
+				return err
+			}
 		}
 		rel, err := filepath.Rel(src, p)
 		if err != nil {
