@@ -202,6 +202,10 @@ func datastoreWhere(d *workspace.Datastore) string {
 		return fmt.Sprintf("https://%s.blob.%s/%s", f.AccountName, f.Endpoint, f.ContainerName)
 	case "azure_data_lake_gen2":
 		return fmt.Sprintf("abfss://%s@%s.dfs.%s", f.Filesystem, f.AccountName, f.Endpoint)
+	case "azure_data_lake_gen1":
+		return fmt.Sprintf("adl://%s.azuredatalakestore.net (not readable by jobs)", f.StoreName)
+	case "one_lake":
+		return fmt.Sprintf("OneLake workspace %s (not readable by jobs)", f.OneLakeWorkspaceName)
 	case "azure_file":
 		return fmt.Sprintf("https://%s.file.%s/%s (not readable by jobs: mount it and use a local_folder datastore)", f.AccountName, f.Endpoint, f.FileShareName)
 	}

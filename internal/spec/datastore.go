@@ -26,6 +26,10 @@ type DatastoreFile struct {
 	FileShareName string `yaml:"file_share_name,omitempty" json:"file_share_name,omitempty"` // azure_file
 	Endpoint      string `yaml:"endpoint,omitempty" json:"endpoint,omitempty"`               // core.windows.net
 	Protocol      string `yaml:"protocol,omitempty" json:"protocol,omitempty"`               // https | wasbs | abfss
+	StoreName     string `yaml:"store_name,omitempty" json:"store_name,omitempty"`           // azure_data_lake_gen1
+	// OneLake's (one_lake).
+	OneLakeWorkspaceName string             `yaml:"one_lake_workspace_name,omitempty" json:"one_lake_workspace_name,omitempty"`
+	Artifact             *DatastoreArtifact `yaml:"artifact,omitempty" json:"artifact,omitempty"`
 	// Credentials are accepted so Azure's files load, and never kept:
 	// Ferry reads storage anonymously. Only their names reach the server.
 	Credentials map[string]string `yaml:"credentials,omitempty" json:"credentials,omitempty"`
@@ -34,8 +38,16 @@ type DatastoreFile struct {
 	URL  string `yaml:"url,omitempty" json:"url,omitempty"`   // http
 }
 
-// DatastoreTypes are the datastore types Ferry takes.
-var DatastoreTypes = []string{"local_folder", "http", "azure_blob", "azure_data_lake_gen2", "azure_file"}
+// DatastoreArtifact is the item of a OneLake datastore.
+type DatastoreArtifact struct {
+	Type string `yaml:"type,omitempty" json:"type,omitempty"` // lake_house
+	Name string `yaml:"name,omitempty" json:"name,omitempty"`
+}
+
+// DatastoreTypes are the datastore types Ferry takes. The last three are
+// accepted so that Azure's files load, but inputs cannot read them
+// (they have no anonymous reads).
+var DatastoreTypes = []string{"local_folder", "http", "azure_blob", "azure_data_lake_gen2", "azure_file", "azure_data_lake_gen1", "one_lake"}
 
 const datastoreEmptyHint = "a datastore needs a name and where its files are, e.g. name: shared, type: local_folder and path: /mnt/nfs/data"
 
@@ -81,7 +93,7 @@ func (f *DatastoreFile) setDefaults() {
 			f.Type = "http"
 		}
 	}
-	if strings.HasPrefix(f.Type, "azure_") && f.Endpoint == "" {
+	if slices.Contains([]string{"azure_blob", "azure_data_lake_gen2", "azure_file"}, f.Type) && f.Endpoint == "" {
 		f.Endpoint = "core.windows.net"
 	}
 }
@@ -100,7 +112,7 @@ func (f *DatastoreFile) Validate() error {
 	case f.Name == "":
 		es.add("name", "a datastore needs a name, e.g. name: shared")
 	case !datastoreNameRe().MatchString(f.Name):
-		es.add("name", "%s is not a valid datastore name: use letters, digits and '_' (at most 255)", quote(f.Name))
+		es.add("name", "%s is not a valid datastore name: use letters, digits, '_' and '-' (at most 255)", quote(f.Name))
 	}
 	need := func(field, v, example string) {
 		if strings.TrimSpace(v) == "" {
@@ -139,16 +151,24 @@ func (f *DatastoreFile) Validate() error {
 		need("account_name", f.AccountName, "account_name: mystorage")
 		need("file_share_name", f.FileShareName, "file_share_name: my-share")
 		only["account_name"], only["file_share_name"] = true, true
+	case "azure_data_lake_gen1":
+		need("store_name", f.StoreName, "store_name: mydatalakegen1")
+		only["store_name"] = true
+	case "one_lake":
+		need("one_lake_workspace_name", f.OneLakeWorkspaceName, "one_lake_workspace_name: MyWorkspace")
+		only["one_lake_workspace_name"], only["artifact"] = true, true
 	default:
 		es.add("type", "%s is not a datastore type: use %s", quote(f.Type), joinNames(DatastoreTypes))
 	}
-	azure := strings.HasPrefix(f.Type, "azure_")
+	azure := strings.HasPrefix(f.Type, "azure_") || f.Type == "one_lake"
+	storage := slices.Contains([]string{"azure_blob", "azure_data_lake_gen2", "azure_file"}, f.Type)
 	for _, fs := range []struct {
 		field string
 		set   bool
 	}{
 		{"path", f.Path != ""}, {"url", f.URL != ""}, {"account_name", f.AccountName != ""},
 		{"container_name", f.ContainerName != ""}, {"filesystem", f.Filesystem != ""}, {"file_share_name", f.FileShareName != ""},
+		{"store_name", f.StoreName != ""}, {"one_lake_workspace_name", f.OneLakeWorkspaceName != ""}, {"artifact", f.Artifact != nil},
 	} {
 		if fs.set && !only[fs.field] && slices.Contains(DatastoreTypes, f.Type) {
 			es.add(fs.field, "does not apply to type %s", f.Type)
@@ -165,13 +185,15 @@ func (f *DatastoreFile) Validate() error {
 			es.add("credentials", "applies only to Azure's datastore types; a %s datastore is read as it is", f.Type)
 		}
 	}
-	if azure {
+	if storage {
 		if f.AccountName != "" && !storageAccountRe().MatchString(f.AccountName) {
 			es.add("account_name", "%s is not a storage account name: 3 to 24 lower-case letters and digits", quote(f.AccountName))
 		}
 		if f.Endpoint != "" && !endpointRe().MatchString(f.Endpoint) {
 			es.add("endpoint", "%s is not a DNS suffix such as core.windows.net", quote(f.Endpoint))
 		}
+	}
+	if azure {
 		if f.Protocol != "" && !slices.Contains([]string{"https", "wasbs", "abfss"}, f.Protocol) {
 			es.add("protocol", "%s is not a protocol: use https, wasbs or abfss", quote(f.Protocol))
 		}
@@ -185,7 +207,7 @@ func (f *DatastoreFile) Validate() error {
 }
 
 var (
-	datastoreNameRe  = lazyRegexp(`^[A-Za-z0-9_]{1,255}$`)
+	datastoreNameRe  = lazyRegexp(`^[A-Za-z0-9_-]{1,255}$`)
 	storageAccountRe = lazyRegexp(`^[a-z0-9]{3,24}$`)
 	endpointRe       = lazyRegexp(`^core\.[a-z0-9.]+[a-z0-9]$`)
 )

@@ -77,3 +77,18 @@ func TestParseDatastoreErrors(t *testing.T) {
 		}
 	}
 }
+
+// Azure's other datastore files load, so a user can bring them; inputs
+// cannot read these types (the workspace says so).
+func TestParseDatastoreAzureOthers(t *testing.T) {
+	for _, y := range []string{
+		"$schema: https://azuremlschemas.azureedge.net/latest/azureDataLakeGen1.schema.json\nname: adls-gen1-example\ntype: azure_data_lake_gen1\nstore_name: mytestdatalakegen1\ncredentials:\n  tenant_id: X\n  client_id: Y\n  client_secret: Z\n",
+		"$schema: http://azureml/sdk-2-0/OneLakeDatastore.json\nname: onelake_example_id\ntype: one_lake\ndescription: d\none_lake_workspace_name: \"AzureML_Sample_OneLakeWS\"\nendpoint: \"msit-onelake.dfs.fabric.microsoft.com\"\nartifact:\n  type: lake_house\n  name: \"AzML_Sample_LH\"\n",
+		"name: blob_protocol_example\ntype: azure_blob\naccount_name: mytestblobstore\nprotocol: wasbs\ncontainer_name: data-container\ncredentials:\n  account_key: XXX\n",
+		"name: adls_gen2_example\ntype: azure_data_lake_gen2\naccount_name: mytestdatalakegen2\nfilesystem: my-gen2-container\ncredentials:\n  tenant_id: X\n  client_id: Y\n  client_secret: Z\n",
+	} {
+		if _, err := ParseDatastore([]byte(y), nil); err != nil {
+			t.Errorf("%v\n%s", err, y)
+		}
+	}
+}

@@ -48,7 +48,7 @@ var (
 	// suffix); ADLS Gen2's dfs host serves the same account.
 	blobHostRe     = regexp.MustCompile(`^([a-z0-9]{3,24})\.(blob|dfs)\.(core\.[a-z0-9.]+)$`)
 	containerRe    = regexp.MustCompile(`^(\$root|\$web|[a-z0-9](?:[a-z0-9]|-[a-z0-9]){2,62})$`)
-	uriDatastoreRe = regexp.MustCompile(`^[A-Za-z0-9_]{1,255}$`)
+	uriDatastoreRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
 	datastoreLong  = regexp.MustCompile(`^subscriptions/[^/]+/resource[gG]roups/[^/]+/(?:providers/Microsoft\.MachineLearningServices/)?workspaces/[^/]+/datastores/`)
 )
 
@@ -168,7 +168,7 @@ func parseAzureML(u DataURI) (DataURI, error) {
 	rest = strings.TrimPrefix(rest, "datastores/")
 	name, rest, _ := strings.Cut(rest, "/")
 	if !uriDatastoreRe.MatchString(name) {
-		return u, fmt.Errorf("%s: %s is not a datastore name: letters, digits and '_'", quoteURI(u.Raw), strconv.Quote(name))
+		return u, fmt.Errorf("%s: %s is not a datastore name: letters, digits, '_' and '-'", quoteURI(u.Raw), strconv.Quote(name))
 	}
 	switch {
 	case rest == "" || rest == "paths" || rest == "paths/":

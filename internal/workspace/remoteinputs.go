@@ -145,6 +145,8 @@ func (s *Service) inDatastore(ds *Datastore, p string) (RemoteInput, error) {
 		return RemoteInput{Blob: &BlobSource{Base: spec.BlobBase(f.AccountName, host, s.cfg.BlobEndpoints), Container: container, Path: p}}, nil
 	case "azure_file":
 		return RemoteInput{}, Invalid("datastore %s is an azure_file share, which has no anonymous reads: mount the share on every node and create a local_folder datastore for the mount", ds.Name)
+	case "azure_data_lake_gen1", "one_lake":
+		return RemoteInput{}, Invalid("datastore %s is %s storage, which Ferry cannot read (no anonymous reads): copy the data to a blob container that allows public reads or to a folder every node mounts (a local_folder datastore)", ds.Name, ds.Type)
 	}
 	return RemoteInput{}, Invalid("datastore %s has type %s, which inputs cannot read", ds.Name, ds.Type)
 }
