@@ -18,9 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,6 +47,9 @@ type Cache struct {
 	// ProgressEvery is how often a long download writes a progress line
 	// (0: every 5 s).
 	ProgressEvery time.Duration
+	// MaxBytes bounds the cached files: after a download the least
+	// recently used ones above it are removed (0: no bound).
+	MaxBytes int64
 }
 
 // entry is what the cache keeps about one URL: the validator the server
@@ -82,13 +87,25 @@ func key(url string) string {
 // server says the cached copy is current, and writes progress lines
 // ("ferry: input NAME: ...") to logw, label naming what is fetched.
 func (c *Cache) File(ctx context.Context, url, dest string, logw io.Writer, label string) (Result, error) {
+	r, err := c.file(ctx, url, dest, logw, label, true)
+	if errors.Is(err, errCacheGone) {
+		// Another runner of the node replaced the cached copy between
+		// its answer and the copy: fetched again, unconditionally.
+		return c.file(ctx, url, dest, logw, label, false)
+	}
+	return r, err
+}
+
+var errCacheGone = errors.New("the cached copy was replaced meanwhile")
+
+func (c *Cache) file(ctx context.Context, url, dest string, logw io.Writer, label string, useCache bool) (Result, error) {
 	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
 		return Result{}, fmt.Errorf("the node's download cache: %w", err)
 	}
 	k := key(url)
 	metaPath := filepath.Join(c.Dir, k+".json")
 	var cached *entry
-	if raw, err := os.ReadFile(metaPath); err == nil {
+	if raw, err := os.ReadFile(metaPath); err == nil && useCache {
 		var e entry
 		if json.Unmarshal(raw, &e) == nil && e.URL == url && e.File != "" && filepath.Base(e.File) == e.File {
 			if fi, err := os.Stat(filepath.Join(c.Dir, e.File)); err == nil && fi.Size() == e.Size {
@@ -115,7 +132,13 @@ func (c *Cache) File(ctx context.Context, url, dest string, logw io.Writer, labe
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotModified && cached != nil {
 		fmt.Fprintf(logw, "ferry: %s: %s: cache hit (not modified, %s)\n", label, url, sizeText(cached.Size))
+		now := time.Now()
+		os.Chtimes(metaPath, now, now) // recently used: the last to be pruned
 		if err := copyFile(filepath.Join(c.Dir, cached.File), dest); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				os.Remove(dest) // a partial copy, if any
+				return Result{}, errCacheGone
+			}
 			return Result{}, fmt.Errorf("%s from the node's download cache: %w", url, err)
 		}
 		return Result{Size: cached.Size, Hit: true}, nil
@@ -173,7 +196,57 @@ func (c *Cache) File(ctx context.Context, url, dest string, logw io.Writer, labe
 	if err := copyFile(filepath.Join(c.Dir, e.File), dest); err != nil {
 		return Result{}, err
 	}
+	c.prune(metaPath)
 	return Result{Size: n}, nil
+}
+
+// prune removes the least recently used entries (by their metadata
+// file's time) while the cache holds more than MaxBytes, keeping keep.
+// A runner copying a removed file keeps its open file; one that reads
+// the removed metadata next fetches the URL again.
+func (c *Cache) prune(keep string) {
+	if c.MaxBytes <= 0 {
+		return
+	}
+	metas, err := filepath.Glob(filepath.Join(c.Dir, "*.json"))
+	if err != nil {
+		return
+	}
+	type item struct {
+		meta, file string
+		size       int64
+		used       time.Time
+	}
+	var items []item
+	var total int64
+	for _, m := range metas {
+		fi, err := os.Stat(m)
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(m)
+		if err != nil {
+			continue
+		}
+		var e entry
+		if json.Unmarshal(raw, &e) != nil || e.File == "" || filepath.Base(e.File) != e.File {
+			continue
+		}
+		items = append(items, item{meta: m, file: filepath.Join(c.Dir, e.File), size: e.Size, used: fi.ModTime()})
+		total += e.Size
+	}
+	slices.SortFunc(items, func(a, b item) int { return a.used.Compare(b.used) })
+	for _, it := range items {
+		if total <= c.MaxBytes {
+			return
+		}
+		if it.meta == keep {
+			continue
+		}
+		os.Remove(it.meta)
+		os.Remove(it.file)
+		total -= it.size
+	}
 }
 
 func writeAtomic(path string, v any) error {

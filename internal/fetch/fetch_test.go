@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // fileServer serves files with ETags and answers If-None-Match, counting
@@ -225,4 +226,34 @@ func FuzzParseList(f *testing.F) {
 			t.Fatalf("blobs with an error")
 		}
 	})
+}
+
+// The cache keeps the most recently used files within MaxBytes.
+func TestCachePrunesLeastRecentlyUsed(t *testing.T) {
+	fs := &fileServer{files: map[string]string{"/a": "aaaa", "/b": "bbbb", "/c": "cccc"}}
+	srv := httptest.NewServer(fs)
+	defer srv.Close()
+	c := &Cache{Dir: t.TempDir(), MaxBytes: 8}
+	dir := t.TempDir()
+	get := func(p string, i int) Result {
+		t.Helper()
+		r, err := c.File(context.Background(), srv.URL+p, filepath.Join(dir, fmt.Sprint(i), "f"), &bytes.Buffer{}, "input")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	get("/a", 1)
+	get("/b", 2)
+	past := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(filepath.Join(c.Dir, key(srv.URL+"/a")+".json"), past, past); err != nil {
+		t.Fatal(err)
+	}
+	get("/c", 3) // 12 bytes > 8: /a, the least recently used, goes
+	if r := get("/b", 4); !r.Hit {
+		t.Error("/b was pruned, want it kept")
+	}
+	if r := get("/a", 5); r.Hit {
+		t.Error("/a was kept, want it pruned")
+	}
 }

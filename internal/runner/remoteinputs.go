@@ -22,6 +22,10 @@ import (
 // blob cache: CacheDir + RemoteCacheSuffix.
 const RemoteCacheSuffix = "-remote"
 
+// RemoteCacheMax bounds the node's cache of fetched inputs; the least
+// recently used files above it are removed.
+const RemoteCacheMax = 20 << 30
+
 // remoteInput gets an input the workspace does not hold (resolved at
 // submit: workspace.RemoteInput) into dir, the input's folder, and
 // returns the value the command gets for it. Modes (docs/data.md):
@@ -39,7 +43,7 @@ func (r *runner) remoteInput(ctx context.Context, name string, in spec.Input, ri
 		return ri.Where(), nil
 	}
 	file := in.Type == "uri_file"
-	c := &fetch.Cache{Dir: r.cfg.CacheDir + RemoteCacheSuffix}
+	c := &fetch.Cache{Dir: r.cfg.CacheDir + RemoteCacheSuffix, MaxBytes: RemoteCacheMax}
 	switch {
 	case ri.URL != "":
 		dest := filepath.Join(dir, urlFileName(ri.URL))
