@@ -589,7 +589,7 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 		}
 		id, ok := sub.InputSnapshots[name]
 		if !ok {
-			return nil, Invalid("inputs.%s.path: %q was not uploaded; only local paths are supported so far (upload happens in `ferry job create`)", name, in.Path)
+			return nil, Invalid("inputs.%s.path: %q is a local path whose files were not uploaded (input_snapshots); `ferry job create` uploads them", name, in.Path)
 		}
 		if err := s.requireSnapshot(id, "inputs."+name); err != nil {
 			return nil, err
