@@ -449,6 +449,14 @@ func showJob(w *tabwriter.Writer, j *workspace.Job) {
 	if j.Spec != nil {
 		fmt.Fprintf(w, "command:\t%s\n", strings.TrimSpace(j.Spec.Command))
 	}
+	for _, k := range slices.Sorted(maps.Keys(j.RemoteInputs)) {
+		ri := j.RemoteInputs[k]
+		if ri.From == ri.Where() {
+			fmt.Fprintf(w, "input %s:\t%s (fetched on the node)\n", k, ri.From)
+		} else {
+			fmt.Fprintf(w, "input %s:\t%s = %s (fetched on the node)\n", k, ri.From, ri.Where())
+		}
+	}
 	for _, k := range slices.Sorted(maps.Keys(j.Metrics)) {
 		fmt.Fprintf(w, "metric %s:\t%g\n", k, j.Metrics[k])
 	}

@@ -180,6 +180,8 @@ func TestRemoteInputs(t *testing.T) {
 			"  d: {type: uri_file, path: azureml://datastores/web/paths/titanic.csv, mode: direct}\n", nil)
 		r := s.mustFerry("job", "create", "-f", job, "--name", "ds-1", "--stream")
 		t.Logf("log:\n%s", r.stdout)
+		mustContain(t, "job show", s.mustFerry("job", "show", "ds-1").stdout,
+			"input ro:", "azureml://datastores/shared/paths/sets/one = "+filepath.Join(shared, "sets/one"), "input t:", "= "+web.URL+"/web/datasets/titanic.csv")
 		mustContain(t, "log", r.stdout, "from nfs", "deep", "lbl", "titanic", "label seven", "direct="+web.URL+"/web/datasets/titanic.csv", "linked-and-copied")
 
 		// A datastore that does not exist is refused before anything is uploaded.
