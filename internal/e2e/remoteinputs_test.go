@@ -71,6 +71,7 @@ func (d *remoteData) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestRemoteInputs(t *testing.T) {
 	data := &remoteData{full: map[string]int{}, cond: map[string]int{}, files: map[string]string{
 		"/datasets/train.csv":         "a,b\n1,2\n",
+		"/datasets/cluster.csv":       "on a node\n",
 		"/blob/data/mnist/a.csv":      "pixels\n",
 		"/blob/data/mnist/sub/b.txt":  "label seven\n",
 		"/blob/data/other/no.txt":     "not this\n",
@@ -191,6 +192,27 @@ func TestRemoteInputs(t *testing.T) {
 			t.Fatalf("a job naming an unknown datastore was accepted: %s", r)
 		}
 		mustContain(t, "error", r.stderr, "inputs.x.path", "datastore nosuch is not known", "shared")
+	})
+
+	t.Run("on a cluster node, cached per node", func(t *testing.T) {
+		s.mustFerry("compute", "create", "-f", computeFile(t, `name: remote-cluster
+type: amlcompute
+size: Standard_DS1_v2
+min_instances: 1
+max_instances: 1
+idle_time_before_scale_down: 600
+provider: {type: process}
+`))
+		s.waitNodes("remote-cluster", 1, "Idle")
+		u := web.URL + "/datasets/cluster.csv"
+		job := jobFile(t, "command: cat ${{inputs.c}}/cluster.csv\ncompute: azureml:remote-cluster\ninputs:\n  c: {type: uri_folder, path: '"+u+"'}\n", nil)
+		r := s.mustFerry("job", "create", "-f", job, "--name", "cl-1", "--stream")
+		mustContain(t, "first log", r.stdout, "on a node", "downloading "+u, "a uri_folder input from an http(s) URL is a folder holding the one file cluster.csv")
+		r = s.mustFerry("job", "create", "-f", job, "--name", "cl-2", "--stream")
+		mustContain(t, "second log", r.stdout, "on a node", u+": cache hit")
+		if full, cond := data.counts("/datasets/cluster.csv"); full != 1 || cond != 1 {
+			t.Errorf("the server saw %d full and %d conditional requests, want 1 and 1", full, cond)
+		}
 	})
 
 	t.Run("data asset kept as a reference to a URL", func(t *testing.T) {
