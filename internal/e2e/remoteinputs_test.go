@@ -49,6 +49,13 @@ func (d *remoteData) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `</Blobs><NextMarker /></EnumerationResults>`)
 		return
 	}
+	if r.URL.Path == "/slow" {
+		// Never answers: a download a cancel must stop.
+		d.mu.Unlock()
+		<-r.Context().Done()
+		d.mu.Lock()
+		return
+	}
 	body, ok := d.files[r.URL.Path]
 	if !ok {
 		http.NotFound(w, r)
@@ -121,6 +128,17 @@ func TestRemoteInputs(t *testing.T) {
 		}
 		if len(states) < 2 || states[len(states)-2] != "Preparing" || slices.Contains(states, "Running") {
 			t.Errorf("history %v: want it to fail from Preparing, never Running", states)
+		}
+	})
+
+	t.Run("a cancel stops a download", func(t *testing.T) {
+		job := jobFile(t, "command: echo never ran\ninputs:\n  s: {type: uri_file, path: '"+web.URL+"/slow'}\n", nil)
+		s.mustFerry("job", "create", "-f", job, "--name", "fetch-slow")
+		s.waitStatus("fetch-slow", "Preparing")
+		s.mustFerry("job", "cancel", "fetch-slow")
+		j := s.waitStatus("fetch-slow", "Canceled", "Failed")
+		if j.Status != "Canceled" {
+			t.Errorf("a job canceled while its input was fetched is %s (%s), want Canceled", j.Status, j.Error)
 		}
 	})
 

@@ -377,8 +377,11 @@ func (r *runner) watch(jobCtx context.Context, cancelJob context.CancelFunc) {
 // it. It returns the job's paths once they exist, so outputs are uploaded
 // even when the command failed.
 func (r *runner) prepareAndExecute(ctx, jobCtx context.Context, a *workspace.Assignment, spool *os.File) (workspace.Report, *paths) {
-	p, err := r.prepare(ctx, a, spool)
+	p, err := r.prepare(ctx, jobCtx, a, spool)
 	if err != nil {
+		if r.canceled.Load() {
+			return workspace.Report{Status: workspace.StatusCanceled, Reason: "canceled on request while the inputs were fetched"}, nil
+		}
 		fmt.Fprintf(spool, "ferry: preparing the job failed: %v\n", err)
 		return failed("preparing the job failed", err), nil
 	}
@@ -439,7 +442,9 @@ func inputFileName(dir, path string) (string, error) {
 
 // prepare materialises the code snapshot and the inputs, and makes the
 // output directories.
-func (r *runner) prepare(ctx context.Context, a *workspace.Assignment, logw io.Writer) (*paths, error) {
+// Remote inputs are fetched under jobCtx, so a cancel stops a long
+// download as it stops an environment build.
+func (r *runner) prepare(ctx, jobCtx context.Context, a *workspace.Assignment, logw io.Writer) (*paths, error) {
 	if a.CodeSnapshot != "" {
 		if err := r.extract(ctx, a.CodeSnapshot, r.wd); err != nil {
 			return nil, fmt.Errorf("code snapshot: %w", err)
@@ -455,7 +460,7 @@ func (r *runner) prepare(ctx context.Context, a *workspace.Assignment, logw io.W
 		dir := filepath.Join(r.cfg.Dir, "inputs", name)
 		if ri, ok := a.RemoteInputs[name]; ok {
 			inContainer := a.Environment != nil && a.Environment.NeedsDocker()
-			v, err := r.remoteInput(ctx, name, in, ri, dir, inContainer, logw)
+			v, err := r.remoteInput(jobCtx, name, in, ri, dir, inContainer, logw)
 			if err != nil {
 				return nil, fmt.Errorf("input %s: %w", name, err)
 			}
