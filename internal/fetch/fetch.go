@@ -20,6 +20,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,6 +28,32 @@ import (
 	"strings"
 	"time"
 )
+
+// secretQueryKeys are query parameters that carry a credential (a SAS
+// token's signature, an API key): a URL is shown without their values.
+var secretQueryKeys = []string{"sig", "signature", "token", "access_token", "key", "api_key", "apikey", "code", "secret", "password", "x-amz-signature", "x-goog-signature"}
+
+// Redact is the URL as logs and errors show it: the values of parameters
+// that carry credentials are replaced by "REDACTED".
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.RawQuery == "" {
+		return raw
+	}
+	q := u.Query()
+	changed := false
+	for k := range q {
+		if slices.Contains(secretQueryKeys, strings.ToLower(k)) {
+			q[k] = []string{"REDACTED"}
+			changed = true
+		}
+	}
+	if !changed {
+		return raw
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
 
 // StatusError is a fetch the server answered with a status other than
 // success: the job's failure names the URL and the status.
@@ -103,6 +130,7 @@ func (c *Cache) file(ctx context.Context, url, dest string, logw io.Writer, labe
 		return Result{}, fmt.Errorf("the node's download cache: %w", err)
 	}
 	k := key(url)
+	shown := Redact(url)
 	metaPath := filepath.Join(c.Dir, k+".json")
 	var cached *entry
 	if raw, err := os.ReadFile(metaPath); err == nil && useCache {
@@ -115,7 +143,7 @@ func (c *Cache) file(ctx context.Context, url, dest string, logw io.Writer, labe
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return Result{}, fmt.Errorf("GET %s: %w", url, err)
+		return Result{}, fmt.Errorf("GET %s: %w", shown, err)
 	}
 	if cached != nil {
 		if cached.ETag != "" {
@@ -127,11 +155,11 @@ func (c *Cache) file(ctx context.Context, url, dest string, logw io.Writer, labe
 	}
 	resp, err := c.client().Do(req)
 	if err != nil {
-		return Result{}, fmt.Errorf("GET %s: %w", url, unwrapURLError(err))
+		return Result{}, fmt.Errorf("GET %s: %w", shown, unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotModified && cached != nil {
-		fmt.Fprintf(logw, "ferry: %s: %s: cache hit (not modified, %s)\n", label, url, sizeText(cached.Size))
+		fmt.Fprintf(logw, "ferry: %s: %s: cache hit (not modified, %s)\n", label, shown, sizeText(cached.Size))
 		now := time.Now()
 		os.Chtimes(metaPath, now, now) // recently used: the last to be pruned
 		if err := copyFile(filepath.Join(c.Dir, cached.File), dest); err != nil {
@@ -139,12 +167,12 @@ func (c *Cache) file(ctx context.Context, url, dest string, logw io.Writer, labe
 				os.Remove(dest) // a partial copy, if any
 				return Result{}, errCacheGone
 			}
-			return Result{}, fmt.Errorf("%s from the node's download cache: %w", url, err)
+			return Result{}, fmt.Errorf("%s from the node's download cache: %w", shown, err)
 		}
 		return Result{Size: cached.Size, Hit: true}, nil
 	}
 	if resp.StatusCode != http.StatusOK {
-		return Result{}, &StatusError{URL: url, Status: resp.StatusCode, Text: resp.Status}
+		return Result{}, &StatusError{URL: shown, Status: resp.StatusCode, Text: resp.Status}
 	}
 	e := entry{URL: url, ETag: resp.Header.Get("ETag"), LastModified: resp.Header.Get("Last-Modified")}
 	tmp, err := os.CreateTemp(c.Dir, k+".*.tmp")
@@ -152,7 +180,7 @@ func (c *Cache) file(ctx context.Context, url, dest string, logw io.Writer, labe
 		return Result{}, fmt.Errorf("the node's download cache: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // after the rename, there is nothing to remove
-	fmt.Fprintf(logw, "ferry: %s: downloading %s (%s)\n", label, url, sizeText(resp.ContentLength))
+	fmt.Fprintf(logw, "ferry: %s: downloading %s (%s)\n", label, shown, sizeText(resp.ContentLength))
 	pw := &progress{w: logw, label: label, total: resp.ContentLength, every: c.ProgressEvery, last: time.Now()}
 	if pw.every == 0 {
 		pw.every = 5 * time.Second
@@ -162,10 +190,10 @@ func (c *Cache) file(ctx context.Context, url, dest string, logw io.Writer, labe
 		err = cerr
 	}
 	if err != nil {
-		return Result{}, fmt.Errorf("GET %s: reading the body: %w", url, err)
+		return Result{}, fmt.Errorf("GET %s: reading the body: %w", shown, err)
 	}
 	if resp.ContentLength >= 0 && n != resp.ContentLength {
-		return Result{}, fmt.Errorf("GET %s: the body ended after %d of %d bytes", url, n, resp.ContentLength)
+		return Result{}, fmt.Errorf("GET %s: the body ended after %d of %d bytes", shown, n, resp.ContentLength)
 	}
 	e.Size = n
 	fmt.Fprintf(logw, "ferry: %s: downloaded %s\n", label, sizeText(n))

@@ -257,3 +257,23 @@ func TestCachePrunesLeastRecentlyUsed(t *testing.T) {
 		t.Error("/a was kept, want it pruned")
 	}
 }
+
+func TestRedact(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://a.blob.core.windows.net/c/x.csv?sv=2022&sig=SECRET%2B&se=1": "https://a.blob.core.windows.net/c/x.csv?se=1&sig=REDACTED&sv=2022",
+		"https://example.com/x?download=1":                                   "https://example.com/x?download=1",
+		"https://example.com/x":                                              "https://example.com/x",
+	} {
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+	// A failed fetch names the URL without its signature.
+	srv := httptest.NewServer(&fileServer{files: map[string]string{}})
+	defer srv.Close()
+	c := &Cache{Dir: t.TempDir()}
+	_, err := c.File(context.Background(), srv.URL+"/x?sig=SECRET", filepath.Join(t.TempDir(), "x"), &bytes.Buffer{}, "input x")
+	if err == nil || strings.Contains(err.Error(), "SECRET") || !strings.Contains(err.Error(), "sig=REDACTED") {
+		t.Errorf("err = %v", err)
+	}
+}

@@ -39,7 +39,7 @@ const RemoteCacheMax = 20 << 30
 func (r *runner) remoteInput(ctx context.Context, name string, in spec.Input, ri workspace.RemoteInput, dir string, inContainer bool, logw io.Writer) (string, error) {
 	label := "input " + name
 	if in.Mode == "direct" {
-		fmt.Fprintf(logw, "ferry: %s: mode direct: the command gets %s as it is\n", label, ri.Where())
+		fmt.Fprintf(logw, "ferry: %s: mode direct: the command gets %s as it is\n", label, fetch.Redact(ri.Where()))
 		return ri.Where(), nil
 	}
 	file := in.Type == "uri_file"
