@@ -9,7 +9,6 @@ package spec
 import (
 	"fmt"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -43,19 +42,19 @@ type DataURI struct {
 }
 
 var (
-	uriSchemeRe = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)
+	uriSchemeRe = lazyRegexp(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)
 	// A blob host: ACCOUNT.blob.core.windows.net (or another cloud's
 	// suffix); ADLS Gen2's dfs host serves the same account.
-	blobHostRe     = regexp.MustCompile(`^([a-z0-9]{3,24})\.(blob|dfs)\.(core\.[a-z0-9.]+)$`)
-	containerRe    = regexp.MustCompile(`^(\$root|\$web|[a-z0-9](?:[a-z0-9]|-[a-z0-9]){2,62})$`)
-	uriDatastoreRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
-	datastoreLong  = regexp.MustCompile(`^subscriptions/[^/]+/resource[gG]roups/[^/]+/(?:providers/Microsoft\.MachineLearningServices/)?workspaces/[^/]+/datastores/`)
+	blobHostRe     = lazyRegexp(`^([a-z0-9]{3,24})\.(blob|dfs)\.(core\.[a-z0-9.]+)$`)
+	containerRe    = lazyRegexp(`^(\$root|\$web|[a-z0-9](?:[a-z0-9]|-[a-z0-9]){2,62})$`)
+	uriDatastoreRe = lazyRegexp(`^[A-Za-z0-9_-]{1,255}$`)
+	datastoreLong  = lazyRegexp(`^subscriptions/[^/]+/resource[gG]roups/[^/]+/(?:providers/Microsoft\.MachineLearningServices/)?workspaces/[^/]+/datastores/`)
 )
 
 // IsRemotePath says whether p names something other than a local path: any
 // scheme but file:.
 func IsRemotePath(p string) bool {
-	return uriSchemeRe.MatchString(p) && !strings.HasPrefix(p, "file:")
+	return uriSchemeRe().MatchString(p) && !strings.HasPrefix(p, "file:")
 }
 
 // ParseDataURI reads an input path. A local path (no scheme, or file:) and a data
@@ -98,7 +97,7 @@ func parseHTTP(u DataURI) (DataURI, error) {
 	if pu.User != nil {
 		return u, fmt.Errorf("an http(s) URL with a user or password is not accepted: it would be stored and shown with the job; use a public URL or a datastore")
 	}
-	if m := blobHostRe.FindStringSubmatch(strings.ToLower(pu.Hostname())); m != nil && pu.Port() == "" {
+	if m := blobHostRe().FindStringSubmatch(strings.ToLower(pu.Hostname())); m != nil && pu.Port() == "" {
 		container, rest, _ := strings.Cut(strings.TrimPrefix(pu.Path, "/"), "/")
 		if container == "" {
 			return u, fmt.Errorf("%s names a storage account but no container: write https://%s/CONTAINER/PATH", quoteURI(u.Raw), pu.Host)
@@ -127,7 +126,7 @@ func parseContainerURI(u DataURI) (DataURI, error) {
 	if !ok || container == "" || host == "" {
 		return u, fmt.Errorf("%s: write it as %s", quoteURI(u.Raw), form)
 	}
-	m := blobHostRe.FindStringSubmatch(strings.ToLower(host))
+	m := blobHostRe().FindStringSubmatch(strings.ToLower(host))
 	if m == nil {
 		return u, fmt.Errorf("%s: %s is not a storage account's host: write it as %s", quoteURI(u.Raw), strconv.Quote(host), form)
 	}
@@ -139,7 +138,7 @@ func parseContainerURI(u DataURI) (DataURI, error) {
 }
 
 func blobURI(u DataURI, account, container, host, p string) (DataURI, error) {
-	if !containerRe.MatchString(container) {
+	if !containerRe().MatchString(container) {
 		return u, fmt.Errorf("%s: %s is not a container name: 3 to 63 lower-case letters, digits and single '-'", quoteURI(u.Raw), strconv.Quote(container))
 	}
 	p, err := cleanStorePath(p)
@@ -154,7 +153,7 @@ func blobURI(u DataURI, account, container, host, p string) (DataURI, error) {
 // long form with subscriptions/.../workspaces/... before datastores/).
 func parseAzureML(u DataURI) (DataURI, error) {
 	rest := strings.TrimPrefix(u.Raw, "azureml://")
-	rest = datastoreLong.ReplaceAllString(rest, "datastores/")
+	rest = datastoreLong().ReplaceAllString(rest, "datastores/")
 	if !strings.HasPrefix(rest, "datastores/") {
 		what := "this azureml:// path"
 		switch {
@@ -167,7 +166,7 @@ func parseAzureML(u DataURI) (DataURI, error) {
 	}
 	rest = strings.TrimPrefix(rest, "datastores/")
 	name, rest, _ := strings.Cut(rest, "/")
-	if !uriDatastoreRe.MatchString(name) {
+	if !uriDatastoreRe().MatchString(name) {
 		return u, fmt.Errorf("%s: %s is not a datastore name: letters, digits, '_' and '-'", quoteURI(u.Raw), strconv.Quote(name))
 	}
 	switch {
