@@ -27,6 +27,7 @@ var ErrEmptyFolder = errors.New("no files under this folder")
 type Blob struct {
 	Name string // the blob's full name in its container
 	Size int64
+	ETag string // as the listing gives it (unquoted)
 }
 
 // listResult is the part of Azure's List Blobs answer Ferry reads
@@ -36,7 +37,8 @@ type listResult struct {
 	Blobs   []struct {
 		Name       string `xml:"Name"`
 		Properties struct {
-			ContentLength int64 `xml:"Content-Length"`
+			ContentLength int64  `xml:"Content-Length"`
+			Etag          string `xml:"Etag"`
 		} `xml:"Properties"`
 	} `xml:"Blobs>Blob"`
 	NextMarker string `xml:"NextMarker"`
@@ -52,7 +54,7 @@ func ParseList(r io.Reader) ([]Blob, string, error) {
 	}
 	out := make([]Blob, 0, len(lr.Blobs))
 	for _, b := range lr.Blobs {
-		out = append(out, Blob{Name: b.Name, Size: b.Properties.ContentLength})
+		out = append(out, Blob{Name: b.Name, Size: b.Properties.ContentLength, ETag: b.Properties.Etag})
 	}
 	return out, strings.TrimSpace(lr.NextMarker), nil
 }
@@ -133,7 +135,9 @@ func (c *Cache) BlobFolder(ctx context.Context, base, container, path, dest stri
 			return res, fmt.Errorf("%s: the blob %q would be written outside the input's folder", shown, b.Name)
 		}
 		u := base + "/" + url.PathEscape(container) + "/" + spec.EscapeURLPath(b.Name)
-		r, err := c.File(ctx, u, filepath.Join(dest, filepath.FromSlash(rel)), io.Discard, label)
+		// The listing's ETag tells a cached blob current without a
+		// request of its own: a warm folder costs one List call.
+		r, err := c.fileKnown(ctx, u, b.ETag, filepath.Join(dest, filepath.FromSlash(rel)), io.Discard, label)
 		if err != nil {
 			return res, err
 		}

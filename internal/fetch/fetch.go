@@ -114,18 +114,25 @@ func key(url string) string {
 // server says the cached copy is current, and writes progress lines
 // ("ferry: input NAME: ...") to logw, label naming what is fetched.
 func (c *Cache) File(ctx context.Context, url, dest string, logw io.Writer, label string) (Result, error) {
-	r, err := c.file(ctx, url, dest, logw, label, true)
+	return c.fileKnown(ctx, url, "", dest, logw, label)
+}
+
+// fileKnown is File for a URL whose current ETag the caller knows (a List
+// Blobs answer gives each blob's): a cached copy with that ETag is used
+// without asking the server again.
+func (c *Cache) fileKnown(ctx context.Context, url, etag, dest string, logw io.Writer, label string) (Result, error) {
+	r, err := c.file(ctx, url, etag, dest, logw, label, true)
 	if errors.Is(err, errCacheGone) {
 		// Another runner of the node replaced the cached copy between
 		// its answer and the copy: fetched again, unconditionally.
-		return c.file(ctx, url, dest, logw, label, false)
+		return c.file(ctx, url, "", dest, logw, label, false)
 	}
 	return r, err
 }
 
 var errCacheGone = errors.New("the cached copy was replaced meanwhile")
 
-func (c *Cache) file(ctx context.Context, url, dest string, logw io.Writer, label string, useCache bool) (Result, error) {
+func (c *Cache) file(ctx context.Context, url, known, dest string, logw io.Writer, label string, useCache bool) (Result, error) {
 	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
 		return Result{}, fmt.Errorf("the node's download cache: %w", err)
 	}
@@ -140,6 +147,22 @@ func (c *Cache) file(ctx context.Context, url, dest string, logw io.Writer, labe
 				cached = &e
 			}
 		}
+	}
+	hit := func(why string) (Result, error) {
+		fmt.Fprintf(logw, "ferry: %s: %s: cache hit (%s, %s)\n", label, shown, why, sizeText(cached.Size))
+		now := time.Now()
+		os.Chtimes(metaPath, now, now) // recently used: the last to be pruned
+		if err := copyFile(filepath.Join(c.Dir, cached.File), dest); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				os.Remove(dest) // a partial copy, if any
+				return Result{}, errCacheGone
+			}
+			return Result{}, fmt.Errorf("%s from the node's download cache: %w", shown, err)
+		}
+		return Result{Size: cached.Size, Hit: true}, nil
+	}
+	if cached != nil && known != "" && strings.Trim(cached.ETag, `"`) == strings.Trim(known, `"`) {
+		return hit("listed ETag unchanged")
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -159,17 +182,7 @@ func (c *Cache) file(ctx context.Context, url, dest string, logw io.Writer, labe
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotModified && cached != nil {
-		fmt.Fprintf(logw, "ferry: %s: %s: cache hit (not modified, %s)\n", label, shown, sizeText(cached.Size))
-		now := time.Now()
-		os.Chtimes(metaPath, now, now) // recently used: the last to be pruned
-		if err := copyFile(filepath.Join(c.Dir, cached.File), dest); err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				os.Remove(dest) // a partial copy, if any
-				return Result{}, errCacheGone
-			}
-			return Result{}, fmt.Errorf("%s from the node's download cache: %w", shown, err)
-		}
-		return Result{Size: cached.Size, Hit: true}, nil
+		return hit("not modified")
 	}
 	if resp.StatusCode != http.StatusOK {
 		return Result{}, &StatusError{URL: shown, Status: resp.StatusCode, Text: resp.Status}
@@ -180,13 +193,33 @@ func (c *Cache) file(ctx context.Context, url, dest string, logw io.Writer, labe
 		return Result{}, fmt.Errorf("the node's download cache: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // after the rename, there is nothing to remove
+	// The body goes to the cache and to the job's file at once: one read
+	// of the network, no second read of the disk.
+	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+		tmp.Close()
+		return Result{}, err
+	}
+	out, err := os.OpenFile(dest, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		tmp.Close()
+		return Result{}, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.Remove(dest)
+		}
+	}()
 	fmt.Fprintf(logw, "ferry: %s: downloading %s (%s)\n", label, shown, sizeText(resp.ContentLength))
 	pw := &progress{w: logw, label: label, total: resp.ContentLength, every: c.ProgressEvery, last: time.Now()}
 	if pw.every == 0 {
 		pw.every = 5 * time.Second
 	}
-	n, err := io.Copy(io.MultiWriter(tmp, pw), resp.Body)
+	n, err := io.Copy(io.MultiWriter(tmp, out, pw), resp.Body)
 	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
@@ -197,14 +230,9 @@ func (c *Cache) file(ctx context.Context, url, dest string, logw io.Writer, labe
 	}
 	e.Size = n
 	fmt.Fprintf(logw, "ferry: %s: downloaded %s\n", label, sizeText(n))
+	ok = true
 	if e.ETag == "" && e.LastModified == "" {
 		// Nothing to revalidate with: not kept, fetched again next time.
-		if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
-			return Result{}, err
-		}
-		if err := os.Rename(tmp.Name(), dest); err != nil {
-			return Result{}, err
-		}
 		return Result{Size: n}, nil
 	}
 	vh := sha256.Sum256([]byte(e.ETag + "\x00" + e.LastModified + "\x00" + strconv.FormatInt(n, 10)))
@@ -220,9 +248,6 @@ func (c *Cache) file(ctx context.Context, url, dest string, logw io.Writer, labe
 	}
 	if cached != nil && cached.File != e.File {
 		os.Remove(filepath.Join(c.Dir, cached.File)) // superseded; a runner copying it keeps its open file
-	}
-	if err := copyFile(filepath.Join(c.Dir, e.File), dest); err != nil {
-		return Result{}, err
 	}
 	c.prune(metaPath)
 	return Result{Size: n}, nil

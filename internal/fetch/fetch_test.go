@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -125,6 +126,15 @@ func TestFileNotFound(t *testing.T) {
 // Azure's blob service does for a public container.
 func blobServer(t *testing.T, container string, blobs map[string]string) *httptest.Server {
 	t.Helper()
+	srv, _ := countingBlobServer(t, container, blobs)
+	return srv
+}
+
+// countingBlobServer is blobServer with a count of the blob GETs it
+// answered (lists not counted); read it after the requests.
+func countingBlobServer(t *testing.T, container string, blobs map[string]string) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	gets := new(atomic.Int32)
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		if q.Get("comp") == "list" && q.Get("restype") == "container" {
@@ -149,7 +159,7 @@ func blobServer(t *testing.T, container string, blobs map[string]string) *httpte
 			w.Header().Set("Content-Type", "application/xml")
 			fmt.Fprintf(w, `<?xml version="1.0" encoding="utf-8"?><EnumerationResults ServiceEndpoint="http://x/" ContainerName="%s"><Prefix>%s</Prefix><Blobs>`, container, q.Get("prefix"))
 			for _, n := range page {
-				fmt.Fprintf(w, `<Blob><Name>%s</Name><Properties><Last-Modified>Mon, 02 Jan 2026 10:00:00 GMT</Last-Modified><Etag>0x8D</Etag><Content-Length>%d</Content-Length><BlobType>BlockBlob</BlobType></Properties></Blob>`, n, len(blobs[n]))
+				fmt.Fprintf(w, `<Blob><Name>%s</Name><Properties><Last-Modified>Mon, 02 Jan 2026 10:00:00 GMT</Last-Modified><Etag>0x8D-%s</Etag><Content-Length>%d</Content-Length><BlobType>BlockBlob</BlobType></Properties></Blob>`, n, n, len(blobs[n]))
 			}
 			fmt.Fprintf(w, `</Blobs><NextMarker>%s</NextMarker></EnumerationResults>`, next)
 			return
@@ -160,17 +170,18 @@ func blobServer(t *testing.T, container string, blobs map[string]string) *httpte
 			http.NotFound(w, r)
 			return
 		}
-		w.Header().Set("ETag", `"e-`+name+`"`)
-		if r.Header.Get("If-None-Match") == `"e-`+name+`"` {
+		gets.Add(1)
+		w.Header().Set("ETag", `"0x8D-`+name+`"`)
+		if r.Header.Get("If-None-Match") == `"0x8D-`+name+`"` {
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
 		fmt.Fprint(w, body)
-	}))
+	})), gets
 }
 
 func TestBlobFolder(t *testing.T) {
-	srv := blobServer(t, "data", map[string]string{
+	srv, gets := countingBlobServer(t, "data", map[string]string{
 		"mnist/train.csv":     "1,2\n",
 		"mnist/sub/label.txt": "seven\n",
 		"mnist/sub/":          "",
@@ -193,9 +204,15 @@ func TestBlobFolder(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dest, "x.csv")); err == nil {
 		t.Error("a blob outside the prefix was fetched")
 	}
+	if n := gets.Load(); n != 2 {
+		t.Errorf("the first fetch made %d blob GETs, want 2", n)
+	}
 	res, err = c.BlobFolder(context.Background(), srv.URL, "data", "mnist", t.TempDir(), &log, "input m")
 	if err != nil || res.Hits != 2 {
 		t.Errorf("second fetch: %+v, %v; want 2 hits", res, err)
+	}
+	if n := gets.Load(); n != 2 {
+		t.Errorf("the second fetch made %d more blob GETs, want none: the listing's ETags say the cached blobs are current", n-2)
 	}
 	if !strings.Contains(log.String(), "2 files (") {
 		t.Errorf("log:\n%s", log.String())
