@@ -203,6 +203,15 @@ func TestRemoteInputs(t *testing.T) {
 			"input ro:", "azureml://datastores/shared/paths/sets/one = "+filepath.Join(shared, "sets/one"), "input t:", "= "+web.URL+"/web/datasets/titanic.csv")
 		mustContain(t, "log", r.stdout, "from nfs", "deep", "lbl", "titanic", "label seven", "direct="+web.URL+"/web/datasets/titanic.csv", "linked-and-copied")
 
+		// workspaceblobstore, Azure's default, is a folder in the work dir.
+		wsb := filepath.Join(s.work, "datastores", "workspaceblobstore")
+		writeFiles(t, wsb, map[string]string{"example-data/iris.csv": "iris from the default store\n"})
+		if err := os.Chmod(filepath.Join(wsb, "example-data"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		job = jobFile(t, "command: cat ${{inputs.iris_csv}}\ninputs:\n  iris_csv:\n    type: uri_file\n    path: azureml://datastores/workspaceblobstore/paths/example-data/iris.csv\n", nil)
+		mustContain(t, "log", s.mustFerry("job", "create", "-f", job, "--stream").stdout, "iris from the default store")
+
 		// A datastore that does not exist is refused before anything is uploaded.
 		bad := jobFile(t, "command: ls\ncode: src\ninputs:\n  x: {type: uri_folder, path: azureml://datastores/nosuch/paths/a}\n", map[string]string{"src/a.py": "print(1)\n"})
 		r = s.ferry("job", "create", "-f", bad)
