@@ -10,9 +10,14 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/ferry-ml/ferry/internal/spec"
 )
+
+// folderWorkers is how many blobs of a folder are fetched at once.
+const folderWorkers = 8
 
 // MaxBlobs bounds the files of one blob folder input.
 const MaxBlobs = 200_000
@@ -125,27 +130,68 @@ func (c *Cache) BlobFolder(ctx context.Context, base, container, path, dest stri
 	if err != nil {
 		return FolderResult{}, err
 	}
-	var res FolderResult
+	type job struct{ url, etag, dest string }
+	var jobs []job
 	for _, b := range blobs {
 		rel := strings.TrimPrefix(b.Name, prefix)
 		if strings.HasSuffix(rel, "/") || rel == "" {
 			continue // a folder's marker (ADLS Gen2), not a file
 		}
 		if !filepath.IsLocal(rel) || strings.Contains(rel, "\\") {
-			return res, fmt.Errorf("%s: the blob %q would be written outside the input's folder", shown, b.Name)
+			return FolderResult{}, fmt.Errorf("%s: the blob %q would be written outside the input's folder", shown, b.Name)
 		}
 		u := base + "/" + url.PathEscape(container) + "/" + spec.EscapeURLPath(b.Name)
-		// The listing's ETag tells a cached blob current without a
-		// request of its own: a warm folder costs one List call.
-		r, err := c.fileKnown(ctx, u, b.ETag, filepath.Join(dest, filepath.FromSlash(rel)), io.Discard, label)
-		if err != nil {
-			return res, err
+		jobs = append(jobs, job{url: u, etag: b.ETag, dest: filepath.Join(dest, filepath.FromSlash(rel))})
+	}
+	// Several blobs at once: a folder of small files is bound by round
+	// trips, not bandwidth. The first error stops the rest.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu   sync.Mutex
+		res  FolderResult
+		wg   sync.WaitGroup
+		next = make(chan job)
+		last = time.Now()
+	)
+	for range min(folderWorkers, len(jobs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range next {
+				// The listing's ETag tells a cached blob current without
+				// a request of its own: a warm folder costs one List call.
+				r, err := c.fileKnown(ctx, j.url, j.etag, j.dest, io.Discard, label)
+				if err != nil {
+					cancel(err)
+					continue
+				}
+				mu.Lock()
+				res.Files++
+				res.Bytes += r.Size
+				if r.Hit {
+					res.Hits++
+				}
+				if time.Since(last) >= 5*time.Second {
+					last = time.Now()
+					fmt.Fprintf(logw, "ferry: %s: %d of %d files (%s)\n", label, res.Files, len(jobs), sizeText(res.Bytes))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for _, j := range jobs {
+		select {
+		case next <- j:
+		case <-ctx.Done():
+			break feed
 		}
-		res.Files++
-		res.Bytes += r.Size
-		if r.Hit {
-			res.Hits++
-		}
+	}
+	close(next)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return res, err
 	}
 	if res.Files == 0 {
 		return res, fmt.Errorf("%s: %w (List Blobs found none with prefix %q)", shown, ErrEmptyFolder, prefix)

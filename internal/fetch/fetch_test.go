@@ -294,3 +294,29 @@ func TestRedact(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// A blob that is listed but cannot be fetched fails the folder, naming it.
+func TestBlobFolderFailsOnABlob(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("comp") == "list" {
+			fmt.Fprint(w, `<EnumerationResults><Blobs>`)
+			for i := range 20 {
+				fmt.Fprintf(w, `<Blob><Name>d/f%02d</Name><Properties><Content-Length>1</Content-Length></Properties></Blob>`, i)
+			}
+			fmt.Fprint(w, `</Blobs><NextMarker/></EnumerationResults>`)
+			return
+		}
+		if strings.HasSuffix(r.URL.Path, "/f13") {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		fmt.Fprint(w, "x")
+	}))
+	defer srv.Close()
+	c := &Cache{Dir: t.TempDir()}
+	_, err := c.BlobFolder(context.Background(), srv.URL, "data", "d", t.TempDir(), &bytes.Buffer{}, "input d")
+	var se *StatusError
+	if !errors.As(err, &se) || se.Status != 403 || !strings.HasSuffix(se.URL, "/data/d/f13") {
+		t.Fatalf("err = %v, want the 403 of d/f13", err)
+	}
+}
