@@ -104,6 +104,7 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 	s.routes = append(s.routes, s.modelRoutes()...)
 	s.routes = append(s.routes, s.dataRoutes()...)
 	s.routes = append(s.routes, s.pipelineRoutes()...)
+	s.routes = append(s.routes, s.datastoreRoutes()...)
 	s.routes = append(s.routes, s.endpointRoutes()...)
 	s.routes = append(s.routes, s.deploymentRoutes()...)
 	s.routes = append(s.routes, s.scheduleRoutes()...)

@@ -157,10 +157,10 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 		if in.IsLiteral() || spec.IsDataRef(in.Path) {
 			continue // a registered data asset: the workspace has its files
 		}
-		f := pathField{file: src, field: "inputs." + name + ".path", value: in.Path}
 		if isRemote(in.Path) {
-			return api.JobRequest{}, f.errorf("%q is not a local path; only local files and folders are supported as inputs so far", in.Path)
+			continue // fetched on the node: a URL, a blob container, a datastore
 		}
+		f := pathField{file: src, field: "inputs." + name + ".path", value: in.Path}
 		id, err := a.upload(ctx, c, f, in.Type, limit, false)
 		if err != nil {
 			return api.JobRequest{}, err
@@ -181,17 +181,27 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 }
 
 // checkDataInputs looks up the data assets that j's inputs name
-// (azureml:NAME:VERSION, azureml:NAME@latest) and checks their types,
+// (azureml:NAME:VERSION, azureml:NAME@latest) and checks their types, and
+// the datastores they name (azureml://datastores/NAME/paths/PATH),
 // before anything is uploaded: a job that names a missing asset is
 // refused without sending its code first. The workspace checks again at
 // submission, which is what counts; this is for the user's time.
 func checkDataInputs(ctx context.Context, c *client.Client, src specFile, j *spec.Job) error {
 	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
 		in := j.Inputs[name]
-		if in.IsLiteral() || !spec.IsDataRef(in.Path) {
+		if in.IsLiteral() {
 			continue
 		}
 		f := pathField{file: src, field: "inputs." + name + ".path", value: in.Path}
+		if u, err := spec.ParseDataURI(in.Path); err == nil && u.Kind == spec.URIDatastore {
+			if _, err := c.GetDatastore(ctx, u.Store); err != nil {
+				return f.errorf("%v", err)
+			}
+			continue
+		}
+		if !spec.IsDataRef(in.Path) {
+			continue
+		}
 		dname, version, err := spec.ParseDataRef(in.Path)
 		if err != nil {
 			return f.errorf("%v", err)
@@ -474,6 +484,14 @@ func showJob(w *tabwriter.Writer, j *workspace.Job) {
 	fmt.Fprintf(w, "duration:\t%s\n", fmtDuration(j.Started, j.Ended))
 	if j.Spec != nil && j.Sweep == nil {
 		fmt.Fprintf(w, "command:\t%s\n", strings.TrimSpace(j.Spec.Command))
+	}
+	for _, k := range slices.Sorted(maps.Keys(j.RemoteInputs)) {
+		ri := j.RemoteInputs[k]
+		if ri.From == ri.Where() {
+			fmt.Fprintf(w, "input %s:\t%s (fetched on the node)\n", k, ri.From)
+		} else {
+			fmt.Fprintf(w, "input %s:\t%s = %s (fetched on the node)\n", k, ri.From, ri.Where())
+		}
 	}
 	if j.Sweep != nil {
 		showSweep(w, j)

@@ -26,6 +26,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/selfexe"
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
+	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 	"github.com/ferry-ml/ferry/internal/store/sqlite"
 	"github.com/ferry-ml/ferry/internal/workspace"
@@ -39,6 +40,9 @@ type Config struct {
 	// process provider's nodes (nodes/). It must be outside DataDir, which
 	// jobs may not reach. "" = defaultWorkDir.
 	WorkDir string
+	// BlobEndpoints is ACCOUNT=URL,... : base URLs that stand in for Azure
+	// storage accounts' blob services ($FERRY_BLOB_ENDPOINTS).
+	BlobEndpoints string
 	// RunAs is the account that jobs on the local target and process nodes
 	// run as ("" = isolation.Choose's default: isolation.DefaultUser when
 	// the server is root, else the server's own user).
@@ -221,6 +225,15 @@ func Run(ctx context.Context, cfg Config) error {
 		CheckToken: func(_ context.Context, endpoint, token string) bool {
 			return ws.CheckEndpointToken(endpoint, token)
 		}})
+	blobEndpoints, err := spec.ParseBlobEndpoints(cfg.BlobEndpoints)
+	if err != nil {
+		return err
+	}
+	// The built-in workspaceblobstore: a folder the jobs of this host read.
+	defaultDatastore := filepath.Join(work, "datastores", workspace.DefaultDatastore)
+	if err := os.MkdirAll(defaultDatastore, 0o755); err != nil {
+		return fmt.Errorf("the default datastore's folder: %w", err)
+	}
 	ws, err = workspace.New(ctx, workspace.Config{
 		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: url,
 		Targets: targets, PoolTypes: poolTypes,
@@ -231,6 +244,7 @@ func Run(ctx context.Context, cfg Config) error {
 		JoinTimeout: cfg.NodeJoinTimeout, ServerlessIdle: cfg.ServerlessIdle,
 		Router: gatewayRouter{gw}, ProbeReplica: replicaProber(),
 		ScheduleMinute: cfg.ScheduleMinute,
+		BlobEndpoints:  blobEndpoints, DefaultDatastoreDir: defaultDatastore,
 	})
 	if err != nil {
 		return err

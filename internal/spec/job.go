@@ -136,7 +136,7 @@ var (
 	nodesRe      = lazyRegexp(`^(all|[0-9]+)$`)
 
 	inputTypes   = []string{"uri_file", "uri_folder", "mltable", "mlflow_model", "custom_model"}
-	inputModes   = []string{"ro_mount", "download", "direct"}
+	inputModes   = []string{"ro_mount", "download", "direct", "rw_mount", "eval_mount", "eval_download"}
 	outputTypes  = []string{"uri_folder", "uri_file", "mlflow_model", "custom_model"}
 	outputModes  = []string{"rw_mount", "upload", "direct"}
 	distTypes    = []string{"pytorch", "mpi", "tensorflow"}
@@ -333,6 +333,8 @@ func (j *Job) validateIO(es *Errors) {
 			if _, _, err := ParseDataRef(in.Path); err != nil {
 				es.add(f+".path", "%v", err)
 			}
+		} else if _, err := ParseDataURI(in.Path); err != nil {
+			es.add(f+".path", "%v", err)
 		}
 		oneOf(es, f+".mode", in.Mode, true, inputModes)
 	}

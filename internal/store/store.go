@@ -142,6 +142,16 @@ type PipelineStep struct {
 	Reason     string
 }
 
+// Datastore is a place job inputs name as azureml://datastores/NAME/paths/PATH.
+// Spec is its file as JSON (never with credentials), opaque to the store.
+type Datastore struct {
+	Name    string
+	Type    string
+	Spec    json.RawMessage
+	Created time.Time
+	Updated time.Time
+}
+
 // Endpoint is an online endpoint. Spec is its file as JSON, opaque to the
 // store; State its provisioning state. PrimaryKey and SecondaryKey are
 // sealed by the workspace before they reach the store, which keeps them as
@@ -519,6 +529,15 @@ type Store interface {
 	// ReusableStep returns the job of the newest step stored with reuse
 	// key key whose job Completed; ErrNotFound if there is none.
 	ReusableStep(ctx context.Context, key string) (string, error)
+	// PutDatastore stores a datastore, replacing the type and spec (and
+	// Updated, keeping Created) of one by that name.
+	PutDatastore(ctx context.Context, d Datastore) error
+	// GetDatastore returns a datastore; ErrNotFound if there is none.
+	GetDatastore(ctx context.Context, name string) (Datastore, error)
+	// ListDatastores returns every datastore, ordered by name.
+	ListDatastores(ctx context.Context) ([]Datastore, error)
+	// DeleteDatastore removes a datastore; ErrNotFound if there is none.
+	DeleteDatastore(ctx context.Context, name string) error
 
 	// CreateEndpoint stores an online endpoint; ErrConflict if the name
 	// is taken.

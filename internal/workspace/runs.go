@@ -495,7 +495,7 @@ func (s *Service) Assignment(ctx context.Context, who auth.Principal, name strin
 
 // assignmentOf is the assignment of the attempt of the job v.
 func (s *Service) assignmentOf(v *Job, attempt int) *Assignment {
-	a := &Assignment{Job: v.Name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, Environment: v.Environment,
+	a := &Assignment{Job: v.Name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, RemoteInputs: v.RemoteInputs, Environment: v.Environment,
 		OutputLimits: s.outputLimits(), FinalOutputs: true}
 	if v.Outputs != nil && attempt > 1 {
 		a.ResumeOutputs = v.Outputs.Artifacts

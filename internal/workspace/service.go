@@ -97,6 +97,13 @@ type Config struct {
 	// Secrets seals the SSH secrets of attached machines and fleets at
 	// rest; nil means such computes cannot be made.
 	Secrets *secrets.Key
+	// BlobEndpoints maps Azure storage accounts to the base URLs that
+	// stand in for their blob services (tests, a mirror): inputs in such
+	// an account are fetched from there ($FERRY_BLOB_ENDPOINTS).
+	BlobEndpoints map[string]string
+	// DefaultDatastoreDir is the folder of the built-in workspaceblobstore
+	// datastore; "" means there is none until one is created.
+	DefaultDatastoreDir string
 	// Router routes scoring requests to online endpoints (the gateway);
 	// nil routes nothing.
 	Router EndpointRouter
@@ -626,6 +633,10 @@ func (s *Service) prepareJob(ctx context.Context, j *spec.Job, sub Submission) (
 		return none, err
 	}
 	sub.InputSnapshots = inputs
+	remote, err := s.resolveRemoteInputs(ctx, j)
+	if err != nil {
+		return none, err
+	}
 	if err := s.admit(ctx, computeName, j, env); err != nil {
 		return none, err
 	}
@@ -641,9 +652,15 @@ func (s *Service) prepareJob(ctx context.Context, j *spec.Job, sub Submission) (
 		if in.IsLiteral() {
 			continue
 		}
+		if _, ok := remote[name]; ok {
+			if _, up := sub.InputSnapshots[name]; up {
+				return none, Invalid("input_snapshots.%s: input %s is fetched from %s on the node; upload nothing for it", name, name, in.Path)
+			}
+			continue
+		}
 		id, ok := sub.InputSnapshots[name]
 		if !ok {
-			return none, Invalid("inputs.%s.path: %q was not uploaded; only local paths are supported so far (upload happens in `ferry job create`)", name, in.Path)
+			return none, Invalid("inputs.%s.path: %q is a local path whose files were not uploaded (input_snapshots); `ferry job create` uploads them", name, in.Path)
 		}
 		if err := s.requireSnapshot(id, "inputs."+name); err != nil {
 			return none, err
@@ -658,7 +675,7 @@ func (s *Service) prepareJob(ctx context.Context, j *spec.Job, sub Submission) (
 	if err != nil {
 		return none, err
 	}
-	inputsJSON, err := json.Marshal(sub.InputSnapshots)
+	inputsJSON, err := storedInputs(sub.InputSnapshots, remote)
 	if err != nil {
 		return none, err
 	}
@@ -793,7 +810,7 @@ func (s *Service) jobViewWith(rec store.Job, latest map[string]store.Metric) (*J
 		v.Spec = &j
 	}
 	if len(rec.Inputs) > 0 {
-		if err := json.Unmarshal(rec.Inputs, &v.InputSnapshots); err != nil {
+		if err := readStoredInputs(rec.Inputs, v); err != nil {
 			unreadable("inputs", err)
 		}
 	}

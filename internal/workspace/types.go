@@ -47,9 +47,11 @@ type Job struct {
 	Metrics           map[string]float64 `json:"metrics"`
 	CodeSnapshot      string             `json:"code_snapshot,omitempty"`
 	InputSnapshots    map[string]string  `json:"input_snapshots,omitempty"`
-	Environment       *environment.Spec  `json:"environment,omitempty"`
-	Outputs           *Outputs           `json:"outputs,omitempty"`
-	Spec              *spec.Job          `json:"spec,omitempty"`
+	// RemoteInputs are the inputs the runner fetches on its node.
+	RemoteInputs map[string]RemoteInput `json:"remote_inputs,omitempty"`
+	Environment  *environment.Spec      `json:"environment,omitempty"`
+	Outputs      *Outputs               `json:"outputs,omitempty"`
+	Spec         *spec.Job              `json:"spec,omitempty"`
 	// Pipeline is a pipeline job's spec (Spec is nil), and Steps its
 	// steps (in GetJob's view, not in lists).
 	Pipeline *spec.PipelineJob `json:"pipeline,omitempty"`
@@ -175,6 +177,8 @@ type Assignment struct {
 	Spec           *spec.Job         `json:"spec"`
 	CodeSnapshot   string            `json:"code_snapshot,omitempty"`
 	InputSnapshots map[string]string `json:"input_snapshots,omitempty"`
+	// RemoteInputs are the inputs the runner fetches on its node.
+	RemoteInputs map[string]RemoteInput `json:"remote_inputs,omitempty"`
 	// Environment is the job's environment, resolved; nil = the node's own.
 	Environment *environment.Spec `json:"environment,omitempty"`
 	// ResumeOutputs is the snapshot of ./outputs an earlier attempt of the

@@ -126,6 +126,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Data/CreateGet", testDataCreateGet},
 		{"Data/ConflictNotFound", testDataConflictNotFound},
 		{"Data/ListArchive", testDataListArchive},
+		{"Datastore/Lifecycle", testDatastoreLifecycle},
 
 		{"Schedule/CRUD", testScheduleCRUD},
 		{"Schedule/FireOnce", testScheduleFireOnce},
