@@ -35,6 +35,7 @@ command -v docker >/dev/null || need+=(docker.io)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 # Debian's torch for the distributed (DDP, gloo) tests; only /usr/bin/python3 sees it.
 /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null || need+=(python3-torch)
+/usr/bin/python3 -c 'import pandas' 2>/dev/null || need+=(python3-pandas) # batch scoring's DataFrame results
 # Debian's Chromium, driven headless by the studio's browser tests.
 command -v chromium >/dev/null || need+=(chromium)
 

@@ -3,6 +3,7 @@ package batchdriver
 import (
 	"bytes"
 	"fmt"
+	"github.com/ferry-ml/ferry/internal/testutil"
 	"net"
 	"os"
 	"os/exec"
@@ -21,6 +22,12 @@ func runDriver(t *testing.T, script string, n int, args ...string) (log string, 
 	if err != nil {
 		t.Skip("python3 is not installed (apt-get install python3)")
 	}
+	return runDriverWith(t, py, script, n, args...)
+}
+
+// runDriverWith is runDriver with the Python interpreter py.
+func runDriverWith(t *testing.T, py, script string, n int, args ...string) (log string, code int, output string) {
+	t.Helper()
 	dir := t.TempDir()
 	inst, err := Install(filepath.Join(dir, "driver"))
 	if err != nil {
@@ -259,15 +266,13 @@ print(repr(s.makefile("rb").readline()))
 // A run() that returns a pandas DataFrame has its rows written as CSV,
 // without header or index, as Azure writes them.
 func TestDriverDataFrameRows(t *testing.T) {
-	if exec.Command("python3", "-c", "import pandas").Run() != nil {
-		t.Skip("pandas is not installed (apt-get install python3-pandas); a DataFrame result needs it")
-	}
+	py := testutil.RequireDebianPython(t, "pandas", "python3-pandas")
 	script := `import os
 import pandas as pd
 def run(mini_batch):
     return pd.DataFrame({"file": [os.path.basename(p) for p in mini_batch], "n": [int(open(p).read()) * 2 for p in mini_batch]})
 `
-	log, code, out := runDriver(t, script, 3, "--mini-batch-size", "2")
+	log, code, out := runDriverWith(t, py, script, 3, "--mini-batch-size", "2")
 	if code != 0 || out != "f000,0\nf001,2\nf002,4\n" {
 		t.Errorf("exit %d, output %q:\n%s", code, out, log)
 	}
