@@ -207,3 +207,29 @@ command: python3 train.py --lr ${{ inputs.lr }} --data ${{inputs.data}} --epochs
 	}
 	wantProblem(t, j2.UseComponentTrial(c), "inputs.rate", "declares no input rate")
 }
+
+// FuzzComponentTrial: no component and sweep make UseComponentTrial
+// panic, and a sweep it makes that validates comes back unchanged
+// through the API's JSON and through YAML.
+func FuzzComponentTrial(f *testing.F) {
+	f.Add([]byte("name: t\ninputs:\n  lr: {type: number}\n  n: {type: integer, default: \"2\"}\n  o: {type: string, optional: true}\ncommand: run ${{inputs.lr}} ${{inputs.n}} $[[${{inputs.o}}]]\n"),
+		[]byte("inputs:\n  lr: ${{search_space.lr}}\n"))
+	f.Add([]byte("name: t\ninputs:\n  d: {type: uri_folder}\ncommand: ls ${{inputs.d}}\n"), []byte("inputs:\n  d: {type: uri_folder, path: ./d}\n"))
+	f.Fuzz(func(t *testing.T, component, sweepInputs []byte) {
+		c, err := ParseComponent(component)
+		if err != nil {
+			return
+		}
+		j, err := ParseJob(append([]byte("type: sweep\ntrial: ./c.yml\nsearch_space:\n  lr: {type: choice, values: [1, 2]}\nobjective: {primary_metric: a, goal: maximize}\n"), sweepInputs...))
+		if err != nil {
+			return
+		}
+		if err := j.UseComponentTrial(c); err != nil {
+			fieldErrors(t, err)
+			return
+		}
+		if j.Validate() == nil {
+			roundTrip(t, j)
+		}
+	})
+}
