@@ -206,6 +206,18 @@ command: python3 train.py --lr ${{ inputs.lr }} --data ${{inputs.data}} --epochs
 		t.Fatal(err)
 	}
 	wantProblem(t, j2.UseComponentTrial(c), "inputs.rate", "declares no input rate")
+
+	// A parameter named as an input the sweep does not give binds to it.
+	j3, err := ParseJob([]byte("type: sweep\ntrial: ./train.yml\ninputs:\n  data: {type: uri_folder, path: ./d}\nsearch_space:\n  lr: {type: choice, values: [0.1]}\n  epochs: {type: choice, values: [7]}\nobjective: {primary_metric: acc, goal: maximize}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j3.UseComponentTrial(c); err != nil {
+		t.Fatal(err)
+	}
+	if got := j3.TrialJob(map[string]any{"lr": 0.1, "epochs": 7.0}).Command; !strings.Contains(got, "--lr 0.1 ") || !strings.Contains(got, "--epochs 7 ") {
+		t.Errorf("trial command %q: want lr and epochs from the search space", got)
+	}
 }
 
 // FuzzComponentTrial: no component and sweep make UseComponentTrial

@@ -19,9 +19,10 @@ func (j *Job) IsComponentTrial() bool {
 // become the trial's, and the sweep's inputs are the component's. A sweep
 // input whose value is ${{search_space.NAME}} (inputs: {lr:
 // ${{search_space.lr}}}) puts that parameter where the command uses the
-// input; the component's inputs the sweep does not give take their
-// defaults, and an optional one without either is left out with its
-// $[[...]] fragments. The code and environment snapshots, when c has
+// input; a component input the sweep does not give takes the parameter
+// of its name, as Azure binds a pipeline's sweep step, else its default,
+// and an optional one without any is left out with its $[[...]]
+// fragments. The code and environment snapshots, when c has
 // them (a registered component), are the caller's to use.
 func (j *Job) UseComponentTrial(c *Component) error {
 	var es Errors
@@ -42,8 +43,13 @@ func (j *Job) UseComponentTrial(c *Component) error {
 		inputs[k] = in
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.Inputs)) {
-		_, given := j.Inputs[k]
-		if ci := c.Inputs[k]; !given && ci.Default != nil {
+		if _, given := j.Inputs[k]; given {
+			continue
+		}
+		if _, ok := j.SearchSpace[k]; ok {
+			// Azure binds a parameter to the input of its name.
+			params[k] = "${{search_space." + k + "}}"
+		} else if ci := c.Inputs[k]; ci.Default != nil {
 			v := *ci.Default
 			inputs[k] = Input{Value: &v}
 		}
