@@ -73,7 +73,12 @@ search_space:
 objective: {primary_metric: acc, goal: maximize}
 `,
 	})
-	r := s.mustFerry("job", "create", "-f", filepath.Join(dir, "sweep.yml"), "--name", "compsweep", "--stream")
+	r := s.ferry("job", "create", "-f", filepath.Join(dir, "sweep.yml"), "--set", "trial=./components/nope.yml")
+	if r.code == 0 {
+		t.Fatalf("a sweep naming a missing component file was accepted: %s", r)
+	}
+	mustContain(t, "missing component file", r.stderr, "trial", "nope.yml does not exist")
+	r = s.mustFerry("job", "create", "-f", filepath.Join(dir, "sweep.yml"), "--name", "compsweep", "--stream")
 	mustContain(t, "component sweep", r.stderr, "job compsweep: Completed")
 	j := s.waitSweep("compsweep")
 	if j.Status != "Completed" || len(j.Sweep.Trials) != 2 {
