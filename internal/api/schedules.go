@@ -14,7 +14,7 @@ import (
 func (s *Server) scheduleRoutes() []route {
 	return []route{
 		{method: "GET", path: "/v1/schedules", summary: "List job schedules", handle: s.listSchedules},
-		{method: "POST", path: "/v1/schedules", summary: "Create or update a job schedule: {spec, job} (spec: the Azure ML v2 schedule file as JSON; job: what POST /v1/jobs takes) or {spec, copy_job, overrides} (a job of the workspace to copy, with fields laid over it)", handle: s.createSchedule},
+		{method: "POST", path: "/v1/schedules", summary: "Create or update a job schedule: {spec, job} (spec: the Azure ML v2 schedule file as JSON; job: what POST /v1/jobs takes), {spec, pipeline} (pipeline: what POST /v1/pipeline-jobs takes) or {spec, copy_job, overrides} (a job of the workspace to copy, with fields laid over it)", handle: s.createSchedule},
 		{method: "GET", path: "/v1/schedules/{name}", summary: "Show a job schedule: its trigger, next and last firing", handle: s.getSchedule},
 		{method: "POST", path: "/v1/schedules/{name}/enable", summary: "Enable a schedule: it fires from its next occurrence on", handle: s.enableSchedule(true)},
 		{method: "POST", path: "/v1/schedules/{name}/disable", summary: "Disable a schedule: it fires no more until enabled", handle: s.enableSchedule(false)},
@@ -28,6 +28,9 @@ type ScheduleRequest struct {
 	Spec json.RawMessage `json:"spec"`
 	// Job is the job each firing submits, with its snapshots uploaded.
 	Job *JobRequest `json:"job,omitempty"`
+	// Pipeline is the pipeline job each firing submits instead, as POST
+	// /v1/pipeline-jobs takes it.
+	Pipeline *PipelineJobRequest `json:"pipeline,omitempty"`
 	// CopyJob names a job of the workspace whose spec and snapshots each
 	// firing submits again (create_job: azureml:JOB).
 	CopyJob string `json:"copy_job,omitempty"`
@@ -55,6 +58,16 @@ func (s *Server) createSchedule(r *http.Request, who auth.Principal) (any, error
 			return nil, err
 		}
 		wreq.Job = &sub
+	}
+	if req.Pipeline != nil {
+		if len(req.Pipeline.Spec) == 0 {
+			return nil, workspace.Invalid("pipeline.spec: the pipeline job spec is missing")
+		}
+		p, err := spec.DecodePipelineJobJSON(req.Pipeline.Spec)
+		if err != nil {
+			return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: "create_job: " + err.Error(), Err: err}
+		}
+		wreq.Pipeline = &workspace.PipelineSubmission{Spec: p, InputSnapshots: req.Pipeline.InputSnapshots}
 	}
 	return s.ws.CreateSchedule(r.Context(), who, wreq)
 }

@@ -122,7 +122,19 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 	if err != nil {
 		return api.JobRequest{}, err
 	}
-	if err := checkLocalPaths(src, j); err != nil {
+	// A sweep's code and environment are its trial's: written in the job
+	// file, or in the component file its trial names.
+	trialSrc, prefix := src, "trial."
+	if j.IsComponentTrial() {
+		cs, err := a.componentTrial(ctx, c, src, j)
+		if err != nil {
+			return api.JobRequest{}, err
+		}
+		if cs != nil {
+			trialSrc, prefix = *cs, ""
+		}
+	}
+	if err := checkLocalPaths(src, trialSrc, prefix, j); err != nil {
 		return api.JobRequest{}, err
 	}
 	if err := checkReferences(ctx, c, src, jobReferences(j)); err != nil {
@@ -131,12 +143,13 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 	if err := checkDataInputs(ctx, c, src, j); err != nil {
 		return api.JobRequest{}, err
 	}
-	// A sweep's code and environment are its trial's.
-	code, envp, prefix := &j.Code, &j.Environment, ""
+	code, envp, codeSrc := &j.Code, &j.Environment, src
 	if j.Type == "sweep" && j.Trial != nil {
-		code, envp, prefix = &j.Trial.Code, &j.Trial.Environment, "trial."
+		code, envp, codeSrc = &j.Trial.Code, &j.Trial.Environment, trialSrc
+	} else {
+		prefix = ""
 	}
-	env, envSrc, envField, err := inlineEnvironmentFile(src, *envp)
+	env, envSrc, envField, err := inlineEnvironmentFile(codeSrc, *envp)
 	if err != nil {
 		return api.JobRequest{}, err
 	}
@@ -146,7 +159,7 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 	}
 	req := api.JobRequest{InputSnapshots: map[string]string{}}
 	if *code != "" {
-		id, err := a.upload(ctx, c, pathField{file: src, field: prefix + "code", value: *code}, "", limit, true)
+		id, err := a.upload(ctx, c, pathField{file: codeSrc, field: prefix + "code", value: *code}, "", limit, true)
 		if err != nil {
 			return api.JobRequest{}, err
 		}
@@ -178,6 +191,44 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 	}
 	req.Spec = raw
 	return req, nil
+}
+
+// componentTrial reads the component a sweep's trial names and makes
+// the trial from it: a component file is read here, and the specFile it
+// returns is where the trial's code and environment paths are relative
+// to; a registered component (azureml:NAME:VERSION) is only looked up,
+// before anything is uploaded, and left for the workspace to bind (it
+// returns nil).
+func (a *app) componentTrial(ctx context.Context, c *client.Client, src specFile, j *spec.Job) (*specFile, error) {
+	f := pathField{file: src, field: "trial", value: j.Trial.Ref}
+	if strings.HasPrefix(f.value, "azureml:") {
+		name, version, err := spec.ParseComponentRef(f.value)
+		if err != nil {
+			return nil, f.errorf("%v", err)
+		}
+		if _, err := c.GetComponent(ctx, name, version); err != nil {
+			return nil, f.errorf("%v", err)
+		}
+		return nil, nil
+	}
+	data, err := os.ReadFile(f.path())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, f.notFound()
+	} else if err != nil {
+		return nil, f.errorf("%v", err)
+	}
+	comp, err := spec.ParseComponent(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s (the trial's component in %s): %w", f.path(), src.name, err)
+	}
+	noteIgnored(a.stderr, f.path(), comp.Ignored)
+	if err := j.UseComponentTrial(comp); err != nil {
+		return nil, src.parseError(err)
+	}
+	if err := j.Validate(); err != nil {
+		return nil, fmt.Errorf("%s with the trial of %s: %w", src.name, f.path(), err)
+	}
+	return &specFile{name: f.path(), data: data}, nil
 }
 
 // checkDataInputs looks up the data assets that j's inputs name

@@ -200,15 +200,26 @@ func (a *app) createPipeline(ctx context.Context, c *client.Client, o createOpts
 	if o.name != "" {
 		sets = append(sets, "name="+o.name)
 	}
-	p, err := spec.ParsePipelineJob(data, sets)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", o.file, err)
-	}
-	limit, err := a.snapshotLimit(o.maxSnap)
+	req, err := a.pipelineRequest(ctx, c, specFile{name: o.file, data: data, sets: sets}, o.maxSnap)
 	if err != nil {
 		return nil, err
 	}
-	src := specFile{name: o.file, data: data, sets: sets}
+	return c.SubmitPipeline(ctx, req)
+}
+
+// pipelineRequest is jobRequest for a pipeline job file: the request
+// that submits it (`job create`) or that a schedule fires (`schedule
+// create`).
+func (a *app) pipelineRequest(ctx context.Context, c *client.Client, src specFile, maxSnap string) (api.PipelineJobRequest, error) {
+	var none api.PipelineJobRequest
+	p, err := spec.ParsePipelineJob(src.data, src.sets)
+	if err != nil {
+		return none, src.parseError(err)
+	}
+	limit, err := a.snapshotLimit(maxSnap)
+	if err != nil {
+		return none, err
+	}
 	steps := slices.Sorted(maps.Keys(p.Jobs))
 	// Every reference first: nothing is uploaded for a pipeline that
 	// names a component, data asset or file that is not there.
@@ -222,24 +233,24 @@ func (a *app) createPipeline(ctx context.Context, c *client.Client, o createOpts
 		if ref.IsRegistered() {
 			name, version, err := spec.ParseComponentRef(ref.Ref)
 			if err != nil {
-				return nil, f.errorf("%v", err)
+				return none, f.errorf("%v", err)
 			}
 			got, err := c.GetComponent(ctx, name, version)
 			if err != nil {
-				return nil, f.errorf("%v", err)
+				return none, f.errorf("%v", err)
 			}
 			ref.Resolved = got.Spec // for the checks below; the server resolves it again
 			continue
 		}
 		cdata, err := os.ReadFile(f.path())
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, f.notFound()
+			return none, f.notFound()
 		} else if err != nil {
-			return nil, f.errorf("%v", err)
+			return none, f.errorf("%v", err)
 		}
 		comp, err := spec.ParseComponent(cdata)
 		if err != nil {
-			return nil, fmt.Errorf("%s (the component of step %s in %s): %w", f.path(), n, o.file, err)
+			return none, fmt.Errorf("%s (the component of step %s in %s): %w", f.path(), n, src.name, err)
 		}
 		noteIgnored(a.stderr, f.path(), comp.Ignored)
 		comp.Ignored = nil
@@ -247,11 +258,11 @@ func (a *app) createPipeline(ctx context.Context, c *client.Client, o createOpts
 		ref.Resolved = comp
 	}
 	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", o.file, err)
+		return none, src.parseError(err)
 	}
-	noteIgnored(a.stderr, o.file, p.Ignored)
+	noteIgnored(a.stderr, src.name, p.Ignored)
 	if err := checkPipelineData(ctx, c, src, p); err != nil {
-		return nil, err
+		return none, err
 	}
 	// Then the uploads.
 	req := api.PipelineJobRequest{InputSnapshots: map[string]string{}}
@@ -262,7 +273,7 @@ func (a *app) createPipeline(ctx context.Context, c *client.Client, o createOpts
 		}
 		id, err := a.upload(ctx, c, pathField{file: src, field: "inputs." + k + ".path", value: in.Path}, in.Type, limit, false)
 		if err != nil {
-			return nil, err
+			return none, err
 		}
 		req.InputSnapshots["inputs."+k] = id
 	}
@@ -276,7 +287,7 @@ func (a *app) createPipeline(ctx context.Context, c *client.Client, o createOpts
 			key := "jobs." + n + ".inputs." + k
 			id, err := a.upload(ctx, c, pathField{file: src, field: key + ".path", value: in.Path}, in.Type, limit, false)
 			if err != nil {
-				return nil, err
+				return none, err
 			}
 			req.InputSnapshots[key] = id
 		}
@@ -285,28 +296,28 @@ func (a *app) createPipeline(ctx context.Context, c *client.Client, o createOpts
 			// An inline command step: its code is relative to the pipeline file.
 			comp := &spec.Component{Code: st.Code, Environment: st.Environment}
 			if err := a.uploadComponent(ctx, c, src, comp, "jobs."+n+".", limit); err != nil {
-				return nil, err
+				return none, err
 			}
 			st.Environment, st.CodeSnapshot, st.EnvironmentSnapshot = comp.Environment, comp.CodeSnapshot, comp.EnvironmentSnapshot
 		case st.Component.IsRegistered():
 			st.Component.Resolved = nil // the server resolves it
 		case files[n].comp != nil:
 			if err := a.uploadComponent(ctx, c, files[n].src, files[n].comp, "", limit); err != nil {
-				return nil, err
+				return none, err
 			}
 		default:
 			// An inline component: its code is relative to the pipeline file.
 			if err := a.uploadComponent(ctx, c, src, st.Component.Resolved, "jobs."+n+".component.", limit); err != nil {
-				return nil, err
+				return none, err
 			}
 		}
 	}
 	raw, err := jsonOf(p)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	req.Spec = raw
-	return c.SubmitPipeline(ctx, req)
+	return req, nil
 }
 
 // checkPipelineData looks up the data assets the pipeline's inputs and

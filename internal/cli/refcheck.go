@@ -39,13 +39,15 @@ func jobReferences(j *spec.Job) []workspace.Reference {
 
 // checkLocalPaths makes sure the local paths a job names exist, before
 // the workspace is asked anything: a typo in a path costs no round trip.
-func checkLocalPaths(src specFile, j *spec.Job) error {
+// A sweep's trial code is relative to trialSrc, where its field is
+// prefix+"code".
+func checkLocalPaths(src, trialSrc specFile, prefix string, j *spec.Job) error {
 	fields := []pathField{}
 	if j.Code != "" {
 		fields = append(fields, pathField{file: src, field: "code", value: j.Code})
 	}
 	if j.Type == "sweep" && j.Trial != nil && j.Trial.Code != "" {
-		fields = append(fields, pathField{file: src, field: "trial.code", value: j.Trial.Code})
+		fields = append(fields, pathField{file: trialSrc, field: prefix + "code", value: j.Trial.Code})
 	}
 	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
 		in := j.Inputs[name]

@@ -81,8 +81,9 @@ func (a *app) scheduleCreateCmd() *cobra.Command {
 }
 
 // createSchedule parses the schedule file and its trigger, makes the job
-// its create_job names (a file, inline, or a job to copy), uploading that
-// job's code and inputs once, and stores the schedule.
+// its create_job names (a file, inline, or a job to copy; a command,
+// sweep or pipeline job), uploading that job's code and inputs once, and
+// stores the schedule.
 func (a *app) createSchedule(ctx context.Context, c *client.Client, o scheduleCreateOpts) (*workspace.Schedule, error) {
 	data, err := os.ReadFile(o.file)
 	if err != nil {
@@ -112,11 +113,19 @@ func (a *app) createSchedule(ctx context.Context, c *client.Client, o scheduleCr
 		if err != nil {
 			return nil, err
 		}
-		jr, err := a.jobRequest(ctx, c, src, o.maxSnap)
-		if err != nil {
-			return nil, err
+		if spec.IsPipelineFile(src.data) {
+			pr, err := a.pipelineRequest(ctx, c, src, o.maxSnap)
+			if err != nil {
+				return nil, err
+			}
+			req.Pipeline = &pr
+		} else {
+			jr, err := a.jobRequest(ctx, c, src, o.maxSnap)
+			if err != nil {
+				return nil, err
+			}
+			req.Job = &jr
 		}
-		req.Job = &jr
 	}
 	raw, err := jsonOf(f)
 	if err != nil {

@@ -47,8 +47,8 @@ func firedJobs(t *testing.T, s *server, schedule string) ([]firedJob, []time.Tim
 	var occs []time.Time
 	for _, j := range all {
 		stamp, ok := strings.CutPrefix(j.Name, schedule+"-")
-		if !ok {
-			continue
+		if !ok || strings.Contains(stamp, "-") {
+			continue // another's job, or a fired pipeline's step (NAME-STAMP-STEP)
 		}
 		occ, err := time.Parse("20060102T150405Z", stamp)
 		if err != nil {

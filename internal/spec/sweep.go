@@ -380,7 +380,14 @@ func (j *Job) validateSweep() error {
 func (j *Job) validateTrial(es *Errors) {
 	t := j.Trial
 	if t.Ref != "" {
-		es.add("trial", "a trial from a component file (%s) is not supported yet; write the trial inline with code, command and environment", quote(t.Ref))
+		// A component's trial is checked once it is read (UseComponentTrial).
+		if strings.HasPrefix(t.Ref, "azureml:") {
+			if _, _, err := ParseComponentRef(t.Ref); err != nil {
+				es.add("trial", "%v", err)
+			}
+		} else if strings.Contains(t.Ref, "://") {
+			es.add("trial", "%s is neither a component file (./component.yml) nor a registered component (azureml:NAME:VERSION)", quote(t.Ref))
+		}
 		return
 	}
 	if t.Type != "" && t.Type != "command" {

@@ -85,7 +85,7 @@ func TestSweepRefusesBadSearchSpaces(t *testing.T) {
 		{"truncation without percentage", sweepDoc(space(lr+layers) + "early_termination: {type: truncation_selection}\n"), "early_termination.truncation_percentage", "1 to 99"},
 		{"too many trials", sweepDoc(space(lr+layers) + "limits: {max_total_trials: 5000}\n"), "limits.max_total_trials", "1 to 1000"},
 		{"top-level command", sweepDoc(space(lr+layers) + "command: echo\n"), "command", "goes under trial"},
-		{"trial component", "type: sweep\ntrial: ./component.yml\nobjective: {primary_metric: a, goal: maximize}\n" + space(lr), "trial", "component file"},
+		{"trial component URL", "type: sweep\ntrial: https://example.com/component.yml\nobjective: {primary_metric: a, goal: maximize}\n" + space(lr), "trial", "component file"},
 		{"trial env missing", "type: sweep\ntrial:\n  command: echo ${{search_space.lr}}\n  environment: \"azureml:\"\nobjective: {primary_metric: a, goal: maximize}\n" + space(lr), "trial.environment", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -141,5 +141,107 @@ func FuzzParseSweepJob(f *testing.F) {
 			t.Fatalf("parsed job does not validate: %v", err)
 		}
 		roundTrip(t, j)
+	})
+}
+
+// A sweep whose trial is a component binds the search space through its
+// inputs, as Azure does, and takes the component's command, code,
+// environment and defaults.
+func TestSweepComponentTrial(t *testing.T) {
+	j, err := ParseJob([]byte(`type: sweep
+trial: ./train.yml
+inputs:
+  lr: ${{search_space.lr}}
+  data: {type: uri_folder, path: ./data}
+search_space:
+  lr: {type: choice, values: [0.1, 0.5]}
+objective: {primary_metric: acc, goal: maximize}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !j.IsComponentTrial() {
+		t.Fatalf("trial %+v: not a component trial", j.Trial)
+	}
+	c, err := ParseComponent([]byte(`name: train
+inputs:
+  lr: {type: number}
+  data: {type: uri_folder}
+  epochs: {type: integer, default: "3"}
+  note: {type: string, optional: true}
+outputs:
+  model: {type: uri_folder}
+code: ./src
+environment: azureml:py@latest
+command: python3 train.py --lr ${{ inputs.lr }} --data ${{inputs.data}} --epochs ${{inputs.epochs}} $[[--note ${{inputs.note}}]] --out ${{outputs.model}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.UseComponentTrial(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Validate(); err != nil {
+		t.Fatalf("the sweep with its component's trial: %v", err)
+	}
+	tj := j.TrialJob(map[string]any{"lr": 0.5})
+	if diff := cmp.Diff("python3 train.py --lr 0.5 --data ${{inputs.data}} --epochs ${{inputs.epochs}}  --out ${{outputs.model}}", tj.Command); diff != "" {
+		t.Errorf("trial command (-want +got):\n%s", diff)
+	}
+	if tj.Code != "./src" || tj.Environment == nil || tj.Environment.Ref != "azureml:py@latest" {
+		t.Errorf("trial code %q, environment %+v; want the component's", tj.Code, tj.Environment)
+	}
+	if v := tj.Inputs["epochs"].Value; v == nil || *v != "3" {
+		t.Errorf("trial input epochs = %v, want the component's default 3", v)
+	}
+	if _, ok := tj.Inputs["lr"]; ok {
+		t.Errorf("trial inputs %v keep lr, which the search space gives", tj.Inputs)
+	}
+	if _, ok := tj.Outputs["model"]; !ok {
+		t.Errorf("trial outputs %v lack the component's model", tj.Outputs)
+	}
+
+	j2, err := ParseJob([]byte("type: sweep\ntrial: azureml:train:1\ninputs: {rate: \"${{search_space.lr}}\"}\nsearch_space:\n  lr: {type: choice, values: [1]}\nobjective: {primary_metric: acc, goal: maximize}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantProblem(t, j2.UseComponentTrial(c), "inputs.rate", "declares no input rate")
+
+	// A parameter named as an input the sweep does not give binds to it.
+	j3, err := ParseJob([]byte("type: sweep\ntrial: ./train.yml\ninputs:\n  data: {type: uri_folder, path: ./d}\nsearch_space:\n  lr: {type: choice, values: [0.1]}\n  epochs: {type: choice, values: [7]}\nobjective: {primary_metric: acc, goal: maximize}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j3.UseComponentTrial(c); err != nil {
+		t.Fatal(err)
+	}
+	if got := j3.TrialJob(map[string]any{"lr": 0.1, "epochs": 7.0}).Command; !strings.Contains(got, "--lr 0.1 ") || !strings.Contains(got, "--epochs 7 ") {
+		t.Errorf("trial command %q: want lr and epochs from the search space", got)
+	}
+}
+
+// FuzzComponentTrial: no component and sweep make UseComponentTrial
+// panic, and a sweep it makes that validates comes back unchanged
+// through the API's JSON and through YAML.
+func FuzzComponentTrial(f *testing.F) {
+	f.Add([]byte("name: t\ninputs:\n  lr: {type: number}\n  n: {type: integer, default: \"2\"}\n  o: {type: string, optional: true}\ncommand: run ${{inputs.lr}} ${{inputs.n}} $[[${{inputs.o}}]]\n"),
+		[]byte("inputs:\n  lr: ${{search_space.lr}}\n"))
+	f.Add([]byte("name: t\ninputs:\n  d: {type: uri_folder}\ncommand: ls ${{inputs.d}}\n"), []byte("inputs:\n  d: {type: uri_folder, path: ./d}\n"))
+	f.Fuzz(func(t *testing.T, component, sweepInputs []byte) {
+		c, err := ParseComponent(component)
+		if err != nil {
+			return
+		}
+		j, err := ParseJob(append([]byte("type: sweep\ntrial: ./c.yml\nsearch_space:\n  lr: {type: choice, values: [1, 2]}\nobjective: {primary_metric: a, goal: maximize}\n"), sweepInputs...))
+		if err != nil {
+			return
+		}
+		if err := j.UseComponentTrial(c); err != nil {
+			fieldErrors(t, err)
+			return
+		}
+		if j.Validate() == nil {
+			roundTrip(t, j)
+		}
 	})
 }

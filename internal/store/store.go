@@ -603,8 +603,9 @@ type Store interface {
 	// transaction: a firing is stored whole or not at all. ErrNotFound if
 	// there is no such schedule; ErrConflict, with nothing written, if the
 	// schedule is disabled, has fired occurrence or a later one, or the
-	// job's name is taken.
-	FireSchedule(ctx context.Context, schedule string, occurrence, next time.Time, j Job, first Event) (Job, error)
+	// job's name is taken. When j is a pipeline job's parent, steps are
+	// its steps, stored as CreatePipelineJob stores them; nil otherwise.
+	FireSchedule(ctx context.Context, schedule string, occurrence, next time.Time, j Job, first Event, steps []PipelineStep) (Job, error)
 	// CreateBatchEndpoint stores a batch endpoint; ErrConflict if the
 	// name is taken.
 	CreateBatchEndpoint(ctx context.Context, e BatchEndpoint) error

@@ -35,6 +35,12 @@ const (
 type PipelineSubmission struct {
 	Spec           *spec.PipelineJob
 	InputSnapshots map[string]string
+
+	// firing and dryRun are Submission's: a schedule's firing, stored
+	// with the schedule's record in one transaction, or a check that
+	// stores nothing (schedules.go).
+	firing *firing
+	dryRun bool
 }
 
 // PipelineStep is a step of a pipeline job as the API shows it.
@@ -131,7 +137,17 @@ func (s *Service) SubmitPipeline(ctx context.Context, who auth.Principal, sub Pi
 	for _, st := range steps {
 		rows = append(rows, store.PipelineStep{Step: st})
 	}
-	created, err := s.st.CreatePipelineJob(ctx, rec, store.Event{Job: name, Time: now, To: StatusNotStarted, Reason: fmt.Sprintf("pipeline of %s submitted", count(len(steps), "step"))}, rows)
+	first := store.Event{Job: name, Time: now, To: StatusNotStarted, Reason: fmt.Sprintf("pipeline of %s submitted", count(len(steps), "step"))}
+	var created store.Job
+	switch {
+	case sub.dryRun:
+		return s.jobViewWith(rec, nil)
+	case sub.firing != nil:
+		f := sub.firing
+		created, err = s.st.FireSchedule(ctx, f.schedule, f.occurrence, f.next, rec, first, rows)
+	default:
+		created, err = s.st.CreatePipelineJob(ctx, rec, first, rows)
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return nil, Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)

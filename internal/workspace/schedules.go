@@ -57,7 +57,7 @@ func (s *Service) createJobRecord(ctx context.Context, sub Submission, rec store
 		return store.Job{}, errDryRun
 	case sub.firing != nil:
 		f := sub.firing
-		return s.st.FireSchedule(ctx, f.schedule, f.occurrence, f.next, rec, first)
+		return s.st.FireSchedule(ctx, f.schedule, f.occurrence, f.next, rec, first, nil)
 	}
 	return s.st.CreateJob(ctx, rec, first)
 }
@@ -67,9 +67,12 @@ func (s *Service) createJobRecord(ctx context.Context, sub Submission, rec store
 // with its snapshots uploaded) or CopyJob, a job of the workspace whose
 // spec and snapshots are copied (create_job: azureml:JOB).
 type ScheduleRequest struct {
-	File    *spec.ScheduleFile
-	Job     *Submission
-	CopyJob string
+	File *spec.ScheduleFile
+	Job  *Submission
+	// Pipeline is a pipeline job each firing submits, as `ferry job
+	// create` would submit it (components read, snapshots uploaded).
+	Pipeline *PipelineSubmission
+	CopyJob  string
 	// Overrides are fields laid over the copied job's (create_job's
 	// other fields beside job: azureml:JOB), mapping into mapping.
 	Overrides map[string]any
@@ -96,9 +99,12 @@ type Schedule struct {
 	Updated time.Time `json:"updated"`
 }
 
-// storedSubmission is the Job of a stored schedule.
+// storedSubmission is the Job of a stored schedule: a command or sweep
+// job (Spec) or a pipeline job (Pipeline, with InputSnapshots keyed as
+// PipelineSubmission's are).
 type storedSubmission struct {
-	Spec                json.RawMessage   `json:"spec"`
+	Spec                json.RawMessage   `json:"spec,omitempty"`
+	Pipeline            json.RawMessage   `json:"pipeline,omitempty"`
 	CodeSnapshot        string            `json:"code_snapshot,omitempty"`
 	InputSnapshots      map[string]string `json:"input_snapshots,omitempty"`
 	EnvironmentSnapshot string            `json:"environment_snapshot,omitempty"`
@@ -135,25 +141,35 @@ func (s *Service) CreateSchedule(ctx context.Context, who auth.Principal, req Sc
 	if err != nil {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	var sub Submission
+	var (
+		sub    Submission
+		pipe   *PipelineSubmission
+		stored storedSubmission
+	)
 	switch {
-	case req.CopyJob != "" && req.Job != nil:
-		return nil, Invalid("create_job: give either a job or a job to copy, not both")
+	case btoi(req.CopyJob != "")+btoi(req.Job != nil)+btoi(req.Pipeline != nil) > 1:
+		return nil, Invalid("create_job: give one of a job, a pipeline job or a job to copy")
 	case req.CopyJob != "":
-		if sub, err = s.copyJob(ctx, req.CopyJob, req.Overrides); err != nil {
+		if sub, pipe, err = s.copyJob(ctx, req.CopyJob, req.Overrides); err != nil {
 			return nil, err
 		}
 	case len(req.Overrides) > 0:
 		return nil, Invalid("create_job: overrides go with a job to copy (azureml:JOB); the client lays them over a job file itself")
 	case req.Job != nil:
 		sub = *req.Job
+	case req.Pipeline != nil:
+		pipe = req.Pipeline
 	default:
 		return nil, Invalid("create_job: the schedule names no job")
 	}
-	if sub.Spec == nil {
+	switch {
+	case pipe != nil:
+		stored, err = s.checkScheduledPipeline(ctx, who, f.Name, *pipe)
+	case sub.Spec == nil:
 		return nil, Invalid("create_job: the job spec is missing")
+	default:
+		stored, err = s.checkScheduledJob(ctx, who, f.Name, sub)
 	}
-	stored, err := s.checkScheduledJob(ctx, who, f.Name, sub)
 	if err != nil {
 		return nil, err
 	}
@@ -188,6 +204,13 @@ func (s *Service) CreateSchedule(ctx context.Context, who auth.Principal, req Sc
 	return scheduleView(rec)
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func latest(a, b time.Time) time.Time {
 	if b.After(a) {
 		return b
@@ -218,18 +241,89 @@ func (s *Service) checkScheduledJob(ctx context.Context, who auth.Principal, nam
 	return storedSubmission{Spec: raw, CodeSnapshot: sub.CodeSnapshot, InputSnapshots: sub.InputSnapshots, EnvironmentSnapshot: sub.EnvironmentSnapshot}, nil
 }
 
+// checkScheduledPipeline checks sub as SubmitPipeline would check a
+// firing of it, storing nothing, and returns it as the schedule keeps
+// it: the spec as the client sent it, so that each firing resolves its
+// registered components (azureml:NAME@latest) again, as Azure does.
+func (s *Service) checkScheduledPipeline(ctx context.Context, who auth.Principal, name string, sub PipelineSubmission) (storedSubmission, error) {
+	if sub.Spec == nil {
+		return storedSubmission{}, Invalid("create_job: the pipeline job spec is missing")
+	}
+	clean := *sub.Spec
+	clean.Name = "" // each firing names its job
+	raw, err := json.Marshal(&clean)
+	if err != nil {
+		return storedSubmission{}, err
+	}
+	p, err := spec.DecodePipelineJobJSON(raw)
+	if err != nil {
+		return storedSubmission{}, &Error{Code: CodeInvalid, Msg: "create_job: " + err.Error(), Err: err}
+	}
+	p.Name = firedJobName(name, s.now())
+	check := PipelineSubmission{Spec: p, InputSnapshots: sub.InputSnapshots, dryRun: true}
+	if _, err := s.SubmitPipeline(ctx, who, check); err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return storedSubmission{}, &Error{Code: e.Code, Msg: "create_job: " + e.Msg, Err: err}
+		}
+		return storedSubmission{}, err
+	}
+	return storedSubmission{Pipeline: raw, InputSnapshots: sub.InputSnapshots}, nil
+}
+
 // copyJob is the submission that made job name, for create_job:
 // azureml:NAME: its spec and the snapshots it was given (not those the
 // workspace looked up for registered data, which a firing looks up
-// again).
-func (s *Service) copyJob(ctx context.Context, name string, overrides map[string]any) (Submission, error) {
+// again). A pipeline job is copied whole, with its components.
+func (s *Service) copyJob(ctx context.Context, name string, overrides map[string]any) (Submission, *PipelineSubmission, error) {
 	rec, err := s.st.GetJob(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return Submission{}, NotFound("create_job: there is no job %s to copy; `ferry job list` shows the jobs, or name a job file (create_job: ./job.yml)", name)
+		return Submission{}, nil, NotFound("create_job: there is no job %s to copy; `ferry job list` shows the jobs, or name a job file (create_job: ./job.yml)", name)
 	}
 	if err != nil {
-		return Submission{}, err
+		return Submission{}, nil, err
 	}
+	if isPipeline(rec) {
+		p, err := copyPipeline(rec, overrides)
+		return Submission{}, p, err
+	}
+	sub, err := copyCommandJob(rec, overrides)
+	return sub, nil, err
+}
+
+// copyPipeline is copyJob for a pipeline job.
+func copyPipeline(rec store.Job, overrides map[string]any) (*PipelineSubmission, error) {
+	raw := rec.Spec
+	if len(overrides) > 0 {
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, fmt.Errorf("job %s: stored spec: %w", rec.Name, err)
+		}
+		var err error
+		if raw, err = json.Marshal(spec.MergeFields(m, overrides)); err != nil {
+			return nil, err
+		}
+	}
+	p, err := spec.DecodePipelineJobJSON(raw)
+	if err != nil {
+		if len(overrides) > 0 {
+			return nil, Invalid("create_job: pipeline job %s with create_job's fields laid over it: %v", rec.Name, err)
+		}
+		return nil, fmt.Errorf("job %s: stored spec: %w", rec.Name, err)
+	}
+	var inputs map[string]string
+	if len(rec.Inputs) > 0 {
+		if err := json.Unmarshal(rec.Inputs, &inputs); err != nil {
+			return nil, fmt.Errorf("job %s: stored inputs: %w", rec.Name, err)
+		}
+	}
+	maps.DeleteFunc(inputs, func(k, _ string) bool { return !knownInputKey(p, k) })
+	return &PipelineSubmission{Spec: p, InputSnapshots: inputs}, nil
+}
+
+// copyCommandJob is copyJob for a command or sweep job.
+func copyCommandJob(rec store.Job, overrides map[string]any) (Submission, error) {
+	name := rec.Name
 	raw := rec.Spec
 	if len(overrides) > 0 {
 		if _, ok := overrides["code"]; ok {
@@ -239,6 +333,7 @@ func (s *Service) copyJob(ctx context.Context, name string, overrides map[string
 		if err := json.Unmarshal(raw, &m); err != nil {
 			return Submission{}, fmt.Errorf("job %s: stored spec: %w", name, err)
 		}
+		var err error
 		if raw, err = json.Marshal(spec.MergeFields(m, overrides)); err != nil {
 			return Submission{}, err
 		}
@@ -385,7 +480,16 @@ func scheduleView(rec store.Schedule) (*Schedule, error) {
 		v.Trigger = "invalid: " + err.Error()
 	}
 	var sub storedSubmission
-	if err := json.Unmarshal(rec.Job, &sub); err == nil {
+	if err := json.Unmarshal(rec.Job, &sub); err == nil && len(sub.Pipeline) > 0 {
+		var p spec.PipelineJob
+		if json.Unmarshal(sub.Pipeline, &p) == nil {
+			v.JobType, v.Compute = "pipeline", p.Compute
+			if v.Compute == "" && p.Settings != nil {
+				v.Compute = p.Settings.DefaultCompute
+			}
+			v.Compute = strings.TrimPrefix(v.Compute, "azureml:")
+		}
+	} else if err == nil {
 		var j spec.Job
 		if json.Unmarshal(sub.Spec, &j) == nil {
 			v.JobType, v.Compute = j.Type, j.ComputeName()
@@ -438,6 +542,9 @@ func (s *Service) fireSchedule(ctx context.Context, rec store.Schedule, now time
 	if err := json.Unmarshal(rec.Job, &stored); err != nil {
 		return s.scheduleFailed(ctx, rec.Name, fr.Occurrence, now, fr.Next, fmt.Sprintf("its stored job can no longer be read: %v", err))
 	}
+	if len(stored.Pipeline) > 0 {
+		return s.firePipeline(ctx, rec, fr, now, stored)
+	}
 	j, err := spec.DecodeJobJSON(stored.Spec)
 	if err != nil {
 		return s.scheduleFailed(ctx, rec.Name, fr.Occurrence, now, fr.Next, fmt.Sprintf("its stored job is no longer valid: %v", err))
@@ -446,29 +553,77 @@ func (s *Service) fireSchedule(ctx context.Context, rec store.Schedule, now time
 	if j.ExperimentName == "" {
 		j.ExperimentName = rec.Name // Azure's default for a schedule's jobs
 	}
-	occurrence := fr.Occurrence.UTC().Format(time.RFC3339)
+	expand := firedExpander(j.Name, fr)
 	for name, in := range j.Inputs {
 		if in.IsLiteral() && strings.Contains(*in.Value, "${{") {
-			v := strings.NewReplacer("${{name}}", j.Name, "${{creation_context.trigger_time}}", occurrence).Replace(*in.Value)
+			v := expand.Replace(*in.Value)
 			in.Value = &v
 			j.Inputs[name] = in
 		}
 	}
-	j.Tags = maps.Clone(j.Tags)
-	if j.Tags == nil {
-		j.Tags = map[string]string{}
-	}
-	j.Tags[TagSchedule] = rec.Name
-	j.Tags[TagOccurrence] = occurrence
-	if fr.Skipped > 0 {
-		j.Tags[TagMissed] = strconv.Itoa(fr.Skipped)
-	}
+	j.Tags = firedTags(j.Tags, rec.Name, fr)
 	sub := Submission{
 		Spec: j, CodeSnapshot: stored.CodeSnapshot, InputSnapshots: stored.InputSnapshots, EnvironmentSnapshot: stored.EnvironmentSnapshot,
 		firing: &firing{schedule: rec.Name, occurrence: fr.Occurrence, next: fr.Next},
 	}
 	owner := auth.Principal{Kind: auth.KindOwner, Subject: rec.CreatedBy}
 	job, err := s.SubmitJob(ctx, owner, sub)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return s.scheduleFailed(ctx, rec.Name, fr.Occurrence, now, fr.Next, err.Error())
+	}
+	s.log.Info("schedule fired", "schedule", rec.Name, "occurrence", fr.Occurrence, "job", job.Name, "skipped", fr.Skipped, "next", fr.Next)
+	return nil
+}
+
+// firedExpander replaces the expressions Azure gives a schedule's job's
+// literal inputs: the fired job's name and the occurrence it fires.
+func firedExpander(job string, fr schedule.Firing) *strings.Replacer {
+	return strings.NewReplacer("${{name}}", job, "${{creation_context.trigger_time}}", fr.Occurrence.UTC().Format(time.RFC3339))
+}
+
+// firedTags are a fired job's tags: its own, and the schedule's.
+func firedTags(own map[string]string, name string, fr schedule.Firing) map[string]string {
+	tags := maps.Clone(own)
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	tags[TagSchedule] = name
+	tags[TagOccurrence] = fr.Occurrence.UTC().Format(time.RFC3339)
+	if fr.Skipped > 0 {
+		tags[TagMissed] = strconv.Itoa(fr.Skipped)
+	}
+	return tags
+}
+
+// firePipeline is fireSchedule for a schedule of a pipeline job: the
+// parent job and its steps are stored with the occurrence in one
+// transaction, and the pipeline loop makes the steps' jobs, as for a
+// pipeline job submitted through the API.
+func (s *Service) firePipeline(ctx context.Context, rec store.Schedule, fr schedule.Firing, now time.Time, stored storedSubmission) error {
+	p, err := spec.DecodePipelineJobJSON(stored.Pipeline)
+	if err != nil {
+		return s.scheduleFailed(ctx, rec.Name, fr.Occurrence, now, fr.Next, fmt.Sprintf("its stored pipeline job is no longer valid: %v", err))
+	}
+	p.Name = firedJobName(rec.Name, fr.Occurrence)
+	if p.ExperimentName == "" {
+		p.ExperimentName = rec.Name
+	}
+	expand := firedExpander(p.Name, fr)
+	for name, in := range p.Inputs {
+		if in.IsLiteral() && strings.Contains(*in.Value, "${{") {
+			v := expand.Replace(*in.Value)
+			in.Value = &v
+			p.Inputs[name] = in
+		}
+	}
+	p.Tags = firedTags(p.Tags, rec.Name, fr)
+	sub := PipelineSubmission{Spec: p, InputSnapshots: stored.InputSnapshots,
+		firing: &firing{schedule: rec.Name, occurrence: fr.Occurrence, next: fr.Next}}
+	owner := auth.Principal{Kind: auth.KindOwner, Subject: rec.CreatedBy}
+	job, err := s.SubmitPipeline(ctx, owner, sub)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()

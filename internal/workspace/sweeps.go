@@ -87,6 +87,12 @@ func sweepRunner(why string) auth.Principal {
 // Its trials are created by the sweep loop.
 func (s *Service) submitSweep(ctx context.Context, who auth.Principal, sub Submission) (*Job, error) {
 	j := sub.Spec.Clone()
+	if j.IsComponentTrial() {
+		var err error
+		if sub, err = s.componentTrial(ctx, j, sub); err != nil {
+			return nil, err
+		}
+	}
 	if alg := j.Sampling(); alg.Type != "grid" && alg.Seed == nil {
 		seed := rand.Int64N(1 << 53)
 		alg.Seed = &seed
@@ -380,6 +386,44 @@ func sweepHistory(j *spec.Job, trials []trialState) []sweep.Observation {
 		}
 	}
 	return out
+}
+
+// componentTrial makes the trial of sweep j from the registered
+// component it names (trial: azureml:NAME:VERSION): its command, code
+// and environment, with the search space bound through the sweep's
+// inputs. A component file is the client's to read: `ferry job create`
+// sends its trial inline.
+func (s *Service) componentTrial(ctx context.Context, j *spec.Job, sub Submission) (Submission, error) {
+	ref := j.Trial.Ref
+	if !strings.HasPrefix(ref, "azureml:") {
+		return sub, Invalid("trial: %q is a file on the client's machine; `ferry job create` reads it and sends the trial inline", ref)
+	}
+	name, version, err := spec.ParseComponentRef(ref)
+	if err != nil {
+		return sub, Invalid("trial: %v", err)
+	}
+	c, err := s.GetComponent(ctx, name, version)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Code == CodeNotFound {
+			return sub, NotFound("trial: %s", e.Msg)
+		}
+		return sub, err
+	}
+	if err := j.UseComponentTrial(c.Spec); err != nil {
+		return sub, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	if err := j.Validate(); err != nil {
+		return sub, &Error{Code: CodeInvalid, Msg: fmt.Sprintf("with the trial of component %s: %v", ref, err), Err: err}
+	}
+	if sub.CodeSnapshot == "" {
+		sub.CodeSnapshot = c.Spec.CodeSnapshot
+	}
+	if sub.EnvironmentSnapshot == "" {
+		sub.EnvironmentSnapshot = c.Spec.EnvironmentSnapshot
+	}
+	sub.Spec = j
+	return sub, nil
 }
 
 // createTrial creates the job of a stored trial; a job of that name

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -61,31 +60,27 @@ func scanStep(s scanner) (store.PipelineStep, error) {
 // CreatePipelineJob implements store.Store.
 func (s *Store) CreatePipelineJob(ctx context.Context, j store.Job, first store.Event, steps []store.PipelineStep) (store.Job, error) {
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		vals := jobValues(j)
-		err := tx.QueryRowContext(ctx, `INSERT INTO jobs (name, `+jobDataColumns+`)
-			VALUES (?`+strings.Repeat(", ?", len(vals))+`) RETURNING seq`,
-			append([]any{j.Name}, vals...)...).Scan(&j.Seq)
-		if isUnique(err) {
-			return fmt.Errorf("job %q: %w", j.Name, store.ErrConflict)
+		if err := s.insertJob(ctx, tx, &j, first); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("create job %q: %w", j.Name, err)
-		}
-		if err := s.insertEvent(ctx, tx, j.Name, first); err != nil {
-			return fmt.Errorf("create job %q: first event: %w", j.Name, err)
-		}
-		for _, st := range steps {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO pipeline_steps (`+stepColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-				j.Name, st.Step, st.Job, st.ReuseKey, st.ReusedFrom, st.State, st.Reason); err != nil {
-				return fmt.Errorf("create job %q: step %s: %w", j.Name, st.Step, err)
-			}
-		}
-		return nil
+		return insertSteps(ctx, tx, j.Name, steps)
 	})
 	if err != nil {
 		return store.Job{}, full(err)
 	}
 	return normJob(j), nil
+}
+
+// insertSteps stores the steps of pipeline, a job written in the same
+// transaction.
+func insertSteps(ctx context.Context, tx *sql.Tx, pipeline string, steps []store.PipelineStep) error {
+	for _, st := range steps {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO pipeline_steps (`+stepColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			pipeline, st.Step, st.Job, st.ReuseKey, st.ReusedFrom, st.State, st.Reason); err != nil {
+			return fmt.Errorf("create job %q: step %s: %w", pipeline, st.Step, err)
+		}
+	}
+	return nil
 }
 
 // ListPipelineSteps implements store.Store.

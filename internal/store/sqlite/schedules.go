@@ -137,7 +137,7 @@ func (s *Store) DeleteSchedule(ctx context.Context, name string) error {
 }
 
 // FireSchedule implements store.Store.
-func (s *Store) FireSchedule(ctx context.Context, schedule string, occurrence, next time.Time, j store.Job, first store.Event) (store.Job, error) {
+func (s *Store) FireSchedule(ctx context.Context, schedule string, occurrence, next time.Time, j store.Job, first store.Event, steps []store.PipelineStep) (store.Job, error) {
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		sc, err := getSchedule(ctx, tx, schedule)
 		if err != nil {
@@ -151,6 +151,9 @@ func (s *Store) FireSchedule(ctx context.Context, schedule string, occurrence, n
 				occurrence.UTC().Format(time.RFC3339), sc.LastFired.Format(time.RFC3339), store.ErrConflict)
 		}
 		if err := s.insertJob(ctx, tx, &j, first); err != nil {
+			return fmt.Errorf("fire schedule %s: %w", schedule, err)
+		}
+		if err := insertSteps(ctx, tx, j.Name, steps); err != nil {
 			return fmt.Errorf("fire schedule %s: %w", schedule, err)
 		}
 		sc.LastFired, sc.NextFire, sc.LastJob, sc.LastError, sc.Updated = occurrence, next, j.Name, "", first.Time

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
@@ -84,7 +86,7 @@ func testScheduleFireOnce(t *testing.T, s store.Store) {
 	occ := t0.Add(time.Hour)
 	fire := func(name string, occ time.Time) error {
 		j := store.Job{Name: name, Status: "Queued", Compute: "local", Created: t0}
-		_, err := s.FireSchedule(ctx, "hourly", occ, occ.Add(time.Hour), j, store.Event{Time: t0, To: "Queued"})
+		_, err := s.FireSchedule(ctx, "hourly", occ, occ.Add(time.Hour), j, store.Event{Time: t0, To: "Queued"}, nil)
 		return err
 	}
 	var (
@@ -134,7 +136,43 @@ func testScheduleFireOnce(t *testing.T, s store.Store) {
 	if err := fire("disabled", occ.Add(time.Hour)); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("firing a disabled schedule: %v, want ErrConflict", err)
 	}
-	if _, err := s.FireSchedule(ctx, "nope", occ, occ, store.Job{Name: "x"}, store.Event{}); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.FireSchedule(ctx, "nope", occ, occ, store.Job{Name: "x"}, store.Event{}, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("firing a missing schedule: %v, want ErrNotFound", err)
+	}
+}
+
+// testScheduleFirePipeline checks that a firing of a pipeline job stores
+// its steps with it, and that a refused firing stores none.
+func testScheduleFirePipeline(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if err := s.CreateSchedule(ctx, testSchedule("daily")); err != nil {
+		t.Fatal(err)
+	}
+	occ := t0.Add(time.Hour)
+	steps := []store.PipelineStep{{Step: "prep"}, {Step: "train"}}
+	j := store.Job{Name: "daily-1", Status: "NotStarted", Created: t0}
+	if _, err := s.FireSchedule(ctx, "daily", occ, occ.Add(24*time.Hour), j, store.Event{Time: t0, To: "NotStarted"}, steps); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ListPipelineSteps(ctx, "daily-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, st := range got {
+		names = append(names, st.Step)
+		if st.Pipeline != "daily-1" {
+			t.Errorf("step %s: pipeline %q, want daily-1", st.Step, st.Pipeline)
+		}
+	}
+	if diff := cmp.Diff([]string{"prep", "train"}, names); diff != "" {
+		t.Errorf("steps of the fired pipeline (-want +got):\n%s", diff)
+	}
+	j.Name = "daily-again"
+	if _, err := s.FireSchedule(ctx, "daily", occ, occ.Add(24*time.Hour), j, store.Event{Time: t0, To: "NotStarted"}, steps); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("firing the occurrence again: %v, want ErrConflict", err)
+	}
+	if got, err := s.ListPipelineSteps(ctx, "daily-again"); err != nil || len(got) != 0 {
+		t.Errorf("a refused firing stored steps: %v, %v", got, err)
 	}
 }

@@ -130,6 +130,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 
 		{"Schedule/CRUD", testScheduleCRUD},
 		{"Schedule/FireOnce", testScheduleFireOnce},
+		{"Schedule/FirePipeline", testScheduleFirePipeline},
 		{"Component/CreateGetList", testComponentCreateGetList},
 		{"Pipeline/Steps", testPipelineSteps},
 		{"Pipeline/Reuse", testPipelineReuse},
