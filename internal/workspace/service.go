@@ -684,6 +684,11 @@ func (s *Service) GetJob(ctx context.Context, name string, history bool) (*Job, 
 		if v.Preemptions, err = s.preemptionsOf(ctx, name); err != nil {
 			return nil, err
 		}
+		rv, err := s.GetRunValues(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		v.Params, v.RunTags = rv.Params, rv.Tags
 	}
 	return v, nil
 }

@@ -45,6 +45,12 @@ type Job struct {
 	Started           *time.Time         `json:"started"`
 	Ended             *time.Time         `json:"ended"`
 	Metrics           map[string]float64 `json:"metrics"`
+
+	// Params and RunTags are what the job set with mlflow.log_param and
+	// mlflow.set_tag (runvalues.go); shown with the job's history.
+	Params  map[string]string `json:"params,omitempty"`
+	RunTags map[string]string `json:"run_tags,omitempty"`
+
 	CodeSnapshot      string             `json:"code_snapshot,omitempty"`
 	InputSnapshots    map[string]string  `json:"input_snapshots,omitempty"`
 	Environment       *environment.Spec  `json:"environment,omitempty"`
