@@ -45,12 +45,6 @@ type Job struct {
 	Started           *time.Time         `json:"started"`
 	Ended             *time.Time         `json:"ended"`
 	Metrics           map[string]float64 `json:"metrics"`
-
-	// Params and RunTags are what the job set with mlflow.log_param and
-	// mlflow.set_tag (runvalues.go); shown with the job's history.
-	Params  map[string]string `json:"params,omitempty"`
-	RunTags map[string]string `json:"run_tags,omitempty"`
-
 	CodeSnapshot      string             `json:"code_snapshot,omitempty"`
 	InputSnapshots    map[string]string  `json:"input_snapshots,omitempty"`
 	Environment       *environment.Spec  `json:"environment,omitempty"`
@@ -63,6 +57,10 @@ type Job struct {
 	// Preemptions are the attempts that ended because their node was
 	// preempted; each was followed by a new attempt (shown with History).
 	Preemptions []Preemption `json:"preemptions,omitempty"`
+	// Params and RunTags are what the job set with mlflow.log_param and
+	// mlflow.set_tag (runvalues.go); shown with History.
+	Params  map[string]string `json:"params,omitempty"`
+	RunTags map[string]string `json:"run_tags,omitempty"`
 }
 
 // Event is one status change of a job.
