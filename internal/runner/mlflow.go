@@ -197,7 +197,7 @@ func decodeMLflow(method, call string, query url.Values, body []byte) (*mlflowRe
 	if method == http.MethodGet {
 		req.RunID, req.RunUUID = query.Get("run_id"), query.Get("run_uuid")
 		req.ExperimentID, req.ExperimentName = query.Get("experiment_id"), query.Get("experiment_name")
-		return req, req.check()
+		return checked(req)
 	}
 	if len(body) > maxMLflowBody {
 		return nil, badParam("the request body is over %d bytes", maxMLflowBody)
@@ -223,7 +223,15 @@ func decodeMLflow(method, call string, query url.Values, body []byte) (*mlflowRe
 			return nil, badParam("value: a string is needed: %v", err)
 		}
 	}
-	return req, req.check()
+	return checked(req)
+}
+
+// checked is req, or nil and what is wrong with it.
+func checked(req *mlflowRequest) (*mlflowRequest, error) {
+	if err := req.check(); err != nil {
+		return nil, err
+	}
+	return req, nil
 }
 
 // check says what is wrong with a decoded request, naming the field.
@@ -258,9 +266,6 @@ func (q *mlflowRequest) check() error {
 		default:
 			return badParam("status: one of RUNNING, SCHEDULED, FINISHED, FAILED, KILLED (got %q)", q.Status)
 		}
-	}
-	if q.call != "runs/log-batch" {
-		return nil
 	}
 	return workspaceCheck(q.kv())
 }
