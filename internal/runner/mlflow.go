@@ -150,35 +150,22 @@ type mlflowRequest struct {
 	StrValue string `json:"-"`
 }
 
-// mlflowCalls are the calls of the subset and their methods.
+// mlflowCalls are the calls of the subset and their methods. log-inputs
+// and log-model (datasets and model records a real client sends along)
+// are taken and kept nowhere.
 var mlflowCalls = map[string]string{
-	"runs/log-metric":          http.MethodPost,
-	"runs/log-batch":           http.MethodPost,
-	"runs/log-parameter":       http.MethodPost,
-	"runs/set-tag":             http.MethodPost,
-	"runs/get":                 http.MethodGet,
-	"runs/update":              http.MethodPost,
-	"runs/create":              http.MethodPost,
-	"experiments/get-by-name":  http.MethodGet,
-	"experiments/get":          http.MethodGet,
-	"experiments/create":       http.MethodPost,
-	"runs/log-inputs":          http.MethodPost,
-	"runs/log-model":           http.MethodPost,
-	"experiments/set-tag":      http.MethodPost,
-	"runs/set-terminated":      http.MethodPost,
-	"runs/delete-tag":          http.MethodPost,
-	"experiments/search":       http.MethodPost,
-	"runs/search":              http.MethodPost,
-	"metrics/get-history":      http.MethodGet,
-	"registered-models/create": http.MethodPost,
-}
-
-// mlflowUnsupported are calls a client may make that the endpoint refuses
-// by name, so the job's error says what is missing.
-var mlflowUnsupported = map[string]bool{
-	"runs/delete-tag": true, "experiments/search": true, "runs/search": true,
-	"metrics/get-history": true, "registered-models/create": true, "experiments/set-tag": true,
-	"runs/set-terminated": true,
+	"runs/log-metric":         http.MethodPost,
+	"runs/log-batch":          http.MethodPost,
+	"runs/log-parameter":      http.MethodPost,
+	"runs/set-tag":            http.MethodPost,
+	"runs/get":                http.MethodGet,
+	"runs/update":             http.MethodPost,
+	"runs/create":             http.MethodPost,
+	"runs/log-inputs":         http.MethodPost,
+	"runs/log-model":          http.MethodPost,
+	"experiments/get-by-name": http.MethodGet,
+	"experiments/get":         http.MethodGet,
+	"experiments/create":      http.MethodPost,
 }
 
 // decodeMLflow decodes a request of the subset from its method, the path
@@ -186,7 +173,7 @@ var mlflowUnsupported = map[string]bool{
 // request holds, not whether it names the job's run.
 func decodeMLflow(method, call string, query url.Values, body []byte) (*mlflowRequest, error) {
 	want, known := mlflowCalls[call]
-	if !known || mlflowUnsupported[call] {
+	if !known {
 		return nil, &mlflowError{http.StatusNotFound, "ENDPOINT_NOT_FOUND",
 			fmt.Sprintf("MLflow's %s is not supported by Ferry's runner; see docs/metrics.md for the calls that are", call)}
 	}
@@ -357,7 +344,10 @@ func (e *metricsEndpoint) mlflow(r *http.Request, call string) (any, error) {
 	case "experiments/get-by-name":
 		return map[string]any{"experiment": run.experimentJSON(q.ExperimentName)}, nil
 	case "experiments/get":
-		return map[string]any{"experiment": run.experimentJSON(run.experiment)}, nil
+		run.mu.Lock()
+		name := run.experiment
+		run.mu.Unlock()
+		return map[string]any{"experiment": run.experimentJSON(name)}, nil
 	case "experiments/create":
 		return map[string]string{"experiment_id": mlflowExperimentID}, nil
 	case "runs/create":

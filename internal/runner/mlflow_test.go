@@ -286,8 +286,11 @@ func TestMLflowShimRunsAnAzureScript(t *testing.T) {
 	if d := cmp.Diff([]int64{0, 1, 2, 2}, srv.steps); d != "" {
 		t.Errorf("steps of the metrics logged (-want +got):\n%s", d)
 	}
-	if f.run.status != "FINISHED" {
-		t.Errorf("the run ended %q, want FINISHED", f.run.status)
+	f.run.mu.Lock()
+	status := f.run.status
+	f.run.mu.Unlock()
+	if status != "FINISHED" {
+		t.Errorf("the run ended %q, want FINISHED", status)
 	}
 	for _, p := range []string{"outputs/extra/notes.txt", "outputs/model/MLmodel", "outputs/model/model.pkl"} {
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
