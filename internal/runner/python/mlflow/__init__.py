@@ -50,9 +50,7 @@ import pickle  # noqa: E402
 import shutil  # noqa: E402
 import time  # noqa: E402
 import types  # noqa: E402
-import urllib.error  # noqa: E402
 import urllib.parse  # noqa: E402
-import urllib.request  # noqa: E402
 
 __version__ = "2.0.0+ferry"
 _SHIM = True
@@ -85,6 +83,11 @@ def set_tracking_uri(uri):
 
 def _call(method, path, body=None, query=None):
     """Calls the tracking API; retries while the endpoint says 503."""
+    # Imported here: urllib.request costs a script that only imports
+    # mlflow (and logs nothing) tens of milliseconds.
+    import urllib.error
+    import urllib.request
+
     base = get_tracking_uri().rstrip("/")
     if not base.startswith(("http://", "https://")):
         _say_once("nouri", "mlflow (Ferry): MLFLOW_TRACKING_URI is not an http(s) URI; "
