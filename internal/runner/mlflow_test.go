@@ -417,3 +417,31 @@ func FuzzDecodeMLflow(f *testing.F) {
 func jobWith(env map[string]string, experiment string) *spec.Job {
 	return &spec.Job{EnvironmentVariables: env, ExperimentName: experiment}
 }
+
+// The stand-in saves a PyTorch model with torch.save in an MLmodel-shaped
+// folder under ./outputs, and loads it back.
+func TestMLflowShimPyTorchModel(t *testing.T) {
+	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
+		t.Skip("needs PyTorch for /usr/bin/python3 (apt-get install python3-torch)")
+	}
+	f := startMLflowEndpoint(t)
+	shim, err := installMLflowShim(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	stdout, _ := runPython(t, f, dir, `import torch, mlflow, mlflow.pytorch
+model = torch.nn.Linear(2, 1)
+mlflow.pytorch.log_model(model, "model")
+back = mlflow.pytorch.load_model("runs:/j/model")
+print("same", torch.equal(model.weight, back.weight))
+`, shim)
+	if !strings.Contains(stdout, "same True") {
+		t.Errorf("the model loaded back differs:\n%s", stdout)
+	}
+	for _, p := range []string{"outputs/model/MLmodel", "outputs/model/data/model.pth"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+}

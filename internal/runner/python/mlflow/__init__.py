@@ -420,7 +420,16 @@ def _pt_log_model(pytorch_model, artifact_path="model", **kw):
 def _pt_load_model(model_uri, **kw):
     import torch
 
-    return torch.load(os.path.join(_local_model_path(model_uri), "data", "model.pth"), **kw)
+    path = os.path.join(_local_model_path(model_uri), "data", "model.pth")
+    # The file holds the whole module, as mlflow's does: torch 2.6 and
+    # later load only weights unless told otherwise; older ones lack the
+    # argument.
+    kw.setdefault("weights_only", False)
+    try:
+        return torch.load(path, **kw)
+    except TypeError:
+        kw.pop("weights_only")
+        return torch.load(path, **kw)
 
 
 class MlflowClient:
