@@ -1,11 +1,18 @@
 package e2e
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/ferry-ml/ferry/internal/testutil"
+	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // A job in an image environment logs with mlflow as on the host: the
@@ -36,4 +43,77 @@ print("logged from the container")
 	if _, err := os.Stat(filepath.Join(dl, "artifacts", "outputs", "train.py")); err != nil {
 		t.Errorf("mlflow.log_artifact in the container: %v", err)
 	}
+}
+
+// A job logs with mlflow while the server is down: its metrics wait in
+// the runner's queue and are recorded once each, in order, once the
+// server is back; a param set during the outage is retried until the
+// server takes it.
+func TestMLflowSurvivesServerOutage(t *testing.T) {
+	s := startServer(t)
+	gate := filepath.Join(passableDir(t), "gate") // the job's account must see it
+	file := jobFile(t, fmt.Sprintf(`code: .
+command: python3 train.py %s
+`, gate), map[string]string{"train.py": `import os, sys, time
+import mlflow
+
+mlflow.start_run()
+for step in range(1, 11):
+    mlflow.log_metric("loss", 1.0 / step, step=step)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+for step in range(11, 21):
+    mlflow.log_metric("loss", 1.0 / step, step=step)
+mlflow.log_param("during", "outage")
+mlflow.end_run()
+print("logged 20")
+`})
+	name := strings.TrimSpace(s.mustFerry("job", "create", "-f", file).stdout)
+	metrics := func() []workspace.Metric {
+		t.Helper()
+		code, body := s.call("GET", "/v1/jobs/"+name+"/metrics", s.token, nil)
+		var ms []workspace.Metric
+		if code != 200 || json.Unmarshal(body, &ms) != nil {
+			t.Fatalf("GET metrics: %d %s", code, body)
+		}
+		return ms
+	}
+	for deadline := time.Now().Add(time.Minute); len(metrics()) < 10; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first 10 points did not arrive: %v", metrics())
+		}
+	}
+	s.kill9()
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	queue := filepath.Join(s.work, "runs", name, "1", "metrics.jsonl")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		data, _ := os.ReadFile(queue)
+		if strings.Count(string(data), "\n") == 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the runner did not queue 20 points in %s:\n%s", queue, data)
+		}
+	}
+	time.Sleep(2 * time.Second) // an outage of some seconds; the param waits through it
+	s.start()
+
+	j := s.waitStatus(name, "Completed", "Failed")
+	if j.Status != "Completed" {
+		t.Fatalf("job = %+v\n%s", j, s.mustFerry("job", "stream", name).stdout)
+	}
+	var steps []int64
+	for _, m := range metrics() {
+		steps = append(steps, m.Step)
+	}
+	var want []int64
+	for i := int64(1); i <= 20; i++ {
+		want = append(want, i)
+	}
+	if d := cmp.Diff(want, steps); d != "" {
+		t.Errorf("steps recorded (-want +got):\n%s", d)
+	}
+	mustContain(t, "job show", s.mustFerry("job", "show", name).stdout, "param during:", "outage")
 }
