@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test-setup.sh installs and starts every real component the tests use:
 # Docker (engine started if it is not running), OpenSSH's server, Debian's
-# torch for the distributed tests, debootstrap and python3-venv, the two
+# torch for the distributed tests, Chromium for the studio's browser tests,
+# debootstrap and python3-venv, the two
 # images made without a registry (ferry-base, ferry-node), and a one-host
 # Slurm cluster (scripts/slurm-setup.sh, left running). It is idempotent:
 # what is already there is left alone, so a second run takes seconds.
@@ -34,6 +35,9 @@ command -v docker >/dev/null || need+=(docker.io)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 # Debian's torch for the distributed (DDP, gloo) tests; only /usr/bin/python3 sees it.
 /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null || need+=(python3-torch)
+/usr/bin/python3 -c 'import pandas' 2>/dev/null || need+=(python3-pandas) # batch scoring's DataFrame results
+# Debian's Chromium, driven headless by the studio's browser tests.
+command -v chromium >/dev/null || need+=(chromium)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "${as_root[*]}" = none ]; then

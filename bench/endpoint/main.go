@@ -22,9 +22,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -32,6 +34,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -42,15 +45,16 @@ import (
 	"github.com/ferry-ml/ferry/internal/serving/probe"
 )
 
-// score answers with its input and the deployment's VERSION variable,
-// which says which generation of a deployment answered.
+// score answers with its input, the deployment's VERSION variable,
+// which says which generation of a deployment answered, and the pid of
+// the worker process that ran it.
 const score = `import json, os
 
 def init():
     pass
 
 def run(raw_data):
-    return {"echo": json.loads(raw_data)["x"], "version": os.environ.get("VERSION", "")}
+    return {"echo": json.loads(raw_data)["x"], "version": os.environ.get("VERSION", ""), "worker": os.getpid()}
 `
 
 const key = "bench-key-0123456789"
@@ -173,22 +177,33 @@ func run(ctx context.Context, n, conc, workers, rounds int) error {
 	load(r.url+"/score", "", min(n, 300), conc) // warm both paths' connections
 	load(gwURL, key, min(n, 300), conc)
 	var direct, via []result
+	var cpuRatios []float64
 	for i := range rounds {
+		c0 := cpuNow(r.cmd.Process.Pid)
 		d, err := load(r.url+"/score", "", n, conc)
 		if err != nil {
 			return fmt.Errorf("direct: %w", err)
 		}
+		c1 := cpuNow(r.cmd.Process.Pid)
 		g, err := load(gwURL, key, n, conc)
 		if err != nil {
 			return fmt.Errorf("gateway: %w", err)
 		}
+		c2 := cpuNow(r.cmd.Process.Pid)
 		fmt.Printf("round %d  direct  %7.0f req/s  p50 %-9v p99 %-9v | gateway %7.0f req/s  p50 %-9v p99 %v\n",
 			i+1, d.rate, d.p50, d.p99, g.rate, g.p50, g.p99)
+		dc, gc := c1.sub(c0, n), c2.sub(c1, n)
+		cpuRatios = append(cpuRatios, (dc.self+dc.replica)/(gc.self+gc.replica))
+		fmt.Printf("         workers %s, CPU µs/request: client %.0f, replica %.0f | workers %s, CPU µs/request: client+gateway %.0f, replica %.0f\n",
+			d.workers, dc.self, dc.replica, g.workers, gc.self, gc.replica)
 		direct, via = append(direct, d), append(via, g)
 	}
 	d, g := median(direct), median(via)
+	slices.Sort(cpuRatios)
 	fmt.Printf("\ngateway adds (median of rounds): p50 %v  p99 %v  (aim: <= 1ms at p50)\n", g.p50-d.p50, g.p99-d.p99)
 	fmt.Printf("throughput gateway/direct: %.3f (aim: >= 0.8)\n", g.rate/d.rate)
+	fmt.Printf("CPU per request, direct/gateway (median of rounds): %.3f (the throughput ratio where the CPUs, not the replica's workers, are what runs out)\n",
+		cpuRatios[len(cpuRatios)/2])
 
 	// Cold start: the deployment has no replica; the gateway holds the
 	// first request while one starts.
@@ -235,6 +250,46 @@ func run(ctx context.Context, n, conc, workers, rounds int) error {
 type result struct {
 	rate     float64
 	p50, p99 time.Duration
+	workers  string // how many requests each worker answered, most first
+}
+
+// cpu is CPU time used so far by this process (the load's clients and,
+// in process, the gateway) and by a replica (its front and its workers).
+type cpu struct{ self, replica time.Duration }
+
+// perRequest is CPU time in µs per request of a load of n.
+type perRequest struct{ self, replica float64 }
+
+func (c cpu) sub(before cpu, n int) perRequest {
+	us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
+	return perRequest{self: us(c.self - before.self), replica: us(c.replica - before.replica)}
+}
+
+// cpuNow reads this process's CPU time and that of the replica pid and
+// its children, from /proc (0 where it cannot).
+func cpuNow(pid int) cpu {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	c := cpu{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+	pids := []string{strconv.Itoa(pid)}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil {
+		pids = append(pids, strings.Fields(string(b))...)
+	}
+	for _, p := range pids {
+		b, err := os.ReadFile("/proc/" + p + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command's closing parenthesis: utime and stime
+		// are the 12th and 13th, in clock ticks (100 a second).
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 12 {
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			s, _ := strconv.ParseInt(f[12], 10, 64)
+			c.replica += time.Duration(u+s) * 10 * time.Millisecond
+		}
+	}
+	return c
 }
 
 func median(rs []result) result {
@@ -259,6 +314,7 @@ func load(url, key string, n, conc int) (result, error) {
 	lat := make([]time.Duration, n)
 	var next int
 	var mu sync.Mutex
+	byWorker := map[string]int{}
 	var firstErr error
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -273,14 +329,18 @@ func load(url, key string, n, conc int) (result, error) {
 					return
 				}
 				t0 := time.Now()
-				_, err := request(client, url, key)
+				answer, err := request(client, url, key)
 				lat[i] = time.Since(t0)
+				var a struct{ Worker int }
+				_ = json.Unmarshal([]byte(answer), &a)
+				mu.Lock()
+				byWorker[strconv.Itoa(a.Worker)]++
 				if err != nil {
-					mu.Lock()
 					firstErr = cmpErr(firstErr, err)
 					mu.Unlock()
 					return
 				}
+				mu.Unlock()
 			}
 		})
 	}
@@ -290,7 +350,14 @@ func load(url, key string, n, conc int) (result, error) {
 		return result{}, firstErr
 	}
 	slices.Sort(lat)
-	return result{rate: float64(n) / elapsed.Seconds(), p50: lat[n/2], p99: lat[n*99/100]}, nil
+	counts := slices.Collect(maps.Values(byWorker))
+	slices.Sort(counts)
+	slices.Reverse(counts)
+	split := make([]string, len(counts))
+	for i, c := range counts {
+		split[i] = strconv.Itoa(c)
+	}
+	return result{rate: float64(n) / elapsed.Seconds(), p50: lat[n/2], p99: lat[n*99/100], workers: strings.Join(split, "/")}, nil
 }
 
 func cmpErr(a, b error) error {

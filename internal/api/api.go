@@ -80,7 +80,7 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 		{method: "GET", path: "/v1/environments/catalog", summary: "The catalog of curated environments (Azure's built-in ones) that references resolve through after the registered ones", handle: s.environmentCatalog},
 		{method: "GET", path: "/v1/environments/{name}/versions/{version}", summary: "Show an environment version (version latest: the one registered last)", handle: s.getEnvironment},
 		{method: "POST", path: "/v1/jobs", summary: "Submit a job: {spec, code_snapshot, input_snapshots, environment_snapshot}", handle: s.createJob},
-		{method: "GET", path: "/v1/jobs", summary: "List jobs, newest first (?status=&compute=&limit=)", handle: s.listJobs},
+		{method: "GET", path: "/v1/jobs", summary: "List jobs, newest first (?status=&compute=&experiment=&limit=; ?before=NAME for the page after the one that ended with job NAME)", handle: s.listJobs},
 		{method: "GET", path: "/v1/jobs/{name}", summary: "Show a job with its status history", handle: s.getJob},
 		{method: "POST", path: "/v1/jobs/{name}/cancel", summary: "Cancel a job", handle: s.cancelJob},
 		{method: "GET", path: "/v1/jobs/{name}/logs", summary: "A job's log from ?offset=, following it while it runs with ?follow=true", raw: s.streamLogs},
@@ -105,8 +105,12 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 	}
 	s.routes = append(s.routes, s.modelRoutes()...)
 	s.routes = append(s.routes, s.dataRoutes()...)
+	s.routes = append(s.routes, s.pipelineRoutes()...)
+	s.routes = append(s.routes, s.datastoreRoutes()...)
 	s.routes = append(s.routes, s.endpointRoutes()...)
 	s.routes = append(s.routes, s.deploymentRoutes()...)
+	s.routes = append(s.routes, s.scheduleRoutes()...)
+	s.routes = append(s.routes, s.batchRoutes()...)
 	for _, rt := range s.routes {
 		s.mux.HandleFunc(rt.method+" "+rt.path, s.wrap(rt))
 	}
@@ -443,20 +447,30 @@ func (s *Server) createJob(r *http.Request, who auth.Principal) (any, error) {
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
+	sub, err := req.submission()
+	if err != nil {
+		return nil, err
+	}
+	return s.ws.SubmitJob(r.Context(), who, sub)
+}
+
+// submission reads the job of a request: POST /v1/jobs's, and the job a
+// schedule fires.
+func (req JobRequest) submission() (workspace.Submission, error) {
 	if len(req.Spec) == 0 {
-		return nil, workspace.Invalid("spec: the job spec is missing")
+		return workspace.Submission{}, workspace.Invalid("spec: the job spec is missing")
 	}
 	j, err := spec.DecodeJobJSON(req.Spec)
 	if err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return workspace.Submission{}, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	return s.ws.SubmitJob(r.Context(), who, workspace.Submission{
-		Spec: j, CodeSnapshot: req.CodeSnapshot, InputSnapshots: req.InputSnapshots, EnvironmentSnapshot: req.EnvironmentSnapshot})
+	return workspace.Submission{
+		Spec: j, CodeSnapshot: req.CodeSnapshot, InputSnapshots: req.InputSnapshots, EnvironmentSnapshot: req.EnvironmentSnapshot}, nil
 }
 
 func (s *Server) listJobs(r *http.Request, _ auth.Principal) (any, error) {
 	q := r.URL.Query()
-	f := store.JobFilter{Compute: q.Get("compute")}
+	f := store.JobFilter{Compute: q.Get("compute"), Experiment: q.Get("experiment"), Before: q.Get("before")}
 	if st := q.Get("status"); st != "" {
 		f.Statuses = strings.Split(st, ",")
 	}

@@ -53,6 +53,10 @@ var forbidden = map[string][]string{
 	// The replica side of serving: whichever launcher starts replicas (the
 	// runner, the local target) links it without the server's code.
 	"internal/serving/inferenceserver": {"internal/"},
+
+	// The studio's pages get their data from the REST API only, never
+	// from the store or a driver.
+	"internal/studio": {"internal/store/sqlite", "internal/server", "internal/cli", "internal/compute/local", "internal/compute/slurm", "internal/provider/", "internal/runner"},
 }
 
 func TestDependencyDirection(t *testing.T) {

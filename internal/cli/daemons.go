@@ -86,6 +86,7 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 	f.StringVar(&maxSnap, "max-snapshot-size", "", "largest snapshot accepted, e.g. 1GiB (default 1GiB)")
 	f.StringVar(&outputQuota, "output-quota", "", "most bytes one job's outputs may hold, e.g. 10GiB (default 10GiB; none for no quota); runners skip and list what is over it")
 	f.StringVar(&cfg.Provider, "provider", "process", "node provider of clusters whose file names none: process (agent processes on this machine) or docker (containers of ferry-node:bookworm on this machine's Docker; needs an --addr containers reach, such as 0.0.0.0:8580). The exec (a program that launches machines) and ssh (existing machines) providers need settings, so a compute's provider: block names them (docs/clusters.md)")
+	f.StringVar(&cfg.BlobEndpoints, "blob-endpoints", os.Getenv("FERRY_BLOB_ENDPOINTS"), "ACCOUNT=URL,... base URLs that stand in for Azure storage accounts' blob services when inputs name them (a mirror, tests); default $FERRY_BLOB_ENDPOINTS")
 	f.StringVar(&cfg.AgentBinaries, "agent-binaries", "", "directory of ferry-linux-ARCH binaries to copy to attached machines whose architecture differs from this server's")
 	f.DurationVar(&cfg.NodeJoinTimeout, "node-join-timeout", 10*time.Minute, "how long a launched cluster node may take to join before it is terminated")
 	f.DurationVar(&cfg.ServerlessIdle, "serverless-idle", 120*time.Second, "idle time before the nodes of serverless jobs go")
@@ -97,6 +98,8 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 	f.StringVar(&cfg.EnvCacheSize, "env-cache-size", "50g", "bound of this machine's built environments (virtualenvs, conda envs, images); least recently used ones above it are removed")
 	f.DurationVar(&cfg.LeaseTimeout, "lease-timeout", 30*time.Second, "how long a silent runner keeps its job before it is failed as lost")
 	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "time a canceled job gets between SIGTERM and SIGKILL")
+	f.DurationVar(&cfg.ScheduleMinute, "schedule-minute", time.Minute, "length of a minute for schedules' minute recurrences (tests shorten it to see firings every few seconds)")
+	_ = f.MarkHidden("schedule-minute")
 	_ = cmd.MarkFlagRequired("data-dir")
 	cmd.AddCommand(a.serverStatusCmd(), a.serverStopCmd())
 	return cmd

@@ -98,12 +98,11 @@ func (a *app) createData(ctx context.Context, c *client.Client, o modelCreateOpt
 		return nil, err
 	}
 	pf := pathField{file: specFile{name: o.file, data: data, sets: sets}, field: "path", value: f.Path}
-	if isRemote(f.Path) {
-		return nil, pf.errorf("%q is not a local path; only local files and folders can be registered so far, and ferry uploads them", f.Path)
-	}
-	id, err := a.upload(ctx, c, pf, f.Type, limit, false)
-	if err != nil {
-		return nil, err
+	var id string
+	if !isRemote(f.Path) { // a remote path is kept as a reference; nothing to upload
+		if id, err = a.upload(ctx, c, pf, f.Type, limit, false); err != nil {
+			return nil, err
+		}
 	}
 	raw, err := jsonOf(f)
 	if err != nil {
@@ -164,6 +163,9 @@ func (a *app) dataDownloadCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if d.Snapshot == "" {
+				return fmt.Errorf("data asset %s:%s is kept as a reference to %s; its files are there, not in the workspace", d.Name, d.Version, d.Path)
+			}
 			dest := filepath.Join(dir, d.Name)
 			if err := c.Download(cmd.Context(), d.Snapshot, dest); err != nil {
 				return fmt.Errorf("download data asset %s:%s: %w", d.Name, d.Version, err)
@@ -203,7 +205,11 @@ func showData(w *tabwriter.Writer, d *workspace.DataAsset) {
 	if d.Archived {
 		fmt.Fprintf(w, "archived:\tyes (`ferry data restore %s --version %s` brings it back)\n", d.Name, d.Version)
 	}
-	fmt.Fprintf(w, "snapshot:\t%s\n", d.Snapshot)
+	if d.Path != "" {
+		fmt.Fprintf(w, "path:\t%s (kept as a reference; jobs fetch it on their nodes)\n", d.Path)
+	} else {
+		fmt.Fprintf(w, "snapshot:\t%s\n", d.Snapshot)
+	}
 	fmt.Fprintf(w, "created:\t%s\n", d.Created.Local().Format("2006-01-02 15:04:05"))
 	fmt.Fprintf(w, "use it in a job as:\tinputs: {NAME: {type: %s, path: %s}}\n", d.Type, d.ID)
 }

@@ -96,32 +96,59 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 	if err != nil {
 		return nil, err
 	}
+	if spec.IsPipelineFile(data) {
+		return a.createPipeline(ctx, c, o, data)
+	}
 	sets := o.sets
 	if o.name != "" {
 		sets = append(sets, "name="+o.name)
 	}
-	j, err := spec.ParseJobWithSet(data, sets)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", o.file, err)
-	}
-	limit, err := a.snapshotLimit(o.maxSnap)
+	req, err := a.jobRequest(ctx, c, specFile{name: o.file, data: data, sets: sets}, o.maxSnap)
 	if err != nil {
 		return nil, err
 	}
-	src := specFile{name: o.file, data: data, sets: sets}
+	return c.SubmitJob(ctx, req)
+}
+
+// jobRequest parses a job file, checks the references it makes against
+// the workspace, and uploads its code and local inputs: the request that
+// submits it (`job create`) or that a schedule fires (`schedule create`).
+func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, maxSnap string) (api.JobRequest, error) {
+	j, err := spec.ParseJobWithSet(src.data, src.sets)
+	if err != nil {
+		return api.JobRequest{}, src.parseError(err)
+	}
+	limit, err := a.snapshotLimit(maxSnap)
+	if err != nil {
+		return api.JobRequest{}, err
+	}
+	if err := checkLocalPaths(src, j); err != nil {
+		return api.JobRequest{}, err
+	}
+	if err := checkReferences(ctx, c, src, jobReferences(j)); err != nil {
+		return api.JobRequest{}, err
+	}
 	if err := checkDataInputs(ctx, c, src, j); err != nil {
-		return nil, err
+		return api.JobRequest{}, err
 	}
-	env, envSrc, envField, err := inlineEnvironmentFile(src, j.Environment)
+	// A sweep's code and environment are its trial's.
+	code, envp, prefix := &j.Code, &j.Environment, ""
+	if j.Type == "sweep" && j.Trial != nil {
+		code, envp, prefix = &j.Trial.Code, &j.Trial.Environment, "trial."
+	}
+	env, envSrc, envField, err := inlineEnvironmentFile(src, *envp)
 	if err != nil {
-		return nil, err
+		return api.JobRequest{}, err
 	}
-	j.Environment = env
+	*envp = env
+	if envField != "" {
+		envField = prefix + envField
+	}
 	req := api.JobRequest{InputSnapshots: map[string]string{}}
-	if j.Code != "" {
-		id, err := a.upload(ctx, c, pathField{file: src, field: "code", value: j.Code}, "", limit, true)
+	if *code != "" {
+		id, err := a.upload(ctx, c, pathField{file: src, field: prefix + "code", value: *code}, "", limit, true)
 		if err != nil {
-			return nil, err
+			return api.JobRequest{}, err
 		}
 		req.CodeSnapshot = id
 	}
@@ -130,41 +157,51 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 		if in.IsLiteral() || spec.IsDataRef(in.Path) {
 			continue // a registered data asset: the workspace has its files
 		}
-		f := pathField{file: src, field: "inputs." + name + ".path", value: in.Path}
 		if isRemote(in.Path) {
-			return nil, f.errorf("%q is not a local path; only local files and folders are supported as inputs so far", in.Path)
+			continue // fetched on the node: a URL, a blob container, a datastore
 		}
+		f := pathField{file: src, field: "inputs." + name + ".path", value: in.Path}
 		id, err := a.upload(ctx, c, f, in.Type, limit, false)
 		if err != nil {
-			return nil, err
+			return api.JobRequest{}, err
 		}
 		req.InputSnapshots[name] = id
 	}
-	if id, err := a.uploadEnvironmentFiles(ctx, c, envField, envSrc, j.Environment, limit); err != nil {
-		return nil, err
+	if id, err := a.uploadEnvironmentFiles(ctx, c, envField, envSrc, *envp, limit); err != nil {
+		return api.JobRequest{}, err
 	} else {
 		req.EnvironmentSnapshot = id
 	}
 	raw, err := jsonOf(j)
 	if err != nil {
-		return nil, err
+		return api.JobRequest{}, err
 	}
 	req.Spec = raw
-	return c.SubmitJob(ctx, req)
+	return req, nil
 }
 
 // checkDataInputs looks up the data assets that j's inputs name
-// (azureml:NAME:VERSION, azureml:NAME@latest) and checks their types,
+// (azureml:NAME:VERSION, azureml:NAME@latest) and checks their types, and
+// the datastores they name (azureml://datastores/NAME/paths/PATH),
 // before anything is uploaded: a job that names a missing asset is
 // refused without sending its code first. The workspace checks again at
 // submission, which is what counts; this is for the user's time.
 func checkDataInputs(ctx context.Context, c *client.Client, src specFile, j *spec.Job) error {
 	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
 		in := j.Inputs[name]
-		if in.IsLiteral() || !spec.IsDataRef(in.Path) {
+		if in.IsLiteral() {
 			continue
 		}
 		f := pathField{file: src, field: "inputs." + name + ".path", value: in.Path}
+		if u, err := spec.ParseDataURI(in.Path); err == nil && u.Kind == spec.URIDatastore {
+			if _, err := c.GetDatastore(ctx, u.Store); err != nil {
+				return f.errorf("%v", err)
+			}
+			continue
+		}
+		if !spec.IsDataRef(in.Path) {
+			continue
+		}
 		dname, version, err := spec.ParseDataRef(in.Path)
 		if err != nil {
 			return f.errorf("%v", err)
@@ -276,6 +313,11 @@ func (a *app) follow(ctx context.Context, c *client.Client, name string, submitt
 	}
 	sctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
+	if j, err := c.GetJob(sctx, name); err == nil && j.Sweep != nil {
+		return a.followSweep(sctx, c, name)
+	} else if err == nil && j.Pipeline != nil {
+		return a.followPipeline(sctx, c, name)
+	}
 	wctx, stopWatching := context.WithCancel(sctx)
 	defer stopWatching()
 	go a.watchQueue(wctx, c, name)
@@ -427,8 +469,12 @@ func showJob(w *tabwriter.Writer, j *workspace.Job) {
 	if j.CancelRequestedBy != "" {
 		fmt.Fprintf(w, "canceled by:\t%s\n", j.CancelRequestedBy)
 	}
-	fmt.Fprintf(w, "compute:\t%s\n", j.Compute)
-	fmt.Fprintf(w, "attempt:\t%d\n", j.Attempt)
+	if j.Pipeline != nil {
+		fmt.Fprintf(w, "compute:\t- (a pipeline: each step runs on its own)\n")
+	} else if j.Sweep == nil { // a sweep has no compute or attempt of its own: its trials have
+		fmt.Fprintf(w, "compute:\t%s\n", j.Compute)
+		fmt.Fprintf(w, "attempt:\t%d\n", j.Attempt)
+	}
 	if j.Handle != "" {
 		fmt.Fprintf(w, "engine handle:\t%s\n", j.Handle)
 	}
@@ -436,8 +482,22 @@ func showJob(w *tabwriter.Writer, j *workspace.Job) {
 	fmt.Fprintf(w, "started:\t%s\n", fmtTime(j.Started))
 	fmt.Fprintf(w, "ended:\t%s\n", fmtTime(j.Ended))
 	fmt.Fprintf(w, "duration:\t%s\n", fmtDuration(j.Started, j.Ended))
-	if j.Spec != nil {
+	if j.Spec != nil && j.Sweep == nil {
 		fmt.Fprintf(w, "command:\t%s\n", strings.TrimSpace(j.Spec.Command))
+	}
+	for _, k := range slices.Sorted(maps.Keys(j.RemoteInputs)) {
+		ri := j.RemoteInputs[k]
+		if ri.From == ri.Where() {
+			fmt.Fprintf(w, "input %s:\t%s (fetched on the node)\n", k, ri.From)
+		} else {
+			fmt.Fprintf(w, "input %s:\t%s = %s (fetched on the node)\n", k, ri.From, ri.Where())
+		}
+	}
+	if j.Sweep != nil {
+		showSweep(w, j)
+	}
+	if j.Pipeline != nil {
+		showPipeline(w, j)
 	}
 	for _, k := range slices.Sorted(maps.Keys(j.Metrics)) {
 		fmt.Fprintf(w, "metric %s:\t%g\n", k, j.Metrics[k])
@@ -587,6 +647,9 @@ func download(ctx context.Context, c *client.Client, name, dir, only string) ([]
 	}
 	if !workspace.IsTerminal(j.Status) {
 		return nil, fmt.Errorf("job %s is %s; its outputs can be downloaded once it has ended", name, j.Status)
+	}
+	if j.Pipeline != nil {
+		return downloadPipeline(ctx, c, j, dir, only)
 	}
 	out, err := c.Outputs(ctx, name)
 	if err != nil {

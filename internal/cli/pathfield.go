@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,10 @@ type specFile struct {
 	name string   // as the user wrote it: job.yml, ../jobs/train.yml
 	data []byte   // its text, where fields' lines are looked up
 	sets []string // --set overrides, which the text does not show
+	// locate, when not nil, says where the user sees a field of data,
+	// which was made from other files (a schedule's create_job): the
+	// file, the field's path there and its line (0 when unknown).
+	locate func(field string) (file, shown string, line int)
 }
 
 // pathField is a local path that a field of a spec file names.
@@ -30,6 +35,14 @@ func (f pathField) path() string { return resolve(filepath.Dir(f.file.name), f.v
 // errorf is a problem with the path, placed at the field's line of the
 // file (job.yml:3: code: ...) or at the --set that gave it.
 func (f pathField) errorf(format string, args ...any) error {
+	if f.file.locate != nil {
+		file, shown, line := f.file.locate(f.field)
+		msg := shown + ": " + fmt.Sprintf(format, args...)
+		if line > 0 {
+			return fmt.Errorf("%s:%d: %s", file, line, msg)
+		}
+		return fmt.Errorf("%s: %s", file, msg)
+	}
 	msg := f.field + ": " + fmt.Sprintf(format, args...)
 	for _, s := range f.file.sets {
 		p, _, _ := strings.Cut(s, "=")
@@ -55,4 +68,22 @@ func (f pathField) notFound() error {
 		dir = filepath.Dir(f.file.name)
 	}
 	return f.errorf("%s does not exist (relative to %s, the folder of %s)", f.value, dir, filepath.Base(f.file.name))
+}
+
+// parseError is the error of parsing the file: its problems placed where
+// the user sees their fields.
+func (s specFile) parseError(err error) error {
+	var es spec.Errors
+	if s.locate == nil || !errors.As(err, &es) {
+		return fmt.Errorf("%s: %w", s.name, err)
+	}
+	lines := make([]error, 0, len(es))
+	for _, e := range es {
+		if e.Field == "" {
+			lines = append(lines, fmt.Errorf("%s: %s", s.name, e.Message))
+			continue
+		}
+		lines = append(lines, pathField{file: s, field: e.Field}.errorf("%s", e.Message))
+	}
+	return errors.Join(lines...)
 }

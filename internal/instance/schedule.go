@@ -58,6 +58,10 @@ type Trigger struct {
 	StartTime time.Time
 	TimeZone  string         // as written; "UTC" when left out
 	Location  *time.Location // what TimeZone names
+	// EndTime, when set, is the last instant the trigger may fire at. Only
+	// job schedules (ParseJobTrigger) have one; an instance's schedules
+	// run until they are removed.
+	EndTime time.Time
 }
 
 // Recurrence is a trigger of type recurrence: every Interval units of
@@ -121,6 +125,14 @@ func joinInts(ns []int) string {
 // 1970-01-01 00:00 in its zone; Decide gives such a schedule the instance's
 // creation time instead, as Azure counts from the schedule's creation.
 func (t Trigger) Next(after time.Time) time.Time {
+	next := t.next(after)
+	if !t.EndTime.IsZero() && next.After(t.EndTime) {
+		return time.Time{}
+	}
+	return next
+}
+
+func (t Trigger) next(after time.Time) time.Time {
 	if !t.StartTime.IsZero() && after.Before(t.StartTime) {
 		after = t.StartTime.Add(-time.Nanosecond)
 	}
@@ -281,12 +293,29 @@ func parseSchedule(add addFunc, f string, item any) (Schedule, bool) {
 		fail(f+".trigger", "is required: {type: cron, expression: \"0 18 * * 1-5\", time_zone: UTC} or {type: recurrence, frequency: day, interval: 1, schedule: {hours: [18], minutes: [0]}}")
 		return s, false
 	}
-	t, ok := parseTrigger(fail, f+".trigger", tm)
+	t, ok := parseTrigger(fail, f+".trigger", tm, false)
 	s.Trigger = t
 	return s, ok && !bad
 }
 
-func parseTrigger(fail addFunc, f string, m map[string]any) (Trigger, bool) {
+// ParseJobTrigger reads and checks the trigger of a job schedule (Azure's
+// schedule files): a cron or recurrence trigger as a compute instance's
+// schedules have, plus end_time. f is the field's path for messages
+// ("trigger"); problems are a spec.Errors naming each field.
+func ParseJobTrigger(f string, m map[string]any) (Trigger, error) {
+	var es spec.Errors
+	add := func(field, format string, args ...any) {
+		es = append(es, &spec.FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	t, ok := parseTrigger(add, f, m, true)
+	if !ok || len(es) > 0 {
+		return Trigger{}, es
+	}
+	return t, nil
+}
+
+// parseTrigger reads a trigger; withEnd admits end_time (job schedules).
+func parseTrigger(fail addFunc, f string, m map[string]any, withEnd bool) (Trigger, bool) {
 	var t Trigger
 	bad := false
 	add := func(field, format string, args ...any) {
@@ -310,9 +339,23 @@ func parseTrigger(fail addFunc, f string, m map[string]any) (Trigger, bool) {
 		}
 		t.StartTime = st
 	}
+	common := []string{"start_time", "time_zone"}
+	if withEnd {
+		common = append(common, "end_time")
+		if v, ok := m["end_time"]; ok && v != nil {
+			et, err := parseStartTime(v, loc)
+			switch {
+			case err != nil:
+				add(f+".end_time", "%s", strings.Replace(err.Error(), "must be a time", "must be a time (the last instant it may fire)", 1))
+			case !t.StartTime.IsZero() && et.Before(t.StartTime):
+				add(f+".end_time", "is before start_time; the schedule would never fire")
+			}
+			t.EndTime = et
+		}
+	}
 	switch typ, _ := m["type"].(string); typ {
 	case "cron":
-		unknownFields(add, f, m, "type", "expression", "start_time", "time_zone")
+		unknownFields(add, f, m, append([]string{"type", "expression"}, common...)...)
 		expr, _ := m["expression"].(string)
 		if expr == "" {
 			add(f+".expression", "is required for a cron trigger: five fields, e.g. \"0 18 * * 1-5\" (18:00 on weekdays)")
@@ -325,9 +368,9 @@ func parseTrigger(fail addFunc, f string, m map[string]any) (Trigger, bool) {
 		}
 		t.Cron = c
 	case "recurrence":
-		unknownFields(add, f, m, "type", "frequency", "interval", "schedule", "start_time", "time_zone")
+		unknownFields(add, f, m, append([]string{"type", "frequency", "interval", "schedule"}, common...)...)
 		t.Recurrence = parseRecurrence(add, f, m)
-		if !bad && t.Next(t.StartTime).IsZero() {
+		if !bad && t.next(t.StartTime).IsZero() {
 			add(f, "never fires: no day within ten years matches its schedule")
 		}
 	case "":

@@ -380,8 +380,12 @@ func (r *runner) watch(jobCtx context.Context, cancelJob context.CancelFunc) {
 // it. It returns the job's paths once they exist, so outputs are uploaded
 // even when the command failed.
 func (r *runner) prepareAndExecute(ctx, jobCtx context.Context, a *workspace.Assignment, spool *os.File) (workspace.Report, *paths) {
-	p, err := r.prepare(ctx, a)
+	p, err := r.prepare(ctx, jobCtx, a, spool)
 	if err != nil {
+		if r.canceled.Load() {
+			return workspace.Report{Status: workspace.StatusCanceled, Reason: "canceled on request while the inputs were fetched"}, nil
+		}
+		fmt.Fprintf(spool, "ferry: preparing the job failed: %v\n", err)
 		return failed("preparing the job failed", err), nil
 	}
 	rt, err := r.prepareEnvironment(jobCtx, a.Environment, spool)
@@ -441,19 +445,31 @@ func inputFileName(dir, path string) (string, error) {
 
 // prepare materialises the code snapshot and the inputs, and makes the
 // output directories.
-func (r *runner) prepare(ctx context.Context, a *workspace.Assignment) (*paths, error) {
+// Remote inputs are fetched under jobCtx, so a cancel stops a long
+// download as it stops an environment build.
+func (r *runner) prepare(ctx, jobCtx context.Context, a *workspace.Assignment, logw io.Writer) (*paths, error) {
 	if a.CodeSnapshot != "" {
 		if err := r.extract(ctx, a.CodeSnapshot, r.wd); err != nil {
 			return nil, fmt.Errorf("code snapshot: %w", err)
 		}
 	}
 	p := &paths{inputs: map[string]string{}, outputs: map[string]string{}, outDirs: map[string]string{}}
-	for name, in := range a.Spec.Inputs {
+	for _, name := range slices.Sorted(maps.Keys(a.Spec.Inputs)) {
+		in := a.Spec.Inputs[name]
 		if in.IsLiteral() {
 			p.inputs[name] = *in.Value
 			continue
 		}
 		dir := filepath.Join(r.cfg.Dir, "inputs", name)
+		if ri, ok := a.RemoteInputs[name]; ok {
+			inContainer := a.Environment != nil && a.Environment.NeedsDocker()
+			v, err := r.remoteInput(jobCtx, name, in, ri, dir, inContainer, logw)
+			if err != nil {
+				return nil, fmt.Errorf("input %s: %w", name, err)
+			}
+			p.inputs[name] = v
+			continue
+		}
 		if err := r.extract(ctx, a.InputSnapshots[name], dir); err != nil {
 			return nil, fmt.Errorf("input %s: %w", name, err)
 		}

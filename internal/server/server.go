@@ -26,6 +26,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/selfexe"
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
+	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 	"github.com/ferry-ml/ferry/internal/store/sqlite"
 	"github.com/ferry-ml/ferry/internal/workspace"
@@ -39,6 +40,9 @@ type Config struct {
 	// process provider's nodes (nodes/). It must be outside DataDir, which
 	// jobs may not reach. "" = defaultWorkDir.
 	WorkDir string
+	// BlobEndpoints is ACCOUNT=URL,... : base URLs that stand in for Azure
+	// storage accounts' blob services ($FERRY_BLOB_ENDPOINTS).
+	BlobEndpoints string
 	// RunAs is the account that jobs on the local target and process nodes
 	// run as ("" = isolation.Choose's default: isolation.DefaultUser when
 	// the server is root, else the server's own user).
@@ -80,6 +84,8 @@ type Config struct {
 	// Version is the server's version, recorded in Info for `ferry server
 	// status`.
 	Version string
+	// ScheduleMinute is workspace.Config's (0 = a minute).
+	ScheduleMinute time.Duration
 }
 
 // Info is written to DataDir/server.json once the server listens, so that
@@ -219,6 +225,15 @@ func Run(ctx context.Context, cfg Config) error {
 		CheckToken: func(_ context.Context, endpoint, token string) bool {
 			return ws.CheckEndpointToken(endpoint, token)
 		}})
+	blobEndpoints, err := spec.ParseBlobEndpoints(cfg.BlobEndpoints)
+	if err != nil {
+		return err
+	}
+	// The built-in workspaceblobstore: a folder the jobs of this host read.
+	defaultDatastore := filepath.Join(work, "datastores", workspace.DefaultDatastore)
+	if err := os.MkdirAll(defaultDatastore, 0o755); err != nil {
+		return fmt.Errorf("the default datastore's folder: %w", err)
+	}
 	ws, err = workspace.New(ctx, workspace.Config{
 		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: url,
 		Targets: targets, PoolTypes: poolTypes,
@@ -228,13 +243,19 @@ func Run(ctx context.Context, cfg Config) error {
 		PreemptPoll: cfg.PreemptPoll, PreemptGrace: cfg.PreemptGrace,
 		JoinTimeout: cfg.NodeJoinTimeout, ServerlessIdle: cfg.ServerlessIdle,
 		Router: gatewayRouter{gw}, ProbeReplica: replicaProber(),
+		ScheduleMinute: cfg.ScheduleMinute,
+		BlobEndpoints:  blobEndpoints, DefaultDatastoreDir: defaultDatastore,
 	})
 	if err != nil {
 		return err
 	}
 	apiServer := api.New(ws, st, cfg.Log)
 	apiServer.MountGateway(gw, gw.Metrics())
-	hs := &http.Server{Handler: apiServer, ReadHeaderTimeout: 10 * time.Second}
+	handler, err := withStudio(apiServer, cfg.Log)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	if err := writeJSONFile(filepath.Join(dir, InfoFile), Info{URL: url, PID: os.Getpid(), WorkDir: work, Version: cfg.Version}); err != nil {
 		return err
 	}

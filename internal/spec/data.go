@@ -82,6 +82,12 @@ func (f *DataFile) Validate() error {
 	}
 	if strings.TrimSpace(f.Path) == "" {
 		es.add("path", "a data asset needs its files: path: a file (type: uri_file) or folder (type: uri_folder), relative to the data file")
+	} else if IsRemotePath(f.Path) {
+		if u, err := ParseDataURI(f.Path); err != nil {
+			es.add("path", "%v", err)
+		} else if u.Kind == URIAsset {
+			es.add("path", "a data asset's path is its files (a local path or a URL), not another asset (%s)", quote(f.Path))
+		}
 	}
 	switch {
 	case f.Type == "mltable":

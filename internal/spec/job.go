@@ -136,7 +136,7 @@ var (
 	nodesRe      = lazyRegexp(`^(all|[0-9]+)$`)
 
 	inputTypes   = []string{"uri_file", "uri_folder", "mltable", "mlflow_model", "custom_model"}
-	inputModes   = []string{"ro_mount", "download", "direct"}
+	inputModes   = []string{"ro_mount", "download", "direct", "rw_mount", "eval_mount", "eval_download"}
 	outputTypes  = []string{"uri_folder", "uri_file", "mlflow_model", "custom_model"}
 	outputModes  = []string{"rw_mount", "upload", "direct"}
 	distTypes    = []string{"pytorch", "mpi", "tensorflow"}
@@ -193,9 +193,13 @@ func (j *Job) Validate() error {
 	if j.Type == "" {
 		j.Type = "command"
 	}
+	if j.Type == "sweep" {
+		return j.validateSweep()
+	}
 	if msg := typeProblem(j.Type); msg != "" {
 		es.add("type", "%s", msg)
 	}
+	j.refuseSweepFields(&es)
 	if j.Name != "" && !jobNameRe().MatchString(j.Name) {
 		es.add("name", "%s is not a valid job name: use 1 to 255 letters, digits, '_' or '-', starting with a letter or digit", quote(j.Name))
 	}
@@ -247,12 +251,14 @@ func (j *Job) Validate() error {
 // typeProblem says what is wrong with a job type, or "" when nothing is.
 func typeProblem(t string) string {
 	switch t {
-	case "command":
+	case "command", "sweep":
 		return ""
-	case "pipeline", "sweep", "spark", "automl", "parallel":
-		return fmt.Sprintf("only command jobs are supported; %s jobs are not supported yet", t)
+	case "pipeline":
+		return "a pipeline job is read by ParsePipelineJob and submitted to POST /v1/pipeline-jobs (`ferry job create -f` does both)"
+	case "spark", "automl", "parallel":
+		return fmt.Sprintf("only command, sweep and pipeline jobs are supported; %s jobs are not supported yet", t)
 	}
-	return fmt.Sprintf("must be command (pipeline and sweep jobs are not supported yet), got %s", quote(t))
+	return fmt.Sprintf("must be command, sweep or pipeline, got %s", quote(t))
 }
 
 // validateCommand checks the command and its ${{...}} expressions.
@@ -327,6 +333,8 @@ func (j *Job) validateIO(es *Errors) {
 			if _, _, err := ParseDataRef(in.Path); err != nil {
 				es.add(f+".path", "%v", err)
 			}
+		} else if _, err := ParseDataURI(in.Path); err != nil {
+			es.add(f+".path", "%v", err)
 		}
 		oneOf(es, f+".mode", in.Mode, true, inputModes)
 	}

@@ -260,6 +260,10 @@ var (
 	inputType = reflect.TypeFor[Input]()
 	envType   = reflect.TypeFor[Environment]()
 	modelType = reflect.TypeFor[ModelRef]()
+	// A sweep's trial (`trial: ./component.yml`) and sampling algorithm
+	// (`sampling_algorithm: random`) may be one word as well as a mapping.
+	trialType    = reflect.TypeFor[Trial]()
+	samplingType = reflect.TypeFor[SamplingAlgorithm]()
 )
 
 // renamed points names that people bring from elsewhere (mostly the Azure
@@ -342,6 +346,10 @@ func (c *checker) walk(n *yaml.Node, t reflect.Type, path string) {
 			c.add(path, n, "must be a reference such as azureml:NAME:VERSION or a mapping with path, got a list")
 			return
 		}
+	case trialType, samplingType:
+		if n.Kind == yaml.ScalarNode {
+			return // trial: ./component.yml, sampling_algorithm: random
+		}
 	case envType:
 		switch n.Kind {
 		case yaml.ScalarNode:
@@ -380,6 +388,20 @@ func (c *checker) walk(n *yaml.Node, t reflect.Type, path string) {
 		var v bool
 		if n.Kind != yaml.ScalarNode || n.Decode(&v) != nil {
 			c.add(path, n, "must be true or false, got %s", describe(n))
+		}
+	case reflect.Float64:
+		var v float64
+		tag := n.ShortTag()
+		if n.Kind != yaml.ScalarNode || (tag != "!!int" && tag != "!!float") || n.Decode(&v) != nil || math.IsInf(v, 0) || math.IsNaN(v) {
+			c.add(path, n, "must be a number, got %s", describe(n))
+		}
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			c.add(path, n, "must be a list, got %s", describe(n))
+			return
+		}
+		for i, e := range n.Content {
+			c.walk(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
 		}
 	default:
 		// Every field type of the spec is handled above; a new one must be

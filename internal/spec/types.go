@@ -31,6 +31,13 @@ type Job struct {
 	Services             map[string]Service `yaml:"services,omitempty" json:"services,omitempty"`
 	QueueSettings        *QueueSettings     `yaml:"queue_settings,omitempty" json:"queue_settings,omitempty"`
 	Identity             *Identity          `yaml:"identity,omitempty" json:"identity,omitempty"`
+
+	// A sweep job's own fields (type: sweep; sweep.go).
+	Trial             *Trial                 `yaml:"trial,omitempty" json:"trial,omitempty"`
+	SearchSpace       map[string]SearchParam `yaml:"search_space,omitempty" json:"search_space,omitempty"`
+	SamplingAlgorithm *SamplingAlgorithm     `yaml:"sampling_algorithm,omitempty" json:"sampling_algorithm,omitempty"`
+	Objective         *Objective             `yaml:"objective,omitempty" json:"objective,omitempty"`
+	EarlyTermination  *EarlyTermination      `yaml:"early_termination,omitempty" json:"early_termination,omitempty"`
 }
 
 // Input is a job input: either a literal (Value set; written in YAML as a
@@ -78,9 +85,13 @@ type Python struct {
 	Version      string `yaml:"version,omitempty" json:"version,omitempty"`
 }
 
-// Limits bounds a job. Timeout is in seconds; 0 means none.
+// Limits bounds a job. Timeout is in seconds; 0 means none. The trial
+// fields apply to sweep jobs only: Timeout is then the whole sweep's.
 type Limits struct {
-	Timeout int64 `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+	Timeout             int64 `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+	MaxTotalTrials      int   `yaml:"max_total_trials,omitempty" json:"max_total_trials,omitempty"`
+	MaxConcurrentTrials int   `yaml:"max_concurrent_trials,omitempty" json:"max_concurrent_trials,omitempty"`
+	TrialTimeout        int64 `yaml:"trial_timeout,omitempty" json:"trial_timeout,omitempty"`
 }
 
 // Resources asks for nodes of a size.

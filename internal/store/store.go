@@ -114,6 +114,44 @@ type DataAsset struct {
 	Created     time.Time
 }
 
+// Component is one version of a registered command component. Spec is
+// the component as JSON, opaque to the store; CodeSnapshot its uploaded
+// code; Hash its content digest.
+type Component struct {
+	Name         string
+	Version      string
+	Description  string
+	Spec         json.RawMessage
+	CodeSnapshot string
+	Hash         string
+	Created      time.Time
+}
+
+// PipelineStep is one step of a pipeline job (Pipeline, the parent job's
+// name). Job is the step's own job, "" until it is made; ReuseKey what
+// it ran (for reuse by later steps); ReusedFrom the job whose outputs a
+// reused step took; State and Reason are those of a step that never got
+// a job (skipped, canceled, refused at submit), "" otherwise.
+type PipelineStep struct {
+	Pipeline   string
+	Step       string
+	Job        string
+	ReuseKey   string
+	ReusedFrom string
+	State      string
+	Reason     string
+}
+
+// Datastore is a place job inputs name as azureml://datastores/NAME/paths/PATH.
+// Spec is its file as JSON (never with credentials), opaque to the store.
+type Datastore struct {
+	Name    string
+	Type    string
+	Spec    json.RawMessage
+	Created time.Time
+	Updated time.Time
+}
+
 // Endpoint is an online endpoint. Spec is its file as JSON, opaque to the
 // store; State its provisioning state. PrimaryKey and SecondaryKey are
 // sealed by the workspace before they reach the store, which keeps them as
@@ -139,6 +177,48 @@ type Deployment struct {
 	State    string
 	Reason   string
 	Replicas json.RawMessage
+	Created  time.Time
+	Updated  time.Time
+}
+
+// Schedule is a job schedule. Spec (the schedule file and its trigger)
+// and Job (the submission each firing makes) are JSON the workspace owns,
+// opaque to the store. NextFire is the occurrence the schedule fires next
+// (zero: none, it has ended); LastFired the last occurrence it fired
+// (zero: none yet), which FireSchedule moves forward only, so an
+// occurrence is never fired twice; LastJob the job that firing created.
+// LastError says why the last occurrence created no job ("" when it did).
+type Schedule struct {
+	Name      string
+	Spec      json.RawMessage
+	Job       json.RawMessage
+	Enabled   bool
+	NextFire  time.Time
+	LastFired time.Time
+	LastJob   string
+	LastError string
+	CreatedBy string
+	Created   time.Time
+	Updated   time.Time
+}
+
+// BatchEndpoint is a batch endpoint. Spec is the workspace's record of it
+// as JSON, Jobs the JSON list of the jobs its invocations made; both are
+// opaque to the store.
+type BatchEndpoint struct {
+	Name    string
+	Spec    json.RawMessage
+	Jobs    json.RawMessage
+	Created time.Time
+	Updated time.Time
+}
+
+// BatchDeployment is a deployment of a batch endpoint. Spec is the
+// workspace's record of it as JSON, opaque to the store.
+type BatchDeployment struct {
+	Endpoint string
+	Name     string
+	Spec     json.RawMessage
 	Created  time.Time
 	Updated  time.Time
 }
@@ -203,6 +283,17 @@ type RunValue struct {
 	Value string
 }
 
+// SweepTrial is one trial of a sweep job: its index (from 0), the name
+// of its job and its parameters (JSON owned by the workspace), stored
+// before the job is created.
+type SweepTrial struct {
+	Sweep   string
+	Index   int
+	Job     string
+	Params  json.RawMessage
+	Created time.Time
+}
+
 // Token is an API token. Only the SHA-256 of the secret is stored.
 type Token struct {
 	Hash    string // hex SHA-256 of the secret
@@ -216,8 +307,14 @@ type Token struct {
 type JobFilter struct {
 	Statuses []string // any of these
 	Compute  string
-	Limit    int  // at most this many; 0 means no limit
-	Newest   bool // order by Seq descending instead of ascending
+	// Experiment selects the jobs of one experiment (experiment_name).
+	Experiment string
+	// Before is a job's name: only jobs submitted before it are selected
+	// (by Seq), the keyset of a page of a Newest list that ended with it.
+	// A name that is not stored selects nothing.
+	Before string
+	Limit  int  // at most this many; 0 means no limit
+	Newest bool // order by Seq descending instead of ascending
 	// ByPriority orders by Priority descending, then Seq ascending: the
 	// order the dispatcher starts queued jobs in. Newest is then ignored.
 	ByPriority bool
@@ -417,6 +514,46 @@ type Store interface {
 	// error.
 	SetDataArchived(ctx context.Context, name, version string, archived bool) (DataAsset, error)
 
+	// CreateComponent stores a version of a command component;
+	// ErrConflict if that name and version exist.
+	CreateComponent(ctx context.Context, c Component) error
+	// GetComponent returns one version; ErrNotFound if there is none.
+	GetComponent(ctx context.Context, name, version string) (Component, error)
+	// ListComponents returns every version of the named component, or of
+	// all components when name is empty, ordered by name and then by
+	// registration.
+	ListComponents(ctx context.Context, name string) ([]Component, error)
+
+	// CreatePipelineJob is CreateJob for a pipeline job's parent, with
+	// its steps stored in the same transaction (their Pipeline fields are
+	// ignored: they are j's).
+	CreatePipelineJob(ctx context.Context, j Job, first Event, steps []PipelineStep) (Job, error)
+	// ListPipelineSteps returns a pipeline's steps in the order they were
+	// stored; empty for a job that is no pipeline.
+	ListPipelineSteps(ctx context.Context, pipeline string) ([]PipelineStep, error)
+	// PipelineStepJobs returns the jobs of a pipeline's steps that have
+	// one, in one read, keyed by job name; empty (not nil) when none has.
+	PipelineStepJobs(ctx context.Context, pipeline string) (map[string]Job, error)
+	// UpdatePipelineStep replaces a step's job, reuse key, reused_from,
+	// state and reason; ErrNotFound if there is no such step.
+	UpdatePipelineStep(ctx context.Context, st PipelineStep) error
+	// ActivePipelines returns the names of the pipeline jobs that have not
+	// ended (their parent's status is not Completed, Failed or Canceled),
+	// in submit order.
+	ActivePipelines(ctx context.Context) ([]string, error)
+	// ReusableStep returns the job of the newest step stored with reuse
+	// key key whose job Completed; ErrNotFound if there is none.
+	ReusableStep(ctx context.Context, key string) (string, error)
+	// PutDatastore stores a datastore, replacing the type and spec (and
+	// Updated, keeping Created) of one by that name.
+	PutDatastore(ctx context.Context, d Datastore) error
+	// GetDatastore returns a datastore; ErrNotFound if there is none.
+	GetDatastore(ctx context.Context, name string) (Datastore, error)
+	// ListDatastores returns every datastore, ordered by name.
+	ListDatastores(ctx context.Context) ([]Datastore, error)
+	// DeleteDatastore removes a datastore; ErrNotFound if there is none.
+	DeleteDatastore(ctx context.Context, name string) error
+
 	// CreateEndpoint stores an online endpoint; ErrConflict if the name
 	// is taken.
 	CreateEndpoint(ctx context.Context, e Endpoint) error
@@ -444,6 +581,74 @@ type Store interface {
 	UpdateDeployment(ctx context.Context, d Deployment) error
 	// DeleteDeployment removes a deployment; ErrNotFound if there is none.
 	DeleteDeployment(ctx context.Context, endpoint, name string) error
+
+	// CreateSweep records that the job named name is a sweep the server
+	// drives; ErrConflict if it is recorded already.
+	CreateSweep(ctx context.Context, name string, created time.Time) error
+	// ListOpenSweeps returns the names of the sweeps not marked done, in
+	// the order they were created.
+	ListOpenSweeps(ctx context.Context) ([]string, error)
+	// SweepDone marks a sweep done; ErrNotFound if there is none.
+	SweepDone(ctx context.Context, name string) error
+	// AddSweepTrial stores a trial of a sweep; ErrConflict if the sweep
+	// has a trial of that index.
+	AddSweepTrial(ctx context.Context, t SweepTrial) error
+	// ListSweepTrials returns a sweep's trials by index, empty when it has
+	// none (or there is no such sweep).
+	ListSweepTrials(ctx context.Context, sweep string) ([]SweepTrial, error)
+
+	// CreateSchedule stores a schedule; ErrConflict if the name is taken.
+	CreateSchedule(ctx context.Context, sc Schedule) error
+	// GetSchedule returns a schedule; ErrNotFound if there is none.
+	GetSchedule(ctx context.Context, name string) (Schedule, error)
+	// ListSchedules returns every schedule, ordered by name.
+	ListSchedules(ctx context.Context) ([]Schedule, error)
+	// UpdateSchedule reads, modifies with fn and writes back one schedule
+	// in a single transaction; ErrNotFound if there is none, and then fn
+	// is not called. A change fn makes to Name or Created is ignored, and
+	// one that moves LastFired back is refused with ErrConflict. If fn
+	// returns an error nothing is written and that error is returned as is.
+	UpdateSchedule(ctx context.Context, name string, fn func(*Schedule) error) (Schedule, error)
+	// DeleteSchedule removes a schedule; ErrNotFound if there is none.
+	// The jobs it fired stay.
+	DeleteSchedule(ctx context.Context, name string) error
+	// FireSchedule stores the job that occurrence of schedule fires, with
+	// its first event, and sets the schedule's LastFired to occurrence,
+	// LastJob to the job, LastError to "" and NextFire to next, all in one
+	// transaction: a firing is stored whole or not at all. ErrNotFound if
+	// there is no such schedule; ErrConflict, with nothing written, if the
+	// schedule is disabled, has fired occurrence or a later one, or the
+	// job's name is taken.
+	FireSchedule(ctx context.Context, schedule string, occurrence, next time.Time, j Job, first Event) (Job, error)
+	// CreateBatchEndpoint stores a batch endpoint; ErrConflict if the
+	// name is taken.
+	CreateBatchEndpoint(ctx context.Context, e BatchEndpoint) error
+	// GetBatchEndpoint returns a batch endpoint; ErrNotFound if there is
+	// none.
+	GetBatchEndpoint(ctx context.Context, name string) (BatchEndpoint, error)
+	// ListBatchEndpoints returns every batch endpoint, ordered by name.
+	ListBatchEndpoints(ctx context.Context) ([]BatchEndpoint, error)
+	// UpdateBatchEndpoint replaces a batch endpoint's spec, jobs and
+	// updated time (its created time stays); ErrNotFound if there is none.
+	UpdateBatchEndpoint(ctx context.Context, e BatchEndpoint) error
+	// DeleteBatchEndpoint removes a batch endpoint and its deployments in
+	// one transaction; ErrNotFound if there is none.
+	DeleteBatchEndpoint(ctx context.Context, name string) error
+	// CreateBatchDeployment stores a batch deployment; ErrConflict if the
+	// endpoint has one of that name.
+	CreateBatchDeployment(ctx context.Context, d BatchDeployment) error
+	// GetBatchDeployment returns a batch deployment; ErrNotFound if there
+	// is none.
+	GetBatchDeployment(ctx context.Context, endpoint, name string) (BatchDeployment, error)
+	// ListBatchDeployments returns a batch endpoint's deployments, ordered
+	// by name.
+	ListBatchDeployments(ctx context.Context, endpoint string) ([]BatchDeployment, error)
+	// UpdateBatchDeployment replaces a batch deployment's spec and updated
+	// time (its created time stays); ErrNotFound if there is none.
+	UpdateBatchDeployment(ctx context.Context, d BatchDeployment) error
+	// DeleteBatchDeployment removes a batch deployment; ErrNotFound if
+	// there is none.
+	DeleteBatchDeployment(ctx context.Context, endpoint, name string) error
 
 	// CreateToken stores a token; ErrConflict if the hash exists.
 	CreateToken(ctx context.Context, t Token) error

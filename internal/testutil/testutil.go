@@ -140,6 +140,18 @@ func RequirePython(t testing.TB) string {
 	return p
 }
 
+// RequireDebianPython returns Debian's /usr/bin/python3, skipping the
+// test unless it imports module: Debian's Python packages (pkg) are seen
+// by that interpreter only, not by a python3 earlier on PATH.
+func RequireDebianPython(t testing.TB, module, pkg string) string {
+	t.Helper()
+	const py = "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import "+module).Run(); err != nil {
+		skip(t, "needs %s with %s (apt-get install %s, or run scripts/test-setup.sh): %v", py, module, pkg, err)
+	}
+	return py
+}
+
 // RequireRoot skips the test unless it runs as root: it starts processes
 // as another account or makes files for one. CI runs as root.
 func RequireRoot(t testing.TB) {

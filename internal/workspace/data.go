@@ -26,15 +26,20 @@ type DataAsset struct {
 	Type        string            `json:"type"` // uri_file | uri_folder
 	Description string            `json:"description,omitempty"`
 	Tags        map[string]string `json:"tags,omitempty"`
-	Snapshot    string            `json:"snapshot"`
-	Hash        string            `json:"hash"`
-	Archived    bool              `json:"archived,omitempty"`
-	Created     time.Time         `json:"created"`
+	Snapshot    string            `json:"snapshot,omitempty"`
+	// Path is the remote path (a URL, a blob container's path, a
+	// datastore path) of an asset kept as a reference, which has no
+	// snapshot: jobs fetch it on their nodes.
+	Path     string    `json:"path,omitempty"`
+	Hash     string    `json:"hash"`
+	Archived bool      `json:"archived,omitempty"`
+	Created  time.Time `json:"created"`
 }
 
 // dataSpec is what the store keeps of a data file beside its columns.
 type dataSpec struct {
 	Tags map[string]string `json:"tags,omitempty"`
+	Path string            `json:"path,omitempty"` // a remote asset's path
 }
 
 func dataView(rec store.DataAsset) (*DataAsset, error) {
@@ -45,7 +50,7 @@ func dataView(rec store.DataAsset) (*DataAsset, error) {
 		}
 	}
 	return &DataAsset{ID: "azureml:" + rec.Name + ":" + rec.Version, Name: rec.Name, Version: rec.Version,
-		Type: rec.Type, Description: rec.Description, Tags: ds.Tags, Snapshot: rec.Snapshot,
+		Type: rec.Type, Description: rec.Description, Tags: ds.Tags, Snapshot: rec.Snapshot, Path: ds.Path,
 		Hash: rec.Hash, Archived: rec.Archived, Created: rec.Created}, nil
 }
 
@@ -55,6 +60,9 @@ func dataView(rec store.DataAsset) (*DataAsset, error) {
 func dataHash(f *spec.DataFile, snap string) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "type %q\nsnapshot %q\n", f.Type, snap)
+	if snap == "" {
+		fmt.Fprintf(h, "path %q\n", f.Path) // a reference: its path is its content
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -76,14 +84,28 @@ func (s *Service) CreateData(ctx context.Context, who auth.Principal, f *spec.Da
 	if err := f.Validate(); err != nil {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	if snap == "" {
+	remote := spec.IsRemotePath(f.Path)
+	switch {
+	case remote && snap != "":
+		return nil, Invalid("snapshot: path %s is remote and kept as a reference; upload nothing for it", f.Path)
+	case remote:
+		if _, err := s.resolveRemote(ctx, f.Path); err != nil {
+			var e *Error
+			if errors.As(err, &e) {
+				e.Msg = "path: " + e.Msg
+				return nil, e
+			}
+			return nil, Invalid("path: %v", err)
+		}
+	case snap == "":
 		return nil, Invalid("snapshot: a data asset needs its files uploaded as a snapshot; `ferry data create -f FILE` uploads the path it names")
-	}
-	if err := s.requireSnapshot(snap, "snapshot"); err != nil {
-		return nil, err
-	}
-	if _, err := s.readSnapshot(snap); err != nil {
-		return nil, Invalid("snapshot: %v", err)
+	default:
+		if err := s.requireSnapshot(snap, "snapshot"); err != nil {
+			return nil, err
+		}
+		if _, err := s.readSnapshot(snap); err != nil {
+			return nil, Invalid("snapshot: %v", err)
+		}
 	}
 	hash := dataHash(f, snap)
 
@@ -107,7 +129,11 @@ func (s *Service) CreateData(ctx context.Context, who auth.Principal, f *spec.Da
 		}
 		return nil, Conflict("data asset %s:%s is registered with other content (files or type), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, s.dataAssets().next(versions))
 	}
-	raw, err := json.Marshal(dataSpec{Tags: f.Tags})
+	ds := dataSpec{Tags: f.Tags}
+	if remote {
+		ds.Path = f.Path
+	}
+	raw, err := json.Marshal(ds)
 	if err != nil {
 		return nil, err
 	}
@@ -205,6 +231,11 @@ func (s *Service) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded m
 		if in.Type != "" && in.Type != d.Type {
 			return nil, Invalid("inputs.%s.type: %s is %s, but the input's type is %s; write type: %s", name, d.ID, d.Type, in.Type, d.Type)
 		}
+		in.Type = d.Type
+		j.Inputs[name] = in
+		if d.Snapshot == "" {
+			continue // a reference: resolveRemoteInputs resolves its path
+		}
 		if !cloned {
 			out, cloned = maps.Clone(uploaded), true // the caller's map is not written
 			if out == nil {
@@ -212,8 +243,6 @@ func (s *Service) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded m
 			}
 		}
 		out[name] = d.Snapshot
-		in.Type = d.Type
-		j.Inputs[name] = in
 	}
 	return out, nil
 }

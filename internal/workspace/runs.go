@@ -44,10 +44,21 @@ func (s *Service) Run(ctx context.Context) {
 		defer tick.Stop()
 		s.loop(ctx, nil, tick.C, loopPass{name: "engine reconcile", run: s.reconcileEngines})
 	})
+	wg.Go(func() { s.pipelineRun(ctx) })
 	wg.Go(func() {
 		tick := time.NewTicker(deployTick)
 		defer tick.Stop()
 		s.loop(ctx, s.kickDeploy, tick.C, loopPass{name: "deployments", run: s.reconcileDeployments})
+	})
+	wg.Go(func() {
+		tick := time.NewTicker(sweepTick)
+		defer tick.Stop()
+		s.loop(ctx, s.sweeps.kick, tick.C, loopPass{name: "sweeps", run: s.reconcileSweeps})
+	})
+	wg.Go(func() {
+		tick := time.NewTicker(scheduleTick)
+		defer tick.Stop()
+		s.loop(ctx, s.kickSchedules, tick.C, loopPass{name: "schedules", run: s.reconcileSchedules})
 	})
 	wg.Wait()
 	s.handOffs.Wait()
@@ -340,6 +351,9 @@ func (s *Service) expireLeases(ctx context.Context) error {
 	}
 	now := s.now()
 	for _, j := range active {
+		if j.Compute == "" {
+			continue // a pipeline job: its steps have the runners
+		}
 		s.mu.Lock()
 		last, ok := s.heartbeats[j.Name]
 		s.mu.Unlock()
@@ -481,7 +495,7 @@ func (s *Service) Assignment(ctx context.Context, who auth.Principal, name strin
 
 // assignmentOf is the assignment of the attempt of the job v.
 func (s *Service) assignmentOf(v *Job, attempt int) *Assignment {
-	a := &Assignment{Job: v.Name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, Environment: v.Environment,
+	a := &Assignment{Job: v.Name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, RemoteInputs: v.RemoteInputs, Environment: v.Environment,
 		OutputLimits: s.outputLimits(), FinalOutputs: true}
 	if v.Outputs != nil && attempt > 1 {
 		a.ResumeOutputs = v.Outputs.Artifacts

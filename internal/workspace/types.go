@@ -47,9 +47,15 @@ type Job struct {
 	Metrics           map[string]float64 `json:"metrics"`
 	CodeSnapshot      string             `json:"code_snapshot,omitempty"`
 	InputSnapshots    map[string]string  `json:"input_snapshots,omitempty"`
-	Environment       *environment.Spec  `json:"environment,omitempty"`
-	Outputs           *Outputs           `json:"outputs,omitempty"`
-	Spec              *spec.Job          `json:"spec,omitempty"`
+	// RemoteInputs are the inputs the runner fetches on its node.
+	RemoteInputs map[string]RemoteInput `json:"remote_inputs,omitempty"`
+	Environment  *environment.Spec      `json:"environment,omitempty"`
+	Outputs      *Outputs               `json:"outputs,omitempty"`
+	Spec         *spec.Job              `json:"spec,omitempty"`
+	// Pipeline is a pipeline job's spec (Spec is nil), and Steps its
+	// steps (in GetJob's view, not in lists).
+	Pipeline *spec.PipelineJob `json:"pipeline,omitempty"`
+	Steps    []PipelineStep    `json:"steps,omitempty"`
 	// Unreadable names the stored parts of a damaged record that could
 	// not be read, and why; they are left out of the view.
 	Unreadable []string `json:"unreadable,omitempty"`
@@ -61,6 +67,8 @@ type Job struct {
 	// mlflow.set_tag (runvalues.go); shown with History.
 	Params  map[string]string `json:"params,omitempty"`
 	RunTags map[string]string `json:"run_tags,omitempty"`
+	// Sweep is a sweep job's objective and trials, ranked (sweeps.go).
+	Sweep *SweepView `json:"sweep,omitempty"`
 }
 
 // Event is one status change of a job.
@@ -115,6 +123,12 @@ type Submission struct {
 	InputSnapshots map[string]string
 	// EnvironmentSnapshot holds the files an inline environment refers to.
 	EnvironmentSnapshot string
+
+	// firing, when set, makes the job a schedule's firing: stored with
+	// the schedule's record in one transaction (schedules.go).
+	firing *firing
+	// dryRun checks the submission as SubmitJob would and stores nothing.
+	dryRun bool
 }
 
 // Compute is a compute target as the API shows it.
@@ -167,6 +181,8 @@ type Assignment struct {
 	Spec           *spec.Job         `json:"spec"`
 	CodeSnapshot   string            `json:"code_snapshot,omitempty"`
 	InputSnapshots map[string]string `json:"input_snapshots,omitempty"`
+	// RemoteInputs are the inputs the runner fetches on its node.
+	RemoteInputs map[string]RemoteInput `json:"remote_inputs,omitempty"`
 	// Environment is the job's environment, resolved; nil = the node's own.
 	Environment *environment.Spec `json:"environment,omitempty"`
 	// ResumeOutputs is the snapshot of ./outputs an earlier attempt of the

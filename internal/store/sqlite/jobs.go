@@ -83,26 +83,29 @@ func (s *Store) insertEvent(ctx context.Context, tx *sql.Tx, job string, e store
 // CreateJob implements store.Store. j.Seq is ignored, and first is stored as
 // an event of j whatever its Job field says.
 func (s *Store) CreateJob(ctx context.Context, j store.Job, first store.Event) (store.Job, error) {
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		vals := jobValues(j)
-		err := tx.QueryRowContext(ctx, `INSERT INTO jobs (name, `+jobDataColumns+`)
-			VALUES (?`+strings.Repeat(", ?", len(vals))+`) RETURNING seq`,
-			append([]any{j.Name}, vals...)...).Scan(&j.Seq)
-		if isUnique(err) {
-			return fmt.Errorf("job %q: %w", j.Name, store.ErrConflict)
-		}
-		if err != nil {
-			return fmt.Errorf("create job %q: %w", j.Name, err)
-		}
-		if err := s.insertEvent(ctx, tx, j.Name, first); err != nil {
-			return fmt.Errorf("create job %q: first event: %w", j.Name, err)
-		}
-		return nil
-	})
+	err := s.write(ctx, func(tx *sql.Tx) error { return s.insertJob(ctx, tx, &j, first) })
 	if err != nil {
 		return store.Job{}, err
 	}
 	return normJob(j), nil
+}
+
+// insertJob stores a new job with its first event in tx and sets j.Seq.
+func (s *Store) insertJob(ctx context.Context, tx *sql.Tx, j *store.Job, first store.Event) error {
+	vals := jobValues(*j)
+	err := tx.QueryRowContext(ctx, `INSERT INTO jobs (name, `+jobDataColumns+`)
+		VALUES (?`+strings.Repeat(", ?", len(vals))+`) RETURNING seq`,
+		append([]any{j.Name}, vals...)...).Scan(&j.Seq)
+	if isUnique(err) {
+		return fmt.Errorf("job %q: %w", j.Name, store.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("create job %q: %w", j.Name, err)
+	}
+	if err := s.insertEvent(ctx, tx, j.Name, first); err != nil {
+		return fmt.Errorf("create job %q: first event: %w", j.Name, err)
+	}
+	return nil
 }
 
 // GetJob implements store.Store.
@@ -133,6 +136,14 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 	if f.Compute != "" {
 		where = append(where, `compute = ?`)
 		args = append(args, f.Compute)
+	}
+	if f.Experiment != "" {
+		where = append(where, `experiment_name = ?`)
+		args = append(args, f.Experiment)
+	}
+	if f.Before != "" {
+		where = append(where, `seq < (SELECT seq FROM jobs WHERE name = ?)`)
+		args = append(args, f.Before)
 	}
 	switch f.Handle {
 	case store.HandleSet:

@@ -127,6 +127,13 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Data/CreateGet", testDataCreateGet},
 		{"Data/ConflictNotFound", testDataConflictNotFound},
 		{"Data/ListArchive", testDataListArchive},
+		{"Datastore/Lifecycle", testDatastoreLifecycle},
+
+		{"Schedule/CRUD", testScheduleCRUD},
+		{"Schedule/FireOnce", testScheduleFireOnce},
+		{"Component/CreateGetList", testComponentCreateGetList},
+		{"Pipeline/Steps", testPipelineSteps},
+		{"Pipeline/Reuse", testPipelineReuse},
 
 		{"Endpoint/CreateGet", testEndpointCreateGet},
 		{"Endpoint/Conflict", testEndpointConflict},
@@ -134,6 +141,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Endpoint/Update", testEndpointUpdate},
 		{"Endpoint/ListDelete", testEndpointListDelete},
 		{"Deployment/Lifecycle", testDeploymentLifecycle},
+		{"BatchEndpoint/Lifecycle", testBatchEndpointLifecycle},
+
+		{"Sweep/Lifecycle", testSweepLifecycle},
+		{"Sweep/Trials", testSweepTrials},
 
 		{"Token/CreateLookup", testTokenCreateLookup},
 		{"Token/Conflict", testTokenConflict},
@@ -684,6 +695,9 @@ func testJobList(t *testing.T, s store.Store) {
 	for _, sp := range specs {
 		j := testJob(sp.name)
 		j.Status, j.Compute = sp.status, sp.compute
+		if sp.compute == "gpu" {
+			j.ExperimentName = "resnet"
+		}
 		if sp.name == "d" {
 			j.Priority = 5
 		}
@@ -718,6 +732,14 @@ func testJobList(t *testing.T, s store.Store) {
 		{store.JobFilter{ByPriority: true}, jobs("d", "a", "b", "c", "e")},
 		{store.JobFilter{Statuses: []string{"Queued"}, ByPriority: true, Limit: 1}, jobs("d")},
 		{store.JobFilter{Statuses: []string{"Queued"}, ByPriority: true, Newest: true}, jobs("d", "a")},
+		// The studio's list: by experiment, and pages by keyset (Before).
+		{store.JobFilter{Experiment: "resnet", Newest: true}, jobs("d", "b")},
+		{store.JobFilter{Experiment: "none"}, jobs()},
+		{store.JobFilter{Newest: true, Limit: 2, Before: "d"}, jobs("c", "b")},
+		{store.JobFilter{Newest: true, Before: "a"}, jobs()},
+		{store.JobFilter{Newest: true, Before: "no-such-job"}, jobs()},
+		{store.JobFilter{Newest: true, Compute: "cpu", Before: "e"}, jobs("c", "a")},
+		{store.JobFilter{Newest: true, Experiment: "resnet", Statuses: []string{"Running"}, Before: "d"}, jobs("b")},
 	} {
 		if d := diff(tt.want, mustListJobs(t, s, tt.f)); d != "" {
 			t.Errorf("ListJobs(%+v) (-want +got):\n%s", tt.f, d)

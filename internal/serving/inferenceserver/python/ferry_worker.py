@@ -1,15 +1,17 @@
 """One worker process of Ferry's inference server: the scoring script, the
-HTTP handler that calls it, and the worker's accounting of its connections.
+HTTP handler that calls it, and the threads that take connections from the
+front process, one request at a time.
 
 inference_server.py forks the workers and runs this in each. Standard
 library only, Python 3.8 or later.
 """
 
+import array
 import importlib.util
 import inspect
+import io
 import json
 import os
-import select
 import socket
 import sys
 import threading
@@ -21,6 +23,8 @@ from urllib.parse import urlsplit
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHIMS = os.path.join(HERE, "shims")
 
+# How long a connection may wait for its next request (the front closes it
+# then), and how long a request that has begun may take to arrive whole.
 CONNECTION_IDLE_TIMEOUT = 300.0
 _END = object()  # the end of a streamed result
 
@@ -143,103 +147,177 @@ def chunk_bytes(item):
 
 
 class Worker(object):
-    """One worker process: the script, its readiness, and how many of its
-    connections have a request under way."""
+    """One worker process: the script, its readiness, and the threads that
+    take connections from the front process and answer one request on
+    each.
 
-    def __init__(self, script, sock, max_body):
+    Each thread waits on the worker's Unix socket for a message from the
+    front ("ID FLAG HOST" with the connection's file descriptor attached),
+    answers the request that arrived on it, closes its copy and sends back
+    "ID 1" (the connection stays open: the front watches it for the next
+    request) or "ID 0" (the front closes it). A thread that takes the last
+    waiting place starts another, so that a request the front hands over
+    while run() is busy (GET / from a prober, say) is answered at once.
+    """
+
+    SPARE = 4  # threads beyond this many waiting end
+
+    def __init__(self, script, ctl, family, max_body):
         self.script = script
-        self.sock = sock
+        self.ctl = ctl
+        self.family = family
         self.max_body = max_body
         self.ready = False
         self.run_lock = threading.Lock()
-        self.idle = threading.Condition()
-        self.busy = 0  # connections with a request under way
-        self.stopping = False
+        self.lock = threading.Lock()
+        self.waiting = 0  # threads waiting for a connection
+        self.active = 0  # connections being answered
+        self.idle = threading.Condition(self.lock)
 
-    def accept_loop(self):
+    def start(self):
+        self._spawn()
+
+    def _spawn(self):
+        t = threading.Thread(target=self.take_loop)
+        t.daemon = True
+        t.start()
+
+    def take_loop(self):
+        lock = self.lock
         while True:
-            # A busy worker leaves new connections to idle ones.
-            with self.idle:
-                while self.busy > 0:
-                    self.idle.wait()
+            with lock:
+                self.waiting += 1
+            got = None
             try:
-                r, _, _ = select.select([self.sock], [], [], 1.0)
+                got = self.receive()
+            finally:
+                with lock:
+                    self.waiting -= 1
+                    more = self.waiting == 0
+                    if got is not None:
+                        self.active += 1
+            if got is None:
+                return  # the front is gone; the main thread ends the process
+            if more:
+                self._spawn()
+            try:
+                self.serve(*got)
+            finally:
+                with lock:
+                    self.active -= 1
+                    if not self.active:
+                        self.idle.notify_all()
+                    spare = self.waiting >= self.SPARE
+            if spare:
+                return
+
+    def wait_answers(self, timeout):
+        """Waits (up to timeout seconds) until no connection is being
+        answered: a connection given back before its answer's last write
+        is still being written to."""
+        with self.idle:
+            self.idle.wait_for(lambda: not self.active, timeout)
+
+    def receive(self):
+        """The next connection: (id, socket, close after, host), or None at
+        the end of the socket."""
+        while True:
+            try:
+                msg, anc, _, _ = self.ctl.recvmsg(256, socket.CMSG_SPACE(4 * array.array("i").itemsize))
             except InterruptedError:
                 continue
-            if self.stopping:
-                return
-            if not r:
-                continue
-            try:
-                conn, addr = self.sock.accept()
-            except (BlockingIOError, InterruptedError):
-                continue  # another worker took it
-            except OSError as e:
-                log("E", "accept: %s" % e)
-                time.sleep(0.1)
-                continue
-            # Busy from the accept, so that this loop does not take a
-            # second connection before the first one's request is read.
-            self.begin()
-            conn.setblocking(True)
-            try:
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
-                pass
-            t = threading.Thread(target=self.serve_connection, args=(conn, addr))
-            t.daemon = True
-            t.start()
+                return None
+            fds = array.array("i")
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+            if not msg:
+                for fd in fds:
+                    os.close(fd)
+                return None
+            if len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                log("E", "a message from the front without one connection: %r" % msg)
+                continue
+            cid, flag, host = msg.decode("ascii", "replace").split(" ", 2)
+            conn = socket.socket(self.family, socket.SOCK_STREAM, 0, fileno=fds[0])
+            return cid, conn, flag == "c", host
 
-    def serve_connection(self, conn, addr):
-        slot = Slot(self)  # the accept loop counted the first request
+    def serve(self, cid, conn, close_after, host):
+        lease = Lease(self, cid)
+        keep = False
         try:
-            Handler(conn, addr, self, slot)
+            keep = not Handler(conn, (host, 0), self, lease, close_after).close_connection
         except Exception:
-            log("E", "connection from %s:\n%s" % (addr[0], traceback.format_exc()))
+            log("E", "connection from %s:\n%s" % (host, traceback.format_exc()))
         finally:
-            # Whatever happened to the connection, it no longer keeps the
-            # worker busy.
-            slot.release()
+            # The front holds the connection too: closing this copy ends
+            # it only when the front closes its own.
             try:
                 conn.close()
             except OSError:
                 pass
-
-    def drain(self):
-        """Stops taking connections and waits for the requests under way."""
-        with self.idle:
-            self.stopping = True
-            if self.busy:
-                log("I", "draining %d request(s) before stopping" % self.busy)
-            while self.busy > 0:
-                self.idle.wait()
-
-    def begin(self):
-        with self.idle:
-            self.busy += 1
-
-    def end(self):
-        with self.idle:
-            self.busy -= 1
-            self.idle.notify_all()
+        lease.give_back(keep)
 
 
-class Slot(object):
-    """Whether one connection counts in its worker's busy count."""
+class Lease(object):
+    """A connection the front handed to a worker, until the worker gives it
+    back (once)."""
 
-    def __init__(self, worker):
+    __slots__ = ("worker", "cid", "released")
+
+    def __init__(self, worker, cid):
         self.worker = worker
-        self.counted = True
+        self.cid = cid
+        self.released = False
 
-    def take(self):
-        if not self.counted:
-            self.worker.begin()
-            self.counted = True
+    def give_back(self, keep):
+        """Tells the front that this worker is done with the connection, and
+        whether to keep it open."""
+        if self.released:
+            return
+        self.released = True
+        try:
+            self.worker.ctl.send(b"%s %d" % (self.cid.encode("ascii"), keep))
+        except OSError:
+            pass  # the front is gone
 
-    def release(self):
-        if self.counted:
-            self.counted = False
-            self.worker.end()
+
+class ConnReader(io.RawIOBase):
+    """A connection's bytes, for the handler's buffered reader. While probe
+    is set a read returns None (nothing to read now) without a system call,
+    so that rfile.peek(1) then shows only what rfile has buffered."""
+
+    def __init__(self, sock):
+        io.RawIOBase.__init__(self)
+        self.sock = sock
+        self.probe = False
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        if self.probe:
+            return None
+        return self.sock.recv_into(b)
+
+
+class ConnWriter(io.BufferedIOBase):
+    """Writes to a connection unbuffered, each write whole."""
+
+    def __init__(self, sock):
+        io.BufferedIOBase.__init__(self)
+        self.sock = sock
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        self.sock.sendall(b)
+        with memoryview(b) as view:
+            return view.nbytes
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -249,16 +327,50 @@ class Handler(BaseHTTPRequestHandler):
     def version_string(self):
         return "ferry-inference-server"
 
-    def __init__(self, conn, addr, worker, slot):
+    def __init__(self, conn, addr, worker, lease, close_after):
         self.worker = worker
-        self.slot = slot
+        self.lease = lease
+        # The replica is stopping: this answer closes the connection.
+        self.close_after = close_after
+        self.status_sent = 0
+        self.connection_header = False
         BaseHTTPRequestHandler.__init__(self, conn, addr, worker)
 
+    def handle(self):
+        # One request: the front watches the connection for the next, and
+        # gives it to whichever worker is least busy then. Only bytes read
+        # past this request (a client that pipelines) are answered here,
+        # or they would be lost with this copy of the connection.
+        self.handle_one_request()
+        while not self.close_connection and not self.lease.released and self.buffered():
+            self.handle_one_request()
+
+    def setup(self):
+        # As StreamRequestHandler's, but not socket.makefile's reader: this
+        # one can be asked what it has read past the request without
+        # reading more (buffered()).
+        self.connection = self.request
+        self.connection.settimeout(self.timeout)
+        self.raw_reader = ConnReader(self.connection)
+        self.rfile = io.BufferedReader(self.raw_reader)
+        self.wfile = ConnWriter(self.connection)
+
+    def buffered(self):
+        """Whether bytes of a next request are in rfile's buffer already,
+        read with this one's; without a system call. Bytes still in the
+        kernel are the front's to see."""
+        self.raw_reader.probe = True
+        try:
+            return bool(self.rfile.peek(1))
+        except (OSError, ValueError):
+            return False
+        finally:
+            self.raw_reader.probe = False
+
     def parse_request(self):
-        # A later request on a kept-alive connection counts from its first
-        # line: an idle connection does not keep the worker busy.
-        self.slot.take()
         self.body_read = False
+        self.status_sent = 0
+        self.connection_header = False
         return BaseHTTPRequestHandler.parse_request(self)
 
     def has_unread_body(self):
@@ -268,12 +380,42 @@ class Handler(BaseHTTPRequestHandler):
         return length != "0" or "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
 
     def handle_one_request(self):
-        try:
-            BaseHTTPRequestHandler.handle_one_request(self)
-            if self.worker.stopping:
-                self.close_connection = True
-        finally:
-            self.slot.release()
+        BaseHTTPRequestHandler.handle_one_request(self)
+        if self.close_after:
+            self.close_connection = True
+
+    def send_response_only(self, code, message=None):
+        self.status_sent = code
+        BaseHTTPRequestHandler.send_response_only(self, code, message)
+
+    def send_header(self, keyword, value):
+        if keyword.lower() == "connection":
+            self.connection_header = True
+        BaseHTTPRequestHandler.send_header(self, keyword, value)
+
+    def end_headers(self):
+        self.headers_done()
+        self.flush_headers()
+
+    def headers_done(self):
+        """Ends the headers without sending them."""
+        # A stopping replica says so in its last answer on a connection, so
+        # that the client does not send another on it.
+        if self.close_after and self.status_sent >= 200 and not self.connection_header:
+            self.send_header("Connection", "close")
+        self._headers_buffer.append(b"\r\n")
+
+    def release_early(self):
+        """Gives the connection back to the front just before the answer's
+        last bytes are written, so that the front counts this worker free
+        before the client can send its next request: that request goes to
+        the least busy worker by a count that is up to date. After it, this
+        worker only writes to the connection. Not for a connection that
+        closes, nor when the next request's bytes are here already (a
+        client that pipelines): this worker answers them."""
+        if self.lease.released or self.close_connection or self.buffered():
+            return
+        self.lease.give_back(True)
 
     def log_message(self, fmt, *args):
         log("I", "%s %s" % (self.address_string(), fmt % args))
@@ -466,9 +608,15 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         for k, v in (extra.items() if isinstance(extra, dict) else (extra or [])):
             self.send_header(k, v)
-        self.end_headers()
+        # Headers and body in one write, the worker's last on this
+        # connection: the front hears first that it may have it back.
+        self.headers_done()
+        out = b"".join(self._headers_buffer)
+        self._headers_buffer = []
         if self.command != "HEAD":
-            self.wfile.write(data)
+            out += data
+        self.release_early()
+        self.wfile.write(out)
 
     def send_json(self, status, obj, extra=None):
         self.send_body(status, json.dumps(obj).encode("utf-8"), "application/json", extra)
@@ -507,6 +655,7 @@ class Handler(BaseHTTPRequestHandler):
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                     self.wfile.flush()
                 item = next(it, _END)
+            self.release_early()
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):

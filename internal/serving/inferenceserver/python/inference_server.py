@@ -15,10 +15,16 @@ OPTIONS /score reach it too); a run() decorated with inference_schema's
 @input_schema gets the body's JSON keys as keyword arguments; a generator or
 iterator returned is sent chunked, each piece as soon as it is produced.
 
-WORKER_COUNT processes (pre-forked, sharing one listening socket) each
-import the script and call init() once. A worker takes one scoring request
-at a time, as Azure's workers do, and accepts new connections only while it
-is idle, so that a second request goes to an idle worker.
+WORKER_COUNT processes (forked) each import the script and call init()
+once, and each runs one run() at a time, as Azure's workers do. The front
+process (this one) owns the listening socket and every connection while it
+waits for its next request; when a request arrives on one, the front hands
+the connection (its file descriptor, over a Unix socket) to the worker with
+the fewest requests under way, which answers that one request and gives
+the connection back. So requests spread over the workers one by one, not
+connection by connection: a client that keeps a few connections alive (a
+gateway does) keeps every worker busy, whichever worker accepted what. The
+front never reads or writes a request's bytes.
 
 Standard library only, Python 3.8 or later: it runs in any environment.
 Stdout carries two status lines for whoever started it (JSON objects with
@@ -27,20 +33,23 @@ else: the script's own output and every log line go to stderr.
 """
 
 import argparse
+import array
 import json
 import os
 import select
+import selectors
 import signal
 import socket
 import sys
-import threading
 import time
 import traceback
 
-from ferry_worker import Script, Worker, log
+from ferry_worker import CONNECTION_IDLE_TIMEOUT, Script, Worker, log
 
 DEFAULT_MAX_BODY = 100 << 20
 INIT_FAILED = 3  # exit status when the script cannot be loaded or init() fails
+SWEEP_SECONDS = 10.0  # how often connections idle too long are closed
+STOP_GRACE = 5.0  # after the drain, how long workers may take to exit
 
 
 def status_line(state, **fields):
@@ -49,7 +58,7 @@ def status_line(state, **fields):
     sys.stdout.flush()
 
 
-def worker_main(script_path, sock, max_body, ready_w, go_r):
+def worker_main(script_path, ctl, family, max_body, ready_w, go_r):
     """The body of one forked worker; returns its exit status."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -57,11 +66,9 @@ def worker_main(script_path, sock, max_body, ready_w, go_r):
     # for its status lines alone.
     sys.stdout.flush()
     os.dup2(2, 1)
-    worker = Worker(Script(script_path), sock, max_body)
+    worker = Worker(Script(script_path), ctl, family, max_body)
     # Serve at once, so that liveness answers 503 while init() runs.
-    t = threading.Thread(target=worker.accept_loop)
-    t.daemon = True
-    t.start()
+    worker.start()
     try:
         worker.script.load()
     except BaseException:
@@ -75,25 +82,25 @@ def worker_main(script_path, sock, max_body, ready_w, go_r):
     # back before it reports the replica ready.
     if os.read(go_r, 1) != b"g":
         return 0
-    # From here SIGTERM drains: requests under way are answered first.
-    signal.signal(signal.SIGTERM, on_signal)
+    # From here the front decides when this worker ends: on SIGTERM it
+    # gives it no new connection and closes the go pipe once the requests
+    # under way are answered. The process group's SIGTERM must not cut
+    # them off.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     worker.ready = True
     os.write(ready_w, b"serving %d\n" % os.getpid())
     os.close(ready_w)
-    # Then wait for the parent to go away (end of file) and follow it.
-    try:
-        while True:
-            try:
-                if not os.read(go_r, 1):
-                    return 0
-            except InterruptedError:
-                continue
-    except Stop:
-        # The parent passes on the SIGTERM a process group got too: one
-        # is enough.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        worker.drain()
-        return 0
+    # Then wait for the front to go away or let go (end of file), and for
+    # the last bytes of the answers under way: the front counts a request
+    # done when its connection is given back, just before that last write.
+    while True:
+        try:
+            if not os.read(go_r, 1):
+                worker.wait_answers(STOP_GRACE - 1)
+                return 0
+        except InterruptedError:
+            continue
 
 
 class Reports(object):
@@ -105,33 +112,339 @@ class Reports(object):
         self.buf = b""
         self.seen = {}
 
-    def read(self, timeout):
-        r, _, _ = select.select([self.fd], [], [], timeout)
-        if not r:
-            return
-        self.buf += os.read(self.fd, 4096)
+    def read(self):
+        """Reads what is there; False at the end of the pipe."""
+        try:
+            data = os.read(self.fd, 4096)
+        except (BlockingIOError, InterruptedError):
+            return True
+        self.buf += data
         *lines, self.buf = self.buf.split(b"\n")
         for line in lines:
             step, _, pid = line.decode("ascii", "replace").partition(" ")
             if pid.isdigit():
                 self.seen.setdefault(step, set()).add(int(pid))
+        return bool(data)
 
     def pids(self, step):
         return sorted(self.seen.get(step, ()))
 
 
-class Stop(Exception):
-    pass
+class WorkerProc(object):
+    """A worker as the front sees it."""
+
+    def __init__(self, pid, ctl, go_w):
+        self.pid = pid
+        self.ctl = ctl  # the front's end of the worker's Unix socket
+        self.go_w = go_w  # the write end of its go pipe
+        self.inflight = 0  # connections handed to it and not given back
+        self.index = 0  # its place among the workers
 
 
-def on_signal(signum, frame):
-    raise Stop()
+class Conn(object):
+    """A client connection the front holds, known by its file descriptor."""
+
+    __slots__ = ("fd", "sock", "host", "worker", "last")
+
+    def __init__(self, sock, host):
+        self.fd = sock.fileno()
+        self.sock = sock
+        self.host = host.encode("ascii", "replace")
+        self.worker = None  # while a worker answers a request on it
+        self.last = time.monotonic()
 
 
-def stop_workers(children, grace):
-    for pid in list(children):
+class WorkerLost(Exception):
+    def __init__(self, pid, code):
+        super(WorkerLost, self).__init__(pid, code)
+        self.pid = pid
+        self.code = code
+
+
+class Poller(object):
+    """Watches file descriptors for input. With epoll (Linux), a connection
+    is watched for one event at a time (EPOLLONESHOT) and armed again with
+    one call when a worker gives it back; elsewhere, the selectors module."""
+
+    def __init__(self):
+        self.ep = select.epoll() if hasattr(select, "epoll") else None
+        self.sel = None if self.ep else selectors.DefaultSelector()
+
+    def watch(self, fd):
+        """Watches fd for as long as it is open."""
+        if self.ep:
+            self.ep.register(fd, select.EPOLLIN)
+        else:
+            self.sel.register(fd, selectors.EVENT_READ)
+
+    def once(self, fd, first):
+        """Watches fd until its next event (first: not watched before)."""
+        if self.ep:
+            if first:
+                self.ep.register(fd, select.EPOLLIN | select.EPOLLONESHOT)
+            else:
+                self.ep.modify(fd, select.EPOLLIN | select.EPOLLONESHOT)
+        else:
+            self.sel.register(fd, selectors.EVENT_READ)
+
+    def fired(self, fd):
+        """fd, watched once, had its event."""
+        if not self.ep:
+            self.sel.unregister(fd)
+
+    def forget(self, fd, armed):
+        """Stops watching fd before it is closed; armed says whether it is
+        being watched now (with selectors, only then is it known)."""
         try:
-            os.kill(pid, signal.SIGTERM)
+            if self.ep:
+                self.ep.unregister(fd)
+            elif armed:
+                self.sel.unregister(fd)
+        except (KeyError, OSError, ValueError):
+            pass
+
+    def poll(self, timeout):
+        """The file descriptors with input, waiting up to timeout seconds."""
+        if self.ep:
+            return [fd for fd, _ in self.ep.poll(timeout)]
+        return [key.fd for key, _ in self.sel.select(timeout)]
+
+
+class Front(object):
+    """The front process's event loop: accepts connections, watches those
+    waiting for a request, hands each request's connection to the least
+    busy worker, and takes it back when the worker has answered."""
+
+    def __init__(self, sock, address, workers, ready_r, wake_r, stop, drain_seconds):
+        self.sock = sock
+        self.address = address
+        self.workers = workers  # in fork order
+        for i, w in enumerate(workers):
+            w.index = i
+        self.ready_r = ready_r
+        self.wake_r = wake_r
+        self.drain_seconds = drain_seconds
+        self.poller = Poller()
+        self.conns = {}  # by file descriptor
+        self.handlers = {}  # the other file descriptors watched: what to call
+        self.rr = 0  # round robin among equally busy workers
+        self.reports = Reports(ready_r)
+        self.go_sent = False
+        self.ready = False
+        self.stop = stop  # [True] once SIGTERM or SIGINT came
+        self.stopping = False
+        self.deadline = None
+
+    def run(self):
+        """Serves until stopped (0) or a worker is lost (its status)."""
+        handlers = self.handlers
+        handlers[self.sock.fileno()] = self.accept
+        handlers[self.ready_r] = self.on_reports
+        handlers[self.wake_r] = self.on_wake
+        for w in self.workers:
+            handlers[w.ctl.fileno()] = self.on_worker_of(w)
+        for fd in handlers:
+            self.poller.watch(fd)
+        conns = self.conns
+        next_sweep = time.monotonic() + SWEEP_SECONDS
+        while True:
+            if self.stop[0] and not self.stopping:
+                self.begin_stop()
+            if self.stopping and self.inflight() == 0:
+                return 0
+            now = time.monotonic()
+            timeout = next_sweep - now
+            if self.deadline is not None:
+                if now >= self.deadline:
+                    log("W", "%d request(s) still under way after %.0f s; stopping anyway"
+                        % (self.inflight(), self.drain_seconds))
+                    return 0
+                timeout = min(timeout, self.deadline - now)
+            # The workers' messages first: a worker gives a connection back
+            # before its answer's last bytes go out, so its message is
+            # here whenever the client's next request is, and the least
+            # busy worker is picked by an up-to-date count.
+            requests = []
+            for fd in self.poller.poll(max(timeout, 0)):
+                h = handlers.get(fd)
+                if h is not None:
+                    h()
+                elif fd in conns:
+                    requests.append(conns[fd])
+            for c in requests:
+                if c.worker is None and conns.get(c.fd) is c:
+                    self.poller.fired(c.fd)
+                    self.dispatch(c)
+            if now >= next_sweep:
+                self.sweep()
+                next_sweep = time.monotonic() + SWEEP_SECONDS
+
+    def inflight(self):
+        return sum(w.inflight for w in self.workers)
+
+    def begin_stop(self):
+        self.stopping = True
+        log("I", "stopping")
+        fd = self.sock.fileno()
+        self.poller.forget(fd, True)
+        del self.handlers[fd]
+        self.sock.close()
+        n = self.inflight()
+        if n:
+            log("I", "draining %d request(s) before stopping" % n)
+        self.deadline = time.monotonic() + self.drain_seconds
+
+    def on_wake(self):
+        try:
+            while os.read(self.wake_r, 64):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def accept(self):
+        for _ in range(64):
+            try:
+                s, addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                # Out of file descriptors, most likely: the connection waits
+                # in the backlog until one is closed.
+                log("E", "accept: %s" % e)
+                time.sleep(0.05)
+                return
+            try:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+            c = Conn(s, addr[0])
+            self.conns[c.fd] = c
+            self.poller.once(c.fd, True)
+
+    def pick(self):
+        """The worker with the fewest requests under way; among equals, the
+        next in turn."""
+        ws = self.workers
+        n = len(ws)
+        best = None
+        for i in range(n):
+            w = ws[(self.rr + i) % n]
+            if best is None or w.inflight < best.inflight:
+                best = w
+                if w.inflight == 0:
+                    break
+        self.rr = (best.index + 1) % n
+        return best
+
+    def dispatch(self, c):
+        """Hands connection c, with a request arriving on it, to a worker:
+        the message "FD FLAG HOST" (FD the front's number for it, the
+        worker's name for it in its answer; FLAG c when the replica is
+        stopping and the answer closes the connection) with the connection
+        attached."""
+        w = self.pick()
+        msg = b"%d %s %s" % (c.fd, b"c" if self.stopping else b"k", c.host)
+        try:
+            w.ctl.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [c.fd]))])
+        except OSError as e:
+            # The worker is gone; its end of file on the socket says so
+            # next, and the replica stops.
+            log("E", "handing a connection to worker %d: %s" % (w.pid, e))
+            self.close(c, False)
+            return
+        w.inflight += 1
+        c.worker = w
+
+    def on_worker_of(self, w):
+        return lambda: self.on_worker(w)
+
+    def on_worker(self, w):
+        """A message from a worker: "FD 1" (the request on connection FD is
+        answered, keep it) or "FD 0" (close it); the end of the socket when
+        the worker exits. One message a call: the poller calls again while
+        there are more."""
+        try:
+            msg = w.ctl.recv(64, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            msg = b""
+        if not msg:
+            raise WorkerLost(w.pid, self.reap(w))
+        fd, _, keep = msg.partition(b" ")
+        w.inflight -= 1
+        c = self.conns.get(int(fd))
+        if c is None or c.worker is not w:
+            return
+        c.worker = None
+        if keep == b"1" and not self.stopping:
+            c.last = time.monotonic()
+            self.poller.once(c.fd, False)
+        else:
+            self.close(c, False)
+
+    def reap(self, w):
+        """The exit status of a worker whose socket ended."""
+        fd = w.ctl.fileno()
+        self.poller.forget(fd, True)
+        del self.handlers[fd]
+        try:
+            _, status = os.waitpid(w.pid, 0)
+        except ChildProcessError:
+            return 1
+        return exit_code(status)
+
+    def on_reports(self):
+        if not self.reports.read():
+            self.poller.forget(self.ready_r, True)
+            del self.handlers[self.ready_r]
+        if not self.go_sent and len(self.reports.pids("init")) == len(self.workers):
+            self.go_sent = True
+            for w in self.workers:
+                os.write(w.go_w, b"g")
+        if not self.ready and len(self.reports.pids("serving")) == len(self.workers):
+            self.ready = True
+            status_line("ready", address=self.address, pid=os.getpid(), workers=self.reports.pids("serving"))
+            log("I", "ready: %d worker(s) serving on %s" % (len(self.workers), self.address))
+
+    def close(self, c, armed):
+        if self.conns.get(c.fd) is c:
+            del self.conns[c.fd]
+        self.poller.forget(c.fd, armed)
+        try:
+            c.sock.close()
+        except OSError:
+            pass
+
+    def sweep(self):
+        """Closes connections that waited for a request too long."""
+        cutoff = time.monotonic() - CONNECTION_IDLE_TIMEOUT
+        for c in list(self.conns.values()):
+            if c.worker is None and c.last < cutoff:
+                self.close(c, True)
+
+    def close_all(self):
+        for c in list(self.conns.values()):
+            self.close(c, c.worker is None)
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def stop_workers(workers, grace):
+    """Ends the workers: the end of their go pipe tells a serving worker to
+    exit, SIGTERM ends one still in init(); SIGKILL after grace."""
+    children = {}
+    for w in workers:
+        children[w.pid] = w
+        for close in (lambda: os.close(w.go_w), w.ctl.close):
+            try:
+                close()
+            except OSError:
+                pass
+        try:
+            os.kill(w.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
     deadline = time.time() + grace
@@ -143,7 +456,7 @@ def stop_workers(children, grace):
         if pid:
             children.pop(pid, None)
         else:
-            time.sleep(0.05)
+            time.sleep(0.02)
     for pid in list(children):
         try:
             os.kill(pid, signal.SIGKILL)
@@ -208,65 +521,69 @@ def main(argv=None):
     log("I", "Ferry inference server on %s: script %s, %d worker(s), model dir %s"
         % (address, script, workers, os.environ.get("AZUREML_MODEL_DIR", "(unset)")))
 
+    # A signal sets a flag and wakes the event loop through a pipe, so that
+    # it stops between two steps, never in the middle of one.
+    stop = [False]
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+
+    def on_signal(signum, frame):
+        stop[0] = True
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     ready_r, ready_w = os.pipe()
-    children = {}  # pid -> the write end of its go pipe
+    procs = []
+    for _ in range(workers):
+        front_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                signal.set_wakeup_fd(-1)
+                for fd in [wake_r, wake_w, ready_r, go_w] + [p.go_w for p in procs]:
+                    os.close(fd)
+                for s in [sock, front_end] + [p.ctl for p in procs]:
+                    s.close()
+                code = worker_main(script, worker_end, family, args.max_body_bytes, ready_w, go_r)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        os.close(go_r)
+        worker_end.close()
+        procs.append(WorkerProc(pid, front_end, go_w))
+    os.close(ready_w)
+    os.set_blocking(ready_r, False)
+
+    front = Front(sock, address, procs, ready_r, wake_r, stop, args.drain_seconds)
     try:
-        for _ in range(workers):
-            go_r, go_w = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    os.close(ready_r)
-                    os.close(go_w)
-                    for w in children.values():
-                        os.close(w)
-                    code = worker_main(script, sock, args.max_body_bytes, ready_w, go_r)
-                finally:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                    os._exit(code)
-            os.close(go_r)
-            children[pid] = go_w
-        os.close(ready_w)
-        sock.close()
-
-        reports = Reports(ready_r)
-        for step in ("init", "serving"):
-            while len(reports.pids(step)) < workers:
-                reports.read(0.2)
-                pid, status = os.waitpid(-1, os.WNOHANG)
-                if pid:
-                    children.pop(pid, None)
-                    code = exit_code(status) or INIT_FAILED
-                    log("E", "worker %d exited (status %d) before init() finished; stopping" % (pid, code))
-                    stop_workers(children, args.drain_seconds)
-                    return code
-            if step == "init":
-                for w in children.values():
-                    os.write(w, b"g")
-        ready = reports.pids("serving")
-        status_line("ready", address=address, pid=os.getpid(), workers=sorted(ready))
-        log("I", "ready: %d worker(s) serving on %s" % (workers, address))
-
-        while True:
-            pid, status = os.waitpid(-1, 0)
-            children.pop(pid, None)
+        code = front.run()
+    except WorkerLost as e:
+        procs = [p for p in procs if p.pid != e.pid]
+        if stop[0]:
+            # A worker still in init() ends with the SIGTERM its process
+            # group got: that is the stop asked for, not a lost worker.
+            log("I", "stopping")
+            code = 0
+        elif front.ready:
             # A lost worker means a replica short of capacity: stop, so the
             # server replaces the replica whole.
-            log("E", "worker %d exited (status %d); stopping the replica" % (pid, exit_code(status)))
-            stop_workers(children, args.drain_seconds)
-            return exit_code(status) or 1
-    except Stop:
-        # One stop is enough: a second SIGTERM (the process group's, or a
-        # launcher's again) must not break off the workers' drain.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        log("I", "stopping")
-        stop_workers(children, args.drain_seconds)
-        return 0
+            log("E", "worker %d exited (status %d); stopping the replica" % (e.pid, e.code))
+            code = e.code or 1
+        else:
+            log("E", "worker %d exited (status %d) before init() finished; stopping" % (e.pid, e.code))
+            code = e.code or INIT_FAILED
+    # One stop is enough: a second SIGTERM (the process group's, or a
+    # launcher's again) must not break off the workers' end.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    front.close_all()
+    stop_workers(procs, STOP_GRACE)
+    return code
 
 
 if __name__ == "__main__":

@@ -1,0 +1,181 @@
+package api
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+// batchRoutes are the batch endpoints' and deployments' operations, for
+// owner tokens only, as the online endpoints' are.
+func (s *Server) batchRoutes() []route {
+	const (
+		base = "/v1/batch-endpoints"
+		deps = base + "/{endpoint}/deployments"
+	)
+	return []route{
+		{method: "GET", path: base, summary: "List batch endpoints", handle: s.listBatchEndpoints},
+		{method: "POST", path: base, summary: "Create a batch endpoint from an Azure ML v2 batchEndpoint file (as JSON)", handle: s.createBatchEndpoint},
+		{method: "GET", path: base + "/{name}", summary: "Show a batch endpoint: its default deployment and its deployments", handle: s.getBatchEndpoint},
+		{method: "PUT", path: base + "/{name}", summary: "Replace a batch endpoint's file (description, tags, defaults.deployment_name)", handle: s.updateBatchEndpoint},
+		{method: "DELETE", path: base + "/{name}", summary: "Delete a batch endpoint and its deployments; its jobs are kept", handle: s.deleteBatchEndpoint},
+		{method: "POST", path: base + "/{name}/jobs", summary: "Invoke a batch endpoint: {deployment_name, type, path | snapshot, job_name}; starts a batch scoring job and returns it", handle: s.invokeBatchEndpoint},
+		{method: "GET", path: base + "/{name}/jobs", summary: "The jobs of a batch endpoint's invocations, newest first", handle: s.listBatchJobs},
+		{method: "GET", path: deps, summary: "List a batch endpoint's deployments", handle: s.listBatchDeployments},
+		{method: "POST", path: deps, summary: "Create a batch deployment: {spec (an Azure ML v2 modelBatchDeployment file as JSON), uploads: {code_snapshot, model_snapshot, environment_snapshot}, set_default}", handle: s.createBatchDeployment},
+		{method: "GET", path: deps + "/{name}", summary: "Show a batch deployment", handle: s.getBatchDeployment},
+		{method: "PUT", path: deps + "/{name}", summary: "Replace a batch deployment: {spec, uploads, set_default}; jobs already started keep what they had", handle: s.updateBatchDeployment},
+		{method: "DELETE", path: deps + "/{name}", summary: "Delete a batch deployment (not the default while the endpoint has others)", handle: s.deleteBatchDeployment},
+	}
+}
+
+// BatchDeploymentRequest is the body of POST and PUT
+// /v1/batch-endpoints/{endpoint}/deployments[/{name}].
+type BatchDeploymentRequest struct {
+	Spec    json.RawMessage             `json:"spec"`
+	Uploads workspace.DeploymentUploads `json:"uploads"`
+	// SetDefault makes it the endpoint's default deployment.
+	SetDefault bool `json:"set_default,omitempty"`
+}
+
+func batchEndpointOf(r *http.Request) (*spec.BatchEndpoint, error) {
+	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxJSONBody))
+	if err != nil {
+		return nil, err
+	}
+	e, err := spec.DecodeBatchEndpointJSON(data)
+	if err != nil {
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	if name := r.PathValue("name"); name != "" && e.Name != name {
+		return nil, workspace.Invalid("name: the path names batch endpoint %s, the file %s; give one", name, e.Name)
+	}
+	return e, nil
+}
+
+func (s *Server) createBatchEndpoint(r *http.Request, who auth.Principal) (any, error) {
+	e, err := batchEndpointOf(r)
+	if err != nil {
+		return nil, err
+	}
+	return s.ws.CreateBatchEndpoint(r.Context(), who, e)
+}
+
+func (s *Server) updateBatchEndpoint(r *http.Request, who auth.Principal) (any, error) {
+	e, err := batchEndpointOf(r)
+	if err != nil {
+		return nil, err
+	}
+	return s.ws.UpdateBatchEndpoint(r.Context(), who, e)
+}
+
+func (s *Server) listBatchEndpoints(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.ListBatchEndpoints(r.Context())
+}
+
+func (s *Server) getBatchEndpoint(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.GetBatchEndpoint(r.Context(), r.PathValue("name"))
+}
+
+func (s *Server) deleteBatchEndpoint(r *http.Request, who auth.Principal) (any, error) {
+	if err := s.ws.DeleteBatchEndpoint(r.Context(), who, r.PathValue("name")); err != nil {
+		return nil, err
+	}
+	return map[string]string{"deleted": r.PathValue("name")}, nil
+}
+
+func (s *Server) invokeBatchEndpoint(r *http.Request, who auth.Principal) (any, error) {
+	var inv workspace.BatchInvocation
+	if err := decode(r, &inv); err != nil {
+		return nil, err
+	}
+	return s.ws.InvokeBatchEndpoint(r.Context(), who, r.PathValue("name"), inv)
+}
+
+func (s *Server) listBatchJobs(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.ListBatchJobs(r.Context(), r.PathValue("name"))
+}
+
+// batchDeploymentOf reads the request's deployment, its endpoint_name and
+// name filled from the path when the spec leaves them out and refused
+// when it names others.
+func batchDeploymentOf(r *http.Request, req BatchDeploymentRequest) (*spec.BatchDeployment, error) {
+	if len(req.Spec) == 0 {
+		return nil, workspace.Invalid("spec: the deployment spec is missing")
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(req.Spec, &fields); err != nil || fields == nil {
+		return nil, workspace.Invalid("spec: must be a JSON object (a batch deployment file as JSON)")
+	}
+	for _, p := range []struct{ field, param, what string }{
+		{"endpoint_name", "endpoint", "batch endpoint"},
+		{"name", "name", "deployment"},
+	} {
+		want := r.PathValue(p.param)
+		if want == "" {
+			continue
+		}
+		var got string
+		if raw, ok := fields[p.field]; ok && json.Unmarshal(raw, &got) != nil {
+			return nil, workspace.Invalid("spec.%s: must be a string", p.field)
+		}
+		switch {
+		case got == "":
+			fields[p.field], _ = json.Marshal(want)
+		case got != want:
+			return nil, workspace.Invalid("spec.%s: the path names %s %s, the spec %s; give one %s", p.field, p.what, want, got, p.what)
+		}
+	}
+	data, err := json.Marshal(fields)
+	if err != nil {
+		return nil, err
+	}
+	d, err := spec.DecodeBatchDeploymentJSON(data)
+	if err != nil {
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	return d, nil
+}
+
+func (s *Server) createBatchDeployment(r *http.Request, who auth.Principal) (any, error) {
+	var req BatchDeploymentRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	d, err := batchDeploymentOf(r, req)
+	if err != nil {
+		return nil, err
+	}
+	return s.ws.CreateBatchDeployment(r.Context(), who, d, req.Uploads, req.SetDefault)
+}
+
+func (s *Server) updateBatchDeployment(r *http.Request, who auth.Principal) (any, error) {
+	var req BatchDeploymentRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	d, err := batchDeploymentOf(r, req)
+	if err != nil {
+		return nil, err
+	}
+	return s.ws.UpdateBatchDeployment(r.Context(), who, d, req.Uploads, req.SetDefault)
+}
+
+func (s *Server) listBatchDeployments(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.ListBatchDeployments(r.Context(), r.PathValue("endpoint"))
+}
+
+func (s *Server) getBatchDeployment(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.GetBatchDeployment(r.Context(), r.PathValue("endpoint"), r.PathValue("name"))
+}
+
+func (s *Server) deleteBatchDeployment(r *http.Request, who auth.Principal) (any, error) {
+	if err := s.ws.DeleteBatchDeployment(r.Context(), who, r.PathValue("endpoint"), r.PathValue("name")); err != nil {
+		return nil, err
+	}
+	return map[string]string{"deleted": r.PathValue("name")}, nil
+}

@@ -1,0 +1,73 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+// pipelineRoutes are the component registry's operations and the
+// submission of pipeline jobs, which are then jobs like any other
+// (GET /v1/jobs/{name} shows their steps; cancel cascades).
+func (s *Server) pipelineRoutes() []route {
+	return []route{
+		{method: "GET", path: "/v1/components", summary: "List registered components (?name= for the versions of one)", handle: s.listComponents},
+		{method: "POST", path: "/v1/components", summary: "Register a command component version: {spec}, the Azure ML v2 component as JSON with its code_snapshot", handle: s.createComponent},
+		{method: "GET", path: "/v1/components/{name}/versions/{version}", summary: "Show a component version (version latest: the newest)", handle: s.getComponent},
+		{method: "POST", path: "/v1/pipeline-jobs", summary: "Submit a pipeline job: {spec, input_snapshots}, its steps' component files resolved inline", handle: s.createPipelineJob},
+	}
+}
+
+// ComponentRequest is the body of POST /v1/components.
+type ComponentRequest struct {
+	Spec json.RawMessage `json:"spec"`
+}
+
+// PipelineJobRequest is the body of POST /v1/pipeline-jobs.
+type PipelineJobRequest struct {
+	Spec json.RawMessage `json:"spec"`
+	// InputSnapshots hold the uploaded local data inputs, keyed
+	// inputs.NAME (the pipeline's) or jobs.STEP.inputs.NAME (a step's).
+	InputSnapshots map[string]string `json:"input_snapshots,omitempty"`
+}
+
+func (s *Server) createComponent(r *http.Request, who auth.Principal) (any, error) {
+	var req ComponentRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Spec) == 0 {
+		return nil, workspace.Invalid("spec: the component spec is missing")
+	}
+	c, err := spec.DecodeComponentJSON(req.Spec)
+	if err != nil {
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	return s.ws.CreateComponent(r.Context(), who, c)
+}
+
+func (s *Server) listComponents(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.ListComponents(r.Context(), r.URL.Query().Get("name"))
+}
+
+func (s *Server) getComponent(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.GetComponent(r.Context(), r.PathValue("name"), r.PathValue("version"))
+}
+
+func (s *Server) createPipelineJob(r *http.Request, who auth.Principal) (any, error) {
+	var req PipelineJobRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Spec) == 0 {
+		return nil, workspace.Invalid("spec: the pipeline job spec is missing")
+	}
+	p, err := spec.DecodePipelineJobJSON(req.Spec)
+	if err != nil {
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	return s.ws.SubmitPipeline(r.Context(), who, workspace.PipelineSubmission{Spec: p, InputSnapshots: req.InputSnapshots})
+}

@@ -1,0 +1,103 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+// scheduleRoutes are job schedules' operations, and the reference check
+// the CLI makes before it uploads a job's files.
+func (s *Server) scheduleRoutes() []route {
+	return []route{
+		{method: "GET", path: "/v1/schedules", summary: "List job schedules", handle: s.listSchedules},
+		{method: "POST", path: "/v1/schedules", summary: "Create or update a job schedule: {spec, job} (spec: the Azure ML v2 schedule file as JSON; job: what POST /v1/jobs takes) or {spec, copy_job, overrides} (a job of the workspace to copy, with fields laid over it)", handle: s.createSchedule},
+		{method: "GET", path: "/v1/schedules/{name}", summary: "Show a job schedule: its trigger, next and last firing", handle: s.getSchedule},
+		{method: "POST", path: "/v1/schedules/{name}/enable", summary: "Enable a schedule: it fires from its next occurrence on", handle: s.enableSchedule(true)},
+		{method: "POST", path: "/v1/schedules/{name}/disable", summary: "Disable a schedule: it fires no more until enabled", handle: s.enableSchedule(false)},
+		{method: "DELETE", path: "/v1/schedules/{name}", summary: "Delete a schedule (the jobs it fired stay)", handle: s.deleteSchedule},
+		{method: "POST", path: "/v1/references/check", summary: "Check references a job makes before uploading its files: {references: [{field, kind, ref}]} with kind environment, data or compute; answers {problems: [{field, ref, message}]}, empty when every one resolves", handle: s.checkReferences},
+	}
+}
+
+// ScheduleRequest is the body of POST /v1/schedules.
+type ScheduleRequest struct {
+	Spec json.RawMessage `json:"spec"`
+	// Job is the job each firing submits, with its snapshots uploaded.
+	Job *JobRequest `json:"job,omitempty"`
+	// CopyJob names a job of the workspace whose spec and snapshots each
+	// firing submits again (create_job: azureml:JOB).
+	CopyJob string `json:"copy_job,omitempty"`
+	// Overrides are fields laid over the copied job's (create_job's
+	// other fields beside job: azureml:JOB).
+	Overrides map[string]any `json:"overrides,omitempty"`
+}
+
+func (s *Server) createSchedule(r *http.Request, who auth.Principal) (any, error) {
+	var req ScheduleRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Spec) == 0 {
+		return nil, workspace.Invalid("spec: the schedule spec is missing")
+	}
+	f, err := spec.DecodeScheduleJSON(req.Spec)
+	if err != nil {
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	wreq := workspace.ScheduleRequest{File: f, CopyJob: req.CopyJob, Overrides: req.Overrides}
+	if req.Job != nil {
+		sub, err := req.Job.submission()
+		if err != nil {
+			return nil, err
+		}
+		wreq.Job = &sub
+	}
+	return s.ws.CreateSchedule(r.Context(), who, wreq)
+}
+
+func (s *Server) listSchedules(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.ListSchedules(r.Context())
+}
+
+func (s *Server) getSchedule(r *http.Request, _ auth.Principal) (any, error) {
+	return s.ws.GetSchedule(r.Context(), r.PathValue("name"))
+}
+
+func (s *Server) enableSchedule(enabled bool) func(*http.Request, auth.Principal) (any, error) {
+	return func(r *http.Request, who auth.Principal) (any, error) {
+		return s.ws.SetScheduleEnabled(r.Context(), who, r.PathValue("name"), enabled)
+	}
+}
+
+func (s *Server) deleteSchedule(r *http.Request, who auth.Principal) (any, error) {
+	if err := s.ws.DeleteSchedule(r.Context(), who, r.PathValue("name")); err != nil {
+		return nil, err
+	}
+	return map[string]string{"deleted": r.PathValue("name")}, nil
+}
+
+// ReferencesRequest is the body of POST /v1/references/check.
+type ReferencesRequest struct {
+	References []workspace.Reference `json:"references"`
+}
+
+// ReferencesAnswer is its answer.
+type ReferencesAnswer struct {
+	Problems []workspace.ReferenceProblem `json:"problems"`
+}
+
+func (s *Server) checkReferences(r *http.Request, _ auth.Principal) (any, error) {
+	var req ReferencesRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	ps, err := s.ws.CheckReferences(r.Context(), req.References)
+	if err != nil {
+		return nil, err
+	}
+	return ReferencesAnswer{Problems: ps}, nil
+}

@@ -1,0 +1,490 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferry-ml/ferry/internal/api"
+	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+func (a *app) componentCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "component", Short: "Register command components (Azure ML v2 component files) that pipeline steps name as azureml:NAME:VERSION"}
+	var file, version, maxSnap string
+	create := &cobra.Command{
+		Use:   "create -f FILE",
+		Short: "Register a component version: uploads its code (only what the workspace lacks)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.checkOutput(); err != nil {
+				return err
+			}
+			data, err := os.ReadFile(file)
+			if err != nil {
+				return err
+			}
+			comp, err := spec.ParseComponent(data)
+			if err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
+			if version != "" {
+				comp.Version = version
+			}
+			noteIgnored(a.stderr, file, comp.Ignored)
+			limit, err := a.snapshotLimit(maxSnap)
+			if err != nil {
+				return err
+			}
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := a.uploadComponent(cmd.Context(), c, specFile{name: file, data: data}, comp, "", limit); err != nil {
+				return err
+			}
+			raw, err := jsonOf(comp)
+			if err != nil {
+				return err
+			}
+			out, err := c.CreateComponent(cmd.Context(), api.ComponentRequest{Spec: raw})
+			if err != nil {
+				return err
+			}
+			return a.print(out, func(w *tabwriter.Writer) { showComponent(w, out) })
+		},
+	}
+	create.Flags().StringVarP(&file, "file", "f", "", "component YAML file (required)")
+	create.Flags().StringVar(&version, "version", "", "version to register (default: the file's, else the next number)")
+	create.Flags().StringVar(&maxSnap, "max-snapshot-size", "", "largest code snapshot to upload (default 1GiB or $FERRY_MAX_SNAPSHOT_SIZE)")
+	_ = create.MarkFlagRequired("file")
+
+	var name string
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List registered component versions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			cs, err := c.ListComponents(cmd.Context(), name)
+			if err != nil {
+				return err
+			}
+			return a.print(cs, func(w *tabwriter.Writer) {
+				fmt.Fprintln(w, "NAME\tVERSION\tDISPLAY NAME\tCREATED\tDESCRIPTION")
+				for _, x := range cs {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", x.Name, x.Version, orDash(x.DisplayName), fmtTime(&x.Created), orDash(oneLine(x.Description)))
+				}
+			})
+		},
+	}
+	list.Flags().StringVarP(&name, "name", "n", "", "only the versions of this component")
+
+	var showVersion string
+	show := &cobra.Command{
+		Use:   "show NAME",
+		Short: "Show a component version (--version, default the latest)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			name, v := args[0], showVersion
+			if n, ver, ok := strings.Cut(strings.TrimPrefix(name, "azureml:"), ":"); ok && v == "" {
+				name, v = n, ver
+			}
+			if v == "" {
+				v = "latest"
+			}
+			out, err := c.GetComponent(cmd.Context(), name, v)
+			if err != nil {
+				return err
+			}
+			return a.print(out, func(w *tabwriter.Writer) { showComponent(w, out) })
+		},
+	}
+	show.Flags().StringVar(&showVersion, "version", "", "version to show (default: latest)")
+	cmd.AddCommand(create, list, show)
+	return cmd
+}
+
+func showComponent(w *tabwriter.Writer, c *workspace.Component) {
+	fmt.Fprintf(w, "id:\t%s\n", c.ID)
+	if c.DisplayName != "" {
+		fmt.Fprintf(w, "display name:\t%s\n", c.DisplayName)
+	}
+	if c.Description != "" {
+		fmt.Fprintf(w, "description:\t%s\n", oneLine(c.Description))
+	}
+	fmt.Fprintf(w, "hash:\t%s\n", c.Hash)
+	fmt.Fprintf(w, "created:\t%s\n", fmtTime(&c.Created))
+	if s := c.Spec; s != nil {
+		fmt.Fprintf(w, "command:\t%s\n", oneLine(s.Command))
+		for _, k := range slices.Sorted(maps.Keys(s.Inputs)) {
+			in := s.Inputs[k]
+			extra := ""
+			if in.Default != nil {
+				extra = " (default " + *in.Default + ")"
+			}
+			if in.Optional {
+				extra += " (optional)"
+			}
+			fmt.Fprintf(w, "input %s:\t%s%s\n", k, in.Type, extra)
+		}
+		for _, k := range slices.Sorted(maps.Keys(s.Outputs)) {
+			fmt.Fprintf(w, "output %s:\t%s\n", k, orDash(s.Outputs[k].Type))
+		}
+	}
+}
+
+// noteIgnored says which fields of a file were accepted but are not used.
+func noteIgnored(w io.Writer, file string, ignored []string) {
+	if len(ignored) > 0 {
+		fmt.Fprintf(w, "%s: accepted, but not used by Ferry: %s\n", file, strings.Join(ignored, ", "))
+	}
+}
+
+// uploadComponent uploads a component's code and environment files, each
+// relative to the file src it is written in, and records their snapshots
+// in it; prefix names its fields in messages (jobs.train.component.).
+func (a *app) uploadComponent(ctx context.Context, c *client.Client, src specFile, comp *spec.Component, prefix string, limit int64) error {
+	env, envSrc, envField, err := inlineEnvironmentFile(src, comp.Environment)
+	if err != nil {
+		return err
+	}
+	comp.Environment = env
+	if comp.Code != "" {
+		id, err := a.upload(ctx, c, pathField{file: src, field: prefix + "code", value: comp.Code}, "", limit, true)
+		if err != nil {
+			return err
+		}
+		comp.CodeSnapshot = id
+	}
+	id, err := a.uploadEnvironmentFiles(ctx, c, prefix+envField, envSrc, comp.Environment, limit)
+	if err != nil {
+		return err
+	}
+	comp.EnvironmentSnapshot = id
+	return nil
+}
+
+// stepFile is a component file a step names, read before anything is
+// uploaded.
+type stepFile struct {
+	src  specFile
+	comp *spec.Component
+}
+
+// createPipeline parses a pipeline job file, checks every registered
+// component and data asset it names, reads the component files it names,
+// then uploads its code and local inputs and submits it.
+func (a *app) createPipeline(ctx context.Context, c *client.Client, o createOpts, data []byte) (*workspace.Job, error) {
+	sets := o.sets
+	if o.name != "" {
+		sets = append(sets, "name="+o.name)
+	}
+	p, err := spec.ParsePipelineJob(data, sets)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", o.file, err)
+	}
+	limit, err := a.snapshotLimit(o.maxSnap)
+	if err != nil {
+		return nil, err
+	}
+	src := specFile{name: o.file, data: data, sets: sets}
+	steps := slices.Sorted(maps.Keys(p.Jobs))
+	// Every reference first: nothing is uploaded for a pipeline that
+	// names a component, data asset or file that is not there.
+	files := map[string]stepFile{}
+	for _, n := range steps {
+		ref := p.Jobs[n].Component
+		if ref == nil || ref.Resolved != nil {
+			continue
+		}
+		f := pathField{file: src, field: "jobs." + n + ".component", value: ref.Ref}
+		if ref.IsRegistered() {
+			name, version, err := spec.ParseComponentRef(ref.Ref)
+			if err != nil {
+				return nil, f.errorf("%v", err)
+			}
+			got, err := c.GetComponent(ctx, name, version)
+			if err != nil {
+				return nil, f.errorf("%v", err)
+			}
+			ref.Resolved = got.Spec // for the checks below; the server resolves it again
+			continue
+		}
+		cdata, err := os.ReadFile(f.path())
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, f.notFound()
+		} else if err != nil {
+			return nil, f.errorf("%v", err)
+		}
+		comp, err := spec.ParseComponent(cdata)
+		if err != nil {
+			return nil, fmt.Errorf("%s (the component of step %s in %s): %w", f.path(), n, o.file, err)
+		}
+		noteIgnored(a.stderr, f.path(), comp.Ignored)
+		comp.Ignored = nil
+		files[n] = stepFile{src: specFile{name: f.path(), data: cdata}, comp: comp}
+		ref.Resolved = comp
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", o.file, err)
+	}
+	noteIgnored(a.stderr, o.file, p.Ignored)
+	if err := checkPipelineData(ctx, c, src, p); err != nil {
+		return nil, err
+	}
+	// Then the uploads.
+	req := api.PipelineJobRequest{InputSnapshots: map[string]string{}}
+	for _, k := range slices.Sorted(maps.Keys(p.Inputs)) {
+		in := p.Inputs[k]
+		if in.IsLiteral() || in.Path == "" || spec.IsDataRef(in.Path) || isRemote(in.Path) {
+			continue
+		}
+		id, err := a.upload(ctx, c, pathField{file: src, field: "inputs." + k + ".path", value: in.Path}, in.Type, limit, false)
+		if err != nil {
+			return nil, err
+		}
+		req.InputSnapshots["inputs."+k] = id
+	}
+	for _, n := range steps {
+		st := p.Jobs[n]
+		for _, k := range slices.Sorted(maps.Keys(st.Inputs)) {
+			in := st.Inputs[k]
+			if in.Value != nil || in.Binding != nil || in.Path == "" || spec.IsDataRef(in.Path) || isRemote(in.Path) {
+				continue
+			}
+			key := "jobs." + n + ".inputs." + k
+			id, err := a.upload(ctx, c, pathField{file: src, field: key + ".path", value: in.Path}, in.Type, limit, false)
+			if err != nil {
+				return nil, err
+			}
+			req.InputSnapshots[key] = id
+		}
+		switch {
+		case st.Component == nil:
+			// An inline command step: its code is relative to the pipeline file.
+			comp := &spec.Component{Code: st.Code, Environment: st.Environment}
+			if err := a.uploadComponent(ctx, c, src, comp, "jobs."+n+".", limit); err != nil {
+				return nil, err
+			}
+			st.Environment, st.CodeSnapshot, st.EnvironmentSnapshot = comp.Environment, comp.CodeSnapshot, comp.EnvironmentSnapshot
+		case st.Component.IsRegistered():
+			st.Component.Resolved = nil // the server resolves it
+		case files[n].comp != nil:
+			if err := a.uploadComponent(ctx, c, files[n].src, files[n].comp, "", limit); err != nil {
+				return nil, err
+			}
+		default:
+			// An inline component: its code is relative to the pipeline file.
+			if err := a.uploadComponent(ctx, c, src, st.Component.Resolved, "jobs."+n+".component.", limit); err != nil {
+				return nil, err
+			}
+		}
+	}
+	raw, err := jsonOf(p)
+	if err != nil {
+		return nil, err
+	}
+	req.Spec = raw
+	return c.SubmitPipeline(ctx, req)
+}
+
+// checkPipelineData looks up the data assets the pipeline's inputs and
+// its steps' inputs name, before anything is uploaded.
+func checkPipelineData(ctx context.Context, c *client.Client, src specFile, p *spec.PipelineJob) error {
+	check := func(field, path string) error {
+		if !spec.IsDataRef(path) {
+			return nil
+		}
+		f := pathField{file: src, field: field, value: path}
+		name, version, err := spec.ParseDataRef(path)
+		if err != nil {
+			return f.errorf("%v", err)
+		}
+		if _, err := c.GetData(ctx, name, version); err != nil {
+			return f.errorf("%v", err)
+		}
+		return nil
+	}
+	for _, k := range slices.Sorted(maps.Keys(p.Inputs)) {
+		if err := check("inputs."+k+".path", p.Inputs[k].Path); err != nil {
+			return err
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(p.Jobs)) {
+		for _, k := range slices.Sorted(maps.Keys(p.Jobs[n].Inputs)) {
+			if err := check("jobs."+n+".inputs."+k+".path", p.Jobs[n].Inputs[k].Path); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// showPipeline adds a pipeline job's steps to `job show`.
+func showPipeline(w *tabwriter.Writer, j *workspace.Job) {
+	if p := j.Pipeline; p != nil {
+		if c := p.DefaultCompute(); c != "" {
+			fmt.Fprintf(w, "default compute:\t%s\n", c)
+		}
+		if p.ContinueOnStepFailure() {
+			fmt.Fprintf(w, "continue on step failure:\ttrue\n")
+		}
+		if p.Settings != nil && p.Settings.ForceRerun {
+			fmt.Fprintf(w, "force rerun:\ttrue\n")
+		}
+		if len(p.Ignored) > 0 {
+			fmt.Fprintf(w, "not used:\t%s\n", strings.Join(p.Ignored, ", "))
+		}
+	}
+	fmt.Fprintf(w, "steps:\t%d\n", len(j.Steps))
+	for _, st := range j.Steps {
+		line := st.Status
+		if st.ReusedFrom != "" {
+			line += " (reused " + st.ReusedFrom + ")"
+		}
+		job := st.Job
+		if job == "" {
+			job = "-"
+		}
+		extra := ""
+		if len(st.DependsOn) > 0 {
+			extra = " after " + strings.Join(st.DependsOn, ", ")
+		}
+		reason := ""
+		if st.ReusedFrom == "" && (st.Status == workspace.StatusFailed || st.Status == workspace.StepSkipped || st.Status == workspace.StatusCanceled) {
+			reason = ": " + oneLine(st.Reason)
+		}
+		fmt.Fprintf(w, "  %s\t%s on %s, job %s%s%s\n", st.Name, line, st.Compute, job, extra, reason)
+	}
+}
+
+// followPipeline streams the logs of a pipeline's steps as they run, each
+// line prefixed with its step's name, until the pipeline ends.
+func (a *app) followPipeline(ctx context.Context, c *client.Client, name string) error {
+	offsets := map[string]int64{}
+	partial := map[string][]byte{}
+	done := map[string]bool{}
+	announced := map[string]string{}
+	for {
+		j, err := c.GetJob(ctx, name)
+		if err != nil {
+			if ctx.Err() != nil {
+				fmt.Fprintf(a.stderr, "\nstopped streaming; job %s goes on (`%s job stream %s` to follow it again)\n", name, a.self, name)
+				return &exitError{code: 130}
+			}
+			return err
+		}
+		for _, st := range j.Steps {
+			ended := workspace.IsTerminal(st.Status) || st.Status == workspace.StepSkipped
+			announce := func() {
+				if announced[st.Name] == st.Status {
+					return
+				}
+				announced[st.Name] = st.Status
+				msg := st.Status
+				if st.ReusedFrom != "" {
+					msg += ", reused the outputs of " + st.ReusedFrom
+				} else if st.Reason != "" && ended && st.Status != workspace.StatusCompleted {
+					msg += ": " + oneLine(st.Reason)
+				}
+				fmt.Fprintf(a.stderr, "step %s: %s\n", st.Name, msg)
+			}
+			if !ended {
+				announce() // before its log; an end after it
+			}
+			if st.Job == "" || done[st.Job] {
+				announce()
+				continue
+			}
+			var buf bytes.Buffer
+			n, err := c.StreamLogs(ctx, st.Job, offsets[st.Job], false, &buf)
+			if err == nil {
+				offsets[st.Job] = n
+			}
+			data := append(partial[st.Job], buf.Bytes()...)
+			for {
+				i := bytes.IndexByte(data, '\n')
+				if i < 0 {
+					break
+				}
+				fmt.Fprintf(a.stdout, "[%s] %s\n", st.Name, data[:i])
+				data = data[i+1:]
+			}
+			partial[st.Job] = data
+			if workspace.IsTerminal(st.Status) && err == nil {
+				if len(data) > 0 {
+					fmt.Fprintf(a.stdout, "[%s] %s\n", st.Name, data)
+				}
+				done[st.Job] = true
+			}
+			announce()
+		}
+		if workspace.IsTerminal(j.Status) {
+			return a.finalSummary(j)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// downloadPipeline writes each step's named outputs under DIR/STEP/
+// named-outputs/NAME, and the pipeline's own outputs under
+// DIR/named-outputs/NAME.
+func downloadPipeline(ctx context.Context, c *client.Client, j *workspace.Job, dir, only string) ([]string, error) {
+	var where []string
+	if j.Outputs != nil {
+		for _, k := range slices.Sorted(maps.Keys(j.Outputs.Named)) {
+			if only != "" && k != only {
+				continue
+			}
+			p := filepath.Join(dir, "named-outputs", k)
+			if err := c.Download(ctx, j.Outputs.Named[k], p); err != nil {
+				return nil, err
+			}
+			where = append(where, p)
+		}
+	}
+	for _, st := range j.Steps {
+		if st.Job == "" {
+			continue
+		}
+		out, err := c.Outputs(ctx, st.Job)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range slices.Sorted(maps.Keys(out.Named)) {
+			if only != "" && k != only {
+				continue
+			}
+			p := filepath.Join(dir, st.Name, "named-outputs", k)
+			if err := c.Download(ctx, out.Named[k], p); err != nil {
+				return nil, err
+			}
+			where = append(where, p)
+		}
+	}
+	return where, nil
+}

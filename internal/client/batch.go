@@ -1,0 +1,90 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+
+	"github.com/ferry-ml/ferry/internal/api"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+func batchEndpointPath(name string) string { return "/v1/batch-endpoints/" + url.PathEscape(name) }
+
+func batchDeploymentPath(endpoint, name string) string {
+	return batchEndpointPath(endpoint) + "/deployments/" + url.PathEscape(name)
+}
+
+// CreateBatchEndpoint creates a batch endpoint.
+func (c *Client) CreateBatchEndpoint(ctx context.Context, e *spec.BatchEndpoint) (*workspace.BatchEndpoint, error) {
+	var out workspace.BatchEndpoint
+	return &out, c.do(ctx, "POST", "/v1/batch-endpoints", e, &out)
+}
+
+// UpdateBatchEndpoint replaces a batch endpoint's file.
+func (c *Client) UpdateBatchEndpoint(ctx context.Context, e *spec.BatchEndpoint) (*workspace.BatchEndpoint, error) {
+	var out workspace.BatchEndpoint
+	return &out, c.do(ctx, "PUT", batchEndpointPath(e.Name), e, &out)
+}
+
+// GetBatchEndpoint shows a batch endpoint.
+func (c *Client) GetBatchEndpoint(ctx context.Context, name string) (*workspace.BatchEndpoint, error) {
+	var out workspace.BatchEndpoint
+	return &out, c.do(ctx, "GET", batchEndpointPath(name), nil, &out)
+}
+
+// ListBatchEndpoints lists the batch endpoints.
+func (c *Client) ListBatchEndpoints(ctx context.Context) ([]*workspace.BatchEndpoint, error) {
+	var out []*workspace.BatchEndpoint
+	return out, c.do(ctx, "GET", "/v1/batch-endpoints", nil, &out)
+}
+
+// DeleteBatchEndpoint deletes a batch endpoint and its deployments.
+func (c *Client) DeleteBatchEndpoint(ctx context.Context, name string) error {
+	return c.do(ctx, "DELETE", batchEndpointPath(name), nil, nil)
+}
+
+// InvokeBatchEndpoint starts a batch scoring job.
+func (c *Client) InvokeBatchEndpoint(ctx context.Context, endpoint string, inv workspace.BatchInvocation) (*workspace.Job, error) {
+	var out workspace.Job
+	return &out, c.do(ctx, "POST", batchEndpointPath(endpoint)+"/jobs", inv, &out)
+}
+
+// ListBatchJobs lists the jobs of a batch endpoint's invocations.
+func (c *Client) ListBatchJobs(ctx context.Context, endpoint string) ([]*workspace.Job, error) {
+	var out []*workspace.Job
+	return out, c.do(ctx, "GET", batchEndpointPath(endpoint)+"/jobs", nil, &out)
+}
+
+// PutBatchDeployment creates (create) or replaces a batch deployment
+// whose files were uploaded as up.
+func (c *Client) PutBatchDeployment(ctx context.Context, d *spec.BatchDeployment, up workspace.DeploymentUploads, setDefault, create bool) (*workspace.BatchDeployment, error) {
+	raw, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	method, path := "PUT", batchDeploymentPath(d.EndpointName, d.Name)
+	if create {
+		method, path = "POST", batchEndpointPath(d.EndpointName)+"/deployments"
+	}
+	var out workspace.BatchDeployment
+	return &out, c.do(ctx, method, path, api.BatchDeploymentRequest{Spec: raw, Uploads: up, SetDefault: setDefault}, &out)
+}
+
+// GetBatchDeployment shows a batch deployment.
+func (c *Client) GetBatchDeployment(ctx context.Context, endpoint, name string) (*workspace.BatchDeployment, error) {
+	var out workspace.BatchDeployment
+	return &out, c.do(ctx, "GET", batchDeploymentPath(endpoint, name), nil, &out)
+}
+
+// ListBatchDeployments lists a batch endpoint's deployments.
+func (c *Client) ListBatchDeployments(ctx context.Context, endpoint string) ([]*workspace.BatchDeployment, error) {
+	var out []*workspace.BatchDeployment
+	return out, c.do(ctx, "GET", batchEndpointPath(endpoint)+"/deployments", nil, &out)
+}
+
+// DeleteBatchDeployment deletes a batch deployment.
+func (c *Client) DeleteBatchDeployment(ctx context.Context, endpoint, name string) error {
+	return c.do(ctx, "DELETE", batchDeploymentPath(endpoint, name), nil, nil)
+}

@@ -1,0 +1,23 @@
+package server
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/ferry-ml/ferry/internal/studio"
+)
+
+// withStudio serves the web studio at /studio/ beside the API, which it
+// calls in-process with each signed-in user's token; / sends a browser
+// there.
+func withStudio(api http.Handler, log *slog.Logger) (http.Handler, error) {
+	st, err := studio.New(studio.Options{API: api, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(studio.Prefix, st)
+	mux.Handle("GET /{$}", http.RedirectHandler(studio.Prefix, http.StatusSeeOther))
+	mux.Handle("/", api)
+	return mux, nil
+}

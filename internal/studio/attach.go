@@ -1,0 +1,119 @@
+package studio
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/compute/virtualmachine"
+	"github.com/ferry-ml/ferry/internal/spec"
+)
+
+// attachForm is the attach-a-machine form. Its secrets (password, key,
+// passphrase) are read from the request and never written back into a
+// page: a form shown again asks for them again.
+type attachForm struct {
+	Name, Address, Port, User, HostKey string
+	// Offered is the fingerprint the machine offered when the form came
+	// without a host key: the page asks the user to compare it with the
+	// machine's own and confirm.
+	Offered string
+	Errors  map[string]string
+	Problem string
+}
+
+// attachFields are the form's fields as the API names them in errors.
+var attachFields = map[string]string{
+	"name": "name", "address": "address", "host_key": "host_key",
+	"ssh_settings.admin_username": "admin_username", "ssh_settings.ssh_port": "ssh_port",
+	"ssh_settings.admin_password": "secret", "ssh_settings.ssh_private_key_file": "secret",
+	"ssh_settings.ssh_private_key": "secret", "ssh_settings.ssh_private_key_passphrase": "secret",
+}
+
+// offeredRE finds the fingerprint in the API's answer to an attach without
+// a host key ("host_key: is required: the machine at H offers SHA256:...").
+var offeredRE = regexp.MustCompile(`offers ((?:ssh-[a-z0-9-]+ |ecdsa-[a-z0-9-]+ )?SHA256:[A-Za-z0-9+/=]+)`)
+
+func (s *Studio) attachNew(w http.ResponseWriter, r *http.Request, ss *session) error {
+	s.render(w, r, ss, "attach", "Attach a machine", attachForm{Port: "22", Errors: map[string]string{}})
+	return nil
+}
+
+// attachCreate sends a virtualmachine compute to the API. Without a host
+// key the API logs in, learns the key the machine offers, and refuses,
+// naming it: the page shows that fingerprint to be checked on the machine
+// and confirmed, which sends the form again pinning it.
+func (s *Studio) attachCreate(w http.ResponseWriter, r *http.Request, ss *session) error {
+	p := r.PostForm
+	f := attachForm{Name: strings.TrimSpace(p.Get("name")), Address: strings.TrimSpace(p.Get("address")), Port: strings.TrimSpace(p.Get("ssh_port")),
+		User: strings.TrimSpace(p.Get("admin_username")), HostKey: strings.TrimSpace(p.Get("host_key")), Errors: map[string]string{}}
+	c := &spec.Compute{Name: f.Name, Type: virtualmachine.Type, Address: f.Address, HostKey: f.HostKey,
+		SSHSettings: &spec.SSHSettings{AdminUsername: f.User, AdminPassword: p.Get("admin_password"),
+			SSHPrivateKey: strings.TrimSpace(p.Get("ssh_private_key")), SSHPrivateKeyPassphrase: p.Get("ssh_private_key_passphrase")}}
+	if c.SSHSettings.SSHPrivateKey != "" {
+		c.SSHSettings.SSHPrivateKey += "\n"
+	}
+	if f.Port != "" {
+		n, err := strconv.Atoi(f.Port)
+		if err != nil {
+			f.Errors["ssh_port"] = fmt.Sprintf("%q is not a port number; enter one such as 22", f.Port)
+		}
+		c.SSHSettings.SSHPort = n
+	}
+	if c.SSHSettings.AdminPassword == "" && c.SSHSettings.SSHPrivateKey == "" {
+		f.Errors["secret"] = "give the password or the private key Ferry logs in with"
+	}
+	if len(f.Errors) == 0 {
+		created, err := ss.api.CreateCompute(r.Context(), c)
+		if err == nil {
+			http.Redirect(w, r, "/studio/compute/"+url.PathEscape(created.Name), http.StatusSeeOther)
+			return nil
+		}
+		if st := client.StatusOf(err); st == 0 || st >= 500 {
+			return err
+		}
+		if m := offeredRE.FindStringSubmatch(err.Error()); m != nil && f.HostKey == "" {
+			f.Offered = strings.TrimSpace(m[1][strings.Index(m[1], "SHA256:"):])
+		} else {
+			placeAttachErrors(&f, err)
+		}
+	}
+	s.render(withStatus(w, http.StatusUnprocessableEntity), r, ss, "attach", "Attach a machine", f)
+	return nil
+}
+
+func placeAttachErrors(f *attachForm, err error) {
+	var ae *client.APIError
+	if !errors.As(err, &ae) {
+		f.Problem = err.Error()
+		return
+	}
+	var rest []string
+	put := func(field, msg string) bool {
+		if id, ok := attachFields[field]; ok {
+			if f.Errors[id] != "" {
+				f.Errors[id] += "; "
+			}
+			f.Errors[id] += msg
+			return true
+		}
+		return false
+	}
+	for _, fe := range ae.Errors {
+		if !put(fe.Field, fe.Message) {
+			rest = append(rest, fe.Error())
+		}
+	}
+	if len(ae.Errors) == 0 {
+		field, msg, ok := strings.Cut(ae.Detail, ": ")
+		if !ok || !put(field, msg) {
+			rest = append(rest, ae.Detail)
+		}
+	}
+	f.Problem = strings.Join(rest, "\n")
+}

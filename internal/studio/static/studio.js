@@ -1,0 +1,33 @@
+// Ferry studio: the one script. Pages read without it; it follows a
+// running job's log with server-sent events (no polling loop).
+"use strict";
+(function () {
+  var log = document.getElementById("log");
+  if (!log || !log.dataset.follow || !window.EventSource) return;
+  var state = document.getElementById("live-state");
+  var status = document.getElementById("job-status");
+  var maxLines = 20000;
+  var es = new EventSource(log.dataset.follow);
+  function atBottom() {
+    return log.scrollHeight - log.scrollTop - log.clientHeight < 40;
+  }
+  es.onopen = function () { if (state) state.textContent = "Following the log live."; };
+  es.onmessage = function (ev) {
+    var follow = atBottom();
+    log.appendChild(document.createTextNode(ev.data + "\n"));
+    // Keep the page light on a long log: drop the oldest lines.
+    while (log.childNodes.length > maxLines) log.removeChild(log.firstChild);
+    if (follow) log.scrollTop = log.scrollHeight;
+  };
+  es.addEventListener("end", function (ev) {
+    es.close();
+    if (state) state.textContent = "The job has ended" + (ev.data ? " (" + ev.data + ")" : "") + "; reload for its outputs.";
+    if (status && ev.data) {
+      status.textContent = ev.data;
+      status.className = "state status-" + ev.data.toLowerCase();
+    }
+  });
+  es.onerror = function () {
+    if (state && es.readyState !== EventSource.CLOSED) state.textContent = "Connection lost; reconnecting…";
+  };
+})();

@@ -1,0 +1,745 @@
+package workspace
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/serving/batchdriver"
+	"github.com/ferry-ml/ferry/internal/snapshot"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// Batch endpoints (Azure ML v2 batchEndpoint and modelBatchDeployment).
+// An endpoint names its deployments and the default one; a deployment is
+// a scoring script, a model, an environment and a compute, with how its
+// jobs share and retry the work. Nothing runs until an invocation: each
+// is one ordinary job (experiment batch-ENDPOINT) on the deployment's
+// compute, over resources.instance_count nodes like any multi-node job,
+// whose command runs Ferry's batch driver (internal/serving/batchdriver,
+// embedded in the binary and stored once as a snapshot the job takes as
+// its input ferry_batch_driver) with the deployment's script. So batch
+// jobs get what jobs have: agents, runners, environments, logs, metrics,
+// cancel, `ferry job show|stream|download`; the driver reports its
+// progress as the job's metrics.
+
+// maxBatchJobsKept bounds the jobs an endpoint remembers for list-jobs.
+const maxBatchJobsKept = 1000
+
+// BatchEndpoint is a batch endpoint as the API shows it.
+type BatchEndpoint struct {
+	*spec.BatchEndpoint
+	ProvisioningState string    `json:"provisioning_state"`
+	Deployments       []string  `json:"deployments"`
+	Created           time.Time `json:"created"`
+	Updated           time.Time `json:"updated"`
+}
+
+// BatchDeploymentUploads are the snapshots the CLI uploaded for a batch
+// deployment: its code folder, an inline model's files, and the files an
+// inline environment refers to.
+type BatchDeploymentUploads = DeploymentUploads
+
+// BatchDeployment is a batch deployment as the API shows it.
+type BatchDeployment struct {
+	*spec.BatchDeployment
+	// ModelID is the registered model it scores with; empty for an
+	// inline model.
+	ModelID           string    `json:"model_id,omitempty"`
+	Default           bool      `json:"default"`
+	ProvisioningState string    `json:"provisioning_state"`
+	Created           time.Time `json:"created"`
+	Updated           time.Time `json:"updated"`
+}
+
+// BatchInvocation is what an invocation scores: Path (a registered data
+// asset azureml:NAME:VERSION or NAME@latest, a URL) or Snapshot (a local
+// file or folder the CLI uploaded), of Type uri_folder or uri_file.
+type BatchInvocation struct {
+	Deployment string `json:"deployment_name,omitempty"`
+	Type       string `json:"type,omitempty"`
+	Path       string `json:"path,omitempty"`
+	Snapshot   string `json:"snapshot,omitempty"`
+	// JobName names the job; made up when empty.
+	JobName string `json:"job_name,omitempty"`
+}
+
+type batchDeploymentDoc struct {
+	Spec        *spec.BatchDeployment `json:"spec"`
+	ModelID     string                `json:"model_id,omitempty"`
+	ModelFolder string                `json:"model_folder,omitempty"`
+	DeploymentUploads
+}
+
+func (s *Service) getBatchEndpointRecord(ctx context.Context, name string) (store.BatchEndpoint, error) {
+	rec, err := s.st.GetBatchEndpoint(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return rec, NotFound("batch endpoint %s does not exist; ferry batch-endpoint list shows those that do", name)
+	}
+	return rec, err
+}
+
+func batchEndpointSpec(rec store.BatchEndpoint) (*spec.BatchEndpoint, error) {
+	var e spec.BatchEndpoint
+	if err := json.Unmarshal(rec.Spec, &e); err != nil {
+		return nil, fmt.Errorf("batch endpoint %s: stored spec: %w", rec.Name, err)
+	}
+	return &e, nil
+}
+
+func (s *Service) batchEndpointView(ctx context.Context, rec store.BatchEndpoint) (*BatchEndpoint, error) {
+	e, err := batchEndpointSpec(rec)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := s.st.ListBatchDeployments(ctx, rec.Name)
+	if err != nil {
+		return nil, err
+	}
+	v := &BatchEndpoint{BatchEndpoint: e, ProvisioningState: DeploymentSucceeded, Deployments: []string{}, Created: rec.Created, Updated: rec.Updated}
+	for _, d := range ds {
+		v.Deployments = append(v.Deployments, d.Name)
+	}
+	return v, nil
+}
+
+// CreateBatchEndpoint stores a batch endpoint. A default deployment it
+// names is made after it (batch-deployment create), as in Azure; until
+// then an invocation without a deployment is refused naming it.
+func (s *Service) CreateBatchEndpoint(ctx context.Context, who auth.Principal, e *spec.BatchEndpoint) (*BatchEndpoint, error) {
+	if !who.IsOwner() {
+		return nil, Forbidden("a run token cannot create batch endpoints")
+	}
+	if e == nil {
+		return nil, Invalid("the batch endpoint is missing")
+	}
+	if err := e.Validate(); err != nil {
+		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	rec := store.BatchEndpoint{Name: e.Name, Spec: raw, Jobs: json.RawMessage("[]"), Created: now, Updated: now}
+	if err := s.st.CreateBatchEndpoint(ctx, rec); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return nil, Conflict("batch endpoint %s exists; change it with ferry batch-endpoint update, or pick another name", e.Name)
+		}
+		return nil, noSpace(err, "batch endpoint "+e.Name)
+	}
+	s.log.Info("batch endpoint created", "endpoint", e.Name)
+	return s.batchEndpointView(ctx, rec)
+}
+
+// UpdateBatchEndpoint replaces an endpoint's file; a default deployment
+// it names must exist.
+func (s *Service) UpdateBatchEndpoint(ctx context.Context, who auth.Principal, e *spec.BatchEndpoint) (*BatchEndpoint, error) {
+	if !who.IsOwner() {
+		return nil, Forbidden("a run token cannot change batch endpoints")
+	}
+	if e == nil {
+		return nil, Invalid("the batch endpoint is missing")
+	}
+	if err := e.Validate(); err != nil {
+		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	s.batchMu.Lock()
+	defer s.batchMu.Unlock()
+	rec, err := s.getBatchEndpointRecord(ctx, e.Name)
+	if err != nil {
+		return nil, err
+	}
+	if d := e.DefaultDeployment(); d != "" {
+		if _, err := s.getBatchDeploymentRecord(ctx, e.Name, d); err != nil {
+			return nil, Invalid("defaults.deployment_name: %v", err)
+		}
+	}
+	if rec.Spec, err = json.Marshal(e); err != nil {
+		return nil, err
+	}
+	rec.Updated = s.now()
+	if err := s.st.UpdateBatchEndpoint(ctx, rec); err != nil {
+		return nil, noSpace(err, "batch endpoint "+e.Name)
+	}
+	return s.batchEndpointView(ctx, rec)
+}
+
+// GetBatchEndpoint shows a batch endpoint.
+func (s *Service) GetBatchEndpoint(ctx context.Context, name string) (*BatchEndpoint, error) {
+	rec, err := s.getBatchEndpointRecord(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return s.batchEndpointView(ctx, rec)
+}
+
+// ListBatchEndpoints lists the batch endpoints by name.
+func (s *Service) ListBatchEndpoints(ctx context.Context) ([]*BatchEndpoint, error) {
+	recs, err := s.st.ListBatchEndpoints(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []*BatchEndpoint{}
+	for _, rec := range recs {
+		v, err := s.batchEndpointView(ctx, rec)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// DeleteBatchEndpoint removes a batch endpoint and its deployments. Jobs
+// it started keep running and are kept, as every job is.
+func (s *Service) DeleteBatchEndpoint(ctx context.Context, who auth.Principal, name string) error {
+	if !who.IsOwner() {
+		return Forbidden("a run token cannot delete batch endpoints")
+	}
+	s.batchMu.Lock()
+	defer s.batchMu.Unlock()
+	err := s.st.DeleteBatchEndpoint(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return NotFound("batch endpoint %s does not exist; ferry batch-endpoint list shows those that do", name)
+	}
+	if err == nil {
+		s.log.Info("batch endpoint deleted", "endpoint", name)
+	}
+	return err
+}
+
+func (s *Service) getBatchDeploymentRecord(ctx context.Context, endpoint, name string) (store.BatchDeployment, error) {
+	rec, err := s.st.GetBatchDeployment(ctx, endpoint, name)
+	if errors.Is(err, store.ErrNotFound) {
+		if _, eerr := s.getBatchEndpointRecord(ctx, endpoint); eerr != nil {
+			return rec, eerr
+		}
+		return rec, NotFound("batch endpoint %s has no deployment %s; ferry batch-deployment list --endpoint-name %s shows those it has", endpoint, name, endpoint)
+	}
+	return rec, err
+}
+
+func decodeBatchDeployment(rec store.BatchDeployment) (*batchDeploymentDoc, error) {
+	var doc batchDeploymentDoc
+	if err := json.Unmarshal(rec.Spec, &doc); err != nil || doc.Spec == nil {
+		return nil, fmt.Errorf("batch deployment %s/%s: stored spec: %v", rec.Endpoint, rec.Name, err)
+	}
+	return &doc, nil
+}
+
+// resolveBatchDeployment checks what a batch deployment refers to (its
+// endpoint, snapshots, model, environment and compute) and fills doc.
+func (s *Service) resolveBatchDeployment(ctx context.Context, d *spec.BatchDeployment, up DeploymentUploads, doc *batchDeploymentDoc) error {
+	if _, err := s.getBatchEndpointRecord(ctx, d.EndpointName); err != nil {
+		return err
+	}
+	switch {
+	case d.CodeConfiguration == nil && up.CodeSnapshot != "":
+		return Invalid("code_snapshot: the deployment has no code_configuration, but code was uploaded")
+	case d.CodeConfiguration == nil:
+	case up.CodeSnapshot == "":
+		return Invalid("code_configuration.code: %q was not uploaded with the deployment (ferry batch-deployment create uploads it)", d.CodeConfiguration.Code)
+	default:
+		if err := s.requireSnapshot(up.CodeSnapshot, "code_configuration.code"); err != nil {
+			return err
+		}
+	}
+	var modelName, modelType string
+	switch m := d.Model; {
+	case m == nil:
+		if up.ModelSnapshot != "" {
+			return Invalid("model_snapshot: the deployment has no model, but model files were uploaded")
+		}
+	case m.Ref != "":
+		model, err := s.ResolveModel(ctx, m.Ref)
+		if err != nil {
+			var we *Error
+			if errors.As(err, &we) {
+				we.Msg = "model: " + we.Msg
+			}
+			return err
+		}
+		up.ModelSnapshot = model.Snapshot
+		doc.ModelID, modelName, modelType = model.ID, model.PathName, model.Type
+	default:
+		if up.ModelSnapshot == "" {
+			return Invalid("model.path: %q was not uploaded with the deployment (ferry batch-deployment create uploads it)", m.Path)
+		}
+		if err := s.requireSnapshot(up.ModelSnapshot, "model.path"); err != nil {
+			return err
+		}
+		modelName, modelType = modelPathName(m.Path), m.Type
+	}
+	if d.CodeConfiguration == nil && modelType == "" && up.ModelSnapshot != "" {
+		// An inline model without a type is an MLflow model when it
+		// has an MLmodel file, as Azure decides.
+		if m, err := s.readSnapshot(up.ModelSnapshot); err == nil {
+			for _, f := range m.Files {
+				if path.Base(f.Path) == "MLmodel" {
+					modelType = "mlflow_model"
+					break
+				}
+			}
+		}
+	}
+	if d.CodeConfiguration == nil && modelType != "mlflow_model" {
+		// What makes it an MLflow model is its MLmodel file, which the
+		// registry's type says; Ferry's script finds it at init().
+		return Invalid("code_configuration: is required: the model is %s, and only an mlflow_model is scored without a scoring script", cmp.Or(modelType, "custom_model"))
+	}
+	if up.ModelSnapshot != "" && modelName != "" {
+		m, err := s.readSnapshot(up.ModelSnapshot)
+		if err != nil {
+			return err
+		}
+		if len(m.Files) != 1 || m.Files[0].Path != modelName {
+			doc.ModelFolder = modelName
+		}
+	}
+	if _, err := s.resolveEnvironment(ctx, d.Environment, up.EnvironmentSnapshot); err != nil {
+		return err
+	}
+	if _, err := s.GetCompute(ctx, d.ComputeName()); err != nil {
+		var we *Error
+		if errors.As(err, &we) {
+			we.Msg = "compute: " + we.Msg
+		}
+		return err
+	}
+	doc.DeploymentUploads = up
+	return nil
+}
+
+// CreateBatchDeployment stores a batch deployment. setDefault makes it
+// the endpoint's default; so does being the endpoint's first.
+func (s *Service) CreateBatchDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up DeploymentUploads, setDefault bool) (*BatchDeployment, error) {
+	return s.putBatchDeployment(ctx, who, d, up, setDefault, true)
+}
+
+// UpdateBatchDeployment replaces a batch deployment's file; jobs already
+// started keep what they were started with.
+func (s *Service) UpdateBatchDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up DeploymentUploads, setDefault bool) (*BatchDeployment, error) {
+	return s.putBatchDeployment(ctx, who, d, up, setDefault, false)
+}
+
+func (s *Service) putBatchDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up DeploymentUploads, setDefault, create bool) (*BatchDeployment, error) {
+	if !who.IsOwner() {
+		return nil, Forbidden("a run token cannot change batch deployments")
+	}
+	if d == nil {
+		return nil, Invalid("the batch deployment is missing")
+	}
+	if err := d.Validate(); err != nil {
+		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	d.ApplyDefaults()
+	doc := &batchDeploymentDoc{Spec: d}
+	if err := s.resolveBatchDeployment(ctx, d, up, doc); err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	s.batchMu.Lock()
+	defer s.batchMu.Unlock()
+	now := s.now()
+	rec := store.BatchDeployment{Endpoint: d.EndpointName, Name: d.Name, Spec: raw, Created: now, Updated: now}
+	if create {
+		if err := s.st.CreateBatchDeployment(ctx, rec); err != nil {
+			if errors.Is(err, store.ErrConflict) {
+				return nil, Conflict("batch endpoint %s has a deployment %s; change it with ferry batch-deployment update, or pick another name", d.EndpointName, d.Name)
+			}
+			return nil, noSpace(err, "batch deployment "+d.Name)
+		}
+	} else {
+		old, err := s.getBatchDeploymentRecord(ctx, d.EndpointName, d.Name)
+		if err != nil {
+			return nil, err
+		}
+		rec.Created = old.Created
+		if err := s.st.UpdateBatchDeployment(ctx, rec); err != nil {
+			return nil, noSpace(err, "batch deployment "+d.Name)
+		}
+	}
+	erec, err := s.getBatchEndpointRecord(ctx, d.EndpointName)
+	if err != nil {
+		return nil, err
+	}
+	e, err := batchEndpointSpec(erec)
+	if err != nil {
+		return nil, err
+	}
+	if setDefault || e.DefaultDeployment() == "" {
+		e.Defaults = &spec.BatchDefaults{DeploymentName: d.Name}
+		if erec.Spec, err = json.Marshal(e); err != nil {
+			return nil, err
+		}
+		erec.Updated = now
+		if err := s.st.UpdateBatchEndpoint(ctx, erec); err != nil {
+			return nil, noSpace(err, "batch endpoint "+erec.Name)
+		}
+	}
+	s.log.Info("batch deployment stored", "endpoint", d.EndpointName, "deployment", d.Name, "compute", d.ComputeName(), "default", e.DefaultDeployment() == d.Name)
+	return s.batchDeploymentView(rec, e)
+}
+
+func (s *Service) batchDeploymentView(rec store.BatchDeployment, e *spec.BatchEndpoint) (*BatchDeployment, error) {
+	doc, err := decodeBatchDeployment(rec)
+	if err != nil {
+		return nil, err
+	}
+	return &BatchDeployment{BatchDeployment: doc.Spec, ModelID: doc.ModelID, Default: e.DefaultDeployment() == rec.Name,
+		ProvisioningState: DeploymentSucceeded, Created: rec.Created, Updated: rec.Updated}, nil
+}
+
+// GetBatchDeployment shows a batch deployment.
+func (s *Service) GetBatchDeployment(ctx context.Context, endpoint, name string) (*BatchDeployment, error) {
+	rec, err := s.getBatchDeploymentRecord(ctx, endpoint, name)
+	if err != nil {
+		return nil, err
+	}
+	erec, err := s.getBatchEndpointRecord(ctx, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	e, err := batchEndpointSpec(erec)
+	if err != nil {
+		return nil, err
+	}
+	return s.batchDeploymentView(rec, e)
+}
+
+// ListBatchDeployments lists a batch endpoint's deployments by name.
+func (s *Service) ListBatchDeployments(ctx context.Context, endpoint string) ([]*BatchDeployment, error) {
+	erec, err := s.getBatchEndpointRecord(ctx, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	e, err := batchEndpointSpec(erec)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := s.st.ListBatchDeployments(ctx, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	out := []*BatchDeployment{}
+	for _, rec := range recs {
+		v, err := s.batchDeploymentView(rec, e)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// DeleteBatchDeployment removes a batch deployment. The endpoint's
+// default is refused while it has others (make another the default
+// first); the last one goes, and the endpoint has no default then.
+func (s *Service) DeleteBatchDeployment(ctx context.Context, who auth.Principal, endpoint, name string) error {
+	if !who.IsOwner() {
+		return Forbidden("a run token cannot delete batch deployments")
+	}
+	s.batchMu.Lock()
+	defer s.batchMu.Unlock()
+	if _, err := s.getBatchDeploymentRecord(ctx, endpoint, name); err != nil {
+		return err
+	}
+	erec, err := s.getBatchEndpointRecord(ctx, endpoint)
+	if err != nil {
+		return err
+	}
+	e, err := batchEndpointSpec(erec)
+	if err != nil {
+		return err
+	}
+	if e.DefaultDeployment() == name {
+		ds, err := s.st.ListBatchDeployments(ctx, endpoint)
+		if err != nil {
+			return err
+		}
+		if len(ds) > 1 {
+			return Conflict("deployment %s is batch endpoint %s's default; make another the default first (ferry batch-deployment update ... --set-default), then delete it", name, endpoint)
+		}
+		e.Defaults = nil
+		if erec.Spec, err = json.Marshal(e); err != nil {
+			return err
+		}
+		erec.Updated = s.now()
+		if err := s.st.UpdateBatchEndpoint(ctx, erec); err != nil {
+			return noSpace(err, "batch endpoint "+endpoint)
+		}
+	}
+	return s.st.DeleteBatchDeployment(ctx, endpoint, name)
+}
+
+func newBatchJobName(endpoint string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b) // crypto/rand does not fail (Go 1.24+)
+	return endpoint + "-" + hex.EncodeToString(b)
+}
+
+// InvokeBatchEndpoint starts a batch job on the deployment inv names (the
+// endpoint's default when it names none) over inv's input, and returns
+// the job.
+func (s *Service) InvokeBatchEndpoint(ctx context.Context, who auth.Principal, endpoint string, inv BatchInvocation) (*Job, error) {
+	if !who.IsOwner() {
+		return nil, Forbidden("a run token cannot invoke batch endpoints")
+	}
+	erec, err := s.getBatchEndpointRecord(ctx, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	e, err := batchEndpointSpec(erec)
+	if err != nil {
+		return nil, err
+	}
+	dep := inv.Deployment
+	if dep == "" {
+		if dep = e.DefaultDeployment(); dep == "" {
+			return nil, Invalid("deployment_name: batch endpoint %s has no default deployment; name one (--deployment-name) or create one (ferry batch-deployment create --set-default)", endpoint)
+		}
+	}
+	drec, err := s.getBatchDeploymentRecord(ctx, endpoint, dep)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := decodeBatchDeployment(drec)
+	if err != nil {
+		return nil, err
+	}
+	in := spec.Input{Type: inv.Type, Mode: "download"}
+	switch {
+	case inv.Type != "" && inv.Type != "uri_folder" && inv.Type != "uri_file":
+		return nil, Invalid("input.type: %q is not uri_folder or uri_file", inv.Type)
+	case inv.Snapshot != "" && inv.Path != "":
+		return nil, Invalid("input: give a path or an uploaded snapshot, not both")
+	case inv.Snapshot != "":
+		if err := s.requireSnapshot(inv.Snapshot, "input.snapshot"); err != nil {
+			return nil, err
+		}
+		in.Path = "input"
+	case inv.Path != "":
+		in.Path = inv.Path
+	default:
+		return nil, Invalid("input: is required: the file or folder to score (a local path the CLI uploads, azureml:NAME:VERSION of a data asset, or a URL)")
+	}
+	if in.Type == "" {
+		in.Type = "uri_folder"
+	}
+	driver, err := s.batchDriverSnapshot()
+	if err != nil {
+		return nil, err
+	}
+	name := inv.JobName
+	if name == "" {
+		name = newBatchJobName(endpoint)
+	}
+	d := doc.Spec
+	j := &spec.Job{
+		Type: "command", Name: name,
+		DisplayName:          fmt.Sprintf("%s/%s batch scoring", endpoint, dep),
+		ExperimentName:       "batch-" + endpoint,
+		Description:          "a batch scoring job of deployment " + dep + " of batch endpoint " + endpoint,
+		Tags:                 map[string]string{"ferry.batch_endpoint": endpoint, "ferry.batch_deployment": dep},
+		Command:              batchCommand(d, doc.ModelSnapshot != "", doc.ModelFolder),
+		Environment:          d.Environment,
+		EnvironmentVariables: batchJobVariables(d.EnvironmentVariables),
+		Compute:              d.ComputeName(),
+		Inputs: map[string]spec.Input{
+			"ferry_batch_driver": {Type: "uri_folder", Path: "ferry-batch-driver", Mode: "download"},
+			"data":               in,
+		},
+	}
+	if d.CodeConfiguration != nil {
+		j.Code = d.CodeConfiguration.Code
+	}
+	if d.Resources.InstanceCount > 1 || d.Resources.InstanceType != "" {
+		j.Resources = &spec.Resources{InstanceCount: d.Resources.InstanceCount, InstanceType: d.Resources.InstanceType}
+	}
+	inputs := map[string]string{"ferry_batch_driver": driver}
+	if inv.Snapshot != "" {
+		inputs["data"] = inv.Snapshot
+	}
+	if doc.ModelSnapshot != "" {
+		j.Inputs["model"] = spec.Input{Type: "uri_folder", Path: "model", Mode: "download"}
+		inputs["model"] = doc.ModelSnapshot
+	}
+	if err := j.Validate(); err != nil {
+		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	// The job's name is recorded before the job is made, so that a
+	// server stopped in between lists a name whose job never came
+	// (list-jobs leaves it out) rather than a job it does not list.
+	if err := s.addBatchJob(ctx, endpoint, name); err != nil {
+		return nil, err
+	}
+	job, err := s.SubmitJob(ctx, auth.Principal{Kind: auth.KindOwner, Subject: who.Subject},
+		Submission{Spec: j, CodeSnapshot: doc.CodeSnapshot, InputSnapshots: inputs, EnvironmentSnapshot: doc.EnvironmentSnapshot})
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("batch endpoint invoked", "endpoint", endpoint, "deployment", dep, "job", name)
+	return job, nil
+}
+
+// batchJobVariables are a batch job's variables: the deployment's, and
+// BATCH_DRIVER_KEY, a key of the job's own that its driver's workers
+// present to node rank 0's queue, which serves no one else.
+func batchJobVariables(vars map[string]string) map[string]string {
+	out := maps.Clone(vars)
+	if out == nil {
+		out = map[string]string{}
+	}
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand does not fail (Go 1.24+)
+	out["BATCH_DRIVER_KEY"] = hex.EncodeToString(b)
+	return out
+}
+
+func (s *Service) addBatchJob(ctx context.Context, endpoint, job string) error {
+	s.batchMu.Lock()
+	defer s.batchMu.Unlock()
+	rec, err := s.getBatchEndpointRecord(ctx, endpoint)
+	if err != nil {
+		return err
+	}
+	var jobs []string
+	if len(rec.Jobs) > 0 {
+		if err := json.Unmarshal(rec.Jobs, &jobs); err != nil {
+			return fmt.Errorf("batch endpoint %s: stored jobs: %w", endpoint, err)
+		}
+	}
+	jobs = append(jobs, job)
+	if len(jobs) > maxBatchJobsKept {
+		jobs = jobs[len(jobs)-maxBatchJobsKept:]
+	}
+	if rec.Jobs, err = json.Marshal(jobs); err != nil {
+		return err
+	}
+	return noSpace(s.st.UpdateBatchEndpoint(ctx, rec), "batch endpoint "+endpoint)
+}
+
+// ListBatchJobs lists the jobs of a batch endpoint's invocations, newest
+// first.
+func (s *Service) ListBatchJobs(ctx context.Context, endpoint string) ([]*Job, error) {
+	rec, err := s.getBatchEndpointRecord(ctx, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	if len(rec.Jobs) > 0 {
+		if err := json.Unmarshal(rec.Jobs, &names); err != nil {
+			return nil, fmt.Errorf("batch endpoint %s: stored jobs: %w", endpoint, err)
+		}
+	}
+	out := []*Job{}
+	for i := len(names) - 1; i >= 0; i-- {
+		j, err := s.GetJob(ctx, names[i], false)
+		if CodeOf(err) == CodeNotFound {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		j.Spec = nil
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// batchCommand is a batch job's command: Ferry's batch driver (the job's
+// input ferry_batch_driver) over the input data with the deployment's
+// scoring script (or, for an MLflow model without one, the driver's
+// batchdriver.MLflowScript) and settings. AZUREML_MODEL_DIR is as for an online
+// deployment's replica (replicaCommand).
+func batchCommand(d *spec.BatchDeployment, hasModel bool, modelFolder string) string {
+	q := shellQuote
+	var b strings.Builder
+	if hasModel && modelFolder != "" {
+		b.WriteString(`mkdir -p .azureml-models && ln -sfn "${{inputs.model}}" .azureml-models/` + q(modelFolder) + " && ")
+	}
+	b.WriteString(`export AML_APP_ROOT="$PWD"`)
+	switch {
+	case hasModel && modelFolder != "":
+		b.WriteString(` AZUREML_MODEL_DIR="$PWD/.azureml-models"`)
+	case hasModel:
+		b.WriteString(` AZUREML_MODEL_DIR="${{inputs.model}}"`)
+	}
+	script := `"${{inputs.ferry_batch_driver}}/` + batchdriver.MLflowScript + `"`
+	if d.CodeConfiguration != nil {
+		script = q(d.CodeConfiguration.ScoringScript)
+	}
+	r := d.RetrySettings
+	args := []string{
+		"--script", script,
+		"--input", `"${{inputs.data}}"`,
+		"--nodes", strconv.Itoa(d.Resources.InstanceCount),
+		"--concurrency", strconv.Itoa(d.MaxConcurrencyPerInstance),
+		"--mini-batch-size", strconv.Itoa(d.MiniBatchSize),
+		"--max-retries", strconv.Itoa(*r.MaxRetries),
+		"--timeout", strconv.Itoa(r.Timeout),
+		"--error-threshold", strconv.Itoa(*d.ErrorThreshold),
+		"--output-action", d.OutputAction,
+		"--output-file-name", q(d.OutputFileName),
+		"--logging-level", d.LoggingLevel,
+	}
+	b.WriteString(`; exec python3 -u "${{inputs.ferry_batch_driver}}/` + batchdriver.Program + `" ` + strings.Join(args, " "))
+	return b.String()
+}
+
+// batchDriverSnapshot stores Ferry's batch driver (embedded in the
+// binary) as a snapshot, once per server, and returns its id: batch jobs
+// take it as an input, so nodes fetch it through their blob cache.
+func (s *Service) batchDriverSnapshot() (string, error) {
+	s.batchMu.Lock()
+	defer s.batchMu.Unlock()
+	if s.batchSnap != "" && s.blobs.Has(s.batchSnap) {
+		return s.batchSnap, nil
+	}
+	tmp, err := os.MkdirTemp("", "ferry-batch-driver-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	dir, err := batchdriver.Install(tmp)
+	if err != nil {
+		return "", err
+	}
+	m, files, err := snapshot.Build(dir, snapshot.BuildOptions{})
+	if err != nil {
+		return "", fmt.Errorf("batch driver snapshot: %w", err)
+	}
+	for digest, path := range files {
+		if s.blobs.Has(digest) {
+			continue
+		}
+		if _, _, err := s.blobs.PutFile(path); err != nil {
+			return "", noSpace(err, "the batch driver snapshot")
+		}
+	}
+	id := m.ID()
+	if !s.blobs.Has(id) {
+		if _, _, err := s.blobs.Put(bytes.NewReader(m.MarshalCanonical()), id); err != nil {
+			return "", noSpace(err, "the batch driver snapshot")
+		}
+	}
+	s.batchSnap = id
+	return id, nil
+}

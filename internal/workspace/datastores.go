@@ -1,0 +1,176 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// DefaultDatastore is Azure's default datastore's name. Until a datastore
+// of that name is created, it is a local_folder datastore in the server's
+// work directory (Config.DefaultDatastoreDir), which the jobs of this
+// host (the local target, process nodes) can read.
+const DefaultDatastore = "workspaceblobstore"
+
+// Datastore is a datastore as the API shows it: its file less its
+// credentials, which are never kept.
+type Datastore struct {
+	Name string              `json:"name"`
+	Type string              `json:"type"`
+	Spec *spec.DatastoreFile `json:"spec"`
+	// BuiltIn marks the default workspaceblobstore while none of that
+	// name was created.
+	BuiltIn bool `json:"built_in,omitempty"`
+	// CredentialsNotKept names the credentials the file gave, in the
+	// answer to its creation only: Ferry reads storage anonymously.
+	CredentialsNotKept []string   `json:"credentials_not_kept,omitempty"`
+	Created            *time.Time `json:"created,omitempty"`
+	Updated            *time.Time `json:"updated,omitempty"`
+}
+
+func datastoreView(rec store.Datastore) (*Datastore, error) {
+	var f spec.DatastoreFile
+	if err := json.Unmarshal(rec.Spec, &f); err != nil {
+		return nil, fmt.Errorf("datastore %s: stored spec: %w", rec.Name, err)
+	}
+	return &Datastore{Name: rec.Name, Type: rec.Type, Spec: &f, Created: timePtr(rec.Created), Updated: timePtr(rec.Updated)}, nil
+}
+
+// builtinDatastore is workspaceblobstore before one is created, or nil
+// when the server has no folder for it.
+func (s *Service) builtinDatastore() *Datastore {
+	if s.cfg.DefaultDatastoreDir == "" {
+		return nil
+	}
+	return &Datastore{Name: DefaultDatastore, Type: "local_folder", BuiltIn: true, Spec: &spec.DatastoreFile{
+		Name: DefaultDatastore, Type: "local_folder", Path: s.cfg.DefaultDatastoreDir,
+		Description: "Ferry's default datastore: a folder in the server's work directory, readable by the jobs of its host; create a datastore named workspaceblobstore to point it elsewhere",
+	}}
+}
+
+// CreateDatastore stores a datastore, or replaces the one of that name
+// (as `az ml datastore create` updates). Its credentials are not kept.
+func (s *Service) CreateDatastore(ctx context.Context, who auth.Principal, f *spec.DatastoreFile) (*Datastore, error) {
+	if !who.IsOwner() {
+		return nil, Forbidden("a run token cannot create datastores")
+	}
+	if f == nil {
+		return nil, Invalid("the datastore is missing")
+	}
+	if err := f.Validate(); err != nil {
+		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	dropped := f.CredentialNames()
+	kept := *f
+	kept.Credentials = nil
+	raw, err := json.Marshal(&kept)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	if err := s.st.PutDatastore(ctx, store.Datastore{Name: f.Name, Type: f.Type, Spec: raw, Created: now, Updated: now}); err != nil {
+		return nil, noSpace(err, "datastore "+f.Name)
+	}
+	rec, err := s.st.GetDatastore(ctx, f.Name)
+	if err != nil {
+		return nil, err
+	}
+	v, err := datastoreView(rec)
+	if err != nil {
+		return nil, err
+	}
+	v.CredentialsNotKept = dropped
+	return v, nil
+}
+
+// GetDatastore returns a datastore by name.
+func (s *Service) GetDatastore(ctx context.Context, name string) (*Datastore, error) {
+	rec, err := s.st.GetDatastore(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		if name == DefaultDatastore {
+			if b := s.builtinDatastore(); b != nil {
+				return b, nil
+			}
+		}
+		names, _ := s.datastoreNames(ctx)
+		return nil, NotFound("datastore %s is not known to this workspace; %s", name, knownDatastores(names))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return datastoreView(rec)
+}
+
+// ListDatastores returns every datastore by name, the built-in
+// workspaceblobstore among them while none of that name was created.
+func (s *Service) ListDatastores(ctx context.Context) ([]*Datastore, error) {
+	recs, err := s.st.ListDatastores(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []*Datastore{}
+	builtin := s.builtinDatastore()
+	for _, r := range recs {
+		v, err := datastoreView(r)
+		if err != nil {
+			return nil, err
+		}
+		if r.Name == DefaultDatastore {
+			builtin = nil
+		}
+		out = append(out, v)
+	}
+	if builtin != nil {
+		out = append(out, builtin)
+		slices.SortFunc(out, func(a, b *Datastore) int { return strings.Compare(a.Name, b.Name) })
+	}
+	return out, nil
+}
+
+// DeleteDatastore removes a datastore. Jobs submitted before keep where
+// their inputs were resolved to; new ones naming it are refused.
+func (s *Service) DeleteDatastore(ctx context.Context, who auth.Principal, name string) error {
+	if !who.IsOwner() {
+		return Forbidden("a run token cannot delete datastores")
+	}
+	err := s.st.DeleteDatastore(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		if name == DefaultDatastore && s.builtinDatastore() != nil {
+			return Invalid("workspaceblobstore is the built-in default datastore and cannot be deleted; create one of that name to point it elsewhere")
+		}
+		names, _ := s.datastoreNames(ctx)
+		return NotFound("datastore %s is not known to this workspace; %s", name, knownDatastores(names))
+	}
+	return err
+}
+
+func (s *Service) datastoreNames(ctx context.Context) ([]string, error) {
+	recs, err := s.st.ListDatastores(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, r := range recs {
+		names = append(names, r.Name)
+	}
+	if s.builtinDatastore() != nil && !slices.Contains(names, DefaultDatastore) {
+		names = append(names, DefaultDatastore)
+		slices.Sort(names)
+	}
+	return names, nil
+}
+
+func knownDatastores(names []string) string {
+	if len(names) == 0 {
+		return "create it with `ferry datastore create -f datastore.yml` (docs/data.md)"
+	}
+	return fmt.Sprintf("known: %s; create it with `ferry datastore create -f datastore.yml`", strings.Join(names, ", "))
+}

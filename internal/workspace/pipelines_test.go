@@ -1,0 +1,83 @@
+package workspace
+
+import (
+	"testing"
+
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+func TestComponentDigestIsContentOnly(t *testing.T) {
+	c := &spec.Component{Name: "a", Version: "1", Description: "x", Type: "command", Command: "echo ${{inputs.n}}",
+		Inputs: map[string]spec.ComponentInput{"n": {Type: "integer"}}}
+	d := ComponentDigest(c)
+	other := *c
+	other.Name, other.Version, other.Description, other.Tags = "b", "2", "y", map[string]string{"k": "v"}
+	if ComponentDigest(&other) != d {
+		t.Error("name, version, description or tags changed the digest")
+	}
+	other.Command = "echo ${{inputs.n}} again"
+	if ComponentDigest(&other) == d {
+		t.Error("a changed command kept the digest")
+	}
+	other = *c
+	other.CodeSnapshot = "ab"
+	if ComponentDigest(&other) == d {
+		t.Error("changed code kept the digest")
+	}
+}
+
+func TestStepBindingAndReuseKey(t *testing.T) {
+	data := []byte(`type: pipeline
+inputs:
+  n: 5
+jobs:
+  a:
+    command: echo > ${{outputs.o}}/f
+    outputs: {o: {type: uri_folder}}
+  b:
+    component:
+      inputs:
+        x: {type: uri_folder}
+        n: {type: integer}
+        k: {type: string, default: kay}
+        opt: {type: string, optional: true}
+      outputs:
+        out: {type: uri_folder}
+      command: run ${{inputs.x}} ${{inputs.n}} ${{inputs.k}} $[[--opt ${{inputs.opt}}]] ${{outputs.out}}
+    inputs:
+      x: ${{parent.jobs.a.outputs.o}}
+      n: ${{parent.inputs.n}}
+`)
+	p, err := spec.ParsePipelineJob(data, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := store.Job{Name: "pipe"}
+	states := map[string]*stepState{"a": {job: &store.Job{Name: "pipe-a", Outputs: []byte(`{"named":{"o":"aaaa"}}`)}, status: StatusCompleted}}
+	comp := p.StepComponent("b")
+	in, err := bindStepInputs(p, nil, "b", comp, states)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := stepSpec(rec, p, "b", comp, in)
+	if want := "run ${{inputs.x}} ${{inputs.n}} ${{inputs.k}}  ${{outputs.out}}"; j.Command != want {
+		t.Errorf("command %q, want %q (the optional fragment dropped)", j.Command, want)
+	}
+	if j.Name != "pipe-b" || in.snaps["x"] != "aaaa" || *j.Inputs["n"].Value != "5" || *j.Inputs["k"].Value != "kay" {
+		t.Errorf("step job %s: inputs %+v, snapshots %v", j.Name, j.Inputs, in.snaps)
+	}
+	if err := j.Validate(); err != nil {
+		t.Errorf("the step's job does not validate: %v", err)
+	}
+	key := stepReuseKey(comp, j, in.snaps, nil)
+	states["a"].job.Outputs = []byte(`{"named":{"o":"bbbb"}}`)
+	in2, _ := bindStepInputs(p, nil, "b", comp, states)
+	if stepReuseKey(comp, stepSpec(rec, p, "b", comp, in2), in2.snaps, nil) == key {
+		t.Error("other input data kept the reuse key")
+	}
+	states["a"].job.Outputs = []byte(`{"named":{}}`)
+	if _, err := bindStepInputs(p, nil, "b", comp, states); err == nil {
+		t.Error("an output the step before did not write was bound")
+	}
+}

@@ -1,0 +1,118 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// Reference is something a job file names that the workspace must have:
+// an environment, a data asset, a compute. Field is where the file names
+// it (environment, inputs.train.path, compute), Kind one of
+// ReferenceKinds, Ref the reference as written.
+type Reference struct {
+	Field string `json:"field"`
+	Kind  string `json:"kind"`
+	Ref   string `json:"ref"`
+}
+
+// ReferenceProblem is a reference the workspace cannot resolve, and why,
+// in words that say what to do.
+type ReferenceProblem struct {
+	Field   string `json:"field"`
+	Ref     string `json:"ref"`
+	Message string `json:"message"`
+}
+
+// referenceCheckers check one reference of each kind: nil when the
+// workspace can resolve it, else an error whose message says what to do.
+// Pipelines add "component" here.
+func (s *Service) referenceCheckers() map[string]func(ctx context.Context, ref string) error {
+	return map[string]func(context.Context, string) error{
+		"environment": s.checkEnvironmentRef,
+		"data":        s.checkDataRef,
+		"compute":     s.checkComputeRef,
+	}
+}
+
+// ReferenceKinds are the kinds of reference CheckReferences knows.
+func (s *Service) ReferenceKinds() []string {
+	var kinds []string
+	for k := range s.referenceCheckers() {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	return kinds
+}
+
+// CheckReferences looks up every reference and returns the problems, in
+// the order of refs; none when all resolve. The CLI asks before it
+// uploads anything, so that a job naming a missing environment is refused
+// without sending its code first; the submission checks them again.
+func (s *Service) CheckReferences(ctx context.Context, refs []Reference) ([]ReferenceProblem, error) {
+	if len(refs) > 1000 {
+		return nil, Invalid("references: at most 1000 at a time, got %d", len(refs))
+	}
+	checkers := s.referenceCheckers()
+	out := []ReferenceProblem{}
+	for _, r := range refs {
+		check, ok := checkers[r.Kind]
+		if !ok {
+			return nil, Invalid("references: kind %q is not one this server checks (%s)", r.Kind, strings.Join(s.ReferenceKinds(), ", "))
+		}
+		err := check(ctx, r.Ref)
+		if err == nil {
+			continue
+		}
+		var e *Error
+		if !errors.As(err, &e) || (e.Code != CodeInvalid && e.Code != CodeNotFound) {
+			return nil, err
+		}
+		msg := e.Msg
+		for _, prefix := range []string{"environment: ", r.Field + ": "} {
+			msg = strings.TrimPrefix(msg, prefix)
+		}
+		out = append(out, ReferenceProblem{Field: r.Field, Ref: r.Ref, Message: msg})
+	}
+	return out, nil
+}
+
+func (s *Service) checkEnvironmentRef(ctx context.Context, ref string) error {
+	if strings.HasPrefix(ref, spec.EnvironmentFilePrefix) {
+		return nil // the client's own file, sent inline
+	}
+	r, err := spec.ParseEnvironmentRef(ref)
+	if err != nil {
+		return Invalid("%v", err)
+	}
+	_, err = s.resolveEnvironmentRef(ctx, r)
+	return err
+}
+
+func (s *Service) checkDataRef(ctx context.Context, ref string) error {
+	if !spec.IsDataRef(ref) {
+		return nil // a local path or a URL: not the registry's
+	}
+	name, version, err := spec.ParseDataRef(ref)
+	if err != nil {
+		return Invalid("%v", err)
+	}
+	_, err = s.GetData(ctx, name, version)
+	return err
+}
+
+func (s *Service) checkComputeRef(ctx context.Context, ref string) error {
+	name := strings.TrimPrefix(ref, "azureml:")
+	if name == "" {
+		return nil
+	}
+	_, err := s.st.GetCompute(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return s.unknownCompute(ctx, name)
+	}
+	return err
+}
