@@ -117,3 +117,45 @@ print("logged 20")
 	}
 	mustContain(t, "job show", s.mustFerry("job", "show", name).stdout, "param during:", "outage")
 }
+
+// A sweep whose trials log with mlflow, as Azure's sweep examples do, is
+// ranked and cut by those metrics: the bandit policy cancels the trial
+// whose loss is far behind, and the best trial is the one with the least.
+func TestMLflowDrivesASweep(t *testing.T) {
+	s := startServer(t, "--local-capacity", "2")
+	file := jobFile(t, `type: sweep
+trial:
+  code: .
+  command: python3 train.py --loss ${{search_space.loss}}
+  environment: {user_managed: true}
+sampling_algorithm: grid
+search_space:
+  loss: {type: choice, values: [0.1, 5]}
+objective: {primary_metric: loss, goal: minimize}
+early_termination: {type: bandit, slack_factor: 0.2, evaluation_interval: 1}
+limits: {max_concurrent_trials: 2}
+`, map[string]string{"train.py": `import argparse, time
+import mlflow
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--loss", type=float)
+args = parser.parse_args()
+with mlflow.start_run():
+    mlflow.log_param("loss_arg", args.loss)
+    mlflow.log_metric("loss", args.loss, step=0)
+    if args.loss > 1:
+        time.sleep(60)  # a bad trial waits to be cut; were it not, it would complete
+        mlflow.log_metric("loss", args.loss, step=1)
+`})
+	s.mustFerry("job", "create", "-f", file, "--name", "mlsweep", "--stream")
+	j := s.waitSweep("mlsweep")
+	if j.Status != "Completed" || j.Sweep.Best != "mlsweep_0" {
+		t.Fatalf("sweep: %s (%s), best %q; want Completed with mlsweep_0 (loss 0.1) best", j.Status, j.StatusReason, j.Sweep.Best)
+	}
+	for _, tr := range j.Sweep.Trials {
+		if bad := tr.Params["loss"].(float64) > 1; bad && (tr.Status != "Canceled" || !strings.Contains(tr.StatusReason, "bandit policy")) {
+			t.Errorf("trial %s (loss %v): %s (%s); want Canceled by the bandit policy", tr.Name, tr.Params["loss"], tr.Status, tr.StatusReason)
+		}
+	}
+	mustContain(t, "the best trial's show", s.mustFerry("job", "show", "mlsweep_0").stdout, "metric loss:", "param loss_arg:", "0.1")
+}
