@@ -86,6 +86,8 @@ func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
 		{method: "GET", path: "/v1/jobs/{name}/logs", summary: "A job's log from ?offset=, following it while it runs with ?follow=true", raw: s.streamLogs},
 		{method: "GET", path: "/v1/jobs/{name}/metrics", summary: "A job's metric series (?name= for one metric)", handle: s.listMetrics},
 		{method: "POST", path: "/v1/jobs/{name}/metrics", summary: "Log metric values: {name, value, step, time} or {metrics: [...]}", run: true, handle: s.addMetrics},
+		{method: "GET", path: "/v1/jobs/{name}/run-values", summary: "A job's MLflow params and tags", handle: s.getRunValues},
+		{method: "POST", path: "/v1/jobs/{name}/run-values", summary: "Set params and tags: {params: {KEY: VALUE}, tags: {KEY: VALUE}}", run: true, handle: s.setRunValues},
 		{method: "GET", path: "/v1/jobs/{name}/outputs", summary: "Snapshot ids of a job's outputs", handle: s.getOutputs},
 		{method: "GET", path: "/v1/jobs/{name}/attempts/{attempt}/assignment", summary: "Runner: what to run", run: true, handle: s.assignment},
 		{method: "POST", path: "/v1/jobs/{name}/attempts/{attempt}/heartbeat", summary: "Runner: renew the lease; says whether to stop", run: true, handle: s.heartbeat},

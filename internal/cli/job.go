@@ -553,6 +553,12 @@ func showJob(w *tabwriter.Writer, j *workspace.Job) {
 	for _, k := range slices.Sorted(maps.Keys(j.Metrics)) {
 		fmt.Fprintf(w, "metric %s:\t%g\n", k, j.Metrics[k])
 	}
+	for _, k := range slices.Sorted(maps.Keys(j.Params)) {
+		fmt.Fprintf(w, "param %s:\t%s\n", k, j.Params[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(j.RunTags)) {
+		fmt.Fprintf(w, "tag %s:\t%s\n", k, j.RunTags[k])
+	}
 	if len(j.Preemptions) > 0 {
 		fmt.Fprintf(w, "preemptions:\t%d (not failures: each attempt was queued again)\n", len(j.Preemptions))
 		for _, p := range j.Preemptions {

@@ -384,3 +384,15 @@ func Retry(ctx context.Context, max time.Duration, fn func() error) error {
 		wait = min(wait*2, max)
 	}
 }
+
+// RunValues returns a job's MLflow params and tags.
+func (c *Client) RunValues(ctx context.Context, job string) (*workspace.RunValues, error) {
+	var out workspace.RunValues
+	return &out, c.do(ctx, "GET", "/v1/jobs/"+url.PathEscape(job)+"/run-values", nil, &out)
+}
+
+// SetRunValues sets params and tags of a job; setting a key again
+// replaces its value, so a call sent twice does no harm.
+func (c *Client) SetRunValues(ctx context.Context, job string, v workspace.RunValues) error {
+	return c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(job)+"/run-values", v, nil)
+}

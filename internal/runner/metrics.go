@@ -249,11 +249,12 @@ type metricsEndpoint struct {
 	token    string // the run token; secret
 	upstream http.Handler
 	now      func() time.Time
+	run      *mlflowRun // the job's run for MLflow's API (mlflow.go); nil = none
 }
 
 // serveMetrics starts the endpoint on a free loopback port and returns its
 // URL and the server to close when the job has ended.
-func serveMetrics(q *metricQueue, job, token, apiURL string) (string, *http.Server, error) {
+func serveMetrics(q *metricQueue, job, token, apiURL string, run *mlflowRun) (string, *http.Server, error) {
 	u, err := url.Parse(apiURL)
 	if err != nil {
 		return "", nil, fmt.Errorf("--api %q: %w", apiURL, err)
@@ -263,7 +264,7 @@ func serveMetrics(q *metricQueue, job, token, apiURL string) (string, *http.Serv
 		return "", nil, err
 	}
 	e := &metricsEndpoint{q: q, path: "/v1/jobs/" + job + "/metrics", token: token,
-		upstream: httputil.NewSingleHostReverseProxy(u), now: time.Now}
+		upstream: httputil.NewSingleHostReverseProxy(u), now: time.Now, run: run}
 	srv := &http.Server{Handler: e, ReadHeaderTimeout: 30 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return "http://" + ln.Addr().String(), srv, nil
@@ -271,6 +272,19 @@ func serveMetrics(q *metricQueue, job, token, apiURL string) (string, *http.Serv
 
 func (e *metricsEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	secret, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	for _, prefix := range mlflowPrefixes {
+		if call, ok := strings.CutPrefix(r.URL.Path, prefix); ok {
+			if subtle.ConstantTimeCompare([]byte(secret), []byte(e.token)) != 1 {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusUnauthorized)
+				_ = json.NewEncoder(w).Encode(map[string]string{"error_code": "UNAUTHENTICATED",
+					"message": "MLflow calls need the job's run token as MLFLOW_TRACKING_TOKEN"})
+				return
+			}
+			e.serveMLflow(w, r, call)
+			return
+		}
+	}
 	if r.Method != http.MethodPost || r.URL.Path != e.path || r.URL.RawQuery != "" ||
 		subtle.ConstantTimeCompare([]byte(secret), []byte(e.token)) != 1 {
 		// Not the job logging its own metrics with its own token: the
@@ -345,7 +359,7 @@ func (r *runner) startMetrics(ctx context.Context) (finish func(ctx context.Cont
 		r.log.Warn("no metrics queue; the job logs metrics to the server directly", "err", err)
 		return func(context.Context) error { return nil }
 	}
-	u, srv, err := serveMetrics(q, r.cfg.Job, r.cfg.RunToken, r.cfg.APIURL)
+	u, srv, err := serveMetrics(q, r.cfg.Job, r.cfg.RunToken, r.cfg.APIURL, r.newMLflowRun())
 	if err != nil {
 		q.close()
 		r.log.Warn("no metrics endpoint; the job logs metrics to the server directly", "err", err)

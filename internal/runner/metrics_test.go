@@ -97,7 +97,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, hs, err := serveMetrics(q, "j", "tok", srv.URL)
+	u, hs, err := serveMetrics(q, "j", "tok", srv.URL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,6 +103,9 @@ type runner struct {
 	canceled  atomic.Bool    // the server or the node asked the job to stop
 	preempted atomic.Bool    // the server asked because the node is preempted (resume.go)
 
+	mlRun      *mlflowRun // the job's run for MLflow's API (mlflow.go); nil = none
+	mlflowShim string     // the folder holding the mlflow stand-in; "" = none
+
 	warm <-chan *warmShim // started early, for the first host process (process.go); nil once taken
 
 	reports chan workspace.Report // sent in order by one goroutine
@@ -574,7 +577,8 @@ func (r *runner) env(j *spec.Job) []string {
 	if u := r.cfg.RunAs; u != nil {
 		env = withVars(env, []string{"HOME=" + r.jobHome(), "USER=" + u.Name, "LOGNAME=" + u.Name})
 	}
-	return append(env, r.jobVars(j)...)
+	env = append(env, r.jobVars(j)...)
+	return withVars(env, r.mlflowVars(j, os.Getenv("PYTHONPATH")))
 }
 
 // jobVars are the job's own variables: the spec's and the documented
@@ -688,7 +692,7 @@ func (r *runner) startInContainer(ctx context.Context, j *spec.Job, image, comma
 	if err != nil {
 		return nil, err
 	}
-	env := r.jobVars(j)
+	env := withVars(r.jobVars(j), r.mlflowVars(j, ""))
 	labels := map[string]string{"ferry.job": r.cfg.Job, "ferry.attempt": strconv.Itoa(r.cfg.Attempt)}
 	if rp != nil {
 		env = withVars(env, rp.Vars)

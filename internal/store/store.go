@@ -275,6 +275,14 @@ type Metric struct {
 	Time  time.Time
 }
 
+// RunValue is one of a job's MLflow params or tags: Kind is "param" or
+// "tag"; a key has one value, the last one set.
+type RunValue struct {
+	Kind  string
+	Key   string
+	Value string
+}
+
 // SweepTrial is one trial of a sweep job: its index (from 0), the name
 // of its job and its parameters (JSON owned by the workspace), stored
 // before the job is created.
@@ -460,6 +468,13 @@ type Store interface {
 	// a query per job. A job that has no metrics, or does not exist, has no
 	// key; the map is empty, never nil.
 	LatestMetricsOf(ctx context.Context, jobs []string) (map[string]map[string]Metric, error)
+	// SetRunValues stores a job's params and tags, replacing the value
+	// already under a kind and key, all in one transaction; ErrNotFound if
+	// no such job.
+	SetRunValues(ctx context.Context, job string, vs []RunValue) error
+	// ListRunValues returns a job's params and tags ordered by kind, then
+	// key; empty, never nil, when it has none; ErrNotFound if no such job.
+	ListRunValues(ctx context.Context, job string) ([]RunValue, error)
 
 	// CreateEnvironment stores a version of an environment; ErrConflict
 	// if that name and version exist.

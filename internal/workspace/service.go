@@ -757,6 +757,11 @@ func (s *Service) GetJob(ctx context.Context, name string, history bool) (*Job, 
 		if v.Preemptions, err = s.preemptionsOf(ctx, name); err != nil {
 			return nil, err
 		}
+		rv, err := s.GetRunValues(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		v.Params, v.RunTags = rv.Params, rv.Tags
 	}
 	if v.Spec != nil && v.Spec.Type == "sweep" {
 		if v.Sweep, err = s.sweepView(ctx, rec, v.Spec); err != nil {

@@ -63,6 +63,10 @@ type Job struct {
 	// Preemptions are the attempts that ended because their node was
 	// preempted; each was followed by a new attempt (shown with History).
 	Preemptions []Preemption `json:"preemptions,omitempty"`
+	// Params and RunTags are what the job set with mlflow.log_param and
+	// mlflow.set_tag (runvalues.go); shown with History.
+	Params  map[string]string `json:"params,omitempty"`
+	RunTags map[string]string `json:"run_tags,omitempty"`
 	// Sweep is a sweep job's objective and trials, ranked (sweeps.go).
 	Sweep *SweepView `json:"sweep,omitempty"`
 }

@@ -30,6 +30,7 @@ var cases = []testCase{
 	{"inputs", inputs},
 	{"variables", variables},
 	{"metrics", metrics},
+	{"mlflow", mlflowLogging},
 	{"cancel-queued", cancelQueued},
 	{"cancel-running", cancelRunning},
 	{"timeout", timeout},
@@ -245,6 +246,38 @@ print("logged")
 		if m.Step != int64(i) || m.Value != 1.0/float64(i+1) {
 			t.Errorf("point %d = %+v, want step %d value %v", i, m, i, 1.0/float64(i+1))
 		}
+	}
+}
+
+// A script that logs with mlflow, as Azure's examples do, runs unchanged:
+// with no mlflow installed, Ferry's stand-in sends its metrics, params and
+// tags to the runner, and they are kept with the job.
+func mlflowLogging(t *testing.T, s *suite) {
+	name := s.submit(t, `code: .
+command: python3 train.py
+`, map[string]string{"train.py": `import mlflow
+with mlflow.start_run():
+    mlflow.log_param("lr", 0.5)
+    mlflow.set_tag("target", "any")
+    for step in range(3):
+        mlflow.log_metric("loss", 1.0 / (step + 1), step=step)
+print("logged")
+`})
+	s.waitStatus(t, name, "Completed")
+	code, body := s.srv.Get(t, "/v1/jobs/"+name+"/metrics?name=loss")
+	var series []struct {
+		Step int64 `json:"step"`
+	}
+	if code != 200 || json.Unmarshal(body, &series) != nil || len(series) != 3 || series[2].Step != 2 {
+		t.Errorf("the loss series of %s: %d %s, want 3 points, steps 0..2", name, code, body)
+	}
+	code, body = s.srv.Get(t, "/v1/jobs/"+name+"/run-values")
+	var v struct {
+		Params map[string]string `json:"params"`
+		Tags   map[string]string `json:"tags"`
+	}
+	if code != 200 || json.Unmarshal(body, &v) != nil || v.Params["lr"] != "0.5" || v.Tags["target"] != "any" {
+		t.Errorf("the params and tags of %s: %d %s", name, code, body)
 	}
 }
 

@@ -111,6 +111,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Metrics/Empty", testMetricsEmpty},
 		{"Metrics/NotFound", testMetricsNotFound},
 		{"Metrics/NumberedOnce", testMetricsNumberedOnce},
+		{"RunValues", testRunValues},
 
 		{"Environment/CreateGet", testEnvironmentCreateGet},
 		{"Environment/Conflict", testEnvironmentConflict},
@@ -1252,6 +1253,37 @@ func testMetricsNotFound(t *testing.T, s store.Store) {
 	wantErrIs(t, "ListMetrics(loss) of a missing job", err, store.ErrNotFound)
 	_, err = s.LatestMetrics(ctx, "nope")
 	wantErrIs(t, "LatestMetrics of a missing job", err, store.ErrNotFound)
+}
+
+// testRunValues: params and tags keep the last value per kind and key,
+// per job, and a missing job is ErrNotFound.
+func testRunValues(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustCreateJob(t, s, testJob("j1"))
+	mustCreateJob(t, s, testJob("j2"))
+	if vs, err := s.ListRunValues(ctx, "j1"); err != nil || vs == nil || len(vs) != 0 {
+		t.Fatalf("ListRunValues of a job without any = %#v, %v; want an empty, non-nil slice", vs, err)
+	}
+	set := func(job string, vs ...store.RunValue) {
+		t.Helper()
+		if err := s.SetRunValues(ctx, job, vs); err != nil {
+			t.Fatalf("SetRunValues(%s): %v", job, err)
+		}
+	}
+	set("j1", store.RunValue{Kind: "param", Key: "lr", Value: "0.1"}, store.RunValue{Kind: "tag", Key: "lr", Value: "tagged"})
+	set("j2", store.RunValue{Kind: "param", Key: "lr", Value: "9"})
+	set("j1", store.RunValue{Kind: "param", Key: "lr", Value: "0.01"}, store.RunValue{Kind: "param", Key: "epochs", Value: "3"})
+	want := []store.RunValue{{Kind: "param", Key: "epochs", Value: "3"}, {Kind: "param", Key: "lr", Value: "0.01"}, {Kind: "tag", Key: "lr", Value: "tagged"}}
+	got, err := s.ListRunValues(ctx, "j1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diff(want, got); d != "" {
+		t.Errorf("ListRunValues (-want +got):\n%s", d)
+	}
+	wantErrIs(t, "SetRunValues of a missing job", s.SetRunValues(ctx, "nope", []store.RunValue{{Kind: "param", Key: "a", Value: "b"}}), store.ErrNotFound)
+	_, err = s.ListRunValues(ctx, "nope")
+	wantErrIs(t, "ListRunValues of a missing job", err, store.ErrNotFound)
 }
 
 // testJobCount: CountJobs counts per compute the jobs in the statuses
