@@ -1,0 +1,145 @@
+package studio_test
+
+import (
+	"context"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/testutil"
+)
+
+// detachAtEnd detaches the compute name when the test ends, if it was
+// made, and waits until it is gone.
+func detachAtEnd(t *testing.T, c *client.Client, name string) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if err := c.DeleteCompute(ctx, name); err != nil {
+			return
+		}
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if _, err := c.GetCompute(ctx, name); err != nil {
+				return
+			}
+		}
+		t.Errorf("%s was not detached within 60 s", name)
+	})
+}
+
+// Attach the test Slurm cluster through the form. A partition the cluster
+// lacks is refused beside the partition field, naming the partitions
+// sinfo lists, and nothing is stored; the right one attaches, and the
+// compute's page shows it ready with its partition. Over SSH, a login
+// node without a host key shows the fingerprint it offers to confirm,
+// and the private key never comes back in a page.
+func TestStudioSlurmAttachInBrowser(t *testing.T) {
+	sl := testutil.RequireSlurm(t)
+	testutil.RequireSSHD(t)
+	s := startServerEnv(t, sl.Env)
+	c := s.client()
+	detachAtEnd(t, c, "hpc")
+	b := newBrowser(t)
+	b.signIn(s)
+	b.run("open the Slurm attach form", chromedp.Navigate(s.url+"/studio/compute"),
+		chromedp.Click(chromedp.CSS(`a[href="/studio/compute/attach-slurm"]`)), chromedp.WaitVisible(chromedp.ID("partition")))
+	b.screenshot("slurm-attach")
+
+	work := filepath.Join(s.work, "slurm")
+	b.run("send the form with a partition the cluster lacks",
+		chromedp.SetValue(chromedp.ID("name"), "hpc"),
+		chromedp.SetValue(chromedp.ID("partition"), "gpus"),
+		chromedp.SetValue(chromedp.ID("work_dir"), work),
+		chromedp.Click(chromedp.ID("attach")),
+		chromedp.WaitVisible(chromedp.ID("partition-error")))
+	msg := b.textOf("#partition-error")
+	for _, want := range []string{`"gpus"`, sl.Partition, sl.Small} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("partition's error %q lacks %s (the cluster's answer, listing its partitions)", msg, want)
+		}
+	}
+	if beside := eval[bool](b, `document.getElementById("partition").parentElement.contains(document.getElementById("partition-error"))`); !beside {
+		t.Error("partition's error is not beside the partition field")
+	}
+	if kept := get(b, "read the work dir kept", chromedp.Value(chromedp.ID("work_dir"))); kept != work {
+		t.Errorf("the form lost the work dir: %q, want %q", kept, work)
+	}
+	if _, err := c.GetCompute(context.Background(), "hpc"); err == nil {
+		t.Fatal("a Slurm attach the cluster refused made the compute")
+	}
+	b.screenshot("slurm-attach-error")
+
+	b.run("send it with the cluster's partition",
+		chromedp.SetValue(chromedp.ID("partition"), sl.Partition),
+		chromedp.Click(chromedp.ID("attach")),
+		chromedp.WaitVisible(chromedp.ID("compute-state")))
+	if st := b.textOf("#compute-state"); st != "Succeeded" {
+		t.Errorf("the attached Slurm cluster is %q, want Succeeded", st)
+	}
+	if p := b.textOf("#slurm-partition"); !strings.Contains(p, sl.Partition) {
+		t.Errorf("the compute's page shows partition %q, want %s", p, sl.Partition)
+	}
+	if w := b.textOf("#slurm-where"); !strings.Contains(w, "server's own host") {
+		t.Errorf("the compute's page says it submits %q, want on the server's own host", w)
+	}
+	b.screenshot("slurm-attach-done")
+	got, err := c.GetCompute(context.Background(), "hpc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Type != "slurm" || got.Spec == nil || got.Spec.Partition != sl.Partition || got.Spec.WorkDir != work {
+		t.Errorf("the form made %s of type %s with spec %+v; want slurm on %s in %s", got.Name, got.Type, got.Spec, sl.Partition, work)
+	}
+	b.run("open the compute list", chromedp.Navigate(s.url+"/studio/compute"), chromedp.WaitVisible(chromedp.CSS(`tr[data-compute="hpc"]`)))
+	if row := b.textOf(`tr[data-compute="hpc"]`); !strings.Contains(row, "slurm") {
+		t.Errorf("the list's row for hpc %q does not say slurm", row)
+	}
+
+	// Over SSH: the login node's key is shown to be confirmed first.
+	sshd := testutil.StartSSHD(t)
+	key := strings.TrimSpace(string(sshd.ClientKey))
+	b.run("open the form again", chromedp.Navigate(s.url+"/studio/compute/attach-slurm"), chromedp.WaitVisible(chromedp.ID("partition")))
+	b.run("send an SSH login node without a host key",
+		chromedp.SetValue(chromedp.ID("name"), "hpc-login"),
+		chromedp.SetValue(chromedp.ID("partition"), sl.Partition),
+		chromedp.SetValue(chromedp.ID("work_dir"), work+"-login"),
+		chromedp.Click(chromedp.ID("where-ssh")),
+		chromedp.SetValue(chromedp.ID("address"), sshd.Address),
+		chromedp.SetValue(chromedp.ID("ssh_port"), strconv.Itoa(sshd.Port)),
+		chromedp.SetValue(chromedp.ID("admin_username"), sshd.User),
+		chromedp.SetValue(chromedp.ID("ssh_private_key"), key),
+		chromedp.Click(chromedp.ID("attach")),
+		chromedp.WaitVisible(chromedp.ID("offered-fingerprint")))
+	if fp := b.textOf("#offered-fingerprint"); fp != sshd.Fingerprint {
+		t.Errorf("the page offers the fingerprint %q to confirm, want the login node's %q", fp, sshd.Fingerprint)
+	}
+	html := get(b, "read the page", chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+	if strings.Contains(html, "PRIVATE KEY") || strings.Contains(html, key[40:80]) {
+		t.Error("the confirmation page holds the private key that was sent")
+	}
+	if ssh := get(b, "read the where choice", chromedp.Evaluate[bool](`document.getElementById("where-ssh").checked`)); !ssh {
+		t.Error("the confirmation page lost the choice of SSH")
+	}
+	if _, err := c.GetCompute(context.Background(), "hpc-login"); err == nil {
+		t.Fatal("the attach without a confirmed host key made the compute")
+	}
+	b.screenshot("slurm-attach-confirm")
+
+	// Confirmed, the key is accepted: the login node lets Ferry in. The
+	// test's sshd gives its sessions no SLURM_CONF (a real login node has
+	// /etc/slurm), so sinfo there does not find the cluster and the
+	// refusal comes beside the host field: it is not about the key.
+	b.run("confirm the key",
+		chromedp.SetValue(chromedp.ID("ssh_private_key"), key),
+		chromedp.Click(chromedp.ID("confirm-attach")),
+		chromedp.WaitVisible(chromedp.CSS(`p.error[role="alert"]`)))
+	errs := get(b, "read the errors", chromedp.Evaluate[string](`Array.from(document.querySelectorAll('p.error')).map(e => e.id + ": " + e.textContent).join("\n")`))
+	if !strings.Contains(errs, "address-error: sinfo does not answer on the login node") || strings.Contains(errs, "host_key-error") {
+		t.Errorf("after confirming the key the page says\n%s\nwant only sinfo's refusal beside the host field", errs)
+	}
+	b.screenshot("slurm-attach-login")
+}
