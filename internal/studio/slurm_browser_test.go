@@ -35,8 +35,9 @@ func detachAtEnd(t *testing.T, c *client.Client, name string) {
 // lacks is refused beside the partition field, naming the partitions
 // sinfo lists, and nothing is stored; the right one attaches, and the
 // compute's page shows it ready with its partition. Over SSH, a login
-// node without a host key shows the fingerprint it offers to confirm,
-// and the private key never comes back in a page.
+// node without a host key shows the fingerprint it offers to confirm;
+// confirmed, the login node is attached with that key pinned. The
+// private key never comes back in a page.
 func TestStudioSlurmAttachInBrowser(t *testing.T) {
 	sl := testutil.RequireSlurm(t)
 	testutil.RequireSSHD(t)
@@ -100,7 +101,10 @@ func TestStudioSlurmAttachInBrowser(t *testing.T) {
 	}
 
 	// Over SSH: the login node's key is shown to be confirmed first.
-	sshd := testutil.StartSSHD(t)
+	// The sshd's sessions get SLURM_CONF, as a real login node's
+	// /etc/slurm gives its users the cluster.
+	sshd := testutil.StartSSHDEnv(t, sl.Env...)
+	detachAtEnd(t, c, "hpc-login")
 	key := strings.TrimSpace(string(sshd.ClientKey))
 	b.run("open the form again", chromedp.Navigate(s.url+"/studio/compute/attach-slurm"), chromedp.WaitVisible(chromedp.ID("partition")))
 	b.run("send an SSH login node without a host key",
@@ -129,17 +133,27 @@ func TestStudioSlurmAttachInBrowser(t *testing.T) {
 	}
 	b.screenshot("slurm-attach-confirm")
 
-	// Confirmed, the key is accepted: the login node lets Ferry in. The
-	// test's sshd gives its sessions no SLURM_CONF (a real login node has
-	// /etc/slurm), so sinfo there does not find the cluster and the
-	// refusal comes beside the host field: it is not about the key.
+	// Confirmed: Ferry logs in with the pinned key, runs sinfo on the
+	// login node and attaches.
 	b.run("confirm the key",
 		chromedp.SetValue(chromedp.ID("ssh_private_key"), key),
 		chromedp.Click(chromedp.ID("confirm-attach")),
-		chromedp.WaitVisible(chromedp.CSS(`p.error[role="alert"]`)))
-	errs := get(b, "read the errors", chromedp.Evaluate[string](`Array.from(document.querySelectorAll('p.error')).map(e => e.id + ": " + e.textContent).join("\n")`))
-	if !strings.Contains(errs, "address-error: sinfo does not answer on the login node") || strings.Contains(errs, "host_key-error") {
-		t.Errorf("after confirming the key the page says\n%s\nwant only sinfo's refusal beside the host field", errs)
+		chromedp.WaitVisible(chromedp.ID("compute-state")))
+	if w := b.textOf("#slurm-where"); !strings.Contains(w, "login node "+sshd.Address) {
+		t.Errorf("the compute's page says it submits %q, want over SSH on %s", w, sshd.Address)
+	}
+	html = get(b, "read the page", chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+	if strings.Contains(html, key[40:80]) {
+		t.Error("the compute's page holds the private key")
 	}
 	b.screenshot("slurm-attach-login")
+	got, err = c.GetCompute(context.Background(), "hpc-login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server pins the key it checked the fingerprint against, as a
+	// known_hosts line.
+	if got.Spec == nil || got.Spec.Address != sshd.Address || (got.Spec.HostKey != sshd.Fingerprint && got.Spec.HostKey != sshd.HostKeyLine) {
+		t.Errorf("hpc-login has spec %+v; want address %s with the confirmed host key %q (%s) pinned", got.Spec, sshd.Address, sshd.Fingerprint, sshd.HostKeyLine)
+	}
 }
