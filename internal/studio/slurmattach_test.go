@@ -2,6 +2,8 @@ package studio_test
 
 import (
 	"context"
+	"net/http"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -155,5 +157,75 @@ func TestStudioSlurmAttachInBrowser(t *testing.T) {
 	// known_hosts line.
 	if got.Spec == nil || got.Spec.Address != sshd.Address || (got.Spec.HostKey != sshd.Fingerprint && got.Spec.HostKey != sshd.HostKeyLine) {
 		t.Errorf("hpc-login has spec %+v; want address %s with the confirmed host key %q (%s) pinned", got.Spec, sshd.Address, sshd.Fingerprint, sshd.HostKeyLine)
+	}
+}
+
+// The form's own checks and the API's validation come back beside their
+// fields without a Slurm cluster (nothing reaches sinfo): a time limit
+// that is not a number, a tier map that is not name=value, a QOS name
+// with a space, a missing work_dir, an SSH choice without a login node.
+// What was typed is kept; the password never is; nothing is stored.
+func TestStudioSlurmFormRefusalsBesideFields(t *testing.T) {
+	s := startServer(t)
+	hc := noRedirects(t)
+	resp, err := hc.PostForm(s.url+"/studio/signin", url.Values{"token": {s.token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	resp, err = hc.Get(s.url + "/studio/compute/attach-slurm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := csrfRE.FindStringSubmatch(readAll(t, resp))
+	if m == nil {
+		t.Fatal("the Slurm attach page has no CSRF field")
+	}
+	post := func(form url.Values) (int, string) {
+		t.Helper()
+		form.Set("csrf", m[1])
+		resp, err := hc.PostForm(s.url+"/studio/compute/attach-slurm", form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, readAll(t, resp)
+	}
+	for _, tc := range []struct {
+		what  string
+		form  url.Values
+		field string // the id of the error's element
+		want  string
+	}{
+		{"a time limit in words", url.Values{"default_time_limit": {"two hours"}}, "default_time_limit-error", "is not a whole number of seconds"},
+		{"a tier map without '='", url.Values{"job_tier_qos": {"spot scavenger"}}, "job_tier_qos-error", "is not name=value"},
+		{"a nice value in words", url.Values{"priority_nice": {"low=lots"}}, "priority_nice-error", "a nice value is a whole number"},
+		{"an unknown tier", url.Values{"job_tier_qos": {"gold=high"}}, "job_tier_qos-error", "is not a job tier"},
+		{"a QOS with a space", url.Values{"qos": {"high prio"}}, "qos-error", "is not a Slurm qos name"},
+		{"no work_dir", url.Values{"work_dir": {""}}, "work_dir-error", "is required"},
+		{"SSH without a login node", url.Values{"where": {"ssh"}, "admin_password": {"pw-not-shown"}}, "address-error", "give the login node"},
+		{"SSH without a secret", url.Values{"where": {"ssh"}, "address": {"127.0.0.1"}}, "secret-error", "give the password or the private key"},
+		{"an unknown where", url.Values{"where": {"moon"}}, "where-error", "choose where Ferry runs sbatch"},
+	} {
+		form := url.Values{"name": {"hpc"}, "partition": {"debug"}, "work_dir": {"/shared/ferry"}, "where": {"local"}}
+		for k, v := range tc.form {
+			form[k] = v
+		}
+		status, page := post(form)
+		if status != http.StatusUnprocessableEntity {
+			t.Errorf("%s: %d, want 422", tc.what, status)
+		}
+		i := strings.Index(page, `id="`+tc.field+`"`)
+		if i < 0 || !strings.Contains(page[i:min(len(page), i+400)], tc.want) {
+			t.Errorf("%s: the page has no %s saying %q", tc.what, tc.field, tc.want)
+		}
+		if !strings.Contains(page, `value="debug"`) {
+			t.Errorf("%s: the page lost the partition that was typed", tc.what)
+		}
+		if strings.Contains(page, "pw-not-shown") {
+			t.Errorf("%s: the page shows the password that was sent", tc.what)
+		}
+	}
+	if _, err := s.client().GetCompute(context.Background(), "hpc"); client.StatusOf(err) != http.StatusNotFound {
+		t.Errorf("after refused forms, GetCompute(hpc) = %v, want not found", err)
 	}
 }
