@@ -89,6 +89,9 @@ func TestStudioSlurmAttachInBrowser(t *testing.T) {
 	if w := b.textOf("#slurm-where"); !strings.Contains(w, "server's own host") {
 		t.Errorf("the compute's page says it submits %q, want on the server's own host", w)
 	}
+	if d := b.textOf("#delete"); d != "Detach" {
+		t.Errorf("the Slurm compute's page offers %q, want Detach (the cluster stays)", d)
+	}
 	b.screenshot("slurm-attach-done")
 	got, err := c.GetCompute(context.Background(), "hpc")
 	if err != nil {
