@@ -112,6 +112,9 @@ func TestStudioSlurmAttachInBrowser(t *testing.T) {
 	detachAtEnd(t, c, "hpc-login")
 	key := strings.TrimSpace(string(sshd.ClientKey))
 	b.run("open the form again", chromedp.Navigate(s.url+"/studio/compute/attach-slurm"), chromedp.WaitVisible(chromedp.ID("partition")))
+	if off := eval[bool](b, `document.getElementById("login-node").disabled`); !off {
+		t.Error("the login node's fields are open while the server's own host is chosen")
+	}
 	b.run("send an SSH login node without a host key",
 		chromedp.SetValue(chromedp.ID("name"), "hpc-login"),
 		chromedp.SetValue(chromedp.ID("partition"), sl.Partition),
