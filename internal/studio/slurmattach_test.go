@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -39,7 +40,8 @@ func detachAtEnd(t *testing.T, c *client.Client, name string) {
 // compute's page shows it ready with its partition. Over SSH, a login
 // node without a host key shows the fingerprint it offers to confirm;
 // confirmed, the login node is attached with that key pinned. The
-// private key never comes back in a page.
+// private key never comes back in a page. A job sent to the compute the
+// form made goes through sbatch and its page shows its log.
 func TestStudioSlurmAttachInBrowser(t *testing.T) {
 	sl := testutil.RequireSlurm(t)
 	testutil.RequireSSHD(t)
@@ -104,6 +106,24 @@ func TestStudioSlurmAttachInBrowser(t *testing.T) {
 	if row := b.textOf(`tr[data-compute="hpc"]`); !strings.Contains(row, "slurm") {
 		t.Errorf("the list's row for hpc %q does not say slurm", row)
 	}
+
+	// The compute the form made takes jobs: one goes through sbatch and
+	// its page in the studio shows it completed with its log.
+	jobFile := filepath.Join(t.TempDir(), "job.yml")
+	if err := os.WriteFile(jobFile, []byte("command: echo hello-from-slurm\ncompute: hpc\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := s.ferry(t, "job", "create", "-f", jobFile, "--name", "on-hpc", "--stream"); !strings.Contains(out, "hello-from-slurm") {
+		t.Errorf("the job on the attached Slurm cluster printed\n%s\nwant hello-from-slurm", out)
+	}
+	if j, err := c.GetJob(context.Background(), "on-hpc"); err != nil || j.Handle == "" {
+		t.Errorf("the job on hpc has no Slurm job id as its handle (%v): it did not go through sbatch", err)
+	}
+	b.run("open the job's page", chromedp.Navigate(s.url+"/studio/jobs/on-hpc"), chromedp.WaitVisible(chromedp.ID("job-status")))
+	if st, log := b.textOf("#job-status"), b.textOf("#log"); st != "Completed" || !strings.Contains(log, "hello-from-slurm") {
+		t.Errorf("the job's page shows %s with the log %q; want Completed with hello-from-slurm", st, log)
+	}
+	b.screenshot("slurm-job")
 
 	// Over SSH: the login node's key is shown to be confirmed first.
 	// The sshd's sessions get SLURM_CONF, as a real login node's
