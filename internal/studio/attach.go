@@ -88,21 +88,35 @@ func (s *Studio) attachCreate(w http.ResponseWriter, r *http.Request, ss *sessio
 }
 
 func placeAttachErrors(f *attachForm, err error) {
+	f.Problem = placeFieldErrors(f.Errors, attachFields, err)
+}
+
+// placeFieldErrors puts the API's refusal beside the form's fields: each
+// error whose field fields maps (the API's name to the form's) goes into
+// errs under the form's name; what no field takes is returned, to be
+// shown above the form. A field the map lacks is looked up again without
+// its last part ("job_tier_qos.spot" as "job_tier_qos").
+func placeFieldErrors(errs, fields map[string]string, err error) string {
 	var ae *client.APIError
 	if !errors.As(err, &ae) {
-		f.Problem = err.Error()
-		return
+		return err.Error()
 	}
 	var rest []string
 	put := func(field, msg string) bool {
-		if id, ok := attachFields[field]; ok {
-			if f.Errors[id] != "" {
-				f.Errors[id] += "; "
+		id, ok := fields[field]
+		if !ok {
+			if i := strings.LastIndexByte(field, '.'); i > 0 {
+				id, ok = fields[field[:i]]
 			}
-			f.Errors[id] += msg
-			return true
 		}
-		return false
+		if !ok {
+			return false
+		}
+		if errs[id] != "" {
+			errs[id] += "; "
+		}
+		errs[id] += msg
+		return true
 	}
 	for _, fe := range ae.Errors {
 		if !put(fe.Field, fe.Message) {
@@ -115,5 +129,5 @@ func placeAttachErrors(f *attachForm, err error) {
 			rest = append(rest, ae.Detail)
 		}
 	}
-	f.Problem = strings.Join(rest, "\n")
+	return strings.Join(rest, "\n")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/compute/amlcompute"
 	"github.com/ferry-ml/ferry/internal/compute/computeinstance"
+	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // resizeForm is the resize form on a cluster's page.
@@ -91,7 +92,7 @@ func (s *Studio) computeDeletePage(w http.ResponseWriter, r *http.Request, ss *s
 	if err != nil {
 		return err
 	}
-	s.render(w, r, ss, "computedelete", "Delete "+c.Name, map[string]any{"Compute": c, "Attached": c.Size == "attached"})
+	s.render(w, r, ss, "computedelete", "Delete "+c.Name, map[string]any{"Compute": c, "Attached": isAttached(c)})
 	return nil
 }
 
@@ -102,7 +103,7 @@ func (s *Studio) computeDelete(w http.ResponseWriter, r *http.Request, ss *sessi
 		if err != nil {
 			return err
 		}
-		s.render(withStatus(w, http.StatusUnprocessableEntity), r, ss, "computedelete", "Delete "+name, map[string]any{"Compute": c, "Attached": c.Size == "attached",
+		s.render(withStatus(w, http.StatusUnprocessableEntity), r, ss, "computedelete", "Delete "+name, map[string]any{"Compute": c, "Attached": isAttached(c),
 			"Error": "type the compute's name, " + name + ", to confirm"})
 		return nil
 	}
@@ -112,6 +113,11 @@ func (s *Studio) computeDelete(w http.ResponseWriter, r *http.Request, ss *sessi
 	http.Redirect(w, r, "/studio/compute?msg="+url.QueryEscape("delete of "+name+" asked: its machines are given back, then it is gone"), http.StatusSeeOther)
 	return nil
 }
+
+// isAttached reports whether deleting the compute detaches something
+// that exists without Ferry (a machine, a Slurm cluster) rather than
+// giving back machines Ferry made.
+func isAttached(c *workspace.Compute) bool { return c.Size == "attached" || c.Type == "slurm" }
 
 // isCluster and isInstance say which forms a compute's page offers.
 func isCluster(c computeRow) bool  { return c.Type == amlcompute.Type }

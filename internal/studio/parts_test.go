@@ -254,3 +254,55 @@ func TestPlaceErrorsPutsFieldErrorsBesideFields(t *testing.T) {
 func fieldErr(field, msg string) *spec.FieldError {
 	return &spec.FieldError{Field: field, Message: msg}
 }
+
+func TestParsePairs(t *testing.T) {
+	got, err := parsePairs(" spot = scavenger,premium=high\nlow=1, ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]string{"spot": "scavenger", "premium": "high", "low": "1"}, got); diff != "" {
+		t.Errorf("parsePairs (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"spot", "=x", "spot=", "a=1, a=2"} {
+		if _, err := parsePairs(bad); err == nil {
+			t.Errorf("parsePairs(%q) took it, want an error", bad)
+		}
+	}
+}
+
+// FuzzParsePairs: whatever a form sends, parsePairs either refuses it or
+// gives trimmed, non-empty names and values without separators.
+func FuzzParsePairs(f *testing.F) {
+	for _, s := range []string{"spot=scavenger, premium=high", "low=1000\nmedium=0", "a==b", ",,", "x=1,x=2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := parsePairs(s)
+		if err != nil {
+			return
+		}
+		for k, v := range m {
+			if k == "" || v == "" || k != strings.TrimSpace(k) || v != strings.TrimSpace(v) || strings.ContainsAny(k+v, ",\n\r") || strings.Contains(k, "=") {
+				t.Errorf("parsePairs(%q) gave %q=%q", s, k, v)
+			}
+		}
+	})
+}
+
+func TestPlaceFieldErrorsSlurm(t *testing.T) {
+	errs := map[string]string{}
+	err := &client.APIError{}
+	err.Detail = "invalid compute"
+	err.Errors = append(err.Errors, fieldErr("job_tier_qos.gold", `"gold" is not a job tier`), fieldErr("ssh_settings.ssh_private_key_file", "refused the key"), fieldErr("location", "is not used"))
+	problem := placeFieldErrors(errs, slurmFields, err)
+	want := map[string]string{"job_tier_qos": `"gold" is not a job tier`, "secret": "refused the key"}
+	if diff := cmp.Diff(want, errs); diff != "" || !strings.Contains(problem, "location: is not used") {
+		t.Errorf("errors (-want +got):\n%s\nproblem %q", diff, problem)
+	}
+	errs = map[string]string{}
+	err = &client.APIError{}
+	err.Detail = `partition: the cluster has no partition "gpus"; sinfo lists debug, small`
+	if problem := placeFieldErrors(errs, slurmFields, err); problem != "" || !strings.Contains(errs["partition"], `"gpus"`) {
+		t.Errorf("a Check error naming partition: errors %v, problem %q", errs, problem)
+	}
+}

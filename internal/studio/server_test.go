@@ -53,6 +53,13 @@ func (s *testServer) client() *client.Client { return client.New(s.url, s.token)
 // loopback port, and stops it (after ending its jobs) when the test ends.
 func startServer(t *testing.T) *testServer {
 	t.Helper()
+	return startServerEnv(t, nil)
+}
+
+// startServerEnv is startServer with env added to the server's
+// environment (a Slurm test cluster's SLURM_CONF).
+func startServerEnv(t *testing.T, env []string) *testServer {
+	t.Helper()
 	dir := t.TempDir()
 	work, err := os.MkdirTemp("", "ferry-studio-")
 	if err != nil {
@@ -65,6 +72,9 @@ func startServer(t *testing.T) *testServer {
 	var out testutil.SyncBuffer
 	cmd := exec.Command(ferryBin, "server", "--data-dir", dir, "--work-dir", filepath.Join(work, "work"), "--addr", "127.0.0.1:0")
 	cmd.Stdout, cmd.Stderr = &out, &out
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -84,6 +84,8 @@ func New(o Options) (*Studio, error) {
 	s.mux.HandleFunc("POST /studio/compute/new-instance", s.form(s.instanceCreate))
 	s.mux.HandleFunc("GET /studio/compute/attach", s.page(s.attachNew))
 	s.mux.HandleFunc("POST /studio/compute/attach", s.form(s.attachCreate))
+	s.mux.HandleFunc("GET /studio/compute/attach-slurm", s.page(s.slurmNew))
+	s.mux.HandleFunc("POST /studio/compute/attach-slurm", s.form(s.slurmCreate))
 	s.mux.HandleFunc("GET /studio/compute/{name}", s.page(s.computeDetail))
 	s.mux.HandleFunc("POST /studio/compute/{name}/resize", s.form(s.computeResize))
 	s.mux.HandleFunc("POST /studio/compute/{name}/action", s.form(s.computeAction))

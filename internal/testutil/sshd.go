@@ -50,6 +50,7 @@ type SSHD struct {
 	Dir string
 
 	authorizedKeys string
+	env            []string // set in every session besides HOME
 	log            SyncBuffer
 	stopOnce       sync.Once
 	stopFn         func()
@@ -100,7 +101,20 @@ func RequireSSHD(t testing.TB) {
 // It skips the test when sshd is missing (fails under CI=true).
 func StartSSHD(t testing.TB) *SSHD {
 	t.Helper()
+	return StartSSHDEnv(t)
+}
+
+// StartSSHDEnv is StartSSHD with env (NAME=value, no spaces) set in every
+// session, as a login node's profile would set it: a test cluster's
+// SLURM_CONF, for instance.
+func StartSSHDEnv(t testing.TB, env ...string) *SSHD {
+	t.Helper()
 	RequireSSHD(t)
+	for _, e := range env {
+		if !strings.Contains(e, "=") || strings.ContainsAny(e, " \t\n\"") {
+			t.Fatalf("StartSSHDEnv: %q is not NAME=value without spaces or quotes", e)
+		}
+	}
 	// sshd refuses to start without its privilege separation directory,
 	// which systemd would otherwise make.
 	if os.Geteuid() == 0 {
@@ -109,7 +123,7 @@ func StartSSHD(t testing.TB) *SSHD {
 		}
 	}
 	dir := t.TempDir()
-	s := &SSHD{Address: "127.0.0.1", Dir: dir, authorizedKeys: filepath.Join(dir, "authorized_keys")}
+	s := &SSHD{Address: "127.0.0.1", Dir: dir, authorizedKeys: filepath.Join(dir, "authorized_keys"), env: env}
 
 	hostKey := filepath.Join(dir, "host_ed25519")
 	clientKey := filepath.Join(dir, "client_ed25519")
@@ -200,7 +214,7 @@ AllowTcpForwarding yes
 Subsystem sftp internal-sftp
 LogLevel VERBOSE
 SetEnv HOME=%s
-`, s.Port, filepath.Join(s.Dir, "sshd.pid"), filepath.Join(s.Dir, "host_ed25519"), s.authorizedKeys, s.home())
+`, s.Port, filepath.Join(s.Dir, "sshd.pid"), filepath.Join(s.Dir, "host_ed25519"), s.authorizedKeys, strings.Join(append([]string{s.home()}, s.env...), " "))
 	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
 		return err
 	}
@@ -378,7 +392,7 @@ func RestartSSHD(t testing.TB, old *SSHD) *SSHD {
 	old.Stop()
 	s := &SSHD{Address: old.Address, Port: old.Port, User: old.User, ClientKey: old.ClientKey,
 		PasswordUser: old.PasswordUser, Password: old.Password, HostKeyLine: old.HostKeyLine,
-		Fingerprint: old.Fingerprint, Dir: old.Dir, authorizedKeys: old.authorizedKeys}
+		Fingerprint: old.Fingerprint, Dir: old.Dir, authorizedKeys: old.authorizedKeys, env: old.env}
 	var err error
 	for range 50 { // the old listener may take a moment to go
 		if err = s.start(t); err == nil {

@@ -31,3 +31,15 @@
     if (state && es.readyState !== EventSource.CLOSED) state.textContent = "Connection lost; reconnecting…";
   };
 })();
+// The Slurm attach form: the login node's fields apply only over SSH, so
+// they are disabled (and not sent) while "on the server's own host" is
+// chosen. Without the script both stay open and the choice decides.
+(function () {
+  var login = document.getElementById("login-node");
+  var ssh = document.getElementById("where-ssh");
+  if (!login || !ssh) return;
+  function sync() { login.disabled = !ssh.checked; }
+  var radios = document.querySelectorAll('input[name="where"]');
+  for (var i = 0; i < radios.length; i++) radios[i].addEventListener("change", sync);
+  sync();
+})();
