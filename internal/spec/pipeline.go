@@ -306,7 +306,8 @@ func stepFromNode(n *yaml.Node, f string, ignored *[]string) (*PipelineStep, err
 	if c := child(n, "component"); c != nil && !isNull(c) {
 		switch c.Kind {
 		case yaml.ScalarNode:
-			st.Component = &ComponentRef{Ref: c.Value}
+			// file:./train.yml is Azure's explicit spelling of a local file.
+			st.Component = &ComponentRef{Ref: strings.TrimPrefix(c.Value, EnvironmentFilePrefix)}
 		case yaml.MappingNode:
 			comp, err := componentFromNode(c, f+".component")
 			if err != nil {

@@ -64,6 +64,7 @@ func parseTree(data []byte, what string) (*yaml.Node, error) {
 	if fe != nil {
 		return nil, Errors{fe}
 	}
+	upgradeLegacy(root)
 	return root, nil
 }
 

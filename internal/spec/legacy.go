@@ -1,0 +1,99 @@
+package spec
+
+import "gopkg.in/yaml.v3"
+
+// upgradeLegacy rewrites, in place, the spellings that Azure ML's CLI v2
+// accepted before its schemas settled and that files in the wild still
+// use, into today's: every later step (check, decode, Validate) then sees
+// one form and reports problems against the field names users read in the
+// current reference. The rewrites keep each node's line.
+//
+//   - code: {local_path: ./src}           → code: ./src
+//   - build: {local_path: ./ctx, ...}     → build: {path: ./ctx, ...}
+//   - model: {local_path: ./m, ...}       → model: {path: ./m, ...}
+//   - inputs.X: {folder: URL}             → {type: uri_folder, path: URL}
+//   - inputs.X: {file: URL}               → {type: uri_file, path: URL}
+//   - inputs.X: {dataset: {local_path: P}} or {dataset: P} → {path: P}
+//
+// A mapping that already has the current field is left alone, so that the
+// strict decoder still reports the mix as a problem.
+func upgradeLegacy(n *yaml.Node) {
+	if n == nil {
+		return
+	}
+	switch n.Kind {
+	case yaml.SequenceNode:
+		for _, c := range n.Content {
+			upgradeLegacy(c)
+		}
+		return
+	case yaml.MappingNode:
+	default:
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i].Value, n.Content[i+1]
+		switch k {
+		case "code":
+			if lp := child(v, "local_path"); lp != nil && lp.Kind == yaml.ScalarNode && len(v.Content) == 2 {
+				n.Content[i+1] = lp
+				continue
+			}
+		case "build", "model":
+			renameKey(v, "local_path", "path")
+		case "inputs":
+			if v.Kind == yaml.MappingNode {
+				for j := 1; j < len(v.Content); j += 2 {
+					upgradeLegacyInput(v.Content[j])
+				}
+			}
+		}
+		upgradeLegacy(n.Content[i+1])
+	}
+}
+
+// upgradeLegacyInput rewrites one data input written in an older form.
+func upgradeLegacyInput(in *yaml.Node) {
+	if in.Kind != yaml.MappingNode || child(in, "path") != nil {
+		return
+	}
+	for _, old := range []struct{ key, typ string }{{"folder", "uri_folder"}, {"file", "uri_file"}, {"dataset", ""}} {
+		v := child(in, old.key)
+		if v == nil {
+			continue
+		}
+		if lp := child(v, "local_path"); lp != nil {
+			v = lp
+		}
+		if v.Kind != yaml.ScalarNode {
+			return
+		}
+		line := in.Content[0].Line
+		for i := 0; i+1 < len(in.Content); i += 2 {
+			if in.Content[i].Value == old.key {
+				in.Content[i] = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "path", Line: in.Content[i].Line, Column: in.Content[i].Column}
+				in.Content[i+1] = v
+			}
+		}
+		if old.typ != "" && child(in, "type") == nil {
+			in.Content = append(in.Content,
+				&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "type", Line: line},
+				&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: old.typ, Line: line})
+		}
+		return
+	}
+}
+
+// renameKey renames key from to to in mapping n, unless n already has to.
+func renameKey(n *yaml.Node, from, to string) {
+	if n == nil || n.Kind != yaml.MappingNode || child(n, to) != nil {
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == from {
+			k := *n.Content[i]
+			k.Value = to
+			n.Content[i] = &k
+		}
+	}
+}

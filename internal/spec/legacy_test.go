@@ -1,0 +1,113 @@
+package spec
+
+import (
+	"strings"
+	"testing"
+)
+
+// Files written for Azure ML's early CLI v2 spell some fields the old way;
+// they parse as their current spelling.
+func TestLegacySpellingsInCommandJob(t *testing.T) {
+	j, err := ParseJob([]byte(`
+command: python fit.py --rows ${{inputs.rows}} --dir ${{inputs.shelf}}
+code:
+  local_path: ./trainer
+environment:
+  build:
+    local_path: ./image-context
+inputs:
+  rows:
+    file: https://data.example.org/rows.csv
+  shelf:
+    folder: https://data.example.org/shelf/
+    mode: download
+compute: local
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Code != "./trainer" {
+		t.Errorf("code = %q, want ./trainer", j.Code)
+	}
+	if j.Environment == nil || j.Environment.Build == nil || j.Environment.Build.Path != "./image-context" {
+		t.Errorf("environment.build = %+v, want path ./image-context", j.Environment)
+	}
+	if in := j.Inputs["rows"]; in.Type != "uri_file" || in.Path != "https://data.example.org/rows.csv" {
+		t.Errorf("inputs.rows = %+v, want a uri_file at the URL", in)
+	}
+	if in := j.Inputs["shelf"]; in.Type != "uri_folder" || in.Path != "https://data.example.org/shelf/" || in.Mode != "download" {
+		t.Errorf("inputs.shelf = %+v, want a uri_folder at the URL, mode download", in)
+	}
+}
+
+// The old and the new spelling together is a mistake the user should see.
+func TestLegacySpellingMixedWithCurrentIsRefused(t *testing.T) {
+	_, err := ParseJob([]byte(`
+command: echo hi
+environment:
+  build:
+    path: ./a
+    local_path: ./b
+`))
+	if err == nil || !strings.Contains(err.Error(), "local_path") {
+		t.Fatalf("err = %v, want one naming local_path", err)
+	}
+}
+
+func TestLegacySpellingInSweepTrial(t *testing.T) {
+	j, err := ParseJob([]byte(`
+type: sweep
+trial:
+  code:
+    local_path: ./trainer
+  command: python fit.py --lr ${{search_space.lr}}
+  environment: azureml:AzureML-sklearn-1.0-ubuntu20.04-py38-cpu@latest
+compute: local
+sampling_algorithm: grid
+search_space:
+  lr: {type: choice, values: [0.1, 0.2]}
+objective: {goal: maximize, primary_metric: acc}
+limits: {max_total_trials: 2}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Trial == nil || j.Trial.Code != "./trainer" {
+		t.Fatalf("trial = %+v, want code ./trainer", j.Trial)
+	}
+}
+
+// component: file:./x.yml names a local component file, as ./x.yml does.
+func TestPipelineStepComponentFilePrefix(t *testing.T) {
+	p, err := ParsePipelineJob([]byte(`
+type: pipeline
+jobs:
+  fit:
+    component: file:./parts/fit.yml
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := p.Jobs["fit"].Component
+	if ref == nil || ref.Ref != "./parts/fit.yml" || ref.IsRegistered() {
+		t.Fatalf("component = %+v, want the local file ./parts/fit.yml", ref)
+	}
+}
+
+// A component of a kind Ferry does not run is refused for its type alone,
+// not also for the command it lacks.
+func TestUnsupportedComponentTypeIsTheOnlyProblem(t *testing.T) {
+	_, err := ParseComponent([]byte(`
+name: nightly_scoring
+type: pipeline
+jobs:
+  a: {type: command, component: ./a.yml}
+`))
+	if err == nil {
+		t.Fatal("a pipeline component parsed")
+	}
+	es, ok := err.(Errors)
+	if !ok || len(es) != 1 || es[0].Field != "type" || !strings.Contains(es[0].Message, "not supported") {
+		t.Fatalf("err = %v, want exactly one problem on type saying it is not supported", err)
+	}
+}
