@@ -241,6 +241,9 @@ func (j *Job) Validate() error {
 		if id.Type != "managed" && (id.ClientID != "" || id.ObjectID != "" || id.MSIResourceID != "") {
 			es.add("identity", "client_id, object_id and msi_resource_id apply only to type managed")
 		}
+		if id.PrincipalID != "" || id.TenantID != "" || len(id.UserAssignedIdentities) > 0 {
+			es.add("identity", "principal_id, tenant_id and user_assigned_identities belong to an endpoint's identity; a job's managed identity takes client_id, object_id or msi_resource_id")
+		}
 	}
 	if j.Environment != nil {
 		j.Environment.validate(&es, "environment")

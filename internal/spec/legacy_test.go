@@ -111,3 +111,61 @@ jobs:
 		t.Fatalf("err = %v, want exactly one problem on type saying it is not supported", err)
 	}
 }
+
+// A data asset written as a path inside a named datastore is the same
+// asset as one written with the datastore URI.
+func TestDataAssetOnDatastoreOlderForm(t *testing.T) {
+	f, err := ParseData([]byte(`
+name: shelf-rows
+version: 3
+datastore: azureml:shared_nfs
+path: ./tables/rows.csv
+type: uri_file
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "azureml://datastores/shared_nfs/paths/tables/rows.csv"; f.Path != want {
+		t.Fatalf("path = %q, want %q", f.Path, want)
+	}
+	for _, bad := range []struct{ file, field string }{
+		{"name: a\ndatastore: azureml:shared_nfs\n", "path"},
+		{"name: a\ndatastore: azureml:x/y\npath: t.csv\n", "datastore"},
+		{"name: a\ndatastore: shared_nfs\npath: https://data.example.org/t.csv\n", "datastore"},
+	} {
+		_, err := ParseData([]byte(bad.file), nil)
+		es, ok := err.(Errors)
+		if !ok || len(es) == 0 || es[0].Field != bad.field {
+			t.Errorf("%q: err = %v, want a problem on %s", bad.file, err, bad.field)
+		}
+	}
+}
+
+// An endpoint's identity is written as Azure writes it; a job refuses the
+// endpoint-only fields by name.
+func TestEndpointUserAssignedIdentity(t *testing.T) {
+	e, err := ParseOnlineEndpoint([]byte(`
+name: fare-scorer
+auth_mode: key
+identity:
+  type: user_assigned
+  user_assigned_identities:
+    - resource_id: /ids/scorer
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Identity == nil || len(e.Identity.UserAssignedIdentities) != 1 || e.Identity.UserAssignedIdentities[0].ResourceID != "/ids/scorer" {
+		t.Fatalf("identity = %+v", e.Identity)
+	}
+	_, err = ParseJob([]byte(`
+command: echo hi
+identity:
+  type: managed
+  user_assigned_identities:
+    - resource_id: /ids/scorer
+`))
+	if err == nil || !strings.Contains(err.Error(), "user_assigned_identities") {
+		t.Fatalf("job err = %v, want one naming user_assigned_identities", err)
+	}
+}

@@ -157,6 +157,20 @@ type Identity struct {
 	ClientID      string `yaml:"client_id,omitempty" json:"client_id,omitempty"`
 	ObjectID      string `yaml:"object_id,omitempty" json:"object_id,omitempty"`
 	MSIResourceID string `yaml:"msi_resource_id,omitempty" json:"msi_resource_id,omitempty"`
+
+	// An endpoint's identity (type system_assigned | user_assigned |
+	// none), as Azure writes it. Ferry records it; a job refuses it.
+	PrincipalID            string                 `yaml:"principal_id,omitempty" json:"principal_id,omitempty"`
+	TenantID               string                 `yaml:"tenant_id,omitempty" json:"tenant_id,omitempty"`
+	UserAssignedIdentities []UserAssignedIdentity `yaml:"user_assigned_identities,omitempty" json:"user_assigned_identities,omitempty"`
+}
+
+// UserAssignedIdentity is one user-assigned managed identity of an
+// endpoint.
+type UserAssignedIdentity struct {
+	ResourceID  string `yaml:"resource_id,omitempty" json:"resource_id,omitempty"`
+	ClientID    string `yaml:"client_id,omitempty" json:"client_id,omitempty"`
+	PrincipalID string `yaml:"principal_id,omitempty" json:"principal_id,omitempty"`
 }
 
 // Compute is an Azure ML CLI v2 compute file. Which fields apply depends on
