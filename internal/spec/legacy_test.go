@@ -169,3 +169,20 @@ identity:
 		t.Fatalf("job err = %v, want one naming user_assigned_identities", err)
 	}
 }
+
+// A step of a kind Ferry does not run is refused for its type alone.
+func TestUnsupportedStepTypeIsTheOnlyProblem(t *testing.T) {
+	for _, typ := range []string{"spark", "parallel", "automl"} {
+		_, err := ParsePipelineJob([]byte(`
+type: pipeline
+jobs:
+  odd:
+    type: `+typ+`
+    entry: {file: run.py}
+`), nil)
+		es, ok := err.(Errors)
+		if !ok || len(es) != 1 || es[0].Field != "jobs.odd.type" || !strings.Contains(es[0].Message, typ+" steps are not supported") {
+			t.Errorf("%s: err = %v, want exactly one problem on jobs.odd.type", typ, err)
+		}
+	}
+}

@@ -640,6 +640,7 @@ func (p *PipelineJob) validateStep(es *Errors, name string) {
 	case "", "command", "component":
 	case "pipeline", "sweep", "parallel", "spark", "automl", "import", "data_transfer":
 		es.add(f+".type", "%s steps are not supported yet; Ferry runs command steps (a command or a command component)", st.Type)
+		return // the step's other fields are that kind's: their problems would bury this one
 	default:
 		es.add(f+".type", "must be command, got %s", quote(st.Type))
 	}
