@@ -14,6 +14,7 @@ import "gopkg.in/yaml.v3"
 //   - inputs.X: {folder: URL}             → {type: uri_folder, path: URL}
 //   - inputs.X: {file: URL}               → {type: uri_file, path: URL}
 //   - inputs.X: {dataset: {local_path: P}} or {dataset: P} → {path: P}
+//   - services.X: {job_service_type: T}   → {type: T} (Azure's YAML key today)
 //
 // A mapping that already has the current field is left alone, so that the
 // strict decoder still reports the mix as a problem.
@@ -41,6 +42,14 @@ func upgradeLegacy(n *yaml.Node) {
 			}
 		case "build", "model":
 			renameKey(v, "local_path", "path")
+		case "services":
+			// Azure's schema names a service's type job_service_type in
+			// YAML (type in its REST API and in Ferry).
+			if v.Kind == yaml.MappingNode {
+				for j := 1; j < len(v.Content); j += 2 {
+					renameKey(v.Content[j], "job_service_type", "type")
+				}
+			}
 		case "inputs":
 			if v.Kind == yaml.MappingNode {
 				for j := 1; j < len(v.Content); j += 2 {

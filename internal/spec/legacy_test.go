@@ -186,3 +186,28 @@ jobs:
 		}
 	}
 }
+
+// Azure's job files name a service's type job_service_type.
+func TestServiceJobServiceType(t *testing.T) {
+	j, err := ParseJob([]byte(`
+command: python serve_notes.py
+compute: local
+services:
+  notes:
+    job_service_type: jupyter_lab
+    nodes: all
+  board:
+    job_service_type: tensor_board
+    properties:
+      logDir: outputs/board
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := j.Services["notes"].Type; got != "jupyter_lab" {
+		t.Errorf("services.notes.type = %q, want jupyter_lab", got)
+	}
+	if got := j.Services["board"].Type; got != "tensor_board" {
+		t.Errorf("services.board.type = %q, want tensor_board", got)
+	}
+}
