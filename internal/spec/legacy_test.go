@@ -211,3 +211,18 @@ services:
 		t.Errorf("services.board.type = %q, want tensor_board", got)
 	}
 }
+
+func TestModelOnDatastoreOlderForm(t *testing.T) {
+	f, err := ParseModel([]byte(`
+name: fare-model
+version: 2
+datastore: azureml:shared_nfs
+path: models/fare
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "azureml://datastores/shared_nfs/paths/models/fare"; f.Path != want {
+		t.Fatalf("path = %q, want %q", f.Path, want)
+	}
+}
