@@ -226,3 +226,33 @@ path: models/fare
 		t.Fatalf("path = %q, want %q", f.Path, want)
 	}
 }
+
+// An inline environment's inference_config is kept, as a registered
+// environment's is.
+func TestInlineEnvironmentInferenceConfig(t *testing.T) {
+	d, err := ParseOnlineDeployment([]byte(`
+name: blue
+endpoint_name: fares
+model:
+  local_path: ./model
+code_configuration:
+  code:
+    local_path: ./scoring
+  scoring_script: score.py
+environment:
+  image: registry.example.org/fare-server:2
+  inference_config:
+    scoring_route: {port: 8080, path: /score}
+instance_type: Standard_DS2_v2
+instance_count: 1
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Environment == nil || d.Environment.InferenceConfig["scoring_route"] == nil {
+		t.Fatalf("environment = %+v, want its inference_config kept", d.Environment)
+	}
+	if d.CodeConfiguration == nil || d.CodeConfiguration.Code != "./scoring" {
+		t.Fatalf("code_configuration = %+v, want code ./scoring", d.CodeConfiguration)
+	}
+}

@@ -71,6 +71,10 @@ type Environment struct {
 	UserManaged     bool              `yaml:"user_managed,omitempty" json:"user_managed,omitempty"`
 	InterpreterPath string            `yaml:"interpreter_path,omitempty" json:"interpreter_path,omitempty"`
 	Tags            map[string]string `yaml:"tags,omitempty" json:"tags,omitempty"`
+	// InferenceConfig (a custom inference server's routes) is taken and
+	// kept, as a registered environment's is; deployments serve their
+	// code_configuration's scoring script.
+	InferenceConfig map[string]any `yaml:"inference_config,omitempty" json:"inference_config,omitempty"`
 }
 
 // Build is a Docker build context for an image environment.
