@@ -256,3 +256,42 @@ instance_count: 1
 		t.Fatalf("code_configuration = %+v, want code ./scoring", d.CodeConfiguration)
 	}
 }
+
+// Fields of Azure's command job that change nothing on Ferry are kept;
+// one whose effect Ferry lacks is refused with what to do instead.
+func TestCommandJobAzureOnlyFields(t *testing.T) {
+	j, err := ParseJob([]byte(`
+command: python fit.py --out ${{outputs.fitted}}
+compute: local
+resources:
+  instance_count: 1
+  locations: [region-a]
+notification_setting:
+  emails: [team@example.org]
+  email_on: [job_failed]
+outputs:
+  fitted:
+    type: uri_folder
+    description: the fitted model
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := j.Outputs["fitted"].Description; got != "the fitted model" {
+		t.Errorf("outputs.fitted.description = %q", got)
+	}
+	if len(j.Resources.Locations) != 1 || j.NotificationSetting == nil {
+		t.Errorf("resources.locations = %v, notification_setting = %v: want both kept", j.Resources.Locations, j.NotificationSetting)
+	}
+	_, err = ParseJob([]byte(`
+command: python fit.py --out ${{outputs.fitted}}
+outputs:
+  fitted:
+    name: fitted-model
+    version: "2"
+`))
+	es, ok := err.(Errors)
+	if !ok || len(es) != 1 || es[0].Field != "outputs.fitted" || !strings.Contains(es[0].Message, "ferry data create") {
+		t.Fatalf("err = %v, want one problem on outputs.fitted saying how to register it", err)
+	}
+}
