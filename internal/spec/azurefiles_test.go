@@ -295,3 +295,25 @@ outputs:
 		t.Fatalf("err = %v, want one problem on outputs.fitted saying how to register it", err)
 	}
 }
+
+// Azure's random sampling takes a log base for its Sobol rule.
+func TestSweepSamplingLogbase(t *testing.T) {
+	j, err := ParseJob([]byte(`
+type: sweep
+trial:
+  command: python fit.py --lr ${{search_space.lr}}
+  environment: azureml:AzureML-sklearn-1.0-ubuntu20.04-py38-cpu@latest
+compute: local
+sampling_algorithm: {type: random, rule: sobol, seed: 3, logbase: e}
+search_space:
+  lr: {type: loguniform, min_value: -5, max_value: -1}
+objective: {goal: maximize, primary_metric: acc}
+limits: {max_total_trials: 3}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := j.Sampling(); a.Logbase != "e" || a.Rule != "sobol" {
+		t.Fatalf("sampling_algorithm = %+v, want rule sobol, logbase e", a)
+	}
+}
