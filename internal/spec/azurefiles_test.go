@@ -317,3 +317,33 @@ limits: {max_total_trials: 3}
 		t.Fatalf("sampling_algorithm = %+v, want rule sobol, logbase e", a)
 	}
 }
+
+// The first CLI v2's private_network_connection is today's
+// egress_public_network_access.
+func TestDeploymentPrivateNetworkConnection(t *testing.T) {
+	base := `
+name: blue
+endpoint_name: fares
+model: {path: ./model}
+code_configuration: {code: ./scoring, scoring_script: score.py}
+environment: {image: registry.example.org/fare-server:2}
+instance_type: Standard_DS2_v2
+instance_count: 1
+`
+	for _, c := range []struct{ line, want string }{
+		{"private_network_connection: true\n", "disabled"},
+		{"private_network_connection: false\n", "enabled"},
+	} {
+		d, err := ParseOnlineDeployment([]byte(base+c.line), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.line, err)
+		}
+		if d.EgressPublicNetworkAccess != c.want {
+			t.Errorf("%s: egress_public_network_access = %q, want %q", c.line, d.EgressPublicNetworkAccess, c.want)
+		}
+	}
+	_, err := ParseOnlineDeployment([]byte(base+"private_network_connection: true\negress_public_network_access: enabled\n"), nil)
+	if err == nil || !strings.Contains(err.Error(), "private_network_connection") {
+		t.Fatalf("both spellings: err = %v, want one naming private_network_connection", err)
+	}
+}

@@ -106,3 +106,31 @@ func renameKey(n *yaml.Node, from, to string) {
 		}
 	}
 }
+
+// privateNetworkFirst reads the first CLI v2's private_network_connection
+// (true: the deployment reaches no public network) as today's
+// egress_public_network_access (disabled | enabled).
+func privateNetworkFirst(root *yaml.Node) *FieldError {
+	old := child(root, "private_network_connection")
+	if old == nil {
+		return nil
+	}
+	var private bool
+	if old.Kind != yaml.ScalarNode || old.Decode(&private) != nil {
+		return &FieldError{Field: "private_network_connection", Line: old.Line, Message: "must be true or false (today written egress_public_network_access: disabled | enabled)"}
+	}
+	if child(root, "egress_public_network_access") != nil {
+		return &FieldError{Field: "private_network_connection", Line: old.Line, Message: "is the older spelling of egress_public_network_access; give only one of them"}
+	}
+	v := "enabled"
+	if private {
+		v = "disabled"
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value == "private_network_connection" {
+			root.Content[i] = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "egress_public_network_access", Line: old.Line}
+			root.Content[i+1] = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v, Line: old.Line}
+		}
+	}
+	return nil
+}
