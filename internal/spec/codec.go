@@ -154,7 +154,7 @@ func (e Environment) MarshalYAML() (any, error) {
 func (e *Environment) refOnly() bool {
 	return e.Ref != "" && e.Name == "" && e.Version == "" && e.Description == "" && e.Image == "" &&
 		e.CondaFile == "" && e.Build == nil && e.Python == nil && !e.UserManaged && e.InterpreterPath == "" &&
-		len(e.Tags) == 0
+		len(e.Tags) == 0 && len(e.InferenceConfig) == 0
 }
 
 // UnmarshalJSON reads an environment as a JSON object or as a plain string

@@ -147,7 +147,10 @@ func (c *Component) validate(needName bool, f string) error {
 	case "":
 		c.Type = "command"
 	case "parallel", "spark", "pipeline", "import", "automl", "sweep":
+		// The rest of the file is another kind's fields: its problems
+		// would only bury this one.
 		es.add(at("type"), "%s components are not supported yet; Ferry runs command components", c.Type)
+		return es
 	default:
 		es.add(at("type"), "must be command, got %s", quote(c.Type))
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // DataFile is an Azure ML CLI v2 data asset file, the input of `ferry
@@ -30,7 +32,7 @@ const dataEmptyHint = "a data asset needs a name and its files, e.g. name: cifar
 // path=value` overrides applied first, and validates it. A missing type
 // is set to uri_folder, as Azure does.
 func ParseData(data []byte, sets []string) (*DataFile, error) {
-	f, root, err := parseYAML[DataFile](data, sets, "data asset", dataEmptyHint, nil)
+	f, root, err := parseYAML[DataFile](data, sets, "data asset", dataEmptyHint, datastorePathFirst)
 	if err != nil {
 		noteSets(err, sets)
 		return nil, err
@@ -135,4 +137,29 @@ func ParseDataRef(ref string) (name, version string, err error) {
 		return "", "", fmt.Errorf("data %s: %s is not a valid version", quote(ref), quote(version))
 	}
 	return name, version, nil
+}
+
+// datastorePathFirst rewrites the older form of a data asset on a
+// datastore, `datastore: azureml:NAME` beside a path relative to it, into
+// today's single URI, path: azureml://datastores/NAME/paths/PATH, which
+// the rest of Ferry reads.
+func datastorePathFirst(root *yaml.Node) *FieldError {
+	ds := child(root, "datastore")
+	if ds == nil {
+		return nil
+	}
+	name := strings.TrimPrefix(strings.TrimSpace(ds.Value), "azureml:")
+	p := child(root, "path")
+	switch {
+	case ds.Kind != yaml.ScalarNode || !uriDatastoreRe().MatchString(name):
+		return &FieldError{Field: "datastore", Line: ds.Line, Message: "must name a datastore, e.g. datastore: azureml:shared_nfs (or drop it and write path: azureml://datastores/NAME/paths/PATH)"}
+	case p == nil || p.Kind != yaml.ScalarNode || strings.TrimSpace(p.Value) == "":
+		return &FieldError{Field: "path", Line: ds.Line, Message: "is required with datastore: the path of the data inside the datastore, e.g. path: datasets/rows.csv"}
+	case IsRemotePath(p.Value):
+		return &FieldError{Field: "datastore", Line: ds.Line, Message: fmt.Sprintf("goes with a path inside the datastore, but path is already a URI (%s); drop datastore", p.Value)}
+	}
+	p.Value = "azureml://datastores/" + name + "/paths/" + strings.TrimLeft(strings.TrimPrefix(p.Value, "./"), "/")
+	p.Tag, p.Style = "!!str", 0
+	root.Content = without(root, "datastore").Content
+	return nil
 }

@@ -102,6 +102,7 @@ func FuzzParseData(f *testing.F) {
 	f.Add([]byte("name: a\npath: ./data\n"))
 	f.Add([]byte("name: a\nversion: '2'\ntype: uri_file\npath: x.csv\ndescription: d\ntags: {x: '1'}\n"))
 	f.Add([]byte("$schema: s\nname: a\npath: d\ntype: mltable\n"))
+	f.Add([]byte("name: a\ndatastore: azureml:nfs\npath: ./t/rows.csv\ntype: uri_file\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := ParseData(data, nil)
 		if err != nil {

@@ -251,7 +251,7 @@ func FormatTraffic(t map[string]int) string {
 // ParseJob), with `--set path=value` overrides, validates it and fills in
 // its defaults.
 func ParseOnlineDeployment(data []byte, sets []string) (*OnlineDeployment, error) {
-	d, root, err := parseYAML[OnlineDeployment](data, sets, "online deployment", "a deployment needs at least name, endpoint_name and code_configuration", nil)
+	d, root, err := parseYAML[OnlineDeployment](data, sets, "online deployment", "a deployment needs at least name, endpoint_name and code_configuration", privateNetworkFirst)
 	if err != nil {
 		noteSets(err, sets)
 		return nil, err

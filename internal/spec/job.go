@@ -241,6 +241,9 @@ func (j *Job) Validate() error {
 		if id.Type != "managed" && (id.ClientID != "" || id.ObjectID != "" || id.MSIResourceID != "") {
 			es.add("identity", "client_id, object_id and msi_resource_id apply only to type managed")
 		}
+		if id.PrincipalID != "" || id.TenantID != "" || len(id.UserAssignedIdentities) > 0 {
+			es.add("identity", "principal_id, tenant_id and user_assigned_identities belong to an endpoint's identity; a job's managed identity takes client_id, object_id or msi_resource_id")
+		}
 	}
 	if j.Environment != nil {
 		j.Environment.validate(&es, "environment")
@@ -345,6 +348,9 @@ func (j *Job) validateIO(es *Errors) {
 		}
 		oneOf(es, f+".type", out.Type, true, outputTypes)
 		oneOf(es, f+".mode", out.Mode, true, outputModes)
+		if out.Name != "" || out.Version != "" {
+			es.add(f, "name and version (registering the output as a data asset) are not supported yet; drop them, then register it from the job's output: ferry job download JOB --output-name %s, then ferry data create", name)
+		}
 	}
 }
 

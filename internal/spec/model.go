@@ -31,7 +31,7 @@ const modelEmptyHint = "a model needs a name and its files, e.g. name: sklearn-i
 // path=value` overrides applied first, and validates it. A missing type is
 // set to custom_model, as Azure does.
 func ParseModel(data []byte, sets []string) (*ModelFile, error) {
-	f, root, err := parseYAML[ModelFile](data, sets, "model", modelEmptyHint, nil)
+	f, root, err := parseYAML[ModelFile](data, sets, "model", modelEmptyHint, datastorePathFirst)
 	if err != nil {
 		noteSets(err, sets)
 		return nil, err

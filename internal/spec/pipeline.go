@@ -306,7 +306,8 @@ func stepFromNode(n *yaml.Node, f string, ignored *[]string) (*PipelineStep, err
 	if c := child(n, "component"); c != nil && !isNull(c) {
 		switch c.Kind {
 		case yaml.ScalarNode:
-			st.Component = &ComponentRef{Ref: c.Value}
+			// file:./train.yml is Azure's explicit spelling of a local file.
+			st.Component = &ComponentRef{Ref: strings.TrimPrefix(c.Value, EnvironmentFilePrefix)}
 		case yaml.MappingNode:
 			comp, err := componentFromNode(c, f+".component")
 			if err != nil {
@@ -639,6 +640,7 @@ func (p *PipelineJob) validateStep(es *Errors, name string) {
 	case "", "command", "component":
 	case "pipeline", "sweep", "parallel", "spark", "automl", "import", "data_transfer":
 		es.add(f+".type", "%s steps are not supported yet; Ferry runs command steps (a command or a command component)", st.Type)
+		return // the step's other fields are that kind's: their problems would bury this one
 	default:
 		es.add(f+".type", "must be command, got %s", quote(st.Type))
 	}

@@ -872,6 +872,7 @@ func FuzzParseJob(f *testing.F) {
 	f.Add([]byte("command: x\nenvironment: {image: a, conda_file: c.yml}\n"))
 	f.Add([]byte("command: x\nresources: {properties: {a: !!binary aGk=, b: .inf, 1: 2001-01-01}}\n"))
 	f.Add([]byte("a: &x [1]\nb: *x\n"))
+	f.Add([]byte("command: x\ncode: {local_path: s}\nenvironment: {build: {local_path: c}}\ninputs: {a: {folder: https://h/d/}, b: {file: https://h/f}, c: {dataset: {local_path: d}}}\nservices: {n: {job_service_type: ssh}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		j, err := ParseJob(data)
 		if err != nil {

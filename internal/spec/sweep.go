@@ -71,6 +71,9 @@ type SamplingAlgorithm struct {
 	Type string `yaml:"type" json:"type"`
 	Seed *int64 `yaml:"seed,omitempty" json:"seed,omitempty"`
 	Rule string `yaml:"rule,omitempty" json:"rule,omitempty"`
+	// Logbase is the log base Azure's Sobol rule uses for log-scaled
+	// parameters (e or a number); kept, as Rule is.
+	Logbase string `yaml:"logbase,omitempty" json:"logbase,omitempty"`
 }
 
 // Objective is the metric a sweep optimises.

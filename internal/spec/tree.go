@@ -19,6 +19,9 @@ import (
 //  1. parseTree: parse one document and flatten it (aliases expanded, `<<`
 //     merges resolved), so that every later step sees plain mappings and
 //     every node still carries its line;
+//     upgradeLegacy then rewrites the older spellings of Azure's files
+//     (code: {local_path}, build.local_path, inputs {folder|file|dataset},
+//     services' job_service_type) into today's, in place;
 //  2. applySet: `--set path=value` overrides;
 //  3. check: walk the tree against the Go type, reporting unknown fields
 //     (with a suggestion), values of the wrong kind and duplicate keys, all
@@ -64,6 +67,7 @@ func parseTree(data []byte, what string) (*yaml.Node, error) {
 	if fe != nil {
 		return nil, Errors{fe}
 	}
+	upgradeLegacy(root)
 	return root, nil
 }
 

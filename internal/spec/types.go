@@ -31,6 +31,9 @@ type Job struct {
 	Services             map[string]Service `yaml:"services,omitempty" json:"services,omitempty"`
 	QueueSettings        *QueueSettings     `yaml:"queue_settings,omitempty" json:"queue_settings,omitempty"`
 	Identity             *Identity          `yaml:"identity,omitempty" json:"identity,omitempty"`
+	// NotificationSetting (Azure's e-mails and webhooks on job events) is
+	// kept and not used: follow a job with ferry job stream or the studio.
+	NotificationSetting map[string]any `yaml:"notification_setting,omitempty" json:"notification_setting,omitempty"`
 
 	// A sweep job's own fields (type: sweep; sweep.go).
 	Trial             *Trial                 `yaml:"trial,omitempty" json:"trial,omitempty"`
@@ -54,6 +57,12 @@ type Output struct {
 	Type string `yaml:"type,omitempty" json:"type,omitempty"` // uri_folder (default) | uri_file | mlflow_model | custom_model
 	Path string `yaml:"path,omitempty" json:"path,omitempty"`
 	Mode string `yaml:"mode,omitempty" json:"mode,omitempty"` // rw_mount | upload | direct
+	// Description is kept with the job.
+	Description string `yaml:"description,omitempty" json:"description,omitempty"`
+	// Name and Version would register the output as a data asset in
+	// Azure; Validate refuses them with the way to do it in Ferry.
+	Name    string `yaml:"name,omitempty" json:"name,omitempty"`
+	Version string `yaml:"version,omitempty" json:"version,omitempty"`
 }
 
 // Environment is a job's software: a reference to a registered environment
@@ -71,6 +80,10 @@ type Environment struct {
 	UserManaged     bool              `yaml:"user_managed,omitempty" json:"user_managed,omitempty"`
 	InterpreterPath string            `yaml:"interpreter_path,omitempty" json:"interpreter_path,omitempty"`
 	Tags            map[string]string `yaml:"tags,omitempty" json:"tags,omitempty"`
+	// InferenceConfig (a custom inference server's routes) is taken and
+	// kept, as a registered environment's is; deployments serve their
+	// code_configuration's scoring script.
+	InferenceConfig map[string]any `yaml:"inference_config,omitempty" json:"inference_config,omitempty"`
 }
 
 // Build is a Docker build context for an image environment.
@@ -101,6 +114,9 @@ type Resources struct {
 	ShmSize       string         `yaml:"shm_size,omitempty" json:"shm_size,omitempty"`
 	DockerArgs    string         `yaml:"docker_args,omitempty" json:"docker_args,omitempty"`
 	Properties    map[string]any `yaml:"properties,omitempty" json:"properties,omitempty"`
+	// Locations (Azure regions a serverless job may run in) is kept and
+	// not used: a Ferry workspace is one place.
+	Locations []string `yaml:"locations,omitempty" json:"locations,omitempty"`
 }
 
 // GPUs returns how many GPUs per instance a job asks for, 0 when it asks
@@ -157,6 +173,20 @@ type Identity struct {
 	ClientID      string `yaml:"client_id,omitempty" json:"client_id,omitempty"`
 	ObjectID      string `yaml:"object_id,omitempty" json:"object_id,omitempty"`
 	MSIResourceID string `yaml:"msi_resource_id,omitempty" json:"msi_resource_id,omitempty"`
+
+	// An endpoint's identity (type system_assigned | user_assigned |
+	// none), as Azure writes it. Ferry records it; a job refuses it.
+	PrincipalID            string                 `yaml:"principal_id,omitempty" json:"principal_id,omitempty"`
+	TenantID               string                 `yaml:"tenant_id,omitempty" json:"tenant_id,omitempty"`
+	UserAssignedIdentities []UserAssignedIdentity `yaml:"user_assigned_identities,omitempty" json:"user_assigned_identities,omitempty"`
+}
+
+// UserAssignedIdentity is one user-assigned managed identity of an
+// endpoint.
+type UserAssignedIdentity struct {
+	ResourceID  string `yaml:"resource_id,omitempty" json:"resource_id,omitempty"`
+	ClientID    string `yaml:"client_id,omitempty" json:"client_id,omitempty"`
+	PrincipalID string `yaml:"principal_id,omitempty" json:"principal_id,omitempty"`
 }
 
 // Compute is an Azure ML CLI v2 compute file. Which fields apply depends on
