@@ -264,6 +264,14 @@ func (a *app) pipelineRequest(ctx context.Context, c *client.Client, src specFil
 	if err := checkPipelineData(ctx, c, src, p); err != nil {
 		return none, err
 	}
+	if err := checkReferences(ctx, c, src, pipelineReferences(p)); err != nil {
+		return none, err
+	}
+	for _, n := range slices.Sorted(maps.Keys(files)) { // each component file's environment, against its own file
+		if err := checkReferences(ctx, c, files[n].src, environmentReference("environment", files[n].comp.Environment)); err != nil {
+			return none, err
+		}
+	}
 	// Then the uploads.
 	req := api.PipelineJobRequest{InputSnapshots: map[string]string{}}
 	for _, k := range slices.Sorted(maps.Keys(p.Inputs)) {
@@ -498,4 +506,38 @@ func downloadPipeline(ctx context.Context, c *client.Client, j *workspace.Job, d
 		}
 	}
 	return where, nil
+}
+
+// pipelineReferences lists the computes and registered environments a
+// pipeline file and its inline steps name, for the check made before
+// anything is uploaded (component files' environments are checked
+// against their own files). Azure's compute name
+// serverless is left to the workspace, which reads it as no compute
+// unless it has a compute of that name.
+func pipelineReferences(p *spec.PipelineJob) []workspace.Reference {
+	var refs []workspace.Reference
+	addCompute := func(field, ref string) {
+		if name := strings.TrimPrefix(ref, "azureml:"); name != "" && name != "serverless" && !strings.Contains(ref, "${{") {
+			refs = append(refs, workspace.Reference{Field: field, Kind: "compute", Ref: ref})
+		}
+	}
+	addCompute("compute", p.Compute)
+	if p.Settings != nil {
+		addCompute("settings.default_compute", p.Settings.DefaultCompute)
+	}
+	for _, n := range slices.Sorted(maps.Keys(p.Jobs)) {
+		st := p.Jobs[n]
+		addCompute("jobs."+n+".compute", st.Compute)
+		refs = append(refs, environmentReference("jobs."+n+".environment", st.Environment)...)
+	}
+	return refs
+}
+
+// environmentReference is the reference an environment field makes to a
+// registered or catalog environment, if it makes one.
+func environmentReference(field string, e *spec.Environment) []workspace.Reference {
+	if e == nil || e.Ref == "" || strings.HasPrefix(e.Ref, spec.EnvironmentFilePrefix) {
+		return nil
+	}
+	return []workspace.Reference{{Field: field, Kind: "environment", Ref: e.Ref}}
 }

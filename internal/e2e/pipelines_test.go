@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -180,6 +181,20 @@ func TestPipelineAcrossLocalAndCluster(t *testing.T) {
 	}
 	mustContain(t, "component create", s.mustFerry("component", "create", "-f", filepath.Join(dir, "components", "train.yml")).stdout, "azureml:train:1")
 	mustContain(t, "component list", s.mustFerry("component", "list").stdout, "train", "1")
+
+	// So is a compute the workspace does not have.
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badCompute := filepath.Join(dir, "bad-compute.yml")
+	if err := os.WriteFile(badCompute, bytes.Replace(data, []byte("default_compute: azureml:cpu-cluster"), []byte("default_compute: azureml:no-such-cluster"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = s.ferry("job", "create", "-f", badCompute, "--name", "no-compute")
+	if r.code == 0 || !strings.Contains(r.stderr, "settings.default_compute") || !strings.Contains(r.stderr, "no-such-cluster") || strings.Contains(r.stderr, "uploaded") {
+		t.Fatalf("a pipeline naming a missing compute: %s", r)
+	}
 
 	r = s.ferry("job", "create", "-f", file, "--name", "pipe1", "--stream")
 	if r.code != 0 {
