@@ -33,6 +33,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,7 +70,20 @@ func main() {
 	clients := flag.Int("clients", 4, "clients scoring without a pause during the rolling updates")
 	updates := flag.Int("updates", 3, "rolling updates under load")
 	colds := flag.Int("colds", 3, "cold starts from zero, through a deployment and directly")
+	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile (clients and the in-process gateway) to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "endpoint:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "endpoint:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	// An interrupted run still stops the server and replicas it started.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -87,6 +101,7 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "endpoint:", err)
 		stop()
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
