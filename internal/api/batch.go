@@ -100,45 +100,9 @@ func (s *Server) listBatchJobs(r *http.Request, _ auth.Principal) (any, error) {
 	return s.ws.ListBatchJobs(r.Context(), r.PathValue("name"))
 }
 
-// batchDeploymentOf reads the request's deployment, its endpoint_name and
-// name filled from the path when the spec leaves them out and refused
-// when it names others.
+// batchDeploymentOf reads the request's batch deployment (specOf).
 func batchDeploymentOf(r *http.Request, req BatchDeploymentRequest) (*spec.BatchDeployment, error) {
-	if len(req.Spec) == 0 {
-		return nil, workspace.Invalid("spec: the deployment spec is missing")
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(req.Spec, &fields); err != nil || fields == nil {
-		return nil, workspace.Invalid("spec: must be a JSON object (a batch deployment file as JSON)")
-	}
-	for _, p := range []struct{ field, param, what string }{
-		{"endpoint_name", "endpoint", "batch endpoint"},
-		{"name", "name", "deployment"},
-	} {
-		want := r.PathValue(p.param)
-		if want == "" {
-			continue
-		}
-		var got string
-		if raw, ok := fields[p.field]; ok && json.Unmarshal(raw, &got) != nil {
-			return nil, workspace.Invalid("spec.%s: must be a string", p.field)
-		}
-		switch {
-		case got == "":
-			fields[p.field], _ = json.Marshal(want)
-		case got != want:
-			return nil, workspace.Invalid("spec.%s: the path names %s %s, the spec %s; give one %s", p.field, p.what, want, got, p.what)
-		}
-	}
-	data, err := json.Marshal(fields)
-	if err != nil {
-		return nil, err
-	}
-	d, err := spec.DecodeBatchDeploymentJSON(data)
-	if err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
-	}
-	return d, nil
+	return specOf(r, req.Spec, "a batch deployment file", "batch endpoint", spec.DecodeBatchDeploymentJSON)
 }
 
 func (s *Server) createBatchDeployment(r *http.Request, who auth.Principal) (any, error) {

@@ -36,20 +36,27 @@ type DeploymentRequest struct {
 	Local bool `json:"local,omitempty"`
 }
 
-// deploymentOf reads the request's deployment, its endpoint_name (and, for
-// a path that names the deployment, its name) filled from the path when
-// the spec leaves them out, and refused when it names others.
+// deploymentOf reads the request's online deployment (specOf).
 func deploymentOf(r *http.Request, req DeploymentRequest) (*spec.OnlineDeployment, error) {
-	if len(req.Spec) == 0 {
+	return specOf(r, req.Spec, "an online deployment file", "endpoint", spec.DecodeOnlineDeploymentJSON)
+}
+
+// specOf reads a deployment's spec from a request, its endpoint_name (and,
+// for a path that names the deployment, its name) filled from the path
+// when the spec leaves them out, and refused when it names others; then
+// decodes it strictly with decode. what says what the spec is (as JSON),
+// endpoint what kind of endpoint the path names.
+func specOf[D any](r *http.Request, raw json.RawMessage, what, endpoint string, decode func([]byte) (*D, error)) (*D, error) {
+	if len(raw) == 0 {
 		return nil, workspace.Invalid("spec: the deployment spec is missing")
 	}
 	// The names are filled before the strict decode, which requires them.
 	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(req.Spec, &fields); err != nil || fields == nil {
-		return nil, workspace.Invalid("spec: must be a JSON object (an online deployment file as JSON)")
+	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+		return nil, workspace.Invalid("spec: must be a JSON object (%s as JSON)", what)
 	}
 	for _, p := range []struct{ field, param, what string }{
-		{"endpoint_name", "endpoint", "endpoint"},
+		{"endpoint_name", "endpoint", endpoint},
 		{"name", "name", "deployment"},
 	} {
 		want := r.PathValue(p.param)
@@ -71,7 +78,7 @@ func deploymentOf(r *http.Request, req DeploymentRequest) (*spec.OnlineDeploymen
 	if err != nil {
 		return nil, err
 	}
-	d, err := spec.DecodeOnlineDeploymentJSON(data)
+	d, err := decode(data)
 	if err != nil {
 		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
