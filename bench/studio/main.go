@@ -24,7 +24,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -40,7 +39,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -52,14 +50,20 @@ func main() {
 	seedN := flag.Int("seed", 100000, "finished jobs written into the store before the server starts")
 	n := flag.Int("n", 200, "requests of each page measured")
 	ferry := flag.String("ferry", "", "the ferry binary (default: build ./cmd/ferry)")
+	lines := flag.Int("lines", 100, "log lines the live job prints (one every 50 ms) and that are measured")
+	browser := flag.Bool("browser", true, "also measure the log lines in the job page in Debian's chromium (headless)")
 	flag.Parse()
-	if err := run(*seedN, *n, *ferry); err != nil {
+	if *seedN < 10 {
+		fmt.Fprintln(os.Stderr, "bench/studio: -seed must be at least 10 (the job page measured is one of the seeded jobs)")
+		os.Exit(2)
+	}
+	if err := run(*seedN, *n, *ferry, *lines, *browser); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/studio:", err)
 		os.Exit(1)
 	}
 }
 
-func run(seedN, n int, bin string) error {
+func run(seedN, n int, bin string, lines int, browser bool) error {
 	tmp, err := os.MkdirTemp("", "ferry-bench-studio-")
 	if err != nil {
 		return err
@@ -133,11 +137,14 @@ func run(seedN, n int, bin string) error {
 	}
 	fmt.Printf("\n%-40s %10s %10s\n", "job page, first byte", pct(ds, 50), pct(ds, 99))
 
-	lat, err := srv.logLatency()
+	live, err := srv.logLatency(tmp, lines, browser)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\n%-40s %10s %10s %10s (%d lines)\n", "log line printed → event at the page", pct(lat, 50), pct(lat, 99), pct(lat, 100), len(lat))
+	fmt.Printf("\n%-44s %10s %10s %10s\n", "a log line, from the time the job printed it", "p50", "p99", "max")
+	for _, r := range live {
+		fmt.Printf("%-44s %10s %10s %10s (%d lines)\n", r.name, pct(r.ds, 50), pct(r.ds, 99), pct(r.ds, 100), len(r.ds))
+	}
 	fmt.Printf("\nmachine load average (1 min) at the start and end: %s, %s (%d CPUs, shared with whatever else runs)\n", load0, loadAvg(), runtime.NumCPU())
 	return nil
 }
@@ -297,64 +304,6 @@ func measureURL(hc *http.Client, u string, n int, firstByte bool) ([]time.Durati
 		ds = append(ds, end.Sub(start))
 	}
 	return ds[5:], size, nil
-}
-
-// logLatency submits a job that prints its clock every 50 ms, follows the
-// job page's event stream, and returns each line's delay.
-func (s *server) logLatency() ([]time.Duration, error) {
-	spec, _ := json.Marshal(map[string]string{"name": "bench-live-log", "compute": "local",
-		"command": `python3 -u -c 'import time
-for i in range(100):
-    print("tick", time.time_ns(), flush=True); time.sleep(0.05)'`})
-	body, _ := json.Marshal(map[string]json.RawMessage{"spec": spec})
-	req, _ := http.NewRequest("POST", s.url+"/v1/jobs", strings.NewReader(string(body)))
-	req.Header.Set("Authorization", "Bearer "+s.token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	msg, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("submit: %s %s", resp.Status, msg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	ev, _ := http.NewRequestWithContext(ctx, "GET", s.url+"/studio/jobs/bench-live-log/events", nil)
-	resp, err = s.hc.Do(ev)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("event stream: %s", resp.Status)
-	}
-	var lat []time.Duration
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "event: end" {
-			break
-		}
-		f := strings.Fields(strings.TrimPrefix(line, "data: "))
-		if !strings.HasPrefix(line, "data: ") || len(f) != 2 || f[0] != "tick" {
-			continue
-		}
-		ns, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		lat = append(lat, time.Since(time.Unix(0, ns)))
-	}
-	if len(lat) == 0 {
-		return nil, fmt.Errorf("no log line came over the event stream: %v", sc.Err())
-	}
-	// The lines already printed when the stream opened are not live.
-	if len(lat) > 10 {
-		lat = lat[5:]
-	}
-	return lat, nil
 }
 
 // ---- the peer and figures ----
