@@ -1,7 +1,7 @@
 // Command studio measures the web studio of a real `ferry server` (the
 // built binary, on loopback, with a fresh data directory):
 //
-//	go run ./bench/studio [-seed 100000] [-n 200] [-ferry BINARY]
+//	go run ./bench/studio [-seed 100000] [-n 200] [-lines 100] [-browser=true] [-ferry BINARY]
 //
 // Before the server starts, -seed finished jobs (four experiments, one in
 // ten Failed, one in ten with a metric) are written into its store through
@@ -15,10 +15,11 @@
 //     a trivial net/http handler that sends a page of the same size is the
 //     peer, measured in the same run;
 //   - a job page's first byte (an old job with a metric), -n times;
-//   - a log line's way to the page: a job prints a line with its clock
-//     every 50 ms, and a client of the page's event stream
-//     (/studio/jobs/NAME/events, what the page's script reads) takes each
-//     line's arrival time minus the time printed in it.
+//   - a log line's way into the page: a job prints a line with its clock
+//     every 50 ms, -lines times; a client of the page's event stream
+//     (/studio/jobs/NAME/events, what the page's script reads) and the
+//     job page itself in Debian's chromium (a MutationObserver on the log)
+//     take each line's arrival minus the time printed in it (live.go).
 //
 // It prints percentiles and the machine's load average; it asserts nothing.
 package main
