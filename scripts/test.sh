@@ -10,5 +10,8 @@ bash scripts/test-setup.sh
 [ $# -gt 0 ] || set -- ./...
 # gotestsum (a go tool of this module) runs `go test -json` and prints one
 # line a package, the output of what failed, the skipped tests with their
-# reasons, and a DONE line with the counts.
-exec go tool gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg -- -count=1 "$@"
+# reasons, and a DONE line with the counts. The end-to-end package runs
+# real servers, clusters, Slurm and browsers one test after another and
+# takes longer than go test's default 10-minute limit on a 2-core machine:
+# 40 minutes is its limit here (a -timeout given after it wins).
+exec go tool gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg -- -count=1 -timeout=40m "$@"
