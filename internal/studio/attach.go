@@ -3,11 +3,14 @@ package studio
 import (
 	"errors"
 	"fmt"
+	"io"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/compute/virtualmachine"
@@ -54,10 +57,7 @@ func (s *Studio) attachCreate(w http.ResponseWriter, r *http.Request, ss *sessio
 		User: strings.TrimSpace(p.Get("admin_username")), HostKey: strings.TrimSpace(p.Get("host_key")), Errors: map[string]string{}}
 	c := &spec.Compute{Name: f.Name, Type: virtualmachine.Type, Address: f.Address, HostKey: f.HostKey,
 		SSHSettings: &spec.SSHSettings{AdminUsername: f.User, AdminPassword: p.Get("admin_password"),
-			SSHPrivateKey: strings.TrimSpace(p.Get("ssh_private_key")), SSHPrivateKeyPassphrase: p.Get("ssh_private_key_passphrase")}}
-	if c.SSHSettings.SSHPrivateKey != "" {
-		c.SSHSettings.SSHPrivateKey += "\n"
-	}
+			SSHPrivateKey: privateKeyOf(r, f.Errors), SSHPrivateKeyPassphrase: p.Get("ssh_private_key_passphrase")}}
 	if f.Port != "" {
 		n, err := strconv.Atoi(f.Port)
 		if err != nil {
@@ -65,7 +65,7 @@ func (s *Studio) attachCreate(w http.ResponseWriter, r *http.Request, ss *sessio
 		}
 		c.SSHSettings.SSHPort = n
 	}
-	if c.SSHSettings.AdminPassword == "" && c.SSHSettings.SSHPrivateKey == "" {
+	if c.SSHSettings.AdminPassword == "" && c.SSHSettings.SSHPrivateKey == "" && f.Errors["ssh_private_key_file"] == "" {
 		f.Errors["secret"] = "give the password or the private key Ferry logs in with"
 	}
 	if len(f.Errors) == 0 {
@@ -85,6 +85,57 @@ func (s *Studio) attachCreate(w http.ResponseWriter, r *http.Request, ss *sessio
 	}
 	s.render(withStatus(w, http.StatusUnprocessableEntity), r, ss, "attach", "Attach a machine", f)
 	return nil
+}
+
+// maxKeyFile is the largest private key file the attach forms take; an
+// OpenSSH key, even RSA 16384, is a few KiB.
+const maxKeyFile = 64 << 10
+
+// privateKeyOf is the private key the form gives, pasted into
+// ssh_private_key or chosen as the file ssh_private_key_file, trimmed
+// and ending in one line break, or "" when neither is given. Both given,
+// a file over maxKeyFile, or one that is empty or not text is refused
+// in errs["ssh_private_key_file"].
+func privateKeyOf(r *http.Request, errs map[string]string) string {
+	pasted := strings.TrimSpace(r.PostForm.Get("ssh_private_key"))
+	var file string
+	if r.MultipartForm != nil && len(r.MultipartForm.File["ssh_private_key_file"]) > 0 {
+		fh := r.MultipartForm.File["ssh_private_key_file"][0]
+		switch {
+		case fh.Filename == "" && fh.Size == 0: // no file chosen
+		case fh.Size > maxKeyFile:
+			errs["ssh_private_key_file"] = fmt.Sprintf("%s is %d bytes; a private key file is at most %d KiB: choose the key itself (such as ~/.ssh/id_ed25519), not the .pub or another file", fh.Filename, fh.Size, maxKeyFile>>10)
+			return ""
+		default:
+			b, err := readFileHeader(fh)
+			if err != nil {
+				errs["ssh_private_key_file"] = fmt.Sprintf("%s could not be read: %v; choose it again", fh.Filename, err)
+				return ""
+			}
+			file = strings.TrimSpace(string(b))
+			if file == "" || !utf8.ValidString(file) || strings.ContainsRune(file, 0) {
+				errs["ssh_private_key_file"] = fmt.Sprintf("%s is empty or not text; choose an OpenSSH or PEM private key file (such as ~/.ssh/id_ed25519)", fh.Filename)
+				return ""
+			}
+		}
+	}
+	if pasted != "" && file != "" {
+		errs["ssh_private_key_file"] = "give the private key once: paste its text or choose its file, not both"
+		return ""
+	}
+	if key := pasted + file; key != "" {
+		return key + "\n"
+	}
+	return ""
+}
+
+func readFileHeader(fh *multipart.FileHeader) ([]byte, error) {
+	f, err := fh.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxKeyFile+1))
 }
 
 func placeAttachErrors(f *attachForm, err error) {

@@ -98,10 +98,7 @@ func (s *Studio) slurmCreate(w http.ResponseWriter, r *http.Request, ss *session
 	case "ssh":
 		c.Address, c.HostKey = f.Address, f.HostKey
 		c.SSHSettings = &spec.SSHSettings{AdminUsername: f.User, AdminPassword: p.Get("admin_password"),
-			SSHPrivateKey: strings.TrimSpace(p.Get("ssh_private_key")), SSHPrivateKeyPassphrase: p.Get("ssh_private_key_passphrase")}
-		if c.SSHSettings.SSHPrivateKey != "" {
-			c.SSHSettings.SSHPrivateKey += "\n"
-		}
+			SSHPrivateKey: privateKeyOf(r, f.Errors), SSHPrivateKeyPassphrase: p.Get("ssh_private_key_passphrase")}
 		if f.Port != "" {
 			n, err := strconv.Atoi(f.Port)
 			if err != nil {
@@ -112,7 +109,7 @@ func (s *Studio) slurmCreate(w http.ResponseWriter, r *http.Request, ss *session
 		if f.Address == "" {
 			f.Errors["address"] = "give the login node Ferry submits from (its name or address), or choose the server's own host above"
 		}
-		if c.SSHSettings.AdminPassword == "" && c.SSHSettings.SSHPrivateKey == "" {
+		if c.SSHSettings.AdminPassword == "" && c.SSHSettings.SSHPrivateKey == "" && f.Errors["ssh_private_key_file"] == "" {
 			f.Errors["secret"] = "give the password or the private key Ferry logs in to the login node with"
 		}
 	default:

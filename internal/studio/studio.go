@@ -25,6 +25,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/url"
 	"strings"
@@ -173,6 +174,9 @@ func (s *Studio) page(f pageFunc) http.HandlerFunc {
 	}
 }
 
+// maxFormBytes caps a form's body, files included.
+const maxFormBytes = 1 << 20
+
 // form wraps a signed-in POST: it needs the session cookie, a same-origin
 // Origin (when the browser sends one) and the session's CSRF token in the
 // form, or it is refused with 403 and does nothing.
@@ -187,8 +191,21 @@ func (s *Studio) form(f pageFunc) http.HandlerFunc {
 			http.Error(w, "refused: the form was sent from another site (Origin "+r.Header.Get("Origin")+")", http.StatusForbidden)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-		if err := r.ParseForm(); err != nil {
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		// A multipart form (the attach forms, which take a key file) is
+		// read whole into memory (the body is capped above), so no
+		// part of it, a private key least of all, goes to a temporary
+		// file; its fields land in r.PostForm as a plain form's do.
+		var err error
+		if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct == "multipart/form-data" {
+			err = r.ParseMultipartForm(maxFormBytes + 1)
+			if r.MultipartForm != nil {
+				defer r.MultipartForm.RemoveAll()
+			}
+		} else {
+			err = r.ParseForm()
+		}
+		if err != nil {
 			http.Error(w, "the form could not be read: "+err.Error(), http.StatusBadRequest)
 			return
 		}
