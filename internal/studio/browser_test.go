@@ -462,7 +462,8 @@ func TestStudioEndpointInBrowser(t *testing.T) {
 // Attach a machine (a real sshd on loopback) through the form: without a
 // host key the page shows the fingerprint the machine offers, to confirm;
 // confirming attaches it with that key pinned. The private key never
-// comes back in a page.
+// comes back in a page. The key is pasted first and chosen as a file to
+// confirm.
 func TestStudioAttachInBrowser(t *testing.T) {
 	sshd := testutil.StartSSHD(t)
 	s := startServer(t)
@@ -503,8 +504,14 @@ func TestStudioAttachInBrowser(t *testing.T) {
 	}
 	b.screenshot("attach-confirm")
 
-	b.run("confirm and attach",
-		chromedp.SetValue(chromedp.ID("ssh_private_key"), key),
+	// The confirmation asks for the key again: this time as its file,
+	// as a user picks ~/.ssh/id_ed25519.
+	keyFile := filepath.Join(t.TempDir(), "id_ed25519")
+	if err := os.WriteFile(keyFile, sshd.ClientKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b.run("confirm and attach with the key file",
+		chromedp.SetUploadFiles(chromedp.ID("ssh_private_key_file"), []string{keyFile}),
 		chromedp.Click(chromedp.ID("confirm-attach")),
 		chromedp.WaitVisible(chromedp.ID("compute-state")))
 	b.screenshot("attach-done")

@@ -163,8 +163,12 @@ func TestStudioSlurmAttachInBrowser(t *testing.T) {
 
 	// Confirmed: Ferry logs in with the pinned key, runs sinfo on the
 	// login node and attaches.
-	b.run("confirm the key",
-		chromedp.SetValue(chromedp.ID("ssh_private_key"), key),
+	keyFile := filepath.Join(t.TempDir(), "id_ed25519")
+	if err := os.WriteFile(keyFile, sshd.ClientKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b.run("confirm the key, giving the private key as its file",
+		chromedp.SetUploadFiles(chromedp.ID("ssh_private_key_file"), []string{keyFile}),
 		chromedp.Click(chromedp.ID("confirm-attach")),
 		chromedp.WaitVisible(chromedp.ID("compute-state")))
 	if w := b.textOf("#slurm-where"); !strings.Contains(w, "login node "+sshd.Address) {
