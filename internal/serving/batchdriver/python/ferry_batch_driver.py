@@ -610,11 +610,11 @@ def main():
     master = None
     if rank == 0:
         master = Master(args, files)
-        host, port = "127.0.0.1", 0
+        srv, addr = None, None
         if args.nodes > 1:
-            host, port = "", int(os.environ["MASTER_PORT"])
-        srv = serve(master, host, port, job, key)
-        addr = ("127.0.0.1", srv.server_address[1])
+            # Only the other nodes' workers need the queue over TCP: this
+            # node's ask the master in process.
+            srv = serve(master, "", int(os.environ["MASTER_PORT"]), job, key)
         log("info", "%d files in %d mini-batches of up to %d, over %d node(s) x %d worker(s); output: %s" % (
             len(files), len(master.batches), args.mini_batch_size, args.nodes, args.concurrency,
             args.output_file_name if args.output_action == "append_row" else "none (summary_only)"))
@@ -642,7 +642,14 @@ def main():
         step = report(master, total, step)
     master.finish()
     report(master, total, step, force=True)
-    srv.shutdown()
+    if master.abort is None:
+        # The workers end on their own once told to stop: let them, so
+        # that none is killed while it exits.
+        deadline = time.monotonic() + 5
+        for t in slots:
+            t.join(max(0.0, deadline - time.monotonic()))
+    if srv is not None:
+        srv.shutdown()
     Worker.kill_all()
     done, failed, left, items_failed = master.progress()
     if master.abort is not None:
