@@ -277,3 +277,35 @@ def run(mini_batch):
 		t.Errorf("exit %d, output %q:\n%s", code, out, log)
 	}
 }
+
+// A worker holds the next mini-batch while it scores the current one; when
+// it is killed (here, past the timeout), the one it held goes back to the
+// queue untried: its own failure later is its first try, not its second.
+func TestDriverPrefetchedMiniBatchGoesBackUntried(t *testing.T) {
+	script := `import os, time
+def init():
+    pass
+def run(mini_batch):
+    name = os.path.basename(mini_batch[0])
+    if name == "f000":
+        time.sleep(60)
+    marker = os.path.join(os.path.dirname(mini_batch[0]), "..", "fail-once")
+    if name == "f001" and not os.path.exists(marker):
+        open(marker, "w").close()
+        raise ValueError("first try of f001")
+    return [name]
+`
+	log, code, out := runDriver(t, script, 4, "--mini-batch-size", "1", "--timeout", "1", "--max-retries", "1", "--concurrency", "1")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, log)
+	}
+	if !strings.Contains(log, "mini-batch 1 (f001) failed on node 0 worker 0 (try 1 of 2): ValueError: first try of f001; it is tried again") {
+		t.Errorf("f001's first failure is not its first try:\n%s", log)
+	}
+	if !strings.Contains(log, "mini-batch 0 (f000) failed on node 0 worker 0 (try 2 of 2, no retry left): timed out after 1 s") {
+		t.Errorf("f000 did not time out twice:\n%s", log)
+	}
+	if want := "f001\nf002\nf003\n"; out != want {
+		t.Errorf("output:\n%s\nwant:\n%s", out, want)
+	}
+}

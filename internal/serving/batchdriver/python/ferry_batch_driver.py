@@ -46,7 +46,6 @@ import sys
 import threading
 import time
 import traceback
-import urllib.request
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 LEVEL = 20
@@ -72,12 +71,18 @@ def to_rows(result):
     if isinstance(result, (str, bytes)) or not hasattr(result, "__iter__"):
         raise TypeError("run() returned %s; it must return a list of rows (one per file) or a pandas DataFrame" % type(result).__name__)
     rows = []
+    b = w = None
     for r in result:
         if isinstance(r, str):
             rows.append(r.rstrip("\r\n"))
         elif isinstance(r, (list, tuple)):
-            b = io.StringIO()
-            csv.writer(b, lineterminator="").writerow(r)
+            if w is None:
+                b = io.StringIO()
+                w = csv.writer(b, lineterminator="")
+            else:
+                b.seek(0)
+                b.truncate()
+            w.writerow(r)
             rows.append(b.getvalue())
         else:
             rows.append(str(r))
@@ -165,11 +170,26 @@ class Worker:
         line, self.buf = self.buf.split(b"\n", 1)
         return json.loads(line)
 
-    def run(self, files, timeout):
+    def send(self, line):
+        """Hands the worker a mini-batch (a line of encode()); it starts
+        on it when it is done with those before it."""
         try:
-            self.proc.stdin.write((json.dumps({"files": files}) + "\n").encode())
+            self.proc.stdin.write(line)
             self.proc.stdin.flush()
-            msg = self.read(timeout)
+        except OSError:
+            pass  # it ended: receive() says so
+
+    @staticmethod
+    def encode(files):
+        return (json.dumps({"files": files}) + "\n").encode()
+
+    def receive(self, wait, timeout):
+        """The result of the oldest mini-batch sent and not yet answered;
+        a result with "restart" when the worker ended or ran past timeout
+        (then it is stopped, and what else it was sent is lost). It
+        waits up to wait seconds; timeout is the limit the error names."""
+        try:
+            msg = self.read(wait)
         except TimeoutError:
             self.stop()
             return {"ok": False, "error": "timed out after %d s (retry_settings.timeout)" % timeout, "restart": True}
@@ -252,11 +272,19 @@ class Master:
         b = self.batches[i]
         return "mini-batch %d (%s%s)" % (i, b[0], "" if len(b) == 1 else " .. " + b[-1])
 
-    def step(self, slot, result):
-        """Records a slot's result and answers what it does next."""
+    def step(self, slot, result, given_back=()):
+        """Records a slot's result, takes back the mini-batches it hands
+        back unstarted (prefetched for a worker that then had to be
+        started again: they were not tried), and answers what it does
+        next."""
         with self.lock:
             if result is not None:
                 self.record(slot, result)
+            for i in given_back:
+                if self.inflight.get(i) == slot:
+                    del self.inflight[i]
+                    self.tries[i] -= 1
+                    self.pending.appendleft(i)
             if self.abort is not None or self.over.is_set():
                 return {"op": "stop"}
             if self.pending:
@@ -356,7 +384,10 @@ def serve(master, host, port, job, key):
                         master.fatal(msg.get("error", "a worker failed"))
                         reply = {"op": "stop"}
                     else:
-                        reply = master.step(slot, msg.get("result"))
+                        back = msg.get("given_back") or []
+                        if not isinstance(back, list) or not all(type(i) is int for i in back):
+                            return
+                        reply = master.step(slot, msg.get("result"), back)
                     self.wfile.write((json.dumps(reply) + "\n").encode())
                     self.wfile.flush()
                     if reply["op"] == "stop":
@@ -392,53 +423,104 @@ def connect(addr, deadline):
             time.sleep(0.2)
 
 
-def slot_main(args, name, addr, root, job, key, errors):
-    worker = Worker(args)
-    try:
-        conn = connect(addr, time.monotonic() + args.connect_timeout)
-    except OSError as e:
-        errors.append("could not reach the batch master at %s:%d: %s" % (addr[0], addr[1], e))
-        return
-    f = conn.makefile("rwb")
+# A slot keeps up to PREFETCH mini-batches with its worker: the next one
+# waits in the worker's stdin while it scores the current one, so that the
+# worker never waits for the round trip to the master between mini-batches.
+# A mini-batch's line longer than PIPE_SAFE is not queued behind a running
+# one (the write could block past the running one's timeout); it is held
+# and sent when the worker is free.
+PREFETCH = 2
+PIPE_SAFE = 16384
 
-    def ask(msg):
-        msg["job"], msg["slot"], msg["key"] = job, name, key
-        f.write((json.dumps(msg) + "\n").encode())
-        f.flush()
-        line = f.readline()
-        return json.loads(line) if line else {"op": "stop"}
+
+def slot_main(args, name, addr, root, job, key, errors, master=None):
+    worker = Worker(args)
+    conn = None
+    if master is not None:
+        # A slot on the master's own node asks it in process: no socket,
+        # no JSON, and the job's key is not in question.
+        def ask(msg):
+            if msg.get("op") == "fatal":
+                master.fatal(msg.get("error", "a worker failed"))
+                return {"op": "stop"}
+            return master.step(name, msg.get("result"), msg.get("given_back") or ())
+    else:
+        try:
+            conn = connect(addr, time.monotonic() + args.connect_timeout)
+        except OSError as e:
+            errors.append("could not reach the batch master at %s:%d: %s" % (addr[0], addr[1], e))
+            return
+        f = conn.makefile("rwb")
+
+        def ask(msg):
+            msg["job"], msg["slot"], msg["key"] = job, name, key
+            f.write((json.dumps(msg) + "\n").encode())
+            f.flush()
+            line = f.readline()
+            return json.loads(line) if line else {"op": "stop"}
+
+    def end():
+        if conn is not None:
+            conn.close()
+        else:
+            master.lost(name)
 
     try:
         worker.start()
     except Exception as e:
         errors.append("%s: %s" % (name, e))
         ask({"op": "fatal", "error": "%s: %s" % (name, e)})
-        conn.close()
+        end()
         return
-    result = None
+    queue = collections.deque()  # indexes of the mini-batches sent to the worker, oldest first
+    held = None  # (index, line): a mini-batch too large to queue behind a running one
+    head_since = 0.0  # when the worker started on queue[0]
+    result, back = None, []
     try:
         while True:
-            reply = ask({"op": "next", "result": result})
-            result = None
-            if reply["op"] == "stop":
-                break
-            if reply["op"] == "wait":
-                time.sleep(0.02)
-                continue
-            files = [os.path.join(root, p) for p in reply["files"]]
-            result = worker.run(files, args.timeout)
-            result["index"] = reply["index"]
+            if result is not None or len(queue) + (held is not None) < PREFETCH:
+                reply = ask({"op": "next", "result": result, "given_back": back})
+                result, back = None, []
+                if reply["op"] == "stop":
+                    break
+                if reply["op"] == "task":
+                    line = Worker.encode([os.path.join(root, p) for p in reply["files"]])
+                    if queue and len(line) > PIPE_SAFE:
+                        held = (reply["index"], line)
+                    else:
+                        if not queue:
+                            head_since = time.monotonic()
+                        worker.send(line)
+                        queue.append(reply["index"])
+                    continue
+                if not queue:  # "wait": nothing left to hand out now, but a retry may come
+                    time.sleep(0.02)
+                    continue
+            result = worker.receive(max(args.timeout - (time.monotonic() - head_since), 0.001), args.timeout)
+            result["index"] = queue.popleft()
+            head_since = time.monotonic()
             if result.pop("restart", False):
+                # What the worker had queued was never started: it goes
+                # back to the master untried.
+                back = list(queue)
+                queue.clear()
+                if held is not None:
+                    back.append(held[0])
+                    held = None
                 try:
                     worker.start()
                 except Exception as e:
                     errors.append("%s: %s" % (name, e))
                     ask({"op": "fatal", "error": "%s: %s" % (name, e)})
                     return
+            elif held is not None and not queue:
+                worker.send(held[1])
+                queue.append(held[0])
+                held = None
     except (OSError, ValueError):
         pass  # the master is gone: it ended, or the job did
     finally:
-        conn.close()
+        end()
         worker.close()
 
 
@@ -449,6 +531,7 @@ def post_metrics(values, step):
     url, token, job = os.environ.get("FERRY_API_URL"), os.environ.get("FERRY_RUN_TOKEN"), os.environ.get("FERRY_JOB_ID")
     if not url or not token or not job:
         return
+    import urllib.request  # here, not above: every worker process imports this file, and this import is slow
     body = json.dumps({"metrics": [{"name": k, "value": v, "step": step} for k, v in values.items()]}).encode()
     req = urllib.request.Request(url + "/v1/jobs/" + job + "/metrics", data=body, method="POST",
                                  headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
@@ -527,11 +610,11 @@ def main():
     master = None
     if rank == 0:
         master = Master(args, files)
-        host, port = "127.0.0.1", 0
+        srv, addr = None, None
         if args.nodes > 1:
-            host, port = "", int(os.environ["MASTER_PORT"])
-        srv = serve(master, host, port, job, key)
-        addr = ("127.0.0.1", srv.server_address[1])
+            # Only the other nodes' workers need the queue over TCP: this
+            # node's ask the master in process.
+            srv = serve(master, "", int(os.environ["MASTER_PORT"]), job, key)
         log("info", "%d files in %d mini-batches of up to %d, over %d node(s) x %d worker(s); output: %s" % (
             len(files), len(master.batches), args.mini_batch_size, args.nodes, args.concurrency,
             args.output_file_name if args.output_action == "append_row" else "none (summary_only)"))
@@ -540,7 +623,7 @@ def main():
     slots = []
     for w in range(args.concurrency):
         name = "node %d worker %d" % (rank, w)
-        t = threading.Thread(target=slot_main, args=(args, name, addr, root, job, key, errors), daemon=True)
+        t = threading.Thread(target=slot_main, args=(args, name, addr, root, job, key, errors, master), daemon=True)
         t.start()
         slots.append(t)
 
@@ -559,7 +642,14 @@ def main():
         step = report(master, total, step)
     master.finish()
     report(master, total, step, force=True)
-    srv.shutdown()
+    if master.abort is None:
+        # The workers end on their own once told to stop: let them, so
+        # that none is killed while it exits.
+        deadline = time.monotonic() + 5
+        for t in slots:
+            t.join(max(0.0, deadline - time.monotonic()))
+    if srv is not None:
+        srv.shutdown()
     Worker.kill_all()
     done, failed, left, items_failed = master.progress()
     if master.abort is not None:
