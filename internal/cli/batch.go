@@ -126,27 +126,13 @@ func showBatchEndpoint(w *tabwriter.Writer, e *workspace.BatchEndpoint) {
 }
 
 func (a *app) batchEndpointShowCmd() *cobra.Command {
-	var name string
-	cmd := &cobra.Command{
-		Use: "show NAME", Short: "Show a batch endpoint", Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := endpointName(args, name)
-			if err != nil {
-				return err
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			v, err := c.GetBatchEndpoint(cmd.Context(), n)
-			if err != nil {
-				return err
-			}
-			return a.print(v, func(w *tabwriter.Writer) { showBatchEndpoint(w, v) })
-		},
-	}
-	cmd.Flags().StringVarP(&name, "name", "n", "", "endpoint name")
-	return cmd
+	return a.namedEndpointCmd("show NAME", "Show a batch endpoint", func(cmd *cobra.Command, c *client.Client, n string) error {
+		v, err := c.GetBatchEndpoint(cmd.Context(), n)
+		if err != nil {
+			return err
+		}
+		return a.print(v, func(w *tabwriter.Writer) { showBatchEndpoint(w, v) })
+	})
 }
 
 func (a *app) batchEndpointListCmd() *cobra.Command {
@@ -172,27 +158,14 @@ func (a *app) batchEndpointListCmd() *cobra.Command {
 }
 
 func (a *app) batchEndpointDeleteCmd() *cobra.Command {
-	var name string
 	var yes bool
-	cmd := &cobra.Command{
-		Use: "delete NAME", Short: "Delete a batch endpoint and its deployments (its jobs are kept)", Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := endpointName(args, name)
-			if err != nil {
-				return err
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if err := c.DeleteBatchEndpoint(cmd.Context(), n); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stderr, "batch endpoint %s deleted\n", n)
-			return nil
-		},
-	}
-	cmd.Flags().StringVarP(&name, "name", "n", "", "endpoint name")
+	cmd := a.namedEndpointCmd("delete NAME", "Delete a batch endpoint and its deployments (its jobs are kept)", func(cmd *cobra.Command, c *client.Client, n string) error {
+		if err := c.DeleteBatchEndpoint(cmd.Context(), n); err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stderr, "batch endpoint %s deleted\n", n)
+		return nil
+	})
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "accepted for az ml's sake; nothing is asked")
 	return cmd
 }
@@ -280,27 +253,13 @@ func (a *app) batchEndpointInvokeCmd() *cobra.Command {
 }
 
 func (a *app) batchEndpointListJobsCmd() *cobra.Command {
-	var name string
-	cmd := &cobra.Command{
-		Use: "list-jobs NAME", Short: "List the jobs of a batch endpoint's invocations, newest first", Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := endpointName(args, name)
-			if err != nil {
-				return err
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			jobs, err := c.ListBatchJobs(cmd.Context(), n)
-			if err != nil {
-				return err
-			}
-			return a.print(jobs, func(w *tabwriter.Writer) { jobTable(w, jobs) })
-		},
-	}
-	cmd.Flags().StringVarP(&name, "name", "n", "", "endpoint name")
-	return cmd
+	return a.namedEndpointCmd("list-jobs NAME", "List the jobs of a batch endpoint's invocations, newest first", func(cmd *cobra.Command, c *client.Client, n string) error {
+		jobs, err := c.ListBatchJobs(cmd.Context(), n)
+		if err != nil {
+			return err
+		}
+		return a.print(jobs, func(w *tabwriter.Writer) { jobTable(w, jobs) })
+	})
 }
 
 // batchDeploymentPutCmd is create and update: both parse the file, check
