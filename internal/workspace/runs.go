@@ -352,7 +352,7 @@ func (s *Service) expireLeases(ctx context.Context) error {
 	now := s.now()
 	for _, j := range active {
 		if j.Compute == "" {
-			continue // a pipeline job: its steps have the runners
+			continue // a pipeline or a sweep: its steps or trials have the runners
 		}
 		s.mu.Lock()
 		last, ok := s.heartbeats[j.Name]

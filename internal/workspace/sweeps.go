@@ -36,8 +36,8 @@ import (
 // sampling's history is what the store had when the trial was stored.
 //
 // The sweep's record has no compute (its trials have), so it holds no
-// slot of a target; it is Running from submit, and the loop renews its
-// lease as a runner would.
+// slot of a target; it is Running from submit, and has no lease to renew
+// (expireLeases passes over jobs without a compute).
 
 // sweepTick is how often the sweep loop runs without being woken.
 const sweepTick = time.Second
@@ -145,7 +145,6 @@ func (s *Service) submitSweep(ctx context.Context, who auth.Principal, sub Submi
 		}
 		return nil, err
 	}
-	s.heard(name)
 	s.sweeps.open.Add(1)
 	s.kickSweeps()
 	s.changed(name)
@@ -205,7 +204,6 @@ func (s *Service) driveSweep(ctx context.Context, name string) error {
 	if IsTerminal(rec.Status) {
 		return s.st.SweepDone(ctx, name)
 	}
-	s.heard(name)
 	trials, err := s.trialStates(ctx, rec, &j)
 	if err != nil {
 		return err
