@@ -43,8 +43,25 @@ func (s *Studio) endpointList(w http.ResponseWriter, r *http.Request, ss *sessio
 	for i, e := range eps {
 		rows[i] = endpointRow{OnlineEndpoint: e, Split: splitText(e.Traffic)}
 	}
-	s.render(w, r, ss, "endpoints", "Endpoints", rows)
+	beps, err := ss.api.ListBatchEndpoints(r.Context())
+	if err != nil {
+		return err
+	}
+	batch := make([]batchEndpointRow, len(beps))
+	for i, e := range beps {
+		batch[i] = batchEndpointRow{BatchEndpoint: e}
+		if e.BatchEndpoint != nil {
+			batch[i].DefaultName = e.DefaultDeployment()
+		}
+	}
+	s.render(w, r, ss, "endpoints", "Endpoints", map[string]any{"Online": rows, "Batch": batch})
 	return nil
+}
+
+// batchEndpointRow is a batch endpoint in the endpoints list.
+type batchEndpointRow struct {
+	*workspace.BatchEndpoint
+	DefaultName string
 }
 
 // trafficRow is one deployment in the traffic form.

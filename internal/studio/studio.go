@@ -108,6 +108,11 @@ func New(o Options) (*Studio, error) {
 	s.mux.HandleFunc("GET /studio/endpoints/{name}", s.page(s.endpointDetail))
 	s.mux.HandleFunc("POST /studio/endpoints/{name}/traffic", s.form(s.endpointTraffic))
 	s.mux.HandleFunc("POST /studio/endpoints/{name}/test", s.form(s.endpointTest))
+	s.mux.HandleFunc("GET /studio/batch-endpoints", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/studio/endpoints#batch", http.StatusSeeOther)
+	})
+	s.mux.HandleFunc("GET /studio/batch-endpoints/{name}", s.page(s.batchDetail))
+	s.mux.HandleFunc("POST /studio/batch-endpoints/{name}/invoke", s.form(s.batchInvoke))
 	s.mux.HandleFunc("/studio/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no studio page "+r.URL.Path+"; start at /studio/", http.StatusNotFound)
 	})
@@ -262,6 +267,9 @@ func (s *Studio) render(w http.ResponseWriter, r *http.Request, ss *session, pag
 func navOf(path string) string {
 	rest := strings.TrimPrefix(path, Prefix)
 	section, _, _ := strings.Cut(rest, "/")
+	if section == "batch-endpoints" {
+		return "endpoints" // batch endpoints are listed with the online ones
+	}
 	return section
 }
 
