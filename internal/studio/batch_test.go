@@ -125,7 +125,7 @@ func TestStudioBatchEndpointPages(t *testing.T) {
 		"<td>1</td>\n  <td>2</td>\n  <td>2</td>\n  <td>5</td>\n  <td>append_row (predictions.csv)</td>",
 		`<a href="/studio/jobs/cli-scored">cli-scored</a>`,
 		// d.txt is bad: its mini-batch (c, d) fails, the other two are done.
-		"2 done, 1 failed, 0 left",
+		`<td class="progress">2 done, 1 failed, 0 left</td>`,
 		`name="csrf"`,
 	} {
 		if !strings.Contains(page, w) {

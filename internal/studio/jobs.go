@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"path"
@@ -20,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ferry-ml/ferry/internal/api"
+	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
@@ -203,7 +205,7 @@ func (s *Studio) jobDetail(w http.ResponseWriter, r *http.Request, ss *session) 
 		var b strings.Builder
 		enc := yaml.NewEncoder(&b)
 		enc.SetIndent(2)
-		if err := enc.Encode(j.Spec); err == nil {
+		if err := enc.Encode(shownSpec(j.Spec)); err == nil {
 			v.YAML = b.String()
 		}
 		for n, in := range j.Spec.Inputs {
@@ -449,4 +451,29 @@ func (s *Studio) jobResubmit(w http.ResponseWriter, r *http.Request, ss *session
 	}
 	http.Redirect(w, r, "/studio/jobs/"+url.PathEscape(nj.Name)+"?msg="+url.QueryEscape("submitted again from "+j.Name), http.StatusSeeOther)
 	return nil
+}
+
+// hiddenVariables are environment variables Ferry sets to a job's own
+// secret: a batch job's BATCH_DRIVER_KEY, which its workers present to its
+// driver's queue. The page's YAML shows that they are set, not their value.
+var hiddenVariables = []string{"BATCH_DRIVER_KEY"}
+
+// shownSpec is the job's spec as its page shows it: hiddenVariables'
+// values replaced. Resubmitting reads the spec from the API, not the page.
+func shownSpec(sp *spec.Job) *spec.Job {
+	var hidden map[string]string
+	for _, n := range hiddenVariables {
+		if _, ok := sp.EnvironmentVariables[n]; ok {
+			if hidden == nil {
+				hidden = maps.Clone(sp.EnvironmentVariables)
+			}
+			hidden[n] = "(hidden: a key of the job's own)"
+		}
+	}
+	if hidden == nil {
+		return sp
+	}
+	c := *sp
+	c.EnvironmentVariables = hidden
+	return &c
 }
