@@ -178,6 +178,7 @@ func TestStudioBatchEndpointPages(t *testing.T) {
 		{"/tmp/numbers", "is a local path"},
 		{"azureml:numbers", "numbers"},
 		{"azureml:no-such-data:1", "no-such-data"},
+		{"azureml://datastores/no-such-store/paths/n", "no-such-store"},
 	} {
 		resp, body := invoke(url.Values{"csrf": {csrf}, "input": {tc.input}, "type": {"uri_folder"}})
 		errText := between(body, `<p id="input-error" class="error" role="alert">`, "</p>")
@@ -206,6 +207,31 @@ func TestStudioBatchEndpointPages(t *testing.T) {
 	if j := waitJob(t, s, "from-form"); j.Status != workspace.StatusCompleted || j.Metrics["mini_batches_done"] != 2 {
 		t.Errorf("the form's job ended %s with metrics %v, want Completed with 2 mini-batches done", j.Status, j.Metrics)
 	}
+
+	// A datastore URI: a local_folder datastore every node reads.
+	shared := filepath.Join(s.work, "shared")
+	for name, body := range map[string]string{"n/x.txt": "10", "n/y.txt": "20", "n/z.txt": "30"} {
+		p := filepath.Join(shared, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dsFile := filepath.Join(t.TempDir(), "shared.yml")
+	if err := os.WriteFile(dsFile, []byte("name: shared\ntype: local_folder\npath: "+shared+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.ferry(t, "datastore", "create", "-f", dsFile)
+	resp, body = invoke(url.Values{"csrf": {csrf}, "input": {"azureml://datastores/shared/paths/n"}, "type": {"uri_folder"}, "job_name": {"from-datastore"}})
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/studio/jobs/from-datastore" {
+		t.Fatalf("invoke with a datastore URI: %s to %q, want 303 to /studio/jobs/from-datastore\n%s", resp.Status, resp.Header.Get("Location"), body)
+	}
+	if j := waitJob(t, s, "from-datastore"); j.Status != workspace.StatusCompleted || j.Metrics["mini_batches_done"] != 2 || j.Metrics["mini_batches_failed"] != 0 {
+		t.Errorf("the datastore job ended %s with metrics %v, want Completed with 2 mini-batches done, none failed", j.Status, j.Metrics)
+	}
+
 	if page := get("/studio/batch-endpoints/number-scorer"); !strings.Contains(page, `<a href="/studio/jobs/from-form">from-form</a>`) {
 		t.Error("the batch endpoint page does not list the job its form started")
 	}
