@@ -127,6 +127,7 @@ func TestStudioBatchEndpointPages(t *testing.T) {
 		// d.txt is bad: its mini-batch (c, d) fails, the other two are done.
 		`<td class="progress">2 done, 1 failed, 0 left</td>`,
 		`name="csrf"`,
+		`href="/studio/jobs?experiment=batch-number-scorer"`,
 	} {
 		if !strings.Contains(page, w) {
 			t.Errorf("the batch endpoint page lacks %q", w)
@@ -190,6 +191,10 @@ func TestStudioBatchEndpointPages(t *testing.T) {
 	if resp, body := invoke(url.Values{"csrf": {csrf}, "input": {"azureml:numbers:1"}, "type": {"uri_folder"}, "deployment": {"nope"}}); resp.StatusCode != http.StatusUnprocessableEntity ||
 		!strings.Contains(between(body, `<p class="error" role="alert" id="form-error">`, "</p>"), "nope") {
 		t.Errorf("invoke of deployment nope: %s; want 422 and the API's refusal naming it", resp.Status)
+	}
+	if resp, body := invoke(url.Values{"csrf": {csrf}, "input": {"azureml:numbers:1"}, "type": {"mltable"}}); resp.StatusCode != http.StatusUnprocessableEntity ||
+		!strings.Contains(between(body, `<p class="error" role="alert" id="form-error">`, "</p>"), "mltable") {
+		t.Errorf("invoke with type mltable: %s; want 422 and an error naming the type", resp.Status)
 	}
 	if n := jobsNow(); n != 1 {
 		t.Fatalf("after bad inputs the endpoint has %d jobs, want 1", n)
