@@ -295,8 +295,8 @@ func (l *loadResult) snapshot() (map[int]int, map[string]int, []string) {
 }
 
 // load sends requests from workers at once until stop is called, which
-// returns what they got.
-func load(t *testing.T, uri, key string, workers int) (stop func() *loadResult) {
+// returns what they got; running is what they have got so far.
+func load(t *testing.T, uri, key string, workers int) (stop func() *loadResult, running *loadResult) {
 	t.Helper()
 	res := &loadResult{codes: map[int]int{}, versions: map[string]int{}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -309,24 +309,41 @@ func load(t *testing.T, uri, key string, workers int) (stop func() *loadResult) 
 		})
 	}
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	return func() *loadResult { cancel(); wg.Wait(); return res }
+	return func() *loadResult { cancel(); wg.Wait(); return res }, res
 }
 
-// killReplica kills a replica's inference server (the parent of the
-// worker whose pid an answer gave) and its worker with SIGKILL.
+// killReplica kills with SIGKILL the whole replica that answered with
+// the worker pid workerPID: the inference server's front and its
+// WORKER_COUNT workers, in the process group the runner started the job
+// in (the job's shell execs into the front, which leads the group). The
+// group is killed at once: killed one by one, front first, a worker ends
+// by itself when its socket to the front does, and the kill after finds
+// no process.
 func killReplica(t *testing.T, workerPID int) {
 	t.Helper()
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", workerPID))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the worker that answered: %v", err)
 	}
 	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
 	ppid, _ := strconv.Atoi(fields[1])
-	for _, pid := range []int{ppid, workerPID} {
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatalf("kill %d: %v", pid, err)
-		}
+	pgid, _ := strconv.Atoi(fields[2])
+	if pgid != ppid || pgid <= 1 || pgid == syscall.Getpgrp() {
+		t.Fatalf("worker %d: process group %d, parent %d; want the group its front (the parent) leads", workerPID, pgid, ppid)
 	}
+	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the replica's process group %d: %v", pgid, err)
+	}
+}
+
+// replicaJobs is the sorted jobs of a deployment's replicas.
+func replicaJobs(d deploymentOut) []string {
+	var jobs []string
+	for _, r := range d.Replicas {
+		jobs = append(jobs, r.Job)
+	}
+	slices.Sort(jobs)
+	return jobs
 }
 
 // waitReady waits until a deployment has n ready replicas and no other.
@@ -380,7 +397,7 @@ func TestOnlineDeploymentOnPoolNodes(t *testing.T) {
 	s.mustFerry("online-endpoint", "update", "pool-ep", "--traffic", "blue=100")
 
 	// A rolling update under load.
-	stop := load(t, uri, key, 4)
+	stop, _ := load(t, uri, key, 4)
 	time.Sleep(500 * time.Millisecond)
 	blue["environment_variables"] = map[string]string{"VERSION": "v2"}
 	if c, body := s.deploy("PUT", "pool-ep", blue, up, false); c != 200 {
@@ -413,22 +430,34 @@ func TestOnlineDeploymentOnPoolNodes(t *testing.T) {
 	if c != 200 || json.Unmarshal([]byte(body), &a) != nil || a.PID == 0 {
 		t.Fatalf("score: %d %s", c, body)
 	}
-	stop = load(t, uri, key, 4)
+	live := s.waitReady("pool-ep", "blue", 2)
+	stop, running := load(t, uri, key, 4)
 	time.Sleep(300 * time.Millisecond)
+	atKill, _, _ := running.snapshot()
 	killReplica(t, a.PID)
 	time.Sleep(2 * time.Second)
-	before, _, _ := stop().snapshot()
+	before, _, failures := stop().snapshot()
 	lost := 0
 	for code, n := range before {
 		if code != 200 {
 			lost += n
 		}
 	}
-	if lost > 4 || before[200] == 0 {
-		t.Errorf("killing a replica under load: answers %v; want at most its 4 in-flight requests lost", before)
+	if lost > 4 || before[200]-atKill[200] <= 4 {
+		t.Errorf("killing a replica under load: answers %v (%v when it was killed), failures %q; want at most its 4 in-flight requests lost and the endpoint answering after", before, atKill, failures)
 	}
-	s.waitReady("pool-ep", "blue", 2)
-	t.Logf("replica killed under load: answers %v", before)
+	// Replaced: two replicas ready again, one of them a new job (a
+	// replica's job is never reused, and nothing else replaces one here).
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		d := s.waitReady("pool-ep", "blue", 2)
+		if !slices.Equal(replicaJobs(d), replicaJobs(live)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("blue's replicas are still %v 90 s after one was killed", replicaJobs(d))
+		}
+	}
+	t.Logf("replica killed under load: answers %v, failures %q; replicas %v, then %v", before, failures, replicaJobs(live), replicaJobs(s.deployment("pool-ep", "blue")))
 
 	// A second deployment, a 90/10 split, the header, and a mirror.
 	green := maps.Clone(blue)
