@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -270,13 +271,15 @@ type loadResult struct {
 	codes    map[int]int
 	versions map[string]int
 	failures []string
+	failedAt []time.Time // when each request that failed was sent
 }
 
-func (l *loadResult) add(code int, body string) {
+func (l *loadResult) add(code int, body string, sent time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.codes[code]++
 	if code != 200 {
+		l.failedAt = append(l.failedAt, sent)
 		if len(l.failures) < 10 {
 			l.failures = append(l.failures, fmt.Sprintf("%d %.200s", code, body))
 		}
@@ -294,6 +297,19 @@ func (l *loadResult) snapshot() (map[int]int, map[string]int, []string) {
 	return maps.Clone(l.codes), maps.Clone(l.versions), slices.Clone(l.failures)
 }
 
+// failedSince is how many requests sent at or after t failed.
+func (l *loadResult) failedSince(t time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, sent := range l.failedAt {
+		if !sent.Before(t) {
+			n++
+		}
+	}
+	return n
+}
+
 // load sends requests from workers at once until stop is called, which
 // returns what they got; running is what they have got so far.
 func load(t *testing.T, uri, key string, workers int) (stop func() *loadResult, running *loadResult) {
@@ -304,7 +320,9 @@ func load(t *testing.T, uri, key string, workers int) (stop func() *loadResult, 
 	for range workers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				res.add(scoreBody(t, uri, key, "", `{"data": [1]}`))
+				sent := time.Now()
+				code, body := scoreBody(t, uri, key, "", `{"data": [1]}`)
+				res.add(code, body, sent)
 			}
 		})
 	}
@@ -312,14 +330,12 @@ func load(t *testing.T, uri, key string, workers int) (stop func() *loadResult, 
 	return func() *loadResult { cancel(); wg.Wait(); return res }, res
 }
 
-// killReplica kills with SIGKILL the whole replica that answered with
-// the worker pid workerPID: the inference server's front and its
-// WORKER_COUNT workers, in the process group the runner started the job
-// in (the job's shell execs into the front, which leads the group). The
-// group is killed at once: killed one by one, front first, a worker ends
-// by itself when its socket to the front does, and the kill after finds
-// no process.
-func killReplica(t *testing.T, workerPID int) {
+// replicaFront is the process of the inference server's front of the
+// replica whose worker workerPID answered a request. A replica is the
+// front and its WORKER_COUNT workers, in the process group the runner
+// started the job in (the job's shell execs into the front, which leads
+// the group).
+func replicaFront(t *testing.T, workerPID int) int {
 	t.Helper()
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", workerPID))
 	if err != nil {
@@ -331,9 +347,86 @@ func killReplica(t *testing.T, workerPID int) {
 	if pgid != ppid || pgid <= 1 || pgid == syscall.Getpgrp() {
 		t.Fatalf("worker %d: process group %d, parent %d; want the group its front (the parent) leads", workerPID, pgid, ppid)
 	}
-	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill the replica's process group %d: %v", pgid, err)
+	return ppid
+}
+
+// killReplica kills with SIGKILL the whole replica whose front is front:
+// its process group, at once. Killed one by one, front first, a worker
+// ends by itself when its socket to the front does, and the kill after
+// finds no process.
+func killReplica(t *testing.T, front int) {
+	t.Helper()
+	if err := syscall.Kill(-front, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the replica's process group %d: %v", front, err)
 	}
+}
+
+// tcpSocket is a line of /proc/net/tcp, addresses as the kernel writes
+// them (hex).
+type tcpSocket struct{ local, remote, state, inode string }
+
+func tcpSockets(t *testing.T) []tcpSocket {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var socks []tcpSocket
+	for i, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		if f := strings.Fields(line); i > 0 && len(f) >= 10 {
+			socks = append(socks, tcpSocket{local: f[1], remote: f[2], state: f[3], inode: f[9]})
+		}
+	}
+	return socks
+}
+
+// listenAddress is the address that process pid listens on, as
+// /proc/net/tcp writes it.
+func listenAddress(t *testing.T, pid int) string {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		if to, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil {
+			if inode, ok := strings.CutPrefix(to, "socket:["); ok {
+				inodes[strings.TrimSuffix(inode, "]")] = true
+			}
+		}
+	}
+	for _, s := range tcpSockets(t) {
+		if s.state == "0A" && inodes[s.inode] {
+			return s.local
+		}
+	}
+	t.Fatalf("process %d listens on no TCP address", pid)
+	return ""
+}
+
+// connsTo is the connections open to addr (a listenAddress), by inode.
+func connsTo(t *testing.T, addr string) []string {
+	t.Helper()
+	var conns []string
+	for _, s := range tcpSockets(t) {
+		if s.remote == addr && s.state != "0A" && s.inode != "0" {
+			conns = append(conns, s.inode)
+		}
+	}
+	return conns
+}
+
+// hostPort is a /proc/net/tcp IPv4 address as host:port.
+func hostPort(t *testing.T, addr string) string {
+	t.Helper()
+	ip, port, _ := strings.Cut(addr, ":")
+	a, err1 := strconv.ParseUint(ip, 16, 32)
+	p, err2 := strconv.ParseUint(port, 16, 16)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("address %q from /proc/net/tcp", addr)
+	}
+	return fmt.Sprintf("%d.%d.%d.%d:%d", byte(a), byte(a>>8), byte(a>>16), byte(a>>24), p)
 }
 
 // replicaJobs is the sorted jobs of a deployment's replicas.
@@ -424,40 +517,75 @@ func TestOnlineDeploymentOnPoolNodes(t *testing.T) {
 		}
 	}
 
-	// A replica killed under load.
+	// A replica killed under load loses only requests sent to it: those
+	// in flight, and those the gateway sent while it died (on a
+	// connection it had not yet seen close, or one the dying replica's
+	// socket still took). Once it is gone (its port refuses connections
+	// and no connection to it is left) no request fails: the gateway
+	// tries a refused request on another replica. The endpoint answers
+	// throughout, and the replica is replaced.
 	c, body := scoreBody(t, uri, key, "", `{}`)
 	var a struct{ PID int }
 	if c != 200 || json.Unmarshal([]byte(body), &a) != nil || a.PID == 0 {
 		t.Fatalf("score: %d %s", c, body)
 	}
 	live := s.waitReady("pool-ep", "blue", 2)
+	front := replicaFront(t, a.PID)
+	addr := listenAddress(t, front)
+	where := hostPort(t, addr)
+	killed := ""
+	for _, r := range live.Replicas {
+		if strings.HasSuffix(r.Address, where) {
+			killed = r.Job
+		}
+	}
+	if killed == "" {
+		t.Fatalf("no replica of blue is at %s, where the replica that answered listens: %+v", where, live.Replicas)
+	}
 	stop, running := load(t, uri, key, 4)
 	time.Sleep(300 * time.Millisecond)
 	atKill, _, _ := running.snapshot()
-	killReplica(t, a.PID)
-	time.Sleep(2 * time.Second)
-	before, _, failures := stop().snapshot()
-	lost := 0
-	for code, n := range before {
-		if code != 200 {
-			lost += n
+	killReplica(t, front)
+	// Gone: its port refuses connections and no connection to it is left.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		conn, err := net.Dial("tcp", where)
+		if err == nil {
+			conn.Close()
 		}
-	}
-	if lost > 4 || before[200]-atKill[200] <= 4 {
-		t.Errorf("killing a replica under load: answers %v (%v when it was killed), failures %q; want at most its 4 in-flight requests lost and the endpoint answering after", before, atKill, failures)
-	}
-	// Replaced: two replicas ready again, one of them a new job (a
-	// replica's job is never reused, and nothing else replaces one here).
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		d := s.waitReady("pool-ep", "blue", 2)
-		if !slices.Equal(replicaJobs(d), replicaJobs(live)) {
+		if err != nil && len(connsTo(t, addr)) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("blue's replicas are still %v 90 s after one was killed", replicaJobs(d))
+			t.Fatalf("replica %s, killed, still takes connections or has %d open 30 s later (dial: %v)", killed, len(connsTo(t, addr)), err)
 		}
 	}
-	t.Logf("replica killed under load: answers %v, failures %q; replicas %v, then %v", before, failures, replicaJobs(live), replicaJobs(s.deployment("pool-ep", "blue")))
+	goneAt := time.Now()
+	gone, _, _ := running.snapshot()
+	time.Sleep(time.Second)
+	end, _, failures := stop().snapshot()
+	if end[200] == gone[200] {
+		t.Errorf("killing replica %s under load: answers %v when it was killed, %v once it was gone, %v at the end; want answers after", killed, atKill, gone, end)
+	}
+	for _, f := range failures {
+		if !strings.Contains(f, where) {
+			t.Errorf("a request failed that was not sent to the killed replica at %s: %s", where, f)
+		}
+	}
+	if n := running.failedSince(goneAt); n > 0 {
+		t.Errorf("%d requests sent after replica %s was gone failed (answers %v then, %v at the end; failures %q)", n, killed, gone, end, failures)
+	}
+	// Replaced: two replicas ready again, the killed one not among them.
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		d := s.waitReady("pool-ep", "blue", 2)
+		if !slices.Contains(replicaJobs(d), killed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s, killed, is still one of blue's ready replicas 90 s later", killed)
+		}
+	}
+	t.Logf("replica %s killed under load: answers %v at the kill, %v once it was gone, %v at the end; failures %q; replicas %v, then %v",
+		killed, atKill, gone, end, failures, replicaJobs(live), replicaJobs(s.deployment("pool-ep", "blue")))
 
 	// A second deployment, a 90/10 split, the header, and a mirror.
 	green := maps.Clone(blue)
@@ -615,7 +743,9 @@ func TestOnlineDeploymentLimitsAndScaleToZero(t *testing.T) {
 	for range 3 {
 		busy.Go(func() {
 			for ctx.Err() == nil {
-				res.add(scoreBody(t, uri, key, "", `{"sleep": 0.3}`))
+				sent := time.Now()
+				code, body := scoreBody(t, uri, key, "", `{"sleep": 0.3}`)
+				res.add(code, body, sent)
 			}
 		})
 	}
