@@ -6,15 +6,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -270,13 +268,15 @@ type loadResult struct {
 	codes    map[int]int
 	versions map[string]int
 	failures []string
+	failedAt []time.Time // when each request that failed was sent
 }
 
-func (l *loadResult) add(code int, body string) {
+func (l *loadResult) add(code int, body string, sent time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.codes[code]++
 	if code != 200 {
+		l.failedAt = append(l.failedAt, sent)
 		if len(l.failures) < 10 {
 			l.failures = append(l.failures, fmt.Sprintf("%d %.200s", code, body))
 		}
@@ -294,9 +294,22 @@ func (l *loadResult) snapshot() (map[int]int, map[string]int, []string) {
 	return maps.Clone(l.codes), maps.Clone(l.versions), slices.Clone(l.failures)
 }
 
+// failedSince is how many requests sent at or after t failed.
+func (l *loadResult) failedSince(t time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, sent := range l.failedAt {
+		if !sent.Before(t) {
+			n++
+		}
+	}
+	return n
+}
+
 // load sends requests from workers at once until stop is called, which
-// returns what they got.
-func load(t *testing.T, uri, key string, workers int) (stop func() *loadResult) {
+// returns what they got; running is what they have got so far.
+func load(t *testing.T, uri, key string, workers int) (stop func() *loadResult, running *loadResult) {
 	t.Helper()
 	res := &loadResult{codes: map[int]int{}, versions: map[string]int{}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -304,29 +317,24 @@ func load(t *testing.T, uri, key string, workers int) (stop func() *loadResult) 
 	for range workers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				res.add(scoreBody(t, uri, key, "", `{"data": [1]}`))
+				sent := time.Now()
+				code, body := scoreBody(t, uri, key, "", `{"data": [1]}`)
+				res.add(code, body, sent)
 			}
 		})
 	}
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	return func() *loadResult { cancel(); wg.Wait(); return res }
+	return func() *loadResult { cancel(); wg.Wait(); return res }, res
 }
 
-// killReplica kills a replica's inference server (the parent of the
-// worker whose pid an answer gave) and its worker with SIGKILL.
-func killReplica(t *testing.T, workerPID int) {
-	t.Helper()
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", workerPID))
-	if err != nil {
-		t.Fatal(err)
+// replicaJobs is the sorted jobs of a deployment's replicas.
+func replicaJobs(d deploymentOut) []string {
+	var jobs []string
+	for _, r := range d.Replicas {
+		jobs = append(jobs, r.Job)
 	}
-	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-	ppid, _ := strconv.Atoi(fields[1])
-	for _, pid := range []int{ppid, workerPID} {
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatalf("kill %d: %v", pid, err)
-		}
-	}
+	slices.Sort(jobs)
+	return jobs
 }
 
 // waitReady waits until a deployment has n ready replicas and no other.
@@ -354,8 +362,9 @@ func (s *server) waitReady(endpoint, name string, n int) deploymentOut {
 // Replicas on pool nodes (the serverless cluster of the deployment's
 // instance_type, nodes of the process provider), under constant load: a
 // rolling update fails no request and ends with only the new version
-// answering; a replica killed mid-load loses at most the requests it had
-// in flight, the endpoint keeps answering and the replica is replaced; a
+// answering; a replica killed mid-load loses only requests sent to it
+// while it died and none once it is gone, the endpoint keeps answering
+// and the replica is replaced; a
 // 90/10 split lands within ±3 % over 1,000 requests; the deployment
 // header picks a deployment; mirrored traffic reaches its deployment
 // while the answers come from the live one.
@@ -380,7 +389,7 @@ func TestOnlineDeploymentOnPoolNodes(t *testing.T) {
 	s.mustFerry("online-endpoint", "update", "pool-ep", "--traffic", "blue=100")
 
 	// A rolling update under load.
-	stop := load(t, uri, key, 4)
+	stop, _ := load(t, uri, key, 4)
 	time.Sleep(500 * time.Millisecond)
 	blue["environment_variables"] = map[string]string{"VERSION": "v2"}
 	if c, body := s.deploy("PUT", "pool-ep", blue, up, false); c != 200 {
@@ -407,28 +416,75 @@ func TestOnlineDeploymentOnPoolNodes(t *testing.T) {
 		}
 	}
 
-	// A replica killed under load.
+	// A replica killed under load loses only requests sent to it: those
+	// in flight, and those the gateway sent while it died (on a
+	// connection it had not yet seen close, or one the dying replica's
+	// socket still took). Once it is gone (its port refuses connections
+	// and no connection to it is left) no request fails: the gateway
+	// tries a refused request on another replica. The endpoint answers
+	// throughout, and the replica is replaced.
 	c, body := scoreBody(t, uri, key, "", `{}`)
 	var a struct{ PID int }
 	if c != 200 || json.Unmarshal([]byte(body), &a) != nil || a.PID == 0 {
 		t.Fatalf("score: %d %s", c, body)
 	}
-	stop = load(t, uri, key, 4)
-	time.Sleep(300 * time.Millisecond)
-	killReplica(t, a.PID)
-	time.Sleep(2 * time.Second)
-	before, _, _ := stop().snapshot()
-	lost := 0
-	for code, n := range before {
-		if code != 200 {
-			lost += n
+	live := s.waitReady("pool-ep", "blue", 2)
+	front := replicaFront(t, a.PID)
+	addr := listenAddress(t, front)
+	where := hostPort(t, addr)
+	killed := ""
+	for _, r := range live.Replicas {
+		if strings.HasSuffix(r.Address, where) {
+			killed = r.Job
 		}
 	}
-	if lost > 4 || before[200] == 0 {
-		t.Errorf("killing a replica under load: answers %v; want at most its 4 in-flight requests lost", before)
+	if killed == "" {
+		t.Fatalf("no replica of blue is at %s, where the replica that answered listens: %+v", where, live.Replicas)
 	}
-	s.waitReady("pool-ep", "blue", 2)
-	t.Logf("replica killed under load: answers %v", before)
+	stop, running := load(t, uri, key, 4)
+	time.Sleep(300 * time.Millisecond)
+	atKill, _, _ := running.snapshot()
+	killReplica(t, front)
+	// Gone: its port refuses connections and no connection to it is left.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		conn, err := net.Dial("tcp", where)
+		if err == nil {
+			conn.Close()
+		}
+		if err != nil && len(connsTo(t, addr)) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s, killed, still takes connections or has %d open 30 s later (dial: %v)", killed, len(connsTo(t, addr)), err)
+		}
+	}
+	goneAt := time.Now()
+	gone, _, _ := running.snapshot()
+	time.Sleep(time.Second)
+	end, _, failures := stop().snapshot()
+	if end[200] == gone[200] {
+		t.Errorf("killing replica %s under load: answers %v when it was killed, %v once it was gone, %v at the end; want answers after", killed, atKill, gone, end)
+	}
+	for _, f := range failures {
+		if !strings.Contains(f, where) {
+			t.Errorf("a request failed that was not sent to the killed replica at %s: %s", where, f)
+		}
+	}
+	if n := running.failedSince(goneAt); n > 0 {
+		t.Errorf("%d requests sent after replica %s was gone failed (answers %v then, %v at the end; failures %q)", n, killed, gone, end, failures)
+	}
+	// Replaced: two replicas ready again, the killed one not among them.
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		d := s.waitReady("pool-ep", "blue", 2)
+		if !slices.Contains(replicaJobs(d), killed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s, killed, is still one of blue's ready replicas 90 s later", killed)
+		}
+	}
+	t.Logf("replica %s killed under load: answers %v at the kill, %v once it was gone, %v at the end; failures %q; replicas %v, then %v",
+		killed, atKill, gone, end, failures, replicaJobs(live), replicaJobs(s.deployment("pool-ep", "blue")))
 
 	// A second deployment, a 90/10 split, the header, and a mirror.
 	green := maps.Clone(blue)
@@ -586,7 +642,9 @@ func TestOnlineDeploymentLimitsAndScaleToZero(t *testing.T) {
 	for range 3 {
 		busy.Go(func() {
 			for ctx.Err() == nil {
-				res.add(scoreBody(t, uri, key, "", `{"sleep": 0.3}`))
+				sent := time.Now()
+				code, body := scoreBody(t, uri, key, "", `{"sleep": 0.3}`)
+				res.add(code, body, sent)
 			}
 		})
 	}

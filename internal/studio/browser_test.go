@@ -2,6 +2,7 @@ package studio_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -69,6 +70,21 @@ func (b *browser) run(what string, actions ...chromedp.Action[chromedp.Void]) {
 	get(b, what, chromedp.Steps(actions...))
 }
 
+// loads makes one action of steps that send a form or follow a link: it
+// runs them and waits until the page they lead to has loaded, so what the
+// test waits for or reads next is looked for on that page. Without it a
+// WaitVisible can match the element on the page being left (a job's page
+// after a cancel and the page of the job it submits again both show
+// #message), and a Poll fails when the page goes away under it.
+func loads(steps ...chromedp.Action[chromedp.Void]) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, _ *chromedp.Target) (chromedp.Void, error) {
+		if _, err := chromedp.RunResponse(ctx, steps...); err != nil {
+			return chromedp.Void{}, fmt.Errorf("waiting for the page it leads to: %w", err)
+		}
+		return chromedp.Void{}, nil
+	}
+}
+
 // get runs one action that gives a value, with a deadline, failing the
 // test with what and the page it was on.
 func get[T any](b *browser, what string, a chromedp.Action[T]) T {
@@ -101,7 +117,7 @@ func (b *browser) signIn(s *testServer) {
 	b.screenshot("signin")
 	b.run("sign in",
 		chromedp.SendKeys(chromedp.ID("token"), s.token),
-		chromedp.Submit(chromedp.ID("token")),
+		loads(chromedp.Submit(chromedp.ID("token"))),
 		chromedp.WaitVisible(chromedp.ID("computes")))
 }
 
@@ -136,7 +152,7 @@ func TestStudioComputeInBrowser(t *testing.T) {
 		chromedp.SetValue(chromedp.ID("name"), "gpu-pool"),
 		chromedp.SetValue(chromedp.ID("min_instances"), "3"),
 		chromedp.SetValue(chromedp.ID("max_instances"), "1"),
-		chromedp.Submit(chromedp.ID("name")),
+		loads(chromedp.Submit(chromedp.ID("name"))),
 		chromedp.WaitVisible(chromedp.ID("max_instances-error")))
 	if msg := b.textOf("#max_instances-error"); !strings.Contains(msg, "must be ≥ min_instances") {
 		t.Errorf("max_instances' error says %q, want the API's 'must be ≥ min_instances'", msg)
@@ -161,7 +177,7 @@ func TestStudioComputeInBrowser(t *testing.T) {
 		chromedp.SetValue(chromedp.ID("min_instances"), "0"),
 		chromedp.SetValue(chromedp.ID("max_instances"), "2"),
 		chromedp.SetValue(chromedp.ID("size"), "Standard_DS2_v2"),
-		chromedp.Submit(chromedp.ID("name")),
+		loads(chromedp.Submit(chromedp.ID("name"))),
 		chromedp.WaitVisible(chromedp.ID("compute-state")))
 	if st := b.textOf("#compute-state"); st != "Succeeded" {
 		t.Errorf("the new cluster's state is %q, want Succeeded", st)
@@ -195,11 +211,11 @@ func TestStudioComputeInBrowser(t *testing.T) {
 
 	// Resize from the cluster's page: a bad bound is refused beside its
 	// field, a good one changes the cluster.
-	b.run("open gpu-pool", chromedp.Click(chromedp.CSS(`tr[data-compute="gpu-pool"] a`)), chromedp.WaitVisible(chromedp.ID("resize-form")))
+	b.run("open gpu-pool", loads(chromedp.Click(chromedp.CSS(`tr[data-compute="gpu-pool"] a`))), chromedp.WaitVisible(chromedp.ID("resize-form")))
 	b.run("send a bad resize",
 		chromedp.SetValue(chromedp.ID("min_instances"), "2"),
 		chromedp.SetValue(chromedp.ID("max_instances"), "1"),
-		chromedp.Submit(chromedp.ID("max_instances")),
+		loads(chromedp.Submit(chromedp.ID("max_instances"))),
 		chromedp.WaitVisible(chromedp.CSS(`#resize-problem, #max_instances-error, #min_instances-error`)))
 	msg := eval[string](b, `[...document.querySelectorAll("#resize-problem, #max_instances-error, #min_instances-error")].map(e => e.textContent).join(" ")`)
 	if !strings.Contains(msg, "min") {
@@ -208,19 +224,19 @@ func TestStudioComputeInBrowser(t *testing.T) {
 	b.run("send a good resize",
 		chromedp.SetValue(chromedp.ID("min_instances"), "0"),
 		chromedp.SetValue(chromedp.ID("max_instances"), "3"),
-		chromedp.Submit(chromedp.ID("max_instances")),
+		loads(chromedp.Submit(chromedp.ID("max_instances"))),
 		chromedp.WaitVisible(chromedp.ID("message")))
 	if c, err = s.client().GetCompute(context.Background(), "gpu-pool"); err != nil || *c.MaxNodes != 3 {
 		t.Errorf("after the resize form the cluster is %+v (%v), want max 3", c, err)
 	}
 
 	// Delete, confirmed by typing the name.
-	b.run("ask to delete", chromedp.Click(chromedp.ID("delete")), chromedp.WaitVisible(chromedp.ID("confirm")))
-	b.run("confirm with a wrong name", chromedp.SetValue(chromedp.ID("confirm"), "gpu"), chromedp.Click(chromedp.ID("confirm-delete")), chromedp.WaitVisible(chromedp.ID("confirm-error")))
+	b.run("ask to delete", loads(chromedp.Click(chromedp.ID("delete"))), chromedp.WaitVisible(chromedp.ID("confirm")))
+	b.run("confirm with a wrong name", chromedp.SetValue(chromedp.ID("confirm"), "gpu"), loads(chromedp.Click(chromedp.ID("confirm-delete"))), chromedp.WaitVisible(chromedp.ID("confirm-error")))
 	if _, err := s.client().GetCompute(context.Background(), "gpu-pool"); err != nil {
 		t.Fatalf("a delete confirmed with the wrong name deleted it: %v", err)
 	}
-	b.run("confirm", chromedp.SetValue(chromedp.ID("confirm"), "gpu-pool"), chromedp.Click(chromedp.ID("confirm-delete")), chromedp.WaitVisible(chromedp.ID("message")))
+	b.run("confirm", chromedp.SetValue(chromedp.ID("confirm"), "gpu-pool"), loads(chromedp.Click(chromedp.ID("confirm-delete"))), chromedp.WaitVisible(chromedp.ID("message")))
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if _, err := s.client().GetCompute(context.Background(), "gpu-pool"); err != nil {
 			break
@@ -291,7 +307,7 @@ func TestStudioJobInBrowser(t *testing.T) {
 	b.run("open the job list", chromedp.Navigate(s.url+"/studio/jobs?experiment=studio-test"), chromedp.WaitVisible(chromedp.CSS(`tr[data-job="studio-job-1"]`)))
 	b.screenshot("jobs")
 	b.run("open the job page",
-		chromedp.Click(chromedp.CSS(`tr[data-job="studio-job-1"] a`)),
+		loads(chromedp.Click(chromedp.CSS(`tr[data-job="studio-job-1"] a`))),
 		chromedp.WaitVisible(chromedp.ID("log")),
 		chromedp.Poll[chromedp.Void](`document.getElementById("log").textContent.includes("metrics logged")`, chromedp.WithPollingTimeout(30*time.Second)))
 
@@ -318,7 +334,7 @@ func TestStudioJobInBrowser(t *testing.T) {
 	b.screenshot("job-running")
 
 	// Cancel from the page.
-	b.run("cancel", chromedp.Click(chromedp.ID("cancel")), chromedp.WaitVisible(chromedp.ID("message")))
+	b.run("cancel", loads(chromedp.Click(chromedp.ID("cancel"))), chromedp.WaitVisible(chromedp.ID("message")))
 	if msg := b.textOf("#message"); !strings.Contains(msg, "cancel asked") {
 		t.Errorf("after cancel the page says %q", msg)
 	}
@@ -344,7 +360,7 @@ func TestStudioJobInBrowser(t *testing.T) {
 	b.screenshot("job")
 
 	// Submit it again: a new job with the same code runs.
-	b.run("submit again", chromedp.Click(chromedp.ID("resubmit")), chromedp.WaitVisible(chromedp.ID("message")))
+	b.run("submit again", loads(chromedp.Click(chromedp.ID("resubmit"))), chromedp.WaitVisible(chromedp.ID("message")))
 	if msg := b.textOf("#message"); !strings.Contains(msg, "submitted again from studio-job-1") {
 		t.Errorf("after submit again the page says %q", msg)
 	}
@@ -405,7 +421,7 @@ func TestStudioEndpointInBrowser(t *testing.T) {
 	b.signIn(s)
 	b.run("open the endpoints", chromedp.Navigate(s.url+"/studio/endpoints"), chromedp.WaitVisible(chromedp.CSS(`tr[data-endpoint="iris-ep"] a`)))
 	b.screenshot("endpoints")
-	b.run("open iris-ep", chromedp.Click(chromedp.CSS(`tr[data-endpoint="iris-ep"] a`)), chromedp.WaitVisible(chromedp.ID("traffic-form")))
+	b.run("open iris-ep", loads(chromedp.Click(chromedp.CSS(`tr[data-endpoint="iris-ep"] a`))), chromedp.WaitVisible(chromedp.ID("traffic-form")))
 	if now := b.textOf("#traffic-now"); now != "blue 100 %" {
 		t.Errorf("the page says the traffic is %q, want blue 100 %%", now)
 	}
@@ -414,7 +430,7 @@ func TestStudioEndpointInBrowser(t *testing.T) {
 	b.run("send a bad split",
 		chromedp.SetValue(chromedp.ID("traffic-blue"), "60"),
 		chromedp.SetValue(chromedp.ID("traffic-green"), "50"),
-		chromedp.Submit(chromedp.ID("traffic-blue")),
+		loads(chromedp.Submit(chromedp.ID("traffic-blue"))),
 		chromedp.WaitVisible(chromedp.ID("traffic-error")))
 	if msg := b.textOf("#traffic-error"); !strings.Contains(msg, "100") {
 		t.Errorf("the bad split's error says %q, want it to say the split must add up to 100", msg)
@@ -424,7 +440,7 @@ func TestStudioEndpointInBrowser(t *testing.T) {
 	b.run("send a good split",
 		chromedp.SetValue(chromedp.ID("traffic-blue"), "70"),
 		chromedp.SetValue(chromedp.ID("traffic-green"), "30"),
-		chromedp.Submit(chromedp.ID("traffic-blue")),
+		loads(chromedp.Submit(chromedp.ID("traffic-blue"))),
 		chromedp.WaitVisible(chromedp.ID("message")))
 	if now := b.textOf("#traffic-now"); now != "blue 70 %, green 30 %" {
 		t.Errorf("after the form the page says %q, want blue 70 %%, green 30 %%", now)
@@ -441,7 +457,7 @@ func TestStudioEndpointInBrowser(t *testing.T) {
 	b.run("invoke green",
 		chromedp.SetValue(chromedp.ID("test-body"), `{"data": [1, 2, 3]}`),
 		chromedp.SetValue(chromedp.ID("test-deployment"), "green"),
-		chromedp.Submit(chromedp.ID("test-body")),
+		loads(chromedp.Submit(chromedp.ID("test-body"))),
 		chromedp.WaitVisible(chromedp.ID("test-answer")))
 	if ans := b.textOf("#test-answer"); !strings.Contains(ans, "hello from green") || !strings.Contains(ans, `"n": 3`) && !strings.Contains(ans, `"n":3`) {
 		t.Errorf("the test box's answer is %q, want green's greeting and n 3", ans)
@@ -482,7 +498,7 @@ func TestStudioAttachInBrowser(t *testing.T) {
 	})
 	b := newBrowser(t)
 	b.signIn(s)
-	b.run("open the attach form", chromedp.Navigate(s.url+"/studio/compute"), chromedp.Click(chromedp.CSS(`a[href="/studio/compute/attach"]`)), chromedp.WaitVisible(chromedp.ID("address")))
+	b.run("open the attach form", chromedp.Navigate(s.url+"/studio/compute"), loads(chromedp.Click(chromedp.CSS(`a[href="/studio/compute/attach"]`))), chromedp.WaitVisible(chromedp.ID("address")))
 	key := strings.TrimSpace(string(sshd.ClientKey))
 	b.run("send the form without a host key",
 		chromedp.SetValue(chromedp.ID("name"), "ssh-box"),
@@ -490,7 +506,7 @@ func TestStudioAttachInBrowser(t *testing.T) {
 		chromedp.SetValue(chromedp.ID("ssh_port"), strconv.Itoa(sshd.Port)),
 		chromedp.SetValue(chromedp.ID("admin_username"), sshd.User),
 		chromedp.SetValue(chromedp.ID("ssh_private_key"), key),
-		chromedp.Click(chromedp.ID("attach")),
+		loads(chromedp.Click(chromedp.ID("attach"))),
 		chromedp.WaitVisible(chromedp.ID("offered-fingerprint")))
 	if got := b.textOf("#offered-fingerprint"); got != sshd.Fingerprint {
 		t.Errorf("the page offers the fingerprint %q to confirm, want the machine's %q", got, sshd.Fingerprint)
@@ -512,7 +528,7 @@ func TestStudioAttachInBrowser(t *testing.T) {
 	}
 	b.run("confirm and attach with the key file",
 		chromedp.SetUploadFiles(chromedp.ID("ssh_private_key_file"), []string{keyFile}),
-		chromedp.Click(chromedp.ID("confirm-attach")),
+		loads(chromedp.Click(chromedp.ID("confirm-attach"))),
 		chromedp.WaitVisible(chromedp.ID("compute-state")))
 	b.screenshot("attach-done")
 	got, err := c.GetCompute(context.Background(), "ssh-box")
@@ -548,7 +564,7 @@ func TestStudioInstanceInBrowser(t *testing.T) {
 		chromedp.SetValue(chromedp.ID("name"), "dev-box"),
 		chromedp.SetValue(chromedp.ID("idle_time_before_shutdown_minutes"), "5"),
 		chromedp.SetValue(chromedp.ID("stop_cron"), "0 18 * * *"),
-		chromedp.Submit(chromedp.ID("name")),
+		loads(chromedp.Submit(chromedp.ID("name"))),
 		chromedp.WaitVisible(chromedp.ID("idle_time_before_shutdown_minutes-error")))
 	if msg := b.textOf("#idle_time_before_shutdown_minutes-error"); !strings.Contains(msg, "15 to 4320") {
 		t.Errorf("the idle time's error says %q", msg)
@@ -558,7 +574,7 @@ func TestStudioInstanceInBrowser(t *testing.T) {
 	}
 	b.run("send a good form",
 		chromedp.SetValue(chromedp.ID("idle_time_before_shutdown_minutes"), "60"),
-		chromedp.Submit(chromedp.ID("name")),
+		loads(chromedp.Submit(chromedp.ID("name"))),
 		chromedp.WaitVisible(chromedp.ID("compute-state")))
 	got, err := c.GetCompute(context.Background(), "dev-box")
 	if err != nil {
@@ -568,7 +584,7 @@ func TestStudioInstanceInBrowser(t *testing.T) {
 		t.Errorf("the form made %+v, want idle 60 and a stop schedule", got.Spec)
 	}
 	b.screenshot("instance")
-	b.run("stop it", chromedp.Click(chromedp.CSS(`button[value="stop"]`)), chromedp.WaitVisible(chromedp.ID("message")))
+	b.run("stop it", loads(chromedp.Click(chromedp.CSS(`button[value="stop"]`))), chromedp.WaitVisible(chromedp.ID("message")))
 	if msg := b.textOf("#message"); !strings.Contains(msg, "stop asked") {
 		t.Errorf("after Stop the page says %q", msg)
 	}

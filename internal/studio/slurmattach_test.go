@@ -51,7 +51,7 @@ func TestStudioSlurmAttachInBrowser(t *testing.T) {
 	b := newBrowser(t)
 	b.signIn(s)
 	b.run("open the Slurm attach form", chromedp.Navigate(s.url+"/studio/compute"),
-		chromedp.Click(chromedp.CSS(`a[href="/studio/compute/attach-slurm"]`)), chromedp.WaitVisible(chromedp.ID("partition")))
+		loads(chromedp.Click(chromedp.CSS(`a[href="/studio/compute/attach-slurm"]`))), chromedp.WaitVisible(chromedp.ID("partition")))
 	b.screenshot("slurm-attach")
 
 	work := filepath.Join(s.work, "slurm")
@@ -59,7 +59,7 @@ func TestStudioSlurmAttachInBrowser(t *testing.T) {
 		chromedp.SetValue(chromedp.ID("name"), "hpc"),
 		chromedp.SetValue(chromedp.ID("partition"), "gpus"),
 		chromedp.SetValue(chromedp.ID("work_dir"), work),
-		chromedp.Click(chromedp.ID("attach")),
+		loads(chromedp.Click(chromedp.ID("attach"))),
 		chromedp.WaitVisible(chromedp.ID("partition-error")))
 	msg := b.textOf("#partition-error")
 	for _, want := range []string{`"gpus"`, sl.Partition, sl.Small} {
@@ -80,7 +80,7 @@ func TestStudioSlurmAttachInBrowser(t *testing.T) {
 
 	b.run("send it with the cluster's partition",
 		chromedp.SetValue(chromedp.ID("partition"), sl.Partition),
-		chromedp.Click(chromedp.ID("attach")),
+		loads(chromedp.Click(chromedp.ID("attach"))),
 		chromedp.WaitVisible(chromedp.ID("compute-state")))
 	if st := b.textOf("#compute-state"); st != "Succeeded" {
 		t.Errorf("the attached Slurm cluster is %q, want Succeeded", st)
@@ -144,7 +144,7 @@ func TestStudioSlurmAttachInBrowser(t *testing.T) {
 		chromedp.SetValue(chromedp.ID("ssh_port"), strconv.Itoa(sshd.Port)),
 		chromedp.SetValue(chromedp.ID("admin_username"), sshd.User),
 		chromedp.SetValue(chromedp.ID("ssh_private_key"), key),
-		chromedp.Click(chromedp.ID("attach")),
+		loads(chromedp.Click(chromedp.ID("attach"))),
 		chromedp.WaitVisible(chromedp.ID("offered-fingerprint")))
 	if fp := b.textOf("#offered-fingerprint"); fp != sshd.Fingerprint {
 		t.Errorf("the page offers the fingerprint %q to confirm, want the login node's %q", fp, sshd.Fingerprint)
@@ -169,7 +169,7 @@ func TestStudioSlurmAttachInBrowser(t *testing.T) {
 	}
 	b.run("confirm the key, giving the private key as its file",
 		chromedp.SetUploadFiles(chromedp.ID("ssh_private_key_file"), []string{keyFile}),
-		chromedp.Click(chromedp.ID("confirm-attach")),
+		loads(chromedp.Click(chromedp.ID("confirm-attach"))),
 		chromedp.WaitVisible(chromedp.ID("compute-state")))
 	if w := b.textOf("#slurm-where"); !strings.Contains(w, "login node "+sshd.Address) {
 		t.Errorf("the compute's page says it submits %q, want over SSH on %s", w, sshd.Address)
