@@ -161,6 +161,33 @@ func noteIgnored(w io.Writer, file string, ignored []string) {
 	}
 }
 
+// registeredComponent looks up the registered component that field f
+// names (azureml:NAME:VERSION, azureml:NAME@latest or a registry's
+// azureml://registries/R/components/NAME/...). Ferry has no registries:
+// a registry's reference is looked up among the workspace's components,
+// with a note saying so.
+func (a *app) registeredComponent(ctx context.Context, c *client.Client, f pathField) (*workspace.Component, error) {
+	name, version, err := spec.ParseComponentRef(f.value)
+	if err != nil {
+		return nil, f.errorf("%v", err)
+	}
+	got, err := c.GetComponent(ctx, name, version)
+	if err != nil {
+		if spec.ComponentRegistry(f.value) != "" {
+			msg := fmt.Sprintf("Ferry has no registries and looks the component up among the workspace's by name and version: %v", err)
+			if !strings.Contains(msg, "ferry component create") {
+				msg += "; register it with `ferry component create -f FILE`"
+			}
+			return nil, f.errorf("%s", msg)
+		}
+		return nil, f.errorf("%v", err)
+	}
+	if note := spec.RegistryNote(f.value); note != "" {
+		fmt.Fprintf(a.stderr, "%s: %s\n", f.field, note)
+	}
+	return got, nil
+}
+
 // uploadComponent uploads a component's code and environment files, each
 // relative to the file src it is written in, and records their snapshots
 // in it; prefix names its fields in messages (jobs.train.component.).
@@ -229,15 +256,15 @@ func (a *app) pipelineRequest(ctx context.Context, c *client.Client, src specFil
 		if ref == nil || ref.Resolved != nil {
 			continue
 		}
-		f := pathField{file: src, field: "jobs." + n + ".component", value: ref.Ref}
+		field := "jobs." + n + ".component"
+		if p.Jobs[n].IsSweep() {
+			field = "jobs." + n + ".trial"
+		}
+		f := pathField{file: src, field: field, value: ref.Ref}
 		if ref.IsRegistered() {
-			name, version, err := spec.ParseComponentRef(ref.Ref)
+			got, err := a.registeredComponent(ctx, c, f)
 			if err != nil {
-				return none, f.errorf("%v", err)
-			}
-			got, err := c.GetComponent(ctx, name, version)
-			if err != nil {
-				return none, f.errorf("%v", err)
+				return none, err
 			}
 			ref.Resolved = got.Spec // for the checks below; the server resolves it again
 			continue

@@ -62,7 +62,9 @@ type PipelineOutput struct {
 }
 
 // PipelineStep is one step of a pipeline: a component (Component) with
-// its inputs and outputs bound, or an inline command job (Command).
+// its inputs and outputs bound, an inline command job (Command), or a
+// sweep (type: sweep) whose trial is the command component Component
+// (written trial: in the file) and whose outputs are its best trial's.
 type PipelineStep struct {
 	Type                 string                `yaml:"type,omitempty" json:"type,omitempty"`
 	Component            *ComponentRef         `yaml:"-" json:"component,omitempty"`
@@ -82,6 +84,13 @@ type PipelineStep struct {
 	ForceRerun           *bool                 `yaml:"force_rerun,omitempty" json:"force_rerun,omitempty"`
 	IsDeterministic      *bool                 `yaml:"is_deterministic,omitempty" json:"is_deterministic,omitempty"`
 
+	// A sweep step's own fields, as a sweep job's; its limits are Limits
+	// (max_total_trials, max_concurrent_trials, timeout, trial_timeout).
+	SearchSpace       map[string]SearchParam `yaml:"search_space,omitempty" json:"search_space,omitempty"`
+	Objective         *Objective             `yaml:"objective,omitempty" json:"objective,omitempty"`
+	SamplingAlgorithm *SamplingAlgorithm     `yaml:"sampling_algorithm,omitempty" json:"sampling_algorithm,omitempty"`
+	EarlyTermination  *EarlyTermination      `yaml:"early_termination,omitempty" json:"early_termination,omitempty"`
+
 	// CodeSnapshot and EnvironmentSnapshot are an inline command step's
 	// uploads (set by the client, not the file).
 	CodeSnapshot        string `yaml:"-" json:"code_snapshot,omitempty"`
@@ -100,10 +109,15 @@ type ComponentRef struct {
 	Digest string `json:"digest,omitempty"`
 }
 
-// IsRegistered says whether Ref names a registered component.
+// IsRegistered says whether Ref names a registered component
+// (azureml:NAME:VERSION, azureml:NAME@latest, or a registry's
+// azureml://registries/REGISTRY/components/NAME/...).
 func (r *ComponentRef) IsRegistered() bool {
 	return r != nil && strings.HasPrefix(r.Ref, "azureml:")
 }
+
+// IsSweep says whether the step is a sweep (type: sweep).
+func (st *PipelineStep) IsSweep() bool { return st != nil && st.Type == "sweep" }
 
 // StepInput is a step's input: a literal (Value), a binding (Binding,
 // written alone or as a data input's path), or data (Type, Path, Mode).
@@ -298,18 +312,30 @@ func stepFromNode(n *yaml.Node, f string, ignored *[]string) (*PipelineStep, err
 		return nil, Errors{{Field: f, Line: line, Message: "a step must be a mapping (type, component or command, inputs, outputs, compute)"}}
 	}
 	var st PipelineStep
-	if err := decodeLenient(without(n, "inputs", "outputs", "component"), &st, f, ignored); err != nil {
+	if err := decodeLenient(without(n, "inputs", "outputs", "component", "trial"), &st, f, ignored); err != nil {
 		fe := yamlError(err)
 		fe.Field, fe.Line = f, n.Line
 		return nil, Errors{fe}
 	}
-	if c := child(n, "component"); c != nil && !isNull(c) {
+	compField, c := "component", child(n, "component")
+	if t := child(n, "trial"); t != nil && !isNull(t) {
+		// A sweep step's trial is the component each trial runs.
+		switch {
+		case c != nil && !isNull(c):
+			es.add(f+".trial", "give either trial (a sweep step's component) or component, not both")
+		case st.Type != "sweep":
+			es.add(f+".trial", "applies only to sweep steps (type: sweep); a command step names its component with component:")
+		default:
+			compField, c = "trial", t
+		}
+	}
+	if c != nil && !isNull(c) {
 		switch c.Kind {
 		case yaml.ScalarNode:
 			// file:./train.yml is Azure's explicit spelling of a local file.
 			st.Component = &ComponentRef{Ref: strings.TrimPrefix(c.Value, EnvironmentFilePrefix)}
 		case yaml.MappingNode:
-			comp, err := componentFromNode(c, f+".component")
+			comp, err := componentFromNode(c, f+"."+compField)
 			if err != nil {
 				es = append(es, err.(Errors)...)
 			} else {
@@ -318,7 +344,7 @@ func stepFromNode(n *yaml.Node, f string, ignored *[]string) (*PipelineStep, err
 				st.Component = &ComponentRef{Resolved: comp}
 			}
 		default:
-			es.add(f+".component", "must be a component file's path, azureml:NAME:VERSION, azureml:NAME@latest or an inline component, got %s", describe(c))
+			es.add(f+"."+compField, "must be a component file's path, azureml:NAME:VERSION, azureml:NAME@latest or an inline component, got %s", describe(c))
 		}
 	}
 	if in := child(n, "inputs"); in != nil && !isNull(in) {
@@ -329,6 +355,11 @@ func stepFromNode(n *yaml.Node, f string, ignored *[]string) (*PipelineStep, err
 			switch {
 			case v.Kind == yaml.ScalarNode && !isNull(v):
 				b, ok, err := ParseBinding(v.Value)
+				if st.IsSweep() && isSearchSpaceExpr(v.Value) {
+					// ${{search_space.NAME}}: the trial's parameter,
+					// which the sweep puts in the command.
+					ok, err = false, nil
+				}
 				switch {
 				case err != nil:
 					es.add(fi, "%v", err)
@@ -428,6 +459,9 @@ func (p *PipelineJob) StepComponent(name string) *Component {
 	}
 	if st.Component != nil {
 		return st.Component.Resolved
+	}
+	if st.IsSweep() {
+		return nil // a sweep step without a trial: Validate says so
 	}
 	c := &Component{Type: "command", Command: st.Command, Code: st.Code, Environment: st.Environment,
 		EnvironmentVariables: st.EnvironmentVariables, Resources: st.Resources, Distribution: st.Distribution,
@@ -638,7 +672,10 @@ func (p *PipelineJob) validateStep(es *Errors, name string) {
 	}
 	switch st.Type {
 	case "", "command", "component":
-	case "pipeline", "sweep", "parallel", "spark", "automl", "import", "data_transfer":
+		p.refuseSweepStepFields(es, name)
+	case "sweep":
+		p.validateSweepStep(es, name)
+	case "pipeline", "parallel", "spark", "automl", "import", "data_transfer":
 		es.add(f+".type", "%s steps are not supported yet; Ferry runs command steps (a command or a command component)", st.Type)
 		return // the step's other fields are that kind's: their problems would bury this one
 	default:
@@ -646,30 +683,39 @@ func (p *PipelineJob) validateStep(es *Errors, name string) {
 	}
 	checkComputeRef(es, f+".compute", st.Compute)
 	switch {
+	case st.IsSweep():
+		if strings.TrimSpace(st.Command) != "" {
+			es.add(f+".command", "a sweep step runs its trial's command; write the command in the trial's component (trial: ./train.yml)")
+		}
+		if st.Component == nil {
+			es.add(f+".trial", "is required: the command component each trial runs, trial: ./train.yml or azureml:NAME:VERSION")
+		}
 	case st.Component != nil && strings.TrimSpace(st.Command) != "":
 		es.add(f, "give either component or command, not both")
 	case st.Component == nil && strings.TrimSpace(st.Command) == "":
 		es.add(f, "a step needs a component (component: ./train.yml or azureml:NAME:VERSION) or a command")
 	}
+	cf := "component"
+	if st.IsSweep() {
+		cf = "trial"
+	}
 	if st.Component != nil && st.Component.Resolved == nil {
 		ref := strings.TrimSpace(st.Component.Ref)
 		switch {
 		case ref == "":
-			es.add(f+".component", "is empty; write a component file's path or azureml:NAME:VERSION")
-		case strings.HasPrefix(ref, "azureml://"):
-			es.add(f+".component", "%s: components in registries are not supported; register the component with `ferry component create -f FILE` and write azureml:NAME:VERSION", quote(ref))
+			es.add(f+"."+cf, "is empty; write a component file's path or azureml:NAME:VERSION")
 		case st.Component.IsRegistered():
 			if _, _, err := ParseComponentRef(ref); err != nil {
-				es.add(f+".component", "%v", err)
+				es.add(f+"."+cf, "%v", err)
 			}
 		}
 	}
 	comp := p.StepComponent(name)
 	if comp != nil {
-		if err := comp.validate(false, f+".component"); err != nil {
+		if err := comp.validate(false, f+"."+cf); err != nil {
 			for _, fe := range err.(Errors) {
 				if st.Component == nil {
-					fe.Field = strings.Replace(fe.Field, f+".component.", f+".", 1)
+					fe.Field = strings.Replace(fe.Field, f+"."+cf+".", f+".", 1)
 				}
 				*es = append(*es, fe)
 			}
@@ -714,7 +760,8 @@ func (p *PipelineJob) validateStep(es *Errors, name string) {
 	if comp != nil {
 		for _, k := range slices.Sorted(maps.Keys(comp.Inputs)) {
 			ci := comp.Inputs[k]
-			if _, ok := st.Inputs[k]; !ok && !ci.Optional && ci.Default == nil {
+			_, swept := st.SearchSpace[k] // a sweep binds a parameter to the input of its name
+			if _, ok := st.Inputs[k]; !ok && !ci.Optional && ci.Default == nil && !(st.IsSweep() && swept) {
 				es.add(f+".inputs", "the component's input %s is required (it is not optional and has no default); give it under inputs: %s:", k, k)
 			}
 		}
@@ -782,10 +829,78 @@ func (p *PipelineJob) cycle() string {
 	return ""
 }
 
+// isSearchSpaceExpr says whether a value is ${{search_space.NAME}}.
+func isSearchSpaceExpr(v string) bool {
+	m := exprRe().FindStringSubmatch(strings.TrimSpace(v))
+	return m != nil && searchExprRe().MatchString(strings.TrimSpace(m[1]))
+}
+
+// ComponentRegistry is the registry a component reference names
+// (azureml://registries/REGISTRY/components/...), "" for any other.
+// Ferry has no registries: such a reference is resolved against the
+// components registered in the workspace, by name and version.
+func ComponentRegistry(ref string) string {
+	rest, ok := strings.CutPrefix(ref, "azureml://registries/")
+	if !ok {
+		return ""
+	}
+	reg, _, _ := strings.Cut(rest, "/")
+	return reg
+}
+
+// RegistryNote says how Ferry reads a registry's component reference
+// (azureml://registries/REGISTRY/components/...): as the component of
+// that name and version registered in the workspace. "" for any other
+// reference.
+func RegistryNote(ref string) string {
+	reg := ComponentRegistry(ref)
+	if reg == "" {
+		return ""
+	}
+	name, version, err := ParseComponentRef(ref)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("Ferry has no registries: %s is read as the workspace's component %s (version %s), whatever registry %s holds", ref, name, version, reg)
+}
+
+// parseRegistryComponentRef reads azureml://registries/R/components/NAME
+// followed by /versions/V, /labels/latest or nothing (latest).
+func parseRegistryComponentRef(ref string) (name, version string, err error) {
+	bad := fmt.Errorf("component %s: write azureml://registries/REGISTRY/components/NAME/versions/VERSION or .../labels/latest (or azureml:NAME:VERSION)", quote(ref))
+	parts := strings.Split(strings.TrimPrefix(ref, "azureml://"), "/")
+	if len(parts) < 4 || parts[0] != "registries" || parts[1] == "" || parts[2] != "components" {
+		return "", "", bad
+	}
+	name = parts[3]
+	switch rest := parts[4:]; {
+	case len(rest) == 0:
+		version = "latest"
+	case len(rest) == 2 && rest[0] == "versions" && rest[1] != "":
+		version = rest[1]
+	case len(rest) == 2 && rest[0] == "labels":
+		if rest[1] != "latest" {
+			return "", "", fmt.Errorf("component %s: label %s: Ferry knows the label latest only; write .../labels/latest or .../versions/VERSION", quote(ref), quote(rest[1]))
+		}
+		version = "latest"
+	default:
+		return "", "", bad
+	}
+	return name, version, nil
+}
+
 // ParseComponentRef reads a reference to a registered component:
-// azureml:NAME:VERSION or azureml:NAME@latest (version "latest").
+// azureml:NAME:VERSION or azureml:NAME@latest (version "latest"), or a
+// registry's azureml://registries/REGISTRY/components/NAME/versions/V
+// (or /labels/latest), which names the workspace's component NAME.
 func ParseComponentRef(ref string) (name, version string, err error) {
 	r := strings.TrimPrefix(ref, "azureml:")
+	if strings.HasPrefix(ref, "azureml://") {
+		if name, version, err = parseRegistryComponentRef(ref); err != nil {
+			return "", "", err
+		}
+		r = name + ":" + version
+	}
 	switch {
 	case strings.HasSuffix(r, "@latest"):
 		name, version = strings.TrimSuffix(r, "@latest"), "latest"

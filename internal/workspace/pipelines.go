@@ -220,25 +220,48 @@ func (s *Service) resolveComponents(ctx context.Context, p *spec.PipelineJob) er
 		ref := p.Jobs[st].Component
 		if ref == nil || !ref.IsRegistered() {
 			if ref != nil && ref.Resolved == nil {
-				return Invalid("jobs.%s.component: %q is a file on the client's machine; `ferry job create` reads it and sends the component inline", st, ref.Ref)
+				return Invalid("jobs.%s.%s: %q is a file on the client's machine; `ferry job create` reads it and sends the component inline", st, componentField(p.Jobs[st]), ref.Ref)
 			}
 			continue
 		}
 		name, version, err := spec.ParseComponentRef(ref.Ref)
 		if err != nil {
-			return Invalid("jobs.%s.component: %v", st, err)
+			return Invalid("jobs.%s.%s: %v", st, componentField(p.Jobs[st]), err)
 		}
 		c, err := s.GetComponent(ctx, name, version)
 		if err != nil {
 			var e *Error
 			if errors.As(err, &e) && e.Code == CodeNotFound {
-				return NotFound("jobs.%s.component: %s", st, e.Msg)
+				return NotFound("jobs.%s.%s: %s", st, componentField(p.Jobs[st]), registryMiss(ref.Ref, e.Msg))
 			}
 			return err
 		}
 		ref.Resolved, ref.Digest = c.Spec, c.Hash
 	}
 	return nil
+}
+
+// componentField is the field a step names its component in: trial for
+// a sweep step, component for others.
+func componentField(st *spec.PipelineStep) string {
+	if st.IsSweep() {
+		return "trial"
+	}
+	return "component"
+}
+
+// registryMiss is the message for a component reference that is not
+// registered: a registry's reference says that Ferry looked among its
+// own components, and how to register one.
+func registryMiss(ref, msg string) string {
+	if spec.ComponentRegistry(ref) == "" {
+		return msg
+	}
+	msg = fmt.Sprintf("%s: Ferry has no registries and looks the component up among the workspace's by name and version: %s", ref, msg)
+	if !strings.Contains(msg, "ferry component create") {
+		msg += "; register it with `ferry component create -f FILE`"
+	}
+	return msg
 }
 
 // pipelineSteps is the pipeline loop's memory: the jobs (parents and
@@ -615,7 +638,10 @@ func (s *Service) pipelineView(ctx context.Context, rec store.Job, v *Job) error
 			ps.DependsOn = st.Dependencies()
 		}
 		if j, ok := jobs[r.Job]; ok && r.Job != "" {
-			ps.Status, ps.Reason, ps.Compute = j.Status, j.StatusReason, j.Compute
+			ps.Status, ps.Reason = j.Status, j.StatusReason
+			if j.Compute != "" { // a sweep step's job has none: its trials have
+				ps.Compute = j.Compute
+			}
 		}
 		if ps.Status == "" {
 			ps.Status = StatusNotStarted

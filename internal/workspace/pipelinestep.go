@@ -176,13 +176,26 @@ func stepSpec(rec store.Job, p *spec.PipelineJob, n string, comp *spec.Component
 // digests of content) and its resolved environment. A step with the key
 // of a step that completed may take that step's outputs.
 func stepReuseKey(comp *spec.Component, j *spec.Job, snaps map[string]string, env json.RawMessage) string {
+	type sweepPart struct {
+		Trial            *spec.Trial                 `json:"trial"`
+		SearchSpace      map[string]spec.SearchParam `json:"search_space"`
+		Objective        *spec.Objective             `json:"objective"`
+		Sampling         spec.SamplingAlgorithm      `json:"sampling"`
+		EarlyTermination *spec.EarlyTermination      `json:"early_termination,omitempty"`
+		Limits           *spec.Limits                `json:"limits,omitempty"`
+	}
+	var sw *sweepPart // a sweep step: what it searches and how
+	if j.Type == "sweep" {
+		sw = &sweepPart{j.Trial, j.SearchSpace, j.Objective, j.Sampling(), j.EarlyTermination, j.Limits}
+	}
 	what := struct {
 		Component string                `json:"component"`
 		Command   string                `json:"command"`
 		Inputs    map[string]spec.Input `json:"inputs,omitempty"`
 		Snapshots map[string]string     `json:"snapshots,omitempty"`
 		Env       json.RawMessage       `json:"environment,omitempty"`
-	}{ComponentDigest(comp), j.Command, j.Inputs, snaps, env}
+		Sweep     *sweepPart            `json:"sweep,omitempty"`
+	}{ComponentDigest(comp), j.Command, j.Inputs, snaps, env, sw}
 	raw, _ := json.Marshal(what) // plain data: cannot fail
 	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:])
@@ -202,6 +215,13 @@ func (s *Service) startStep(ctx context.Context, rec store.Job, p *spec.Pipeline
 		return stepJob{}, "", err
 	}
 	j := stepSpec(rec, p, n, comp, in)
+	if p.Jobs[n].IsSweep() {
+		sw, err := p.SweepStepJob(n, j, comp)
+		if err != nil {
+			return stepJob{}, "", &Error{Code: CodeInvalid, Msg: fmt.Sprintf("jobs.%s: %v", n, err), Err: err}
+		}
+		j = sw
+	}
 	name := j.Name
 	env, err := s.resolveEnvironment(ctx, comp.Environment, comp.EnvironmentSnapshot)
 	if err != nil {

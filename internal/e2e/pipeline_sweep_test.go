@@ -1,0 +1,128 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// sweepPipeline is Azure's pipeline_with_hyperparameter_sweep in small: a
+// step makes the data, a sweep step (trial: a component file) tries
+// three learning rates on it, its lr bound to the component's input of
+// that name as Azure binds it, and a later step takes the best trial's
+// model, which is also the pipeline's output.
+const sweepPipeline = `$schema: https://azuremlschemas.azureedge.net/latest/pipelineJob.schema.json
+type: pipeline
+display_name: pipeline_with_hyperparameter_sweep
+settings:
+  default_compute: azureml:local
+inputs:
+  raw: {type: uri_folder, path: ./data}
+outputs:
+  best_model: {type: uri_folder}
+jobs:
+  prep:
+    type: command
+    command: cp ${{inputs.raw}}/rows.txt ${{outputs.rows}}/rows.txt
+    inputs:
+      raw: ${{parent.inputs.raw}}
+    outputs:
+      rows: {type: uri_folder}
+  sweep_step:
+    type: sweep
+    trial: ./components/train.yml
+    inputs:
+      data: ${{parent.jobs.prep.outputs.rows}}
+      epochs: 3
+    outputs:
+      model: ${{parent.outputs.best_model}}
+    sampling_algorithm: grid
+    search_space:
+      lr:
+        type: choice
+        values: [0.1, 0.5, 0.3]
+    objective:
+      goal: maximize
+      primary_metric: acc
+    limits:
+      max_total_trials: 3
+      max_concurrent_trials: 2
+      timeout: 600
+      trial_timeout: 120
+  predict_step:
+    type: command
+    command: echo "best model lr $(cat ${{inputs.model}}/model.txt)"
+    inputs:
+      model: ${{parent.jobs.sweep_step.outputs.model}}
+`
+
+// TestPipelineSweepStep runs a pipeline whose middle step is a sweep of
+// real python3 trials that log a metric: the sweep step's outputs are its
+// best trial's, the step after it reads them, and a resubmit reuses the
+// sweep step.
+func TestPipelineSweepStep(t *testing.T) {
+	s := startServer(t, "--local-capacity", "2")
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"pipeline.yml":               sweepPipeline,
+		"data/rows.txt":              "a\nb\nc\nd\n",
+		"components/train.yml":       sweepComponent,
+		"components/src/ferrylog.py": logpy,
+		"components/src/train.py": `
+import argparse, os
+from ferrylog import log
+p = argparse.ArgumentParser()
+p.add_argument("--data"); p.add_argument("--lr", type=float); p.add_argument("--epochs", type=int)
+p.add_argument("--note", default="none"); p.add_argument("--model")
+a = p.parse_args()
+rows = len(open(os.path.join(a.data, "rows.txt")).read().split())
+for e in range(a.epochs):
+    log("acc", a.lr * (e + 1) * rows, e)
+open(os.path.join(a.model, "model.txt"), "w").write(str(a.lr))
+print("trained lr=%s epochs=%d rows=%d" % (a.lr, a.epochs, rows))
+`,
+	})
+	file := filepath.Join(dir, "pipeline.yml")
+	r := s.ferry("job", "create", "-f", file, "--name", "swp", "--stream")
+	if r.code != 0 {
+		t.Fatalf("the sweep pipeline: %s\nserver:\n%s", r, s.output)
+	}
+	p := s.waitPipeline("swp")
+	if p.Status != "Completed" {
+		t.Fatalf("pipeline swp: %s (%s), steps %+v", p.Status, p.StatusReason, p.Steps)
+	}
+	_, sweepJobName, _, _, _ := p.step(t, "sweep_step")
+	sw := s.showSweep(sweepJobName)
+	if sw.Status != "Completed" || len(sw.Sweep.Trials) != 3 {
+		t.Fatalf("sweep step %s: %s (%s), trials %+v; want Completed with 3 trials", sweepJobName, sw.Status, sw.StatusReason, sw.Sweep.Trials)
+	}
+	best := sw.Sweep.Trials[0]
+	if best.Name != sw.Sweep.Best || best.Params["lr"] != 0.5 || best.Objective == nil || *best.Objective != 0.5*3*4 {
+		t.Errorf("best trial %+v (best %s); want lr 0.5 with acc 6 (lr × 3 epochs × 4 rows)", best, sw.Sweep.Best)
+	}
+	_, predictJob, _, _, _ := p.step(t, "predict_step")
+	mustContain(t, "the step after the sweep", s.mustFerry("job", "stream", predictJob).stdout, "best model lr 0.5")
+	if p.Outputs == nil || p.Outputs.Named["best_model"] == "" {
+		t.Errorf("pipeline outputs %+v; want best_model, the best trial's model", p.Outputs)
+	}
+	dl := t.TempDir()
+	s.mustFerry("job", "download", "swp", "--download-path", dl)
+	if got, err := os.ReadFile(filepath.Join(dl, "named-outputs", "best_model", "model.txt")); err != nil || string(got) != "0.5" {
+		t.Errorf("downloaded best_model/model.txt: %q, %v; want 0.5", got, err)
+	}
+
+	// The same pipeline again reuses the sweep: same trial, search space
+	// and inputs.
+	s.mustFerry("job", "create", "-f", file, "--name", "swp2", "--stream")
+	p2 := s.waitPipeline("swp2")
+	if p2.Status != "Completed" {
+		t.Fatalf("pipeline swp2: %s (%s)", p2.Status, p2.StatusReason)
+	}
+	if _, _, from, _, _ := p2.step(t, "sweep_step"); from != sweepJobName {
+		t.Errorf("resubmitted sweep step reused %q; want %s", from, sweepJobName)
+	}
+	// So is the step after it: its input is the same best model.
+	if _, _, from, _, _ := p2.step(t, "predict_step"); from != predictJob {
+		t.Errorf("the step after a reused sweep reused %q; want %s", from, predictJob)
+	}
+}
