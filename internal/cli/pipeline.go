@@ -173,14 +173,7 @@ func (a *app) registeredComponent(ctx context.Context, c *client.Client, f pathF
 	}
 	got, err := c.GetComponent(ctx, name, version)
 	if err != nil {
-		if spec.ComponentRegistry(f.value) != "" {
-			msg := fmt.Sprintf("Ferry has no registries and looks the component up among the workspace's by name and version: %v", err)
-			if !strings.Contains(msg, "ferry component create") {
-				msg += "; register it with `ferry component create -f FILE`"
-			}
-			return nil, f.errorf("%s", msg)
-		}
-		return nil, f.errorf("%v", err)
+		return nil, f.errorf("%s", spec.RegistryMiss(f.value, err.Error()))
 	}
 	if note := spec.RegistryNote(f.value); note != "" {
 		fmt.Fprintf(a.stderr, "%s: %s\n", f.field, note)

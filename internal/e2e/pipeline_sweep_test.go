@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -124,5 +125,40 @@ print("trained lr=%s epochs=%d rows=%d" % (a.lr, a.epochs, rows))
 	// So is the step after it: its input is the same best model.
 	if _, _, from, _, _ := p2.step(t, "predict_step"); from != predictJob {
 		t.Errorf("the step after a reused sweep reused %q; want %s", from, predictJob)
+	}
+}
+
+// TestPipelineRegistryComponent: a step naming a component in an Azure
+// registry (azureml://registries/R/components/C/versions/V, or
+// .../labels/latest) runs the workspace's component C, with a note that
+// says so; one not registered is refused before anything runs, naming the
+// reference and `ferry component create`.
+func TestPipelineRegistryComponent(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"greet.yml":    "name: greet\ntype: command\ninputs:\n  who: {type: string, default: world}\ncode: ./src\ncommand: sh greet.sh ${{inputs.who}}\n",
+		"src/greet.sh": "echo hello $1\n",
+	})
+	pipe := jobFile(t, `type: pipeline
+jobs:
+  pinned:
+    component: azureml://registries/azureml/components/greet/versions/1
+  newest:
+    component: azureml://registries/azureml/components/greet/labels/latest
+    inputs: {who: registry}
+`, nil)
+	r := s.ferry("job", "create", "-f", pipe, "--name", "reg0")
+	if r.code == 0 {
+		t.Fatalf("a pipeline naming an unregistered registry component was accepted: %s", r)
+	}
+	mustContain(t, "unregistered registry component", r.stderr, "jobs.newest.component", "azureml://registries/azureml/components/greet/labels/latest",
+		"component greet is not registered", "ferry component create")
+	s.mustFerry("component", "create", "-f", filepath.Join(dir, "greet.yml"))
+	r = s.mustFerry("job", "create", "-f", pipe, "--name", "reg1", "--stream")
+	mustContain(t, "registry components run", r.stdout, "[pinned] hello world", "[newest] hello registry")
+	mustContain(t, "the note", r.stderr, "Ferry has no registries", "the workspace's component greet (version 1)")
+	if r := s.ferry("job", "show", "reg1"); !strings.Contains(r.stdout, "Completed") {
+		t.Errorf("reg1: %s", r)
 	}
 }

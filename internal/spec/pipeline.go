@@ -864,6 +864,21 @@ func RegistryNote(ref string) string {
 	return fmt.Sprintf("Ferry has no registries: %s is read as the workspace's component %s (version %s), whatever registry %s holds", ref, name, version, reg)
 }
 
+// RegistryMiss is the message for a component reference that is not
+// registered (msg says what is): for a registry's reference, it says
+// that Ferry looked among the workspace's components, and how to
+// register one.
+func RegistryMiss(ref, msg string) string {
+	if ComponentRegistry(ref) == "" {
+		return msg
+	}
+	msg = fmt.Sprintf("%s: Ferry has no registries and looks the component up among the workspace's by name and version: %s", ref, msg)
+	if !strings.Contains(msg, "ferry component create") {
+		msg += "; register it with `ferry component create -f FILE`"
+	}
+	return msg
+}
+
 // parseRegistryComponentRef reads azureml://registries/R/components/NAME
 // followed by /versions/V, /labels/latest or nothing (latest).
 func parseRegistryComponentRef(ref string) (name, version string, err error) {

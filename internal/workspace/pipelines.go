@@ -232,7 +232,7 @@ func (s *Service) resolveComponents(ctx context.Context, p *spec.PipelineJob) er
 		if err != nil {
 			var e *Error
 			if errors.As(err, &e) && e.Code == CodeNotFound {
-				return NotFound("jobs.%s.%s: %s", st, componentField(p.Jobs[st]), registryMiss(ref.Ref, e.Msg))
+				return NotFound("jobs.%s.%s: %s", st, componentField(p.Jobs[st]), spec.RegistryMiss(ref.Ref, e.Msg))
 			}
 			return err
 		}
@@ -248,20 +248,6 @@ func componentField(st *spec.PipelineStep) string {
 		return "trial"
 	}
 	return "component"
-}
-
-// registryMiss is the message for a component reference that is not
-// registered: a registry's reference says that Ferry looked among its
-// own components, and how to register one.
-func registryMiss(ref, msg string) string {
-	if spec.ComponentRegistry(ref) == "" {
-		return msg
-	}
-	msg = fmt.Sprintf("%s: Ferry has no registries and looks the component up among the workspace's by name and version: %s", ref, msg)
-	if !strings.Contains(msg, "ferry component create") {
-		msg += "; register it with `ferry component create -f FILE`"
-	}
-	return msg
 }
 
 // pipelineSteps is the pipeline loop's memory: the jobs (parents and

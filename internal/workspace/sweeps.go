@@ -408,7 +408,7 @@ func (s *Service) componentTrial(ctx context.Context, j *spec.Job, sub Submissio
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) && e.Code == CodeNotFound {
-			return sub, NotFound("trial: %s", registryMiss(ref, e.Msg))
+			return sub, NotFound("trial: %s", spec.RegistryMiss(ref, e.Msg))
 		}
 		return sub, err
 	}
