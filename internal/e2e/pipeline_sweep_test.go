@@ -11,7 +11,8 @@ import (
 // step makes the data, a sweep step (trial: a component file) tries
 // three learning rates on it, its lr bound to the component's input of
 // that name as Azure binds it, and a later step takes the best trial's
-// model, which is also the pipeline's output.
+// model, which is also the pipeline's output. The prep step's output and
+// the pipeline's register as data assets (name:, version:).
 const sweepPipeline = `$schema: https://azuremlschemas.azureedge.net/latest/pipelineJob.schema.json
 type: pipeline
 display_name: pipeline_with_hyperparameter_sweep
@@ -20,7 +21,7 @@ settings:
 inputs:
   raw: {type: uri_folder, path: ./data}
 outputs:
-  best_model: {type: uri_folder}
+  best_model: {type: uri_folder, name: best-model, version: "1"}
 jobs:
   prep:
     type: command
@@ -28,7 +29,7 @@ jobs:
     inputs:
       raw: ${{parent.inputs.raw}}
     outputs:
-      rows: {type: uri_folder}
+      rows: {type: uri_folder, name: prepared-rows}
   sweep_step:
     type: sweep
     trial: ./components/train.yml
@@ -110,6 +111,14 @@ print("trained lr=%s epochs=%d rows=%d" % (a.lr, a.epochs, rows))
 	s.mustFerry("job", "download", "swp", "--download-path", dl)
 	if got, err := os.ReadFile(filepath.Join(dl, "named-outputs", "best_model", "model.txt")); err != nil || string(got) != "0.5" {
 		t.Errorf("downloaded best_model/model.txt: %q, %v; want 0.5", got, err)
+	}
+
+	mustContain(t, "the registered best model", s.mustFerry("data", "show", "best-model@latest").stdout, "version:", "1", "output best_model of job swp")
+	mustContain(t, "the registered step output", s.mustFerry("data", "show", "prepared-rows@latest").stdout, "output rows of job swp-prep")
+	dl = t.TempDir()
+	s.mustFerry("data", "download", "best-model", "--version", "1", "--download-path", dl)
+	if got, err := os.ReadFile(filepath.Join(dl, "best-model", "model.txt")); err != nil || string(got) != "0.5" {
+		t.Errorf("the registered best model's model.txt: %q, %v; want 0.5", got, err)
 	}
 
 	// The same pipeline again reuses the sweep: same trial, search space

@@ -55,6 +55,10 @@ func (in PipelineInput) IsLiteral() bool { return in.Value != nil }
 
 // PipelineOutput is a pipeline's output, which a step's output binds to.
 type PipelineOutput struct {
+	// Name and Version register the output as a data asset when the
+	// pipeline completes.
+	Name        string `yaml:"name,omitempty" json:"name,omitempty"`
+	Version     string `yaml:"version,omitempty" json:"version,omitempty"`
 	Type        string `yaml:"type,omitempty" json:"type,omitempty"`
 	Mode        string `yaml:"mode,omitempty" json:"mode,omitempty"`
 	Path        string `yaml:"path,omitempty" json:"path,omitempty"`
@@ -135,6 +139,10 @@ type StepOutput struct {
 	Binding *Binding `json:"binding,omitempty"`
 	Type    string   `json:"type,omitempty"`
 	Mode    string   `json:"mode,omitempty"`
+	// Name and Version register the output as a data asset when the
+	// step completes.
+	Name    string `json:"name,omitempty"`
+	Version string `json:"version,omitempty"`
 }
 
 const pipelineEmptyHint = "a pipeline job needs type: pipeline and jobs:, each step a component or a command"
@@ -417,9 +425,11 @@ func stepFromNode(n *yaml.Node, f string, ignored *[]string) (*PipelineStep, err
 				}
 			case v.Kind == yaml.MappingNode:
 				var raw struct {
-					Type string `yaml:"type,omitempty"`
-					Mode string `yaml:"mode,omitempty"`
-					Path string `yaml:"path,omitempty"`
+					Type    string `yaml:"type,omitempty"`
+					Mode    string `yaml:"mode,omitempty"`
+					Path    string `yaml:"path,omitempty"`
+					Name    string `yaml:"name,omitempty"`
+					Version string `yaml:"version,omitempty"`
 				}
 				if err := decodeLenient(v, &raw, fo, ignored); err != nil {
 					fe := yamlError(err)
@@ -427,7 +437,7 @@ func stepFromNode(n *yaml.Node, f string, ignored *[]string) (*PipelineStep, err
 					es = append(es, fe)
 					continue
 				}
-				so = StepOutput{Type: raw.Type, Mode: raw.Mode}
+				so = StepOutput{Type: raw.Type, Mode: raw.Mode, Name: raw.Name, Version: raw.Version}
 				if b, ok, err := ParseBinding(raw.Path); err != nil {
 					es.add(fo+".path", "%v", err)
 				} else if ok {
@@ -639,6 +649,7 @@ func (p *PipelineJob) Validate() error {
 		}
 		oneOf(&es, f+".type", out.Type, true, componentOutputs)
 		oneOf(&es, f+".mode", out.Mode, true, outputModes)
+		validateOutputAsset(&es, f, out.Name, out.Version)
 	}
 	switch {
 	case len(p.Jobs) == 0:
@@ -768,6 +779,7 @@ func (p *PipelineJob) validateStep(es *Errors, name string) {
 	}
 	for _, k := range slices.Sorted(maps.Keys(st.Outputs)) {
 		out, fo := st.Outputs[k], f+".outputs."+k
+		validateOutputAsset(es, fo, out.Name, out.Version)
 		if comp != nil {
 			if _, ok := comp.Outputs[k]; !ok {
 				es.add(fo, "the component has no output %q; %s", k, declared("outputs", comp.Outputs))

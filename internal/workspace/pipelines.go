@@ -551,7 +551,9 @@ func (s *Service) pipelineRunning(ctx context.Context, name string) error {
 
 // endPipeline ends a pipeline job with its outputs (nil: none).
 func (s *Service) endPipeline(ctx context.Context, name, status, reason string, out *Outputs) error {
+	var completed *store.Job // the pipeline as it completed, for its outputs' registration
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		completed = nil
 		if IsTerminal(j.Status) {
 			return nil, nil
 		}
@@ -571,8 +573,15 @@ func (s *Service) endPipeline(ctx context.Context, name, status, reason string, 
 			}
 			j.Outputs = raw
 		}
+		if status == StatusCompleted {
+			c := *j
+			completed = &c
+		}
 		return &store.Event{Job: name, Time: now, From: from, To: status, Reason: reason}, nil
 	})
+	if err == nil && completed != nil {
+		s.registerOutputs(ctx, name, 0, completed.CreatedBy, assetOutputs(completed.Spec), completed.Outputs)
+	}
 	s.mu.Lock()
 	delete(s.cancelAsked, name) // a cancel of the pipeline is done
 	s.mu.Unlock()

@@ -157,13 +157,14 @@ func stepSpec(rec store.Job, p *spec.PipelineJob, n string, comp *spec.Component
 			t = ""
 		}
 		mode := co.Mode
-		if so, ok := st.Outputs[k]; ok && so.Mode != "" {
+		so := st.Outputs[k]
+		if so.Mode != "" {
 			mode = so.Mode
 		}
 		if !slices.Contains([]string{"rw_mount", "upload", "direct"}, mode) {
 			mode = ""
 		}
-		j.Outputs[k] = spec.Output{Type: t, Mode: mode}
+		j.Outputs[k] = spec.Output{Type: t, Mode: mode, Name: so.Name, Version: so.Version}
 	}
 	if len(j.Outputs) == 0 {
 		j.Outputs = nil
@@ -316,6 +317,7 @@ func (s *Service) reuseStep(ctx context.Context, rec store.Job, j *spec.Job, com
 	if err != nil {
 		return store.Job{}, noSpace(err, "job "+j.Name)
 	}
+	s.registerOutputs(ctx, created.Name, created.Attempt, created.CreatedBy, assetOutputs(created.Spec), created.Outputs)
 	s.changed(j.Name)
 	return created, nil
 }
