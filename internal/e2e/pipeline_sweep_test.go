@@ -113,6 +113,11 @@ print("trained lr=%s epochs=%d rows=%d" % (a.lr, a.epochs, rows))
 		t.Errorf("downloaded best_model/model.txt: %q, %v; want 0.5", got, err)
 	}
 
+	dl = t.TempDir()
+	s.mustFerry("job", "download", sweepJobName, "--download-path", dl)
+	if got, err := os.ReadFile(filepath.Join(dl, "named-outputs", "model", "model.txt")); err != nil || string(got) != "0.5" {
+		t.Errorf("the sweep's downloaded model/model.txt: %q, %v; want 0.5, the best trial's", got, err)
+	}
 	mustContain(t, "the registered best model", s.mustFerry("data", "show", "best-model@latest").stdout, "version:", "1", "output best_model of job swp")
 	mustContain(t, "the registered step output", s.mustFerry("data", "show", "prepared-rows@latest").stdout, "output rows of job swp-prep")
 	dl = t.TempDir()
@@ -134,6 +139,18 @@ print("trained lr=%s epochs=%d rows=%d" % (a.lr, a.epochs, rows))
 	// So is the step after it: its input is the same best model.
 	if _, _, from, _, _ := p2.step(t, "predict_step"); from != predictJob {
 		t.Errorf("the step after a reused sweep reused %q; want %s", from, predictJob)
+	}
+
+	// A sweep whose trials never log its primary metric has no best
+	// trial, so no outputs: the step bound to them fails, saying why.
+	r = s.ferry("job", "create", "-f", file, "--name", "swp3", "--set", "jobs.sweep_step.objective.primary_metric=loss")
+	if r.code != 0 {
+		t.Fatalf("swp3: %s", r)
+	}
+	p3 := s.waitPipeline("swp3")
+	status, _, _, _, reason := p3.step(t, "predict_step")
+	if p3.Status != "Failed" || status != "Failed" || !strings.Contains(reason, "no completed trial logged the primary metric") {
+		t.Errorf("swp3: %s, predict_step %s (%s); want both Failed, saying no trial logged the metric", p3.Status, status, reason)
 	}
 }
 

@@ -96,6 +96,9 @@ func bindStepInputs(p *spec.PipelineJob, snaps map[string]string, n string, comp
 				}
 			}
 			snap := o.Named[si.Binding.Name]
+			if snap == "" && p.Jobs[si.Binding.Step].IsSweep() {
+				return out, Invalid("inputs.%s: sweep step %s completed without output %s: its outputs are its best trial's, and no completed trial logged the primary metric or wrote that output", k, si.Binding.Step, si.Binding.Name)
+			}
 			if snap == "" {
 				return out, Invalid("inputs.%s: step %s completed without its output %s (its command wrote nothing there)", k, si.Binding.Step, si.Binding.Name)
 			}
