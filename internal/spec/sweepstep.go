@@ -11,6 +11,8 @@ import (
 // component.
 func (p *PipelineJob) validateSweepStep(es *Errors, name string) {
 	st, f := p.Jobs[name], "jobs."+name+"."
+	// A trial given by reference is not checked by validateSweep: the
+	// step's component is checked on its own.
 	sw := &Job{Type: "sweep", Trial: &Trial{Ref: "./trial"}, SearchSpace: st.SearchSpace, Objective: st.Objective,
 		SamplingAlgorithm: st.SamplingAlgorithm, EarlyTermination: st.EarlyTermination, Limits: st.Limits}
 	if err := sw.validateSweep(); err != nil {
@@ -56,8 +58,7 @@ func (p *PipelineJob) SweepStepJob(n string, base *Job, comp *Component) (*Job, 
 	sw := &Job{Type: "sweep", Name: base.Name, DisplayName: base.DisplayName, ExperimentName: base.ExperimentName,
 		Description: base.Description, Tags: maps.Clone(base.Tags), Compute: base.Compute, Inputs: inputs,
 		Outputs: maps.Clone(base.Outputs), SearchSpace: st.SearchSpace, Objective: st.Objective,
-		SamplingAlgorithm: st.SamplingAlgorithm, EarlyTermination: st.EarlyTermination, Limits: st.Limits,
-		Trial: &Trial{Ref: "./trial"}}
+		SamplingAlgorithm: st.SamplingAlgorithm, EarlyTermination: st.EarlyTermination, Limits: st.Limits}
 	if sw.Objective != nil {
 		o := *sw.Objective
 		o.Goal = strings.ToLower(o.Goal)
