@@ -411,8 +411,8 @@ func showPipeline(w *tabwriter.Writer, j *workspace.Job) {
 			extra = " after " + strings.Join(st.DependsOn, ", ")
 		}
 		reason := ""
-		if st.ReusedFrom == "" && (st.Status == workspace.StatusFailed || st.Status == workspace.StepSkipped || st.Status == workspace.StatusCanceled) {
-			reason = ": " + oneLine(st.Reason)
+		if st.ReusedFrom == "" && (st.Status == workspace.StatusFailed || st.Status == workspace.StepSkipped || st.Status == workspace.StatusCanceled || (st.Sweep && st.Reason != "")) {
+			reason = ": " + oneLine(st.Reason) // a sweep's: its trials and best trial
 		}
 		fmt.Fprintf(w, "  %s\t%s on %s, job %s%s%s\n", st.Name, line, st.Compute, job, extra, reason)
 	}
@@ -437,14 +437,18 @@ func (a *app) followPipeline(ctx context.Context, c *client.Client, name string)
 		for _, st := range j.Steps {
 			ended := workspace.IsTerminal(st.Status) || st.Status == workspace.StepSkipped
 			announce := func() {
-				if announced[st.Name] == st.Status {
+				seen := st.Status
+				if st.Sweep {
+					seen += st.Reason // a sweep step has no log: its progress is its reason
+				}
+				if announced[st.Name] == seen {
 					return
 				}
-				announced[st.Name] = st.Status
+				announced[st.Name] = seen
 				msg := st.Status
 				if st.ReusedFrom != "" {
 					msg += ", reused the outputs of " + st.ReusedFrom
-				} else if st.Reason != "" && ended && st.Status != workspace.StatusCompleted {
+				} else if st.Reason != "" && ((ended && st.Status != workspace.StatusCompleted) || st.Sweep) {
 					msg += ": " + oneLine(st.Reason)
 				}
 				fmt.Fprintf(a.stderr, "step %s: %s\n", st.Name, msg)

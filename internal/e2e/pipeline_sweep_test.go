@@ -89,6 +89,10 @@ print("trained lr=%s epochs=%d rows=%d" % (a.lr, a.epochs, rows))
 	if r.code != 0 {
 		t.Fatalf("the sweep pipeline: %s\nserver:\n%s", r, s.output)
 	}
+	// A sweep step has no log of its own: the stream tells its trials'
+	// progress and, at its end, the best trial.
+	mustContain(t, "the stream", r.stdout, "[predict_step] best model lr 0.5")
+	mustContain(t, "the stream's steps", r.stderr, "step sweep_step: Running: ", "step sweep_step: Completed: 3 trials (3 completed); best trial swp-sweep_step_1: acc = 6")
 	p := s.waitPipeline("swp")
 	if p.Status != "Completed" {
 		t.Fatalf("pipeline swp: %s (%s), steps %+v", p.Status, p.StatusReason, p.Steps)

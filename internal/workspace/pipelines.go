@@ -56,6 +56,9 @@ type PipelineStep struct {
 	ReusedFrom string `json:"reused_from,omitempty"`
 	// DependsOn are the steps whose outputs it takes.
 	DependsOn []string `json:"depends_on,omitempty"`
+	// Sweep says the step is a sweep (type: sweep): its job is a sweep
+	// job, whose reason tells its trials' progress and best trial.
+	Sweep bool `json:"sweep,omitempty"`
 }
 
 // stepJobName is the name of a step's job: deterministic, so that a step
@@ -630,7 +633,7 @@ func (s *Service) pipelineView(ctx context.Context, rec store.Job, v *Job) error
 			ps.Compute = "local"
 		}
 		if st := p.Jobs[r.Step]; st != nil {
-			ps.DependsOn = st.Dependencies()
+			ps.DependsOn, ps.Sweep = st.Dependencies(), st.IsSweep()
 		}
 		if j, ok := jobs[r.Job]; ok && r.Job != "" {
 			ps.Status, ps.Reason = j.Status, j.StatusReason
