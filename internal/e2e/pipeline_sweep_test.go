@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // sweepPipeline is Azure's pipeline_with_hyperparameter_sweep in small: a
@@ -190,5 +191,45 @@ jobs:
 	mustContain(t, "the note", r.stderr, "Ferry has no registries", "the workspace's component greet (version 1)")
 	if r := s.ferry("job", "show", "reg1"); !strings.Contains(r.stdout, "Completed") {
 		t.Errorf("reg1: %s", r)
+	}
+}
+
+// TestPipelineSweepStepCancel: canceling a pipeline cancels its sweep
+// step, which cancels the trials running.
+func TestPipelineSweepStepCancel(t *testing.T) {
+	s := startServer(t, "--local-capacity", "2")
+	file := jobFile(t, `type: pipeline
+jobs:
+  tune:
+    type: sweep
+    trial:
+      type: command
+      inputs: {lr: {type: number}}
+      command: sleep 300 # ${{inputs.lr}}
+    search_space:
+      lr: {type: choice, values: [1, 2]}
+    sampling_algorithm: grid
+    objective: {primary_metric: acc, goal: maximize}
+`, nil)
+	s.mustFerry("job", "create", "-f", file, "--name", "cs")
+	deadline := time.Now().Add(time.Minute)
+	for _, job, _, _, _ := s.showPipeline("cs").step(t, "tune"); job == ""; _, job, _, _, _ = s.showPipeline("cs").step(t, "tune") {
+		if time.Now().After(deadline) {
+			t.Fatal("the sweep step of cs has no job after a minute")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.waitTrials("cs-tune", 2)
+	s.waitStatus("cs-tune_0", "Running")
+	s.waitStatus("cs-tune_1", "Running")
+	s.mustFerry("job", "cancel", "cs")
+	p := s.waitPipeline("cs")
+	if status, _, _, _, reason := p.step(t, "tune"); p.Status != "Canceled" || status != "Canceled" {
+		t.Errorf("cs: %s, step tune %s (%s); want both Canceled", p.Status, status, reason)
+	}
+	for _, trial := range []string{"cs-tune_0", "cs-tune_1"} {
+		if j := s.showSweep(trial); j.Status != "Canceled" {
+			t.Errorf("trial %s: %s, want Canceled", trial, j.Status)
+		}
 	}
 }
