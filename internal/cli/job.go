@@ -202,14 +202,8 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 func (a *app) componentTrial(ctx context.Context, c *client.Client, src specFile, j *spec.Job) (*specFile, error) {
 	f := pathField{file: src, field: "trial", value: j.Trial.Ref}
 	if strings.HasPrefix(f.value, "azureml:") {
-		name, version, err := spec.ParseComponentRef(f.value)
-		if err != nil {
-			return nil, f.errorf("%v", err)
-		}
-		if _, err := c.GetComponent(ctx, name, version); err != nil {
-			return nil, f.errorf("%v", err)
-		}
-		return nil, nil
+		_, err := a.registeredComponent(ctx, c, f)
+		return nil, err
 	}
 	data, err := os.ReadFile(f.path())
 	if errors.Is(err, os.ErrNotExist) {

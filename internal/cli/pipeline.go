@@ -161,6 +161,26 @@ func noteIgnored(w io.Writer, file string, ignored []string) {
 	}
 }
 
+// registeredComponent looks up the registered component that field f
+// names (azureml:NAME:VERSION, azureml:NAME@latest or a registry's
+// azureml://registries/R/components/NAME/...). Ferry has no registries:
+// a registry's reference is looked up among the workspace's components,
+// with a note saying so.
+func (a *app) registeredComponent(ctx context.Context, c *client.Client, f pathField) (*workspace.Component, error) {
+	name, version, err := spec.ParseComponentRef(f.value)
+	if err != nil {
+		return nil, f.errorf("%v", err)
+	}
+	got, err := c.GetComponent(ctx, name, version)
+	if err != nil {
+		return nil, f.errorf("%s", spec.RegistryMiss(f.value, err.Error()))
+	}
+	if note := spec.RegistryNote(f.value); note != "" {
+		fmt.Fprintf(a.stderr, "%s: %s\n", f.field, note)
+	}
+	return got, nil
+}
+
 // uploadComponent uploads a component's code and environment files, each
 // relative to the file src it is written in, and records their snapshots
 // in it; prefix names its fields in messages (jobs.train.component.).
@@ -229,15 +249,15 @@ func (a *app) pipelineRequest(ctx context.Context, c *client.Client, src specFil
 		if ref == nil || ref.Resolved != nil {
 			continue
 		}
-		f := pathField{file: src, field: "jobs." + n + ".component", value: ref.Ref}
+		field := "jobs." + n + ".component"
+		if p.Jobs[n].IsSweep() {
+			field = "jobs." + n + ".trial"
+		}
+		f := pathField{file: src, field: field, value: ref.Ref}
 		if ref.IsRegistered() {
-			name, version, err := spec.ParseComponentRef(ref.Ref)
+			got, err := a.registeredComponent(ctx, c, f)
 			if err != nil {
-				return none, f.errorf("%v", err)
-			}
-			got, err := c.GetComponent(ctx, name, version)
-			if err != nil {
-				return none, f.errorf("%v", err)
+				return none, err
 			}
 			ref.Resolved = got.Spec // for the checks below; the server resolves it again
 			continue
@@ -391,8 +411,8 @@ func showPipeline(w *tabwriter.Writer, j *workspace.Job) {
 			extra = " after " + strings.Join(st.DependsOn, ", ")
 		}
 		reason := ""
-		if st.ReusedFrom == "" && (st.Status == workspace.StatusFailed || st.Status == workspace.StepSkipped || st.Status == workspace.StatusCanceled) {
-			reason = ": " + oneLine(st.Reason)
+		if st.ReusedFrom == "" && (st.Status == workspace.StatusFailed || st.Status == workspace.StepSkipped || st.Status == workspace.StatusCanceled || (st.Sweep && st.Reason != "")) {
+			reason = ": " + oneLine(st.Reason) // a sweep's: its trials and best trial
 		}
 		fmt.Fprintf(w, "  %s\t%s on %s, job %s%s%s\n", st.Name, line, st.Compute, job, extra, reason)
 	}
@@ -417,14 +437,18 @@ func (a *app) followPipeline(ctx context.Context, c *client.Client, name string)
 		for _, st := range j.Steps {
 			ended := workspace.IsTerminal(st.Status) || st.Status == workspace.StepSkipped
 			announce := func() {
-				if announced[st.Name] == st.Status {
+				seen := st.Status
+				if st.Sweep {
+					seen += st.Reason // a sweep step has no log: its progress is its reason
+				}
+				if announced[st.Name] == seen {
 					return
 				}
-				announced[st.Name] = st.Status
+				announced[st.Name] = seen
 				msg := st.Status
 				if st.ReusedFrom != "" {
 					msg += ", reused the outputs of " + st.ReusedFrom
-				} else if st.Reason != "" && ended && st.Status != workspace.StatusCompleted {
+				} else if st.Reason != "" && ((ended && st.Status != workspace.StatusCompleted) || st.Sweep) {
 					msg += ": " + oneLine(st.Reason)
 				}
 				fmt.Fprintf(a.stderr, "step %s: %s\n", st.Name, msg)

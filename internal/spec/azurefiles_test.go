@@ -283,16 +283,27 @@ outputs:
 	if len(j.Resources.Locations) != 1 || j.NotificationSetting == nil {
 		t.Errorf("resources.locations = %v, notification_setting = %v: want both kept", j.Resources.Locations, j.NotificationSetting)
 	}
-	_, err = ParseJob([]byte(`
+	// An output with name and version registers as a data asset when
+	// the job completes; the two are a data asset's.
+	j, err = ParseJob([]byte(`
 command: python fit.py --out ${{outputs.fitted}}
 outputs:
   fitted:
     name: fitted-model
     version: "2"
 `))
-	es, ok := err.(Errors)
-	if !ok || len(es) != 1 || es[0].Field != "outputs.fitted" || !strings.Contains(es[0].Message, "ferry data create") {
-		t.Fatalf("err = %v, want one problem on outputs.fitted saying how to register it", err)
+	if err != nil || j.Outputs["fitted"].Name != "fitted-model" || j.Outputs["fitted"].Version != "2" {
+		t.Fatalf("an output to register: %v, %+v", err, j)
+	}
+	for doc, want := range map[string]string{
+		"outputs:\n  fitted:\n    version: \"2\"\n":                    "outputs.fitted.version (line 4): registers the output as a data asset with name:",
+		"outputs:\n  fitted:\n    name: fitted\n    version: latest\n": "outputs.fitted.version (line 5): latest is a label",
+		"outputs:\n  fitted:\n    name: \"-x\"\n":                      "outputs.fitted.name (line 4): \"-x\" is not a valid data asset name",
+	} {
+		_, err := ParseJob([]byte("command: python fit.py --out ${{outputs.fitted}}\n" + doc))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err = %v, want %q", doc, err, want)
+		}
 	}
 }
 

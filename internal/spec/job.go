@@ -348,9 +348,7 @@ func (j *Job) validateIO(es *Errors) {
 		}
 		oneOf(es, f+".type", out.Type, true, outputTypes)
 		oneOf(es, f+".mode", out.Mode, true, outputModes)
-		if out.Name != "" || out.Version != "" {
-			es.add(f, "name and version (registering the output as a data asset) are not supported yet; drop them, then register it from the job's output: ferry job download JOB --output-name %s, then ferry data create", name)
-		}
+		validateOutputAsset(es, f, out.Name, out.Version)
 	}
 }
 

@@ -1,7 +1,6 @@
 package spec
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -55,6 +54,10 @@ func (in PipelineInput) IsLiteral() bool { return in.Value != nil }
 
 // PipelineOutput is a pipeline's output, which a step's output binds to.
 type PipelineOutput struct {
+	// Name and Version register the output as a data asset when the
+	// pipeline completes.
+	Name        string `yaml:"name,omitempty" json:"name,omitempty"`
+	Version     string `yaml:"version,omitempty" json:"version,omitempty"`
 	Type        string `yaml:"type,omitempty" json:"type,omitempty"`
 	Mode        string `yaml:"mode,omitempty" json:"mode,omitempty"`
 	Path        string `yaml:"path,omitempty" json:"path,omitempty"`
@@ -62,7 +65,9 @@ type PipelineOutput struct {
 }
 
 // PipelineStep is one step of a pipeline: a component (Component) with
-// its inputs and outputs bound, or an inline command job (Command).
+// its inputs and outputs bound, an inline command job (Command), or a
+// sweep (type: sweep) whose trial is the command component Component
+// (written trial: in the file) and whose outputs are its best trial's.
 type PipelineStep struct {
 	Type                 string                `yaml:"type,omitempty" json:"type,omitempty"`
 	Component            *ComponentRef         `yaml:"-" json:"component,omitempty"`
@@ -82,6 +87,13 @@ type PipelineStep struct {
 	ForceRerun           *bool                 `yaml:"force_rerun,omitempty" json:"force_rerun,omitempty"`
 	IsDeterministic      *bool                 `yaml:"is_deterministic,omitempty" json:"is_deterministic,omitempty"`
 
+	// A sweep step's own fields, as a sweep job's; its limits are Limits
+	// (max_total_trials, max_concurrent_trials, timeout, trial_timeout).
+	SearchSpace       map[string]SearchParam `yaml:"search_space,omitempty" json:"search_space,omitempty"`
+	Objective         *Objective             `yaml:"objective,omitempty" json:"objective,omitempty"`
+	SamplingAlgorithm *SamplingAlgorithm     `yaml:"sampling_algorithm,omitempty" json:"sampling_algorithm,omitempty"`
+	EarlyTermination  *EarlyTermination      `yaml:"early_termination,omitempty" json:"early_termination,omitempty"`
+
 	// CodeSnapshot and EnvironmentSnapshot are an inline command step's
 	// uploads (set by the client, not the file).
 	CodeSnapshot        string `yaml:"-" json:"code_snapshot,omitempty"`
@@ -100,10 +112,15 @@ type ComponentRef struct {
 	Digest string `json:"digest,omitempty"`
 }
 
-// IsRegistered says whether Ref names a registered component.
+// IsRegistered says whether Ref names a registered component
+// (azureml:NAME:VERSION, azureml:NAME@latest, or a registry's
+// azureml://registries/REGISTRY/components/NAME/...).
 func (r *ComponentRef) IsRegistered() bool {
 	return r != nil && strings.HasPrefix(r.Ref, "azureml:")
 }
+
+// IsSweep says whether the step is a sweep (type: sweep).
+func (st *PipelineStep) IsSweep() bool { return st != nil && st.Type == "sweep" }
 
 // StepInput is a step's input: a literal (Value), a binding (Binding,
 // written alone or as a data input's path), or data (Type, Path, Mode).
@@ -121,6 +138,10 @@ type StepOutput struct {
 	Binding *Binding `json:"binding,omitempty"`
 	Type    string   `json:"type,omitempty"`
 	Mode    string   `json:"mode,omitempty"`
+	// Name and Version register the output as a data asset when the
+	// step completes.
+	Name    string `json:"name,omitempty"`
+	Version string `json:"version,omitempty"`
 }
 
 const pipelineEmptyHint = "a pipeline job needs type: pipeline and jobs:, each step a component or a command"
@@ -298,18 +319,30 @@ func stepFromNode(n *yaml.Node, f string, ignored *[]string) (*PipelineStep, err
 		return nil, Errors{{Field: f, Line: line, Message: "a step must be a mapping (type, component or command, inputs, outputs, compute)"}}
 	}
 	var st PipelineStep
-	if err := decodeLenient(without(n, "inputs", "outputs", "component"), &st, f, ignored); err != nil {
+	if err := decodeLenient(without(n, "inputs", "outputs", "component", "trial"), &st, f, ignored); err != nil {
 		fe := yamlError(err)
 		fe.Field, fe.Line = f, n.Line
 		return nil, Errors{fe}
 	}
-	if c := child(n, "component"); c != nil && !isNull(c) {
+	compField, c := "component", child(n, "component")
+	if t := child(n, "trial"); t != nil && !isNull(t) {
+		// A sweep step's trial is the component each trial runs.
+		switch {
+		case c != nil && !isNull(c):
+			es.add(f+".trial", "give either trial (a sweep step's component) or component, not both")
+		case st.Type != "sweep":
+			es.add(f+".trial", "applies only to sweep steps (type: sweep); a command step names its component with component:")
+		default:
+			compField, c = "trial", t
+		}
+	}
+	if c != nil && !isNull(c) {
 		switch c.Kind {
 		case yaml.ScalarNode:
 			// file:./train.yml is Azure's explicit spelling of a local file.
 			st.Component = &ComponentRef{Ref: strings.TrimPrefix(c.Value, EnvironmentFilePrefix)}
 		case yaml.MappingNode:
-			comp, err := componentFromNode(c, f+".component")
+			comp, err := componentFromNode(c, f+"."+compField)
 			if err != nil {
 				es = append(es, err.(Errors)...)
 			} else {
@@ -318,7 +351,7 @@ func stepFromNode(n *yaml.Node, f string, ignored *[]string) (*PipelineStep, err
 				st.Component = &ComponentRef{Resolved: comp}
 			}
 		default:
-			es.add(f+".component", "must be a component file's path, azureml:NAME:VERSION, azureml:NAME@latest or an inline component, got %s", describe(c))
+			es.add(f+"."+compField, "must be a component file's path, azureml:NAME:VERSION, azureml:NAME@latest or an inline component, got %s", describe(c))
 		}
 	}
 	if in := child(n, "inputs"); in != nil && !isNull(in) {
@@ -329,6 +362,11 @@ func stepFromNode(n *yaml.Node, f string, ignored *[]string) (*PipelineStep, err
 			switch {
 			case v.Kind == yaml.ScalarNode && !isNull(v):
 				b, ok, err := ParseBinding(v.Value)
+				if st.IsSweep() && isSearchSpaceExpr(v.Value) {
+					// ${{search_space.NAME}}: the trial's parameter,
+					// which the sweep puts in the command.
+					ok, err = false, nil
+				}
 				switch {
 				case err != nil:
 					es.add(fi, "%v", err)
@@ -386,9 +424,11 @@ func stepFromNode(n *yaml.Node, f string, ignored *[]string) (*PipelineStep, err
 				}
 			case v.Kind == yaml.MappingNode:
 				var raw struct {
-					Type string `yaml:"type,omitempty"`
-					Mode string `yaml:"mode,omitempty"`
-					Path string `yaml:"path,omitempty"`
+					Type    string `yaml:"type,omitempty"`
+					Mode    string `yaml:"mode,omitempty"`
+					Path    string `yaml:"path,omitempty"`
+					Name    string `yaml:"name,omitempty"`
+					Version string `yaml:"version,omitempty"`
 				}
 				if err := decodeLenient(v, &raw, fo, ignored); err != nil {
 					fe := yamlError(err)
@@ -396,7 +436,7 @@ func stepFromNode(n *yaml.Node, f string, ignored *[]string) (*PipelineStep, err
 					es = append(es, fe)
 					continue
 				}
-				so = StepOutput{Type: raw.Type, Mode: raw.Mode}
+				so = StepOutput{Type: raw.Type, Mode: raw.Mode, Name: raw.Name, Version: raw.Version}
 				if b, ok, err := ParseBinding(raw.Path); err != nil {
 					es.add(fo+".path", "%v", err)
 				} else if ok {
@@ -428,6 +468,9 @@ func (p *PipelineJob) StepComponent(name string) *Component {
 	}
 	if st.Component != nil {
 		return st.Component.Resolved
+	}
+	if st.IsSweep() {
+		return nil // a sweep step without a trial: Validate says so
 	}
 	c := &Component{Type: "command", Command: st.Command, Code: st.Code, Environment: st.Environment,
 		EnvironmentVariables: st.EnvironmentVariables, Resources: st.Resources, Distribution: st.Distribution,
@@ -605,6 +648,7 @@ func (p *PipelineJob) Validate() error {
 		}
 		oneOf(&es, f+".type", out.Type, true, componentOutputs)
 		oneOf(&es, f+".mode", out.Mode, true, outputModes)
+		validateOutputAsset(&es, f, out.Name, out.Version)
 	}
 	switch {
 	case len(p.Jobs) == 0:
@@ -638,7 +682,10 @@ func (p *PipelineJob) validateStep(es *Errors, name string) {
 	}
 	switch st.Type {
 	case "", "command", "component":
-	case "pipeline", "sweep", "parallel", "spark", "automl", "import", "data_transfer":
+		p.refuseSweepStepFields(es, name)
+	case "sweep":
+		p.validateSweepStep(es, name)
+	case "pipeline", "parallel", "spark", "automl", "import", "data_transfer":
 		es.add(f+".type", "%s steps are not supported yet; Ferry runs command steps (a command or a command component)", st.Type)
 		return // the step's other fields are that kind's: their problems would bury this one
 	default:
@@ -646,30 +693,39 @@ func (p *PipelineJob) validateStep(es *Errors, name string) {
 	}
 	checkComputeRef(es, f+".compute", st.Compute)
 	switch {
+	case st.IsSweep():
+		if strings.TrimSpace(st.Command) != "" {
+			es.add(f+".command", "a sweep step runs its trial's command; write the command in the trial's component (trial: ./train.yml)")
+		}
+		if st.Component == nil {
+			es.add(f+".trial", "is required: the command component each trial runs, trial: ./train.yml or azureml:NAME:VERSION")
+		}
 	case st.Component != nil && strings.TrimSpace(st.Command) != "":
 		es.add(f, "give either component or command, not both")
 	case st.Component == nil && strings.TrimSpace(st.Command) == "":
 		es.add(f, "a step needs a component (component: ./train.yml or azureml:NAME:VERSION) or a command")
 	}
+	cf := "component"
+	if st.IsSweep() {
+		cf = "trial"
+	}
 	if st.Component != nil && st.Component.Resolved == nil {
 		ref := strings.TrimSpace(st.Component.Ref)
 		switch {
 		case ref == "":
-			es.add(f+".component", "is empty; write a component file's path or azureml:NAME:VERSION")
-		case strings.HasPrefix(ref, "azureml://"):
-			es.add(f+".component", "%s: components in registries are not supported; register the component with `ferry component create -f FILE` and write azureml:NAME:VERSION", quote(ref))
+			es.add(f+"."+cf, "is empty; write a component file's path or azureml:NAME:VERSION")
 		case st.Component.IsRegistered():
 			if _, _, err := ParseComponentRef(ref); err != nil {
-				es.add(f+".component", "%v", err)
+				es.add(f+"."+cf, "%v", err)
 			}
 		}
 	}
 	comp := p.StepComponent(name)
 	if comp != nil {
-		if err := comp.validate(false, f+".component"); err != nil {
+		if err := comp.validate(false, f+"."+cf); err != nil {
 			for _, fe := range err.(Errors) {
 				if st.Component == nil {
-					fe.Field = strings.Replace(fe.Field, f+".component.", f+".", 1)
+					fe.Field = strings.Replace(fe.Field, f+"."+cf+".", f+".", 1)
 				}
 				*es = append(*es, fe)
 			}
@@ -714,13 +770,15 @@ func (p *PipelineJob) validateStep(es *Errors, name string) {
 	if comp != nil {
 		for _, k := range slices.Sorted(maps.Keys(comp.Inputs)) {
 			ci := comp.Inputs[k]
-			if _, ok := st.Inputs[k]; !ok && !ci.Optional && ci.Default == nil {
+			_, swept := st.SearchSpace[k] // a sweep binds a parameter to the input of its name
+			if _, ok := st.Inputs[k]; !ok && !ci.Optional && ci.Default == nil && !(st.IsSweep() && swept) {
 				es.add(f+".inputs", "the component's input %s is required (it is not optional and has no default); give it under inputs: %s:", k, k)
 			}
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(st.Outputs)) {
 		out, fo := st.Outputs[k], f+".outputs."+k
+		validateOutputAsset(es, fo, out.Name, out.Version)
 		if comp != nil {
 			if _, ok := comp.Outputs[k]; !ok {
 				es.add(fo, "the component has no output %q; %s", k, declared("outputs", comp.Outputs))
@@ -782,25 +840,10 @@ func (p *PipelineJob) cycle() string {
 	return ""
 }
 
-// ParseComponentRef reads a reference to a registered component:
-// azureml:NAME:VERSION or azureml:NAME@latest (version "latest").
-func ParseComponentRef(ref string) (name, version string, err error) {
-	r := strings.TrimPrefix(ref, "azureml:")
-	switch {
-	case strings.HasSuffix(r, "@latest"):
-		name, version = strings.TrimSuffix(r, "@latest"), "latest"
-	case strings.Contains(r, ":"):
-		name, version, _ = strings.Cut(r, ":")
-	default:
-		name, version = r, "latest"
-	}
-	if !envNameRe().MatchString(name) {
-		return "", "", fmt.Errorf("component %s: %s is not a valid component name; write azureml:NAME:VERSION or azureml:NAME@latest", quote(ref), quote(name))
-	}
-	if version != "latest" && !envNameRe().MatchString(version) {
-		return "", "", fmt.Errorf("component %s: %s is not a valid version", quote(ref), quote(version))
-	}
-	return name, version, nil
+// isSearchSpaceExpr says whether a value is ${{search_space.NAME}}.
+func isSearchSpaceExpr(v string) bool {
+	m := exprRe().FindStringSubmatch(strings.TrimSpace(v))
+	return m != nil && searchExprRe().MatchString(strings.TrimSpace(m[1]))
 }
 
 // DecodePipelineJobJSON reads a pipeline job from JSON, the REST API's

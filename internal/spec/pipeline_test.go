@@ -78,8 +78,14 @@ jobs:
     command: echo ${{inputs.x}}
     inputs: {x: "${{parent.foo}}"}
 `, "is not a binding Ferry knows"},
-		"no steps":   {"type: pipeline\n", "jobs: is required"},
-		"sweep step": {"type: pipeline\njobs:\n  a:\n    type: sweep\n    command: x\n", "sweep steps are not supported yet"},
+		"no steps":                       {"type: pipeline\n", "jobs: is required"},
+		"sweep step with a command":      {"type: pipeline\njobs:\n  a:\n    type: sweep\n    command: x\n", "jobs.a.command (line 5): a sweep step runs its trial's command"},
+		"sweep step without trial":       {"type: pipeline\njobs:\n  a:\n    type: sweep\n    search_space: {lr: {type: choice, values: [1]}}\n    objective: {primary_metric: m, goal: maximize}\n", "jobs.a.trial (line 3): is required"},
+		"sweep step without objective":   {"type: pipeline\njobs:\n  a:\n    type: sweep\n    trial: ./t.yml\n    search_space: {lr: {type: choice, values: [1]}}\n", "jobs.a.objective (line 3): is required"},
+		"trial on a command step":        {"type: pipeline\njobs:\n  a:\n    trial: ./t.yml\n", "jobs.a.trial (line 4): applies only to sweep steps"},
+		"search space on a command step": {"type: pipeline\njobs:\n  a:\n    command: echo\n    search_space: {lr: {type: choice, values: [1]}}\n", "jobs.a.search_space (line 5): applies only to sweep steps"},
+		"registry label":                 {"type: pipeline\njobs:\n  a:\n    component: azureml://registries/azureml/components/train/labels/stable\n", "Ferry knows the label latest only"},
+		"registry shape":                 {"type: pipeline\njobs:\n  a:\n    component: azureml://registries/azureml/environments/train/versions/1\n", "write azureml://registries/REGISTRY/components/NAME/versions/VERSION"},
 		"missing required": {`type: pipeline
 jobs:
   a:
@@ -287,5 +293,96 @@ func TestStepOrder(t *testing.T) {
 	o := p.StepOrder()
 	if !(o["train_job"] < o["score_job"] && o["score_job"] < o["evaluate_job"]) {
 		t.Errorf("order %v: each step must come after the one it takes inputs from", o)
+	}
+}
+
+func TestComponentRefRegistry(t *testing.T) {
+	cases := map[string][3]string{ // ref -> name, version, registry
+		"azureml:train:2":      {"train", "2", ""},
+		"azureml:train@latest": {"train", "latest", ""},
+		"azureml://registries/azureml/components/train/versions/3":   {"train", "3", "azureml"},
+		"azureml://registries/my-reg/components/train/labels/latest": {"train", "latest", "my-reg"},
+		"azureml://registries/azureml/components/train":              {"train", "latest", "azureml"},
+	}
+	for ref, want := range cases {
+		name, version, err := ParseComponentRef(ref)
+		if err != nil || name != want[0] || version != want[1] || ComponentRegistry(ref) != want[2] {
+			t.Errorf("%s: %s %s %q, %v; want %v", ref, name, version, ComponentRegistry(ref), err, want)
+		}
+	}
+	if note := RegistryNote("azureml://registries/r/components/c/versions/1"); !strings.Contains(note, "component c (version 1)") {
+		t.Errorf("note: %q", note)
+	}
+}
+
+// TestSweepStep reads a sweep step as Azure's
+// pipeline_with_hyperparameter_sweep writes one, and makes its sweep job
+// once its trial's component is known: search-space parameters bind to
+// the component's inputs of their names, and its outputs bind onwards.
+func TestSweepStep(t *testing.T) {
+	p, err := ParsePipelineJob([]byte(`type: pipeline
+outputs:
+  best: {type: uri_folder}
+jobs:
+  sweep_step:
+    type: sweep
+    trial: ./train.yml
+    inputs:
+      data: {type: uri_file, path: https://example.org/iris.csv}
+      degree: 3
+      rate: ${{search_space.lr}}
+    outputs:
+      model_output: ${{parent.outputs.best}}
+    sampling_algorithm: random
+    search_space:
+      kernel: {type: choice, values: [rbf, linear]}
+      lr: {type: uniform, min_value: 0.1, max_value: 0.9}
+    objective: {goal: Minimize, primary_metric: f1}
+    limits: {max_total_trials: 5, max_concurrent_trials: 3, timeout: 7200, trial_timeout: 720}
+  predict:
+    command: cat ${{inputs.model}}/m
+    inputs:
+      model: ${{parent.jobs.sweep_step.outputs.model_output}}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := p.Jobs["sweep_step"]
+	if !st.IsSweep() || st.Component == nil || st.Component.Ref != "./train.yml" || st.Inputs["rate"].Value == nil {
+		t.Fatalf("sweep step: %+v", st)
+	}
+	comp, err := ParseComponent([]byte(`name: fit
+type: command
+inputs:
+  data: {type: uri_file}
+  degree: {type: integer}
+  kernel: {type: string}
+  rate: {type: number}
+outputs:
+  model_output: {type: uri_folder}
+command: fit --data ${{inputs.data}} --degree ${{inputs.degree}} --kernel ${{inputs.kernel}} --rate ${{inputs.rate}} --out ${{outputs.model_output}}
+environment: azureml:py:1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Component.Resolved = comp
+	if err := p.Validate(); err != nil {
+		t.Fatalf("with its trial: %v", err)
+	}
+	degree, rate := "3", "${{search_space.lr}}"
+	base := &Job{Type: "command", Name: "p-sweep_step", Compute: "local",
+		Inputs:  map[string]Input{"data": {Type: "uri_file", Path: "https://example.org/iris.csv"}, "degree": {Value: &degree}, "rate": {Value: &rate}},
+		Outputs: map[string]Output{"model_output": {Type: "uri_folder"}}}
+	sw, err := p.SweepStepJob("sweep_step", base, comp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "fit --data ${{inputs.data}} --degree ${{inputs.degree}} --kernel ${{search_space.kernel}} --rate ${{search_space.lr}} --out ${{outputs.model_output}}"
+	if sw.Type != "sweep" || sw.Trial.Command != want || sw.Objective.Goal != "minimize" || sw.Limits.MaxTotalTrials != 5 {
+		t.Errorf("sweep job: %+v\ntrial command %q\nwant %q", sw, sw.Trial.Command, want)
+	}
+	if _, ok := sw.Inputs["rate"]; ok {
+		t.Errorf("inputs %v: rate is the parameter lr, not an input", sw.Inputs)
 	}
 }

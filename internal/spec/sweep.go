@@ -219,7 +219,13 @@ func (j *Job) TrialJob(params map[string]any) *Job {
 	if j.Limits != nil && j.Limits.TrialTimeout > 0 {
 		c.Limits = &Limits{Timeout: j.Limits.TrialTimeout}
 	}
-	return c.Clone()
+	c = c.Clone()
+	for k, o := range c.Outputs {
+		// The sweep registers its best trial's output, not each trial.
+		o.Name, o.Version = "", ""
+		c.Outputs[k] = o
+	}
+	return c
 }
 
 // SubstituteSearchSpace replaces each ${{search_space.NAME}} in command by

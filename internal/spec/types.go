@@ -59,8 +59,8 @@ type Output struct {
 	Mode string `yaml:"mode,omitempty" json:"mode,omitempty"` // rw_mount | upload | direct
 	// Description is kept with the job.
 	Description string `yaml:"description,omitempty" json:"description,omitempty"`
-	// Name and Version would register the output as a data asset in
-	// Azure; Validate refuses them with the way to do it in Ferry.
+	// Name and Version register the output as a data asset (version
+	// "": the next number) when the job completes, as Azure ML does.
 	Name    string `yaml:"name,omitempty" json:"name,omitempty"`
 	Version string `yaml:"version,omitempty" json:"version,omitempty"`
 }

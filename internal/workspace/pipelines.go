@@ -56,6 +56,9 @@ type PipelineStep struct {
 	ReusedFrom string `json:"reused_from,omitempty"`
 	// DependsOn are the steps whose outputs it takes.
 	DependsOn []string `json:"depends_on,omitempty"`
+	// Sweep says the step is a sweep (type: sweep): its job is a sweep
+	// job, whose reason tells its trials' progress and best trial.
+	Sweep bool `json:"sweep,omitempty"`
 }
 
 // stepJobName is the name of a step's job: deterministic, so that a step
@@ -220,25 +223,34 @@ func (s *Service) resolveComponents(ctx context.Context, p *spec.PipelineJob) er
 		ref := p.Jobs[st].Component
 		if ref == nil || !ref.IsRegistered() {
 			if ref != nil && ref.Resolved == nil {
-				return Invalid("jobs.%s.component: %q is a file on the client's machine; `ferry job create` reads it and sends the component inline", st, ref.Ref)
+				return Invalid("jobs.%s.%s: %q is a file on the client's machine; `ferry job create` reads it and sends the component inline", st, componentField(p.Jobs[st]), ref.Ref)
 			}
 			continue
 		}
 		name, version, err := spec.ParseComponentRef(ref.Ref)
 		if err != nil {
-			return Invalid("jobs.%s.component: %v", st, err)
+			return Invalid("jobs.%s.%s: %v", st, componentField(p.Jobs[st]), err)
 		}
 		c, err := s.GetComponent(ctx, name, version)
 		if err != nil {
 			var e *Error
 			if errors.As(err, &e) && e.Code == CodeNotFound {
-				return NotFound("jobs.%s.component: %s", st, e.Msg)
+				return NotFound("jobs.%s.%s: %s", st, componentField(p.Jobs[st]), spec.RegistryMiss(ref.Ref, e.Msg))
 			}
 			return err
 		}
 		ref.Resolved, ref.Digest = c.Spec, c.Hash
 	}
 	return nil
+}
+
+// componentField is the field a step names its component in: trial for
+// a sweep step, component for others.
+func componentField(st *spec.PipelineStep) string {
+	if st.IsSweep() {
+		return "trial"
+	}
+	return "component"
 }
 
 // pipelineSteps is the pipeline loop's memory: the jobs (parents and
@@ -542,7 +554,9 @@ func (s *Service) pipelineRunning(ctx context.Context, name string) error {
 
 // endPipeline ends a pipeline job with its outputs (nil: none).
 func (s *Service) endPipeline(ctx context.Context, name, status, reason string, out *Outputs) error {
+	var completed *store.Job // the pipeline as it completed, for its outputs' registration
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		completed = nil
 		if IsTerminal(j.Status) {
 			return nil, nil
 		}
@@ -562,8 +576,15 @@ func (s *Service) endPipeline(ctx context.Context, name, status, reason string, 
 			}
 			j.Outputs = raw
 		}
+		if status == StatusCompleted {
+			c := *j
+			completed = &c
+		}
 		return &store.Event{Job: name, Time: now, From: from, To: status, Reason: reason}, nil
 	})
+	if err == nil && completed != nil {
+		s.registerOutputs(ctx, name, 0, completed.CreatedBy, assetOutputs(completed.Spec), completed.Outputs)
+	}
 	s.mu.Lock()
 	delete(s.cancelAsked, name) // a cancel of the pipeline is done
 	s.mu.Unlock()
@@ -612,10 +633,13 @@ func (s *Service) pipelineView(ctx context.Context, rec store.Job, v *Job) error
 			ps.Compute = "local"
 		}
 		if st := p.Jobs[r.Step]; st != nil {
-			ps.DependsOn = st.Dependencies()
+			ps.DependsOn, ps.Sweep = st.Dependencies(), st.IsSweep()
 		}
 		if j, ok := jobs[r.Job]; ok && r.Job != "" {
-			ps.Status, ps.Reason, ps.Compute = j.Status, j.StatusReason, j.Compute
+			ps.Status, ps.Reason = j.Status, j.StatusReason
+			if j.Compute != "" { // a sweep step's job has none: its trials have
+				ps.Compute = j.Compute
+			}
 		}
 		if ps.Status == "" {
 			ps.Status = StatusNotStarted

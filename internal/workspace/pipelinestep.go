@@ -96,6 +96,9 @@ func bindStepInputs(p *spec.PipelineJob, snaps map[string]string, n string, comp
 				}
 			}
 			snap := o.Named[si.Binding.Name]
+			if snap == "" && p.Jobs[si.Binding.Step].IsSweep() {
+				return out, Invalid("inputs.%s: sweep step %s completed without output %s: its outputs are its best trial's, and no completed trial logged the primary metric or wrote that output", k, si.Binding.Step, si.Binding.Name)
+			}
 			if snap == "" {
 				return out, Invalid("inputs.%s: step %s completed without its output %s (its command wrote nothing there)", k, si.Binding.Step, si.Binding.Name)
 			}
@@ -157,13 +160,14 @@ func stepSpec(rec store.Job, p *spec.PipelineJob, n string, comp *spec.Component
 			t = ""
 		}
 		mode := co.Mode
-		if so, ok := st.Outputs[k]; ok && so.Mode != "" {
+		so := st.Outputs[k]
+		if so.Mode != "" {
 			mode = so.Mode
 		}
 		if !slices.Contains([]string{"rw_mount", "upload", "direct"}, mode) {
 			mode = ""
 		}
-		j.Outputs[k] = spec.Output{Type: t, Mode: mode}
+		j.Outputs[k] = spec.Output{Type: t, Mode: mode, Name: so.Name, Version: so.Version}
 	}
 	if len(j.Outputs) == 0 {
 		j.Outputs = nil
@@ -176,13 +180,26 @@ func stepSpec(rec store.Job, p *spec.PipelineJob, n string, comp *spec.Component
 // digests of content) and its resolved environment. A step with the key
 // of a step that completed may take that step's outputs.
 func stepReuseKey(comp *spec.Component, j *spec.Job, snaps map[string]string, env json.RawMessage) string {
+	type sweepPart struct {
+		Trial            *spec.Trial                 `json:"trial"`
+		SearchSpace      map[string]spec.SearchParam `json:"search_space"`
+		Objective        *spec.Objective             `json:"objective"`
+		Sampling         spec.SamplingAlgorithm      `json:"sampling"`
+		EarlyTermination *spec.EarlyTermination      `json:"early_termination,omitempty"`
+		Limits           *spec.Limits                `json:"limits,omitempty"`
+	}
+	var sw *sweepPart // a sweep step: what it searches and how
+	if j.Type == "sweep" {
+		sw = &sweepPart{j.Trial, j.SearchSpace, j.Objective, j.Sampling(), j.EarlyTermination, j.Limits}
+	}
 	what := struct {
 		Component string                `json:"component"`
 		Command   string                `json:"command"`
 		Inputs    map[string]spec.Input `json:"inputs,omitempty"`
 		Snapshots map[string]string     `json:"snapshots,omitempty"`
 		Env       json.RawMessage       `json:"environment,omitempty"`
-	}{ComponentDigest(comp), j.Command, j.Inputs, snaps, env}
+		Sweep     *sweepPart            `json:"sweep,omitempty"`
+	}{ComponentDigest(comp), j.Command, j.Inputs, snaps, env, sw}
 	raw, _ := json.Marshal(what) // plain data: cannot fail
 	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:])
@@ -202,6 +219,13 @@ func (s *Service) startStep(ctx context.Context, rec store.Job, p *spec.Pipeline
 		return stepJob{}, "", err
 	}
 	j := stepSpec(rec, p, n, comp, in)
+	if p.Jobs[n].IsSweep() {
+		sw, err := p.SweepStepJob(n, j, comp)
+		if err != nil {
+			return stepJob{}, "", &Error{Code: CodeInvalid, Msg: fmt.Sprintf("jobs.%s: %v", n, err), Err: err}
+		}
+		j = sw
+	}
 	name := j.Name
 	env, err := s.resolveEnvironment(ctx, comp.Environment, comp.EnvironmentSnapshot)
 	if err != nil {
@@ -296,6 +320,7 @@ func (s *Service) reuseStep(ctx context.Context, rec store.Job, j *spec.Job, com
 	if err != nil {
 		return store.Job{}, noSpace(err, "job "+j.Name)
 	}
+	s.registerOutputs(ctx, created.Name, created.Attempt, created.CreatedBy, assetOutputs(created.Spec), created.Outputs)
 	s.changed(j.Name)
 	return created, nil
 }

@@ -710,7 +710,9 @@ func (s *Service) endAttempt(ctx context.Context, name string, attempt int, end 
 	// The run token goes in the end's own transaction (one commit, not
 	// two: bench/dispatch), even when the job had ended already, as a
 	// resent end must still leave no token behind.
+	var completed *store.Job // the job as it completed, for its outputs' registration
 	_, err := s.st.UpdateJobWith(ctx, name, func(j *store.Job) (store.JobChange, error) {
+		completed = nil // a transaction tried again starts over
 		if fence != nil {
 			if err := fence(*j); err != nil {
 				return store.JobChange{}, err
@@ -738,10 +740,17 @@ func (s *Service) endAttempt(ctx context.Context, name string, attempt int, end 
 			j.Started = now
 		}
 		ch.Events = append(ch.Events, store.Event{Job: name, Time: now, From: from, To: end.status, Reason: reason})
+		if end.status == StatusCompleted {
+			c := *j
+			completed = &c
+		}
 		return ch, nil
 	})
 	if err != nil {
 		return err
+	}
+	if completed != nil {
+		s.registerOutputs(ctx, name, completed.Attempt, completed.CreatedBy, assetOutputs(completed.Spec), completed.Outputs)
 	}
 	s.mu.Lock()
 	delete(s.heartbeats, name)

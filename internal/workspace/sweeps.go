@@ -234,7 +234,7 @@ func (s *Service) driveSweep(ctx context.Context, name string) error {
 			}
 		}
 		if active == 0 {
-			return s.endSweep(ctx, name, stopStatus, stop+"; "+s.sweepSummary(&j, trials))
+			return s.endSweep(ctx, name, stopStatus, stop+"; "+s.sweepSummary(&j, trials), nil)
 		}
 		return nil
 	}
@@ -281,7 +281,11 @@ func (s *Service) driveSweep(ctx context.Context, name string) error {
 				status = StatusCompleted
 			}
 		}
-		return s.endSweep(ctx, name, status, s.sweepSummary(&j, trials))
+		out, err := s.bestTrialOutputs(ctx, &j, trials)
+		if err != nil {
+			return err
+		}
+		return s.endSweep(ctx, name, status, s.sweepSummary(&j, trials), out)
 	}
 	return s.sweepProgress(ctx, rec, fmt.Sprintf("%d of %d trials started, %d unfinished", len(trials), total, active)+bestSoFar(&j, trials))
 }
@@ -404,7 +408,7 @@ func (s *Service) componentTrial(ctx context.Context, j *spec.Job, sub Submissio
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) && e.Code == CodeNotFound {
-			return sub, NotFound("trial: %s", e.Msg)
+			return sub, NotFound("trial: %s", spec.RegistryMiss(ref, e.Msg))
 		}
 		return sub, err
 	}
@@ -514,21 +518,55 @@ func (s *Service) failSweep(ctx context.Context, name string, trials []trialStat
 			s.cancelTrial(ctx, t.row.Job, "sweep "+name+" failed")
 		}
 	}
-	return s.endSweep(ctx, name, StatusFailed, "a trial could not be created: "+cause.Error())
+	return s.endSweep(ctx, name, StatusFailed, "a trial could not be created: "+cause.Error(), nil)
 }
 
-// endSweep records the end of a sweep and stops driving it.
-func (s *Service) endSweep(ctx context.Context, name, status, reason string) error {
+// bestTrialOutputs are the outputs of the best trial that completed (by
+// the primary metric), which become the sweep's own, as in Azure ML: a
+// pipeline step after a sweep step takes them. nil when no completed
+// trial logged the metric.
+func (s *Service) bestTrialOutputs(ctx context.Context, j *spec.Job, trials []trialState) (json.RawMessage, error) {
+	for _, t := range rankTrials(j, trials) {
+		if t.Objective == nil {
+			break
+		}
+		if t.Status != StatusCompleted {
+			continue
+		}
+		rec, err := s.st.GetJob(ctx, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		return rec.Outputs, nil
+	}
+	return nil, nil
+}
+
+// endSweep records the end of a sweep, with the outputs of its best
+// trial (nil: none), and stops driving it.
+func (s *Service) endSweep(ctx context.Context, name, status, reason string, outputs json.RawMessage) error {
+	var completed *store.Job // the sweep as it completed, for its outputs' registration
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		completed = nil
 		if IsTerminal(j.Status) {
 			return nil, nil
 		}
 		from, now := j.Status, s.now()
 		j.Status, j.StatusReason, j.Ended = status, reason, now
+		if len(outputs) > 0 {
+			j.Outputs = outputs
+		}
+		if status == StatusCompleted {
+			c := *j
+			completed = &c
+		}
 		return &store.Event{Job: name, Time: now, From: from, To: status, Reason: reason}, nil
 	})
 	if err != nil {
 		return err
+	}
+	if completed != nil {
+		s.registerOutputs(ctx, name, 0, completed.CreatedBy, assetOutputs(completed.Spec), completed.Outputs)
 	}
 	s.mu.Lock()
 	delete(s.heartbeats, name)
