@@ -704,7 +704,7 @@ func (r *runner) startInContainer(ctx context.Context, j *spec.Job, image, comma
 		user = fmt.Sprintf("%d:%d", u.UID, u.GID)
 	}
 	return startContainer(ctx, r.docker.API, containerJob{
-		Image: image, Command: command, Dir: r.cfg.Dir, WorkDir: r.wd, Spool: r.spool,
+		Image: image, Command: command, Dir: r.cfg.Dir, ReadOnly: r.mlflowShimMounts(), WorkDir: r.wd, Spool: r.spool,
 		Env: env, Labels: labels, User: user,
 		Opts: opts, GPUs: os.Getenv("CUDA_VISIBLE_DEVICES"), HasGPUs: statErr == nil,
 	})
