@@ -529,22 +529,41 @@ func TestMLflowShimConcurrentInstalls(t *testing.T) {
 	}
 }
 
-// A job whose account cannot reach the node's stand-in gets its own in
-// the attempt's folder (mounted already for a container job).
-func TestMLflowShimUnreachableForTheJobsAccount(t *testing.T) {
-	private := filepath.Join(t.TempDir(), "private")
-	if err := os.Mkdir(private, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	r := &runner{cfg: Config{Job: "j", Dir: dir, EnvCacheDir: filepath.Join(private, "environments"),
-		RunAs: &isolation.User{Name: "nobody-here", UID: 64999, GID: 64999}},
-		log: slog.New(slog.DiscardHandler)}
-	r.newMLflowRun()
-	if want := filepath.Join(dir, MLflowShimDirName, mlflowShimVersion); r.mlflowShim != want {
-		t.Fatalf("stand-in %q, want the attempt's own %s", r.mlflowShim, want)
-	}
-	if m := r.mlflowShimMounts(); m != nil {
-		t.Errorf("a stand-in in the attempt's folder is mounted apart: %v", m)
+// A job that runs as another account gets the node's stand-in when that
+// account can reach it, and else its own in the attempt's folder (mounted
+// already for a container job).
+func TestMLflowShimForAnotherAccount(t *testing.T) {
+	other := &isolation.User{Name: "nobody-here", UID: 64999, GID: 64999}
+	for _, c := range []struct {
+		mode os.FileMode
+		node bool
+	}{{0o711, true}, {0o700, false}} {
+		base := t.TempDir()
+		for _, d := range []string{filepath.Dir(base), base} { // made 0700
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		top := filepath.Join(base, "work")
+		if err := os.Mkdir(top, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(top, c.mode); err != nil { // whatever the umask
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		envs := filepath.Join(top, "environments")
+		r := &runner{cfg: Config{Job: "j", Dir: dir, EnvCacheDir: envs, RunAs: other}, log: slog.New(slog.DiscardHandler)}
+		r.newMLflowRun()
+		want := filepath.Join(dir, MLflowShimDirName, mlflowShimVersion)
+		if c.node {
+			want = filepath.Join(envs+MLflowShimSuffix, mlflowShimVersion)
+		}
+		if r.mlflowShim != want {
+			t.Errorf("work dir mode %04o: stand-in %q, want %s", c.mode, r.mlflowShim, want)
+		}
+		if m := r.mlflowShimMounts(); !c.node && m != nil {
+			t.Errorf("a stand-in in the attempt's folder is mounted apart: %v", m)
+		}
 	}
 }

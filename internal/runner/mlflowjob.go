@@ -150,7 +150,8 @@ func (r *runner) mlflowShimParent() string {
 func (r *runner) installNodeMLflowShim() (string, error) {
 	shim, err := installMLflowShim(r.mlflowShimParent())
 	if err == nil && r.cfg.RunAs != nil {
-		err = isolation.CheckReachable(filepath.Join(shim, "mlflow", "__init__.py"), r.cfg.RunAs)
+		// The folders on the way, not the file: it is read, not passed.
+		err = isolation.CheckReachable(filepath.Join(shim, "mlflow"), r.cfg.RunAs)
 	}
 	own := filepath.Join(r.cfg.Dir, MLflowShimDirName)
 	if err != nil && r.mlflowShimParent() != own {
