@@ -53,8 +53,10 @@ var verifiedShims sync.Map
 // installMLflowShim makes sure parent holds the stand-in in the folder
 // named by its content hash, writing it when missing or not intact, and
 // returns that folder, to put on PYTHONPATH. It is written into a
-// temporary folder, synced, and renamed into place, so a concurrent runner
-// or a crash never leaves a partial one where it is looked for.
+// temporary folder and renamed into place, so a concurrent runner never
+// sees a partial one; it is not synced: one that a crash of the machine
+// left empty or short is found so (shimIntact reads it back once per
+// process) and written again.
 func installMLflowShim(parent string) (string, error) {
 	root := filepath.Join(parent, mlflowShimVersion)
 	file := filepath.Join(root, "mlflow", "__init__.py")
@@ -89,7 +91,7 @@ func installMLflowShim(parent string) (string, error) {
 }
 
 // writeMLflowShim writes the package into dir, readable by every account
-// (a job may run as another), its file read-only and synced.
+// (a job may run as another), its file read-only.
 func writeMLflowShim(dir string) error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
@@ -102,9 +104,6 @@ func writeMLflowShim(dir string) error {
 		return err
 	}
 	_, err = f.Write(mlflowShimSource)
-	if err == nil {
-		err = f.Sync()
-	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
