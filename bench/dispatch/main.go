@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -148,6 +149,13 @@ func benchFerry(bin, tmp string, n, conc int) (rate float64, p50, p99, idle50, i
 	if used := processCPU(srv.Pid) - before; used > 0 {
 		fmt.Printf("server CPU in the burst: %v, %.2f ms per job\n", used.Round(time.Millisecond), float64(used)/float64(time.Millisecond)/float64(n))
 	}
+	// The executor starts with the burst's first job, so its CPU so far
+	// is the burst's (its own, not the jobs' shells).
+	if pid := executorPID(filepath.Join(tmp, "data")); pid > 0 {
+		if used := processCPU(pid); used > 0 {
+			fmt.Printf("executor CPU in the burst: %v, %.2f ms per job\n", used.Round(time.Millisecond), float64(used)/float64(time.Millisecond)/float64(n))
+		}
+	}
 	if n >= 100 {
 		if err := printBurstPhases(c, n); err != nil {
 			return 0, 0, 0, 0, 0, err
@@ -213,6 +221,27 @@ func processCPU(pid int) time.Duration {
 	}
 	// Clock ticks are 1/100 s on every Linux Go supports (USER_HZ).
 	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// executorPID is the local executor serving the server of dataDir (its
+// --id names the server's binary in dataDir), or 0.
+func executorPID(dataDir string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmd), "\x00")
+		if slices.Contains(args, "local-executor") && slices.Contains(args, "--serve") && strings.Contains(string(cmd), dataDir+string(filepath.Separator)) {
+			return pid
+		}
+	}
+	return 0
 }
 
 // printBurstPhases prints where a job's time goes in the middle of the

@@ -72,19 +72,28 @@ func runAgainst(t *testing.T, api *apiRecorder, dir string) error {
 // is not nil.
 func runHanded(t *testing.T, api *apiRecorder, dir string, a *workspace.Assignment) error {
 	t.Helper()
+	return runHolding(t, api, dir, a, 0)
+}
+
+// runHolding is runHanded with the runner's HoldRunning.
+func runHolding(t *testing.T, api *apiRecorder, dir string, a *workspace.Assignment, hold time.Duration) error {
+	t.Helper()
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return Run(ctx, Config{Client: client.New(srv.URL, "secret"), Job: "j", Attempt: 1, Dir: dir,
 		CacheDir: filepath.Join(t.TempDir(), "cache"), EnvCacheDir: filepath.Join(t.TempDir(), "env"), APIURL: srv.URL, RunToken: "secret",
-		Assignment: a})
+		Assignment: a, HoldRunning: hold})
 }
 
 func statuses(reps []workspace.Report) []string {
 	var out []string
 	for _, r := range reps {
 		s := r.Status
+		if r.Running != "" {
+			s += "+" + workspace.StatusRunning
+		}
 		if r.Finalizing != "" {
 			s += "+" + workspace.StatusFinalizing
 		}
@@ -173,5 +182,43 @@ func TestHandedAssignmentIsNotFetched(t *testing.T) {
 	}
 	if d := cmp.Diff([]string{workspace.StatusRunning, workspace.StatusCompleted + "+Finalizing+outputs"}, statuses(api.reports)); d != "" {
 		t.Errorf("reports of a runner handed its assignment (-want +got):\n%s", d)
+	}
+}
+
+// A server that offers FinalRunning gets the Running step with the final
+// report when the command ends before the runner's hold is over; a command
+// that outlives the hold is reported Running apart; and a job with outputs
+// to upload has its held Running report sent before Finalizing.
+func TestRunnerCarriesRunningInTheFinalReport(t *testing.T) {
+	for _, c := range []struct {
+		name, command string
+		hold          time.Duration
+		want          []string
+	}{
+		{"ended within the hold", "true", time.Minute,
+			[]string{workspace.StatusCompleted + "+Running+Finalizing+outputs"}},
+		{"outlived the hold", "sleep 1", time.Millisecond,
+			[]string{workspace.StatusRunning, workspace.StatusCompleted + "+Finalizing+outputs"}},
+		{"no hold", "true", -1,
+			[]string{workspace.StatusRunning, workspace.StatusCompleted + "+Finalizing+outputs"}},
+		// The recorder takes no blobs, so the upload fails; what counts
+		// is that Running comes first.
+		{"outputs to upload", "echo x > outputs/f", time.Minute,
+			[]string{workspace.StatusRunning, workspace.StatusFinalizing, workspace.StatusFailed + "+outputs"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			api := &apiRecorder{}
+			a := &workspace.Assignment{Job: "j", Attempt: 1, Spec: &spec.Job{Command: c.command}, FinalOutputs: true, FinalRunning: true}
+			if err := runHolding(t, api, filepath.Join(t.TempDir(), "attempt"), a, c.hold); err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(c.want, statuses(api.reports)); d != "" {
+				t.Errorf("reports (-want +got):\n%s", d)
+			}
+			last := api.reports[len(api.reports)-1]
+			if last.Running != "" && (last.Running != "command started" || last.RunningForUS < 0) {
+				t.Errorf("the carried Running step: %q, %d µs", last.Running, last.RunningForUS)
+			}
+		})
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
@@ -442,6 +443,127 @@ print("same", torch.equal(model.weight, back.weight))
 	for _, p := range []string{"outputs/model/MLmodel", "outputs/model/data/model.pth"} {
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
 			t.Errorf("%s: %v", p, err)
+		}
+	}
+}
+
+// The stand-in is written once per node, beside its environment cache, in
+// a folder named by its content, and every attempt's job is pointed at
+// it: an attempt's folder holds none of it, and a container job is shown
+// it read-only.
+func TestMLflowShimWrittenOncePerNode(t *testing.T) {
+	envs := filepath.Join(t.TempDir(), "environments")
+	newRunner := func() *runner {
+		dir := t.TempDir()
+		r := &runner{cfg: Config{Job: "j", Dir: dir, EnvCacheDir: envs, CacheDir: filepath.Join(dir, "cache")},
+			log: slog.New(slog.DiscardHandler)}
+		r.newMLflowRun()
+		return r
+	}
+	a, b := newRunner(), newRunner()
+	want := filepath.Join(envs+MLflowShimSuffix, mlflowShimVersion)
+	if a.mlflowShim != want || b.mlflowShim != want {
+		t.Fatalf("stand-ins %q and %q, want both in %s", a.mlflowShim, b.mlflowShim, want)
+	}
+	file := filepath.Join(want, "mlflow", "__init__.py")
+	if data, err := os.ReadFile(file); err != nil || !bytes.Equal(data, mlflowShimSource) {
+		t.Fatalf("the stand-in does not read back as embedded: %v", err)
+	}
+	if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o444 {
+		t.Errorf("the stand-in's mode: %v %v, want read-only for all", fi.Mode(), err)
+	}
+	for _, r := range []*runner{a, b} {
+		if entries, _ := os.ReadDir(r.cfg.Dir); len(entries) != 0 {
+			t.Errorf("the attempt's folder holds %v", entries)
+		}
+		if d := cmp.Diff([]string{want}, r.mlflowShimMounts()); d != "" {
+			t.Errorf("a container's read-only mounts (-want +got):\n%s", d)
+		}
+	}
+	if entries, _ := os.ReadDir(envs + MLflowShimSuffix); len(entries) != 1 {
+		t.Errorf("the node's stand-ins: %v, want the one", entries)
+	}
+
+	// A damaged one (same size, other bytes; then cut short) is made again.
+	for _, damage := range [][]byte{bytes.Repeat([]byte("#"), len(mlflowShimSource)), []byte("x")} {
+		if err := os.Chmod(file, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, damage, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if r := newRunner(); r.mlflowShim != want {
+			t.Fatalf("after damage the stand-in is %q", r.mlflowShim)
+		}
+		if data, err := os.ReadFile(file); err != nil || !bytes.Equal(data, mlflowShimSource) {
+			t.Errorf("a damaged stand-in was kept: %v", err)
+		}
+	}
+}
+
+// Runners installing the stand-in at once all get the one folder, whole,
+// and leave no temporary folder behind.
+func TestMLflowShimConcurrentInstalls(t *testing.T) {
+	parent := filepath.Join(t.TempDir(), "shims")
+	var wg sync.WaitGroup
+	got := make([]string, 8)
+	errs := make([]error, 8)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], errs[i] = installMLflowShim(parent)
+		}()
+	}
+	wg.Wait()
+	for i := range got {
+		if errs[i] != nil || got[i] != filepath.Join(parent, mlflowShimVersion) {
+			t.Errorf("install %d: %q %v", i, got[i], errs[i])
+		}
+	}
+	if entries, _ := os.ReadDir(parent); len(entries) != 1 {
+		t.Errorf("left in %s: %v", parent, entries)
+	}
+	if data, err := os.ReadFile(filepath.Join(got[0], "mlflow", "__init__.py")); err != nil || !bytes.Equal(data, mlflowShimSource) {
+		t.Errorf("the stand-in does not read back as embedded: %v", err)
+	}
+}
+
+// A job that runs as another account gets the node's stand-in when that
+// account can reach it, and else its own in the attempt's folder (mounted
+// already for a container job).
+func TestMLflowShimForAnotherAccount(t *testing.T) {
+	other := &isolation.User{Name: "nobody-here", UID: 64999, GID: 64999}
+	for _, c := range []struct {
+		mode os.FileMode
+		node bool
+	}{{0o711, true}, {0o700, false}} {
+		base := t.TempDir()
+		for _, d := range []string{filepath.Dir(base), base} { // made 0700
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		top := filepath.Join(base, "work")
+		if err := os.Mkdir(top, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(top, c.mode); err != nil { // whatever the umask
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		envs := filepath.Join(top, "environments")
+		r := &runner{cfg: Config{Job: "j", Dir: dir, EnvCacheDir: envs, RunAs: other}, log: slog.New(slog.DiscardHandler)}
+		r.newMLflowRun()
+		want := filepath.Join(dir, MLflowShimDirName, mlflowShimVersion)
+		if c.node {
+			want = filepath.Join(envs+MLflowShimSuffix, mlflowShimVersion)
+		}
+		if r.mlflowShim != want {
+			t.Errorf("work dir mode %04o: stand-in %q, want %s", c.mode, r.mlflowShim, want)
+		}
+		if m := r.mlflowShimMounts(); !c.node && m != nil {
+			t.Errorf("a stand-in in the attempt's folder is mounted apart: %v", m)
 		}
 	}
 }

@@ -178,10 +178,13 @@ func exitCode(ps *os.ProcessState, err error) int {
 type containerJob struct {
 	Image   string
 	Command string
-	Dir     string   // the attempt's folder, mounted at the same path
-	WorkDir string   // the job's working directory, inside Dir
-	Spool   string   // the log spool, inside Dir
-	Env     []string // the job's variables only: the host's PATH means nothing in the image
+	Dir     string // the attempt's folder, mounted at the same path
+	// ReadOnly are more host folders mounted read-only at the same path
+	// (the node's mlflow stand-in).
+	ReadOnly []string
+	WorkDir  string   // the job's working directory, inside Dir
+	Spool    string   // the log spool, inside Dir
+	Env      []string // the job's variables only: the host's PATH means nothing in the image
 	// User is uid:gid the command runs as: the job's account's, or the
 	// runner's own, so that the files it writes in Dir are the runner's.
 	User   string
@@ -212,7 +215,7 @@ func containerConfig(j containerJob) (*container.Config, *container.HostConfig) 
 	}
 	init := true // docker-init forwards SIGTERM to the job; a shell as PID 1 would ignore it
 	hc := &container.HostConfig{
-		Binds:       []string{j.Dir + ":" + j.Dir},
+		Binds:       binds(j),
 		NetworkMode: "host",
 		Init:        &init,
 		ShmSize:     j.Opts.ShmSize,
@@ -229,6 +232,16 @@ func containerConfig(j containerJob) (*container.Config, *container.HostConfig) 
 	}
 	hc.DeviceRequests = gpuRequests(j.GPUs, j.HasGPUs)
 	return cfg, hc
+}
+
+// binds mounts the attempt's folder, and the read-only folders, each at
+// its own path.
+func binds(j containerJob) []string {
+	b := []string{j.Dir + ":" + j.Dir}
+	for _, d := range j.ReadOnly {
+		b = append(b, d+":"+d+":ro")
+	}
+	return b
 }
 
 // gpuRequests gives the container the GPUs this runner was given: those

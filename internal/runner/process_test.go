@@ -15,7 +15,7 @@ func TestContainerConfigMountsLimitsAndVariables(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, hc := containerConfig(containerJob{
-		Image: "ferry-env:abc", Command: "python train.py", Dir: "/runs/j/1", WorkDir: "/runs/j/1/wd",
+		Image: "ferry-env:abc", Command: "python train.py", Dir: "/runs/j/1", ReadOnly: []string{"/envs-mlflow-shim/h"}, WorkDir: "/runs/j/1/wd",
 		Spool: "/runs/j/1/std.log", Env: []string{"A=1"}, Labels: map[string]string{"ferry.job": "j"}, Opts: opts,
 		User: "999:998",
 	})
@@ -33,7 +33,7 @@ func TestContainerConfigMountsLimitsAndVariables(t *testing.T) {
 	if cfg.User != "999:998" {
 		t.Errorf("user %q, want the job's 999:998", cfg.User)
 	}
-	if d := cmp.Diff([]string{"/runs/j/1:/runs/j/1"}, hc.Binds); d != "" {
+	if d := cmp.Diff([]string{"/runs/j/1:/runs/j/1", "/envs-mlflow-shim/h:/envs-mlflow-shim/h:ro"}, hc.Binds); d != "" {
 		t.Errorf("binds: %s", d)
 	}
 	if hc.NetworkMode != "host" || hc.Init == nil || !*hc.Init {

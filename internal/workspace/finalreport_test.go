@@ -281,3 +281,91 @@ func TestHandedAssignmentIsTheFetchedOne(t *testing.T) {
 		}
 	}
 }
+
+// A final report that carries the Running step (the command ended before
+// its Running report was sent) leaves the job as the separate report
+// does, with Running recorded when the command started: the report's
+// claim, bounded by the attempt's start and the end.
+func TestFinalReportCarriesRunning(t *testing.T) {
+	ctx := context.Background()
+	s, clk := newService(t, &fakeTarget{capacity: 4})
+	names := []string{"old", "new", "early", "absurd"}
+	for _, name := range names {
+		submit(t, s, name)
+	}
+	dispatch(t, s)
+	startedAt := clk.Now()
+	a, err := s.Assignment(ctx, runPrincipal("new", 1), "new", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.FinalRunning {
+		t.Fatal("the assignment does not offer FinalRunning")
+	}
+	zero := 0
+	end := Report{Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero, Outputs: &Outputs{}, Finalizing: "uploading outputs"}
+
+	clk.advance(10 * time.Millisecond)
+	if err := s.ReportStatus(ctx, runPrincipal("old", 1), "old", 1, Report{Status: StatusRunning, Reason: "command started"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(3 * time.Millisecond)
+	endAt := clk.Now()
+	if err := s.ReportStatus(ctx, runPrincipal("old", 1), "old", 1, end); err != nil {
+		t.Fatal(err)
+	}
+	claims := map[string]time.Duration{"new": 3 * time.Millisecond, "early": time.Second, "absurd": time.Hour}
+	for _, name := range names[1:] {
+		r := end
+		r.Running, r.RunningForUS = "command started", claims[name].Microseconds()
+		if err := s.ReportStatus(ctx, runPrincipal(name, 1), name, 1, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := seen(t, s, "old")
+	if len(want.History) != 5 || want.History[2].To != StatusRunning {
+		t.Fatalf("the job reported Running apart: %+v", want)
+	}
+	wantRunning := map[string]time.Time{
+		"new":    endAt.Add(-3 * time.Millisecond), // as the claim says
+		"early":  startedAt,                        // not before the attempt started
+		"absurd": endAt,                            // a claim over maxRunningFor is none
+	}
+	for _, name := range names[1:] {
+		if d := cmp.Diff(want, seen(t, s, name)); d != "" {
+			t.Errorf("%s: a final report carrying Running (-separate report +carried):\n%s", name, d)
+		}
+		j := status(t, s, name)
+		if len(j.History) != 5 || !j.History[2].Time.Equal(wantRunning[name]) || j.Started == nil || !j.Started.Equal(wantRunning[name]) {
+			t.Errorf("%s: Running at %v, started %v; want both %v", name, j.History[2].Time, j.Started, wantRunning[name])
+		}
+	}
+}
+
+// A kept final report (the runner gave up on the server) carrying Running
+// has the step recorded when it is collected: its claimed age was the
+// report's when it was kept.
+func TestKeptFinalReportCarriesRunning(t *testing.T) {
+	ctx := context.Background()
+	target := &fakeTarget{capacity: 1, kept: map[string][]byte{
+		"a/1": []byte(`{"status": "Completed", "reason": "exit code 0", "exit_code": 0, "running": "command started", "running_for_us": 2000}`),
+	}}
+	s, clk := newService(t, target)
+	submit(t, s, "a")
+	dispatch(t, s)
+	clk.advance(11 * time.Second)
+	if err := s.expireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j := status(t, s, "a")
+	var tos []string
+	for _, e := range j.History {
+		tos = append(tos, e.To)
+	}
+	if got := strings.Join(tos, ","); got != "Queued,Preparing,Running,Completed" {
+		t.Fatalf("history = %s", got)
+	}
+	if !j.History[2].Time.Equal(clk.Now()) {
+		t.Errorf("Running at %v, want the collection's time %v", j.History[2].Time, clk.Now())
+	}
+}

@@ -92,6 +92,7 @@ func (s *Service) checkFinalOutputs(ctx context.Context, who auth.Principal, rec
 		return nil
 	}
 	end.finalizing = r.Finalizing
+	end.running, end.runningFor = r.Running, r.runningFor()
 	if r.Outputs == nil {
 		return nil
 	}
@@ -116,6 +117,12 @@ func (s *Service) checkFinalOutputs(ctx context.Context, who auth.Principal, rec
 // for a report that may not end the attempt (one rank of several, a
 // preemption).
 func (s *Service) recordApart(ctx context.Context, who auth.Principal, name string, attempt, rank int, end *attemptEnd) error {
+	if end.running != "" {
+		if err := s.ReportStatus(ctx, who, name, attempt, Report{Rank: rank, Status: StatusRunning, Reason: end.running}); err != nil {
+			return err
+		}
+		end.running = ""
+	}
 	if end.finalizing != "" {
 		if err := s.ReportStatus(ctx, who, name, attempt, Report{Rank: rank, Status: StatusFinalizing, Reason: end.finalizing}); err != nil {
 			return err

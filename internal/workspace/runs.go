@@ -406,6 +406,7 @@ func (s *Service) collectFinalReport(ctx context.Context, j store.Job) bool {
 		s.log.Error("checking the outputs of a runner's kept final report", "job", j.Name, "attempt", j.Attempt, "err", err)
 		return false
 	}
+	end.runningFor = 0 // its age was the report's when it was kept, not now
 	return s.finishWith(ctx, j.Name, j.Attempt, end) == nil
 }
 
@@ -496,7 +497,7 @@ func (s *Service) Assignment(ctx context.Context, who auth.Principal, name strin
 // assignmentOf is the assignment of the attempt of the job v.
 func (s *Service) assignmentOf(v *Job, attempt int) *Assignment {
 	a := &Assignment{Job: v.Name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, RemoteInputs: v.RemoteInputs, Environment: v.Environment,
-		OutputLimits: s.outputLimits(), FinalOutputs: true}
+		OutputLimits: s.outputLimits(), FinalOutputs: true, FinalRunning: true}
 	if v.Outputs != nil && attempt > 1 {
 		a.ResumeOutputs = v.Outputs.Artifacts
 	}
@@ -650,6 +651,10 @@ type attemptEnd struct {
 	// the runner did not report apart: recorded just before the end, as
 	// ReportStatus would have recorded the report.
 	finalizing string
+	// running, likewise, is the reason of a Running step not reported
+	// apart, recorded (from Preparing only) runningFor before the end.
+	running    string
+	runningFor time.Duration
 }
 
 // errSeveralRanks is fencedFinish's answer for an attempt of several node
@@ -666,7 +671,8 @@ func (s *Service) fencedFinish(ctx context.Context, who auth.Principal, name str
 	if err := mayWriteAttempt(who, name, attempt); err != nil {
 		return err
 	}
-	end := attemptEnd{status: r.Status, reason: r.Reason, exit: r.ExitCode, msg: r.Error, finalizing: r.Finalizing}
+	end := attemptEnd{status: r.Status, reason: r.Reason, exit: r.ExitCode, msg: r.Error, finalizing: r.Finalizing,
+		running: r.Running, runningFor: r.runningFor()}
 	if r.Outputs != nil {
 		raw, err := json.Marshal(*r.Outputs)
 		if err != nil {
@@ -726,6 +732,19 @@ func (s *Service) endAttempt(ctx context.Context, name string, attempt int, end 
 		now := s.now()
 		if end.outputs != nil {
 			j.Outputs = end.outputs
+		}
+		if end.running != "" && from == StatusPreparing {
+			// As ReportStatus records Running, at the time the command
+			// started (never before the attempt's start).
+			at := now.Add(-end.runningFor)
+			if at.Before(j.Heartbeat) {
+				at = j.Heartbeat
+			}
+			if at.After(now) {
+				at = now
+			}
+			ch.Events = append(ch.Events, store.Event{Job: name, Time: at, From: from, To: StatusRunning, Reason: end.running})
+			j.Started, from = at, StatusRunning
 		}
 		if end.finalizing != "" && from != StatusCancelRequested && from != StatusFinalizing {
 			ch.Events = append(ch.Events, store.Event{Job: name, Time: now, From: from, To: StatusFinalizing, Reason: end.finalizing})

@@ -197,6 +197,10 @@ type Assignment struct {
 	// makes no calls of their own (an older server leaves it false, and
 	// its runners report Finalizing and set the outputs apart).
 	FinalOutputs bool `json:"final_outputs,omitempty"`
+	// FinalRunning says the server takes Report.Running with an
+	// attempt's final report: a command that ends at once is not
+	// reported Running apart (an older server leaves it false).
+	FinalRunning bool `json:"final_running,omitempty"`
 }
 
 // Report is a runner's word on its attempt.
@@ -217,6 +221,29 @@ type Report struct {
 	// (it had nothing to upload): the server records the step before the
 	// end, in the same transaction.
 	Finalizing string `json:"finalizing,omitempty"`
+	// Running, in a final report to a server whose assignment said
+	// FinalRunning, is the reason of the Running step the runner did not
+	// report apart (the command ended within moments of its start), and
+	// RunningForUS how many microseconds before the report the command
+	// started: the server records the step, at its own time less that, in
+	// the end's transaction.
+	Running      string `json:"running,omitempty"`
+	RunningForUS int64  `json:"running_for_us,omitempty"`
+}
+
+// maxRunningFor bounds the Running step's age a final report may claim
+// (the runner holds the step for milliseconds; a larger claim is taken as
+// none, the step recorded at the end).
+const maxRunningFor = 10 * time.Second
+
+// runningFor is how long before r the command started, as the report
+// claims it, within bounds.
+func (r Report) runningFor() time.Duration {
+	d := time.Duration(r.RunningForUS) * time.Microsecond
+	if d < 0 || d > maxRunningFor {
+		return 0
+	}
+	return d
 }
 
 // HeartbeatReply tells a runner what the server wants of it.
