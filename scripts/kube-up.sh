@@ -68,7 +68,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # Debian's containerd package may start its own daemon where there is
 # systemd; ours uses its own socket, so they do not meet.
-debs=$K/debs
+debs=${KUBE_CACHE:-/var/cache/ferry-kube}/debs
 if [ ! -x $debs/root/usr/bin/etcd ] || [ ! -x $debs/root/usr/lib/cni/bridge ] || [ ! -x $debs/root/bin/busybox ]; then
   say "unpacking etcd-server, containernetworking-plugins, busybox-static (dpkg -x)"
   rm -rf $debs && mkdir -p $debs/root
@@ -176,11 +176,11 @@ waitfor() { # what seconds command...
   die "$what did not come up in ${n}s; see $LOGS"
 }
 
-mkdir -p $K/etcd
+install -d -m 700 $K/etcd
 start etcd $K/bin/etcd --name ferry-kube --data-dir $K/etcd \
   --listen-client-urls http://127.0.0.1:$ETCD_PORT --advertise-client-urls http://127.0.0.1:$ETCD_PORT \
   --listen-peer-urls http://127.0.0.1:$((ETCD_PORT + 1)) --initial-advertise-peer-urls http://127.0.0.1:$((ETCD_PORT + 1)) \
-  --initial-cluster ferry-kube=http://127.0.0.1:$((ETCD_PORT + 1)) --listen-metrics-urls= --log-level warn
+  --initial-cluster ferry-kube=http://127.0.0.1:$((ETCD_PORT + 1)) --log-level warn
 
 mkdir -p $K/containerd/root $K/containerd/opt $R/containerd
 cat > $K/containerd.toml <<CEOF
