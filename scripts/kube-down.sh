@@ -43,7 +43,7 @@ stop containerd
 stop etcd
 # containerd-shim processes whose containerd was ours (their -address names our socket).
 for p in /proc/[0-9]*; do
-  if tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q "containerd-shim.*-address $R/containerd.sock"; then
+  if tr '\0' ' ' 2>/dev/null < $p/cmdline | grep -q "containerd-shim.*-address $R/containerd.sock"; then
     kill -9 "${p#/proc/}" 2>/dev/null
   fi
 done
@@ -71,7 +71,7 @@ if [ -f $K/sysctl.saved ]; then
   while IFS= read -r kv; do sysctl -qw "$kv" 2>/dev/null; done < $K/sysctl.saved
   rm -f $K/sysctl.saved
 fi
-rm -rf $R
+rm -rf $R $K/cni/ipam
 if [ $keep = 0 ]; then
   find $K -mindepth 1 -maxdepth 1 ! -name logs -exec rm -rf {} + 2>/dev/null
 fi

@@ -202,6 +202,7 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
   sandbox_image = "docker.io/library/ferry-kube-pause:1"
   restrict_oom_score_adj = true
   enable_selinux = false
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -258,6 +259,7 @@ start kube-apiserver $K/bin/kube-apiserver \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local --service-account-key-file=$PKI/sa.pub \
   --service-account-signing-key-file=$PKI/sa.key --service-cluster-ip-range=$SVC_CIDR \
   --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction --allow-privileged=true \
+  --kubelet-preferred-address-types=InternalIP,Hostname \
   --profiling=false
 waitfor kube-apiserver 120 $KC --request-timeout=5s get --raw /readyz
 start kube-controller-manager $K/bin/kube-controller-manager \
