@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -58,4 +60,18 @@ func Kubectl(t testing.TB) string {
 	}
 	skip(t, "needs kubectl: %s", kubeAdvice)
 	return ""
+}
+
+// KubeImage copies a Docker image (NAME:TAG) into the test cluster's
+// containerd with scripts/kube-image.sh, so that pods can use it with
+// imagePullPolicy: Never. The image stays there for later tests.
+func KubeImage(t testing.TB, image string) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "kube-image.sh")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "bash", script, image).CombinedOutput(); err != nil {
+		t.Fatalf("kube-image.sh %s: %v: %s", image, err, out)
+	}
 }

@@ -11,15 +11,13 @@ import (
 	"time"
 )
 
-// TestKubeBusyboxPod runs a pod of the busybox image on the test cluster
-// in a namespace of its own: it must reach Running, resolve the API's
-// Service name through the cluster DNS, get NXDOMAIN at once for a name
-// outside the cluster (there is no upstream DNS), and its log must be
-// readable through the API server. The namespace is deleted at the end.
-func TestKubeBusyboxPod(t *testing.T) {
+// kubeRun runs kubectl against the test cluster with stdin.
+type kubeRun func(stdin string, args ...string) (string, error)
+
+func newKubeRun(t *testing.T) kubeRun {
 	kubeconfig := Kube(t)
 	kubectl := Kubectl(t)
-	run := func(stdin string, args ...string) (string, error) {
+	return func(stdin string, args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...)
@@ -27,9 +25,20 @@ func TestKubeBusyboxPod(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	b := make([]byte, 4)
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
 	rand.Read(b)
-	ns := "ferry-smoke-" + hex.EncodeToString(b)
+	return hex.EncodeToString(b)
+}
+
+// runPod makes a namespace of its own (deleted when the test ends), runs a
+// pod of image with the shell script there, waits for it to be Running and
+// for its log to hold "ferry-smoke-done", and returns the log.
+func runPod(t *testing.T, run kubeRun, image, script string) string {
+	t.Helper()
+	ns := "ferry-smoke-" + randHex(4)
 	if out, err := run("", "create", "namespace", ns); err != nil {
 		t.Fatalf("create namespace: %v: %s", err, out)
 	}
@@ -38,6 +47,10 @@ func TestKubeBusyboxPod(t *testing.T) {
 			t.Errorf("delete namespace %s: %v: %s", ns, err, out)
 		}
 	})
+	var args strings.Builder
+	for _, line := range strings.Split(strings.TrimSpace(script), "\n") {
+		fmt.Fprintf(&args, "      %s\n", line)
+	}
 	pod := fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: smoke, namespace: %s}
@@ -51,18 +64,15 @@ spec:
     command: [/bin/sh, -c]
     args:
     - |
-      if nslookup kubernetes.default.svc.cluster.local >/dev/null 2>&1; then echo dns-ok; else echo dns-failed; fi
-      if nslookup no-such-host.example.com >/dev/null 2>&1; then echo external-resolved; else echo external-nxdomain; fi
-      echo ferry-smoke-done
+%s      echo ferry-smoke-done
       sleep 3600
-`, ns, KubeBusyboxImage)
+`, ns, image, args.String())
 	start := time.Now()
 	if out, err := run(pod, "create", "-f", "-"); err != nil {
 		t.Fatalf("create pod: %v: %s", err, out)
 	}
 	var phase string
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		out, err := run("", "-n", ns, "get", "pod", "smoke", "-o", "jsonpath={.status.phase}")
 		if err != nil {
 			t.Fatalf("get pod: %v: %s", err, out)
@@ -70,7 +80,6 @@ spec:
 		if phase = out; phase == "Running" || phase == "Failed" || phase == "Succeeded" {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	if phase != "Running" {
 		desc, _ := run("", "-n", ns, "describe", "pod", "smoke")
@@ -87,9 +96,53 @@ spec:
 			break
 		}
 	}
-	for _, want := range []string{"dns-ok", "external-nxdomain", "ferry-smoke-done"} {
+	if !strings.Contains(logs, "ferry-smoke-done") {
+		t.Fatalf("pod log lacks ferry-smoke-done after a minute:\n%s", logs)
+	}
+	return logs
+}
+
+// TestKubeBusyboxPod runs a pod of the busybox image on the test cluster:
+// it must reach Running, resolve the API's Service name through the
+// cluster DNS (CoreDNS behind kube-proxy), get NXDOMAIN for a name outside
+// the cluster (there is no upstream DNS), and its log must be readable
+// through the API server.
+func TestKubeBusyboxPod(t *testing.T) {
+	run := newKubeRun(t)
+	logs := runPod(t, run, KubeBusyboxImage, `
+if nslookup kubernetes.default.svc.cluster.local >/dev/null 2>&1; then echo dns-ok; else echo dns-failed; fi
+if nslookup no-such-host.example.com >/dev/null 2>&1; then echo external-resolved; else echo external-nxdomain; fi
+`)
+	for _, want := range []string{"dns-ok", "external-nxdomain"} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("pod log lacks %q:\n%s", want, logs)
 		}
+	}
+}
+
+// TestKubeImageImport copies a Docker image the cluster has never seen
+// (the busybox image under a new name) in with KubeImage
+// (scripts/kube-image.sh) and runs a pod of it; the name is removed from
+// Docker and from the cluster's containerd at the end.
+func TestKubeImageImport(t *testing.T) {
+	run := newKubeRun(t)
+	RequireDocker(t)
+	name := "ferry-kube-import-test-" + randHex(4) + ":1"
+	if out, err := exec.Command("docker", "tag", KubeBusyboxImage, name).CombinedOutput(); err != nil {
+		t.Fatalf("docker tag %s %s: %v: %s", KubeBusyboxImage, name, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("docker", "rmi", name).CombinedOutput(); err != nil {
+			t.Errorf("docker rmi %s: %v: %s", name, err, out)
+		}
+		if out, err := exec.Command("ctr", "--address", "/run/ferry-kube/containerd.sock", "-n", "k8s.io",
+			"images", "rm", "docker.io/library/"+name).CombinedOutput(); err != nil {
+			t.Errorf("ctr images rm %s: %v: %s", name, err, out)
+		}
+	})
+	KubeImage(t, name)
+	logs := runPod(t, run, name, `echo imported-image-runs`)
+	if !strings.Contains(logs, "imported-image-runs") {
+		t.Errorf("pod log lacks imported-image-runs:\n%s", logs)
 	}
 }
