@@ -13,6 +13,7 @@ R=/run/ferry-kube
 keep=0
 [ "${1:-}" = --keep-data ] && keep=1
 [ "$(id -u)" = 0 ] || { echo "kube-down: needs root" >&2; exit 1; }
+if [ "${FERRY_KUBE_LOCKED:-}" != 1 ]; then exec 9>/run/ferry-kube.lock; flock 9; fi
 
 stop() { # name: TERM, then KILL after 10 s, by the recorded pid only
   local f=$R/pids/$1 pid

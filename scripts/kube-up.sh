@@ -35,6 +35,10 @@ say() { echo "kube-up: $*"; }
 die() { echo "kube-up: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "needs root (it runs a kubelet and containerd)"
 ADMIN=$K/admin.kubeconfig
+# One kube-up or kube-down at a time (a second waits, then finds it up).
+exec 9>/run/ferry-kube.lock
+flock 9
+export FERRY_KUBE_LOCKED=1
 
 healthy() {
   [ -x $K/bin/kubectl ] && [ -f $ADMIN ] || return 1
@@ -167,7 +171,7 @@ kubeconfig kube-proxy kube-proxy https://127.0.0.1:$API_PORT
 start() { # name command...
   local n=$1; shift
   if [ -f $R/pids/$n ] && kill -0 "$(cat $R/pids/$n)" 2>/dev/null; then return 0; fi
-  setsid "$@" >>$LOGS/$n.log 2>&1 < /dev/null &
+  setsid "$@" >>$LOGS/$n.log 2>&1 < /dev/null 9>&- &
   echo $! > $R/pids/$n
 }
 waitfor() { # what seconds command...
