@@ -171,6 +171,8 @@ kubeconfig kube-proxy kube-proxy https://127.0.0.1:$API_PORT
 start() { # name command...
   local n=$1; shift
   if [ -f $R/pids/$n ] && kill -0 "$(cat $R/pids/$n)" 2>/dev/null; then return 0; fi
+  # A log over 50 MB moves to NAME.log.1 (replacing the older one) at the next start.
+  if [ "$(stat -c %s $LOGS/$n.log 2>/dev/null || echo 0)" -gt 50000000 ]; then mv -f $LOGS/$n.log $LOGS/$n.log.1; fi
   setsid "$@" >>$LOGS/$n.log 2>&1 < /dev/null 9>&- &
   echo $! > $R/pids/$n
 }
