@@ -236,7 +236,7 @@ waitfor containerd 30 ctr --address $SOCK version
 # in an otherwise empty filesystem, made with docker import and copied in.
 image() { # name rootfs-dir entrypoint-json
   local name=$1 dir=$2 ep=$3 stamp
-  stamp=$(cd "$dir" && find . -type f -exec sha256sum {} + | sort | sha256sum | cut -c1-16)
+  stamp=$(tar -C "$dir" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -c . | sha256sum | cut -c1-16)
   if [ "$(docker image inspect -f '{{index .Config.Labels "ferry.kube.stamp"}}' "$name" 2>/dev/null)" != "$stamp" ]; then
     tar -C "$dir" -c . | docker import -c "ENTRYPOINT $ep" -c "LABEL ferry.kube.stamp=$stamp" - "$name" >/dev/null
   fi
@@ -251,7 +251,7 @@ rf=$K/rootfs
 rm -rf $rf && mkdir -p $rf/pause $rf/busybox/bin $rf/busybox/tmp $rf/coredns
 cp $K/bin/pause $rf/pause/pause
 cp $debs/root/bin/busybox $rf/busybox/bin/busybox
-for a in sh ls cat echo sleep env id wget nslookup hostname ps true false date head tail grep mkdir rm cp mv; do ln -s busybox $rf/busybox/bin/$a; done
+for a in $($rf/busybox/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox $rf/busybox/bin/$a; done
 cp -L $K/bin/coredns $rf/coredns/coredns
 image ferry-kube-pause:1 $rf/pause '["/pause"]'
 image ferry-kube-busybox:1 $rf/busybox '["/bin/sh"]'

@@ -5,7 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
+	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,14 +109,32 @@ spec:
 // it must reach Running, resolve the API's Service name through the
 // cluster DNS (CoreDNS behind kube-proxy), get NXDOMAIN for a name outside
 // the cluster (there is no upstream DNS), and its log must be readable
-// through the API server.
+// through the API server; it must reach a server on the host at the
+// node's address.
 func TestKubeBusyboxPod(t *testing.T) {
 	run := newKubeRun(t)
+	// A server on this host that the pod calls at the node's address, as
+	// pods reach Ferry's server.
+	nodeIP, err := run("", "get", "node", "-o", `jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}`)
+	if err != nil || nodeIP == "" {
+		t.Fatalf("node InternalIP: %v: %q", err, nodeIP)
+	}
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "host-server-answered")
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	hostAddr := nodeIP + " " + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	logs := runPod(t, run, KubeBusyboxImage, `
 if nslookup kubernetes.default.svc.cluster.local >/dev/null 2>&1; then echo dns-ok; else echo dns-failed; fi
 if nslookup no-such-host.example.com >/dev/null 2>&1; then echo external-resolved; else echo external-nxdomain; fi
+printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 10 `+hostAddr+`; echo
 `)
-	for _, want := range []string{"dns-ok", "external-nxdomain"} {
+	for _, want := range []string{"dns-ok", "external-nxdomain", "host-server-answered"} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("pod log lacks %q:\n%s", want, logs)
 		}
