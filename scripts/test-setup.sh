@@ -4,7 +4,8 @@
 # torch for the distributed tests, Chromium for the studio's browser tests,
 # debootstrap and python3-venv, the two
 # images made without a registry (ferry-base, ferry-node), and a one-host
-# Slurm cluster (scripts/slurm-setup.sh, left running). It is idempotent:
+# Slurm cluster (scripts/slurm-setup.sh, left running) and a one-node
+# Kubernetes cluster (scripts/kube-up.sh, left running). It is idempotent:
 # what is already there is left alone, so a second run takes seconds.
 #
 # Both the README's test command (scripts/test.sh) and CI (.ci/run) call it.
@@ -70,3 +71,9 @@ fi
 # A real Slurm cluster on this host (munged, slurmctld, four slurmd) for the
 # Slurm compute target's tests; once started it is left running.
 "${as_root[@]}" bash scripts/slurm-setup.sh
+# A real single-node Kubernetes cluster for the Kubernetes compute target's
+# tests (kubeconfig /var/lib/ferry-kube/admin.kubeconfig); left running.
+# The first run builds Kubernetes (cached in /var/cache/ferry-kube).
+kube_t0=$(date +%s)
+"${as_root[@]}" bash scripts/kube-up.sh
+echo "test-setup: kube-up.sh took $(( $(date +%s) - kube_t0 )) s"
