@@ -312,7 +312,7 @@ func (s *Service) reuseStep(ctx context.Context, rec store.Job, j *spec.Job, com
 	made := store.Job{Name: j.Name, DisplayName: j.DisplayName, ExperimentName: j.ExperimentName,
 		Compute: computeName, Status: StatusCompleted, StatusReason: why, Attempt: 1, ExitCode: &zero,
 		CreatedBy: rec.CreatedBy, Spec: specJSON, CodeSnapshot: comp.CodeSnapshot, Inputs: inputsJSON,
-		Outputs: orig.Outputs, Environment: env, Created: now, Started: now, Ended: now}
+		Outputs: owedOutputs(orig.Outputs, specJSON, true), Environment: env, Created: now, Started: now, Ended: now}
 	created, err := s.st.CreateJob(ctx, made, store.Event{Job: j.Name, Time: now, To: StatusCompleted, Reason: why})
 	if errors.Is(err, store.ErrConflict) {
 		return store.Job{}, Conflict("job %s exists", j.Name)
@@ -320,7 +320,7 @@ func (s *Service) reuseStep(ctx context.Context, rec store.Job, j *spec.Job, com
 	if err != nil {
 		return store.Job{}, noSpace(err, "job "+j.Name)
 	}
-	s.registerOutputs(ctx, created.Name, created.Attempt, created.CreatedBy, assetOutputs(created.Spec), created.Outputs)
+	s.registerOwed(ctx, created.Name)
 	s.changed(j.Name)
 	return created, nil
 }
