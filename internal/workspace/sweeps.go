@@ -93,7 +93,8 @@ func (s *Service) submitSweep(ctx context.Context, who auth.Principal, sub Submi
 			return nil, err
 		}
 	}
-	if alg := j.Sampling(); alg.Type != "grid" && alg.Seed == nil {
+	if j.SeedPicked() {
+		alg := j.Sampling()
 		seed := rand.Int64N(1 << 53)
 		alg.Seed = &seed
 		j.SamplingAlgorithm = &alg
