@@ -112,10 +112,25 @@ func TestOutputRegistersAfterCrash(t *testing.T) {
 		t.Fatalf("registered before the restart: %v", got)
 	}
 
+	// The restarted server's loop registers them on its first pass.
 	s = start()
-	if err := s.reconcileRegistrations(ctx); err != nil {
-		t.Fatal(err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { s.Run(runCtx); close(done) }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		rec, err := s.st.GetJob(ctx, "reg")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pendingOutputs(rec.Outputs)) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted server left outputs unregistered: %s", rec.Outputs)
+		}
 	}
+	cancel()
+	<-done
 	want := map[string]string{"cleaned-rows": "3 reg/cleaned", "auto-rows": "1 reg/auto", "taken": "1 /"}
 	check := func(when string) {
 		t.Helper()
