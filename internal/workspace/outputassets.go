@@ -22,7 +22,8 @@ import (
 // step's (its command job's), a sweep's (its best trial's) and a
 // pipeline's own. The asset's files are the output's snapshot; its tags
 // name the job and the output. What was registered, or why not, is a line
-// of the job's log.
+// of the job's log (of a sweep's or a pipeline's history, which have no
+// log).
 //
 // The server may be killed at any moment, so the registration is owed
 // before it is done: the transaction that records a job's completion also
@@ -184,10 +185,19 @@ func (s *Service) registerOwedLocked(ctx context.Context, job string) error {
 		s.logRegistration(rec, lines)
 	}
 	if len(done) > 0 {
-		_, err := s.st.UpdateJob(ctx, job, func(j *store.Job) (*store.Event, error) {
+		_, err := s.st.UpdateJobWith(ctx, job, func(j *store.Job) (store.JobChange, error) {
 			left := slices.DeleteFunc(pendingOutputs(j.Outputs), func(k string) bool { return slices.Contains(done, k) })
 			j.Outputs = withPending(j.Outputs, left)
-			return nil, nil
+			var ch store.JobChange
+			if j.Attempt == 0 {
+				// A sweep's or a pipeline's record has no log: its
+				// history says it, once, with the mark's removal.
+				now := s.now()
+				for _, l := range lines {
+					ch.Events = append(ch.Events, store.Event{Job: job, Time: now, From: j.Status, To: j.Status, Reason: l})
+				}
+			}
+			return ch, nil
 		})
 		if err != nil {
 			// Registered but still marked: the next try finds the
@@ -248,7 +258,7 @@ func (s *Service) registeredOutput(ctx context.Context, name, job, k string) (st
 
 // logRegistration writes what the registration did to the log of the
 // job's attempt (none for a sweep's or a pipeline's record, which have no
-// attempt: the server's log only).
+// attempt: their history says it) and to the server's log.
 func (s *Service) logRegistration(rec store.Job, lines []string) {
 	if rec.Attempt > 0 {
 		var b strings.Builder

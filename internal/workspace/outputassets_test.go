@@ -227,3 +227,46 @@ func TestOutputRegistersOnTheEnd(t *testing.T) {
 		t.Errorf("stored outputs still marked: %s", rec.Outputs)
 	}
 }
+
+// TestOutputRegistrationInHistory: the record of a pipeline or a sweep
+// has no log; what the registration of its outputs did is in its
+// history, written with the mark's removal, so once: a start after it
+// finds nothing owed.
+func TestOutputRegistrationInHistory(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	_, snap := putFile(t, s, "model")
+	outputs := withPending([]byte(`{"named":{"best":"`+snap+`"}}`), []string{"best", "gone"})
+	now := s.now()
+	rec := store.Job{Name: "pipe", Compute: "local", Status: StatusCompleted, CreatedBy: "owner",
+		Spec:    []byte(`{"name":"pipe","outputs":{"best":{"name":"best-model","version":"1"},"gone":{"name":"gone-model"}}}`),
+		Outputs: outputs, Created: now, Started: now, Ended: now}
+	if _, err := s.st.CreateJob(ctx, rec, store.Event{Job: "pipe", Time: now, To: StatusCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := s.reconcileRegistrations(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s.regs.scanned = false // as a server started again
+	}
+	if got := dataVersions(t, s, "best-model"); len(got) != 1 || got[0] != "1 pipe/best" {
+		t.Errorf("versions of best-model: %q", got)
+	}
+	evs, err := s.st.ListEvents(ctx, "pipe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for _, e := range evs[1:] {
+		if e.From != StatusCompleted || e.To != StatusCompleted {
+			t.Errorf("a registration's event %s -> %s, want Completed -> Completed", e.From, e.To)
+		}
+		reasons = append(reasons, e.Reason)
+	}
+	want := []string{"output best registered as data asset azureml:best-model:1",
+		"output gone is not registered as data asset gone-model: the job wrote nothing there"}
+	if strings.Join(reasons, "\n") != strings.Join(want, "\n") {
+		t.Errorf("history after the registration:\n%s\nwant:\n%s", strings.Join(reasons, "\n"), strings.Join(want, "\n"))
+	}
+}
