@@ -125,6 +125,8 @@ print("trained lr=%s epochs=%d rows=%d" % (a.lr, a.epochs, rows))
 	}
 	mustContain(t, "the registered best model", s.mustFerry("data", "show", "best-model@latest").stdout, "version:", "1", "output best_model of job swp")
 	mustContain(t, "the registered step output", s.mustFerry("data", "show", "prepared-rows@latest").stdout, "output rows of job swp-prep")
+	// The pipeline has no log: its history says what was registered.
+	mustContain(t, "the pipeline's history", s.mustFerry("job", "show", "swp").stdout, "output best_model registered as data asset azureml:best-model:1")
 	dl = t.TempDir()
 	s.mustFerry("data", "download", "best-model", "--version", "1", "--download-path", dl)
 	if got, err := os.ReadFile(filepath.Join(dl, "best-model", "model.txt")); err != nil || string(got) != "0.5" {
@@ -144,6 +146,17 @@ print("trained lr=%s epochs=%d rows=%d" % (a.lr, a.epochs, rows))
 	// So is the step after it: its input is the same best model.
 	if _, _, from, _, _ := p2.step(t, "predict_step"); from != predictJob {
 		t.Errorf("the step after a reused sweep reused %q; want %s", from, predictJob)
+	}
+
+	// A random sweep without a seed gets a new one at each submit: its
+	// trials would differ, so it is not reused.
+	for _, name := range []string{"swr1", "swr2"} {
+		s.mustFerry("job", "create", "-f", file, "--name", name, "--set", "jobs.sweep_step.sampling_algorithm=random", "--stream")
+		pr := s.waitPipeline(name)
+		status, _, from, _, _ := pr.step(t, "sweep_step")
+		if pr.Status != "Completed" || status != "Completed" || from != "" {
+			t.Errorf("%s: %s, its unseeded random sweep step %s reused %q; want Completed and run, not reused", name, pr.Status, status, from)
+		}
 	}
 
 	// A sweep whose trials never log its primary metric has no best

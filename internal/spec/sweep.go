@@ -160,6 +160,14 @@ func (j *Job) Sampling() SamplingAlgorithm {
 	return *j.SamplingAlgorithm
 }
 
+// SeedPicked says whether the server picks sweep j's seed at its submit:
+// no seed is given and the sampling draws (random, sobol, bayesian; grid
+// draws nothing). Its trials then differ from one run of it to the next.
+func (j *Job) SeedPicked() bool {
+	alg := j.Sampling()
+	return j.Type == "sweep" && alg.Type != "grid" && alg.Seed == nil
+}
+
 // TrialLimits returns how many trials a sweep runs in all and at once:
 // limits.max_total_trials (grid: at most the number of combinations;
 // default MaxSweepTrials, or every combination for grid) and

@@ -554,9 +554,9 @@ func (s *Service) pipelineRunning(ctx context.Context, name string) error {
 
 // endPipeline ends a pipeline job with its outputs (nil: none).
 func (s *Service) endPipeline(ctx context.Context, name, status, reason string, out *Outputs) error {
-	var completed *store.Job // the pipeline as it completed, for its outputs' registration
+	completed := false // the outputs it owes a registration are to register
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		completed = nil
+		completed = false
 		if IsTerminal(j.Status) {
 			return nil, nil
 		}
@@ -576,14 +576,12 @@ func (s *Service) endPipeline(ctx context.Context, name, status, reason string, 
 			}
 			j.Outputs = raw
 		}
-		if status == StatusCompleted {
-			c := *j
-			completed = &c
-		}
+		completed = status == StatusCompleted
+		j.Outputs = owedOutputs(j.Outputs, j.Spec, completed)
 		return &store.Event{Job: name, Time: now, From: from, To: status, Reason: reason}, nil
 	})
-	if err == nil && completed != nil {
-		s.registerOutputs(ctx, name, 0, completed.CreatedBy, assetOutputs(completed.Spec), completed.Outputs)
+	if err == nil && completed {
+		s.registerOwed(ctx, name)
 	}
 	s.mu.Lock()
 	delete(s.cancelAsked, name) // a cancel of the pipeline is done

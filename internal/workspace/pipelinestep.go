@@ -205,6 +205,16 @@ func stepReuseKey(comp *spec.Component, j *spec.Job, snaps map[string]string, en
 	return hex.EncodeToString(sum[:])
 }
 
+// stepReusable says whether step n, whose job is j, may take the outputs
+// of a step that ran the same thing: not when it is to run again
+// (force_rerun, is_deterministic: false), nor when it is a sweep whose
+// seed the server picks at submit, as its trials would not be those that
+// ran (its reuse key holds the seed the file gives, so a seeded sweep
+// is reused only with the same seed).
+func stepReusable(p *spec.PipelineJob, n string, j *spec.Job) bool {
+	return !p.ForceRerun(n) && !j.SeedPicked()
+}
+
 // startStep makes step n's job: a new job, or, when an earlier step ran
 // the same thing and completed and reuse is not turned off, a job that
 // is Completed at once with that step's outputs. It returns the job and
@@ -244,7 +254,7 @@ func (s *Service) startStep(ctx context.Context, rec store.Job, p *spec.Pipeline
 		}
 		return stepJob{Job: existing, reuseKey: key}, "", nil
 	}
-	if !p.ForceRerun(n) {
+	if stepReusable(p, n, j) {
 		if from, err := s.st.ReusableStep(ctx, key); err == nil {
 			made, err := s.reuseStep(ctx, rec, j, comp, in, envJSON, from)
 			if err == nil {
@@ -312,7 +322,7 @@ func (s *Service) reuseStep(ctx context.Context, rec store.Job, j *spec.Job, com
 	made := store.Job{Name: j.Name, DisplayName: j.DisplayName, ExperimentName: j.ExperimentName,
 		Compute: computeName, Status: StatusCompleted, StatusReason: why, Attempt: 1, ExitCode: &zero,
 		CreatedBy: rec.CreatedBy, Spec: specJSON, CodeSnapshot: comp.CodeSnapshot, Inputs: inputsJSON,
-		Outputs: orig.Outputs, Environment: env, Created: now, Started: now, Ended: now}
+		Outputs: owedOutputs(orig.Outputs, specJSON, true), Environment: env, Created: now, Started: now, Ended: now}
 	created, err := s.st.CreateJob(ctx, made, store.Event{Job: j.Name, Time: now, To: StatusCompleted, Reason: why})
 	if errors.Is(err, store.ErrConflict) {
 		return store.Job{}, Conflict("job %s exists", j.Name)
@@ -320,7 +330,7 @@ func (s *Service) reuseStep(ctx context.Context, rec store.Job, j *spec.Job, com
 	if err != nil {
 		return store.Job{}, noSpace(err, "job "+j.Name)
 	}
-	s.registerOutputs(ctx, created.Name, created.Attempt, created.CreatedBy, assetOutputs(created.Spec), created.Outputs)
+	s.registerOwed(ctx, created.Name)
 	s.changed(j.Name)
 	return created, nil
 }

@@ -60,6 +60,11 @@ func (s *Service) Run(ctx context.Context) {
 		defer tick.Stop()
 		s.loop(ctx, s.kickSchedules, tick.C, loopPass{name: "schedules", run: s.reconcileSchedules})
 	})
+	wg.Go(func() {
+		tick := time.NewTicker(registerTick)
+		defer tick.Stop()
+		s.loop(ctx, nil, tick.C, loopPass{name: "output registration", run: s.reconcileRegistrations})
+	})
 	wg.Wait()
 	s.handOffs.Wait()
 }
@@ -716,9 +721,32 @@ func (s *Service) endAttempt(ctx context.Context, name string, attempt int, end 
 	// The run token goes in the end's own transaction (one commit, not
 	// two: bench/dispatch), even when the job had ended already, as a
 	// resent end must still leave no token behind.
-	var completed *store.Job // the job as it completed, for its outputs' registration
+	completed, err := s.recordEnd(ctx, name, attempt, end, fence)
+	if err != nil {
+		return err
+	}
+	if completed {
+		s.registerOwed(ctx, name)
+	}
+	s.mu.Lock()
+	delete(s.heartbeats, name)
+	delete(s.diskFull, name)
+	delete(s.cancelAsked, name)
+	delete(s.engineCanceled, name)
+	s.mu.Unlock()
+	s.scopes.forget(name)
+	s.changed(name)
+	s.wakeDispatcher()
+	return nil
+}
+
+// recordEnd is endAttempt's transaction: it records the end and, with a
+// completion, the outputs it owes a data asset registration (its return
+// says whether it recorded a completion).
+func (s *Service) recordEnd(ctx context.Context, name string, attempt int, end attemptEnd, fence func(store.Job) error) (bool, error) {
+	completed := false
 	_, err := s.st.UpdateJobWith(ctx, name, func(j *store.Job) (store.JobChange, error) {
-		completed = nil // a transaction tried again starts over
+		completed = false // a transaction tried again starts over
 		if fence != nil {
 			if err := fence(*j); err != nil {
 				return store.JobChange{}, err
@@ -759,28 +787,11 @@ func (s *Service) endAttempt(ctx context.Context, name string, attempt int, end 
 			j.Started = now
 		}
 		ch.Events = append(ch.Events, store.Event{Job: name, Time: now, From: from, To: end.status, Reason: reason})
-		if end.status == StatusCompleted {
-			c := *j
-			completed = &c
-		}
+		completed = end.status == StatusCompleted
+		j.Outputs = owedOutputs(j.Outputs, j.Spec, completed)
 		return ch, nil
 	})
-	if err != nil {
-		return err
-	}
-	if completed != nil {
-		s.registerOutputs(ctx, name, completed.Attempt, completed.CreatedBy, assetOutputs(completed.Spec), completed.Outputs)
-	}
-	s.mu.Lock()
-	delete(s.heartbeats, name)
-	delete(s.diskFull, name)
-	delete(s.cancelAsked, name)
-	delete(s.engineCanceled, name)
-	s.mu.Unlock()
-	s.scopes.forget(name)
-	s.changed(name)
-	s.wakeDispatcher()
-	return nil
+	return completed, err
 }
 
 // rankEnded records the end of one node rank of a multi-node attempt and

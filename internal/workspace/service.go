@@ -178,6 +178,8 @@ type Service struct {
 
 	sweeps *sweepMemory // the sweep loop's memory (sweeps.go)
 
+	regs *registrations // outputs owed a data asset registration (outputassets.go)
+
 	pmu       sync.Mutex               // guards the agent protocol's memory below
 	delivered map[string]bool          // node/job/attempt handed to its agent
 	nodeWait  map[string]chan struct{} // per node: closed when it has new work
@@ -260,6 +262,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	s.instance = newInstanceID()
 	s.pools = newPoolLoop(cfg, s, s.started)
 	s.sweeps = newSweepMemory()
+	s.regs = newRegistrations()
 	if _, err := s.st.GetCompute(ctx, "local"); errors.Is(err, store.ErrNotFound) {
 		local := &spec.Compute{Name: "local", Type: "local"}
 		if _, err := s.CreateCompute(ctx, local); err != nil && CodeOf(err) != CodeConflict {

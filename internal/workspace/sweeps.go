@@ -93,7 +93,8 @@ func (s *Service) submitSweep(ctx context.Context, who auth.Principal, sub Submi
 			return nil, err
 		}
 	}
-	if alg := j.Sampling(); alg.Type != "grid" && alg.Seed == nil {
+	if j.SeedPicked() {
+		alg := j.Sampling()
 		seed := rand.Int64N(1 << 53)
 		alg.Seed = &seed
 		j.SamplingAlgorithm = &alg
@@ -545,9 +546,9 @@ func (s *Service) bestTrialOutputs(ctx context.Context, j *spec.Job, trials []tr
 // endSweep records the end of a sweep, with the outputs of its best
 // trial (nil: none), and stops driving it.
 func (s *Service) endSweep(ctx context.Context, name, status, reason string, outputs json.RawMessage) error {
-	var completed *store.Job // the sweep as it completed, for its outputs' registration
+	completed := false // the outputs it owes a registration are to register
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		completed = nil
+		completed = false
 		if IsTerminal(j.Status) {
 			return nil, nil
 		}
@@ -556,17 +557,15 @@ func (s *Service) endSweep(ctx context.Context, name, status, reason string, out
 		if len(outputs) > 0 {
 			j.Outputs = outputs
 		}
-		if status == StatusCompleted {
-			c := *j
-			completed = &c
-		}
+		completed = status == StatusCompleted
+		j.Outputs = owedOutputs(j.Outputs, j.Spec, completed)
 		return &store.Event{Job: name, Time: now, From: from, To: status, Reason: reason}, nil
 	})
 	if err != nil {
 		return err
 	}
-	if completed != nil {
-		s.registerOutputs(ctx, name, 0, completed.CreatedBy, assetOutputs(completed.Spec), completed.Outputs)
+	if completed {
+		s.registerOwed(ctx, name)
 	}
 	s.mu.Lock()
 	delete(s.heartbeats, name)
