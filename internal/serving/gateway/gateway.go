@@ -561,7 +561,8 @@ func hopByHop(k string) bool {
 // refused says whether err is a refused connection: the replica never got
 // the request.
 func refused(err error) bool {
-	return errors.Is(err, syscall.ECONNREFUSED)
+	// ENOENT: a Unix socket whose replica is gone and took its path along.
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)
 }
 
 // writeError answers with the gateway's own error, as JSON, and returns

@@ -52,6 +52,7 @@ type upConn struct {
 	addr   string
 	br     *bufio.Reader
 	bw     *bufio.Writer
+	unix   bool      // to a Unix socket
 	reused bool      // it answered a request before
 	since  time.Time // idle since
 }
@@ -96,11 +97,18 @@ func (b *upBody) Close() error {
 }
 
 // errBadReplica is a replica address the gateway cannot reach.
-var errBadReplica = errors.New("replica URL is not http://HOST:PORT")
+var errBadReplica = errors.New("replica URL is not http://HOST:PORT or unix:/PATH")
 
 // splitReplica reads a replica's base URL (http://host:port, maybe with a
-// path) into the address to dial and the path of its scoring route.
+// path, or unix:/path/of/its.sock) into the address to dial and the path
+// of its scoring route.
 func splitReplica(replica string) (addr, path string, err error) {
+	if sock, ok := strings.CutPrefix(replica, "unix:"); ok {
+		if !strings.HasPrefix(sock, "/") {
+			return "", "", fmt.Errorf("%w: %q", errBadReplica, replica)
+		}
+		return sock, "/score", nil
+	}
 	rest, ok := strings.CutPrefix(replica, "http://")
 	if !ok || rest == "" {
 		return "", "", fmt.Errorf("%w: %q", errBadReplica, replica)
@@ -134,7 +142,11 @@ func (u *upstream) do(ctx context.Context, replica, method, query string, hdr ht
 		if err != nil {
 			return nil, err
 		}
-		resp, retry, err := u.exchange(ctx, c, addr, path, method, query, hdr, body)
+		host := addr
+		if c.unix {
+			host = "localhost" // a Unix socket's path is no Host
+		}
+		resp, retry, err := u.exchange(ctx, c, host, path, method, query, hdr, body)
 		if err == nil {
 			return resp, nil
 		}
@@ -253,14 +265,18 @@ func (u *upstream) get(ctx context.Context, addr string, fresh bool) (*upConn, e
 			c.Close()
 		}
 	}
-	nc, err := u.dialer.DialContext(ctx, "tcp", addr)
+	network := "tcp"
+	if strings.HasPrefix(addr, "/") {
+		network = "unix" // a replica on this host, at its Unix socket
+	}
+	nc, err := u.dialer.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	return &upConn{Conn: nc, addr: addr, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10)}, nil
+	return &upConn{Conn: nc, addr: addr, unix: network == "unix", br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10)}, nil
 }
 
 // put keeps c for the next request to its address.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -161,5 +162,36 @@ func TestIdleConnectionsClosed(t *testing.T) {
 			t.Fatalf("%d idle connections still open 5 s after the last request", g.up.idleCount())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A replica on this host is reached at its Unix socket (unix:/PATH); one
+// whose socket is gone counts as refused: the request goes to another.
+func TestUnixSocketReplica(t *testing.T) {
+	dir := t.TempDir()
+	ln, err := net.Listen("unix", filepath.Join(dir, "replica.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := make(chan string, 16)
+	rep := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hosts <- r.Host
+		body, _ := io.ReadAll(r.Body)
+		_, _ = w.Write(body)
+	}))
+	rep.Listener = ln
+	rep.Start()
+	t.Cleanup(rep.Close)
+	g := New(Options{})
+	d := Deployment{Replicas: []string{"unix:" + filepath.Join(dir, "gone.sock"), "unix:" + ln.Addr().String()}, RequestTimeout: 5 * time.Second, MaxConcurrent: 2}
+	g.Set(Endpoint{Name: "ep", AuthMode: "key", Keys: []string{key1}, Traffic: map[string]int{"d": 100}, Deployments: map[string]Deployment{"d": d}})
+	base := serve(t, g)
+	for i := range 4 {
+		if code, body, _ := score(t, base, "ep", key1, fmt.Sprint(i), nil); code != http.StatusOK || body != fmt.Sprint(i) {
+			t.Fatalf("request %d: %d %s", i, code, body)
+		}
+		if h := <-hosts; h != "localhost" {
+			t.Errorf("the replica saw Host %q, want localhost", h)
+		}
 	}
 }
