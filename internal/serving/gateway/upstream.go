@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -130,16 +131,23 @@ func splitReplica(replica string) (addr, path string, err error) {
 //
 // A connection used before that the replica closed while it was idle
 // (its answer's first byte never came) is not an answer: the request is
-// sent once more on a new connection. A replica closes only connections
-// that wait for a request, so it had not seen this one.
+// sent once more, to the same replica on a new connection. A replica
+// closes only connections that wait for a request, so it had not seen
+// this one. If that replica cannot be reached any more, it may have died
+// with the request under way: the first error is the answer, not a
+// refused connection, so the request is not run again on another replica.
 func (u *upstream) do(ctx context.Context, replica, method, query string, hdr http.Header, body []byte) (*upResponse, error) {
 	addr, path, err := splitReplica(replica)
 	if err != nil {
 		return nil, err
 	}
+	var first error
 	for attempt := 0; ; attempt++ {
 		c, err := u.get(ctx, addr, attempt > 0)
 		if err != nil {
+			if first != nil {
+				return nil, first
+			}
 			return nil, err
 		}
 		host := addr
@@ -152,8 +160,9 @@ func (u *upstream) do(ctx context.Context, replica, method, query string, hdr ht
 		}
 		c.Close()
 		if !retry || attempt > 0 || ctx.Err() != nil {
-			return nil, err
+			return nil, cmp.Or(first, err)
 		}
+		first = err
 	}
 }
 

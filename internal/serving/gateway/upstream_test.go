@@ -195,3 +195,46 @@ func TestUnixSocketReplica(t *testing.T) {
 		}
 	}
 }
+
+// A replica that dies with a request under way (its connection ends with
+// no answer, and it takes no new one) answers 502: the request is not run
+// again on another replica of the deployment.
+func TestRequestNotRerunElsewhereWhenItsReplicaDies(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	wg.Go(func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		br := bufio.NewReader(c)
+		// The first request is answered, the second kills the replica.
+		req, err := http.ReadRequest(br)
+		if err == nil {
+			_, _ = io.ReadAll(req.Body)
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			if req, err = http.ReadRequest(br); err == nil {
+				_, _ = io.ReadAll(req.Body)
+			}
+		}
+		ln.Close()
+		c.Close()
+	})
+	g := New(Options{})
+	d := Deployment{Replicas: []string{"http://" + ln.Addr().String()}, RequestTimeout: 5 * time.Second, MaxConcurrent: 1}
+	g.Set(Endpoint{Name: "ep", AuthMode: "key", Keys: []string{key1}, Traffic: map[string]int{"d": 100}, Deployments: map[string]Deployment{"d": d}})
+	base := serve(t, g)
+	if code, body, _ := score(t, base, "ep", key1, "1", nil); code != http.StatusOK || body != "ok" {
+		t.Fatalf("first request: %d %s", code, body)
+	}
+	// 502: the replica failed. A 503 (no ready replica) would mean that
+	// the gateway took it for refused and looked for another to run the
+	// request again.
+	if code, body, _ := score(t, base, "ep", key1, "2", nil); code != http.StatusBadGateway {
+		t.Errorf("a request whose replica died under it: %d %s, want 502", code, body)
+	}
+}
