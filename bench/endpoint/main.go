@@ -108,9 +108,10 @@ func main() {
 
 // replica is a running inference server.
 type replica struct {
-	cmd  *exec.Cmd
-	url  string
-	done chan struct{}
+	cmd     *exec.Cmd
+	url     string
+	unixURL string // the same replica on its Unix socket
+	done    chan struct{}
 }
 
 func (r *replica) stop() {
@@ -127,7 +128,13 @@ func startReplica(ctx context.Context, serverDir, codeDir string, workers int) (
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	c, err := inferenceserver.Replica{ServerDir: serverDir, CodeDir: codeDir, Script: "score.py", ModelDir: codeDir, Port: port, Workers: workers}.Command()
+	sock, err := os.CreateTemp(codeDir, "replica-*.sock")
+	if err != nil {
+		return nil, err
+	}
+	sock.Close()
+	c, err := inferenceserver.Replica{ServerDir: serverDir, CodeDir: codeDir, Script: "score.py", ModelDir: codeDir, Port: port,
+		UnixSocket: sock.Name(), Workers: workers}.Command()
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +151,7 @@ func startReplica(ctx context.Context, serverDir, codeDir string, workers int) (
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	r := &replica{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan struct{})}
+	r := &replica{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), unixURL: inferenceserver.UnixURL(sock.Name()), done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(r.done) }()
 	if err := probe.WaitProbe(ctx, http.DefaultClient, r.url, 5*time.Millisecond, r.done); err != nil {
 		r.stop()
@@ -179,6 +186,10 @@ func run(ctx context.Context, n, conc, workers, rounds int) error {
 	gw := gateway.New(gateway.Options{})
 	dep := gateway.Deployment{Replicas: []string{r.url}, RequestTimeout: 30 * time.Second, MaxConcurrent: conc, MaxQueueWait: 30 * time.Second}
 	gw.Set(gateway.Endpoint{Name: "bench", AuthMode: "key", Keys: []string{key}, Traffic: map[string]int{"blue": 100}, Deployments: map[string]gateway.Deployment{"blue": dep}})
+	// The same replica, reached by the gateway on its Unix socket.
+	depUnix := dep
+	depUnix.Replicas = []string{r.unixURL}
+	gw.Set(gateway.Endpoint{Name: "benchunix", AuthMode: "key", Keys: []string{key}, Traffic: map[string]int{"blue": 100}, Deployments: map[string]gateway.Deployment{"blue": depUnix}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -187,12 +198,14 @@ func run(ctx context.Context, n, conc, workers, rounds int) error {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	gwURL := "http://" + ln.Addr().String() + "/endpoints/bench/score"
+	gwUnixURL := "http://" + ln.Addr().String() + "/endpoints/benchunix/score"
 
 	fmt.Printf("endpoint benchmark: %d requests of a trivial score.py, concurrency %d, replica with %d workers\n\n", n, conc, workers)
 	load(r.url+"/score", "", min(n, 300), conc) // warm both paths' connections
 	load(gwURL, key, min(n, 300), conc)
-	var direct, via []result
-	var cpuRatios []float64
+	load(gwUnixURL, key, min(n, 300), conc)
+	var direct, via, viaUnix []result
+	var cpuRatios, cpuRatiosUnix []float64
 	for i := range rounds {
 		c0 := cpuNow(r.cmd.Process.Pid)
 		d, err := load(r.url+"/score", "", n, conc)
@@ -205,20 +218,28 @@ func run(ctx context.Context, n, conc, workers, rounds int) error {
 			return fmt.Errorf("gateway: %w", err)
 		}
 		c2 := cpuNow(r.cmd.Process.Pid)
-		fmt.Printf("round %d  direct  %7.0f req/s  p50 %-9v p99 %-9v | gateway %7.0f req/s  p50 %-9v p99 %v\n",
-			i+1, d.rate, d.p50, d.p99, g.rate, g.p50, g.p99)
-		dc, gc := c1.sub(c0, n), c2.sub(c1, n)
+		u, err := load(gwUnixURL, key, n, conc)
+		if err != nil {
+			return fmt.Errorf("gateway over the Unix socket: %w", err)
+		}
+		c3 := cpuNow(r.cmd.Process.Pid)
+		fmt.Printf("round %d  direct  %7.0f req/s  p50 %-9v p99 %-9v | gateway %7.0f req/s  p50 %-9v p99 %-9v | gateway, Unix socket %7.0f req/s  p50 %-9v p99 %v\n",
+			i+1, d.rate, d.p50, d.p99, g.rate, g.p50, g.p99, u.rate, u.p50, u.p99)
+		dc, gc, uc := c1.sub(c0, n), c2.sub(c1, n), c3.sub(c2, n)
 		cpuRatios = append(cpuRatios, (dc.self+dc.replica)/(gc.self+gc.replica))
-		fmt.Printf("         workers %s, CPU µs/request: client %.0f, replica %.0f | workers %s, CPU µs/request: client+gateway %.0f, replica %.0f\n",
-			d.workers, dc.self, dc.replica, g.workers, gc.self, gc.replica)
-		direct, via = append(direct, d), append(via, g)
+		cpuRatiosUnix = append(cpuRatiosUnix, (dc.self+dc.replica)/(uc.self+uc.replica))
+		fmt.Printf("         workers %s, CPU µs/request: client %.0f, replica %.0f | workers %s, CPU µs/request: client+gateway %.0f, replica %.0f | workers %s, client+gateway %.0f, replica %.0f\n",
+			d.workers, dc.self, dc.replica, g.workers, gc.self, gc.replica, u.workers, uc.self, uc.replica)
+		direct, via, viaUnix = append(direct, d), append(via, g), append(viaUnix, u)
 	}
-	d, g := median(direct), median(via)
+	d, g, u := median(direct), median(via), median(viaUnix)
 	slices.Sort(cpuRatios)
-	fmt.Printf("\ngateway adds (median of rounds): p50 %v  p99 %v  (aim: <= 1ms at p50)\n", g.p50-d.p50, g.p99-d.p99)
-	fmt.Printf("throughput gateway/direct: %.3f (aim: >= 0.8)\n", g.rate/d.rate)
-	fmt.Printf("CPU per request, direct/gateway (median of rounds): %.3f (the throughput ratio where the CPUs, not the replica's workers, are what runs out)\n",
-		cpuRatios[len(cpuRatios)/2])
+	slices.Sort(cpuRatiosUnix)
+	fmt.Printf("\ngateway adds (median of rounds): p50 %v  p99 %v  (aim: <= 1ms at p50); over the Unix socket: p50 %v  p99 %v\n",
+		g.p50-d.p50, g.p99-d.p99, u.p50-d.p50, u.p99-d.p99)
+	fmt.Printf("throughput gateway/direct: %.3f (aim: >= 0.8); over the Unix socket: %.3f\n", g.rate/d.rate, u.rate/d.rate)
+	fmt.Printf("CPU per request, direct/gateway (median of rounds): %.3f, over the Unix socket %.3f (the throughput ratio where the CPUs, not the replica's workers, are what runs out)\n",
+		cpuRatios[len(cpuRatios)/2], cpuRatiosUnix[len(cpuRatiosUnix)/2])
 
 	// Cold start: the deployment has no replica; the gateway holds the
 	// first request while one starts.

@@ -16,7 +16,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -25,7 +24,6 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -80,9 +78,8 @@ type Options struct {
 	// again. Nil answers 503 at once.
 	ColdStart func(ctx context.Context, endpoint, deployment string) error
 	// Rand picks deployments by weight; nil is math/rand/v2's.
-	Rand  *rand.Rand
-	Log   *slog.Logger
-	Proxy http.RoundTripper // nil: a transport of the gateway's own
+	Rand *rand.Rand
+	Log  *slog.Logger
 }
 
 // DefaultMaxBody is the request body limit unless Options says otherwise.
@@ -90,9 +87,9 @@ const DefaultMaxBody = 16 << 20
 
 // Gateway routes scoring requests. It is safe for concurrent use.
 type Gateway struct {
-	opt    Options
-	client *http.Client
-	log    *slog.Logger
+	opt Options
+	up  *upstream
+	log *slog.Logger
 
 	mu        sync.RWMutex
 	endpoints map[string]*endpointState
@@ -106,6 +103,15 @@ type Gateway struct {
 type endpointState struct {
 	Endpoint
 	deps map[string]*deploymentState
+	// traffic is Traffic in name order with its total: the split drawn
+	// per request without sorting per request.
+	traffic      []weighted
+	trafficTotal int
+}
+
+type weighted struct {
+	name   string
+	weight int
 }
 
 // deploymentState is a deployment with its runtime state: the slots in
@@ -120,6 +126,10 @@ type deploymentState struct {
 	stats    *latencies
 	waiting  atomic.Int64 // requests waiting for a slot or a cold start
 	last     atomic.Int64 // when the last request came, in Unix nanoseconds
+	// The deployment's metrics, bound to its labels once (a lookup by
+	// label values per request hashes and allocates).
+	latencyObs prometheus.Observer
+	counters   sync.Map // HTTP status (int) → prometheus.Counter
 }
 
 // New makes a gateway that routes nothing until Set.
@@ -130,18 +140,8 @@ func New(opt Options) *Gateway {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	tr := opt.Proxy
-	if tr == nil {
-		tr = &http.Transport{
-			Proxy:               nil, // replicas are reached directly
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConnsPerHost: 256,
-			IdleConnTimeout:     90 * time.Second,
-			DisableCompression:  true, // answers pass through as the replica sent them
-		}
-	}
 	g := &Gateway{
-		opt: opt, log: opt.Log, client: &http.Client{Transport: tr},
+		opt: opt, log: opt.Log, up: newUpstream(),
 		endpoints: map[string]*endpointState{},
 		reg:       prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -168,6 +168,10 @@ func (g *Gateway) Set(e Endpoint) {
 	defer g.mu.Unlock()
 	old := g.endpoints[e.Name]
 	st := &endpointState{Endpoint: e, deps: map[string]*deploymentState{}}
+	for _, name := range slices.Sorted(maps.Keys(e.Traffic)) {
+		st.traffic = append(st.traffic, weighted{name, e.Traffic[name]})
+		st.trafficTotal += e.Traffic[name]
+	}
 	for name, d := range e.Deployments {
 		d.Name = name
 		d.MaxConcurrent = max(d.MaxConcurrent, 1)
@@ -176,7 +180,8 @@ func (g *Gateway) Set(e Endpoint) {
 			ds = old.deps[name]
 		}
 		if ds == nil {
-			ds = &deploymentState{lim: newLimiter(), inFlight: map[string]int{}, stats: newLatencies()}
+			ds = &deploymentState{lim: newLimiter(), inFlight: map[string]int{}, stats: newLatencies(),
+				latencyObs: g.latency.WithLabelValues(e.Name, name)}
 		}
 		ds.mu.Lock()
 		ds.Deployment = d
@@ -276,9 +281,19 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	code := g.score(w, r, e, d)
 	elapsed := time.Since(start)
-	g.requests.WithLabelValues(e.Name, d.Name, strconv.Itoa(code)).Inc()
-	g.latency.WithLabelValues(e.Name, d.Name).Observe(elapsed.Seconds())
+	g.counter(e, d, code).Inc()
+	d.latencyObs.Observe(elapsed.Seconds())
 	d.stats.add(elapsed, code >= 500 || code == http.StatusRequestTimeout || code == http.StatusTooManyRequests)
+}
+
+// counter is d's request counter for status code.
+func (g *Gateway) counter(e *endpointState, d *deploymentState, code int) prometheus.Counter {
+	if c, ok := d.counters.Load(code); ok {
+		return c.(prometheus.Counter)
+	}
+	c := g.requests.WithLabelValues(e.Name, d.Name, strconv.Itoa(code))
+	d.counters.Store(code, c)
+	return c
 }
 
 // endpointOf reads NAME from /endpoints/NAME/score.
@@ -333,7 +348,7 @@ func (g *Gateway) pick(r *http.Request, e *endpointState) (*deploymentState, *ht
 		}
 		return d, nil
 	}
-	name := g.draw(e.Traffic)
+	name := g.draw(e.traffic, e.trafficTotal)
 	if name == "" || e.deps[name] == nil {
 		return nil, fail(http.StatusServiceUnavailable, "endpoint %s sends no traffic to any deployment; set its traffic (ferry online-endpoint update --traffic \"NAME=100\")", e.Name)
 	}
@@ -343,20 +358,19 @@ func (g *Gateway) pick(r *http.Request, e *endpointState) (*deploymentState, *ht
 // draw picks a name in proportion to its weight among weights (live
 // traffic that sums to less than 100 is split among the deployments
 // named, in their proportions); "" when every weight is 0.
-func (g *Gateway) draw(weights map[string]int) string {
-	total := 0
-	for _, w := range weights {
-		total += w
-	}
+func (g *Gateway) draw(weights []weighted, total int) string {
 	if total == 0 {
 		return ""
 	}
+	if len(weights) == 1 {
+		return weights[0].name // all of it: nothing to draw
+	}
 	n := g.intn(total)
-	for _, name := range slices.Sorted(maps.Keys(weights)) {
-		if n < weights[name] {
-			return name
+	for _, w := range weights {
+		if n < w.weight {
+			return w.name
 		}
-		n -= weights[name]
+		n -= w.weight
 	}
 	return ""
 }
@@ -451,18 +465,8 @@ func (g *Gateway) ready(ctx context.Context, e *endpointState, d *deploymentStat
 // forward sends the request to one replica and streams its answer back.
 // An error means nothing was written to w.
 func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, d *deploymentState, replica string, body []byte) (int, error) {
-	up, err := http.NewRequestWithContext(ctx, r.Method, replica+"/score", bytes.NewReader(body))
-	if err != nil {
-		return 0, err
-	}
-	up.URL.RawQuery = r.URL.RawQuery
-	for k, vs := range r.Header {
-		if k == "Authorization" || hopByHop(k) {
-			continue // the endpoint's key stays at the gateway
-		}
-		up.Header[k] = vs
-	}
-	resp, err := g.client.Do(up)
+	// The endpoint's key stays at the gateway (upstream.forwarded).
+	resp, err := g.up.do(ctx, replica, r.Method, r.URL.RawQuery, r.Header, body)
 	if err != nil {
 		return 0, err
 	}
@@ -530,23 +534,14 @@ func (g *Gateway) mirror(r *http.Request, e *endpointState, live string, body []
 				return
 			}
 			defer d.done(replica)
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, replica+"/score", bytes.NewReader(body))
-			if err != nil {
-				return
-			}
-			for k, vs := range hdr {
-				if k != "Authorization" && !hopByHop(k) {
-					req.Header[k] = vs
-				}
-			}
-			resp, err := g.client.Do(req)
+			resp, err := g.up.do(ctx, replica, http.MethodPost, "", hdr, body)
 			code := http.StatusBadGateway
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				code = resp.StatusCode
 			}
-			g.requests.WithLabelValues(e.Name, name+" (mirror)", fmt.Sprint(code)).Inc()
+			g.requests.WithLabelValues(e.Name, name+" (mirror)", strconv.Itoa(code)).Inc()
 			// The deployment's own statistics count the copies it
 			// answered: they are its requests, and what shows that the
 			// mirror reaches it.
@@ -566,7 +561,8 @@ func hopByHop(k string) bool {
 // refused says whether err is a refused connection: the replica never got
 // the request.
 func refused(err error) bool {
-	return errors.Is(err, syscall.ECONNREFUSED)
+	// ENOENT: a Unix socket whose replica is gone and took its path along.
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)
 }
 
 // writeError answers with the gateway's own error, as JSON, and returns

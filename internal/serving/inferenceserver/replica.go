@@ -28,6 +28,10 @@ type Replica struct {
 	// (the status lines say which). Empty Host is 127.0.0.1.
 	Host string
 	Port int
+	// UnixSocket, when set, is the path of a Unix socket the replica
+	// listens on as well: a gateway on the same host reaches it there
+	// (UnixURL) for less CPU per request than over loopback TCP.
+	UnixSocket string
 	// Workers is the number of worker processes; 0 leaves it to the
 	// deployment's WORKER_COUNT environment variable, or 1.
 	Workers int
@@ -101,6 +105,9 @@ func (r Replica) Command() (Command, error) {
 	// are written, not when a buffer fills.
 	args := []string{python, "-u", filepath.Join(r.ServerDir, Program),
 		"--script", script, "--host", host, "--port", strconv.Itoa(r.Port)}
+	if r.UnixSocket != "" {
+		args = append(args, "--unix", r.UnixSocket)
+	}
 	if r.MaxRequestBytes > 0 {
 		args = append(args, "--max-body-bytes", strconv.FormatInt(r.MaxRequestBytes, 10))
 	}
@@ -120,6 +127,12 @@ func (r Replica) Command() (Command, error) {
 	}
 	env = append(env, r.Env...)
 	return Command{Args: args, Env: env, Dir: r.CodeDir}, nil
+}
+
+// UnixURL is the base URL of a replica listening on the Unix socket at
+// path, as the gateway dials it.
+func UnixURL(path string) string {
+	return "unix:" + path
 }
 
 // URL is the base URL of a replica listening on address (host:port, as

@@ -242,7 +242,8 @@ class Worker(object):
                 log("E", "a message from the front without one connection: %r" % msg)
                 continue
             cid, flag, host = msg.decode("ascii", "replace").split(" ", 2)
-            conn = socket.socket(self.family, socket.SOCK_STREAM, 0, fileno=fds[0])
+            # The family (TCP or Unix) is the descriptor's own.
+            conn = socket.socket(fileno=fds[0])
             return cid, conn, flag == "c", host
 
     def serve(self, cid, conn, close_after, host):

@@ -1,0 +1,240 @@
+package gateway
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A replica that closed the gateway's idle connections (it restarted its
+// listener, or swept connections idle too long) still gets the next
+// request: the gateway does not send it on a closed connection.
+func TestReplicaClosedIdleConnections(t *testing.T) {
+	blue := newReplica(t, "blue")
+	g := New(Options{})
+	g.Set(Endpoint{Name: "ep", AuthMode: "key", Keys: []string{key1}, Traffic: map[string]int{"blue": 100},
+		Deployments: map[string]Deployment{"blue": dep(blue)}})
+	base := serve(t, g)
+	for i := range 4 {
+		code, body, _ := score(t, base, "ep", key1, fmt.Sprint(i), nil)
+		if code != http.StatusOK || body != fmt.Sprintf("%q", fmt.Sprintf("blue:%d", i)) {
+			t.Fatalf("request %d: %d %s", i, code, body)
+		}
+		if g.up.idleCount() != 1 {
+			t.Fatalf("after request %d the gateway keeps %d idle connections to the replica, want 1", i, g.up.idleCount())
+		}
+		blue.CloseClientConnections()
+	}
+}
+
+// A replica that closes a kept-alive connection just as the gateway sends
+// a request on it, before any byte of an answer, has not answered it: the
+// gateway sends it once more on a new connection.
+func TestRequestResentWhenAKeptConnectionCloses(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	conns, requests := 0, 0
+	var open []net.Conn
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			c.Close() // the gateway keeps its connection idle
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns++
+			open = append(open, c)
+			first := conns == 1
+			mu.Unlock()
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for n := 0; ; n++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					body, _ := io.ReadAll(req.Body)
+					if first && n == 1 {
+						return // the first connection's second request: closed unanswered
+					}
+					mu.Lock()
+					requests++
+					mu.Unlock()
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+				}
+			})
+		}
+	})
+	g := New(Options{})
+	g.Set(Endpoint{Name: "ep", AuthMode: "key", Keys: []string{key1}, Traffic: map[string]int{"d": 100},
+		Deployments: map[string]Deployment{"d": {Replicas: []string{"http://" + ln.Addr().String()}, RequestTimeout: 5 * time.Second, MaxConcurrent: 1}}})
+	base := serve(t, g)
+	for i := range 3 {
+		if code, body, _ := score(t, base, "ep", key1, fmt.Sprintf(`{"n": %d}`, i), nil); code != http.StatusOK || body != fmt.Sprintf(`{"n": %d}`, i) {
+			t.Fatalf("request %d: %d %s", i, code, body)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if conns != 2 || requests != 3 {
+		t.Errorf("the replica had %d connections and answered %d requests, want 2 and 3", conns, requests)
+	}
+}
+
+// The replica gets the request's query and its own Host, not the
+// gateway's.
+func TestQueryAndHostReachTheReplica(t *testing.T) {
+	type seen struct{ query, host string }
+	got := make(chan seen, 1)
+	rep := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- seen{r.URL.RawQuery, r.Host}
+		_, _ = io.WriteString(w, "{}")
+	}))
+	t.Cleanup(rep.Close)
+	g := New(Options{})
+	g.Set(Endpoint{Name: "ep", AuthMode: "key", Keys: []string{key1}, Traffic: map[string]int{"d": 100},
+		Deployments: map[string]Deployment{"d": {Replicas: []string{rep.URL}, RequestTimeout: 5 * time.Second, MaxConcurrent: 1}}})
+	srv := httptest.NewServer(g)
+	t.Cleanup(srv.Close)
+	code, _, _ := scoreURL(t, srv.URL+"/endpoints/ep/score?verbose=true&n=2", key1)
+	if code != http.StatusOK {
+		t.Fatalf("scoring: %d", code)
+	}
+	s := <-got
+	if want := rep.Listener.Addr().String(); s.query != "verbose=true&n=2" || s.host != want {
+		t.Errorf("the replica saw query %q and Host %q, want %q and %q", s.query, s.host, "verbose=true&n=2", want)
+	}
+}
+
+func scoreURL(t *testing.T, url, key string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+// Connections left idle (to a replica no longer routed, say) are closed
+// after the idle timeout, with no request to notice them.
+func TestIdleConnectionsClosed(t *testing.T) {
+	blue := newReplica(t, "blue")
+	g := New(Options{})
+	g.up.idleTimeout = 50 * time.Millisecond
+	g.Set(Endpoint{Name: "ep", AuthMode: "key", Keys: []string{key1}, Traffic: map[string]int{"blue": 100},
+		Deployments: map[string]Deployment{"blue": dep(blue)}})
+	base := serve(t, g)
+	if code, _, _ := score(t, base, "ep", key1, "1", nil); code != http.StatusOK {
+		t.Fatalf("scoring: %d", code)
+	}
+	g.Remove("ep")
+	deadline := time.Now().Add(5 * time.Second)
+	for g.up.idleCount() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle connections still open 5 s after the last request", g.up.idleCount())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A replica on this host is reached at its Unix socket (unix:/PATH); one
+// whose socket is gone counts as refused: the request goes to another.
+func TestUnixSocketReplica(t *testing.T) {
+	dir := t.TempDir()
+	ln, err := net.Listen("unix", filepath.Join(dir, "replica.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := make(chan string, 16)
+	rep := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hosts <- r.Host
+		body, _ := io.ReadAll(r.Body)
+		_, _ = w.Write(body)
+	}))
+	rep.Listener = ln
+	rep.Start()
+	t.Cleanup(rep.Close)
+	g := New(Options{})
+	d := Deployment{Replicas: []string{"unix:" + filepath.Join(dir, "gone.sock"), "unix:" + ln.Addr().String()}, RequestTimeout: 5 * time.Second, MaxConcurrent: 2}
+	g.Set(Endpoint{Name: "ep", AuthMode: "key", Keys: []string{key1}, Traffic: map[string]int{"d": 100}, Deployments: map[string]Deployment{"d": d}})
+	base := serve(t, g)
+	for i := range 4 {
+		if code, body, _ := score(t, base, "ep", key1, fmt.Sprint(i), nil); code != http.StatusOK || body != fmt.Sprint(i) {
+			t.Fatalf("request %d: %d %s", i, code, body)
+		}
+		if h := <-hosts; h != "localhost" {
+			t.Errorf("the replica saw Host %q, want localhost", h)
+		}
+	}
+}
+
+// A replica that dies with a request under way (its connection ends with
+// no answer, and it takes no new one) answers 502: the request is not run
+// again on another replica of the deployment.
+func TestRequestNotRerunElsewhereWhenItsReplicaDies(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	wg.Go(func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		br := bufio.NewReader(c)
+		// The first request is answered, the second kills the replica.
+		req, err := http.ReadRequest(br)
+		if err == nil {
+			_, _ = io.ReadAll(req.Body)
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			if req, err = http.ReadRequest(br); err == nil {
+				_, _ = io.ReadAll(req.Body)
+			}
+		}
+		ln.Close()
+		c.Close()
+	})
+	g := New(Options{})
+	d := Deployment{Replicas: []string{"http://" + ln.Addr().String()}, RequestTimeout: 5 * time.Second, MaxConcurrent: 1}
+	g.Set(Endpoint{Name: "ep", AuthMode: "key", Keys: []string{key1}, Traffic: map[string]int{"d": 100}, Deployments: map[string]Deployment{"d": d}})
+	base := serve(t, g)
+	if code, body, _ := score(t, base, "ep", key1, "1", nil); code != http.StatusOK || body != "ok" {
+		t.Fatalf("first request: %d %s", code, body)
+	}
+	// 502: the replica failed. A 503 (no ready replica) would mean that
+	// the gateway took it for refused and looked for another to run the
+	// request again.
+	if code, body, _ := score(t, base, "ep", key1, "2", nil); code != http.StatusBadGateway {
+		t.Errorf("a request whose replica died under it: %d %s, want 502", code, body)
+	}
+}
