@@ -440,7 +440,10 @@ func (g *Gateway) score(w http.ResponseWriter, r *http.Request, e *endpointState
 			return writeError(w, fail(http.StatusRequestTimeout, "deployment %s did not answer within %v", d.Name, d.timeout()))
 		}
 		g.log.Warn("scoring request failed", "endpoint", e.Name, "deployment", d.Name, "replica", replica, "err", err)
-		return writeError(w, fail(http.StatusBadGateway, "deployment %s's replica failed: %v", d.Name, err))
+		// The replica's address is in the message, whatever the error
+		// says of it (an EOF names none): the caller, its logs and the
+		// deployment's logs then agree on which replica failed.
+		return writeError(w, fail(http.StatusBadGateway, "deployment %s's replica %s failed: %v", d.Name, replica, err))
 	}
 }
 
