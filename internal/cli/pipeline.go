@@ -240,6 +240,9 @@ func (a *app) pipelineRequest(ctx context.Context, c *client.Client, src specFil
 	if err != nil {
 		return none, err
 	}
+	if err := expandPipelineComponents(src, p); err != nil {
+		return none, err
+	}
 	steps := slices.Sorted(maps.Keys(p.Jobs))
 	// Every reference first: nothing is uploaded for a pipeline that
 	// names a component, data asset or file that is not there.

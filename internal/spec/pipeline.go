@@ -87,6 +87,13 @@ type PipelineStep struct {
 	ForceRerun           *bool                 `yaml:"force_rerun,omitempty" json:"force_rerun,omitempty"`
 	IsDeterministic      *bool                 `yaml:"is_deterministic,omitempty" json:"is_deterministic,omitempty"`
 
+	// Subpipeline is the pipeline component the step runs, once read (by
+	// the client for a file; from the file for an inline one). Such a
+	// step is expanded into the component's steps (ExpandPipelineSteps)
+	// before the pipeline is submitted, so it never reaches the
+	// workspace.
+	Subpipeline *PipelineJob `yaml:"-" json:"-"`
+
 	// A sweep step's own fields, as a sweep job's; its limits are Limits
 	// (max_total_trials, max_concurrent_trials, timeout, trial_timeout).
 	SearchSpace       map[string]SearchParam `yaml:"search_space,omitempty" json:"search_space,omitempty"`
@@ -188,7 +195,7 @@ func ParsePipelineJob(data []byte, sets []string) (*PipelineJob, error) {
 		}
 		return nil, err
 	}
-	if err := p.Validate(); err != nil {
+	if err := p.validate(true); err != nil {
 		addLines(err.(Errors), root)
 		noteSets(err, sets)
 		return nil, err
@@ -337,11 +344,20 @@ func stepFromNode(n *yaml.Node, f string, ignored *[]string) (*PipelineStep, err
 		}
 	}
 	if c != nil && !isNull(c) {
-		switch c.Kind {
-		case yaml.ScalarNode:
+		switch {
+		case isPipelineNode(c) && compField == "component":
+			sub, err := pipelineComponentFromNode(c, f+".component")
+			if err != nil {
+				es = append(es, err.(Errors)...)
+			} else {
+				*ignored = append(*ignored, sub.Ignored...)
+				sub.Ignored = nil
+				st.Subpipeline = sub
+			}
+		case c.Kind == yaml.ScalarNode:
 			// file:./train.yml is Azure's explicit spelling of a local file.
 			st.Component = &ComponentRef{Ref: strings.TrimPrefix(c.Value, EnvironmentFilePrefix)}
-		case yaml.MappingNode:
+		case c.Kind == yaml.MappingNode:
 			comp, err := componentFromNode(c, f+"."+compField)
 			if err != nil {
 				es = append(es, err.(Errors)...)
@@ -469,8 +485,8 @@ func (p *PipelineJob) StepComponent(name string) *Component {
 	if st.Component != nil {
 		return st.Component.Resolved
 	}
-	if st.IsSweep() {
-		return nil // a sweep step without a trial: Validate says so
+	if st.IsSweep() || st.Subpipeline != nil {
+		return nil // a sweep step without a trial (Validate says so), or a pipeline component
 	}
 	c := &Component{Type: "command", Command: st.Command, Code: st.Code, Environment: st.Environment,
 		EnvironmentVariables: st.EnvironmentVariables, Resources: st.Resources, Distribution: st.Distribution,
@@ -612,7 +628,12 @@ const MaxPipelineSteps = 500
 // Validate checks the pipeline as far as its resolved parts allow and
 // returns every problem, each naming its field. A step whose component
 // is a reference not yet resolved is checked for its reference only.
-func (p *PipelineJob) Validate() error {
+func (p *PipelineJob) Validate() error { return p.validate(false) }
+
+// validate is Validate; withComponents accepts steps that run pipeline
+// components, which the client expands before it submits the pipeline
+// (a file just parsed has them, a pipeline sent to the workspace must not).
+func (p *PipelineJob) validate(withComponents bool) error {
 	if p == nil {
 		return Errors{{Message: "the pipeline job is missing"}}
 	}
@@ -657,6 +678,10 @@ func (p *PipelineJob) Validate() error {
 		es.add("jobs", "a pipeline has at most %d steps (got %d)", MaxPipelineSteps, len(p.Jobs))
 	}
 	for _, name := range slices.Sorted(maps.Keys(p.Jobs)) {
+		if st := p.Jobs[name]; withComponents && st.IsPipelineComponent() {
+			p.validatePipelineComponentStep(&es, name)
+			continue
+		}
 		p.validateStep(&es, name)
 	}
 	if cyc := p.cycle(); cyc != "" {
@@ -685,8 +710,11 @@ func (p *PipelineJob) validateStep(es *Errors, name string) {
 		p.refuseSweepStepFields(es, name)
 	case "sweep":
 		p.validateSweepStep(es, name)
-	case "pipeline", "parallel", "spark", "automl", "import", "data_transfer":
-		es.add(f+".type", "%s steps are not supported yet; Ferry runs command steps (a command or a command component)", st.Type)
+	case "pipeline":
+		es.add(f+".component", "a pipeline step's component must be a pipeline component file (component: ./train_pipeline.yml) or written inline; the client expands it into its steps before it submits the pipeline")
+		return
+	case "parallel", "spark", "automl", "import", "data_transfer":
+		es.add(f+".type", "%s steps are not supported yet; Ferry runs command, sweep and pipeline steps (a command, a command component, a sweep, or a pipeline component)", st.Type)
 		return // the step's other fields are that kind's: their problems would bury this one
 	default:
 		es.add(f+".type", "must be command, got %s", quote(st.Type))

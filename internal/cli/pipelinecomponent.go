@@ -1,0 +1,119 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/ferry-ml/ferry/internal/spec"
+)
+
+// expandPipelineComponents reads the pipeline component files that a
+// pipeline's steps name (type: pipeline steps, or any step whose
+// component file is a pipeline) and replaces each such step by the
+// component's steps, again for pipeline components within them. Paths in
+// a component file are relative to that file; they are rewritten
+// relative to the pipeline file, where the rest of the client reads them.
+func expandPipelineComponents(src specFile, p *spec.PipelineJob) error {
+	for range 10 {
+		found := false
+		for _, n := range slices.Sorted(maps.Keys(p.Jobs)) {
+			st := p.Jobs[n]
+			if st == nil || st.Subpipeline != nil || st.Component == nil || st.Component.Resolved != nil || st.Component.IsRegistered() || st.IsSweep() {
+				continue
+			}
+			f := pathField{file: src, field: "jobs." + n + ".component", value: st.Component.Ref}
+			data, err := os.ReadFile(f.path())
+			if errors.Is(err, os.ErrNotExist) {
+				return f.notFound()
+			} else if err != nil {
+				return f.errorf("%v", err)
+			}
+			if !spec.IsPipelineFile(data) {
+				if st.Type == "pipeline" {
+					return f.errorf("%s is not a pipeline component (type: pipeline with jobs:); a type: pipeline step runs one", st.Component.Ref)
+				}
+				continue
+			}
+			sub, err := spec.ParsePipelineComponent(data)
+			if err != nil {
+				return fmt.Errorf("%s (the pipeline component of step %s in %s): %w", f.path(), n, src.name, err)
+			}
+			rebasePipeline(sub, filepath.Dir(f.path()), filepath.Dir(src.name))
+			st.Subpipeline, st.Component, found = sub, nil, true
+		}
+		if err := p.ExpandPipelineSteps(); err != nil {
+			return src.parseError(err)
+		}
+		if !found {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: pipeline components nest more than 10 deep; is one a step of itself?", src.name)
+}
+
+// rebasePipeline rewrites the local paths of a pipeline component read
+// from a file in dir from (component files, inline steps' code and
+// environment files, local data) as paths relative to dir to.
+func rebasePipeline(sub *spec.PipelineJob, from, to string) {
+	re := func(p string) string {
+		if p == "" || isRemote(p) || spec.IsDataRef(p) {
+			return p
+		}
+		p = strings.TrimPrefix(p, "file:")
+		if filepath.IsAbs(p) {
+			return p
+		}
+		abs := filepath.Join(from, p)
+		if rel, err := filepath.Rel(to, abs); err == nil {
+			return rel
+		}
+		return abs
+	}
+	for k, in := range sub.Inputs {
+		if !in.IsLiteral() {
+			in.Path = re(in.Path)
+			sub.Inputs[k] = in
+		}
+	}
+	for _, st := range sub.Jobs {
+		if st == nil {
+			continue
+		}
+		for k, in := range st.Inputs {
+			if in.Value == nil && in.Binding == nil {
+				in.Path = re(in.Path)
+				st.Inputs[k] = in
+			}
+		}
+		st.Code = re(st.Code)
+		rebaseEnvironment(st.Environment, re)
+		switch {
+		case st.Subpipeline != nil:
+			rebasePipeline(st.Subpipeline, from, to)
+		case st.Component != nil && st.Component.Resolved != nil:
+			st.Component.Resolved.Code = re(st.Component.Resolved.Code)
+			rebaseEnvironment(st.Component.Resolved.Environment, re)
+		case st.Component != nil && !st.Component.IsRegistered():
+			st.Component.Ref = re(st.Component.Ref)
+		}
+	}
+}
+
+// rebaseEnvironment rewrites an inline environment's local files with re.
+func rebaseEnvironment(e *spec.Environment, re func(string) string) {
+	if e == nil {
+		return
+	}
+	if strings.HasPrefix(e.Ref, spec.EnvironmentFilePrefix) {
+		e.Ref = spec.EnvironmentFilePrefix + re(e.Ref)
+	}
+	e.CondaFile = re(e.CondaFile)
+	if e.Build != nil {
+		e.Build.Path = re(e.Build.Path)
+	}
+}

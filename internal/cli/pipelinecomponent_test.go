@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A pipeline step that runs a pipeline component file (in a folder of its
+// own, naming a command component beside it and local data relative to
+// it) runs as the component's steps, and the next step reads what they
+// made.
+func TestPipelineComponentFileRuns(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"words/w.txt": "kiwi\n",
+		"parts/stage.yml": `$schema: https://azuremlschemas.azureedge.net/latest/pipelineComponent.schema.json
+type: pipeline
+inputs:
+  src: {type: uri_folder}
+  tag: {type: string, default: plain}
+  note: {type: string, optional: true}
+outputs:
+  done: {type: uri_folder}
+jobs:
+  copy:
+    type: command
+    component: ./copy.yml
+    inputs:
+      from: ${{parent.inputs.src}}
+      tag: ${{parent.inputs.tag}}
+      more: ${{parent.inputs.extra_words}}
+  mark:
+    command: cat ${{inputs.got}}/w.txt ${{inputs.extra}}/e.txt > ${{outputs.out}}/w.txt
+    inputs:
+      got: ${{parent.jobs.copy.outputs.to}}
+      extra: {type: uri_folder, path: ./extra}
+    outputs:
+      out: ${{parent.outputs.done}}
+`,
+		"parts/extra/e.txt": "fig\n",
+		"parts/copy.yml": `name: copy_words
+type: command
+inputs:
+  from: {type: uri_folder}
+  tag: {type: string}
+  more: {type: string, optional: true}
+outputs:
+  to: {type: uri_folder}
+command: cp ${{inputs.from}}/w.txt ${{outputs.to}}/ && echo tag=${{inputs.tag}}
+`,
+		"pipe.yml": `type: pipeline
+compute: local
+inputs:
+  words: {type: uri_folder, path: ./words}
+jobs:
+  stage:
+    type: pipeline
+    component: ./parts/stage.yml
+    inputs:
+      src: ${{parent.inputs.words}}
+  show:
+    command: cat ${{inputs.d}}/w.txt
+    inputs:
+      d: ${{parent.jobs.stage.outputs.done}}
+`,
+	})
+	// parts/stage.yml binds an input it does not declare: the file is
+	// refused, naming the field.
+	r := s.ferry(t, "job", "create", "-f", filepath.Join(dir, "pipe.yml"))
+	if r.code == 0 || !strings.Contains(r.stderr, "extra_words") {
+		t.Fatalf("an undeclared input of a pipeline component: %s", r)
+	}
+	stage, err := os.ReadFile(filepath.Join(dir, "parts", "stage.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string]string{"parts/stage.yml": strings.Replace(string(stage), "${{parent.inputs.extra_words}}", "${{parent.inputs.note}}", 1)})
+
+	r = s.ferry(t, "job", "create", "-f", filepath.Join(dir, "pipe.yml"), "--stream")
+	if r.code != 0 {
+		t.Fatalf("pipeline with a pipeline component: %s", r)
+	}
+	for _, want := range []string{"[stage-copy] tag=plain", "[show] kiwi\n[show] fig\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("the log lacks %q: %s", want, r)
+		}
+	}
+	for _, want := range []string{"step stage-copy: Completed", "step stage-mark: Completed", "(all 3 steps completed)"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("the progress lacks %q: %s", want, r)
+		}
+	}
+}

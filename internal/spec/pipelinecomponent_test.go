@@ -1,0 +1,168 @@
+package spec
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// A step that runs a pipeline component written inline becomes the
+// component's steps, each bound to what the outer step gave, and the
+// step after it takes the inner step's output.
+func TestExpandInlinePipelineComponent(t *testing.T) {
+	p, err := ParsePipelineJob([]byte(`
+type: pipeline
+inputs:
+  rows: {type: uri_folder, path: ./rows}
+  rate: 0.5
+outputs:
+  final: {mode: upload}
+settings: {default_compute: azureml:cpu-cluster}
+jobs:
+  fit:
+    type: pipeline
+    compute: local
+    inputs:
+      raw: ${{parent.inputs.rows}}
+      lr: ${{parent.inputs.rate}}
+    component:
+      type: pipeline
+      inputs:
+        raw: {type: uri_folder}
+        lr: {type: number}
+        epochs: {type: integer, default: 3}
+        extra: {type: string, optional: true}
+      outputs:
+        weights: {type: uri_folder}
+      jobs:
+        clean:
+          command: tidy ${{inputs.src}} ${{outputs.tidy}}
+          inputs:
+            src: ${{parent.inputs.raw}}
+          outputs:
+            tidy: {type: uri_folder}
+        train:
+          command: learn ${{inputs.d}} ${{inputs.lr}} ${{inputs.n}} ${{outputs.w}}
+          inputs:
+            d: ${{parent.jobs.clean.outputs.tidy}}
+            lr: ${{parent.inputs.lr}}
+            n: ${{parent.inputs.epochs}}
+            x: ${{parent.inputs.extra}}
+          outputs:
+            w: ${{parent.outputs.weights}}
+  report:
+    command: show ${{inputs.m}} ${{outputs.out}}
+    inputs:
+      m: ${{parent.jobs.fit.outputs.weights}}
+    outputs:
+      out: ${{parent.outputs.final}}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ExpandPipelineSteps(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Validate(); err != nil {
+		t.Fatalf("the expanded pipeline: %v", err)
+	}
+	var names []string
+	for n := range p.Jobs {
+		names = append(names, n)
+	}
+	if diff := cmp.Diff([]string{"fit-clean", "fit-train", "report"}, slices.Sorted(slices.Values(names))); diff != "" {
+		t.Errorf("steps (-want +got):\n%s", diff)
+	}
+	three := "3"
+	want := map[string]StepInput{
+		"d":  {Binding: &Binding{Kind: BindStepOutput, Step: "fit-clean", Name: "tidy"}},
+		"lr": {Binding: &Binding{Kind: BindParentInput, Name: "rate"}},
+		"n":  {Value: &three},
+	}
+	if diff := cmp.Diff(want, p.Jobs["fit-train"].Inputs); diff != "" {
+		t.Errorf("fit-train inputs (-want +got):\n%s", diff)
+	}
+	if got := p.Jobs["fit-clean"].Inputs["src"].Binding; got == nil || got.Name != "rows" {
+		t.Errorf("fit-clean's src = %+v, want bound to the pipeline's input rows", got)
+	}
+	if got := p.Jobs["report"].Inputs["m"].Binding; got == nil || got.Step != "fit-train" || got.Name != "w" {
+		t.Errorf("report's m = %+v, want fit-train's output w", got)
+	}
+	if got := p.StepCompute("fit-train"); got != "local" {
+		t.Errorf("fit-train runs on %q, want the outer step's compute local", got)
+	}
+	if diff := cmp.Diff([]string{"fit-clean"}, p.Jobs["fit-train"].Dependencies()); diff != "" {
+		t.Errorf("fit-train's dependencies (-want +got):\n%s", diff)
+	}
+}
+
+// What the outer step gives that the pipeline component does not
+// declare, or takes that no inner step gives, is named.
+func TestExpandPipelineComponentErrors(t *testing.T) {
+	p, err := ParsePipelineJob([]byte(`
+type: pipeline
+jobs:
+  fit:
+    type: pipeline
+    inputs:
+      nope: 1
+    component:
+      type: pipeline
+      outputs:
+        weights: {type: uri_folder}
+      jobs:
+        only:
+          command: echo hi
+  after:
+    command: cat ${{inputs.w}}
+    inputs:
+      w: ${{parent.jobs.fit.outputs.weights}}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.ExpandPipelineSteps()
+	if err == nil || !strings.Contains(err.Error(), "jobs.fit.inputs.nope") {
+		t.Fatalf("err = %v, want one naming jobs.fit.inputs.nope", err)
+	}
+	delete(p.Jobs["fit"].Inputs, "nope")
+	err = p.ExpandPipelineSteps()
+	if err == nil || !strings.Contains(err.Error(), "jobs.after.inputs.w") || !strings.Contains(err.Error(), "weights") {
+		t.Fatalf("err = %v, want one naming jobs.after.inputs.w and the output weights", err)
+	}
+}
+
+// A pipeline sent to the workspace has its pipeline components expanded;
+// one that still has a type: pipeline step is refused, saying so.
+func TestUnexpandedPipelineStepRefusedByWorkspace(t *testing.T) {
+	p, err := ParsePipelineJob([]byte(`
+type: pipeline
+jobs:
+  fit:
+    type: pipeline
+    component: ./inner.yml
+`), nil)
+	if err != nil {
+		t.Fatalf("a file's pipeline step is expanded by the client, not refused: %v", err)
+	}
+	err = p.Validate()
+	if err == nil || !strings.Contains(err.Error(), "jobs.fit.component") {
+		t.Fatalf("err = %v, want one naming jobs.fit.component", err)
+	}
+}
+
+// A registered pipeline component cannot be named: Ferry registers none.
+func TestRegisteredPipelineComponentRefused(t *testing.T) {
+	_, err := ParsePipelineJob([]byte(`
+type: pipeline
+jobs:
+  fit:
+    type: pipeline
+    component: azureml:trainer:1
+`), nil)
+	if err == nil || !strings.Contains(err.Error(), "registers no pipeline components") {
+		t.Fatalf("err = %v, want one saying Ferry registers no pipeline components", err)
+	}
+}
