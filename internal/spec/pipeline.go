@@ -189,6 +189,9 @@ func ParsePipelineJob(data []byte, sets []string) (*PipelineJob, error) {
 		return nil, es
 	}
 	p, err := pipelineFromNode(root)
+	if err == nil {
+		err = p.resolveComputeInputs()
+	}
 	if err != nil {
 		if fes, ok := err.(Errors); ok {
 			addLines(fes, root)

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -146,6 +147,27 @@ func (p *PipelineJob) expandStep(name string) error {
 		if c.Compute == "" {
 			c.Compute = compute
 		}
+		cc, err := computeFromInput(c.Compute, func(in string) (StepInput, bool) {
+			if given, ok := st.Inputs[in]; ok {
+				return given, true
+			}
+			decl, ok := sub.Inputs[in]
+			return StepInput{Value: decl.Value, Path: decl.Path}, ok
+		})
+		if err != nil {
+			es.add(f+".component.jobs."+sn+".compute", "%v", err)
+			continue
+		}
+		if c.Compute = cc; IsBinding(cc) {
+			// The outer pipeline's input, which has a value by now.
+			if c.Compute, err = computeFromInput(cc, func(in string) (StepInput, bool) {
+				pi, ok := p.Inputs[in]
+				return StepInput{Value: pi.Value, Path: pi.Path}, ok
+			}); err != nil {
+				es.add(f+".component.jobs."+sn+".compute", "%v", err)
+				continue
+			}
+		}
 		c.Inputs = map[string]StepInput{}
 		for _, k := range slices.Sorted(maps.Keys(s.Inputs)) {
 			in := s.Inputs[k]
@@ -282,4 +304,56 @@ func (p *PipelineJob) validatePipelineComponentStep(es *Errors, name string) {
 			es.add(fo, "%s: the pipeline has no output %q; %s", out.Binding, out.Binding.Name, declared("outputs", p.Outputs))
 		}
 	}
+}
+
+// resolveComputeInputs replaces a step's compute written as a binding to
+// a pipeline input (compute: ${{parent.inputs.NAME}}, Azure's way of
+// making the target a parameter of the pipeline) by that input's value.
+// A step that runs a pipeline component keeps its binding: it is resolved
+// for the component's steps when the step is expanded.
+func (p *PipelineJob) resolveComputeInputs() error {
+	var es Errors
+	for _, n := range slices.Sorted(maps.Keys(p.Jobs)) {
+		st := p.Jobs[n]
+		if st == nil {
+			continue
+		}
+		c, err := computeFromInput(st.Compute, func(name string) (StepInput, bool) {
+			in, ok := p.Inputs[name]
+			if !ok {
+				return StepInput{}, false
+			}
+			return StepInput{Value: in.Value, Type: in.Type, Path: in.Path}, true
+		})
+		if err != nil {
+			es.add("jobs."+n+".compute", "%v", err)
+			continue
+		}
+		st.Compute = c
+	}
+	return es.err()
+}
+
+// computeFromInput is compute, or when it is ${{parent.inputs.NAME}}, the
+// literal value that input has (lookup finds it).
+func computeFromInput(compute string, lookup func(string) (StepInput, bool)) (string, error) {
+	b, ok, err := ParseBinding(strings.TrimSpace(compute))
+	switch {
+	case err != nil:
+		return "", err
+	case !ok:
+		return compute, nil
+	case b.Kind != BindParentInput:
+		return "", fmt.Errorf("%s: a step's compute is a target's name or ${{parent.inputs.NAME}}, an input whose value is one", b)
+	}
+	in, ok := lookup(b.Name)
+	switch {
+	case !ok:
+		return "", fmt.Errorf("%s: there is no input %q to take the compute target from", b, b.Name)
+	case in.Binding != nil && in.Binding.Kind == BindParentInput:
+		return in.Binding.String(), nil // the outer pipeline's input: resolved there
+	case in.Value == nil:
+		return "", fmt.Errorf("%s: input %s is data, not the name of a compute target; give it a value such as cpu-cluster", b, b.Name)
+	}
+	return strings.TrimSpace(*in.Value), nil
 }

@@ -166,3 +166,59 @@ jobs:
 		t.Fatalf("err = %v, want one saying Ferry registers no pipeline components", err)
 	}
 }
+
+// A step's compute may be a pipeline input's value, at the top level and
+// inside a pipeline component, where it is what the outer step gave.
+func TestComputeFromPipelineInput(t *testing.T) {
+	p, err := ParsePipelineJob([]byte(`
+type: pipeline
+inputs:
+  big: gpu-cluster
+  small: local
+  rows: {type: uri_folder, path: ./rows}
+jobs:
+  first:
+    command: echo one
+    compute: ${{parent.inputs.small}}
+  nest:
+    type: pipeline
+    inputs:
+      where: ${{parent.inputs.big}}
+    component:
+      type: pipeline
+      inputs:
+        where: {type: string}
+        fixed: {type: string, default: cpu-cluster}
+      jobs:
+        a:
+          command: echo a
+          compute: ${{parent.inputs.where}}
+        b:
+          command: echo b
+          compute: ${{parent.inputs.fixed}}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ExpandPipelineSteps(); err != nil {
+		t.Fatal(err)
+	}
+	for step, want := range map[string]string{"first": "local", "nest-a": "gpu-cluster", "nest-b": "cpu-cluster"} {
+		if got := p.StepCompute(step); got != want {
+			t.Errorf("%s runs on %q, want %q", step, got, want)
+		}
+	}
+
+	_, err = ParsePipelineJob([]byte(`
+type: pipeline
+inputs:
+  rows: {type: uri_folder, path: ./rows}
+jobs:
+  first:
+    command: echo one
+    compute: ${{parent.inputs.rows}}
+`), nil)
+	if err == nil || !strings.Contains(err.Error(), "jobs.first.compute") || !strings.Contains(err.Error(), "is data") {
+		t.Fatalf("err = %v, want one naming jobs.first.compute and saying the input is data", err)
+	}
+}
