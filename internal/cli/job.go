@@ -247,6 +247,12 @@ func checkDataInputs(ctx context.Context, c *client.Client, src specFile, j *spe
 		if !spec.IsDataRef(in.Path) {
 			continue
 		}
+		if spec.IsModelType(in.Type) {
+			if err := checkModelInput(ctx, c, in.Path); err != nil {
+				return f.errorf("%v", err)
+			}
+			continue
+		}
 		dname, version, err := spec.ParseDataRef(in.Path)
 		if err != nil {
 			return f.errorf("%v", err)
@@ -261,6 +267,17 @@ func checkDataInputs(ctx context.Context, c *client.Client, src specFile, j *spe
 		}
 	}
 	return nil
+}
+
+// checkModelInput looks up the registered model that an input of a model
+// type (mlflow_model, custom_model, triton_model) names.
+func checkModelInput(ctx context.Context, c *client.Client, ref string) error {
+	name, version, err := spec.ParseModelRef(ref)
+	if err != nil {
+		return err
+	}
+	_, err = c.GetModel(ctx, name, version)
+	return err
 }
 
 var remoteScheme = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)

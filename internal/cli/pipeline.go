@@ -354,11 +354,17 @@ func (a *app) pipelineRequest(ctx context.Context, c *client.Client, src specFil
 // checkPipelineData looks up the data assets the pipeline's inputs and
 // its steps' inputs name, before anything is uploaded.
 func checkPipelineData(ctx context.Context, c *client.Client, src specFile, p *spec.PipelineJob) error {
-	check := func(field, path string) error {
+	check := func(field, typ, path string) error {
 		if !spec.IsDataRef(path) {
 			return nil
 		}
 		f := pathField{file: src, field: field, value: path}
+		if spec.IsModelType(typ) {
+			if err := checkModelInput(ctx, c, path); err != nil {
+				return f.errorf("%v", err)
+			}
+			return nil
+		}
 		name, version, err := spec.ParseDataRef(path)
 		if err != nil {
 			return f.errorf("%v", err)
@@ -369,13 +375,14 @@ func checkPipelineData(ctx context.Context, c *client.Client, src specFile, p *s
 		return nil
 	}
 	for _, k := range slices.Sorted(maps.Keys(p.Inputs)) {
-		if err := check("inputs."+k+".path", p.Inputs[k].Path); err != nil {
+		if err := check("inputs."+k+".path", p.Inputs[k].Type, p.Inputs[k].Path); err != nil {
 			return err
 		}
 	}
 	for _, n := range slices.Sorted(maps.Keys(p.Jobs)) {
 		for _, k := range slices.Sorted(maps.Keys(p.Jobs[n].Inputs)) {
-			if err := check("jobs."+n+".inputs."+k+".path", p.Jobs[n].Inputs[k].Path); err != nil {
+			in := p.Jobs[n].Inputs[k]
+			if err := check("jobs."+n+".inputs."+k+".path", in.Type, in.Path); err != nil {
 				return err
 			}
 		}

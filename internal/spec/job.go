@@ -135,7 +135,7 @@ var (
 	shmRe        = lazyRegexp(`^[0-9]+([bkmgBKMG]|[kmgKMG][bB])?$`)
 	nodesRe      = lazyRegexp(`^(all|[0-9]+)$`)
 
-	inputTypes   = []string{"uri_file", "uri_folder", "mltable", "mlflow_model", "custom_model"}
+	inputTypes   = []string{"uri_file", "uri_folder", "mltable", "mlflow_model", "custom_model", "triton_model"}
 	inputModes   = []string{"ro_mount", "download", "direct", "rw_mount", "eval_mount", "eval_download"}
 	outputTypes  = []string{"uri_folder", "uri_file", "mlflow_model", "custom_model"}
 	outputModes  = []string{"rw_mount", "upload", "direct"}
