@@ -261,7 +261,7 @@ func checkDataInputs(ctx context.Context, c *client.Client, src specFile, j *spe
 		if err != nil {
 			return f.errorf("%v", err)
 		}
-		if in.Type != "" && in.Type != d.Type {
+		if !spec.DataTypeFits(in.Type, d.Type) {
 			f.field = "inputs." + name + ".type"
 			return f.errorf("%s is %s, but the input's type is %s; write type: %s", d.ID, d.Type, in.Type, d.Type)
 		}
@@ -311,6 +311,8 @@ func (a *app) upload(ctx context.Context, c *client.Client, f pathField, kind st
 		return "", f.errorf("%s is a folder, but its type is uri_file; use type: uri_folder", path)
 	case kind == "uri_folder" && !st.IsDir():
 		return "", f.errorf("%s is a file, but its type is uri_folder; use type: uri_file", path)
+	case kind == "mltable" && !st.IsDir():
+		return "", f.errorf("%s is a file, but an mltable is a folder holding an MLTable file; give the folder", path)
 	}
 	opt := snapshot.BuildOptions{MaxSize: limit, UseIgnoreFiles: ignoreFiles, Cache: a.statCache()}
 	var tree *snapshot.Tree

@@ -249,10 +249,12 @@ func (s *Service) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded m
 			}
 			return nil, err
 		}
-		if in.Type != "" && in.Type != d.Type {
+		if !spec.DataTypeFits(in.Type, d.Type) {
 			return nil, Invalid("inputs.%s.type: %s is %s, but the input's type is %s; write type: %s", name, d.ID, d.Type, in.Type, d.Type)
 		}
-		in.Type = d.Type
+		if in.Type == "" {
+			in.Type = d.Type
+		}
 		j.Inputs[name] = in
 		if d.Snapshot == "" {
 			continue // a reference: resolveRemoteInputs resolves its path
