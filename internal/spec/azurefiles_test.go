@@ -358,3 +358,22 @@ instance_count: 1
 		t.Fatalf("both spellings: err = %v, want one naming private_network_connection", err)
 	}
 }
+
+// A job, step or component of a kind Ferry does not run is refused
+// naming the kind, what Ferry runs, and what to write instead.
+func TestOtherKindsSayWhatToDo(t *testing.T) {
+	for typ, hint := range map[string]string{"automl": "sweep job", "spark": "PySpark", "parallel": "batch endpoint"} {
+		_, err := ParseJob([]byte("type: " + typ + "\ncompute: local\n"))
+		if err == nil || !strings.Contains(err.Error(), typ+" jobs are not supported") || !strings.Contains(err.Error(), hint) {
+			t.Errorf("%s job: err = %v, want one naming %s and saying %q", typ, err, typ, hint)
+		}
+		_, err = ParsePipelineJob([]byte("type: pipeline\njobs:\n  s:\n    type: "+typ+"\n"), nil)
+		if err == nil || !strings.Contains(err.Error(), typ+" steps are not supported") || !strings.Contains(err.Error(), hint) {
+			t.Errorf("%s step: err = %v, want one naming %s and saying %q", typ, err, typ, hint)
+		}
+		_, err = ParseComponent([]byte("name: c\ntype: " + typ + "\n"))
+		if err == nil || !strings.Contains(err.Error(), typ+" components are not supported") || !strings.Contains(err.Error(), hint) {
+			t.Errorf("%s component: err = %v, want one naming %s and saying %q", typ, err, typ, hint)
+		}
+	}
+}

@@ -149,7 +149,11 @@ func (c *Component) validate(needName bool, f string) error {
 	case "parallel", "spark", "pipeline", "import", "automl", "sweep":
 		// The rest of the file is another kind's fields: its problems
 		// would only bury this one.
-		es.add(at("type"), "%s components are not supported yet; Ferry runs command components", c.Type)
+		hint := otherKindHint(c.Type)
+		if c.Type == "pipeline" {
+			hint = "a pipeline component runs as a step of a pipeline job that names its file (type: pipeline, component: ./its-file.yml); Ferry does not register pipeline components"
+		}
+		es.add(at("type"), "%s components are not supported yet; Ferry runs command components: %s", c.Type, hint)
 		return es
 	default:
 		es.add(at("type"), "must be command, got %s", quote(c.Type))

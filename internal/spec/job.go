@@ -259,9 +259,25 @@ func typeProblem(t string) string {
 	case "pipeline":
 		return "a pipeline job is read by ParsePipelineJob and submitted to POST /v1/pipeline-jobs (`ferry job create -f` does both)"
 	case "spark", "automl", "parallel":
-		return fmt.Sprintf("only command, sweep and pipeline jobs are supported; %s jobs are not supported yet", t)
+		return fmt.Sprintf("only command, sweep and pipeline jobs are supported; %s jobs are not supported yet: %s", t, otherKindHint(t))
 	}
 	return fmt.Sprintf("must be command, sweep or pipeline, got %s", quote(t))
+}
+
+// otherKindHint says why Ferry does not run a kind of Azure job, step or
+// component, and what to write instead.
+func otherKindHint(t string) string {
+	switch t {
+	case "automl":
+		return "AutoML's model search is Azure's service, not a command Ferry can run; train with a command job, or search with a sweep job"
+	case "spark":
+		return "Ferry has no Spark compute; run PySpark in local mode in a command job (pip install pyspark)"
+	case "parallel":
+		return "for batch scoring use a batch endpoint (ferry batch-deployment create -f), which spreads mini-batches over nodes and workers"
+	case "import", "data_transfer":
+		return "Ferry does not copy from external databases or stores; fetch the data in a command step, or register it with ferry data create"
+	}
+	return "Ferry runs command jobs and components, sweeps and pipelines"
 }
 
 // validateCommand checks the command and its ${{...}} expressions.

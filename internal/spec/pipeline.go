@@ -717,7 +717,7 @@ func (p *PipelineJob) validateStep(es *Errors, name string) {
 		es.add(f+".component", "a pipeline step's component must be a pipeline component file (component: ./train_pipeline.yml) or written inline; the client expands it into its steps before it submits the pipeline")
 		return
 	case "parallel", "spark", "automl", "import", "data_transfer":
-		es.add(f+".type", "%s steps are not supported yet; Ferry runs command, sweep and pipeline steps (a command, a command component, a sweep, or a pipeline component)", st.Type)
+		es.add(f+".type", "%s steps are not supported yet; Ferry runs command, sweep and pipeline steps (a command, a command component, a sweep, or a pipeline component): %s", st.Type, otherKindHint(st.Type))
 		return // the step's other fields are that kind's: their problems would bury this one
 	default:
 		es.add(f+".type", "must be command, got %s", quote(st.Type))
