@@ -190,6 +190,7 @@ func ParsePipelineJob(data []byte, sets []string) (*PipelineJob, error) {
 	}
 	p, err := pipelineFromNode(root)
 	if err == nil {
+		p.matchStepNames()
 		err = p.resolveComputeInputs()
 	}
 	if err != nil {

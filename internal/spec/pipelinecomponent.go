@@ -63,6 +63,7 @@ func pipelineComponentFromNode(n *yaml.Node, f string) (*PipelineJob, error) {
 	if len(sub.Jobs) == 0 {
 		return nil, Errors{{Field: join(f, "jobs"), Line: n.Line, Message: "a pipeline component needs jobs: its steps"}}
 	}
+	sub.matchStepNames()
 	return sub, nil
 }
 
@@ -356,4 +357,38 @@ func computeFromInput(compute string, lookup func(string) (StepInput, bool)) (st
 		return "", fmt.Errorf("%s: input %s is data, not the name of a compute target; give it a value such as cpu-cluster", b, b.Name)
 	}
 	return strings.TrimSpace(*in.Value), nil
+}
+
+// matchStepNames rebinds a step input bound to a step the pipeline does
+// not have, ${{parent.jobs.train-model.outputs.X}}, to the one step whose
+// name is the same with '-' and '_' swapped (train_model): Azure's files
+// write both for one step, and Azure runs them.
+func (p *PipelineJob) matchStepNames() {
+	norm := func(s string) string { return strings.ReplaceAll(s, "-", "_") }
+	byNorm := map[string][]string{}
+	for n := range p.Jobs {
+		byNorm[norm(n)] = append(byNorm[norm(n)], n)
+	}
+	for _, st := range p.Jobs {
+		if st == nil {
+			continue
+		}
+		for k, in := range st.Inputs {
+			if in.Binding == nil || in.Binding.Kind != BindStepOutput {
+				continue
+			}
+			if _, ok := p.Jobs[in.Binding.Step]; ok {
+				continue
+			}
+			if same := byNorm[norm(in.Binding.Step)]; len(same) == 1 {
+				b := *in.Binding
+				b.Step = same[0]
+				in.Binding = &b
+				st.Inputs[k] = in
+			}
+		}
+		if st.Subpipeline != nil {
+			st.Subpipeline.matchStepNames()
+		}
+	}
 }

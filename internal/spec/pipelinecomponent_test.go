@@ -222,3 +222,42 @@ jobs:
 		t.Fatalf("err = %v, want one naming jobs.first.compute and saying the input is data", err)
 	}
 }
+
+// A binding may name a step with '-' where the step's name has '_' (or
+// the reverse), as Azure's files do; it is refused when two steps match.
+func TestStepBindingHyphenUnderscore(t *testing.T) {
+	p, err := ParsePipelineJob([]byte(`
+type: pipeline
+jobs:
+  train_model:
+    command: fit ${{outputs.m}}
+    outputs: {m: {type: uri_folder}}
+  use:
+    command: cat ${{inputs.m}}
+    inputs:
+      m: ${{parent.jobs.train-model.outputs.m}}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Jobs["use"].Inputs["m"].Binding; got == nil || got.Step != "train_model" {
+		t.Errorf("use's m = %+v, want bound to train_model", got)
+	}
+	_, err = ParsePipelineJob([]byte(`
+type: pipeline
+jobs:
+  a-b_c:
+    command: fit ${{outputs.m}}
+    outputs: {m: {type: uri_folder}}
+  a_b-c:
+    command: fit ${{outputs.m}}
+    outputs: {m: {type: uri_folder}}
+  use:
+    command: cat ${{inputs.m}}
+    inputs:
+      m: ${{parent.jobs.a_b_c.outputs.m}}
+`), nil)
+	if err == nil || !strings.Contains(err.Error(), "jobs.use.inputs.m") {
+		t.Fatalf("err = %v, want one naming jobs.use.inputs.m", err)
+	}
+}
