@@ -377,3 +377,30 @@ func TestOtherKindsSayWhatToDo(t *testing.T) {
 		}
 	}
 }
+
+// mode: mount, Azure's older name, is accepted on inputs (a read-only
+// mount) and outputs (a read-write one), in jobs and pipelines.
+func TestModeMount(t *testing.T) {
+	if _, err := ParseJob([]byte(`
+command: cp ${{inputs.a}} ${{outputs.b}}
+compute: local
+inputs:
+  a: {type: uri_file, path: https://data.example.org/a.csv, mode: mount}
+outputs:
+  b: {type: uri_folder, mode: mount}
+`)); err != nil {
+		t.Errorf("job: %v", err)
+	}
+	if _, err := ParsePipelineJob([]byte(`
+type: pipeline
+outputs:
+  o: {mode: mount}
+jobs:
+  s:
+    command: echo hi > ${{outputs.x}}/f
+    outputs:
+      x: ${{parent.outputs.o}}
+`), nil); err != nil {
+		t.Errorf("pipeline: %v", err)
+	}
+}

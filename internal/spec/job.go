@@ -136,9 +136,9 @@ var (
 	nodesRe      = lazyRegexp(`^(all|[0-9]+)$`)
 
 	inputTypes   = []string{"uri_file", "uri_folder", "mltable", "mlflow_model", "custom_model", "triton_model"}
-	inputModes   = []string{"ro_mount", "download", "direct", "rw_mount", "eval_mount", "eval_download"}
+	inputModes   = []string{"ro_mount", "download", "direct", "rw_mount", "eval_mount", "eval_download", "mount"}
 	outputTypes  = []string{"uri_folder", "uri_file", "mlflow_model", "custom_model"}
-	outputModes  = []string{"rw_mount", "upload", "direct"}
+	outputModes  = []string{"rw_mount", "upload", "direct", "mount"}
 	distTypes    = []string{"pytorch", "mpi", "tensorflow"}
 	serviceTypes = []string{"jupyter_lab", "ssh", "tensor_board", "vs_code", "custom"}
 	jobTiers     = []string{"spot", "basic", "standard", "premium"}
