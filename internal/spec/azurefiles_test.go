@@ -404,3 +404,12 @@ jobs:
 		t.Errorf("pipeline: %v", err)
 	}
 }
+
+// A prompt flow run file is named as such, not as a job with an unknown
+// field.
+func TestPromptFlowRunFile(t *testing.T) {
+	_, err := ParseJob([]byte("flow: ./my_flow\ndescription: a run\n"))
+	if err == nil || !strings.Contains(err.Error(), "prompt flow run file") {
+		t.Fatalf("err = %v, want one saying it is a prompt flow run file", err)
+	}
+}

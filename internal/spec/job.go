@@ -76,6 +76,10 @@ func DecodeJobJSON(data []byte) (*Job, error) {
 // fields of a pipeline or sweep job would otherwise each be reported as
 // unknown, burying the one problem that matters.
 func jobTypeFirst(root *yaml.Node) *FieldError {
+	if f := child(root, "flow"); f != nil && child(root, "type") == nil && child(root, "command") == nil {
+		// Prompt flow's run files (flow: ./dir) sit beside Azure's jobs.
+		return &FieldError{Field: "flow", Line: f.Line, Message: "this is a prompt flow run file (flow:), not an Azure ML job; Ferry does not run prompt flows: write a command job that runs the flow (pf run create) instead"}
+	}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if k.Value != "type" || v.Kind != yaml.ScalarNode || isNull(v) || v.Value == "" {
