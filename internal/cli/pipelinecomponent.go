@@ -19,6 +19,19 @@ import (
 // a component file are relative to that file; they are rewritten
 // relative to the pipeline file, where the rest of the client reads them.
 func expandPipelineComponents(src specFile, p *spec.PipelineJob) error {
+	if r := p.Root; r != nil && r.Subpipeline == nil && r.Component != nil {
+		// The job's whole pipeline is a pipeline component (component:
+		// instead of jobs:).
+		f := pathField{file: src, field: "component", value: r.Component.Ref}
+		if r.Component.IsRegistered() {
+			return f.errorf("%s: Ferry registers no pipeline components; name the pipeline component's file (component: ./pipeline.yml)", r.Component.Ref)
+		}
+		sub, err := readPipelineComponent(src, f)
+		if err != nil {
+			return err
+		}
+		r.Subpipeline, r.Component = sub, nil
+	}
 	for range 10 {
 		found := false
 		for _, n := range slices.Sorted(maps.Keys(p.Jobs)) {
@@ -39,11 +52,10 @@ func expandPipelineComponents(src specFile, p *spec.PipelineJob) error {
 				}
 				continue
 			}
-			sub, err := spec.ParsePipelineComponent(data)
+			sub, err := readPipelineComponent(src, f)
 			if err != nil {
-				return fmt.Errorf("%s (the pipeline component of step %s in %s): %w", f.path(), n, src.name, err)
+				return err
 			}
-			rebasePipeline(sub, filepath.Dir(f.path()), filepath.Dir(src.name))
 			st.Subpipeline, st.Component, found = sub, nil, true
 		}
 		if err := p.ExpandPipelineSteps(); err != nil {
@@ -54,6 +66,26 @@ func expandPipelineComponents(src specFile, p *spec.PipelineJob) error {
 		}
 	}
 	return fmt.Errorf("%s: pipeline components nest more than 10 deep; is one a step of itself?", src.name)
+}
+
+// readPipelineComponent reads the pipeline component file that field f of
+// src names, with its local paths made relative to src's folder.
+func readPipelineComponent(src specFile, f pathField) (*spec.PipelineJob, error) {
+	data, err := os.ReadFile(f.path())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, f.notFound()
+	} else if err != nil {
+		return nil, f.errorf("%v", err)
+	}
+	if !spec.IsPipelineFile(data) {
+		return nil, f.errorf("%s is not a pipeline component (type: pipeline with jobs:)", f.value)
+	}
+	sub, err := spec.ParsePipelineComponent(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s (the pipeline component that %s names in %s): %w", f.path(), f.field, src.name, err)
+	}
+	rebasePipeline(sub, filepath.Dir(f.path()), filepath.Dir(src.name))
+	return sub, nil
 }
 
 // rebasePipeline rewrites the local paths of a pipeline component read

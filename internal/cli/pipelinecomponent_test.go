@@ -51,6 +51,12 @@ outputs:
   to: {type: uri_folder}
 command: cp ${{inputs.from}}/w.txt ${{outputs.to}}/ && echo tag=${{inputs.tag}}
 `,
+		"whole.yml": `type: pipeline
+compute: local
+inputs:
+  src: {type: uri_folder, path: ./words}
+component: ./parts/stage.yml
+`,
 		"pipe.yml": `type: pipeline
 compute: local
 inputs:
@@ -92,5 +98,12 @@ jobs:
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("the progress lacks %q: %s", want, r)
 		}
+	}
+
+	// A job that is the pipeline component itself: its steps keep their
+	// names.
+	r = s.ferry(t, "job", "create", "-f", filepath.Join(dir, "whole.yml"), "--stream")
+	if r.code != 0 || !strings.Contains(r.stdout, "[copy] tag=plain") || !strings.Contains(r.stderr, "step mark: Completed") || !strings.Contains(r.stderr, "(all 2 steps completed)") {
+		t.Errorf("a pipeline job of one pipeline component: %s", r)
 	}
 }

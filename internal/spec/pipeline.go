@@ -26,6 +26,11 @@ type PipelineJob struct {
 	Inputs         map[string]PipelineInput  `yaml:"-" json:"inputs,omitempty"`
 	Outputs        map[string]PipelineOutput `yaml:"-" json:"outputs,omitempty"`
 	Jobs           map[string]*PipelineStep  `yaml:"-" json:"jobs"`
+	// Root is the pipeline component a pipeline job runs whole
+	// (component: ./pipeline.yml instead of jobs:, with the job's inputs
+	// and outputs its own). The client expands it into Jobs before it
+	// submits the pipeline (ExpandPipelineSteps).
+	Root *PipelineStep `yaml:"-" json:"-"`
 	// Ignored lists the fields of the file Ferry does not use.
 	Ignored []string `yaml:"-" json:"ignored,omitempty"`
 }
@@ -228,9 +233,26 @@ func pipelineFromNode(root *yaml.Node) (*PipelineJob, error) {
 		fe.Field, fe.Line = field, n.Line
 		es = append(es, fe)
 	}
-	if err := decodeLenient(without(root, "inputs", "outputs", "jobs"), &p, "", &ignored); err != nil {
+	if err := decodeLenient(without(root, "inputs", "outputs", "jobs", "component"), &p, "", &ignored); err != nil {
 		fail("", root, err)
 		return nil, es
+	}
+	if c := child(root, "component"); c != nil && !isNull(c) {
+		switch {
+		case c.Kind == yaml.ScalarNode:
+			p.Root = &PipelineStep{Type: "pipeline", Component: &ComponentRef{Ref: strings.TrimPrefix(c.Value, EnvironmentFilePrefix)}}
+		case isPipelineNode(c):
+			sub, err := pipelineComponentFromNode(c, "component")
+			if err != nil {
+				es = append(es, err.(Errors)...)
+			} else {
+				ignored = append(ignored, sub.Ignored...)
+				sub.Ignored = nil
+				p.Root = &PipelineStep{Type: "pipeline", Subpipeline: sub}
+			}
+		default:
+			es.add("component", "a pipeline job's component is a pipeline component: its file (component: ./pipeline.yml) or the component written inline with type: pipeline and jobs:")
+		}
 	}
 	if n := child(root, "inputs"); n != nil && !isNull(n) {
 		if n.Kind != yaml.MappingNode {
@@ -676,6 +698,10 @@ func (p *PipelineJob) validate(withComponents bool) error {
 		validateOutputAsset(&es, f, out.Name, out.Version)
 	}
 	switch {
+	case p.Root != nil && len(p.Jobs) > 0:
+		es.add("component", "give either jobs (the pipeline's steps) or component (a pipeline component that is the whole pipeline), not both")
+	case p.Root != nil && withComponents:
+		// The pipeline component's steps, once the client has read it.
 	case len(p.Jobs) == 0:
 		es.add("jobs", "is required: the pipeline's steps, e.g. jobs: {train: {type: command, component: ./train.yml}}")
 	case len(p.Jobs) > MaxPipelineSteps:

@@ -85,6 +85,11 @@ func isPipelineNode(n *yaml.Node) bool {
 // type: pipeline whose component is not resolved is left for Validate,
 // which says so.
 func (p *PipelineJob) ExpandPipelineSteps() error {
+	if p.Root != nil && p.Root.Subpipeline != nil && len(p.Jobs) == 0 {
+		if err := p.expandRoot(); err != nil {
+			return err
+		}
+	}
 	for depth := 0; ; depth++ {
 		names := slices.Sorted(maps.Keys(p.Jobs))
 		var todo []string
@@ -111,33 +116,67 @@ func (p *PipelineJob) ExpandPipelineSteps() error {
 	}
 }
 
+// rootStep names, while it is expanded, the step that a pipeline job
+// whose component is its whole pipeline (Root) stands for; its inner
+// steps keep their names.
+const rootStep = ""
+
+// expandRoot makes a pipeline job whose component is a pipeline component
+// the component's steps: the job's inputs and outputs are the
+// component's.
+func (p *PipelineJob) expandRoot() error {
+	st, sub := *p.Root, p.Root.Subpipeline
+	st.Inputs, st.Outputs = map[string]StepInput{}, map[string]StepOutput{}
+	for k := range p.Inputs {
+		st.Inputs[k] = StepInput{Binding: &Binding{Kind: BindParentInput, Name: k}}
+	}
+	for k := range p.Outputs {
+		st.Outputs[k] = StepOutput{Binding: &Binding{Kind: BindParentOutput, Name: k}}
+	}
+	// The component's settings are the job's, where the job has none.
+	if p.Settings == nil {
+		p.Settings = sub.Settings
+	}
+	p.Jobs = map[string]*PipelineStep{rootStep: &st}
+	p.Root = nil
+	return p.expandStep(rootStep)
+}
+
 // expandStep replaces step name by its pipeline component's steps.
 func (p *PipelineJob) expandStep(name string) error {
 	st, sub := p.Jobs[name], p.Jobs[name].Subpipeline
 	f := "jobs." + name
+	if name == rootStep {
+		f = ""
+	}
 	var es Errors
 	for _, k := range slices.Sorted(maps.Keys(st.Inputs)) {
 		if _, ok := sub.Inputs[k]; !ok {
-			es.add(f+".inputs."+k, "the pipeline component has no input %q; %s", k, declared("inputs", sub.Inputs))
+			es.add(join(f, "inputs."+k), "the pipeline component has no input %q; %s", k, declared("inputs", sub.Inputs))
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(st.Outputs)) {
 		if _, ok := sub.Outputs[k]; !ok {
-			es.add(f+".outputs."+k, "the pipeline component has no output %q; %s", k, declared("outputs", sub.Outputs))
+			es.add(join(f, "outputs."+k), "the pipeline component has no output %q; %s", k, declared("outputs", sub.Outputs))
 		}
 	}
 	compute := st.Compute
 	if c := sub.DefaultCompute(); c != "" {
 		compute = c
 	}
-	rename := func(inner string) string { return name + PipelineStepSeparator + inner }
+	rename := func(inner string) string {
+		if name == rootStep {
+			return inner
+		}
+		return name + PipelineStepSeparator + inner
+	}
 	inner := map[string]*PipelineStep{}
 	// produced[OUT] is the inner step output bound to the component's output OUT.
 	produced := map[string]Binding{}
 	for _, sn := range slices.Sorted(maps.Keys(sub.Jobs)) {
 		s, nn := sub.Jobs[sn], rename(sn)
 		if s == nil {
-			es.add(f+".component.jobs."+sn, "the step is empty; give it a component or a command")
+			es.add(join(f, "component.jobs."+sn), "the step is empty; give it a component or a command")
 			continue
 		}
 		if _, taken := p.Jobs[nn]; taken {
@@ -156,7 +195,7 @@ func (p *PipelineJob) expandStep(name string) error {
 			return StepInput{Value: decl.Value, Path: decl.Path}, ok
 		})
 		if err != nil {
-			es.add(f+".component.jobs."+sn+".compute", "%v", err)
+			es.add(join(f, "component.jobs."+sn)+".compute", "%v", err)
 			continue
 		}
 		if c.Compute = cc; IsBinding(cc) {
@@ -165,7 +204,7 @@ func (p *PipelineJob) expandStep(name string) error {
 				pi, ok := p.Inputs[in]
 				return StepInput{Value: pi.Value, Path: pi.Path}, ok
 			}); err != nil {
-				es.add(f+".component.jobs."+sn+".compute", "%v", err)
+				es.add(join(f, "component.jobs."+sn)+".compute", "%v", err)
 				continue
 			}
 		}
@@ -179,7 +218,7 @@ func (p *PipelineJob) expandStep(name string) error {
 					decl, declaredOK := sub.Inputs[in.Binding.Name]
 					switch {
 					case !declaredOK:
-						es.add(f+".component.jobs."+sn+".inputs."+k, "%s: the pipeline component has no input %q; %s", in.Binding, in.Binding.Name, declared("inputs", sub.Inputs))
+						es.add(join(f, "component.jobs."+sn)+".inputs."+k, "%s: the pipeline component has no input %q; %s", in.Binding, in.Binding.Name, declared("inputs", sub.Inputs))
 						continue
 					case decl.Value != nil:
 						v := *decl.Value
@@ -212,7 +251,7 @@ func (p *PipelineJob) expandStep(name string) error {
 			if out.Binding != nil && out.Binding.Kind == BindParentOutput {
 				o := out.Binding.Name
 				if _, ok := sub.Outputs[o]; !ok {
-					es.add(f+".component.jobs."+sn+".outputs."+k, "%s: the pipeline component has no output %q; %s", out.Binding, o, declared("outputs", sub.Outputs))
+					es.add(join(f, "component.jobs."+sn)+".outputs."+k, "%s: the pipeline component has no output %q; %s", out.Binding, o, declared("outputs", sub.Outputs))
 					continue
 				}
 				produced[o] = Binding{Kind: BindStepOutput, Step: nn, Name: k}

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -259,5 +260,72 @@ jobs:
 `), nil)
 	if err == nil || !strings.Contains(err.Error(), "jobs.use.inputs.m") {
 		t.Fatalf("err = %v, want one naming jobs.use.inputs.m", err)
+	}
+}
+
+// A pipeline job may be one pipeline component run whole (component:
+// instead of jobs:): its inputs and outputs are the component's, and its
+// steps the component's, under their own names.
+func TestPipelineJobOfOneComponent(t *testing.T) {
+	p, err := ParsePipelineJob([]byte(`
+type: pipeline
+compute: cpu-cluster
+inputs:
+  rows: {type: uri_folder, path: ./rows}
+outputs:
+  scores: {mode: upload}
+component:
+  type: pipeline
+  inputs:
+    rows: {type: uri_folder}
+    how: {type: string, default: append}
+  outputs:
+    scores: {type: uri_folder}
+  jobs:
+    prep:
+      command: prep ${{inputs.d}} ${{outputs.p}}
+      inputs: {d: '${{parent.inputs.rows}}'}
+      outputs: {p: {type: uri_folder}}
+    score:
+      command: score ${{inputs.p}} ${{inputs.how}} ${{outputs.s}}
+      inputs:
+        p: ${{parent.jobs.prep.outputs.p}}
+        how: ${{parent.inputs.how}}
+      outputs:
+        s: ${{parent.outputs.scores}}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ExpandPipelineSteps(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Validate(); err != nil {
+		t.Fatalf("the expanded pipeline: %v", err)
+	}
+	if got := slices.Sorted(maps.Keys(p.Jobs)); !slices.Equal(got, []string{"prep", "score"}) {
+		t.Fatalf("steps = %v, want prep and score", got)
+	}
+	if b := p.Jobs["prep"].Inputs["d"].Binding; b == nil || b.Kind != BindParentInput || b.Name != "rows" {
+		t.Errorf("prep's d = %+v, want the pipeline's input rows", b)
+	}
+	if v := p.Jobs["score"].Inputs["how"].Value; v == nil || *v != "append" {
+		t.Errorf("score's how = %v, want the component's default append", v)
+	}
+	if b := p.Jobs["score"].Outputs["s"].Binding; b == nil || b.Kind != BindParentOutput || b.Name != "scores" {
+		t.Errorf("score's s = %+v, want the pipeline's output scores", b)
+	}
+	if got := p.StepCompute("score"); got != "cpu-cluster" {
+		t.Errorf("score runs on %q, want the job's compute cpu-cluster", got)
+	}
+
+	_, err = ParsePipelineJob([]byte(`
+type: pipeline
+component: ./whole.yml
+jobs:
+  a: {command: echo a}
+`), nil)
+	if err == nil || !strings.Contains(err.Error(), "not both") {
+		t.Fatalf("err = %v, want one saying jobs and component do not go together", err)
 	}
 }
