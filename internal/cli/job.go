@@ -324,6 +324,12 @@ func (a *app) upload(ctx context.Context, c *client.Client, f pathField, kind st
 	if err != nil {
 		return "", err
 	}
+	return a.sendTree(ctx, c, field, tree)
+}
+
+// sendTree uploads what the workspace lacks of a tree listed for field
+// and returns the snapshot's ID, saying how much was sent.
+func (a *app) sendTree(ctx context.Context, c *client.Client, field string, tree *snapshot.Tree) (string, error) {
 	var progress func(int64)
 	clear := func() {}
 	if a.terminal(a.stderr) && tree.TotalSize() > 0 {

@@ -190,7 +190,14 @@ func (a *app) uploadComponent(ctx context.Context, c *client.Client, src specFil
 		return err
 	}
 	comp.Environment = env
-	if comp.Code != "" {
+	switch {
+	case len(comp.AdditionalIncludes) > 0:
+		id, err := a.uploadCodeWithIncludes(ctx, c, src, comp, prefix, limit)
+		if err != nil {
+			return err
+		}
+		comp.CodeSnapshot = id
+	case comp.Code != "":
 		id, err := a.upload(ctx, c, pathField{file: src, field: prefix + "code", value: comp.Code}, "", limit, true)
 		if err != nil {
 			return err

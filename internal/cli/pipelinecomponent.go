@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -9,6 +10,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
@@ -129,6 +132,9 @@ func rebasePipeline(sub *spec.PipelineJob, from, to string) {
 			rebasePipeline(st.Subpipeline, from, to)
 		case st.Component != nil && st.Component.Resolved != nil:
 			st.Component.Resolved.Code = re(st.Component.Resolved.Code)
+			for i, inc := range st.Component.Resolved.AdditionalIncludes {
+				st.Component.Resolved.AdditionalIncludes[i] = re(inc)
+			}
 			rebaseEnvironment(st.Component.Resolved.Environment, re)
 		case st.Component != nil && !st.Component.IsRegistered():
 			st.Component.Ref = re(st.Component.Ref)
@@ -148,4 +154,47 @@ func rebaseEnvironment(e *spec.Environment, re func(string) string) {
 	if e.Build != nil {
 		e.Build.Path = re(e.Build.Path)
 	}
+}
+
+// uploadCodeWithIncludes uploads a component's code with its
+// additional_includes: each file or folder, relative to the component
+// file src, joins the code at its root under its own name.
+func (a *app) uploadCodeWithIncludes(ctx context.Context, c *client.Client, src specFile, comp *spec.Component, prefix string, limit int64) (string, error) {
+	opt := snapshot.BuildOptions{MaxSize: limit, UseIgnoreFiles: true, Cache: a.statCache()}
+	field := prefix + "code"
+	walk := func(f pathField) (*snapshot.Tree, error) {
+		st, err := os.Stat(f.path())
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, f.notFound()
+		} else if err != nil {
+			return nil, f.errorf("%v", err)
+		}
+		if st.IsDir() {
+			return snapshot.Walk(f.path(), opt)
+		}
+		return snapshot.WalkFile(f.path(), opt)
+	}
+	tree := snapshot.Empty(field, opt)
+	if comp.Code != "" {
+		t, err := walk(pathField{file: src, field: field, value: comp.Code})
+		if err != nil {
+			return "", err
+		}
+		tree = t
+	}
+	for i, inc := range comp.AdditionalIncludes {
+		f := pathField{file: src, field: fmt.Sprintf("%sadditional_includes[%d]", prefix, i), value: inc}
+		t, err := walk(f)
+		if err != nil {
+			return "", err
+		}
+		under := filepath.Base(f.path())
+		if st, err := os.Stat(f.path()); err == nil && !st.IsDir() {
+			under = "" // a file is listed under its own name already
+		}
+		if err := tree.Include(t, under); err != nil {
+			return "", f.errorf("%v", err)
+		}
+	}
+	return a.sendTree(ctx, c, field, tree)
 }

@@ -107,3 +107,51 @@ jobs:
 		t.Errorf("a pipeline job of one pipeline component: %s", r)
 	}
 }
+
+// A component's additional_includes (a folder and a file, relative to the
+// component file) join its code at the root, under their own names; a
+// name the code has already is refused.
+func TestComponentAdditionalIncludes(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"comp/src/main.sh":        "cat shared/words.txt notes.txt\n",
+		"common/shared/words.txt": "pear\n",
+		"common/notes.txt":        "plum\n",
+		"comp/step.yml": `name: with_includes
+type: command
+code: ./src
+additional_includes:
+  - ../common/shared
+  - ../common/notes.txt
+command: sh main.sh
+`,
+		"comp/clash.yml": `name: clash
+type: command
+code: ./src
+additional_includes:
+  - ./src/main.sh
+command: sh main.sh
+`,
+		"pipe.yml": `type: pipeline
+compute: local
+jobs:
+  run:
+    component: ./comp/step.yml
+`,
+		"clash.yml": `type: pipeline
+compute: local
+jobs:
+  run:
+    component: ./comp/clash.yml
+`,
+	})
+	r := s.ferry(t, "job", "create", "-f", filepath.Join(dir, "pipe.yml"), "--stream")
+	if r.code != 0 || !strings.Contains(r.stdout, "[run] pear\n[run] plum\n") {
+		t.Errorf("a component with additional_includes: %s", r)
+	}
+	r = s.ferry(t, "job", "create", "-f", filepath.Join(dir, "clash.yml"))
+	if r.code == 0 || !strings.Contains(r.stderr, "additional_includes[0]") || !strings.Contains(r.stderr, "main.sh") {
+		t.Errorf("an include that clashes with the code: %s", r)
+	}
+}
