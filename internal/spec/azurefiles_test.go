@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -411,5 +412,34 @@ func TestPromptFlowRunFile(t *testing.T) {
 	_, err := ParseJob([]byte("flow: ./my_flow\ndescription: a run\n"))
 	if err == nil || !strings.Contains(err.Error(), "prompt flow run file") {
 		t.Fatalf("err = %v, want one saying it is a prompt flow run file", err)
+	}
+}
+
+// settings.environment is the environment of the command steps that name
+// none; a step's own environment wins.
+func TestPipelineSettingsEnvironment(t *testing.T) {
+	p, err := ParsePipelineJob([]byte(`
+type: pipeline
+settings:
+  environment:
+    image: python:3.11
+jobs:
+  plain:
+    command: echo plain
+  own:
+    command: echo own
+    environment: {image: busybox}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := p.Jobs["plain"].Environment; e == nil || e.Image != "python:3.11" {
+		t.Errorf("plain's environment = %+v, want the settings' image python:3.11", e)
+	}
+	if e := p.Jobs["own"].Environment; e == nil || e.Image != "busybox" {
+		t.Errorf("own's environment = %+v, want its own busybox", e)
+	}
+	if slices.Contains(p.Ignored, "settings.environment") {
+		t.Errorf("settings.environment is listed as not used: %v", p.Ignored)
 	}
 }

@@ -41,6 +41,9 @@ type PipelineSettings struct {
 	DefaultDatastore      string `yaml:"default_datastore,omitempty" json:"default_datastore,omitempty"`
 	ContinueOnStepFailure bool   `yaml:"continue_on_step_failure,omitempty" json:"continue_on_step_failure,omitempty"`
 	ForceRerun            bool   `yaml:"force_rerun,omitempty" json:"force_rerun,omitempty"`
+	// Environment is the environment of the pipeline's command steps
+	// that name none (Azure's settings.environment).
+	Environment *Environment `yaml:"environment,omitempty" json:"environment,omitempty"`
 }
 
 // PipelineInput is a pipeline's input: a literal (Value) or data (Type,
@@ -337,6 +340,14 @@ func pipelineFromNode(root *yaml.Node) (*PipelineJob, error) {
 	}
 	if len(es) > 0 {
 		return nil, es
+	}
+	if p.Settings != nil && p.Settings.Environment != nil {
+		for _, st := range p.Jobs {
+			if st != nil && st.Component == nil && st.Subpipeline == nil && !st.IsSweep() && st.Environment == nil {
+				e := *p.Settings.Environment
+				st.Environment = &e
+			}
+		}
 	}
 	p.Ignored = sortedIgnored(ignored)
 	return &p, nil
