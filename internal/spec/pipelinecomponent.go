@@ -241,6 +241,24 @@ func (p *PipelineJob) expandStep(name string) error {
 				b.Step = rename(b.Step)
 				in.Binding = &b
 				c.Inputs[k] = in
+			case in.Value != nil:
+				// A literal holding the component's inputs ("run_${{parent.inputs.tag}}")
+				// holds what the step gives them: a value, or the outer
+				// pipeline's input it is bound to.
+				v := ExpandParentInputs(*in.Value, func(n string) (string, bool) {
+					given, ok := st.Inputs[n]
+					switch {
+					case ok && given.Value != nil:
+						return *given.Value, true
+					case ok && given.Binding != nil && given.Binding.Kind == BindParentInput:
+						return given.Binding.String(), true
+					case !ok && sub.Inputs[n].Value != nil:
+						return *sub.Inputs[n].Value, true
+					}
+					return "", false
+				})
+				in.Value = &v
+				c.Inputs[k] = in
 			default:
 				c.Inputs[k] = in
 			}

@@ -329,3 +329,43 @@ jobs:
 		t.Fatalf("err = %v, want one saying jobs and component do not go together", err)
 	}
 }
+
+// A literal inside a pipeline component that holds the component's inputs
+// holds, once expanded, what the step gave them.
+func TestExpandLiteralHoldingComponentInputs(t *testing.T) {
+	p, err := ParsePipelineJob([]byte(`
+type: pipeline
+inputs:
+  version: v7
+jobs:
+  outer:
+    type: pipeline
+    inputs:
+      tag: ${{parent.inputs.version}}
+      size: "3"
+    component:
+      type: pipeline
+      inputs:
+        tag: {type: string}
+        size: {type: integer}
+        kind: {type: string, default: plain}
+      jobs:
+        s:
+          command: echo ${{inputs.label}}
+          inputs:
+            label: run_${{parent.inputs.tag}}_${{parent.inputs.size}}_${{parent.inputs.kind}}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ExpandPipelineSteps(); err != nil {
+		t.Fatal(err)
+	}
+	v := p.Jobs["outer-s"].Inputs["label"].Value
+	if v == nil || *v != "run_${{parent.inputs.version}}_3_plain" {
+		t.Fatalf("label = %v, want run_${{parent.inputs.version}}_3_plain (the outer input left for the workspace)", v)
+	}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
