@@ -443,3 +443,28 @@ jobs:
 		t.Errorf("settings.environment is listed as not used: %v", p.Ignored)
 	}
 }
+
+// A tensor_board service's log_dir and an ssh service's ssh_public_keys
+// are Azure's fields, read as written.
+func TestServiceLogDirAndKeys(t *testing.T) {
+	j, err := ParseJob([]byte(`
+command: python fit.py
+services:
+  board:
+    job_service_type: tensor_board
+    log_dir: outputs/tblogs
+  shell:
+    type: ssh
+    ssh_public_keys: ssh-ed25519 AAAAexample
+    nodes: all
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := j.Services["board"]; s.LogDir != "outputs/tblogs" {
+		t.Errorf("board = %+v, want log_dir outputs/tblogs", s)
+	}
+	if s := j.Services["shell"]; s.SSHPublicKeys != "ssh-ed25519 AAAAexample" {
+		t.Errorf("shell = %+v, want its key", s)
+	}
+}
