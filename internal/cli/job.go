@@ -118,6 +118,9 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 	if err != nil {
 		return api.JobRequest{}, src.parseError(err)
 	}
+	if len(j.Services) > 0 {
+		fmt.Fprintf(a.stderr, "%s: accepted, but not used by Ferry: services (Ferry starts no interactive services; the job runs without them, and `ferry compute ssh` reaches a compute instance)\n", src.name)
+	}
 	limit, err := a.snapshotLimit(maxSnap)
 	if err != nil {
 		return api.JobRequest{}, err

@@ -57,3 +57,30 @@ inputs:
 		t.Errorf("the code was uploaded before the model was looked up: %s", r)
 	}
 }
+
+// A job with interactive services (Azure's hello-interactive) is
+// accepted on a cluster, and the CLI says the services are not started.
+// A zero quota keeps the cluster from starting a node for it.
+func TestJobWithServicesOnCluster(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"cluster.yml": "name: cpu\ntype: amlcompute\nsize: Standard_DS1_v2\nmin_instances: 0\nmax_instances: 1\n",
+		"job.yml": `command: sleep 5
+compute: azureml:cpu
+services:
+  lab: {job_service_type: jupyter_lab}
+  board: {job_service_type: tensor_board, log_dir: outputs/tblogs}
+`,
+	})
+	if r := s.ferry(t, "quota", "set", "standardDSv2Family", "0"); r.code != 0 {
+		t.Fatalf("quota set: %s", r)
+	}
+	if r := s.ferry(t, "compute", "create", "-f", filepath.Join(dir, "cluster.yml")); r.code != 0 {
+		t.Fatalf("compute create: %s", r)
+	}
+	r := s.ferry(t, "job", "create", "-f", filepath.Join(dir, "job.yml"))
+	if r.code != 0 || !strings.Contains(r.stderr, "not used by Ferry: services") {
+		t.Errorf("a job with services on a cluster: %s", r)
+	}
+}
