@@ -128,11 +128,13 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 	// A sweep's code and environment are its trial's: written in the job
 	// file, or in the component file its trial names.
 	trialSrc, prefix := src, "trial."
+	var includes []string // the trial component's additional_includes
 	if j.IsComponentTrial() {
-		cs, err := a.componentTrial(ctx, c, src, j)
+		cs, incs, err := a.componentTrial(ctx, c, src, j)
 		if err != nil {
 			return api.JobRequest{}, err
 		}
+		includes = incs
 		if cs != nil {
 			trialSrc, prefix = *cs, ""
 		}
@@ -161,7 +163,14 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 		envField = prefix + envField
 	}
 	req := api.JobRequest{InputSnapshots: map[string]string{}}
-	if *code != "" {
+	switch {
+	case len(includes) > 0:
+		id, err := a.uploadCodeWithIncludes(ctx, c, codeSrc, &spec.Component{Code: *code, AdditionalIncludes: includes}, prefix, limit)
+		if err != nil {
+			return api.JobRequest{}, err
+		}
+		req.CodeSnapshot = id
+	case *code != "":
 		id, err := a.upload(ctx, c, pathField{file: codeSrc, field: prefix + "code", value: *code}, "", limit, true)
 		if err != nil {
 			return api.JobRequest{}, err
@@ -199,33 +208,34 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 // componentTrial reads the component a sweep's trial names and makes
 // the trial from it: a component file is read here, and the specFile it
 // returns is where the trial's code and environment paths are relative
-// to; a registered component (azureml:NAME:VERSION) is only looked up,
+// to, with the component's additional_includes, which join the trial's
+// code; a registered component (azureml:NAME:VERSION) is only looked up,
 // before anything is uploaded, and left for the workspace to bind (it
 // returns nil).
-func (a *app) componentTrial(ctx context.Context, c *client.Client, src specFile, j *spec.Job) (*specFile, error) {
+func (a *app) componentTrial(ctx context.Context, c *client.Client, src specFile, j *spec.Job) (*specFile, []string, error) {
 	f := pathField{file: src, field: "trial", value: j.Trial.Ref}
 	if strings.HasPrefix(f.value, "azureml:") {
 		_, err := a.registeredComponent(ctx, c, f)
-		return nil, err
+		return nil, nil, err
 	}
 	data, err := os.ReadFile(f.path())
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, f.notFound()
+		return nil, nil, f.notFound()
 	} else if err != nil {
-		return nil, f.errorf("%v", err)
+		return nil, nil, f.errorf("%v", err)
 	}
 	comp, err := spec.ParseComponent(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s (the trial's component in %s): %w", f.path(), src.name, err)
+		return nil, nil, fmt.Errorf("%s (the trial's component in %s): %w", f.path(), src.name, err)
 	}
 	noteIgnored(a.stderr, f.path(), comp.Ignored)
 	if err := j.UseComponentTrial(comp); err != nil {
-		return nil, src.parseError(err)
+		return nil, nil, src.parseError(err)
 	}
 	if err := j.Validate(); err != nil {
-		return nil, fmt.Errorf("%s with the trial of %s: %w", src.name, f.path(), err)
+		return nil, nil, fmt.Errorf("%s with the trial of %s: %w", src.name, f.path(), err)
 	}
-	return &specFile{name: f.path(), data: data}, nil
+	return &specFile{name: f.path(), data: data}, comp.AdditionalIncludes, nil
 }
 
 // checkDataInputs looks up the data assets that j's inputs name

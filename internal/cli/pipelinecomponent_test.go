@@ -155,3 +155,38 @@ jobs:
 		t.Errorf("an include that clashes with the code: %s", r)
 	}
 }
+
+// A sweep whose trial is a component file takes the component's
+// additional_includes into the trial's code: a trial that reads one
+// completes.
+func TestSweepTrialAdditionalIncludes(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"comp/src/run.sh":       "test \"$(cat extra/word.txt)\" = fig && echo lr=$1\n",
+		"shared/extra/word.txt": "fig\n",
+		"comp/train.yml": `name: trial_with_includes
+type: command
+inputs:
+  lr: {type: number}
+code: ./src
+additional_includes:
+  - ../shared/extra
+command: sh run.sh ${{inputs.lr}}
+`,
+		"sweep.yml": `type: sweep
+trial: ./comp/train.yml
+compute: local
+inputs:
+  lr: ${{search_space.lr}}
+sampling_algorithm: grid
+search_space:
+  lr: {type: choice, values: [0.5]}
+objective: {primary_metric: acc, goal: maximize}
+`,
+	})
+	r := s.ferry(t, "job", "create", "-f", filepath.Join(dir, "sweep.yml"), "--stream")
+	if r.code != 0 || !strings.Contains(r.stderr, "code: uploaded 2 files") {
+		t.Errorf("a sweep whose trial component has additional_includes: %s", r)
+	}
+}
