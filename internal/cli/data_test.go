@@ -85,10 +85,10 @@ func TestDataCreateListShowDownloadArchive(t *testing.T) {
 	}
 
 	// A bad file names the field.
-	writeFiles(t, dir, map[string]string{"bad.yml": "name: mydata\ntype: mltable\npath: ./data\n"})
+	writeFiles(t, dir, map[string]string{"bad.yml": "name: mydata\ntype: table\npath: ./data\n"})
 	r = s.ferry(t, "data", "create", "-f", filepath.Join(dir, "bad.yml"))
-	if r.code == 0 || !strings.Contains(r.stderr, "bad.yml: type (line 2): mltable data assets are not supported yet") {
-		t.Errorf("type mltable: %s", r)
+	if r.code == 0 || !strings.Contains(r.stderr, "bad.yml: type (line 2):") || !strings.Contains(r.stderr, "not a data type") {
+		t.Errorf("type table: %s", r)
 	}
 	r = s.ferry(t, "data", "create", "-f", file, "--set", "type=uri_file")
 	if r.code == 0 || !strings.Contains(r.stderr, "path: ") || !strings.Contains(r.stderr, "is a folder, but its type is uri_file") {
@@ -168,5 +168,40 @@ inputs:
 	}
 	if strings.Contains(r.stderr, "upload") {
 		t.Errorf("the code was uploaded before the type was checked: %s", r)
+	}
+}
+
+// An mltable data asset is its folder (the MLTable file and the files it
+// names); an mltable input may name it, or a uri_folder asset, as Azure's
+// pipelines read v1 datasets. A file is not an mltable.
+func TestMLTableDataAsset(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"table/MLTable":  "paths:\n  - file: ./rows.csv\n",
+		"table/rows.csv": "a,b\n1,2\n",
+		"table.yml":      "name: rows-table\ntype: mltable\npath: ./table\n",
+		"plain/x.txt":    "plain folder\n",
+		"plain.yml":      "name: plain-folder\npath: ./plain\n",
+		"onefile.yml":    "name: not-a-table\ntype: mltable\npath: ./table/rows.csv\n",
+		"job.yml": `command: cat ${{inputs.t}}/MLTable ${{inputs.t}}/rows.csv ${{inputs.f}}/x.txt
+compute: local
+inputs:
+  t: {type: mltable, path: azureml:rows-table@latest}
+  f: {type: mltable, path: azureml:plain-folder:1}
+`,
+	})
+	for _, f := range []string{"table.yml", "plain.yml"} {
+		if r := s.ferry(t, "data", "create", "-f", filepath.Join(dir, f)); r.code != 0 {
+			t.Fatalf("data create %s: %s", f, r)
+		}
+	}
+	r := s.ferry(t, "data", "create", "-f", filepath.Join(dir, "onefile.yml"))
+	if r.code == 0 || !strings.Contains(r.stderr, "an mltable is a folder") {
+		t.Errorf("a file as an mltable: %s", r)
+	}
+	r = s.ferry(t, "job", "create", "-f", filepath.Join(dir, "job.yml"), "--stream")
+	if r.code != 0 || !strings.Contains(r.stdout, "paths:\n  - file: ./rows.csv\na,b\n1,2\nplain folder\n") {
+		t.Errorf("a job reading mltable inputs: %s", r)
 	}
 }

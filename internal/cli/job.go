@@ -118,6 +118,9 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 	if err != nil {
 		return api.JobRequest{}, src.parseError(err)
 	}
+	if len(j.Services) > 0 {
+		fmt.Fprintf(a.stderr, "%s: accepted, but not used by Ferry: services (Ferry starts no interactive services; the job runs without them, and `ferry compute ssh` reaches a compute instance)\n", src.name)
+	}
 	limit, err := a.snapshotLimit(maxSnap)
 	if err != nil {
 		return api.JobRequest{}, err
@@ -125,11 +128,13 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 	// A sweep's code and environment are its trial's: written in the job
 	// file, or in the component file its trial names.
 	trialSrc, prefix := src, "trial."
+	var includes []string // the trial component's additional_includes
 	if j.IsComponentTrial() {
-		cs, err := a.componentTrial(ctx, c, src, j)
+		cs, incs, err := a.componentTrial(ctx, c, src, j)
 		if err != nil {
 			return api.JobRequest{}, err
 		}
+		includes = incs
 		if cs != nil {
 			trialSrc, prefix = *cs, ""
 		}
@@ -158,7 +163,14 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 		envField = prefix + envField
 	}
 	req := api.JobRequest{InputSnapshots: map[string]string{}}
-	if *code != "" {
+	switch {
+	case len(includes) > 0:
+		id, err := a.uploadCodeWithIncludes(ctx, c, codeSrc, &spec.Component{Code: *code, AdditionalIncludes: includes}, prefix, limit)
+		if err != nil {
+			return api.JobRequest{}, err
+		}
+		req.CodeSnapshot = id
+	case *code != "":
 		id, err := a.upload(ctx, c, pathField{file: codeSrc, field: prefix + "code", value: *code}, "", limit, true)
 		if err != nil {
 			return api.JobRequest{}, err
@@ -196,33 +208,34 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 // componentTrial reads the component a sweep's trial names and makes
 // the trial from it: a component file is read here, and the specFile it
 // returns is where the trial's code and environment paths are relative
-// to; a registered component (azureml:NAME:VERSION) is only looked up,
+// to, with the component's additional_includes, which join the trial's
+// code; a registered component (azureml:NAME:VERSION) is only looked up,
 // before anything is uploaded, and left for the workspace to bind (it
 // returns nil).
-func (a *app) componentTrial(ctx context.Context, c *client.Client, src specFile, j *spec.Job) (*specFile, error) {
+func (a *app) componentTrial(ctx context.Context, c *client.Client, src specFile, j *spec.Job) (*specFile, []string, error) {
 	f := pathField{file: src, field: "trial", value: j.Trial.Ref}
 	if strings.HasPrefix(f.value, "azureml:") {
 		_, err := a.registeredComponent(ctx, c, f)
-		return nil, err
+		return nil, nil, err
 	}
 	data, err := os.ReadFile(f.path())
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, f.notFound()
+		return nil, nil, f.notFound()
 	} else if err != nil {
-		return nil, f.errorf("%v", err)
+		return nil, nil, f.errorf("%v", err)
 	}
 	comp, err := spec.ParseComponent(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s (the trial's component in %s): %w", f.path(), src.name, err)
+		return nil, nil, fmt.Errorf("%s (the trial's component in %s): %w", f.path(), src.name, err)
 	}
 	noteIgnored(a.stderr, f.path(), comp.Ignored)
 	if err := j.UseComponentTrial(comp); err != nil {
-		return nil, src.parseError(err)
+		return nil, nil, src.parseError(err)
 	}
 	if err := j.Validate(); err != nil {
-		return nil, fmt.Errorf("%s with the trial of %s: %w", src.name, f.path(), err)
+		return nil, nil, fmt.Errorf("%s with the trial of %s: %w", src.name, f.path(), err)
 	}
-	return &specFile{name: f.path(), data: data}, nil
+	return &specFile{name: f.path(), data: data}, comp.AdditionalIncludes, nil
 }
 
 // checkDataInputs looks up the data assets that j's inputs name
@@ -247,6 +260,12 @@ func checkDataInputs(ctx context.Context, c *client.Client, src specFile, j *spe
 		if !spec.IsDataRef(in.Path) {
 			continue
 		}
+		if spec.IsModelType(in.Type) {
+			if err := checkModelInput(ctx, c, in.Path); err != nil {
+				return f.errorf("%v", err)
+			}
+			continue
+		}
 		dname, version, err := spec.ParseDataRef(in.Path)
 		if err != nil {
 			return f.errorf("%v", err)
@@ -255,12 +274,23 @@ func checkDataInputs(ctx context.Context, c *client.Client, src specFile, j *spe
 		if err != nil {
 			return f.errorf("%v", err)
 		}
-		if in.Type != "" && in.Type != d.Type {
+		if !spec.DataTypeFits(in.Type, d.Type) {
 			f.field = "inputs." + name + ".type"
 			return f.errorf("%s is %s, but the input's type is %s; write type: %s", d.ID, d.Type, in.Type, d.Type)
 		}
 	}
 	return nil
+}
+
+// checkModelInput looks up the registered model that an input of a model
+// type (mlflow_model, custom_model, triton_model) names.
+func checkModelInput(ctx context.Context, c *client.Client, ref string) error {
+	name, version, err := spec.ParseModelRef(ref)
+	if err != nil {
+		return err
+	}
+	_, err = c.GetModel(ctx, name, version)
+	return err
 }
 
 var remoteScheme = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)
@@ -294,6 +324,8 @@ func (a *app) upload(ctx context.Context, c *client.Client, f pathField, kind st
 		return "", f.errorf("%s is a folder, but its type is uri_file; use type: uri_folder", path)
 	case kind == "uri_folder" && !st.IsDir():
 		return "", f.errorf("%s is a file, but its type is uri_folder; use type: uri_file", path)
+	case kind == "mltable" && !st.IsDir():
+		return "", f.errorf("%s is a file, but an mltable is a folder holding an MLTable file; give the folder", path)
 	}
 	opt := snapshot.BuildOptions{MaxSize: limit, UseIgnoreFiles: ignoreFiles, Cache: a.statCache()}
 	var tree *snapshot.Tree
@@ -305,6 +337,12 @@ func (a *app) upload(ctx context.Context, c *client.Client, f pathField, kind st
 	if err != nil {
 		return "", err
 	}
+	return a.sendTree(ctx, c, field, tree)
+}
+
+// sendTree uploads what the workspace lacks of a tree listed for field
+// and returns the snapshot's ID, saying how much was sent.
+func (a *app) sendTree(ctx context.Context, c *client.Client, field string, tree *snapshot.Tree) (string, error) {
 	var progress func(int64)
 	clear := func() {}
 	if a.terminal(a.stderr) && tree.TotalSize() > 0 {

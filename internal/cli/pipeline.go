@@ -190,7 +190,14 @@ func (a *app) uploadComponent(ctx context.Context, c *client.Client, src specFil
 		return err
 	}
 	comp.Environment = env
-	if comp.Code != "" {
+	switch {
+	case len(comp.AdditionalIncludes) > 0:
+		id, err := a.uploadCodeWithIncludes(ctx, c, src, comp, prefix, limit)
+		if err != nil {
+			return err
+		}
+		comp.CodeSnapshot = id
+	case comp.Code != "":
 		id, err := a.upload(ctx, c, pathField{file: src, field: prefix + "code", value: comp.Code}, "", limit, true)
 		if err != nil {
 			return err
@@ -238,6 +245,9 @@ func (a *app) pipelineRequest(ctx context.Context, c *client.Client, src specFil
 	}
 	limit, err := a.snapshotLimit(maxSnap)
 	if err != nil {
+		return none, err
+	}
+	if err := expandPipelineComponents(src, p); err != nil {
 		return none, err
 	}
 	steps := slices.Sorted(maps.Keys(p.Jobs))
@@ -351,11 +361,17 @@ func (a *app) pipelineRequest(ctx context.Context, c *client.Client, src specFil
 // checkPipelineData looks up the data assets the pipeline's inputs and
 // its steps' inputs name, before anything is uploaded.
 func checkPipelineData(ctx context.Context, c *client.Client, src specFile, p *spec.PipelineJob) error {
-	check := func(field, path string) error {
+	check := func(field, typ, path string) error {
 		if !spec.IsDataRef(path) {
 			return nil
 		}
 		f := pathField{file: src, field: field, value: path}
+		if spec.IsModelType(typ) {
+			if err := checkModelInput(ctx, c, path); err != nil {
+				return f.errorf("%v", err)
+			}
+			return nil
+		}
 		name, version, err := spec.ParseDataRef(path)
 		if err != nil {
 			return f.errorf("%v", err)
@@ -366,13 +382,14 @@ func checkPipelineData(ctx context.Context, c *client.Client, src specFile, p *s
 		return nil
 	}
 	for _, k := range slices.Sorted(maps.Keys(p.Inputs)) {
-		if err := check("inputs."+k+".path", p.Inputs[k].Path); err != nil {
+		if err := check("inputs."+k+".path", p.Inputs[k].Type, p.Inputs[k].Path); err != nil {
 			return err
 		}
 	}
 	for _, n := range slices.Sorted(maps.Keys(p.Jobs)) {
 		for _, k := range slices.Sorted(maps.Keys(p.Jobs[n].Inputs)) {
-			if err := check("jobs."+n+".inputs."+k+".path", p.Jobs[n].Inputs[k].Path); err != nil {
+			in := p.Jobs[n].Inputs[k]
+			if err := check("jobs."+n+".inputs."+k+".path", in.Type, in.Path); err != nil {
 				return err
 			}
 		}

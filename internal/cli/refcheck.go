@@ -28,7 +28,11 @@ func jobReferences(j *spec.Job) []workspace.Reference {
 	}
 	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
 		if in := j.Inputs[name]; !in.IsLiteral() && spec.IsDataRef(in.Path) {
-			refs = append(refs, workspace.Reference{Field: "inputs." + name + ".path", Kind: "data", Ref: in.Path})
+			kind := "data"
+			if spec.IsModelType(in.Type) {
+				kind = "model" // mlflow_model, custom_model, triton_model: a registered model
+			}
+			refs = append(refs, workspace.Reference{Field: "inputs." + name + ".path", Kind: kind, Ref: in.Path})
 		}
 	}
 	if j.ComputeName() != "" {

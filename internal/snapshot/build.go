@@ -656,3 +656,37 @@ func (w *walker) inside(p string) bool {
 	r, err := filepath.Rel(w.root, p)
 	return err == nil && (r == "." || filepath.IsLocal(r))
 }
+
+// Include adds the files of other to t under the folder under ("" for
+// t's root), as a component's additional_includes join its code. A path
+// that both trees hold is an error naming it; so is a total over t's
+// size limit.
+func (t *Tree) Include(other *Tree, under string) error {
+	have := make(map[string]bool, len(t.entries))
+	for _, e := range t.entries {
+		have[e.rel] = true
+	}
+	for _, e := range other.entries {
+		if under != "" {
+			e.rel = path.Join(under, e.rel)
+		}
+		if err := checkPath(e.rel); err != nil {
+			return fmt.Errorf("snapshot %s: %w", other.display, err)
+		}
+		if have[e.rel] {
+			return fmt.Errorf("snapshot %s: %s is in %s as well; rename one of them", other.display, e.rel, t.display)
+		}
+		have[e.rel] = true
+		t.entries = append(t.entries, e)
+	}
+	t.key += "+" + other.key
+	if other.stamp.Before(t.stamp) {
+		t.stamp = other.stamp
+	}
+	return checkSize(t.display, t.entries, t.opt.MaxSize)
+}
+
+// Empty is a tree with no files, named display, to Include others in.
+func Empty(display string, opt BuildOptions) *Tree {
+	return &Tree{display: display, key: "empty:", opt: opt, stamp: opt.now()}
+}

@@ -434,3 +434,50 @@ func TestBuildRefusesUnsafeNames(t *testing.T) {
 		t.Errorf("Build err = %v, want ErrUnsafePath naming the file", err)
 	}
 }
+
+// Include puts another tree's files under a folder of the tree, and
+// refuses a path both hold.
+func TestTreeInclude(t *testing.T) {
+	code, extra := t.TempDir(), t.TempDir()
+	for p, body := range map[string]string{"main.py": "print(1)\n", "lib/a.py": "A = 1\n"} {
+		full := filepath.Join(code, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(extra, "b.py"), []byte("B = 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := Walk(code, BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := Walk(extra, BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tree.Include(other, "lib"); err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := tree.Hash(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, f := range m.Files {
+		paths = append(paths, f.Path)
+	}
+	if got := strings.Join(paths, ","); got != "lib/a.py,lib/b.py,main.py" {
+		t.Errorf("paths = %s, want lib/a.py, lib/b.py and main.py", got)
+	}
+	again, err := Walk(extra, BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tree.Include(again, "lib"); err == nil || !strings.Contains(err.Error(), "lib/b.py") {
+		t.Errorf("err = %v, want one naming lib/b.py", err)
+	}
+}

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -356,5 +357,114 @@ instance_count: 1
 	_, err := ParseOnlineDeployment([]byte(base+"private_network_connection: true\negress_public_network_access: enabled\n"), nil)
 	if err == nil || !strings.Contains(err.Error(), "private_network_connection") {
 		t.Fatalf("both spellings: err = %v, want one naming private_network_connection", err)
+	}
+}
+
+// A job, step or component of a kind Ferry does not run is refused
+// naming the kind, what Ferry runs, and what to write instead.
+func TestOtherKindsSayWhatToDo(t *testing.T) {
+	for typ, hint := range map[string]string{"automl": "sweep job", "spark": "PySpark", "parallel": "batch endpoint"} {
+		_, err := ParseJob([]byte("type: " + typ + "\ncompute: local\n"))
+		if err == nil || !strings.Contains(err.Error(), typ+" jobs are not supported") || !strings.Contains(err.Error(), hint) {
+			t.Errorf("%s job: err = %v, want one naming %s and saying %q", typ, err, typ, hint)
+		}
+		_, err = ParsePipelineJob([]byte("type: pipeline\njobs:\n  s:\n    type: "+typ+"\n"), nil)
+		if err == nil || !strings.Contains(err.Error(), typ+" steps are not supported") || !strings.Contains(err.Error(), hint) {
+			t.Errorf("%s step: err = %v, want one naming %s and saying %q", typ, err, typ, hint)
+		}
+		_, err = ParseComponent([]byte("name: c\ntype: " + typ + "\n"))
+		if err == nil || !strings.Contains(err.Error(), typ+" components are not supported") || !strings.Contains(err.Error(), hint) {
+			t.Errorf("%s component: err = %v, want one naming %s and saying %q", typ, err, typ, hint)
+		}
+	}
+}
+
+// mode: mount, Azure's older name, is accepted on inputs (a read-only
+// mount) and outputs (a read-write one), in jobs and pipelines.
+func TestModeMount(t *testing.T) {
+	if _, err := ParseJob([]byte(`
+command: cp ${{inputs.a}} ${{outputs.b}}
+compute: local
+inputs:
+  a: {type: uri_file, path: https://data.example.org/a.csv, mode: mount}
+outputs:
+  b: {type: uri_folder, mode: mount}
+`)); err != nil {
+		t.Errorf("job: %v", err)
+	}
+	if _, err := ParsePipelineJob([]byte(`
+type: pipeline
+outputs:
+  o: {mode: mount}
+jobs:
+  s:
+    command: echo hi > ${{outputs.x}}/f
+    outputs:
+      x: ${{parent.outputs.o}}
+`), nil); err != nil {
+		t.Errorf("pipeline: %v", err)
+	}
+}
+
+// A prompt flow run file is named as such, not as a job with an unknown
+// field.
+func TestPromptFlowRunFile(t *testing.T) {
+	_, err := ParseJob([]byte("flow: ./my_flow\ndescription: a run\n"))
+	if err == nil || !strings.Contains(err.Error(), "prompt flow run file") {
+		t.Fatalf("err = %v, want one saying it is a prompt flow run file", err)
+	}
+}
+
+// settings.environment is the environment of the command steps that name
+// none; a step's own environment wins.
+func TestPipelineSettingsEnvironment(t *testing.T) {
+	p, err := ParsePipelineJob([]byte(`
+type: pipeline
+settings:
+  environment:
+    image: python:3.11
+jobs:
+  plain:
+    command: echo plain
+  own:
+    command: echo own
+    environment: {image: busybox}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := p.Jobs["plain"].Environment; e == nil || e.Image != "python:3.11" {
+		t.Errorf("plain's environment = %+v, want the settings' image python:3.11", e)
+	}
+	if e := p.Jobs["own"].Environment; e == nil || e.Image != "busybox" {
+		t.Errorf("own's environment = %+v, want its own busybox", e)
+	}
+	if slices.Contains(p.Ignored, "settings.environment") {
+		t.Errorf("settings.environment is listed as not used: %v", p.Ignored)
+	}
+}
+
+// A tensor_board service's log_dir and an ssh service's ssh_public_keys
+// are Azure's fields, read as written.
+func TestServiceLogDirAndKeys(t *testing.T) {
+	j, err := ParseJob([]byte(`
+command: python fit.py
+services:
+  board:
+    job_service_type: tensor_board
+    log_dir: outputs/tblogs
+  shell:
+    type: ssh
+    ssh_public_keys: ssh-ed25519 AAAAexample
+    nodes: all
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := j.Services["board"]; s.LogDir != "outputs/tblogs" {
+		t.Errorf("board = %+v, want log_dir outputs/tblogs", s)
+	}
+	if s := j.Services["shell"]; s.SSHPublicKeys != "ssh-ed25519 AAAAexample" {
+		t.Errorf("shell = %+v, want its key", s)
 	}
 }

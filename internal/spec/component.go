@@ -14,23 +14,27 @@ import (
 // step's `component:`. Code is a path relative to the file; the client
 // uploads it and the workspace keeps its snapshot (CodeSnapshot).
 type Component struct {
-	Schema               string                     `yaml:"$schema,omitempty" json:"$schema,omitempty"`
-	Name                 string                     `yaml:"name,omitempty" json:"name,omitempty"`
-	Version              string                     `yaml:"version,omitempty" json:"version,omitempty"`
-	DisplayName          string                     `yaml:"display_name,omitempty" json:"display_name,omitempty"`
-	Description          string                     `yaml:"description,omitempty" json:"description,omitempty"`
-	Type                 string                     `yaml:"type,omitempty" json:"type,omitempty"`
-	Tags                 map[string]string          `yaml:"tags,omitempty" json:"tags,omitempty"`
-	IsDeterministic      *bool                      `yaml:"is_deterministic,omitempty" json:"is_deterministic,omitempty"`
-	Inputs               map[string]ComponentInput  `yaml:"inputs,omitempty" json:"inputs,omitempty"`
-	Outputs              map[string]ComponentOutput `yaml:"outputs,omitempty" json:"outputs,omitempty"`
-	Command              string                     `yaml:"command,omitempty" json:"command,omitempty"`
-	Code                 string                     `yaml:"code,omitempty" json:"code,omitempty"`
-	Environment          *Environment               `yaml:"environment,omitempty" json:"environment,omitempty"`
-	EnvironmentVariables map[string]string          `yaml:"environment_variables,omitempty" json:"environment_variables,omitempty"`
-	Resources            *Resources                 `yaml:"resources,omitempty" json:"resources,omitempty"`
-	Distribution         *Distribution              `yaml:"distribution,omitempty" json:"distribution,omitempty"`
-	Limits               *Limits                    `yaml:"limits,omitempty" json:"limits,omitempty"`
+	Schema          string                     `yaml:"$schema,omitempty" json:"$schema,omitempty"`
+	Name            string                     `yaml:"name,omitempty" json:"name,omitempty"`
+	Version         string                     `yaml:"version,omitempty" json:"version,omitempty"`
+	DisplayName     string                     `yaml:"display_name,omitempty" json:"display_name,omitempty"`
+	Description     string                     `yaml:"description,omitempty" json:"description,omitempty"`
+	Type            string                     `yaml:"type,omitempty" json:"type,omitempty"`
+	Tags            map[string]string          `yaml:"tags,omitempty" json:"tags,omitempty"`
+	IsDeterministic *bool                      `yaml:"is_deterministic,omitempty" json:"is_deterministic,omitempty"`
+	Inputs          map[string]ComponentInput  `yaml:"inputs,omitempty" json:"inputs,omitempty"`
+	Outputs         map[string]ComponentOutput `yaml:"outputs,omitempty" json:"outputs,omitempty"`
+	Command         string                     `yaml:"command,omitempty" json:"command,omitempty"`
+	Code            string                     `yaml:"code,omitempty" json:"code,omitempty"`
+	// AdditionalIncludes are files and folders, relative to the
+	// component file, that join its code at the code's root under their
+	// own names, as Azure's additional_includes do.
+	AdditionalIncludes   []string          `yaml:"additional_includes,omitempty" json:"additional_includes,omitempty"`
+	Environment          *Environment      `yaml:"environment,omitempty" json:"environment,omitempty"`
+	EnvironmentVariables map[string]string `yaml:"environment_variables,omitempty" json:"environment_variables,omitempty"`
+	Resources            *Resources        `yaml:"resources,omitempty" json:"resources,omitempty"`
+	Distribution         *Distribution     `yaml:"distribution,omitempty" json:"distribution,omitempty"`
+	Limits               *Limits           `yaml:"limits,omitempty" json:"limits,omitempty"`
 
 	// CodeSnapshot is the uploaded code (set by the client, not the file).
 	CodeSnapshot string `yaml:"-" json:"code_snapshot,omitempty"`
@@ -149,7 +153,11 @@ func (c *Component) validate(needName bool, f string) error {
 	case "parallel", "spark", "pipeline", "import", "automl", "sweep":
 		// The rest of the file is another kind's fields: its problems
 		// would only bury this one.
-		es.add(at("type"), "%s components are not supported yet; Ferry runs command components", c.Type)
+		hint := otherKindHint(c.Type)
+		if c.Type == "pipeline" {
+			hint = "a pipeline component runs as a step of a pipeline job that names its file (type: pipeline, component: ./its-file.yml); Ferry does not register pipeline components"
+		}
+		es.add(at("type"), "%s components are not supported yet; Ferry runs command components: %s", c.Type, hint)
 		return es
 	default:
 		es.add(at("type"), "must be command, got %s", quote(c.Type))

@@ -23,8 +23,18 @@ type DataFile struct {
 }
 
 // DataTypes are the data asset types Ferry registers; the first is the
-// default, as in Azure. (mltable, Azure's third, is not supported yet.)
-var DataTypes = []string{"uri_folder", "uri_file"}
+// default, as in Azure. An mltable is kept as the folder it is (its
+// MLTable file and what that names); Ferry does not read the table.
+var DataTypes = []string{"uri_folder", "uri_file", "mltable"}
+
+// DataTypeFits says whether an input of type input may name a data asset
+// of type asset: the same type, or a folder read as the other kind of
+// folder (an mltable input of a uri_folder asset, or the reverse), as
+// Azure's v1 datasets are read as either.
+func DataTypeFits(input, asset string) bool {
+	folder := func(t string) bool { return t == "uri_folder" || t == "mltable" }
+	return input == "" || input == asset || (folder(input) && folder(asset))
+}
 
 const dataEmptyHint = "a data asset needs a name and its files, e.g. name: cifar and path: ./data"
 
@@ -92,8 +102,6 @@ func (f *DataFile) Validate() error {
 		}
 	}
 	switch {
-	case f.Type == "mltable":
-		es.add("type", "mltable data assets are not supported yet: register the folder as type: uri_folder")
 	case f.Type != "" && !slices.Contains(DataTypes, f.Type):
 		es.add("type", "%s is not a data type: use %s", quote(f.Type), joinNames(DataTypes))
 	}

@@ -76,6 +76,10 @@ func DecodeJobJSON(data []byte) (*Job, error) {
 // fields of a pipeline or sweep job would otherwise each be reported as
 // unknown, burying the one problem that matters.
 func jobTypeFirst(root *yaml.Node) *FieldError {
+	if f := child(root, "flow"); f != nil && child(root, "type") == nil && child(root, "command") == nil {
+		// Prompt flow's run files (flow: ./dir) sit beside Azure's jobs.
+		return &FieldError{Field: "flow", Line: f.Line, Message: "this is a prompt flow run file (flow:), not an Azure ML job; Ferry does not run prompt flows: write a command job that runs the flow (pf run create) instead"}
+	}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if k.Value != "type" || v.Kind != yaml.ScalarNode || isNull(v) || v.Value == "" {
@@ -135,10 +139,10 @@ var (
 	shmRe        = lazyRegexp(`^[0-9]+([bkmgBKMG]|[kmgKMG][bB])?$`)
 	nodesRe      = lazyRegexp(`^(all|[0-9]+)$`)
 
-	inputTypes   = []string{"uri_file", "uri_folder", "mltable", "mlflow_model", "custom_model"}
-	inputModes   = []string{"ro_mount", "download", "direct", "rw_mount", "eval_mount", "eval_download"}
+	inputTypes   = []string{"uri_file", "uri_folder", "mltable", "mlflow_model", "custom_model", "triton_model"}
+	inputModes   = []string{"ro_mount", "download", "direct", "rw_mount", "eval_mount", "eval_download", "mount"}
 	outputTypes  = []string{"uri_folder", "uri_file", "mlflow_model", "custom_model"}
-	outputModes  = []string{"rw_mount", "upload", "direct"}
+	outputModes  = []string{"rw_mount", "upload", "direct", "mount"}
 	distTypes    = []string{"pytorch", "mpi", "tensorflow"}
 	serviceTypes = []string{"jupyter_lab", "ssh", "tensor_board", "vs_code", "custom"}
 	jobTiers     = []string{"spot", "basic", "standard", "premium"}
@@ -259,9 +263,25 @@ func typeProblem(t string) string {
 	case "pipeline":
 		return "a pipeline job is read by ParsePipelineJob and submitted to POST /v1/pipeline-jobs (`ferry job create -f` does both)"
 	case "spark", "automl", "parallel":
-		return fmt.Sprintf("only command, sweep and pipeline jobs are supported; %s jobs are not supported yet", t)
+		return fmt.Sprintf("only command, sweep and pipeline jobs are supported; %s jobs are not supported yet: %s", t, otherKindHint(t))
 	}
 	return fmt.Sprintf("must be command, sweep or pipeline, got %s", quote(t))
+}
+
+// otherKindHint says why Ferry does not run a kind of Azure job, step or
+// component, and what to write instead.
+func otherKindHint(t string) string {
+	switch t {
+	case "automl":
+		return "AutoML's model search is Azure's service, not a command Ferry can run; train with a command job, or search with a sweep job"
+	case "spark":
+		return "Ferry has no Spark compute; run PySpark in local mode in a command job (pip install pyspark)"
+	case "parallel":
+		return "for batch scoring use a batch endpoint (ferry batch-deployment create -f), which spreads mini-batches over nodes and workers"
+	case "import", "data_transfer":
+		return "Ferry does not copy from external databases or stores; fetch the data in a command step, or register it with ferry data create"
+	}
+	return "Ferry runs command jobs and components, sweeps and pipelines"
 }
 
 // validateCommand checks the command and its ${{...}} expressions.

@@ -25,6 +25,12 @@ type ModelFile struct {
 // default.
 var ModelTypes = []string{"custom_model", "mlflow_model", "triton_model"}
 
+// IsModelType says whether an input or output type is a model's
+// (custom_model, mlflow_model, triton_model): an input of such a type
+// that names azureml:NAME:VERSION or azureml:NAME@latest takes the
+// registered model of that name, as Azure's does, not a data asset.
+func IsModelType(t string) bool { return slices.Contains(ModelTypes, t) }
+
 const modelEmptyHint = "a model needs a name and its files, e.g. name: sklearn-iris and path: ./model"
 
 // ParseModel reads a model file strictly (see ParseJob), with `--set

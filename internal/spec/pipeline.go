@@ -26,6 +26,11 @@ type PipelineJob struct {
 	Inputs         map[string]PipelineInput  `yaml:"-" json:"inputs,omitempty"`
 	Outputs        map[string]PipelineOutput `yaml:"-" json:"outputs,omitempty"`
 	Jobs           map[string]*PipelineStep  `yaml:"-" json:"jobs"`
+	// Root is the pipeline component a pipeline job runs whole
+	// (component: ./pipeline.yml instead of jobs:, with the job's inputs
+	// and outputs its own). The client expands it into Jobs before it
+	// submits the pipeline (ExpandPipelineSteps).
+	Root *PipelineStep `yaml:"-" json:"-"`
 	// Ignored lists the fields of the file Ferry does not use.
 	Ignored []string `yaml:"-" json:"ignored,omitempty"`
 }
@@ -36,6 +41,9 @@ type PipelineSettings struct {
 	DefaultDatastore      string `yaml:"default_datastore,omitempty" json:"default_datastore,omitempty"`
 	ContinueOnStepFailure bool   `yaml:"continue_on_step_failure,omitempty" json:"continue_on_step_failure,omitempty"`
 	ForceRerun            bool   `yaml:"force_rerun,omitempty" json:"force_rerun,omitempty"`
+	// Environment is the environment of the pipeline's command steps
+	// that name none (Azure's settings.environment).
+	Environment *Environment `yaml:"environment,omitempty" json:"environment,omitempty"`
 }
 
 // PipelineInput is a pipeline's input: a literal (Value) or data (Type,
@@ -86,6 +94,13 @@ type PipelineStep struct {
 	Limits               *Limits               `yaml:"limits,omitempty" json:"limits,omitempty"`
 	ForceRerun           *bool                 `yaml:"force_rerun,omitempty" json:"force_rerun,omitempty"`
 	IsDeterministic      *bool                 `yaml:"is_deterministic,omitempty" json:"is_deterministic,omitempty"`
+
+	// Subpipeline is the pipeline component the step runs, once read (by
+	// the client for a file; from the file for an inline one). Such a
+	// step is expanded into the component's steps (ExpandPipelineSteps)
+	// before the pipeline is submitted, so it never reaches the
+	// workspace.
+	Subpipeline *PipelineJob `yaml:"-" json:"-"`
 
 	// A sweep step's own fields, as a sweep job's; its limits are Limits
 	// (max_total_trials, max_concurrent_trials, timeout, trial_timeout).
@@ -182,13 +197,17 @@ func ParsePipelineJob(data []byte, sets []string) (*PipelineJob, error) {
 		return nil, es
 	}
 	p, err := pipelineFromNode(root)
+	if err == nil {
+		p.matchStepNames()
+		err = p.resolveComputeInputs()
+	}
 	if err != nil {
 		if fes, ok := err.(Errors); ok {
 			addLines(fes, root)
 		}
 		return nil, err
 	}
-	if err := p.Validate(); err != nil {
+	if err := p.validate(true); err != nil {
 		addLines(err.(Errors), root)
 		noteSets(err, sets)
 		return nil, err
@@ -217,9 +236,26 @@ func pipelineFromNode(root *yaml.Node) (*PipelineJob, error) {
 		fe.Field, fe.Line = field, n.Line
 		es = append(es, fe)
 	}
-	if err := decodeLenient(without(root, "inputs", "outputs", "jobs"), &p, "", &ignored); err != nil {
+	if err := decodeLenient(without(root, "inputs", "outputs", "jobs", "component"), &p, "", &ignored); err != nil {
 		fail("", root, err)
 		return nil, es
+	}
+	if c := child(root, "component"); c != nil && !isNull(c) {
+		switch {
+		case c.Kind == yaml.ScalarNode:
+			p.Root = &PipelineStep{Type: "pipeline", Component: &ComponentRef{Ref: strings.TrimPrefix(c.Value, EnvironmentFilePrefix)}}
+		case isPipelineNode(c):
+			sub, err := pipelineComponentFromNode(c, "component")
+			if err != nil {
+				es = append(es, err.(Errors)...)
+			} else {
+				ignored = append(ignored, sub.Ignored...)
+				sub.Ignored = nil
+				p.Root = &PipelineStep{Type: "pipeline", Subpipeline: sub}
+			}
+		default:
+			es.add("component", "a pipeline job's component is a pipeline component: its file (component: ./pipeline.yml) or the component written inline with type: pipeline and jobs:")
+		}
 	}
 	if n := child(root, "inputs"); n != nil && !isNull(n) {
 		if n.Kind != yaml.MappingNode {
@@ -305,6 +341,14 @@ func pipelineFromNode(root *yaml.Node) (*PipelineJob, error) {
 	if len(es) > 0 {
 		return nil, es
 	}
+	if p.Settings != nil && p.Settings.Environment != nil {
+		for _, st := range p.Jobs {
+			if st != nil && st.Component == nil && st.Subpipeline == nil && !st.IsSweep() && st.Environment == nil {
+				e := *p.Settings.Environment
+				st.Environment = &e
+			}
+		}
+	}
 	p.Ignored = sortedIgnored(ignored)
 	return &p, nil
 }
@@ -337,11 +381,20 @@ func stepFromNode(n *yaml.Node, f string, ignored *[]string) (*PipelineStep, err
 		}
 	}
 	if c != nil && !isNull(c) {
-		switch c.Kind {
-		case yaml.ScalarNode:
+		switch {
+		case isPipelineNode(c) && compField == "component":
+			sub, err := pipelineComponentFromNode(c, f+".component")
+			if err != nil {
+				es = append(es, err.(Errors)...)
+			} else {
+				*ignored = append(*ignored, sub.Ignored...)
+				sub.Ignored = nil
+				st.Subpipeline = sub
+			}
+		case c.Kind == yaml.ScalarNode:
 			// file:./train.yml is Azure's explicit spelling of a local file.
 			st.Component = &ComponentRef{Ref: strings.TrimPrefix(c.Value, EnvironmentFilePrefix)}
-		case yaml.MappingNode:
+		case c.Kind == yaml.MappingNode:
 			comp, err := componentFromNode(c, f+"."+compField)
 			if err != nil {
 				es = append(es, err.(Errors)...)
@@ -469,8 +522,8 @@ func (p *PipelineJob) StepComponent(name string) *Component {
 	if st.Component != nil {
 		return st.Component.Resolved
 	}
-	if st.IsSweep() {
-		return nil // a sweep step without a trial: Validate says so
+	if st.IsSweep() || st.Subpipeline != nil {
+		return nil // a sweep step without a trial (Validate says so), or a pipeline component
 	}
 	c := &Component{Type: "command", Command: st.Command, Code: st.Code, Environment: st.Environment,
 		EnvironmentVariables: st.EnvironmentVariables, Resources: st.Resources, Distribution: st.Distribution,
@@ -612,7 +665,12 @@ const MaxPipelineSteps = 500
 // Validate checks the pipeline as far as its resolved parts allow and
 // returns every problem, each naming its field. A step whose component
 // is a reference not yet resolved is checked for its reference only.
-func (p *PipelineJob) Validate() error {
+func (p *PipelineJob) Validate() error { return p.validate(false) }
+
+// validate is Validate; withComponents accepts steps that run pipeline
+// components, which the client expands before it submits the pipeline
+// (a file just parsed has them, a pipeline sent to the workspace must not).
+func (p *PipelineJob) validate(withComponents bool) error {
 	if p == nil {
 		return Errors{{Message: "the pipeline job is missing"}}
 	}
@@ -651,12 +709,20 @@ func (p *PipelineJob) Validate() error {
 		validateOutputAsset(&es, f, out.Name, out.Version)
 	}
 	switch {
+	case p.Root != nil && len(p.Jobs) > 0:
+		es.add("component", "give either jobs (the pipeline's steps) or component (a pipeline component that is the whole pipeline), not both")
+	case p.Root != nil && withComponents:
+		// The pipeline component's steps, once the client has read it.
 	case len(p.Jobs) == 0:
 		es.add("jobs", "is required: the pipeline's steps, e.g. jobs: {train: {type: command, component: ./train.yml}}")
 	case len(p.Jobs) > MaxPipelineSteps:
 		es.add("jobs", "a pipeline has at most %d steps (got %d)", MaxPipelineSteps, len(p.Jobs))
 	}
 	for _, name := range slices.Sorted(maps.Keys(p.Jobs)) {
+		if st := p.Jobs[name]; withComponents && st.IsPipelineComponent() {
+			p.validatePipelineComponentStep(&es, name)
+			continue
+		}
 		p.validateStep(&es, name)
 	}
 	if cyc := p.cycle(); cyc != "" {
@@ -685,8 +751,11 @@ func (p *PipelineJob) validateStep(es *Errors, name string) {
 		p.refuseSweepStepFields(es, name)
 	case "sweep":
 		p.validateSweepStep(es, name)
-	case "pipeline", "parallel", "spark", "automl", "import", "data_transfer":
-		es.add(f+".type", "%s steps are not supported yet; Ferry runs command steps (a command or a command component)", st.Type)
+	case "pipeline":
+		es.add(f+".component", "a pipeline step's component must be a pipeline component file (component: ./train_pipeline.yml) or written inline; the client expands it into its steps before it submits the pipeline")
+		return
+	case "parallel", "spark", "automl", "import", "data_transfer":
+		es.add(f+".type", "%s steps are not supported yet; Ferry runs command, sweep and pipeline steps (a command, a command component, a sweep, or a pipeline component): %s", st.Type, otherKindHint(st.Type))
 		return // the step's other fields are that kind's: their problems would bury this one
 	default:
 		es.add(f+".type", "must be command, got %s", quote(st.Type))

@@ -157,6 +157,11 @@ type Service struct {
 	Port       int            `yaml:"port,omitempty" json:"port,omitempty"`
 	Nodes      string         `yaml:"nodes,omitempty" json:"nodes,omitempty"`
 	Properties map[string]any `yaml:"properties,omitempty" json:"properties,omitempty"`
+	// LogDir (tensor_board) and SSHPublicKeys (ssh) are Azure's fields
+	// for what the older files wrote as properties.logDir and
+	// properties.sshPublicKeys.
+	LogDir        string `yaml:"log_dir,omitempty" json:"log_dir,omitempty"`
+	SSHPublicKeys string `yaml:"ssh_public_keys,omitempty" json:"ssh_public_keys,omitempty"`
 }
 
 // QueueSettings is the job tier and priority of serverless jobs.

@@ -200,9 +200,10 @@ func (s *Service) ArchiveData(ctx context.Context, who auth.Principal, name, ver
 }
 
 // resolveDataInputs finds the data asset each of a job's data inputs
-// names by reference (path: azureml:NAME:VERSION or azureml:NAME@latest)
-// and returns the inputs' snapshots with those added: a registered input
-// is the asset's snapshot, looked up here, never uploaded by the client.
+// names by reference (path: azureml:NAME:VERSION or azureml:NAME@latest),
+// or the registered model for an input of a model type, and returns the
+// inputs' snapshots with those added: a registered input is the asset's
+// snapshot, looked up here, never uploaded by the client.
 // An input whose type is not the asset's is refused, naming the field;
 // one with no type takes the asset's.
 func (s *Service) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded map[string]string) (map[string]string, error) {
@@ -216,6 +217,26 @@ func (s *Service) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded m
 		if _, ok := uploaded[name]; ok {
 			return nil, Invalid("input_snapshots.%s: input %s names the registered data asset %s, whose files the workspace has; upload nothing for it", name, name, in.Path)
 		}
+		if spec.IsModelType(in.Type) {
+			// A model input (mlflow_model, custom_model, triton_model)
+			// names a registered model: its files are the input.
+			m, err := s.ResolveModel(ctx, in.Path)
+			if err != nil {
+				var e *Error
+				if errors.As(err, &e) {
+					return nil, &Error{Code: e.Code, Msg: field + ": " + e.Msg}
+				}
+				return nil, err
+			}
+			if !cloned {
+				out, cloned = maps.Clone(uploaded), true
+				if out == nil {
+					out = map[string]string{}
+				}
+			}
+			out[name] = m.Snapshot
+			continue
+		}
 		dname, version, err := spec.ParseDataRef(in.Path)
 		if err != nil {
 			return nil, Invalid("%s: %v", field, err)
@@ -228,10 +249,12 @@ func (s *Service) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded m
 			}
 			return nil, err
 		}
-		if in.Type != "" && in.Type != d.Type {
+		if !spec.DataTypeFits(in.Type, d.Type) {
 			return nil, Invalid("inputs.%s.type: %s is %s, but the input's type is %s; write type: %s", name, d.ID, d.Type, in.Type, d.Type)
 		}
-		in.Type = d.Type
+		if in.Type == "" {
+			in.Type = d.Type
+		}
 		j.Inputs[name] = in
 		if d.Snapshot == "" {
 			continue // a reference: resolveRemoteInputs resolves its path

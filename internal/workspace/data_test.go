@@ -76,8 +76,8 @@ func TestDataCreateRefuses(t *testing.T) {
 	wantCode(t, "run token", err, CodeForbidden)
 	_, err = s.CreateData(ctx, owner, dataFile("cifar", "", ""), "")
 	wantCode(t, "no snapshot", err, CodeInvalid, "snapshot")
-	_, err = s.CreateData(ctx, owner, dataFile("cifar", "", "mltable"), snap)
-	wantCode(t, "mltable", err, CodeInvalid, "type", "not supported yet")
+	_, err = s.CreateData(ctx, owner, dataFile("cifar", "", "table"), snap)
+	wantCode(t, "type table", err, CodeInvalid, "type", "not a data type")
 	_, err = s.CreateData(ctx, owner, dataFile("bad name", "", ""), snap)
 	wantCode(t, "bad name", err, CodeInvalid, "name")
 }

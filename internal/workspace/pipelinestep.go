@@ -41,7 +41,7 @@ func bindStepInputs(p *spec.PipelineJob, snaps map[string]string, n string, comp
 		if t == "" {
 			t = ci.Type
 		}
-		if t == "" || spec.IsLiteralType(t) || t == "triton_model" {
+		if t == "" || spec.IsLiteralType(t) {
 			t = "uri_folder"
 		}
 		mode := si.Mode

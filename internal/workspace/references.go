@@ -35,6 +35,7 @@ func (s *Service) referenceCheckers() map[string]func(ctx context.Context, ref s
 	return map[string]func(context.Context, string) error{
 		"environment": s.checkEnvironmentRef,
 		"data":        s.checkDataRef,
+		"model":       s.checkModelRef,
 		"compute":     s.checkComputeRef,
 	}
 }
@@ -102,6 +103,11 @@ func (s *Service) checkDataRef(ctx context.Context, ref string) error {
 		return Invalid("%v", err)
 	}
 	_, err = s.GetData(ctx, name, version)
+	return err
+}
+
+func (s *Service) checkModelRef(ctx context.Context, ref string) error {
+	_, err := s.ResolveModel(ctx, ref)
 	return err
 }
 

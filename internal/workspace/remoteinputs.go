@@ -72,6 +72,9 @@ func (s *Service) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[str
 		field := "inputs." + name + ".path"
 		p := in.Path
 		if spec.IsDataRef(p) {
+			if spec.IsModelType(in.Type) {
+				continue // a registered model: resolveDataInputs gives its snapshot
+			}
 			dname, version, err := spec.ParseDataRef(p)
 			if err != nil {
 				return nil, Invalid("%s: %v", field, err)

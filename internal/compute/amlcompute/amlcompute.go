@@ -56,8 +56,8 @@ func admit(c *spec.Compute, sz sizes.Size, j *spec.Job, env *environment.Spec) e
 			return err
 		}
 	}
-	if len(j.Services) > 0 {
-		return fmt.Errorf("services: interactive services are not available on clusters yet")
-	}
+	// services (VS Code, Jupyter, TensorBoard, SSH) are kept with the
+	// job but not started, as on a compute instance and in pipeline steps:
+	// the client says so. Azure's interactive examples run on clusters.
 	return nil
 }

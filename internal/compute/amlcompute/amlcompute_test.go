@@ -25,7 +25,7 @@ func TestAdmit(t *testing.T) {
 		"command: x\nresources: {instance_count: 3}\n":                                 "resources.instance_count",
 		"command: x\nresources: {instance_type: Standard_NC6s_v3}\n":                   "resources.instance_type",
 		"command: x\nresources: {shm_size: 1g}\n":                                      "resources: docker_args and shm_size",
-		"command: x\nservices: {lab: {type: jupyter_lab}}\n":                           "services:",
+		"command: x\nservices: {lab: {type: jupyter_lab}}\n":                           "",
 	} {
 		j, err := spec.ParseJob([]byte(job))
 		if err != nil {
