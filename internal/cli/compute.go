@@ -366,7 +366,8 @@ func (a *app) createComputeCmd(use, short string) *cobra.Command {
 	return cmd
 }
 
-// readNamedFiles reads the files a compute file names (an attached machine's
+// readNamedFiles reads the files a compute file names (a Kubernetes
+// compute's kubeconfig, an attached machine's
 // ssh_settings.ssh_private_key_file, a fleet's
 // provider.ssh_settings.ssh_private_key_file, an instance's setup script
 // paths) and sends their content: the server never reads files named by a
@@ -385,7 +386,11 @@ func readNamedFiles(file string, s *spec.Compute) error {
 		}
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return "", fmt.Errorf("%s: cannot read the private key: %w", field, err)
+			what := "the private key"
+			if field == "kubeconfig" {
+				what = "the kubeconfig"
+			}
+			return "", fmt.Errorf("%s: cannot read %s: %w", field, what, err)
 		}
 		return string(b), nil
 	}
@@ -395,6 +400,13 @@ func readNamedFiles(file string, s *spec.Compute) error {
 			return err
 		}
 		st.SSHPrivateKey = k
+	}
+	if s.Kubeconfig != "" && s.KubeconfigContent == "" {
+		k, err := read("kubeconfig", s.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		s.KubeconfigContent = k
 	}
 	for _, k := range []string{"creation_script", "startup_script"} {
 		m, _ := s.SetupScripts[k].(map[string]any)
