@@ -316,6 +316,9 @@ func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
 			fmt.Fprintf(w, "event %s:\t%s %s\n", e.Time.Local().Format("15:04:05"), e.Kind, e.Message)
 		}
 	}
+	if v.Spec != nil && v.Type == "kubernetes" {
+		showKubernetes(w, v.Spec)
+	}
 	if v.Spec != nil && v.Spec.MinInstances != nil && v.Spec.MaxInstances != nil {
 		fmt.Fprintf(w, "size:\t%s\n", v.Spec.Size)
 		fmt.Fprintf(w, "nodes:\t%d now, target %d (min %d, max %d)", v.CurrentNodes, v.TargetNodes, *v.Spec.MinInstances, *v.Spec.MaxInstances)
@@ -327,6 +330,45 @@ func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
 		for _, e := range v.Events {
 			fmt.Fprintf(w, "event %s:\t%s %s\n", e.Time.Local().Format("15:04:05"), e.Kind, e.Message)
 		}
+	}
+}
+
+// showKubernetes shows a Kubernetes compute's namespace, default image
+// and instance types (its kubeconfig is never shown).
+func showKubernetes(w *tabwriter.Writer, c *spec.Compute) {
+	fmt.Fprintf(w, "namespace:\t%s\n", c.Namespace)
+	if c.ResourceID != "" {
+		fmt.Fprintf(w, "resource id:\t%s\n", c.ResourceID)
+	}
+	if c.Image != "" {
+		fmt.Fprintf(w, "default image:\t%s\n", c.Image)
+	}
+	quantities := func(m map[string]string) string {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			parts = append(parts, k+"="+m[k])
+		}
+		return strings.Join(parts, ",")
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.InstanceTypes)) {
+		it := c.InstanceTypes[name]
+		line := name
+		if name == c.DefaultInstanceType {
+			line += " (default)"
+		}
+		if q := quantities(it.Resources.Requests); q != "" {
+			line += " requests " + q
+		}
+		if q := quantities(it.Resources.Limits); q != "" {
+			line += " limits " + q
+		}
+		if q := quantities(it.NodeSelector); q != "" {
+			line += " nodeSelector " + q
+		}
+		if n := len(it.Tolerations); n > 0 {
+			line += fmt.Sprintf(" tolerations %d", n)
+		}
+		fmt.Fprintf(w, "instance type:\t%s\n", line)
 	}
 }
 

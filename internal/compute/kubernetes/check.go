@@ -52,8 +52,17 @@ var Permissions = []Permission{
 // exists, the credentials may do every one of Permissions there (one
 // SelfSubjectAccessReview each), the instance types are sound and the
 // default one exists.
+// The cluster's InstanceType resources, when it has them, are kept in c
+// (what `compute show` lists); jobs still read them afresh.
 func (t *Target) CheckCompute(ctx context.Context, c *spec.Compute) error {
-	return Check(ctx, t.cl, t.c)
+	if err := Check(ctx, t.cl, t.c); err != nil {
+		return err
+	}
+	types, fromCluster, err := t.cl.InstanceTypes(ctx, t.c)
+	if err == nil && fromCluster {
+		c.InstanceTypes = types
+	}
+	return nil
 }
 
 // Check is CheckCompute for any user of a Cluster.
