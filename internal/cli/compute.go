@@ -31,7 +31,7 @@ func jsonOf(v any) (json.RawMessage, error) { return json.Marshal(v) }
 func (a *app) computeCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "compute", Short: "Manage compute targets (Azure ML v2 compute files)"}
 	create := a.createComputeCmd("create -f FILE", "Create a compute target from a compute YAML file")
-	attach := a.createComputeCmd("attach -f FILE", "Attach an existing machine over SSH or a Slurm cluster (a virtualmachine or slurm compute file); same as create")
+	attach := a.createComputeCmd("attach -f FILE", "Attach an existing machine over SSH, a Slurm cluster or a Kubernetes cluster (a virtualmachine, slurm or kubernetes compute file); same as create")
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List compute targets",
