@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,12 @@ import (
 // kubeImage is the pods' image: Debian with python3 and torch
 // (scripts/make-node-image.sh), imported into the cluster.
 const kubeImage = "ferry-node:bookworm"
+
+// kubeImageIn says whether this run imported kubeImage already.
+var (
+	kubeImageMu sync.Mutex
+	kubeImageIn bool
+)
 
 // kubeEnv is the test cluster as one test uses it.
 type kubeEnv struct {
@@ -47,7 +54,12 @@ func requireKube(t *testing.T) *kubeEnv {
 		}
 		t.Skipf("needs the %s image: scripts/make-node-image.sh", kubeImage)
 	}
-	testutil.KubeImage(t, kubeImage)
+	kubeImageMu.Lock()
+	if !kubeImageIn {
+		testutil.KubeImage(t, kubeImage) // 1.3 GB: once per run
+		kubeImageIn = true
+	}
+	kubeImageMu.Unlock()
 	// The node's address is this host's, as the pods see it: the server
 	// under test listens there.
 	k.nodeIP = strings.TrimSpace(k.run("get", "nodes", "-o", `jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}`))
