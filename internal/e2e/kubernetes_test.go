@@ -54,12 +54,14 @@ func requireKube(t *testing.T) *kubeEnv {
 		}
 		t.Skipf("needs the %s image: scripts/make-node-image.sh", kubeImage)
 	}
-	kubeImageMu.Lock()
-	if !kubeImageIn {
-		testutil.KubeImage(t, kubeImage) // 1.3 GB: once per run
-		kubeImageIn = true
-	}
-	kubeImageMu.Unlock()
+	func() {
+		kubeImageMu.Lock()
+		defer kubeImageMu.Unlock()
+		if !kubeImageIn {
+			testutil.KubeImage(t, kubeImage) // 1.3 GB: once per run
+			kubeImageIn = true
+		}
+	}()
 	// The node's address is this host's, as the pods see it: the server
 	// under test listens there.
 	k.nodeIP = strings.TrimSpace(k.run("get", "nodes", "-o", `jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}`))
