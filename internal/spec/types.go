@@ -199,7 +199,9 @@ type Compute struct {
 	Tags        map[string]string `yaml:"tags,omitempty" json:"tags,omitempty"`
 	Location    string            `yaml:"location,omitempty" json:"location,omitempty"`
 
-	// local (Ferry's own type): how many jobs run at once; 0 = CPUs of the machine.
+	// local (Ferry's own type): how many jobs run at once; 0 = CPUs of the
+	// machine. kubernetes: how many attempts Ferry hands to the cluster
+	// at once; 0 = 100.
 	Capacity int `yaml:"capacity,omitempty" json:"capacity,omitempty"`
 
 	// amlcompute and computeinstance
