@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -190,6 +191,10 @@ func TestKubernetesUnschedulableQueuedAndCanceled(t *testing.T) {
 	j := s.waitReason("gpu-wait", "Insufficient nvidia.com/gpu")
 	if j.Status != "Queued" {
 		t.Errorf("gpu-wait: %s (%s), want Queued", j.Status, j.StatusReason)
+	}
+	// The handle is the Job's name, and the Job is the cluster's.
+	if left := k.ferryObjects(); !strings.HasPrefix(j.Handle, "ferry-gpu-wait-") || !slices.Contains(left, "job.batch/"+j.Handle) {
+		t.Errorf("gpu-wait's handle %q; the namespace has %v", j.Handle, left)
 	}
 	s.mustFerry("job", "cancel", "gpu-wait")
 	s.waitStatus("gpu-wait", "Canceled")
