@@ -224,12 +224,20 @@ resources:
 	k.waitEmpty()
 }
 
-// A job whose image the cluster does not have fails while it prepares,
-// with the kubelet's reason.
-func TestKubernetesMissingImageFails(t *testing.T) {
+// A job whose environment is an image runs in a pod of that image (the
+// runner runs it in place); one whose image the cluster does not have
+// fails while it prepares, with the kubelet's reason.
+func TestKubernetesImageEnvironments(t *testing.T) {
 	k := requireKube(t)
 	s := startKube(t, k, k.computeYAML("k8s-img", k.kubeconfig, ""))
-	file := jobFile(t, "command: echo ran\ncompute: azureml:k8s-img\nenvironment:\n  image: ferry-missing-image:none\n", nil)
+	file := jobFile(t, "command: /usr/bin/python3 -c 'import torch; print(\"torch\", torch.__version__ is not None)'\ncompute: azureml:k8s-img\nenvironment:\n  image: "+kubeImage+"\n", nil)
+	r := s.ferry("job", "create", "-f", file, "--name", "inimg", "--stream")
+	if j := s.show("inimg"); j.Status != "Completed" {
+		t.Errorf("a job on an image environment: %s (%s; %s)\n%s", j.Status, j.StatusReason, j.Error, r)
+	}
+	mustContain(t, "its log", r.stdout, "torch True")
+
+	file = jobFile(t, "command: echo ran\ncompute: azureml:k8s-img\nenvironment:\n  image: ferry-missing-image:none\n", nil)
 	s.mustFerry("job", "create", "-f", file, "--name", "noimg")
 	j := s.waitStatus("noimg", "Failed")
 	if !strings.Contains(j.StatusReason+j.Error, "ErrImageNeverPull") || !strings.Contains(j.StatusReason+j.Error, "preparing") {
