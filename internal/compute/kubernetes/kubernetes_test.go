@@ -156,3 +156,31 @@ func TestPodStates(t *testing.T) {
 		t.Errorf("evicted: %q %v", why, fatal)
 	}
 }
+
+// An InstanceType resource's spec, as the dynamic client decodes it
+// (numbers as int64), reads as the compute file's instance types do.
+func TestInstanceTypeFromTheCustomResource(t *testing.T) {
+	got := instanceTypeFromCR(map[string]any{
+		"nodeSelector": map[string]any{"mylabel": "mylabelvalue"},
+		"resources": map[string]any{
+			"limits":   map[string]any{"cpu": "1", "nvidia.com/gpu": int64(1), "memory": "2Gi"},
+			"requests": map[string]any{"cpu": "700m", "memory": "1500Mi"},
+		},
+		"tolerations": []any{map[string]any{"key": "gpu", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": int64(30)}},
+	})
+	secs := int64(30)
+	want := spec.KubeInstanceType{
+		NodeSelector: map[string]string{"mylabel": "mylabelvalue"},
+		Resources: spec.KubeResources{
+			Limits:   map[string]string{"cpu": "1", "nvidia.com/gpu": "1", "memory": "2Gi"},
+			Requests: map[string]string{"cpu": "700m", "memory": "1500Mi"},
+		},
+		Tolerations: []spec.KubeToleration{{Key: "gpu", Operator: "Exists", Effect: "NoSchedule", TolerationSeconds: &secs}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("instance type (-want +got):\n%s", diff)
+	}
+	if err := checkQuantities(got); err != nil {
+		t.Errorf("its quantities: %v", err)
+	}
+}
