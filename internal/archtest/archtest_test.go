@@ -25,6 +25,7 @@ var forbidden = map[string][]string{
 	"internal/compute/computeinstance": {"internal/api", "internal/workspace", "internal/store", "internal/server"},
 	"internal/compute/virtualmachine":  {"internal/api", "internal/workspace", "internal/store", "internal/server"},
 	"internal/compute/slurm":           {"internal/api", "internal/workspace", "internal/store", "internal/server", "internal/runner"},
+	"internal/compute/kubernetes":      {"internal/api", "internal/workspace", "internal/store", "internal/server", "internal/runner"},
 	"internal/store":                   {"internal/workspace", "internal/api"},
 	"internal/spec":                    {"internal/"},
 	"internal/snapshot":                {"internal/workspace", "internal/api", "internal/store"},
@@ -56,7 +57,7 @@ var forbidden = map[string][]string{
 
 	// The studio's pages get their data from the REST API only, never
 	// from the store or a driver.
-	"internal/studio": {"internal/store/sqlite", "internal/server", "internal/cli", "internal/compute/local", "internal/compute/slurm", "internal/provider/", "internal/runner"},
+	"internal/studio": {"internal/store/sqlite", "internal/server", "internal/cli", "internal/compute/local", "internal/compute/slurm", "internal/compute/kubernetes", "internal/provider/", "internal/runner"},
 }
 
 func TestDependencyDirection(t *testing.T) {

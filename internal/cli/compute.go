@@ -31,7 +31,7 @@ func jsonOf(v any) (json.RawMessage, error) { return json.Marshal(v) }
 func (a *app) computeCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "compute", Short: "Manage compute targets (Azure ML v2 compute files)"}
 	create := a.createComputeCmd("create -f FILE", "Create a compute target from a compute YAML file")
-	attach := a.createComputeCmd("attach -f FILE", "Attach an existing machine over SSH or a Slurm cluster (a virtualmachine or slurm compute file); same as create")
+	attach := a.createComputeCmd("attach -f FILE", "Attach an existing machine over SSH, a Slurm cluster or a Kubernetes cluster (a virtualmachine, slurm or kubernetes compute file); same as create")
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List compute targets",
@@ -316,6 +316,9 @@ func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
 			fmt.Fprintf(w, "event %s:\t%s %s\n", e.Time.Local().Format("15:04:05"), e.Kind, e.Message)
 		}
 	}
+	if v.Spec != nil && v.Type == "kubernetes" {
+		showKubernetes(w, v.Spec)
+	}
 	if v.Spec != nil && v.Spec.MinInstances != nil && v.Spec.MaxInstances != nil {
 		fmt.Fprintf(w, "size:\t%s\n", v.Spec.Size)
 		fmt.Fprintf(w, "nodes:\t%d now, target %d (min %d, max %d)", v.CurrentNodes, v.TargetNodes, *v.Spec.MinInstances, *v.Spec.MaxInstances)
@@ -327,6 +330,45 @@ func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
 		for _, e := range v.Events {
 			fmt.Fprintf(w, "event %s:\t%s %s\n", e.Time.Local().Format("15:04:05"), e.Kind, e.Message)
 		}
+	}
+}
+
+// showKubernetes shows a Kubernetes compute's namespace, default image
+// and instance types (its kubeconfig is never shown).
+func showKubernetes(w *tabwriter.Writer, c *spec.Compute) {
+	fmt.Fprintf(w, "namespace:\t%s\n", c.Namespace)
+	if c.ResourceID != "" {
+		fmt.Fprintf(w, "resource id:\t%s\n", c.ResourceID)
+	}
+	if c.Image != "" {
+		fmt.Fprintf(w, "default image:\t%s\n", c.Image)
+	}
+	quantities := func(m map[string]string) string {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			parts = append(parts, k+"="+m[k])
+		}
+		return strings.Join(parts, ",")
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.InstanceTypes)) {
+		it := c.InstanceTypes[name]
+		line := name
+		if name == c.DefaultInstanceType {
+			line += " (default)"
+		}
+		if q := quantities(it.Resources.Requests); q != "" {
+			line += " requests " + q
+		}
+		if q := quantities(it.Resources.Limits); q != "" {
+			line += " limits " + q
+		}
+		if q := quantities(it.NodeSelector); q != "" {
+			line += " nodeSelector " + q
+		}
+		if n := len(it.Tolerations); n > 0 {
+			line += fmt.Sprintf(" tolerations %d", n)
+		}
+		fmt.Fprintf(w, "instance type:\t%s\n", line)
 	}
 }
 
@@ -366,7 +408,8 @@ func (a *app) createComputeCmd(use, short string) *cobra.Command {
 	return cmd
 }
 
-// readNamedFiles reads the files a compute file names (an attached machine's
+// readNamedFiles reads the files a compute file names (a Kubernetes
+// compute's kubeconfig, an attached machine's
 // ssh_settings.ssh_private_key_file, a fleet's
 // provider.ssh_settings.ssh_private_key_file, an instance's setup script
 // paths) and sends their content: the server never reads files named by a
@@ -385,7 +428,11 @@ func readNamedFiles(file string, s *spec.Compute) error {
 		}
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return "", fmt.Errorf("%s: cannot read the private key: %w", field, err)
+			what := "the private key"
+			if field == "kubeconfig" {
+				what = "the kubeconfig"
+			}
+			return "", fmt.Errorf("%s: cannot read %s: %w", field, what, err)
 		}
 		return string(b), nil
 	}
@@ -395,6 +442,13 @@ func readNamedFiles(file string, s *spec.Compute) error {
 			return err
 		}
 		st.SSHPrivateKey = k
+	}
+	if s.Kubeconfig != "" && s.KubeconfigContent == "" {
+		k, err := read("kubeconfig", s.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		s.KubeconfigContent = k
 	}
 	for _, k := range []string{"creation_script", "startup_script"} {
 		m, _ := s.SetupScripts[k].(map[string]any)

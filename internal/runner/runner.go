@@ -35,6 +35,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/environment/docker"
 	"github.com/ferry-ml/ferry/internal/isolation"
+	"github.com/ferry-ml/ferry/internal/runner/invocation"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
@@ -400,6 +401,15 @@ func (r *runner) watch(jobCtx context.Context, cancelJob context.CancelFunc) {
 // it. It returns the job's paths once they exist, so outputs are uploaded
 // even when the command failed.
 func (r *runner) prepareAndExecute(ctx, jobCtx context.Context, a *workspace.Assignment, spool *os.File) (workspace.Report, *paths) {
+	if e := a.Environment; e != nil && e.Kind == environment.KindImage && e.CondaFile == "" && e.Image != "" &&
+		os.Getenv(invocation.EnvImageIsEnvironment) == e.Image {
+		// The runner already runs in the environment's image (a
+		// Kubernetes pod of it): the job runs right here, as in a
+		// user_managed environment.
+		cp := *a
+		cp.Environment = &environment.Spec{Kind: environment.KindUserManaged, Name: e.Name, Version: e.Version}
+		a = &cp
+	}
 	p, err := r.prepare(ctx, jobCtx, a, spool)
 	if err != nil {
 		if r.canceled.Load() {

@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/compute/amlcompute"
 	"github.com/ferry-ml/ferry/internal/compute/computeinstance"
+	"github.com/ferry-ml/ferry/internal/compute/kubernetes"
 	"github.com/ferry-ml/ferry/internal/compute/local"
 	"github.com/ferry-ml/ferry/internal/compute/slurm"
 	"github.com/ferry-ml/ferry/internal/compute/virtualmachine"
@@ -45,8 +46,9 @@ type newTarget func(env targetEnv, c *spec.Compute) (compute.Target, error)
 // agent nodes that the workspace's pool loop runs is its package's
 // description in poolTypes. A name is in one of them only.
 var computeTypes = map[string]newTarget{
-	"local": newLocal,
-	"slurm": newSlurm,
+	"local":         newLocal,
+	"slurm":         newSlurm,
+	kubernetes.Type: newKubernetes,
 }
 
 var poolTypes = map[string]*compute.Pool{
@@ -74,6 +76,14 @@ func newSlurm(env targetEnv, c *spec.Compute) (compute.Target, error) {
 		return nil, err
 	}
 	return slurm.New(slurm.Config{Compute: open, Exe: env.Exe, CancelGrace: env.CancelGrace, Log: cmp.Or(env.Log, slog.New(slog.DiscardHandler)).With("compute", c.Name)})
+}
+
+func newKubernetes(env targetEnv, c *spec.Compute) (compute.Target, error) {
+	open, err := workspace.OpenCompute(env.Key, c)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.New(kubernetes.Config{Compute: open, Exe: env.Exe, CancelGrace: env.CancelGrace, Log: cmp.Or(env.Log, slog.New(slog.DiscardHandler)).With("compute", c.Name)})
 }
 
 // targetFactory is the workspace's TargetFactory over the registry.

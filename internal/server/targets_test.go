@@ -33,8 +33,13 @@ func TestRegistryMakesTargetsByType(t *testing.T) {
 		t.Errorf("a slurm compute without work_dir: %v; want one error naming the compute once and the field", err)
 	}
 
-	_, err = mk(&spec.Compute{Name: "k", Type: "kubernetes"})
-	if workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "type:") || !strings.Contains(err.Error(), "available: local, slurm") {
+	// Outside a cluster, a kubernetes compute needs a kubeconfig.
+	if _, err := mk(&spec.Compute{Name: "k8s", Type: "kubernetes", Namespace: "ml"}); err == nil || !strings.Contains(err.Error(), "compute k8s: kubeconfig:") {
+		t.Errorf("a kubernetes compute without a kubeconfig: %v; want an error naming the compute and kubeconfig", err)
+	}
+
+	_, err = mk(&spec.Compute{Name: "pool", Type: "amlcompute"})
+	if workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "type:") || !strings.Contains(err.Error(), "available: kubernetes, local, slurm") {
 		t.Errorf("an unregistered type: %v, want an invalid-request error naming the field and the types there are", err)
 	}
 }

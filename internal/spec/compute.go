@@ -60,7 +60,7 @@ var computeTypes = []string{"local", "amlcompute", "computeinstance", "virtualma
 // computeFields says which types each type-specific field (by YAML name)
 // belongs to; the fields not listed belong to every type.
 var computeFields = map[string][]string{
-	"capacity":                          {"local"},
+	"capacity":                          {"local", "kubernetes"},
 	"size":                              {"amlcompute", "computeinstance"},
 	"tier":                              {"amlcompute"},
 	"min_instances":                     {"amlcompute"},
@@ -92,6 +92,13 @@ var computeFields = map[string][]string{
 	"job_tier_qos":                      {"slurm"},
 	"priority_nice":                     {"slurm"},
 	"work_dir":                          {"slurm"},
+	"kubeconfig":                        {"kubernetes"},
+	"kubeconfig_content":                {"kubernetes"},
+	"api_url":                           {"kubernetes"},
+	"image":                             {"kubernetes"},
+	"instance_types":                    {"kubernetes"},
+	"default_instance_type":             {"kubernetes"},
+	"pod_template":                      {"kubernetes"},
 }
 
 // sshFields says which types each field of ssh_settings belongs to.
@@ -159,9 +166,7 @@ func (c *Compute) validate() Errors {
 	case "slurm":
 		c.validateSlurm(&es)
 	case "kubernetes":
-		if c.Namespace != "" && !k8sNameRe().MatchString(c.Namespace) {
-			es.add("namespace", "%s is not a Kubernetes namespace name (lowercase letters, digits and '-', at most 63)", quote(c.Namespace))
-		}
+		c.validateKube(&es)
 	}
 	return es
 }

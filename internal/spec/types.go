@@ -204,7 +204,9 @@ type Compute struct {
 	Tags        map[string]string `yaml:"tags,omitempty" json:"tags,omitempty"`
 	Location    string            `yaml:"location,omitempty" json:"location,omitempty"`
 
-	// local (Ferry's own type): how many jobs run at once; 0 = CPUs of the machine.
+	// local (Ferry's own type): how many jobs run at once; 0 = CPUs of the
+	// machine. kubernetes: how many attempts Ferry hands to the cluster
+	// at once; 0 = 100.
 	Capacity int `yaml:"capacity,omitempty" json:"capacity,omitempty"`
 
 	// amlcompute and computeinstance
@@ -234,6 +236,34 @@ type Compute struct {
 	Namespace  string         `yaml:"namespace,omitempty" json:"namespace,omitempty"`
 	Properties map[string]any `yaml:"properties,omitempty" json:"properties,omitempty"`
 
+	// kubernetes (Ferry's fields; Azure reaches its clusters through
+	// resource_id and the Azure Arc extension). docs/kubernetes.md has
+	// what maps to what.
+	//
+	// Kubeconfig is a kubeconfig file on the user's machine: the CLI
+	// reads it and sends its content as KubeconfigContent, which the
+	// server seals at rest and never shows. Neither: the server's own
+	// in-cluster service account.
+	Kubeconfig        string `yaml:"kubeconfig,omitempty" json:"kubeconfig,omitempty"`
+	KubeconfigContent string `yaml:"kubeconfig_content,omitempty" json:"kubeconfig_content,omitempty"`
+	// KubeAPIURL replaces the kubeconfig's server URL (a cluster whose
+	// kubeconfig names an address the Ferry server cannot reach).
+	KubeAPIURL string `yaml:"api_url,omitempty" json:"api_url,omitempty"`
+	// Image is the image of jobs whose environment names none.
+	Image string `yaml:"image,omitempty" json:"image,omitempty"`
+	// InstanceTypes are the shapes a job picks with
+	// resources.instance_type, as Azure's InstanceType custom resource
+	// has them; the cluster's own InstanceType resources, when it has
+	// them, take the place of these. DefaultInstanceType is the shape of
+	// a job that names none.
+	InstanceTypes       map[string]KubeInstanceType `yaml:"instance_types,omitempty" json:"instance_types,omitempty"`
+	DefaultInstanceType string                      `yaml:"default_instance_type,omitempty" json:"default_instance_type,omitempty"`
+	// PodTemplate is a Kubernetes PodTemplateSpec (metadata and spec) that
+	// every pod of a job starts from: volumes, a service account, a
+	// security context; a container named "runner" in it is the base of
+	// the job's container (imagePullPolicy, volumeMounts, ...).
+	PodTemplate map[string]any `yaml:"pod_template,omitempty" json:"pod_template,omitempty"`
+
 	// slurm (Ferry's own type; Azure has none): an existing Slurm cluster,
 	// submitted to on this host, or over SSH to the login node at address
 	// when address is given. docs/slurm.md has what maps to what.
@@ -255,6 +285,32 @@ type Compute struct {
 	// node see at the same path: job scripts, Slurm's output and the
 	// runners' attempt folders live under it.
 	WorkDir string `yaml:"work_dir,omitempty" json:"work_dir,omitempty"`
+}
+
+// KubeInstanceType is one named shape of pod on a Kubernetes compute, as
+// the spec of Azure's InstanceType custom resource
+// (amlarc.azureml.com/v1alpha1) has it. Quantities are Kubernetes'
+// ("500m", "4Gi", "1").
+type KubeInstanceType struct {
+	NodeSelector map[string]string `yaml:"nodeSelector,omitempty" json:"nodeSelector,omitempty"`
+	Resources    KubeResources     `yaml:"resources,omitempty" json:"resources,omitempty"`
+	Tolerations  []KubeToleration  `yaml:"tolerations,omitempty" json:"tolerations,omitempty"`
+}
+
+// KubeResources are a container's resource requests and limits, by
+// resource name (cpu, memory, nvidia.com/gpu).
+type KubeResources struct {
+	Requests map[string]string `yaml:"requests,omitempty" json:"requests,omitempty"`
+	Limits   map[string]string `yaml:"limits,omitempty" json:"limits,omitempty"`
+}
+
+// KubeToleration is a pod toleration, as Kubernetes writes it.
+type KubeToleration struct {
+	Key               string `yaml:"key,omitempty" json:"key,omitempty"`
+	Operator          string `yaml:"operator,omitempty" json:"operator,omitempty"`
+	Value             string `yaml:"value,omitempty" json:"value,omitempty"`
+	Effect            string `yaml:"effect,omitempty" json:"effect,omitempty"`
+	TolerationSeconds *int64 `yaml:"tolerationSeconds,omitempty" json:"tolerationSeconds,omitempty"`
 }
 
 // SSHSettings are the SSH login of a compute.

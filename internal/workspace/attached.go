@@ -35,11 +35,14 @@ type secretField struct {
 	ptr  *string
 }
 
-// secretFields lists c's secrets that are set: the VM's ssh_settings and a
-// fleet's provider.ssh_settings. Fleet values are written back into the
+// secretFields lists c's secrets that are set: the VM's ssh_settings, a
+// fleet's provider.ssh_settings and a Kubernetes compute's kubeconfig. Fleet values are written back into the
 // provider map by the returned function.
 func secretFields(c *spec.Compute) ([]secretField, func()) {
 	var out []secretField
+	if c.KubeconfigContent != "" {
+		out = append(out, secretField{"kubeconfig_content", &c.KubeconfigContent})
+	}
 	if s := c.SSHSettings; s != nil {
 		for _, f := range []secretField{
 			{"ssh_settings.admin_password", &s.AdminPassword},

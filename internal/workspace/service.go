@@ -395,6 +395,17 @@ func (s *Service) checkTarget(ctx context.Context, c *spec.Compute) error {
 			return err
 		}
 	}
+	if c.Kubeconfig != "" && c.KubeconfigContent == "" {
+		return Invalid("kubeconfig: the server does not read files named by a request; send the file's content as kubeconfig_content (the ferry CLI reads the file for you)")
+	}
+	if c.KubeconfigContent != "" {
+		if s.cfg.Secrets == nil {
+			return Invalid("kubeconfig: this server has no workspace key, so it cannot keep a kubeconfig; start it with a data dir it can write")
+		}
+		if err := SealCompute(s.cfg.Secrets, c); err != nil {
+			return err
+		}
+	}
 	t, err := s.cfg.Targets(c)
 	if err != nil {
 		return err
@@ -508,8 +519,16 @@ func (s *Service) DeleteCompute(ctx context.Context, name string) error {
 		return err
 	}
 	s.mu.Lock()
+	t := s.targets[name]
 	delete(s.targets, name)
 	s.mu.Unlock()
+	// A target that holds a connection or watches its engine (a Slurm
+	// login node, a Kubernetes cluster's informers) lets go of it now.
+	if cl, ok := t.(io.Closer); ok {
+		if err := cl.Close(); err != nil {
+			s.log.Warn("close the deleted compute's target", "compute", name, "err", err)
+		}
+	}
 	return nil
 }
 

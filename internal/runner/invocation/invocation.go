@@ -13,6 +13,12 @@ import (
 	"github.com/spf13/pflag"
 )
 
+// EnvImageIsEnvironment names the variable that a target which starts
+// the runner inside its job's environment image (Kubernetes) sets to that
+// image: the runner then runs an image environment of that image in
+// place, not in a container of its own.
+const EnvImageIsEnvironment = "FERRY_IMAGE_IS_ENVIRONMENT"
+
 // Invocation is one runner's options, less the run token (a secret: it
 // travels in the environment or over the executor's private socket).
 type Invocation struct {

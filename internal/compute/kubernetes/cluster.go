@@ -1,0 +1,161 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ferry-ml/ferry/internal/spec"
+)
+
+// Cluster is a connection to the cluster of one kubernetes compute: what
+// any part of Ferry that puts objects there (training jobs here, online
+// deployments elsewhere) needs. Connect makes one.
+type Cluster struct {
+	// Client and Dynamic talk to the cluster's API with the compute's
+	// credentials.
+	Client  kubernetes.Interface
+	Dynamic dynamic.Interface
+	// Namespace is where Ferry's objects go.
+	Namespace string
+	// Host is the API server's URL (no credentials in it), for messages.
+	Host string
+}
+
+// requestTimeout bounds one API request, so that a cluster that stopped
+// answering fails a launch or a check instead of hanging it.
+const requestTimeout = 30 * time.Second
+
+// Connect returns a client for the cluster of c, a kubernetes compute whose
+// kubeconfig_content is open (workspace.OpenCompute): its kubeconfig's
+// current context, with api_url in place of its server when given; the
+// server's in-cluster service account when c has no kubeconfig. It makes
+// no request. Its errors name the field to fix and never hold the
+// kubeconfig.
+func Connect(c *spec.Compute) (*Cluster, error) {
+	cfg, err := restConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, &CheckError{Field: "kubeconfig", Msg: fmt.Sprintf("cannot make a client: %v", err)}
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, &CheckError{Field: "kubeconfig", Msg: fmt.Sprintf("cannot make a client: %v", err)}
+	}
+	return &Cluster{Client: cs, Dynamic: dyn, Namespace: c.Namespace, Host: cfg.Host}, nil
+}
+
+func restConfig(c *spec.Compute) (*rest.Config, error) {
+	var cfg *rest.Config
+	if c.KubeconfigContent == "" {
+		in, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, &CheckError{Field: "kubeconfig", Msg: "is required: give kubeconfig: PATH (a kubeconfig file whose current context reaches the cluster), or run the Ferry server inside the cluster with a service account"}
+		}
+		cfg = in
+	} else {
+		// The content is a secret: a parse error is reported without it.
+		kc, err := clientcmd.RESTConfigFromKubeConfig([]byte(c.KubeconfigContent))
+		if err != nil {
+			return nil, &CheckError{Field: "kubeconfig", Msg: "is not a kubeconfig whose current context names a cluster and a user: " + kubeconfigProblem(err)}
+		}
+		cfg = kc
+	}
+	if c.KubeAPIURL != "" {
+		cfg.Host = c.KubeAPIURL
+	}
+	cfg.Timeout = requestTimeout
+	cfg.UserAgent = "ferry"
+	return cfg, nil
+}
+
+// kubeconfigProblem is what clientcmd said of a kubeconfig, cut to its
+// first line: its messages name contexts and fields, not the credentials,
+// but a YAML error could quote a line, so a long one is not shown.
+func kubeconfigProblem(err error) string {
+	msg := err.Error()
+	if len(msg) > 160 {
+		return "it does not parse"
+	}
+	return msg
+}
+
+// InstanceTypeGVR is Azure's InstanceType custom resource, which Azure's
+// Kubernetes extension installs.
+var InstanceTypeGVR = schema.GroupVersionResource{Group: "amlarc.azureml.com", Version: "v1alpha1", Resource: "instancetypes"}
+
+// InstanceTypes are the instance types jobs on the cluster may pick: the
+// cluster's InstanceType resources when it has the custom resource, else
+// c's instance_types. fromCluster says which.
+func (cl *Cluster) InstanceTypes(ctx context.Context, c *spec.Compute) (types map[string]spec.KubeInstanceType, fromCluster bool, err error) {
+	list, err := cl.Dynamic.Resource(InstanceTypeGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		var status apierrors.APIStatus
+		if apierrors.IsNotFound(err) || (errors.As(err, &status) && status.Status().Code == 404) {
+			return maps.Clone(c.InstanceTypes), false, nil // the cluster has no such resource
+		}
+		if apierrors.IsForbidden(err) {
+			return maps.Clone(c.InstanceTypes), false, nil // not ours to read; the file's
+		}
+		return nil, false, err
+	}
+	if len(list.Items) == 0 {
+		return maps.Clone(c.InstanceTypes), false, nil
+	}
+	types = map[string]spec.KubeInstanceType{}
+	for _, item := range list.Items {
+		s, _ := item.Object["spec"].(map[string]any)
+		types[item.GetName()] = instanceTypeFromCR(s)
+	}
+	return types, true, nil
+}
+
+// instanceTypeFromCR reads the spec of an InstanceType resource; numbers
+// (nvidia.com/gpu: 1) become quantities.
+func instanceTypeFromCR(s map[string]any) spec.KubeInstanceType {
+	var it spec.KubeInstanceType
+	it.NodeSelector = stringMap(s["nodeSelector"])
+	res, _ := s["resources"].(map[string]any)
+	it.Resources.Requests = stringMap(res["requests"])
+	it.Resources.Limits = stringMap(res["limits"])
+	tols, _ := s["tolerations"].([]any)
+	for _, t := range tols {
+		m, _ := t.(map[string]any)
+		tol := spec.KubeToleration{Key: str(m["key"]), Operator: str(m["operator"]), Value: str(m["value"]), Effect: str(m["effect"])}
+		if n, ok := m["tolerationSeconds"].(int64); ok {
+			tol.TolerationSeconds = &n
+		}
+		it.Tolerations = append(it.Tolerations, tol)
+	}
+	return it
+}
+
+func stringMap(v any) map[string]string {
+	m, _ := v.(map[string]any)
+	if len(m) == 0 {
+		return nil
+	}
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = fmt.Sprint(v)
+	}
+	return out
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
