@@ -70,7 +70,20 @@ func Decide(d *appsv1.Deployment, sets []appsv1.ReplicaSet, pods []corev1.Pod) S
 	}
 	s := d.Status
 	observed := s.ObservedGeneration >= d.Generation
-	if observed && s.UpdatedReplicas == desired && s.Replicas == desired && s.AvailableReplicas == desired {
+	// The current template's ReplicaSet: its pods decide; an older one's
+	// pods still serve, or are going.
+	hash := ""
+	for _, rs := range sets {
+		if rs.Annotations[revisionAnnotation] == revision && revision != "" {
+			hash = rs.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
+		}
+	}
+	// Succeeded once the older templates' pods are gone, not only out of
+	// routing: a client told Succeeded gets the new version.
+	older := slices.ContainsFunc(pods, func(p corev1.Pod) bool {
+		return hash != "" && p.Labels[appsv1.DefaultDeploymentUniqueLabelKey] != hash
+	})
+	if observed && !older && s.UpdatedReplicas == desired && s.Replicas == desired && s.AvailableReplicas == desired {
 		st.State = StateSucceeded
 		st.Reason = fmt.Sprintf("%d of %d replicas ready", s.ReadyReplicas, desired)
 		return st
@@ -83,14 +96,6 @@ func Decide(d *appsv1.Deployment, sets []appsv1.ReplicaSet, pods []corev1.Pod) S
 		case c.Type == appsv1.DeploymentReplicaFailure && c.Status == corev1.ConditionTrue:
 			st.State, st.Reason = StateFailed, "replicas cannot be created: "+c.Message
 			return st
-		}
-	}
-	// The current template's ReplicaSet: its pods decide; an older one's
-	// pods still serve, or are going.
-	hash := ""
-	for _, rs := range sets {
-		if rs.Annotations[revisionAnnotation] == revision && revision != "" {
-			hash = rs.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
 		}
 	}
 	st.State = phase

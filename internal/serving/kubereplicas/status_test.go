@@ -88,6 +88,11 @@ func TestDecide(t *testing.T) {
 				Reason: "ProgressDeadlineExceeded", Message: `ReplicaSet "x" has timed out progressing.`}}
 			return d, sets, pods
 		}, StateFailed, `ReplicaSet "x" has timed out progressing.`},
+		{"rolled, an old replica still draining", func() (*appsv1.Deployment, []appsv1.ReplicaSet, []corev1.Pod) {
+			old := pod("p-old", "old")
+			old.DeletionTimestamp = &metav1.Time{}
+			return snapshot("2", 1, 1, 1, 1, old, pod("p-new", "new"))
+		}, StateUpdating, "1 of 1 replicas ready"},
 		{"not yet observed", func() (*appsv1.Deployment, []appsv1.ReplicaSet, []corev1.Pod) {
 			d, sets, pods := snapshot("2", 1, 1, 1, 1)
 			d.Generation = 3
