@@ -49,7 +49,7 @@ def run(raw_data):
 
 // kubeTest is a Client in a namespace of the test's own, deleted (and
 // waited for) when the test ends.
-func kubeTest(t *testing.T) (*Client, kubernetes.Interface) {
+func kubeTest(t *testing.T) *Client {
 	t.Helper()
 	path := testutil.Kube(t)
 	testutil.RequireBaseImage(t)
@@ -86,7 +86,16 @@ func kubeTest(t *testing.T) (*Client, kubernetes.Interface) {
 			return false, err
 		})
 	})
-	return New(cs, ns, slog.New(slog.NewTextHandler(t.Output(), nil))), cs
+	return New(cs, ns, slog.New(slog.NewTextHandler(t.Output(), nil)))
+}
+
+// loadAverage is the machine's load, for the figures the test logs.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
 
 // waitFor calls cond until it says true, fails the test on its error or
@@ -214,7 +223,7 @@ func waitState(t *testing.T, c *Client, limit time.Duration, want string, genera
 // takes them 1 → 2 → 1; a rolling update under constant load fails no
 // request and both versions answer; Delete leaves nothing behind.
 func TestServeScaleRollDelete(t *testing.T) {
-	c, _ := kubeTest(t)
+	c := kubeTest(t)
 	ctx := context.Background()
 	feed := &replicaFeed{g: gateway.New(gateway.Options{})}
 	srv := httptest.NewServer(feed.g)
@@ -222,6 +231,7 @@ func TestServeScaleRollDelete(t *testing.T) {
 	client := &http.Client{Timeout: 30 * time.Second}
 
 	s := harnessSpec(t, "ep", "blue", 1, map[string]string{"VERSION": "v1"})
+	created := time.Now()
 	if err := c.Apply(ctx, s); err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +245,7 @@ func TestServeScaleRollDelete(t *testing.T) {
 	// 1. Ready, and answering through the gateway.
 	st := waitState(t, c, 3*time.Minute, StateSucceeded, 1)
 	waitFor(t, 30*time.Second, "one replica routed", func() (bool, error) { return len(feed.replicas()) == 1, nil })
-	t.Logf("ready: %+v, routed %v", st, feed.replicas())
+	t.Logf("created → Succeeded and routed in %v: %s, routed %v (load: %s)", time.Since(created).Round(time.Millisecond), st.Reason, feed.replicas(), loadAverage())
 	a, err := score(client, srv.URL)
 	if err != nil || a.Version != "v1" {
 		t.Fatalf("score through the gateway: %+v, %v", a, err)
@@ -247,7 +257,7 @@ func TestServeScaleRollDelete(t *testing.T) {
 	}
 	waitFor(t, 2*time.Minute, "two replicas routed", func() (bool, error) { return len(feed.replicas()) == 2, nil })
 	if st := waitState(t, c, time.Minute, StateSucceeded, 1); st.Ready != 2 || st.Desired != 2 {
-		t.Errorf("after Scale(2): %+v", st)
+		t.Errorf("after Scale(2): %d of %d ready", st.Ready, st.Desired)
 	}
 	pods := map[string]bool{}
 	for range 40 {
@@ -265,7 +275,7 @@ func TestServeScaleRollDelete(t *testing.T) {
 	}
 	waitFor(t, time.Minute, "one replica routed", func() (bool, error) { return len(feed.replicas()) == 1, nil })
 	if st := waitState(t, c, 2*time.Minute, StateSucceeded, 1); st.Desired != 1 {
-		t.Errorf("after Scale(1): %+v", st)
+		t.Errorf("after Scale(1): %d wanted", st.Desired)
 	}
 
 	// 3. A rolling update (a changed environment variable) under constant
@@ -295,12 +305,14 @@ func TestServeScaleRollDelete(t *testing.T) {
 	}
 	time.Sleep(time.Second) // load on the old version first
 	s2 := harnessSpec(t, "ep", "blue", 2, map[string]string{"VERSION": "v2"})
+	updated := time.Now()
 	if err := c.Apply(ctx, s2); err != nil {
 		stopLoad()
 		wg.Wait()
 		t.Fatal(err)
 	}
 	waitState(t, c, 3*time.Minute, StateSucceeded, 2)
+	rolled := time.Since(updated)
 	waitFor(t, time.Minute, "the new replica alone routed", func() (bool, error) {
 		r := feed.replicas()
 		return len(r) == 1 && !slices.Equal(r, before), nil
@@ -308,7 +320,8 @@ func TestServeScaleRollDelete(t *testing.T) {
 	time.Sleep(time.Second) // load on the new version alone
 	stopLoad()
 	wg.Wait()
-	t.Logf("rolling update under load: %d answered (%v), %d failed; routed %v → %v", ok.Load(), versions, failed.Load(), before, feed.replicas())
+	t.Logf("rolling update under load: update → Succeeded in %v; %d answered (%v), %d failed; routed %v → %v (load: %s)",
+		rolled.Round(time.Millisecond), ok.Load(), versions, failed.Load(), before, feed.replicas(), loadAverage())
 	if failed.Load() != 0 {
 		t.Errorf("%d requests failed during the rolling update, the first: %s", failed.Load(), failures[0])
 	}
@@ -339,7 +352,7 @@ func TestServeScaleRollDelete(t *testing.T) {
 // deployment Failed with the traceback; an image the cluster cannot have
 // makes it Failed naming the image.
 func TestFailedDeployments(t *testing.T) {
-	c, _ := kubeTest(t)
+	c := kubeTest(t)
 	ctx := context.Background()
 
 	s := harnessSpec(t, "ep", "blue", 1, map[string]string{"FAIL_INIT": "weights.json is missing"})
