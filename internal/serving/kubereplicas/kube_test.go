@@ -25,6 +25,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -349,52 +350,61 @@ func TestServeScaleRollDelete(t *testing.T) {
 }
 
 // TestFailedDeployments: a scoring script whose init() raises makes the
-// deployment Failed with the traceback; an image the cluster cannot have
-// makes it Failed naming the image.
+// deployment Failed with the traceback (from the pod's termination
+// message, or from the container's log when the template keeps its own
+// terminationMessagePolicy); an image the cluster cannot have makes it
+// Failed naming the image; a pod no node can take keeps the deployment
+// Creating with the scheduler's message.
 func TestFailedDeployments(t *testing.T) {
 	c := kubeTest(t)
 	ctx := context.Background()
-
-	s := harnessSpec(t, "ep", "blue", 1, map[string]string{"FAIL_INIT": "weights.json is missing"})
-	if err := c.Apply(ctx, s); err != nil {
-		t.Fatal(err)
+	trace := []string{"exited with status 3", "Traceback (most recent call last):", "in init", "ValueError: no model here: weights.json is missing"}
+	failInit := map[string]string{"FAIL_INIT": "weights.json is missing"}
+	cases := []struct {
+		deployment string
+		env        map[string]string
+		change     func(*corev1.Container)
+		state      string
+		want       []string
+	}{
+		{"blue", failInit, nil, StateFailed, trace},
+		{"logs", failInit, func(c *corev1.Container) { c.TerminationMessagePolicy = corev1.TerminationMessageReadFile }, StateFailed, trace},
+		{"green", nil, func(c *corev1.Container) { c.Image = "ferry-no-such-image:1" }, StateFailed,
+			[]string{"image ferry-no-such-image:1", "ErrImageNeverPull"}},
+		{"big", nil, func(c *corev1.Container) {
+			c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("512")}
+		}, StateCreating, []string{"waits for a node: 0/1 nodes are available: 1 Insufficient cpu"}},
 	}
-	bad := harnessSpec(t, "ep", "green", 1, nil)
-	bad.Template.Spec.Containers[0].Image = "ferry-no-such-image:1"
-	if err := c.Apply(ctx, bad); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, d := range []string{"blue", "green"} {
-			if err := c.Delete(ctx, "ep", d); err != nil {
+	for _, k := range cases {
+		s := harnessSpec(t, "ep", k.deployment, 1, k.env)
+		if k.change != nil {
+			k.change(&s.Template.Spec.Containers[0])
+		}
+		if err := c.Apply(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := c.Delete(ctx, "ep", k.deployment); err != nil {
 				t.Error(err)
 			}
-			waitFor(t, 2*time.Minute, "ep/"+d+" gone", func() (bool, error) {
-				left, err := c.Remaining(ctx, "ep", d)
+			waitFor(t, 2*time.Minute, "ep/"+k.deployment+" gone", func() (bool, error) {
+				left, err := c.Remaining(ctx, "ep", k.deployment)
 				return len(left) == 0, err
 			})
-		}
-	}()
-
-	var st State
-	waitFor(t, 3*time.Minute, "ep/blue Failed", func() (bool, error) {
-		var err error
-		st, err = c.Status(ctx, "ep", "blue")
-		return st.State == StateFailed, err
-	})
-	t.Logf("init() failing: %s", st.Reason)
-	for _, want := range []string{"exited with status 3", "Traceback (most recent call last):", "in init", "ValueError: no model here: weights.json is missing"} {
-		if !strings.Contains(st.Reason, want) {
-			t.Errorf("reason %q lacks %q", st.Reason, want)
-		}
+		}()
 	}
-	waitFor(t, 2*time.Minute, "ep/green Failed", func() (bool, error) {
-		var err error
-		st, err = c.Status(ctx, "ep", "green")
-		return st.State == StateFailed, err
-	})
-	t.Logf("missing image: %s", st.Reason)
-	if !strings.Contains(st.Reason, "ferry-no-such-image:1") || !strings.Contains(st.Reason, "ErrImageNeverPull") {
-		t.Errorf("reason %q does not name the image and ErrImageNeverPull", st.Reason)
+	for _, k := range cases {
+		var st State
+		waitFor(t, 3*time.Minute, fmt.Sprintf("ep/%s %s with a reason naming %q", k.deployment, k.state, k.want[0]), func() (bool, error) {
+			var err error
+			st, err = c.Status(ctx, "ep", k.deployment)
+			return st.State == k.state && strings.Contains(st.Reason, k.want[0]), err
+		})
+		t.Logf("%s: %s: %s", k.deployment, st.State, st.Reason)
+		for _, want := range k.want {
+			if !strings.Contains(st.Reason, want) {
+				t.Errorf("%s: reason %q lacks %q", k.deployment, st.Reason, want)
+			}
+		}
 	}
 }
