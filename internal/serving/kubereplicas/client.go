@@ -94,6 +94,7 @@ func (c *Client) Apply(ctx context.Context, s Spec) error {
 		cur.Spec.Replicas = want.Spec.Replicas
 		cur.Spec.Template = want.Spec.Template
 		cur.Spec.Strategy = want.Spec.Strategy
+		cur.Spec.RevisionHistoryLimit = want.Spec.RevisionHistoryLimit
 		applied, err = deps.Update(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})
@@ -107,6 +108,9 @@ func (c *Client) Apply(ctx context.Context, s Spec) error {
 		if err := c.applyConfigMap(ctx, s, cm, applied); err != nil {
 			return err
 		}
+	}
+	if err := c.pruneConfigMaps(ctx, s); err != nil {
+		return err
 	}
 	c.log.Info("kubernetes deployment applied", "endpoint", s.Endpoint, "deployment", s.Deployment, "namespace", c.ns,
 		"name", name, "generation", s.Generation)
@@ -160,6 +164,42 @@ func (c *Client) applyConfigMap(ctx context.Context, s Spec, cm corev1.ConfigMap
 	_, err := c.cs.CoreV1().ConfigMaps(c.ns).Create(ctx, &cm, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("deployment %s/%s: create ConfigMap %s in namespace %s: %w", s.Endpoint, s.Deployment, cm.Name, c.ns, err)
+	}
+	return nil
+}
+
+// pruneConfigMaps deletes the deployment's ConfigMaps that neither s nor
+// any of its ReplicaSets (old ones that still drain, or kept as history)
+// mounts: those of versions the Deployment no longer keeps.
+func (c *Client) pruneConfigMaps(ctx context.Context, s Spec) error {
+	sel := metav1.ListOptions{LabelSelector: selector(s.Endpoint, s.Deployment)}
+	cms, err := c.cs.CoreV1().ConfigMaps(c.ns).List(ctx, sel)
+	if err != nil {
+		return fmt.Errorf("deployment %s/%s: list ConfigMaps: %w", s.Endpoint, s.Deployment, err)
+	}
+	used := map[string]bool{}
+	for _, cm := range s.ConfigMaps {
+		used[cm.Name] = true
+	}
+	sets, err := c.cs.AppsV1().ReplicaSets(c.ns).List(ctx, sel)
+	if err != nil {
+		return fmt.Errorf("deployment %s/%s: list ReplicaSets: %w", s.Endpoint, s.Deployment, err)
+	}
+	for _, rs := range sets.Items {
+		for _, v := range rs.Spec.Template.Spec.Volumes {
+			if v.ConfigMap != nil {
+				used[v.ConfigMap.Name] = true
+			}
+		}
+	}
+	for _, cm := range cms.Items {
+		if used[cm.Name] {
+			continue
+		}
+		err := c.cs.CoreV1().ConfigMaps(c.ns).Delete(ctx, cm.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deployment %s/%s: delete ConfigMap %s of an old version: %w", s.Endpoint, s.Deployment, cm.Name, err)
+		}
 	}
 	return nil
 }

@@ -408,3 +408,66 @@ func TestFailedDeployments(t *testing.T) {
 		}
 	}
 }
+
+// TestOldConfigMapsPruned: each version of the code is a ConfigMap of its
+// own; those of versions the Deployment no longer keeps (beyond its
+// revision history) are deleted by the next Apply, and the current one
+// stays. Zero replicas: no pod needs to start for the ReplicaSets to be
+// made.
+func TestOldConfigMapsPruned(t *testing.T) {
+	c := kubeTest(t)
+	ctx := context.Background()
+	t.Cleanup(func() { _ = c.Delete(context.Background(), "ep", "blue") })
+	apply := func(generation int) Spec {
+		t.Helper()
+		h, err := NewHarness(HarnessOptions{
+			Endpoint: "ep", Deployment: "blue", Image: testImage, PullPolicy: corev1.PullNever,
+			Code: map[string][]byte{"score.py": fmt.Appendf(nil, "%s\n# version %d\n", scoreScript, generation)}, ScoringScript: "score.py",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := Spec{Endpoint: "ep", Deployment: "blue", Generation: generation, Replicas: new(int32(0)),
+			Template: h.Template, ConfigMaps: []corev1.ConfigMap{h.ConfigMap}}
+		if err := c.Apply(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, time.Minute, fmt.Sprintf("generation %d rolled out", generation), func() (bool, error) {
+			st, err := c.Status(ctx, "ep", "blue")
+			return st.State == StateSucceeded && st.Generation == generation, err
+		})
+		return s
+	}
+	configMaps := func() []string {
+		t.Helper()
+		left, err := c.Remaining(ctx, "ep", "blue")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.DeleteFunc(left, func(s string) bool { return !strings.HasPrefix(s, "configmap/") })
+	}
+	var last Spec
+	for g := 1; g <= revisionHistory+3; g++ {
+		last = apply(g)
+	}
+	// The controller trims the ReplicaSets after the rollout; the Apply
+	// after that prunes their ConfigMaps.
+	waitFor(t, time.Minute, "old ReplicaSets trimmed to the history", func() (bool, error) {
+		left, err := c.Remaining(ctx, "ep", "blue")
+		n := 0
+		for _, s := range left {
+			if strings.HasPrefix(s, "replicaset/") {
+				n++
+			}
+		}
+		return n <= revisionHistory+1, err
+	})
+	if err := c.Apply(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	cms := configMaps()
+	t.Logf("after %d versions: %v", revisionHistory+3, cms)
+	if len(cms) > revisionHistory+1 || !slices.Contains(cms, "configmap/"+last.ConfigMaps[0].Name) {
+		t.Errorf("ConfigMaps left %v: want at most %d, the current %s among them", cms, revisionHistory+1, last.ConfigMaps[0].Name)
+	}
+}

@@ -29,6 +29,9 @@ const (
 	AnnotationGeneration = "ferry.ml/generation"
 )
 
+// revisionHistory is how many old ReplicaSets a Deployment keeps.
+const revisionHistory = 2
+
 // DefaultPort is the inference server's port in a pod, Azure's
 // AZUREML_INFERENCE_PORT default.
 const DefaultPort = 5001
@@ -238,6 +241,10 @@ func (s *Spec) deployment(namespace string, replicas int32) *appsv1.Deployment {
 			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelReplicasOf: name}},
 			Template: s.podTemplate(),
+			// Ferry rolls back by rolling forward (an update to the old
+			// file), so it needs few old ReplicaSets; each one keeps its
+			// ConfigMap alive.
+			RevisionHistoryLimit: new(int32(revisionHistory)),
 			Strategy: appsv1.DeploymentStrategy{
 				Type: appsv1.RollingUpdateDeploymentStrategyType,
 				// A new pod is ready before an old one goes: a rolling
