@@ -14,7 +14,7 @@ const mod = "github.com/ferry-ml/ferry/"
 // forbidden maps a package to imports it must not have, directly or not.
 var forbidden = map[string][]string{
 	"internal/api":       {"internal/store/sqlite", "internal/compute/", "internal/server", "internal/cli", "internal/runner"},
-	"internal/workspace": {"internal/api", "internal/store/sqlite", "internal/compute/", "internal/provider/", "internal/server", "internal/cli", "net/http"},
+	"internal/workspace": {"internal/api", "internal/store/sqlite", "internal/compute/", "internal/provider/", "internal/server", "internal/cli", "net/http", "k8s.io/"},
 	// The agent is what runs on nodes: no server code in it.
 	"internal/agent":         {"internal/workspace", "internal/api", "internal/store", "internal/server", "internal/scheduler", "internal/autoscale"},
 	"internal/provider/...":  {"internal/workspace", "internal/api", "internal/store", "internal/server"},
@@ -54,6 +54,10 @@ var forbidden = map[string][]string{
 	// The replica side of serving: whichever launcher starts replicas (the
 	// runner, the local target) links it without the server's code.
 	"internal/serving/inferenceserver": {"internal/"},
+	// Replicas on Kubernetes: the server wires it to a Kubernetes compute;
+	// it knows nothing of the workspace's records, and the domain does
+	// not link client-go.
+	"internal/serving/kubereplicas": {"internal/workspace", "internal/api", "internal/store", "internal/server", "internal/compute/", "internal/cli"},
 
 	// The studio's pages get their data from the REST API only, never
 	// from the store or a driver.

@@ -123,3 +123,19 @@ func Install(root string) (string, error) {
 	}
 	return dir, nil
 }
+
+// Files returns the embedded server's files by their path in the folder
+// Install writes (slash-separated, relative): for a launcher that ships
+// the server some other way than a folder on disk, a Kubernetes ConfigMap
+// for one.
+func Files() map[string][]byte {
+	out := map[string][]byte{}
+	for _, p := range sources() {
+		b, err := files.ReadFile(p)
+		if err != nil {
+			panic(err) // the embedded tree is part of the binary
+		}
+		out[strings.TrimPrefix(p, "python/")] = b
+	}
+	return out
+}
