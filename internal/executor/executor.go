@@ -274,6 +274,13 @@ func (e *executor) take(req local.ExecutorRequest) local.ExecutorReply {
 	go func() {
 		defer e.wg.Done()
 		defer logf.Close()
+		// The attempt's folder and its job's, with their modes: made here,
+		// not by the server's launch (internal/compute/local, dirs.go).
+		// Should it fail, the runner's own making of the folder fails
+		// too, and its final report says why.
+		if err := local.MakeAttemptDir(inv.Dir, inv.RunAs); err != nil {
+			cfg.Log.Error("making the attempt's folder", "err", err)
+		}
 		if err := runner.Run(context.Background(), cfg); err != nil {
 			cfg.Log.Error("the runner ended", "err", err)
 		}

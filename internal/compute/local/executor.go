@@ -77,11 +77,11 @@ func (t *Target) launchInExecutor(inv invocation.Invocation, runToken string, as
 		return err
 	}
 	dir := filepath.Join(t.cfg.RunsDir, ExecutorDirName)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("the local executor's folder: %w", err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return err
+	if !t.execDirReady {
+		if err := makeDir(dir, 0o700); err != nil {
+			return fmt.Errorf("the local executor's folder: %w", err)
+		}
+		t.execDirReady = true
 	}
 	req := ExecutorRequest{ID: id, ServerPID: os.Getpid(), RunToken: runToken, Run: inv, Assignment: assignment}
 	rep, err := sendExecutor(dir, req)
@@ -91,6 +91,19 @@ func (t *Target) launchInExecutor(inv invocation.Invocation, runToken string, as
 		}
 		return nil
 	}
+	// No executor answers, or another's: check the folder again (it may
+	// have been removed) before starting one there.
+	t.execDirReady = false
+	t.dirsMu.Lock()
+	t.runsReady = false
+	t.dirsMu.Unlock()
+	if err := t.readyRunsDir(); err != nil {
+		return err
+	}
+	if err := makeDir(dir, 0o700); err != nil {
+		return fmt.Errorf("the local executor's folder: %w", err)
+	}
+	t.execDirReady = true
 	if err := t.startExecutor(dir, id); err != nil {
 		return err
 	}
