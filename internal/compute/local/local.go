@@ -57,6 +57,9 @@ type Target struct {
 	// execDirReady: the executor's folder was made (or checked) since
 	// the executor last failed to answer.
 	execDirReady bool
+	// execConn is the connection to the executor that the last launch
+	// left open (executor.go), under execMu.
+	execConn *executorConn
 
 	dirsMu    sync.Mutex
 	runsReady bool // the runs dir has its mode (dirs.go)
