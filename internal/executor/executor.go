@@ -9,8 +9,8 @@
 // user's), one JSON line a request, as many as a connection sends. It
 // ends when it has no attempt and: its server is gone, it has been idle
 // for Idle, its folder or binary is gone, it was asked for by another ID
-// (a new binary: it drains), or it was told to stop (SIGTERM: every attempt is stopped as a
-// runner told to stop stops its job).
+// (a new binary: it drains), or it was told to stop (SIGTERM: every
+// attempt is stopped as a runner told to stop stops its job).
 package executor
 
 import (
