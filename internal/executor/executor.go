@@ -6,11 +6,11 @@
 // tree the executor started when the executor dies.
 //
 // It takes attempts on a unix socket in its folder (0700, the server's
-// user's), one JSON request per connection. It ends when it has no
-// attempt and: its server is gone, it has been idle for Idle, its folder
-// or binary is gone, it was asked for by another ID (a new binary: it
-// drains), or it was told to stop (SIGTERM: every attempt is stopped as a
-// runner told to stop stops its job).
+// user's), one JSON line a request, as many as a connection sends. It
+// ends when it has no attempt and: its server is gone, it has been idle
+// for Idle, its folder or binary is gone, it was asked for by another ID
+// (a new binary: it drains), or it was told to stop (SIGTERM: every
+// attempt is stopped as a runner told to stop stops its job).
 package executor
 
 import (
@@ -210,22 +210,48 @@ func (e *executor) accept() {
 	}
 }
 
-// serve answers one request.
+// serve answers the requests of one connection, one JSON line each, until
+// the sender closes it or sends nothing for Idle: the local target keeps
+// its connection open from one launch to the next.
 func (e *executor) serve(conn net.Conn) {
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	var req local.ExecutorRequest
-	line, err := bufio.NewReader(io.LimitReader(conn, 1<<20)).ReadBytes('\n')
-	if err == nil {
-		err = json.Unmarshal(line, &req)
+	r := bufio.NewReader(io.LimitReader(conn, 1<<30))
+	for {
+		_ = conn.SetDeadline(time.Now().Add(DefaultIdle))
+		line, err := readLine(r, 1<<20)
+		if err != nil {
+			if len(line) > 0 {
+				_ = json.NewEncoder(conn).Encode(local.ExecutorReply{Error: "the request is not one: " + err.Error()})
+			}
+			return
+		}
+		var req local.ExecutorRequest
+		var rep local.ExecutorReply
+		if err := json.Unmarshal(line, &req); err != nil {
+			rep.Error = "the request is not one: " + err.Error()
+		} else {
+			rep = e.take(req)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := json.NewEncoder(conn).Encode(rep); err != nil {
+			return
+		}
 	}
-	var rep local.ExecutorReply
-	if err != nil {
-		rep.Error = "the request is not one: " + err.Error()
-	} else {
-		rep = e.take(req)
+}
+
+// readLine reads one line of at most max bytes.
+func readLine(r *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		part, err := r.ReadSlice('\n')
+		line = append(line, part...)
+		if len(line) > max {
+			return line, errors.New("a request of over 1 MiB")
+		}
+		if err != bufio.ErrBufferFull {
+			return line, err
+		}
 	}
-	_ = json.NewEncoder(conn).Encode(rep)
 }
 
 // take starts an attempt, or says why not.
@@ -274,6 +300,13 @@ func (e *executor) take(req local.ExecutorRequest) local.ExecutorReply {
 	go func() {
 		defer e.wg.Done()
 		defer logf.Close()
+		// The attempt's folder and its job's, with their modes: made here,
+		// not by the server's launch (internal/compute/local, dirs.go).
+		// Should it fail, the runner's own making of the folder fails
+		// too, and its final report says why.
+		if err := local.MakeAttemptDir(inv.Dir, inv.RunAs); err != nil {
+			cfg.Log.Error("making the attempt's folder", "err", err)
+		}
 		if err := runner.Run(context.Background(), cfg); err != nil {
 			cfg.Log.Error("the runner ended", "err", err)
 		}

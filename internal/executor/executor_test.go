@@ -182,3 +182,52 @@ func TestRunnerLogMadeWhenFirstWritten(t *testing.T) {
 		t.Errorf("runner.log:\n%s", data)
 	}
 }
+
+// One connection carries as many requests as its sender sends, each
+// answered in turn (the local target keeps its connection open from one
+// launch to the next); a line that is no request is answered so, and the
+// connection still serves the next; another ID is answered Other there too.
+func TestOneConnectionManyRequests(t *testing.T) {
+	dir := t.TempDir()
+	cmd := startExecutor(t, dir, "x")
+	c, err := local.DialExecutor(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	ask := func(line string) local.ExecutorReply {
+		t.Helper()
+		if _, err := c.Write([]byte(line + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		reply, err := r.ReadBytes('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep local.ExecutorReply
+		if err := json.Unmarshal(reply, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	incomplete := local.ExecutorReply{Error: "run.job, run.dir and run_token are required"}
+	for i := range 3 {
+		if diff := cmp.Diff(incomplete, ask(`{"id": "x"}`)); diff != "" {
+			t.Errorf("request %d (-want +got):\n%s", i, diff)
+		}
+	}
+	if rep := ask(`not json`); !strings.HasPrefix(rep.Error, "the request is not one") {
+		t.Errorf("a line that is no request: %+v", rep)
+	}
+	if diff := cmp.Diff(incomplete, ask(`{"id": "x"}`)); diff != "" {
+		t.Errorf("after a bad line (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(local.ExecutorReply{Other: true}, ask(`{"id": "y"}`)); diff != "" {
+		t.Errorf("another ID (-want +got):\n%s", diff)
+	}
+	c.Close()
+	if code := waitEnd(t, cmd); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+}

@@ -135,8 +135,8 @@ type Service struct {
 	handOffs sync.WaitGroup // hand-off calls under way
 
 	kick chan struct{} // wakes the dispatcher and lease check
-	// queueScanned is when the dispatcher last read the whole queue
-	// (runs.go); only its goroutine uses it.
+	// queueScanned is when the dispatcher last looked at the whole queue
+	// for jobs of gone computes (runs.go); only its goroutine uses it.
 	queueScanned time.Time
 	// retaken holds the computes whose interrupted hand-offs the
 	// dispatcher has taken back (engine.go); only its goroutine uses it.

@@ -432,3 +432,35 @@ func TestDispatchBetweenFullScansTakesPriorityFirst(t *testing.T) {
 		t.Errorf("launch order (-want +got):\n%s", diff)
 	}
 }
+
+// The dispatcher's look at the whole queue fails the jobs of a compute
+// that is gone, and only those: a job waiting for a busy compute stays
+// queued.
+func TestDispatchFailsTheJobsOfAGoneCompute(t *testing.T) {
+	ctx := context.Background()
+	target := &fakeTarget{capacity: 1}
+	s, _ := newService(t, target)
+	for _, n := range []string{"a", "b", "c", "d"} {
+		submit(t, s, n)
+	}
+	for _, n := range []string{"c", "d"} {
+		if _, err := s.st.UpdateJob(ctx, n, func(j *store.Job) (*store.Event, error) {
+			j.Compute = "gone"
+			return nil, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dispatch(t, s) // the first pass looks at the whole queue
+	if diff := cmp.Diff([]string{"a"}, target.jobs()); diff != "" {
+		t.Errorf("launched (-want +got):\n%s", diff)
+	}
+	if j := status(t, s, "b"); j.Status != StatusQueued {
+		t.Errorf("b, waiting for a busy compute: %s (%s)", j.Status, j.StatusReason)
+	}
+	for _, n := range []string{"c", "d"} {
+		if j := status(t, s, n); j.Status != StatusFailed || !strings.Contains(j.StatusReason, "compute gone no longer exists") {
+			t.Errorf("%s, of a gone compute: %s (%s)", n, j.Status, j.StatusReason)
+		}
+	}
+}

@@ -35,7 +35,8 @@ const ExecutorDirName = ".executor"
 const ExecutorSocket = "sock"
 
 // ExecutorRequest is what the target sends the executor, as one line of
-// JSON per connection: an attempt to run.
+// JSON (a connection carries as many as the target sends): an attempt to
+// run.
 type ExecutorRequest struct {
 	// ID names the executor the sender wants: its binary and account. An
 	// executor with another ID refuses, answering Other, and drains.
@@ -77,26 +78,39 @@ func (t *Target) launchInExecutor(inv invocation.Invocation, runToken string, as
 		return err
 	}
 	dir := filepath.Join(t.cfg.RunsDir, ExecutorDirName)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("the local executor's folder: %w", err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return err
+	if !t.execDirReady {
+		if err := makeDir(dir, 0o700); err != nil {
+			return fmt.Errorf("the local executor's folder: %w", err)
+		}
+		t.execDirReady = true
 	}
 	req := ExecutorRequest{ID: id, ServerPID: os.Getpid(), RunToken: runToken, Run: inv, Assignment: assignment}
-	rep, err := sendExecutor(dir, req)
+	rep, err := t.sendExecutor(dir, req)
 	if err == nil && !rep.Other {
 		if !rep.OK {
 			return fmt.Errorf("the local executor refused attempt %d of %s: %s", inv.Attempt, inv.Job, rep.Error)
 		}
 		return nil
 	}
+	// No executor answers, or another's: check the folder again (it may
+	// have been removed) before starting one there.
+	t.execDirReady = false
+	t.dirsMu.Lock()
+	t.runsReady = false
+	t.dirsMu.Unlock()
+	if err := t.readyRunsDir(); err != nil {
+		return err
+	}
+	if err := makeDir(dir, 0o700); err != nil {
+		return fmt.Errorf("the local executor's folder: %w", err)
+	}
+	t.execDirReady = true
 	if err := t.startExecutor(dir, id); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for wait := time.Millisecond; ; wait = min(wait*2, 100*time.Millisecond) {
-		rep, err = sendExecutor(dir, req)
+		rep, err = t.sendExecutor(dir, req)
 		switch {
 		case err == nil && rep.OK:
 			return nil
@@ -131,19 +145,60 @@ func (t *Target) startExecutor(dir, id string) error {
 	return nil
 }
 
-// sendExecutor sends req to the executor of dir and reads its reply.
-func sendExecutor(dir string, req ExecutorRequest) (ExecutorReply, error) {
-	var rep ExecutorReply
+// sendExecutor sends req to the executor of dir and reads its reply, on
+// the connection the last launch left open when there is one (a
+// connection per launch was a twentieth of the server's CPU and of the
+// executor's under bench/dispatch). A request that fails on a connection
+// already used is sent again on a new one: the executor may have ended
+// meanwhile, and one that took the attempt before its reply was lost
+// answers a retried launch OK. An answer of Other closes the connection:
+// the next request goes to whichever executor then holds the socket.
+// The caller holds execMu.
+func (t *Target) sendExecutor(dir string, req ExecutorRequest) (ExecutorReply, error) {
+	if t.execConn != nil {
+		rep, err := t.execConn.send(req)
+		if err == nil && !rep.Other {
+			return rep, nil
+		}
+		t.dropExecConn()
+		if err == nil {
+			return rep, nil
+		}
+	}
 	conn, err := DialExecutor(dir)
 	if err != nil {
+		return ExecutorReply{}, err
+	}
+	t.execConn = &executorConn{conn: conn, r: bufio.NewReader(conn)}
+	rep, err := t.execConn.send(req)
+	if err != nil || rep.Other {
+		t.dropExecConn()
+	}
+	return rep, err
+}
+
+// dropExecConn closes the executor connection kept open, if any.
+func (t *Target) dropExecConn() {
+	if t.execConn != nil {
+		_ = t.execConn.conn.Close()
+		t.execConn = nil
+	}
+}
+
+// executorConn is a connection to the executor: one JSON line a request,
+// one a reply, as many as the connection lasts.
+type executorConn struct {
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+func (c *executorConn) send(req ExecutorRequest) (ExecutorReply, error) {
+	var rep ExecutorReply
+	_ = c.conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := json.NewEncoder(c.conn).Encode(req); err != nil {
 		return rep, err
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	if err := json.NewEncoder(conn).Encode(req); err != nil {
-		return rep, err
-	}
-	line, err := bufio.NewReader(conn).ReadBytes('\n')
+	line, err := c.r.ReadBytes('\n')
 	if err != nil {
 		return rep, err
 	}

@@ -54,6 +54,15 @@ type Config struct {
 type Target struct {
 	cfg    Config
 	execMu sync.Mutex // one start of the executor at a time
+	// execDirReady: the executor's folder was made (or checked) since
+	// the executor last failed to answer.
+	execDirReady bool
+	// execConn is the connection to the executor that the last launch
+	// left open (executor.go), under execMu.
+	execConn *executorConn
+
+	dirsMu    sync.Mutex
+	runsReady bool // the runs dir has its mode (dirs.go)
 }
 
 var (
@@ -137,15 +146,8 @@ func (t *Target) Launch(_ context.Context, l compute.Launch) (compute.Handle, er
 
 func (t *Target) launch(l compute.Launch) error {
 	dir := filepath.Join(t.cfg.RunsDir, l.Job, strconv.Itoa(l.Attempt))
-	mode := runsDirMode(t.cfg.RunAs)
-	if err := os.MkdirAll(dir, mode); err != nil {
+	if err := t.readyRunsDir(); err != nil {
 		return err
-	}
-	// Made before by a server with another --run-as, they keep their mode.
-	for _, d := range []string{t.cfg.RunsDir, filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, mode); err != nil {
-			return err
-		}
 	}
 	inv := invocation.Invocation{API: l.APIURL, Job: l.Job, Attempt: l.Attempt, Dir: dir, Cache: t.cfg.CacheDir,
 		EnvCache: t.cfg.EnvCacheDir, EnvCacheSize: t.cfg.EnvCacheSize, RunAs: t.cfg.RunAs}
@@ -156,9 +158,14 @@ func (t *Target) launch(l compute.Launch) error {
 		}
 	}
 	if t.cfg.Executor {
-		// The executor opens the attempt's runner.log itself; opening it
-		// here too was a twentieth of the server's CPU under bench/dispatch.
+		// The executor makes the attempt's folder (MakeAttemptDir) in the
+		// attempt's goroutine, and opens its runner.log itself: making the
+		// folders here put two inodes, on this VM's file system the
+		// largest part of a launch, on the dispatcher's serial path.
 		return t.launchInExecutor(inv, l.RunToken, l.Assignment)
+	}
+	if err := MakeAttemptDir(dir, t.cfg.RunAs); err != nil {
+		return err
 	}
 	logf, err := os.OpenFile(filepath.Join(dir, "runner.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

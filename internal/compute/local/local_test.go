@@ -98,3 +98,62 @@ func TestFinalReport(t *testing.T) {
 		t.Error("a job name of .. was followed")
 	}
 }
+
+// The way to an attempt's folder has the run-as mode whether the folders
+// are new or were made before with another (a server with another
+// --run-as), and a missing runs dir is made with it too.
+func TestMakeAttemptDirModes(t *testing.T) {
+	mode := func(p string) os.FileMode {
+		t.Helper()
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Mode().Perm()
+	}
+	runs := filepath.Join(t.TempDir(), "runs")
+	first := filepath.Join(runs, "j", "1")
+	if err := MakeAttemptDir(first, "someone"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{runs, filepath.Dir(first), first} {
+		if m := mode(p); m != 0o711 {
+			t.Errorf("%s: mode %o, want 711 (passable by the job's account)", p, m)
+		}
+	}
+	// Another server, with no --run-as: the job's folder was there.
+	second := filepath.Join(runs, "j", "2")
+	if err := MakeAttemptDir(second, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Dir(second), second} {
+		if m := mode(p); m != 0o700 {
+			t.Errorf("%s: mode %o, want 700 (private to the server's user)", p, m)
+		}
+	}
+	if err := os.Chmod(second, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := MakeAttemptDir(second, ""); err != nil {
+		t.Fatalf("an existing attempt folder: %v", err)
+	}
+	if m := mode(second); m != 0o700 {
+		t.Errorf("an existing attempt folder kept mode %o", m)
+	}
+}
+
+// The target gives the runs dir its mode once, even when a server with
+// another --run-as made it.
+func TestRunsDirGetsItsModeOnce(t *testing.T) {
+	runs := filepath.Join(t.TempDir(), "runs")
+	if err := os.Mkdir(runs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tgt := New(Config{RunsDir: runs, RunAs: "someone"})
+	if err := tgt.readyRunsDir(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(runs); err != nil || fi.Mode().Perm() != 0o711 {
+		t.Fatalf("runs dir: %v, %v; want mode 711", fi.Mode(), err)
+	}
+}
