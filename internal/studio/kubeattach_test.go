@@ -55,11 +55,12 @@ func TestStudioKubeFormRefusalsBesideFields(t *testing.T) {
 	}
 	const token = "TOKEN-not-shown-4f1c9a"
 	kc := kubeconfigWithToken("https://127.0.0.1:1", token, "jobs")
+	csrf := m[1]
 	post := func(fields map[string]string, file string) (int, string) {
 		t.Helper()
 		var body bytes.Buffer
 		mw := multipart.NewWriter(&body)
-		mw.WriteField("csrf", m[1])
+		mw.WriteField("csrf", csrf)
 		for k, v := range fields {
 			mw.WriteField(k, v)
 		}
@@ -111,6 +112,11 @@ func TestStudioKubeFormRefusalsBesideFields(t *testing.T) {
 		if strings.Contains(page, token) || strings.Contains(page, "current-context") {
 			t.Errorf("%s: the page shows the kubeconfig that was sent", tc.what)
 		}
+	}
+	// A valid form with a wrong CSRF token is refused before anything.
+	csrf = "not-the-token"
+	if status, page := post(map[string]string{"name": "k8s", "namespace": "jobs"}, kc); status != http.StatusForbidden || !strings.Contains(page, "CSRF") || strings.Contains(page, token) {
+		t.Errorf("a Kubernetes attach with a wrong CSRF token: %d %q, want 403 naming the CSRF token", status, page)
 	}
 	if _, err := s.client().GetCompute(context.Background(), "k8s"); client.StatusOf(err) != http.StatusNotFound {
 		t.Errorf("after refused forms, GetCompute(k8s) = %v, want not found", err)
