@@ -107,7 +107,7 @@ func privateKeyOf(r *http.Request, errs map[string]string) string {
 			errs["ssh_private_key_file"] = fmt.Sprintf("%s is %d bytes; a private key file is at most %d KiB: choose the key itself (such as ~/.ssh/id_ed25519), not the .pub or another file", fh.Filename, fh.Size, maxKeyFile>>10)
 			return ""
 		default:
-			b, err := readFileHeader(fh)
+			b, err := readFileHeader(fh, maxKeyFile)
 			if err != nil {
 				errs["ssh_private_key_file"] = fmt.Sprintf("%s could not be read: %v; choose it again", fh.Filename, err)
 				return ""
@@ -129,13 +129,14 @@ func privateKeyOf(r *http.Request, errs map[string]string) string {
 	return ""
 }
 
-func readFileHeader(fh *multipart.FileHeader) ([]byte, error) {
+// readFileHeader reads an uploaded file, at most limit+1 bytes of it.
+func readFileHeader(fh *multipart.FileHeader, limit int64) ([]byte, error) {
 	f, err := fh.Open()
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, maxKeyFile+1))
+	return io.ReadAll(io.LimitReader(f, limit+1))
 }
 
 func placeAttachErrors(f *attachForm, err error) {
@@ -146,7 +147,8 @@ func placeAttachErrors(f *attachForm, err error) {
 // error whose field fields maps (the API's name to the form's) goes into
 // errs under the form's name; what no field takes is returned, to be
 // shown above the form. A field the map lacks is looked up again without
-// its last part ("job_tier_qos.spot" as "job_tier_qos").
+// its last parts ("job_tier_qos.spot" as "job_tier_qos",
+// "instance_types.a.resources.limits" as "instance_types").
 func placeFieldErrors(errs, fields map[string]string, err error) string {
 	var ae *client.APIError
 	if !errors.As(err, &ae) {
@@ -155,10 +157,13 @@ func placeFieldErrors(errs, fields map[string]string, err error) string {
 	var rest []string
 	put := func(field, msg string) bool {
 		id, ok := fields[field]
-		if !ok {
-			if i := strings.LastIndexByte(field, '.'); i > 0 {
-				id, ok = fields[field[:i]]
+		for f := field; !ok; {
+			i := strings.LastIndexByte(f, '.')
+			if i <= 0 {
+				break
 			}
+			f = f[:i]
+			id, ok = fields[f]
 		}
 		if !ok {
 			return false

@@ -75,6 +75,8 @@ type computeDetailView struct {
 	Resize     resizeForm
 	IsCluster  bool
 	IsInstance bool
+	// InstanceTypes are a Kubernetes compute's, as kept at attach.
+	InstanceTypes []kubeInstanceTypeRow
 }
 
 func (s *Studio) computeDetail(w http.ResponseWriter, r *http.Request, ss *session) error {
@@ -92,6 +94,9 @@ func (s *Studio) renderComputeDetail(w http.ResponseWriter, r *http.Request, ss 
 	v := computeDetailView{computeRow: rowOf(c), Message: r.URL.Query().Get("msg")}
 	v.IsCluster, v.IsInstance = isCluster(v.computeRow), isInstance(v.computeRow)
 	v.Resize = resizeOf(v.computeRow)
+	if c.Type == "kubernetes" {
+		v.InstanceTypes = kubeInstanceTypes(c.Spec)
+	}
 	if resize != nil {
 		v.Resize = *resize
 	}

@@ -117,7 +117,9 @@ func (s *Studio) computeDelete(w http.ResponseWriter, r *http.Request, ss *sessi
 // isAttached reports whether deleting the compute detaches something
 // that exists without Ferry (a machine, a Slurm cluster) rather than
 // giving back machines Ferry made.
-func isAttached(c *workspace.Compute) bool { return c.Size == "attached" || c.Type == "slurm" }
+func isAttached(c *workspace.Compute) bool {
+	return c.Size == "attached" || c.Type == "slurm" || c.Type == "kubernetes"
+}
 
 // isCluster and isInstance say which forms a compute's page offers.
 func isCluster(c computeRow) bool  { return c.Type == amlcompute.Type }

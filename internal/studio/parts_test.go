@@ -306,3 +306,25 @@ func TestPlaceFieldErrorsSlurm(t *testing.T) {
 		t.Errorf("a Check error naming partition: errors %v, problem %q", errs, problem)
 	}
 }
+
+// The API names a Kubernetes compute's errors down to an instance type's
+// quantity; they land beside the instance types field, and the attach
+// check's refusal of the credentials beside the kubeconfig.
+func TestPlaceFieldErrorsKube(t *testing.T) {
+	errs := map[string]string{}
+	err := &client.APIError{}
+	err.Detail = "invalid compute"
+	err.Errors = append(err.Errors, fieldErr("instance_types.cpu-small.resources.requests.cpu", `"lots" is not a quantity`),
+		fieldErr("kubeconfig_content", "is not a kubeconfig"), fieldErr("pod_template.status", "unknown field"))
+	problem := placeFieldErrors(errs, kubeFields, err)
+	want := map[string]string{"instance_types": `"lots" is not a quantity`, "kubeconfig": "is not a kubeconfig"}
+	if diff := cmp.Diff(want, errs); diff != "" || !strings.Contains(problem, "pod_template.status: unknown field") {
+		t.Errorf("errors (-want +got):\n%s\nproblem %q", diff, problem)
+	}
+	errs = map[string]string{}
+	err = &client.APIError{}
+	err.Detail = "kubeconfig: the credentials may not create services in namespace jobs; grant them"
+	if problem := placeFieldErrors(errs, kubeFields, err); problem != "" || !strings.Contains(errs["kubeconfig"], "create services") {
+		t.Errorf("the attach check naming kubeconfig: errors %v, problem %q", errs, problem)
+	}
+}

@@ -44,7 +44,8 @@ func TestMain(m *testing.M) {
 
 type testServer struct {
 	url, token, dir string
-	work            string // a directory every account can pass through
+	work            string               // a directory every account can pass through
+	output          *testutil.SyncBuffer // what the server printed
 }
 
 func (s *testServer) client() *client.Client { return client.New(s.url, s.token) }
@@ -80,7 +81,7 @@ func startServerEnv(t *testing.T, env []string) *testServer {
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	ts := &testServer{dir: dir, work: work}
+	ts := &testServer{dir: dir, work: work, output: &out}
 	t.Cleanup(func() {
 		if ts.url != "" {
 			endJobs(t, ts.client())

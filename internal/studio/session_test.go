@@ -201,6 +201,7 @@ func TestStudioPagesRender(t *testing.T) {
 		{"/studio/compute/new", 200, []string{"Create a cluster", "Standard_DS3_v2"}},
 		{"/studio/compute/attach", 200, []string{"Attach a machine over SSH", `type="password"`}},
 		{"/studio/compute/attach-slurm", 200, []string{"Attach a Slurm cluster", `name="partition"`, `name="work_dir"`, `value="ssh"`}},
+		{"/studio/compute/attach-kubernetes", 200, []string{"Attach a Kubernetes cluster", `name="namespace"`, `name="kubeconfig_file"`, `name="api_url"`}},
 		{"/studio/jobs", 200, []string{"<h1>Jobs</h1>", `data-job="with-outputs"`}},
 		{"/studio/environments", 200, []string{"py-base", "ferry-base:bookworm"}},
 		{"/studio/models", 200, []string{"iris-model", "<td>2</td>"}},

@@ -87,6 +87,8 @@ func New(o Options) (*Studio, error) {
 	s.mux.HandleFunc("POST /studio/compute/attach", s.form(s.attachCreate))
 	s.mux.HandleFunc("GET /studio/compute/attach-slurm", s.page(s.slurmNew))
 	s.mux.HandleFunc("POST /studio/compute/attach-slurm", s.form(s.slurmCreate))
+	s.mux.HandleFunc("GET /studio/compute/attach-kubernetes", s.page(s.kubeNew))
+	s.mux.HandleFunc("POST /studio/compute/attach-kubernetes", s.form(s.kubeCreate))
 	s.mux.HandleFunc("GET /studio/compute/{name}", s.page(s.computeDetail))
 	s.mux.HandleFunc("POST /studio/compute/{name}/resize", s.form(s.computeResize))
 	s.mux.HandleFunc("POST /studio/compute/{name}/action", s.form(s.computeAction))

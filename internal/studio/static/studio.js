@@ -43,3 +43,17 @@
   for (var i = 0; i < radios.length; i++) radios[i].addEventListener("change", sync);
   sync();
 })();
+// The Kubernetes attach form: the API checks the cluster before it
+// answers (a few seconds), so the page says what it is waiting for and
+// the button is not pressed twice. Without the script the form still
+// posts and the answer comes back the same.
+(function () {
+  var form = document.getElementById("kube-form");
+  var progress = document.getElementById("attach-progress");
+  if (!form || !progress) return;
+  form.addEventListener("submit", function () {
+    progress.hidden = false;
+    var b = document.getElementById("attach");
+    if (b) b.disabled = true;
+  });
+})();
