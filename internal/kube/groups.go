@@ -48,7 +48,7 @@ type Pods struct {
 
 // GetLogs is the request for the log of pod name.
 func (p Pods) GetLogs(name string, opts *corev1.PodLogOptions) *rest.Request {
-	return p.c.Get().Namespace(p.ns).Resource(p.resource).Name(name).SubResource("log").VersionedParams(opts, p.params())
+	return p.c.Get().NamespaceIfScoped(p.ns, p.ns != "").Resource(p.resource).Name(name).SubResource("log").VersionedParams(opts, p.params())
 }
 
 // BatchV1 is the batch/v1 API group.

@@ -31,7 +31,7 @@ func (r Resource[T, L]) params() runtime.ParameterCodec { return theCodecs().par
 // Get returns the object called name.
 func (r Resource[T, L]) Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error) {
 	out := r.newObject()
-	err := r.c.Get().Namespace(r.ns).Resource(r.resource).Name(name).
+	err := r.c.Get().NamespaceIfScoped(r.ns, r.ns != "").Resource(r.resource).Name(name).
 		VersionedParams(&opts, r.params()).Do(ctx).Into(out)
 	return out, err
 }
@@ -39,7 +39,7 @@ func (r Resource[T, L]) Get(ctx context.Context, name string, opts metav1.GetOpt
 // List returns the objects opts selects.
 func (r Resource[T, L]) List(ctx context.Context, opts metav1.ListOptions) (L, error) {
 	out := r.newList()
-	err := r.c.Get().Namespace(r.ns).Resource(r.resource).
+	err := r.c.Get().NamespaceIfScoped(r.ns, r.ns != "").Resource(r.resource).
 		VersionedParams(&opts, r.params()).Timeout(timeout(opts)).Do(ctx).Into(out)
 	return out, err
 }
@@ -47,14 +47,14 @@ func (r Resource[T, L]) List(ctx context.Context, opts metav1.ListOptions) (L, e
 // Watch watches the objects opts selects.
 func (r Resource[T, L]) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
-	return r.c.Get().Namespace(r.ns).Resource(r.resource).
+	return r.c.Get().NamespaceIfScoped(r.ns, r.ns != "").Resource(r.resource).
 		VersionedParams(&opts, r.params()).Timeout(timeout(opts)).Watch(ctx)
 }
 
 // Create creates obj and returns it as the server made it.
 func (r Resource[T, L]) Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error) {
 	out := r.newObject()
-	err := r.c.Post().Namespace(r.ns).Resource(r.resource).
+	err := r.c.Post().NamespaceIfScoped(r.ns, r.ns != "").Resource(r.resource).
 		VersionedParams(&opts, r.params()).Body(obj).Do(ctx).Into(out)
 	return out, err
 }
@@ -67,7 +67,7 @@ func (r Resource[T, L]) Update(ctx context.Context, obj T, opts metav1.UpdateOpt
 	if err != nil {
 		return out, err
 	}
-	err = r.c.Put().Namespace(r.ns).Resource(r.resource).Name(m.GetName()).
+	err = r.c.Put().NamespaceIfScoped(r.ns, r.ns != "").Resource(r.resource).Name(m.GetName()).
 		VersionedParams(&opts, r.params()).Body(obj).Do(ctx).Into(out)
 	return out, err
 }
@@ -75,31 +75,31 @@ func (r Resource[T, L]) Update(ctx context.Context, obj T, opts metav1.UpdateOpt
 // Patch patches the object called name (or its subresource).
 func (r Resource[T, L]) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error) {
 	out := r.newObject()
-	err := r.c.Patch(pt).Namespace(r.ns).Resource(r.resource).Name(name).SubResource(subresources...).
+	err := r.c.Patch(pt).NamespaceIfScoped(r.ns, r.ns != "").Resource(r.resource).Name(name).SubResource(subresources...).
 		VersionedParams(&opts, r.params()).Body(data).Do(ctx).Into(out)
 	return out, err
 }
 
 // Delete deletes the object called name.
 func (r Resource[T, L]) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
-	return r.c.Delete().Namespace(r.ns).Resource(r.resource).Name(name).Body(&opts).Do(ctx).Error()
+	return r.c.Delete().NamespaceIfScoped(r.ns, r.ns != "").Resource(r.resource).Name(name).Body(&opts).Do(ctx).Error()
 }
 
 // DeleteCollection deletes the objects listOpts selects.
 func (r Resource[T, L]) DeleteCollection(ctx context.Context, opts metav1.DeleteOptions, listOpts metav1.ListOptions) error {
-	return r.c.Delete().Namespace(r.ns).Resource(r.resource).
+	return r.c.Delete().NamespaceIfScoped(r.ns, r.ns != "").Resource(r.resource).
 		VersionedParams(&listOpts, r.params()).Timeout(timeout(listOpts)).Body(&opts).Do(ctx).Error()
 }
 
 // getSub reads a subresource of the object called name into out.
 func (r Resource[T, L]) getSub(ctx context.Context, name, sub string, opts metav1.GetOptions, out runtime.Object) error {
-	return r.c.Get().Namespace(r.ns).Resource(r.resource).Name(name).SubResource(sub).
+	return r.c.Get().NamespaceIfScoped(r.ns, r.ns != "").Resource(r.resource).Name(name).SubResource(sub).
 		VersionedParams(&opts, r.params()).Do(ctx).Into(out)
 }
 
 // putSub replaces a subresource of the object called name.
 func (r Resource[T, L]) putSub(ctx context.Context, name, sub string, body runtime.Object, opts metav1.UpdateOptions, out runtime.Object) error {
-	return r.c.Put().Namespace(r.ns).Resource(r.resource).Name(name).SubResource(sub).
+	return r.c.Put().NamespaceIfScoped(r.ns, r.ns != "").Resource(r.resource).Name(name).SubResource(sub).
 		VersionedParams(&opts, r.params()).Body(body).Do(ctx).Into(out)
 }
 
