@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -29,15 +30,13 @@ func NewForConfig(cfg *rest.Config) (*Clients, error) {
 	if c.UserAgent == "" {
 		c.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
+	// As client-go's clientset: one limiter for all groups when a QPS
+	// is set, else each rest client its own default one.
 	if c.RateLimiter == nil && c.QPS > 0 {
-		burst := c.Burst
-		if burst <= 0 {
-			burst = 10
+		if c.Burst <= 0 {
+			return nil, errors.New("kube: a rate limit (QPS) needs a burst greater than 0")
 		}
-		c.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(c.QPS, burst)
-	}
-	if c.RateLimiter == nil {
-		c.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(rest.DefaultQPS, rest.DefaultBurst)
+		c.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(c.QPS, c.Burst)
 	}
 	httpClient, err := rest.HTTPClientFor(&c)
 	if err != nil {
