@@ -6,7 +6,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 )
@@ -69,14 +68,6 @@ func (r Resource[T, L]) Update(ctx context.Context, obj T, opts metav1.UpdateOpt
 	}
 	err = r.c.Put().NamespaceIfScoped(r.ns, r.ns != "").Resource(r.resource).Name(m.GetName()).
 		VersionedParams(&opts, r.params()).Body(obj).Do(ctx).Into(out)
-	return out, err
-}
-
-// Patch patches the object called name (or its subresource).
-func (r Resource[T, L]) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error) {
-	out := r.newObject()
-	err := r.c.Patch(pt).NamespaceIfScoped(r.ns, r.ns != "").Resource(r.resource).Name(name).SubResource(subresources...).
-		VersionedParams(&opts, r.params()).Body(data).Do(ctx).Into(out)
 	return out, err
 }
 
