@@ -98,3 +98,25 @@ func TestMainOnlyWires(t *testing.T) {
 		}
 	}
 }
+
+// heavyInits are packages whose init costs every process start of the
+// ferry binary (each job's runner-shim and runner among them, see
+// bench/dispatch) for work few processes need.
+var heavyInits = map[string]string{
+	// Its init registers every API group of Kubernetes in a scheme
+	// (about 6 ms a start, and 50 MB of binary); internal/kube has a
+	// scheme of the few groups Ferry uses, built on first use.
+	"k8s.io/client-go/kubernetes/scheme": "use internal/kube, not client-go's typed clientset (k8s.io/client-go/kubernetes, informers, listers, dynamicinformer)",
+}
+
+func TestNoHeavyInitsInTheBinary(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", mod+"cmd/ferry").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if fix, ok := heavyInits[dep]; ok {
+			t.Errorf("cmd/ferry depends on %s: every process start of the binary pays for every package's init, and this one's is heavy; %s", dep, fix)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package envcatalog
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -93,7 +92,7 @@ func (c *Catalog) Lookup(name string) (Entry, bool) {
 		return e, true
 	}
 	name = strings.TrimSpace(name)
-	if c.curated == "" || !nameRe.MatchString(name) || !strings.HasPrefix(strings.ToLower(name), "azureml-") || k == "" {
+	if c.curated == "" || !nameRe().MatchString(name) || !strings.HasPrefix(strings.ToLower(name), "azureml-") || k == "" {
 		return Entry{}, false
 	}
 	return Entry{Name: name, Description: "a curated environment by Microsoft's naming rule", Repository: c.curated + k}, true
@@ -121,7 +120,7 @@ func (c *Catalog) Resolve(name, version string) (Resolved, error) {
 		version = e.Latest()
 	}
 	if e.Repository != "" {
-		if version != "latest" && !wholeRe.MatchString(version) {
+		if version != "latest" && !wholeRe().MatchString(version) {
 			return Resolved{}, fmt.Errorf("curated environment %s has no version %s: its versions are whole numbers (the tags of %s), or use @latest", e.Name, version, e.Repository)
 		}
 		return Resolved{Name: e.Name, Version: version, Image: e.Repository + ":" + version}, nil
@@ -137,12 +136,12 @@ func (c *Catalog) Resolve(name, version string) (Resolved, error) {
 }
 
 var (
-	wholeRe = regexp.MustCompile(`^[0-9]{1,9}$`)
-	nameRe  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$`)
+	wholeRe = lazyRegexp(`^[0-9]{1,9}$`)
+	nameRe  = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$`)
 	// imageRe is loose on purpose: the engine judges the reference; this
 	// only keeps out what could never be one (spaces, a scheme, a tag on a
 	// repository).
-	imageRe = regexp.MustCompile(`^[a-z0-9][a-zA-Z0-9._/:@-]*$`)
+	imageRe = lazyRegexp(`^[a-z0-9][a-zA-Z0-9._/:@-]*$`)
 )
 
 // Extend returns a new catalog with the given entries added; one whose name
@@ -184,7 +183,7 @@ func validate(i int, e Entry) []error {
 	if name == "" {
 		return []error{fmt.Errorf("%s.name: required (an environment name such as AzureML-sklearn-1.5)", at)}
 	}
-	if !nameRe.MatchString(name) {
+	if !nameRe().MatchString(name) {
 		return []error{fmt.Errorf("%s.name: %q is not a valid name: use letters, digits, '.', '-' and '_', starting with a letter or digit", at, name)}
 	}
 	at = fmt.Sprintf("environments[%d] (%s)", i, name)
@@ -194,14 +193,14 @@ func validate(i int, e Entry) []error {
 		errs = append(errs, fmt.Errorf("%s: give versions (a list of {version, image}) or repository (an image repository tagged by version)", at))
 	case e.Repository != "" && len(e.Versions) > 0:
 		errs = append(errs, fmt.Errorf("%s: give versions or repository, not both", at))
-	case e.Repository != "" && (!imageRe.MatchString(e.Repository) || strings.ContainsAny(lastPart(e.Repository), ":@")):
+	case e.Repository != "" && (!imageRe().MatchString(e.Repository) || strings.ContainsAny(lastPart(e.Repository), ":@")):
 		errs = append(errs, fmt.Errorf("%s: repository %q must be an image repository without a tag, such as registry.example.com/curated/sklearn-1.5", at, e.Repository))
 	}
 	seen := map[string]bool{}
 	for j, v := range e.Versions {
 		vat := fmt.Sprintf("%s: versions[%d]", at, j)
 		switch {
-		case !nameRe.MatchString(v.Version):
+		case !nameRe().MatchString(v.Version):
 			errs = append(errs, fmt.Errorf("%s.version: %q is not a version: use letters, digits, '.', '-' and '_', such as 1 or 2.0", vat, v.Version))
 		case v.Version == "latest":
 			errs = append(errs, fmt.Errorf("%s.version: latest is the last version listed, not a version of its own", vat))
@@ -209,7 +208,7 @@ func validate(i int, e Entry) []error {
 			errs = append(errs, fmt.Errorf("%s.version: %s is listed twice", vat, v.Version))
 		}
 		seen[v.Version] = true
-		if !imageRe.MatchString(v.Image) {
+		if !imageRe().MatchString(v.Image) {
 			errs = append(errs, fmt.Errorf("%s.image: %q is not an image reference, such as ferry-base:bookworm", vat, v.Image))
 		}
 	}

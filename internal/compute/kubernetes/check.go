@@ -67,7 +67,7 @@ func (t *Target) CheckCompute(ctx context.Context, c *spec.Compute) error {
 
 // Check is CheckCompute for any user of a Cluster.
 func Check(ctx context.Context, cl *Cluster, c *spec.Compute) error {
-	if _, err := cl.Client.Discovery().ServerVersion(); err != nil {
+	if _, err := cl.Client.ServerVersion(ctx); err != nil {
 		return &CheckError{Field: "kubeconfig", Msg: fmt.Sprintf("the Kubernetes API at %s does not answer: %v; check the kubeconfig's server (or api_url) and that the Ferry server reaches it", cl.Host, apiProblem(err))}
 	}
 	if _, err := cl.Client.CoreV1().Namespaces().Get(ctx, cl.Namespace, metav1.GetOptions{}); err != nil {

@@ -11,10 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/ferry-ml/ferry/internal/kube"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
@@ -24,7 +24,7 @@ import (
 type Cluster struct {
 	// Client and Dynamic talk to the cluster's API with the compute's
 	// credentials.
-	Client  kubernetes.Interface
+	Client  *kube.Clients
 	Dynamic dynamic.Interface
 	// Namespace is where Ferry's objects go.
 	Namespace string
@@ -47,7 +47,7 @@ func Connect(c *spec.Compute) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kube.NewForConfig(cfg)
 	if err != nil {
 		return nil, &CheckError{Field: "kubeconfig", Msg: fmt.Sprintf("cannot make a client: %v", err)}
 	}

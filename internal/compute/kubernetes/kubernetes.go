@@ -15,12 +15,13 @@
 // from limits.timeout and ttlSecondsAfterFinished as a backstop. The
 // Job's name is the attempt's durable handle.
 //
-// The target follows its objects with informers (a shared informer
-// factory filtered by the compute's label, in the namespace), never by
-// polling: Inspect answers from their caches, and a Job that ended, or a
-// pod that cannot start (its image cannot be pulled), is settled as soon
-// as the informer sees it: its end is remembered and its objects are
-// deleted, so nothing of an attempt is left in the namespace.
+// The target follows its objects with informers (internal/kube's, one
+// for Jobs and one for pods, filtered by the compute's label, in the
+// namespace), never by polling: Inspect answers from their caches, and a
+// Job that ended, or a pod that cannot start (its image cannot be
+// pulled), is settled as soon as the informer sees it: its end is
+// remembered and its objects are deleted, so nothing of an attempt is
+// left in the namespace.
 //
 // How the runner binary reaches the pods: the server's own executable is
 // mounted from the node (a hostPath volume, read-only) at

@@ -14,13 +14,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	batchlisters "k8s.io/client-go/listers/batch/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/kube"
 )
 
 // watcher follows the Jobs and pods of one compute with informers, says
@@ -34,8 +32,8 @@ type watcher struct {
 	startMu sync.Mutex
 	started bool
 	stopCh  chan struct{}
-	jobs    batchlisters.JobLister
-	pods    corelisters.PodLister
+	jobs    kube.Lister[*batchv1.Job]
+	pods    kube.Lister[*corev1.Pod]
 	queue   workqueue.TypedRateLimitingInterface[string]
 
 	mu    sync.Mutex
@@ -73,10 +71,8 @@ func (w *watcher) start(ctx context.Context) error {
 		return nil
 	}
 	stop := make(chan struct{})
-	f := informers.NewSharedInformerFactoryWithOptions(w.cl.Client, 0, informers.WithNamespace(w.cl.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = w.selector() }))
-	jobInf := f.Batch().V1().Jobs()
-	podInf := f.Core().V1().Pods()
+	jobInf := w.cl.Client.BatchV1().Jobs(w.cl.Namespace).Informer(w.selector())
+	podInf := w.cl.Client.CoreV1().Pods(w.cl.Namespace).Informer(w.selector())
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	enqueue := func(obj any) {
 		if m, err := metaOf(obj); err == nil && m.GetLabels()[labelHandle] != "" {
@@ -84,26 +80,22 @@ func (w *watcher) start(ctx context.Context) error {
 		}
 	}
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }}
-	if _, err := jobInf.Informer().AddEventHandler(handler); err != nil {
+	if _, err := jobInf.AddEventHandler(handler); err != nil {
 		return err
 	}
-	if _, err := podInf.Informer().AddEventHandler(handler); err != nil {
+	if _, err := podInf.AddEventHandler(handler); err != nil {
 		return err
 	}
-	f.Start(stop)
+	go jobInf.Run(stop)
+	go podInf.Run(stop)
 	sctx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
-	if !cache.WaitForCacheSync(sctx.Done(), jobInf.Informer().HasSynced, podInf.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(sctx.Done(), jobInf.HasSynced, podInf.HasSynced) {
 		close(stop)
-		f.Shutdown()
 		queue.ShutDown()
 		return fmt.Errorf("kubernetes: cannot list the jobs and pods of namespace %s at %s (within %s); check that the cluster answers", w.cl.Namespace, w.cl.Host, syncTimeout)
 	}
-	w.stopCh, w.jobs, w.pods, w.queue, w.started = stop, jobInf.Lister(), podInf.Lister(), queue, true
-	go func() {
-		<-stop
-		f.Shutdown()
-	}()
+	w.stopCh, w.jobs, w.pods, w.queue, w.started = stop, kube.NewLister[*batchv1.Job](jobInf), kube.NewLister[*corev1.Pod](podInf), queue, true
 	go w.work()
 	go w.sweep()
 	return nil
@@ -151,8 +143,8 @@ func (w *watcher) work() {
 // settle deletes the objects of an attempt that ended, once its end is
 // remembered.
 func (w *watcher) settle(name string) error {
-	job, err := w.jobs.Jobs(w.cl.Namespace).Get(name)
-	if err != nil {
+	job, ok := w.jobs.Get(w.cl.Namespace, name)
+	if !ok {
 		return nil // gone, or a pod of a Job not seen yet: its Job's event comes
 	}
 	if job.DeletionTimestamp != nil {
@@ -217,7 +209,7 @@ func (w *watcher) sweep() {
 		return
 	}
 	for _, s := range list.Items {
-		if _, err := w.jobs.Jobs(w.cl.Namespace).Get(s.Name); err == nil || time.Since(s.CreationTimestamp.Time) < time.Minute {
+		if _, ok := w.jobs.Get(w.cl.Namespace, s.Name); ok || time.Since(s.CreationTimestamp.Time) < time.Minute {
 			continue
 		}
 		w.log.Info("kubernetes: deleting the objects of a launch that made no Job", "handle", s.Name)
@@ -235,8 +227,8 @@ func (w *watcher) state(name string) (compute.EngineState, bool) {
 	if ok {
 		return e.st, true
 	}
-	job, err := w.jobs.Jobs(w.cl.Namespace).Get(name)
-	if err != nil {
+	job, ok := w.jobs.Get(w.cl.Namespace, name)
+	if !ok {
 		return compute.EngineState{}, false
 	}
 	return w.evaluate(job), true
@@ -245,10 +237,7 @@ func (w *watcher) state(name string) (compute.EngineState, bool) {
 // find is FindHandles from the informer's cache.
 func (w *watcher) find(as []compute.Attempt) map[compute.Attempt]compute.Handle {
 	out := map[compute.Attempt]compute.Handle{}
-	jobs, err := w.jobs.Jobs(w.cl.Namespace).List(labels.Everything())
-	if err != nil {
-		return out
-	}
+	jobs := w.jobs.List(w.cl.Namespace, labels.Everything())
 	want := map[compute.Attempt]bool{}
 	for _, a := range as {
 		want[a] = true
@@ -265,11 +254,7 @@ func (w *watcher) find(as []compute.Attempt) map[compute.Attempt]compute.Handle 
 
 // podsOf lists the pods of a Job.
 func (w *watcher) podsOf(name string) []*corev1.Pod {
-	ps, err := w.pods.Pods(w.cl.Namespace).List(labels.SelectorFromSet(labels.Set{labelHandle: name}))
-	if err != nil {
-		return nil
-	}
-	return ps
+	return w.pods.List(w.cl.Namespace, labels.SelectorFromSet(labels.Set{labelHandle: name}))
 }
 
 // evaluate maps a Job and its pods to the engine state Ferry acts on.

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"path"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -175,7 +174,7 @@ func chunks(group []int, per int) [][]int {
 }
 
 // maxArraySizeRe finds MaxArraySize in `scontrol show config`.
-var maxArraySizeRe = regexp.MustCompile(`(?m)^MaxArraySize\s*=\s*(\d+)`)
+var maxArraySizeRe = lazyRegexp(`(?m)^MaxArraySize\s*=\s*(\d+)`)
 
 // maxArraySize is Slurm's MaxArraySize, read once with scontrol and
 // kept: a cluster's is changed only with its slurm.conf. When scontrol
@@ -192,7 +191,7 @@ func (t *Target) maxArraySize(ctx context.Context) int {
 		return defaultMaxArraySize
 	}
 	t.maxArray = defaultMaxArraySize
-	if m := maxArraySizeRe.FindSubmatch(out); m != nil {
+	if m := maxArraySizeRe().FindSubmatch(out); m != nil {
 		if n, err := strconv.Atoi(string(m[1])); err == nil {
 			// 0 turns arrays off; kept as 1, so that it is not read again.
 			t.maxArray = max(n, 1)

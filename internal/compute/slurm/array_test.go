@@ -235,7 +235,7 @@ func TestBatchOfShapesAndBadLaunches(t *testing.T) {
 	}
 	ones := arrayOfHandles(t, res[0].Handle, res[3].Handle, res[8].Handle)
 	twos := arrayOfHandles(t, res[1].Handle, res[6].Handle)
-	if ones == "" || twos == "" || ones == twos || !jobIDRe.MatchString(string(res[4].Handle)) || rec.sbatches() != 3 {
+	if ones == "" || twos == "" || ones == twos || !jobIDRe().MatchString(string(res[4].Handle)) || rec.sbatches() != 3 {
 		t.Fatalf("handles %v from %d sbatch commands; want an array of 3, an array of 2 and a job of its own", res, rec.sbatches())
 	}
 	if f := s.ScontrolJob(t, string(res[4].Handle)); f["TimeLimit"] != "00:06:00" {

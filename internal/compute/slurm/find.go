@@ -26,7 +26,7 @@ func (t *Target) FindHandles(ctx context.Context, as []compute.Attempt) (map[com
 	byPath := map[string]compute.Attempt{}
 	var paths []string
 	for _, a := range as {
-		if !jobNameRe.MatchString(a.Job) {
+		if !jobNameRe().MatchString(a.Job) {
 			continue
 		}
 		p := path.Join(t.attemptDir(a.Job, a.Attempt), handleFile)
@@ -50,7 +50,7 @@ func (t *Target) FindHandles(ctx context.Context, as []compute.Attempt) (map[com
 		for line := range strings.SplitSeq(string(out), "\n") {
 			p, h, ok := strings.Cut(line, ":")
 			a, known := byPath[p]
-			if ok && known && handleRe.MatchString(h) {
+			if ok && known && handleRe().MatchString(h) {
 				res[a] = compute.Handle(h)
 			}
 		}

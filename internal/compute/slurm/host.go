@@ -110,7 +110,7 @@ func newSSHHost(c *spec.Compute, env []string, timeout time.Duration, log *slog.
 	}
 	var exports []string
 	for _, kv := range env {
-		if k, v, ok := strings.Cut(kv, "="); ok && envNameRe.MatchString(k) {
+		if k, v, ok := strings.Cut(kv, "="); ok && envNameRe().MatchString(k) {
 			exports = append(exports, k+"="+shellQuote(v))
 		}
 	}

@@ -32,7 +32,7 @@ func (t *Target) Inspect(ctx context.Context, hs []compute.Handle) (map[compute.
 	var ids []string
 	seen := map[string]bool{}
 	for _, h := range hs {
-		if id := string(h); handleRe.MatchString(id) && !seen[id] {
+		if id := string(h); handleRe().MatchString(id) && !seen[id] {
 			seen[id] = true
 			ids = append(ids, id)
 		}
@@ -68,7 +68,7 @@ func parseSqueue(out []byte) map[string]jobRow {
 			continue
 		}
 		id := strings.TrimSpace(f[0])
-		if !handleRe.MatchString(id) {
+		if !handleRe().MatchString(id) {
 			continue
 		}
 		rows[id] = jobRow{State: strings.TrimSpace(f[1]), Reason: strings.TrimSpace(strings.Join(f[2:len(f)-2], "|")),

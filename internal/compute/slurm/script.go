@@ -217,7 +217,7 @@ func (b batch) attemptPart(a attempt) (string, error) {
 	var s strings.Builder
 	fmt.Fprintf(&s, "%s=%s\n", attemptDirVar, shellQuote(a.dir))
 	for _, k := range slices.Sorted(maps.Keys(l.Spec.EnvironmentVariables)) {
-		if !envNameRe.MatchString(k) {
+		if !envNameRe().MatchString(k) {
 			return "", fmt.Errorf("slurm: environment_variables.%s is not a variable name", k)
 		}
 		fmt.Fprintf(&s, "export %s=%s\n", k, shellQuote(l.Spec.EnvironmentVariables[k]))

@@ -179,7 +179,7 @@ func FuzzParseSqueue(f *testing.F) {
 	f.Add([]byte("1|CANCELLED|None|-1|\n"))
 	f.Fuzz(func(t *testing.T, out []byte) {
 		for id, r := range parseSqueue(out) {
-			if !handleRe.MatchString(id) {
+			if !handleRe().MatchString(id) {
 				t.Fatalf("parsed id %q", id)
 			}
 			if c := r.state().ExitCode; c != nil && (*c < 0 || *c > 255) {

@@ -41,7 +41,6 @@ import (
 	"log/slog"
 	"os"
 	"path"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -212,7 +211,7 @@ func checkLaunch(l compute.Launch) error {
 	if l.Spec == nil {
 		return errors.New("slurm: the launch carries no job spec")
 	}
-	if !jobNameRe.MatchString(l.Job) {
+	if !jobNameRe().MatchString(l.Job) {
 		return fmt.Errorf("slurm: job name %q cannot name a Slurm job", l.Job)
 	}
 	if strings.ContainsAny(l.RunToken, "\n\r\x00") {
@@ -237,7 +236,7 @@ func (t *Target) sbatch(ctx context.Context, cmd string, stdin []byte) (string, 
 	}
 	// --parsable prints "id" or "id;cluster".
 	id, _, _ := strings.Cut(strings.TrimSpace(string(out)), ";")
-	if !jobIDRe.MatchString(id) {
+	if !jobIDRe().MatchString(id) {
 		return "", fmt.Errorf("sbatch printed %q, not a job id", shorten(string(out)))
 	}
 	return id, nil
@@ -265,17 +264,17 @@ func (t *Target) runnerCommand(ctx context.Context) ([]string, error) {
 var (
 	// jobNameRe is spec's job name rule; it keeps the name safe in a
 	// path and an #SBATCH line.
-	jobNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$`)
+	jobNameRe = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$`)
 	// jobIDRe is a Slurm job id, as sbatch prints it.
-	jobIDRe = regexp.MustCompile(`^[0-9]{1,12}$`)
+	jobIDRe = lazyRegexp(`^[0-9]{1,12}$`)
 	// handleRe is a handle as Ferry makes them: a job id, or an array
 	// job's id and a task's index (1234_0), which Slurm's commands take
 	// alike; no heterogeneous jobs. It keeps a handle safe on a command
 	// line.
-	handleRe = regexp.MustCompile(`^[0-9]{1,12}(_[0-9]{1,7})?$`)
+	handleRe = lazyRegexp(`^[0-9]{1,12}(_[0-9]{1,7})?$`)
 	// envNameRe is spec's variable name rule, checked again before a
 	// name is written into a script.
-	envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	envNameRe = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 // Cancel implements compute.Canceller with scancel, which also ends a job
@@ -287,7 +286,7 @@ var (
 // has ended or forgotten is not an error.
 func (t *Target) Cancel(ctx context.Context, h compute.Handle) error {
 	id := string(h)
-	if !handleRe.MatchString(id) {
+	if !handleRe().MatchString(id) {
 		return fmt.Errorf("slurm: %q is not a Slurm job id", h)
 	}
 	cmd := "scancel " + id
@@ -325,7 +324,7 @@ const finalReportName = "final-report.json"
 // runner of node 0 (the only one of a one-node job) kept in its folder
 // when it gave up on a silent server. Over SSH it has none to offer.
 func (t *Target) FinalReport(job string, attempt int) ([]byte, bool) {
-	if _, local := t.host.(*localHost); !local || !jobNameRe.MatchString(job) {
+	if _, local := t.host.(*localHost); !local || !jobNameRe().MatchString(job) {
 		return nil, false
 	}
 	f, err := os.Open(path.Join(t.attemptDir(job, attempt), "node-0", finalReportName))

@@ -14,9 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/ferry-ml/ferry/internal/kube"
 )
 
 // ErrNotFound is wrapped by the errors of Scale and Status for a
@@ -28,13 +29,13 @@ var ErrNotFound = errors.New("no such deployment on the cluster")
 // two kubectl commands would (an update that loses retries on the newer
 // object).
 type Client struct {
-	cs  kubernetes.Interface
+	cs  *kube.Clients
 	ns  string
 	log *slog.Logger
 }
 
 // New returns a Client for namespace through cs. A nil log discards.
-func New(cs kubernetes.Interface, namespace string, log *slog.Logger) *Client {
+func New(cs *kube.Clients, namespace string, log *slog.Logger) *Client {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -49,7 +50,7 @@ func NewFromKubeconfig(kubeconfig []byte, namespace string, log *slog.Logger) (*
 	if err != nil {
 		return nil, errors.New("kubeconfig: not a usable kubeconfig (its current context needs a cluster and credentials)")
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kube.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/kube"
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/testutil"
@@ -27,7 +28,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -63,7 +63,7 @@ func kubeTest(t *testing.T) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kube.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -32,12 +30,7 @@ const syncTimeout = 30 * time.Second
 // (stop must still be called, to wait).
 func (c *Client) WatchReady(ctx context.Context, endpoint, deployment string, onChange func(replicas []string)) (stop func(), err error) {
 	name := ObjectName(endpoint, deployment)
-	factory := informers.NewSharedInformerFactoryWithOptions(c.cs, 0,
-		informers.WithNamespace(c.ns),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = discoveryv1.LabelServiceName + "=" + name
-		}))
-	inf := factory.Discovery().V1().EndpointSlices().Informer()
+	inf := c.cs.DiscoveryV1().EndpointSlices(c.ns).Informer(discoveryv1.LabelServiceName + "=" + name)
 	ctx, cancel := context.WithCancel(ctx)
 
 	var (
@@ -68,13 +61,17 @@ func (c *Client) WatchReady(ctx context.Context, endpoint, deployment string, on
 		cancel()
 		return nil, fmt.Errorf("deployment %s/%s: watch EndpointSlices: %w", endpoint, deployment, err)
 	}
-	factory.Start(ctx.Done())
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		inf.RunWithContext(ctx)
+	}()
 	syncCtx, syncCancel := context.WithTimeout(ctx, syncTimeout)
 	ok := cache.WaitForCacheSync(syncCtx.Done(), inf.HasSynced)
 	syncCancel()
 	stop = func() {
 		cancel()
-		factory.Shutdown()
+		<-ran
 		mu.Lock() // a call under way has returned
 		mu.Unlock()
 	}
