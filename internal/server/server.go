@@ -242,7 +242,7 @@ func Run(ctx context.Context, cfg Config) error {
 		NodeLease: cfg.NodeLease, NodeHeartbeat: nodeHeartbeat(cfg.NodeLease),
 		PreemptPoll: cfg.PreemptPoll, PreemptGrace: cfg.PreemptGrace,
 		JoinTimeout: cfg.NodeJoinTimeout, ServerlessIdle: cfg.ServerlessIdle,
-		Router: gatewayRouter{gw}, ProbeReplica: replicaProber(),
+		Router: gatewayRouter{gw}, ProbeReplica: replicaProber(), KubeReplicas: newKubeReplicas(cfg.Log),
 		ScheduleMinute: cfg.ScheduleMinute,
 		BlobEndpoints:  blobEndpoints, DefaultDatastoreDir: defaultDatastore,
 	})

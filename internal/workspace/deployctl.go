@@ -86,6 +86,7 @@ type deployCtl struct {
 	routedAny map[string]bool
 	routed    map[string]string // endpoint → what was last routed
 	scale     map[string]*scaleState
+	kube      map[string]*kubeLive // Kubernetes deployments, by "endpoint/deployment"
 }
 
 type scaleState struct {
@@ -117,7 +118,7 @@ type replicaLive struct {
 func newDeployCtl(now time.Time) *deployCtl {
 	return &deployCtl{started: now, reps: map[string]*replicaLive{}, ended: map[string][]string{},
 		demand: map[string]time.Time{}, waiters: map[string][]chan struct{}{}, routed: map[string]string{}, routedAny: map[string]bool{},
-		scale: map[string]*scaleState{}}
+		scale: map[string]*scaleState{}, kube: map[string]*kubeLive{}}
 }
 
 func (c *deployCtl) isReplica(job string) bool {
@@ -375,6 +376,9 @@ func (s *Service) reconcileDeployment(ctx context.Context, endpoint, name string
 	key := endpoint + "/" + name
 	_, hasEndpoint := endpoints[endpoint]
 	deleting := rec.State == DeploymentDeleting || !hasEndpoint
+	if doc.Kube {
+		return s.reconcileKubeDeployment(ctx, rec, doc, set, deleting)
+	}
 	before := string(rec.Replicas) + rec.State + rec.Reason
 	c := s.deployCtl
 	now := s.now()
@@ -835,6 +839,9 @@ func (s *Service) routedDeployments(ctx context.Context, endpoint string) (map[s
 		r := doc.Spec.RequestSettings
 		rd := RoutedDeployment{RequestTimeout: time.Duration(r.RequestTimeoutMS) * time.Millisecond,
 			MaxConcurrent: r.MaxConcurrentRequestsPerInstance, MaxQueueWait: time.Duration(r.MaxQueueWaitMS) * time.Millisecond}
+		if doc.Kube {
+			rd.Replicas = c.kubeRouted(rec.Endpoint + "/" + rec.Name)
+		}
 		c.mu.Lock()
 		for _, rep := range set.Replicas {
 			if l, ok := c.reps[rep.Job]; ok && l.ready && l.draining.IsZero() && !l.canceled {

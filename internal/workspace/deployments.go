@@ -126,6 +126,10 @@ type deploymentDoc struct {
 	// Generation counts the deployment's specs: an update that changes
 	// what replicas run makes a new generation, rolled out beside the old.
 	Generation int `json:"generation"`
+	// Kube says the deployment runs on the Kubernetes compute Compute
+	// (its endpoint's), in image KubeImage (kubedeploy.go).
+	Kube      bool   `json:"kube,omitempty"`
+	KubeImage string `json:"kube_image,omitempty"`
 }
 
 // replicaSet is the store's record of a deployment's replica jobs (its
@@ -186,8 +190,17 @@ func newDeploymentID() string {
 // resolveDeployment checks what a deployment refers to (its endpoint, its
 // model, its environment, its snapshots, where it runs) and fills doc.
 func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeployment, up DeploymentUploads, local bool, doc *deploymentDoc) error {
-	if _, err := s.getEndpointRecord(ctx, d.EndpointName); err != nil {
+	erec, err := s.getEndpointRecord(ctx, d.EndpointName)
+	if err != nil {
 		return err
+	}
+	ep, err := endpointSpecOf(erec)
+	if err != nil {
+		return err
+	}
+	kubeCompute := kubeEndpointCompute(ep)
+	if kubeCompute == "" && kubeSchemaKind(d.Schema) == "kubernetes" {
+		return Invalid("$schema: a kubernetesOnlineDeployment runs on the Kubernetes compute of its endpoint, and endpoint %s names none; create the endpoint with compute: azureml:NAME (a kubernetes compute), or use the managedOnlineDeployment schema", d.EndpointName)
 	}
 	if up.CodeSnapshot == "" {
 		return Invalid("code_configuration.code: %q was not uploaded with the deployment (ferry online-deployment create uploads it)", d.CodeConfiguration.Code)
@@ -234,11 +247,15 @@ func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeploymen
 			doc.ModelFolder = modelName
 		}
 	}
-	if _, err := s.resolveEnvironment(ctx, d.Environment, up.EnvironmentSnapshot); err != nil {
+	env, err := s.resolveEnvironment(ctx, d.Environment, up.EnvironmentSnapshot)
+	if err != nil {
 		return err
 	}
 	doc.DeploymentUploads = up
+	doc.Kube, doc.KubeImage = false, ""
 	switch {
+	case kubeCompute != "":
+		return s.resolveKubeDeployment(ctx, d, env, kubeCompute, local, doc)
 	case local:
 		doc.Compute, doc.Local = "local", true
 	case d.InstanceType == "":
@@ -550,6 +567,9 @@ func (s *Service) deploymentView(rec store.Deployment) (*OnlineDeployment, error
 	}
 	for _, r := range set.Replicas {
 		v.Replicas = append(v.Replicas, s.deployCtl.replicaView(context.Background(), s, r))
+	}
+	if doc.Kube {
+		v.Replicas = s.deployCtl.kubeReplicaViews(rec.Endpoint + "/" + rec.Name)
 	}
 	if s.cfg.Router != nil {
 		if l, ok := s.cfg.Router.Load(rec.Endpoint)[rec.Name]; ok {

@@ -285,6 +285,9 @@ func (s *Service) CreateOnlineEndpoint(ctx context.Context, who auth.Principal, 
 	if err := s.checkTrafficTargets(ctx, e); err != nil {
 		return nil, err
 	}
+	if err := s.checkEndpointCompute(ctx, e); err != nil {
+		return nil, err
+	}
 	raw, err := json.Marshal(e)
 	if err != nil {
 		return nil, err

@@ -14,11 +14,9 @@ import (
 // the workspace links no Kubernetes client); docs/kubernetes.md says how
 // a deployment maps to the cluster's objects.
 //
-// Not yet wired: Config gets a KubeReplicas, and the deployment
-// controller a branch for deployments on a Kubernetes compute, once the
-// Kubernetes compute target records a cluster's kubeconfig and namespace
-// (KubeTarget). The server's implementation is internal/server's
-// kubeReplicas.
+// Config.KubeReplicas gives it to the deployment controller, whose
+// branch for deployments on a Kubernetes compute is kubedeploy.go. The
+// server's implementation is internal/server's kubeReplicas.
 //
 // Methods are safe for concurrent use.
 type KubeReplicas interface {

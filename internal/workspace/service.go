@@ -111,6 +111,9 @@ type Config struct {
 	// live and ready (GET / answers 200): nil when it is. The server gives
 	// the HTTP one; nil takes a replica as ready once it listens.
 	ProbeReplica func(ctx context.Context, baseURL string) error
+	// KubeReplicas runs the deployments of endpoints on a Kubernetes
+	// compute (kubedeploy.go); nil refuses such deployments.
+	KubeReplicas KubeReplicas
 	Now          func() time.Time // clock; nil means time.Now
 	Log          *slog.Logger
 

@@ -1,0 +1,163 @@
+package workspace
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/ferry-ml/ferry/internal/secrets"
+	"github.com/ferry-ml/ferry/internal/spec"
+)
+
+// recordingKube is a KubeReplicas that records what the controller asks
+// of it and says every applied generation has all its replicas ready.
+type recordingKube struct {
+	mu       sync.Mutex
+	calls    []string
+	applied  KubeDeployment
+	watching int
+	objects  bool
+}
+
+func (k *recordingKube) log(c string) { k.mu.Lock(); k.calls = append(k.calls, c); k.mu.Unlock() }
+
+func (k *recordingKube) Apply(_ context.Context, d KubeDeployment) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.calls = append(k.calls, "apply")
+	k.applied, k.objects = d, true
+	return nil
+}
+
+func (k *recordingKube) Scale(_ context.Context, _ KubeTarget, _, _ string, n int) error {
+	k.log("scale")
+	k.mu.Lock()
+	k.applied.Replicas = &n
+	k.mu.Unlock()
+	return nil
+}
+
+func (k *recordingKube) Status(context.Context, KubeTarget, string, string) (KubeState, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return KubeState{State: DeploymentSucceeded, Generation: k.applied.Generation, Desired: *k.applied.Replicas, Ready: *k.applied.Replicas}, nil
+}
+
+func (k *recordingKube) WatchReady(_ context.Context, _ KubeTarget, _, _ string, onChange func([]string)) (func(), error) {
+	k.mu.Lock()
+	k.watching++
+	k.mu.Unlock()
+	onChange([]string{"http://10.0.0.1:5001"})
+	return func() { k.mu.Lock(); k.watching--; k.mu.Unlock() }, nil
+}
+
+func (k *recordingKube) Delete(context.Context, KubeTarget, string, string) error {
+	k.log("delete")
+	k.mu.Lock()
+	k.objects = false
+	k.mu.Unlock()
+	return nil
+}
+
+func (k *recordingKube) Remaining(context.Context, KubeTarget, string, string) ([]string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.objects {
+		return []string{"Deployment/x"}, nil
+	}
+	return nil, nil
+}
+
+// The controller's branch for an endpoint on a kubernetes compute:
+// create applies with instance_count, a count change scales without a
+// new template, a new Service on the same store (a restart) applies the
+// same generation again and watches again, delete deletes and forgets;
+// the ready pods the watch reports are routed. A deployment on an
+// endpoint of the other kind is refused.
+func TestKubernetesDeploymentController(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	key, err := secrets.LoadOrCreateKey(filepath.Join(t.TempDir(), "workspace.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := &recordingKube{}
+	s.cfg.Secrets, s.cfg.KubeReplicas = key, kube
+	c, err := spec.ParseCompute([]byte("name: k8s\ntype: kubernetes\nnamespace: ns\nkubeconfig_content: 'apiVersion: v1'\nimage: img:1\n" +
+		"instance_types:\n  small:\n    resources:\n      requests: {cpu: 100m}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateCompute(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateOnlineEndpoint(ctx, owner, &spec.OnlineEndpoint{Name: "kep", Compute: "azureml:k8s"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateOnlineEndpoint(ctx, owner, &spec.OnlineEndpoint{Name: "bad", Compute: "azureml:nope"}); CodeOf(err) != CodeInvalid {
+		t.Errorf("an endpoint on a compute that does not exist: %v", err)
+	}
+	_, code := putFile(t, s, "def init(): pass\ndef run(x): return x\n")
+	dep := func(n int) *spec.OnlineDeployment {
+		return &spec.OnlineDeployment{Name: "blue", EndpointName: "kep", InstanceType: "small", InstanceCount: n,
+			CodeConfiguration: &spec.CodeConfiguration{Code: "code", ScoringScript: "f.txt"}}
+	}
+	local := dep(1)
+	if _, err := s.CreateOnlineDeployment(ctx, owner, local, DeploymentUploads{CodeSnapshot: code}, true); CodeOf(err) != CodeInvalid {
+		t.Errorf("--local on a kubernetes endpoint: %v", err)
+	}
+	if _, err := s.CreateOnlineDeployment(ctx, owner, dep(2), DeploymentUploads{CodeSnapshot: code}, false); err != nil {
+		t.Fatal(err)
+	}
+	pass := func(s *Service) {
+		t.Helper()
+		if err := s.reconcileDeployments(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pass(s)
+	d, err := s.GetOnlineDeployment(ctx, "kep", "blue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.ProvisioningState != DeploymentSucceeded || d.Compute != "k8s" || *kube.applied.Replicas != 2 || kube.applied.Image != "img:1" ||
+		kube.applied.InstanceType.Requests["cpu"] != "100m" || string(kube.applied.Code["f.txt"]) == "" || kube.applied.Target.Namespace != "ns" {
+		t.Fatalf("after create: %+v, applied %+v", d, kube.applied)
+	}
+	routed, err := s.routedDeployments(ctx, "kep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := routed["blue"].Replicas; !slices.Equal(got, []string{"http://10.0.0.1:5001"}) {
+		t.Errorf("routed %v", got)
+	}
+	if _, err := s.UpdateOnlineDeployment(ctx, owner, dep(3), DeploymentChange{Uploads: DeploymentUploads{CodeSnapshot: code}}); err != nil {
+		t.Fatal(err)
+	}
+	pass(s)
+	if !slices.Equal(kube.calls, []string{"apply", "scale"}) || *kube.applied.Replicas != 3 || kube.applied.Generation != 1 {
+		t.Errorf("a count change: calls %v, replicas %d, generation %d", kube.calls, *kube.applied.Replicas, kube.applied.Generation)
+	}
+
+	// A restart: a second Service on the same store.
+	s2, err := New(ctx, s.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass(s2)
+	if kube.watching != 2 || kube.calls[len(kube.calls)-1] != "apply" || kube.applied.Generation != 1 {
+		t.Errorf("after a restart: watching %d, calls %v", kube.watching, kube.calls)
+	}
+	if err := s2.DeleteOnlineDeployment(ctx, owner, "kep", "blue"); err != nil {
+		t.Fatal(err)
+	}
+	pass(s2)
+	if _, err := s2.GetOnlineDeployment(ctx, "kep", "blue"); CodeOf(err) != CodeNotFound {
+		t.Errorf("after delete: %v (calls %v)", err, kube.calls)
+	}
+	if kube.watching != 1 { // the first "server"'s watch is the one left
+		t.Errorf("after delete: %d watches left", kube.watching)
+	}
+}
