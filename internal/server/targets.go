@@ -2,6 +2,7 @@ package server
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -83,7 +84,14 @@ func newKubernetes(env targetEnv, c *spec.Compute) (compute.Target, error) {
 	if err != nil {
 		return nil, err
 	}
-	return kubernetes.New(kubernetes.Config{Compute: open, Exe: env.Exe, CancelGrace: env.CancelGrace, Log: cmp.Or(env.Log, slog.New(slog.DiscardHandler)).With("compute", c.Name)})
+	t, err := kubernetes.New(kubernetes.Config{Compute: open, Exe: env.Exe, CancelGrace: env.CancelGrace, Log: cmp.Or(env.Log, slog.New(slog.DiscardHandler)).With("compute", c.Name)})
+	// A compute that cannot make a client (no kubeconfig outside a
+	// cluster, one that does not parse) is the request's fault: its
+	// CheckError names the field and holds no secret.
+	if ce := (*kubernetes.CheckError)(nil); errors.As(err, &ce) {
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: ce.Error(), Err: err}
+	}
+	return t, err
 }
 
 // targetFactory is the workspace's TargetFactory over the registry.
