@@ -87,9 +87,11 @@ func TestStreamSurvivesServerRestart(t *testing.T) {
 `, gate), nil)
 	name := strings.TrimSpace(s.mustFerry("job", "create", "-f", file).stdout)
 	s.waitStatus(name, "Running")
-	done := make(chan result, 1)
-	go func() { done <- s.ferry("job", "stream", name) }()
-	time.Sleep(300 * time.Millisecond)
+	// The follower is streaming (it printed the first line) before the
+	// server dies: a `job stream` started while no server answers says
+	// so and exits, which is not what this test is about.
+	b := s.ferryBackground("job", "stream", name)
+	eventually(t, "the stream's first line", func() bool { return strings.Contains(b.out.String(), "first\n") })
 	s.kill9()
 	time.Sleep(300 * time.Millisecond)
 	s.start()
@@ -97,12 +99,12 @@ func TestStreamSurvivesServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case r := <-done:
-		if r.code != 0 || r.stdout != "first\nsecond\n" {
-			t.Fatalf("stream across restart: %s", r)
+	case <-b.done:
+		if code := b.cmd.ProcessState.ExitCode(); code != 0 || b.out.String() != "first\nsecond\n" {
+			t.Fatalf("stream across restart: exit %d\n--- stdout\n%s\n--- stderr\n%s", code, b.out, b.errout)
 		}
 	case <-time.After(60 * time.Second):
-		t.Fatal("stream did not end")
+		t.Fatalf("stream did not end; stdout so far:\n%s\nstderr:\n%s", b.out, b.errout)
 	}
 }
 
