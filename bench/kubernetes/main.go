@@ -283,7 +283,7 @@ type sample struct {
 	podMade  time.Duration // submit -> the pod seen
 	podSched time.Duration // submit -> the pod bound to a node
 	podStart time.Duration // submit -> the pod's container started
-	history  []string      // Ferry: state -> state with durations
+	trace    []string      // Ferry: its status history, from the submit on
 }
 
 // latency measures submit -> Running and submit -> first log line, one
@@ -324,6 +324,10 @@ func (b *bench) latency(ctx context.Context, samples int) error {
 	for _, st := range order {
 		fmt.Printf("    %-32s %v\n", st, median(steps[st]))
 	}
+	fmt.Printf("  the last Ferry job, event by event from its submit (the server's clock is the bench's):\n")
+	for _, l := range ferry[len(ferry)-1].trace {
+		fmt.Printf("    %s\n", l)
+	}
 	fmt.Println()
 	return nil
 }
@@ -362,6 +366,9 @@ func (b *bench) ferryOne(ctx context.Context, name string, steps map[string][]ti
 				return sample{}, fmt.Errorf("%s: %s (%s); the server's log:\n%s", name, got.Status, got.StatusReason, b.logTail())
 			}
 			j = &jobView{started: got.Started}
+			for _, e := range got.History {
+				j.trace = append(j.trace, fmt.Sprintf("+%-8v %-10s %s", e.Time.Sub(t0).Round(time.Millisecond), e.To, e.Reason))
+			}
 			for k := 1; k < len(got.History); k++ {
 				st := got.History[k-1].To + " -> " + got.History[k].To
 				if _, ok := steps[st]; !ok {
@@ -379,7 +386,7 @@ func (b *bench) ferryOne(ctx context.Context, name string, steps map[string][]ti
 	if err != nil {
 		return sample{}, fmt.Errorf("%s: no \"hi\" in its log: %w", name, err)
 	}
-	s := sample{log: lt.Sub(t0)}
+	s := sample{log: lt.Sub(t0), trace: j.trace}
 	if j.started != nil {
 		s.running = j.started.Sub(t0)
 	}
@@ -388,12 +395,19 @@ func (b *bench) ferryOne(ctx context.Context, name string, steps map[string][]ti
 		return sample{}, fmt.Errorf("%s: its pod: %w", name, err)
 	}
 	s.podMade, s.podSched, s.podStart = p.seen.Sub(t0), p.scheduled.Sub(t0), p.started.Sub(t0)
+	s.trace = append(s.trace,
+		fmt.Sprintf("+%-8v (pod seen by the bench's watch)", s.podMade),
+		fmt.Sprintf("+%-8v (pod phase Running seen)", s.podStart),
+		fmt.Sprintf("+%-8v (\"hi\" read from the job's log stream)", s.log))
 	// Ferry deletes its objects once the job has ended; wait, so that the
 	// next sample starts on an empty namespace.
 	return s, b.waitNoPods(ctx)
 }
 
-type jobView struct{ started *time.Time }
+type jobView struct {
+	started *time.Time
+	trace   []string
+}
 
 // peerOne creates the same Job directly and times it the same way: pod
 // Running from the pod watch, the line from the pod's log stream.
