@@ -396,9 +396,10 @@ func (b *bench) ferryOne(ctx context.Context, name string, steps map[string][]ti
 	}
 	s.podMade, s.podSched, s.podStart = p.seen.Sub(t0), p.scheduled.Sub(t0), p.started.Sub(t0)
 	s.trace = append(s.trace,
-		fmt.Sprintf("+%-8v (pod seen by the bench's watch)", s.podMade),
-		fmt.Sprintf("+%-8v (pod phase Running seen)", s.podStart),
-		fmt.Sprintf("+%-8v (\"hi\" read from the job's log stream)", s.log))
+		fmt.Sprintf("+%-8v (pod seen by the bench's watch)", s.podMade.Round(time.Millisecond)),
+		fmt.Sprintf("+%-8v (pod bound to the node)", s.podSched.Round(time.Millisecond)),
+		fmt.Sprintf("+%-8v (pod phase Running seen)", s.podStart.Round(time.Millisecond)),
+		fmt.Sprintf("+%-8v (\"hi\" read from the job's log stream)", s.log.Round(time.Millisecond)))
 	// Ferry deletes its objects once the job has ended; wait, so that the
 	// next sample starts on an empty namespace.
 	return s, b.waitNoPods(ctx)
