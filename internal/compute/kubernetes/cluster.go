@@ -36,6 +36,13 @@ type Cluster struct {
 // answering fails a launch or a check instead of hanging it.
 const requestTimeout = 30 * time.Second
 
+// clientQPS and clientBurst are the client-side rate limit of the
+// target's requests to the cluster's API (restConfig).
+const (
+	clientQPS   = 50
+	clientBurst = 100
+)
+
 // Connect returns a client for the cluster of c, a kubernetes compute whose
 // kubeconfig_content is open (workspace.OpenCompute): its kubeconfig's
 // current context, with api_url in place of its server when given; the
@@ -79,6 +86,13 @@ func restConfig(c *spec.Compute) (*rest.Config, error) {
 	}
 	cfg.Timeout = requestTimeout
 	cfg.UserAgent = "ferry"
+	// client-go's default, 5 requests/s with bursts of 10, is a command
+	// line tool's. The target makes about ten requests per attempt (its
+	// Secret, Service and Job, their owner references, their deletes):
+	// in a burst of 100 jobs (bench/kubernetes) its requests waited 1 to
+	// 3 s each on that limit. The cluster's own scheduler allows itself
+	// 50/s with bursts of 100, as the target now does.
+	cfg.QPS, cfg.Burst = clientQPS, clientBurst
 	return cfg, nil
 }
 

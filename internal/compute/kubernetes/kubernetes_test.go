@@ -184,3 +184,23 @@ func TestInstanceTypeFromTheCustomResource(t *testing.T) {
 		t.Errorf("its quantities: %v", err)
 	}
 }
+
+// The target's client is not held to client-go's default of 5 requests
+// a second: at about ten requests an attempt, a burst of 100 jobs waited
+// 1 to 3 s a request on it (bench/kubernetes).
+func TestRestConfigIsNotThrottledToKubectlRates(t *testing.T) {
+	c := &spec.Compute{Name: "k", Type: Type, Namespace: "ns", KubeconfigContent: `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`}
+	cfg, err := restConfig(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.QPS < 50 || cfg.Burst < 100 {
+		t.Errorf("the target's client allows %v requests/s with bursts of %d; want at least 50 and 100 (client-go's default 5 and 10 throttle a burst of launches)", cfg.QPS, cfg.Burst)
+	}
+}
