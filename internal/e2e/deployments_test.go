@@ -623,7 +623,9 @@ func TestOnlineDeploymentLimitsAndScaleToZero(t *testing.T) {
 		t.Fatalf("the first request to a deployment scaled to zero: %d %s", c, body)
 	}
 	t.Logf("cold start from zero (pool node up): %v", time.Since(start).Round(time.Millisecond))
-	waitReplicas(1)
+	// The answer came from the replica the request started; after the
+	// idle time it goes again. (Waiting to see it listed first raced its
+	// idle time on a loaded machine.)
 	waitReplicas(0)
 
 	// Autoscale: one replica at a time each, busy from three clients at
