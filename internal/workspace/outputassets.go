@@ -204,6 +204,7 @@ func (s *Service) registerOwedLocked(ctx context.Context, job string) error {
 			// versions tagged with the job and registers nothing twice.
 			failed = errors.Join(failed, err)
 		}
+		s.changed(job) // a follower of the log waits for the mark to go (ReadLog)
 	}
 	return failed
 }

@@ -945,7 +945,9 @@ func (s *Service) CancelJob(ctx context.Context, who auth.Principal, name string
 
 // ReadLog copies up to max bytes of the job's current attempt's log from
 // offset to w. It returns the bytes copied and the job's status when the
-// read began, so a streamer knows when it has everything.
+// read began, so a streamer knows when it has everything: a job that has
+// ended with outputs still to register is Finalizing for this, until the
+// log's registration line is in.
 func (s *Service) ReadLog(ctx context.Context, name string, rank int, offset, max int64, w io.Writer) (int64, string, error) {
 	rec, err := s.st.GetJob(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
@@ -958,7 +960,14 @@ func (s *Service) ReadLog(ctx context.Context, name string, rank int, offset, ma
 		return 0, rec.Status, nil
 	}
 	n, err := s.logs.ReadAt(name, rec.Attempt, rank, offset, max, w)
-	return n, rec.Status, err
+	status := rec.Status
+	if IsTerminal(status) && pendingOutputs(rec.Outputs) != nil {
+		// Its outputs are being registered as data assets, which the
+		// log says once done: a reader following the log waits for
+		// that line as it would for the job's own last lines.
+		status = StatusFinalizing
+	}
+	return n, status, err
 }
 
 // AppendLog stores a chunk of an attempt's log that starts at offset and
