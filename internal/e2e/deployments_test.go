@@ -32,6 +32,7 @@ type deploymentOut struct {
 		Generation int    `json:"generation"`
 		State      string `json:"state"`
 		Address    string `json:"address"`
+		Socket     string `json:"socket"`
 		JobStatus  string `json:"job_status"`
 	} `json:"replicas"`
 }
@@ -191,6 +192,11 @@ func TestOnlineDeploymentLocal(t *testing.T) {
 	if c != 200 || !strings.Contains(body, `"iris-v1"`) || !strings.Contains(body, `"v1"`) {
 		t.Fatalf("score: %d %s", c, body)
 	}
+	var answered struct{ PID int }
+	if json.Unmarshal([]byte(body), &answered) != nil || answered.PID == 0 {
+		t.Fatalf("score: no pid in %s", body)
+	}
+	overSocket(t, s.deployment("local-ep", "blue"), answered.PID)
 	if c, _ := scoreBody(t, uri, "wrong", "", `{}`); c != 401 {
 		t.Errorf("a wrong key: %d, want 401", c)
 	}
@@ -260,6 +266,33 @@ func TestOnlineDeploymentLocal(t *testing.T) {
 			t.Errorf("%s: %d, want 401", what, c)
 		}
 	}
+}
+
+// overSocket checks that the replica whose worker answered with pid (a
+// replica on this host) is reached by the gateway at its Unix socket,
+// not its TCP port: the deployment shows the socket, and after a request
+// through the gateway (whose connections to replicas stay open for the
+// next) no TCP connection to the replica's port is open. It returns the
+// replica's job and socket.
+func overSocket(t *testing.T, d deploymentOut, pid int) (job, socket string) {
+	t.Helper()
+	addr := listenAddress(t, replicaFront(t, pid))
+	where := hostPort(t, addr)
+	for _, r := range d.Replicas {
+		if strings.HasSuffix(r.Address, where) {
+			job, socket = r.Job, r.Socket
+		}
+	}
+	if job == "" {
+		t.Fatalf("no replica is at %s, where the replica that answered listens: %+v", where, d.Replicas)
+	}
+	if !strings.HasSuffix(socket, "/.ferry-replica.sock") {
+		t.Errorf("replica %s, on this host, shows no Unix socket: %+v", job, d.Replicas)
+	}
+	if conns := connsTo(t, addr); len(conns) != 0 {
+		t.Errorf("replica %s: %d TCP connections to its port %s after a request through the gateway; want none (the gateway on its host uses its socket)", job, len(conns), where)
+	}
+	return job, socket
 }
 
 // loadResult counts a load generator's answers.
@@ -432,15 +465,9 @@ func TestOnlineDeploymentOnPoolNodes(t *testing.T) {
 	front := replicaFront(t, a.PID)
 	addr := listenAddress(t, front)
 	where := hostPort(t, addr)
-	killed := ""
-	for _, r := range live.Replicas {
-		if strings.HasSuffix(r.Address, where) {
-			killed = r.Job
-		}
-	}
-	if killed == "" {
-		t.Fatalf("no replica of blue is at %s, where the replica that answered listens: %+v", where, live.Replicas)
-	}
+	// Pool nodes of the process provider are on this host: the gateway
+	// reaches their replicas at their sockets.
+	killed, killedSocket := overSocket(t, live, a.PID)
 	stop, running := load(t, uri, key, 4)
 	time.Sleep(300 * time.Millisecond)
 	atKill, _, _ := running.snapshot()
@@ -466,7 +493,7 @@ func TestOnlineDeploymentOnPoolNodes(t *testing.T) {
 		t.Errorf("killing replica %s under load: answers %v when it was killed, %v once it was gone, %v at the end; want answers after", killed, atKill, gone, end)
 	}
 	for _, f := range failures {
-		if !strings.Contains(f, where) {
+		if !strings.Contains(f, where) && (killedSocket == "" || !strings.Contains(f, killedSocket)) {
 			t.Errorf("a request failed that was not sent to the killed replica at %s: %s", where, f)
 		}
 	}

@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"net/http"
+	"strings"
 
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
 	"github.com/ferry-ml/ferry/internal/serving/probe"
@@ -48,7 +51,26 @@ func (r gatewayRouter) RemoveEndpoint(name string) { r.g.Remove(name) }
 // replicaProber is the deployment controller's probe: GET / on a
 // replica, on connections of its own (a probe must not wait behind
 // scoring requests, nor keep connections to replicas that go away).
+//
+// A replica on this host is probed on its Unix socket (unix:/PATH), the
+// way the gateway reaches it.
 func replicaProber() func(ctx context.Context, baseURL string) error {
 	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-	return func(ctx context.Context, baseURL string) error { return probe.Probe(ctx, client, baseURL) }
+	return func(ctx context.Context, baseURL string) error {
+		path, ok := strings.CutPrefix(baseURL, "unix:")
+		if !ok {
+			return probe.Probe(ctx, client, baseURL)
+		}
+		// A client for the one connection: a socket's path is no URL
+		// host, so its transport dials the path whatever the URL names.
+		var dialer net.Dialer
+		unixClient := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return gateway.DialUnix(ctx, &dialer, path)
+			}}}
+		if err := probe.Probe(ctx, unixClient, "http://localhost"); err != nil {
+			return fmt.Errorf("%s: %w", baseURL, err)
+		}
+		return nil
+	}
 }

@@ -96,11 +96,15 @@ type scaleState struct {
 }
 
 type replicaLive struct {
-	key      string // endpoint/deployment
-	attempt  int
-	offset   int64
-	partial  []byte
-	address  string
+	key     string // endpoint/deployment
+	attempt int
+	offset  int64
+	partial []byte
+	address string // host:port, from its first status line
+	// socket is the Unix socket it listens on as well, when the server
+	// (and so the gateway in it) can reach it there: it runs on this
+	// host (inferenceserver.Status.OnThisHost). Empty: reached over TCP.
+	socket   string
 	ready    bool
 	everUp   bool
 	probing  bool      // a readiness probe is under way
@@ -164,7 +168,7 @@ func (c *deployCtl) replicaView(ctx context.Context, s *Service, r replicaRec) D
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if l, ok := c.reps[r.Job]; ok {
-		v.Address = l.address
+		v.Address, v.Socket = l.address, l.socket
 		switch {
 		case !l.draining.IsZero():
 			v.State = ReplicaDraining
@@ -286,11 +290,11 @@ func (s *Service) startProbes(rec store.Deployment) {
 		}
 		if !l.probing && (!l.everUp || !now.Before(l.probeAt)) {
 			l.probing = true
-			go s.probeReplica(r.Job, l.address, doc.Spec, false)
+			go s.probeReplica(r.Job, l.url(), doc.Spec, false)
 		}
 		if l.everUp && !l.living && !now.Before(l.liveAt) {
 			l.living = true
-			go s.probeReplica(r.Job, l.address, doc.Spec, true)
+			go s.probeReplica(r.Job, l.url(), doc.Spec, true)
 		}
 	}
 }
@@ -298,7 +302,7 @@ func (s *Service) startProbes(rec store.Deployment) {
 // probeReplica probes one replica and counts the answer: readiness takes
 // it into routing and out, liveness past its failure_threshold restarts
 // it.
-func (s *Service) probeReplica(job, address string, d *spec.OnlineDeployment, liveness bool) {
+func (s *Service) probeReplica(job, baseURL string, d *spec.OnlineDeployment, liveness bool) {
 	p := d.ReadinessProbe
 	if liveness {
 		p = d.LivenessProbe
@@ -306,7 +310,7 @@ func (s *Service) probeReplica(job, address string, d *spec.OnlineDeployment, li
 	ok := true
 	if s.cfg.ProbeReplica != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cmp.Or(p.Timeout, 2))*time.Second)
-		ok = s.cfg.ProbeReplica(ctx, inferenceserver.URL(address)) == nil
+		ok = s.cfg.ProbeReplica(ctx, baseURL) == nil
 		cancel()
 	}
 	period := time.Duration(cmp.Or(p.Period, 10)) * time.Second
@@ -592,7 +596,7 @@ func (s *Service) stopDrained(ctx context.Context, key, endpoint, name string, d
 		// Wait one pass after it left routing: the gateway's snapshot
 		// without it is set at the end of the pass that drained it.
 		left := now.Sub(l.draining) >= deployTick
-		if !l.everUp || (left && load.PerReplica[inferenceserver.URL(l.address)] == 0) || now.Sub(l.draining) > grace {
+		if !l.everUp || (left && load.PerReplica[l.url()] == 0) || now.Sub(l.draining) > grace {
 			l.canceled = true
 			stop = append(stop, r.Job)
 		}
@@ -674,6 +678,25 @@ func (s *Service) wantReplicas(key string, doc *deploymentDoc, set *replicaSet, 
 	return target
 }
 
+// found takes where a replica's status line says it listens: its TCP
+// address, and its Unix socket when that is reachable from this host.
+func (l *replicaLive) found(st inferenceserver.Status) {
+	l.address, l.socket = st.Address, ""
+	if st.OnThisHost() {
+		l.socket = st.Unix
+	}
+}
+
+// url is the base URL the gateway and the probes reach the replica at:
+// its Unix socket when it is on this host, else its TCP address. The
+// gateway counts its requests in flight by it. The caller holds c.mu.
+func (l *replicaLive) url() string {
+	if l.socket != "" {
+		return inferenceserver.UnixURL(l.socket)
+	}
+	return inferenceserver.URL(l.address)
+}
+
 // readReplicaLog reads the new part of a replica's log for the inference
 // server's status line with its address. The caller holds c.mu.
 func (s *Service) readReplicaLog(j store.Job, l *replicaLive) {
@@ -697,7 +720,7 @@ func (s *Service) readReplicaLog(j store.Job, l *replicaLive) {
 		}
 		data = rest
 		if st, ok := inferenceserver.ParseStatus(line); ok {
-			l.address = st.Address
+			l.found(st)
 			break
 		}
 	}
@@ -727,7 +750,11 @@ func (s *Service) replicaFailure(j store.Job) string {
 // (the job's input ferry_inference_server) serving the scoring script on
 // the node's address (MASTER_ADDR, which a pool node's assignment gives;
 // 127.0.0.1 on the local target) and a port of its choosing, which its
-// first status line says. AZUREML_MODEL_DIR is the model input (a model
+// first status line says, and on a Unix socket in its working directory
+// (ReplicaSocket), which a gateway on the same host uses instead: a
+// request there costs less CPU than over loopback TCP, CPU that on a
+// shared host comes out of the replica's. A container job's folder is
+// mounted at the same path, so its socket is reachable from the host. AZUREML_MODEL_DIR is the model input (a model
 // that is a file is in it by its name) or, for a model that is a folder,
 // a folder holding it under its name, as on Azure.
 func replicaCommand(d *spec.OnlineDeployment, hasModel bool, modelFolder string) string {
@@ -747,9 +774,13 @@ func replicaCommand(d *spec.OnlineDeployment, hasModel bool, modelFolder string)
 		b.WriteString(" WORKER_COUNT=1")
 	}
 	b.WriteString(`; exec python3 -u "${{inputs.ferry_inference_server}}/` + inferenceserver.Program + `" --script ` + q(d.CodeConfiguration.ScoringScript) +
-		` --host "${MASTER_ADDR:-127.0.0.1}" --port 0`)
+		` --host "${MASTER_ADDR:-127.0.0.1}" --port 0 --unix "$PWD/` + ReplicaSocket + `"`)
 	return b.String()
 }
+
+// ReplicaSocket is the name of a replica's Unix socket in its job's
+// working directory.
+const ReplicaSocket = ".ferry-replica.sock"
 
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
@@ -845,7 +876,7 @@ func (s *Service) routedDeployments(ctx context.Context, endpoint string) (map[s
 		c.mu.Lock()
 		for _, rep := range set.Replicas {
 			if l, ok := c.reps[rep.Job]; ok && l.ready && l.draining.IsZero() && !l.canceled {
-				rd.Replicas = append(rd.Replicas, inferenceserver.URL(l.address))
+				rd.Replicas = append(rd.Replicas, l.url())
 			}
 		}
 		c.mu.Unlock()

@@ -1,10 +1,16 @@
 package workspace
 
 import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
@@ -122,7 +128,7 @@ func TestReplicaCommand(t *testing.T) {
 		want, avoid []string
 	}{
 		{"no model", false, "", nil,
-			[]string{`"${{inputs.ferry_inference_server}}/inference_server.py"`, `--script 'my score'\''s.py'`, `--host "${MASTER_ADDR:-127.0.0.1}" --port 0`, "WORKER_COUNT=1"},
+			[]string{`"${{inputs.ferry_inference_server}}/inference_server.py"`, `--script 'my score'\''s.py'`, `--host "${MASTER_ADDR:-127.0.0.1}" --port 0 --unix "$PWD/.ferry-replica.sock"`, "WORKER_COUNT=1"},
 			[]string{"AZUREML_MODEL_DIR"}},
 		{"a model that is a file", true, "", nil, []string{`AZUREML_MODEL_DIR="${{inputs.model}}"`}, []string{".azureml-models"}},
 		{"a model that is a folder", true, "model", map[string]string{"WORKER_COUNT": "2"},
@@ -174,5 +180,50 @@ func TestRollingChange(t *testing.T) {
 		if !rollingChange(base(), next) {
 			t.Errorf("%s made no new generation", name)
 		}
+	}
+}
+
+// A replica whose status line shows it on this host (this kernel, and a
+// socket that is, seen from here, the one it bound) is routed and probed
+// at its Unix socket; the same line from another host (another boot id)
+// is reached over TCP.
+func TestReplicaReachedOverItsSocketOnlyOnThisHost(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), ReplicaSocket)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	fi, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Skipf("needs Linux's boot id: %v", err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	line := fmt.Sprintf(`{"ferry_inference_server": "listening", "address": "10.0.0.7:41234", "pid": 7, "unix": %q, "unix_dev": %d, "unix_ino": %d, "boot_id": %q}`,
+		sock, st.Dev, st.Ino, strings.TrimSpace(string(boot)))
+	here, ok := inferenceserver.ParseStatus([]byte(line))
+	if !ok {
+		t.Fatalf("not a status line: %s", line)
+	}
+	var l replicaLive
+	l.found(here)
+	if got, want := l.url(), "unix:"+sock; got != want {
+		t.Errorf("a replica on this host: routed at %s, want %s", got, want)
+	}
+	elsewhere := here
+	elsewhere.BootID = "5b0c2e4e-7d1f-4c39-9a51-another-host"
+	l.found(elsewhere)
+	if got, want := l.url(), "http://10.0.0.7:41234"; got != want {
+		t.Errorf("a replica on another host: routed at %s, want %s", got, want)
+	}
+	none := here
+	none.Unix, none.UnixDev, none.UnixIno = "", 0, 0
+	l.found(none)
+	if got, want := l.url(), "http://10.0.0.7:41234"; got != want {
+		t.Errorf("a replica with no socket: routed at %s, want %s", got, want)
 	}
 }

@@ -88,6 +88,9 @@ type DeploymentReplica struct {
 	Generation int    `json:"generation"`
 	State      string `json:"state"` // Replica*
 	Address    string `json:"address,omitempty"`
+	// Socket is the Unix socket the gateway reaches the replica at, when
+	// the replica runs on the server's host; otherwise it uses Address.
+	Socket string `json:"socket,omitempty"`
 	// JobStatus is its job's status and, while it waits, why.
 	JobStatus string `json:"job_status"`
 	Reason    string `json:"reason,omitempty"`

@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -238,5 +240,41 @@ func TestRequestNotRerunElsewhereWhenItsReplicaDies(t *testing.T) {
 	// The answer names the replica, though the error (an EOF) does not.
 	if code, body, _ := score(t, base, "ep", key1, "2", nil); code != http.StatusBadGateway || !strings.Contains(body, ln.Addr().String()) {
 		t.Errorf("a request whose replica died under it: %d %s, want 502 naming the replica at %s", code, body, ln.Addr())
+	}
+}
+
+// A replica's socket whose path is longer than a socket address holds (a
+// deep job folder) is reached through its folder's descriptor.
+func TestUnixSocketLongPath(t *testing.T) {
+	dir := t.TempDir()
+	for len(dir) < 120 {
+		dir = filepath.Join(dir, "a-folder-deep-down")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", "/proc/self/fd/"+strconv.Itoa(int(d.Fd()))+"/replica.sock")
+	d.Close()
+	if err != nil {
+		t.Skipf("binding through /proc/self/fd: %v", err)
+	}
+	rep := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(w, r.Body) }))
+	rep.Listener = ln
+	rep.Start()
+	t.Cleanup(rep.Close)
+	sock := filepath.Join(dir, "replica.sock")
+	if _, err := net.Dial("unix", sock); err == nil {
+		t.Fatalf("%s (%d bytes) was dialled directly: the test's path is not long enough", sock, len(sock))
+	}
+	g := New(Options{})
+	g.Set(Endpoint{Name: "ep", AuthMode: "key", Keys: []string{key1}, Traffic: map[string]int{"d": 100},
+		Deployments: map[string]Deployment{"d": {Replicas: []string{"unix:" + sock}, RequestTimeout: 5 * time.Second, MaxConcurrent: 2}}})
+	base := serve(t, g)
+	if code, body, _ := score(t, base, "ep", key1, "deep", nil); code != http.StatusOK || body != "deep" {
+		t.Fatalf("through a %d-byte socket path: %d %s", len(sock), code, body)
 	}
 }

@@ -24,6 +24,14 @@ type Status struct {
 	Address string `json:"address"` // host:port it listens on
 	PID     int    `json:"pid"`     // the parent process
 	Workers []int  `json:"workers,omitempty"`
+	// Unix is the Unix socket it listens on as well (--unix), with the
+	// socket file's device and inode and the boot id of its kernel: what
+	// tells a gateway that the socket is reachable from where it runs
+	// (OnThisHost).
+	Unix    string `json:"unix,omitempty"`
+	UnixDev uint64 `json:"unix_dev,omitempty"`
+	UnixIno uint64 `json:"unix_ino,omitempty"`
+	BootID  string `json:"boot_id,omitempty"`
 }
 
 // ErrExited is what WaitReady returns, wrapped, when the replica's stdout

@@ -51,3 +51,59 @@ func TestUnixSocket(t *testing.T) {
 		t.Errorf("the replica left its Unix socket behind (stat: %v)", err)
 	}
 }
+
+// A replica's status lines say where its Unix socket is and what tells a
+// gateway it can reach it (OnThisHost): a replica started here passes,
+// one whose boot id is another machine's does not, nor one whose path
+// names, here, another socket than the one it bound. A path longer than
+// a socket address holds (a deep job folder) is bound all the same.
+func TestUnixSocketOnThisHost(t *testing.T) {
+	python := requirePython(t)
+	deep := t.TempDir()
+	for len(deep) < 120 {
+		deep = filepath.Join(deep, "a-folder-deep-down")
+	}
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(deep, ".ferry-replica.sock")
+	rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.UnixSocket = sock })
+	st := rep.ready(t)
+	if st.Unix != sock || st.BootID == "" || st.UnixIno == 0 {
+		t.Fatalf("the ready status line lacks the socket: %+v\n%s", st, rep.stdout)
+	}
+	if !st.OnThisHost() {
+		t.Fatalf("a replica started here is not on this host: %+v (boot id %q)", st, bootID())
+	}
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o666 {
+		t.Errorf("the socket's mode: %v %v, want 0666 (an account other than the replica's may run the gateway)", fi, err)
+	}
+
+	elsewhere := st
+	elsewhere.BootID = "3f1e0b7a-0000-4000-8000-another-host"
+	if elsewhere.OnThisHost() {
+		t.Error("a replica reported with another machine's boot id counts as on this host")
+	}
+	// Another machine's replica whose folder has the same path as a
+	// socket here: same boot id faked, the file is not the one it bound.
+	other := filepath.Join(t.TempDir(), "other.sock")
+	ln, err := net.Listen("unix", other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	samePath := st
+	samePath.Unix = other
+	if samePath.OnThisHost() {
+		t.Error("a path that here names another socket counts as the replica's")
+	}
+	for name, s := range map[string]Status{
+		"no socket":     {Address: st.Address, BootID: st.BootID},
+		"relative path": func() Status { s := st; s.Unix = "replica.sock"; return s }(),
+		"no boot id":    func() Status { s := st; s.BootID = ""; return s }(),
+	} {
+		if s.OnThisHost() {
+			t.Errorf("%s: counts as on this host", name)
+		}
+	}
+}

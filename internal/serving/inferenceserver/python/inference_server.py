@@ -215,9 +215,10 @@ class Front(object):
     waiting for a request, hands each request's connection to the least
     busy worker, and takes it back when the worker has answered."""
 
-    def __init__(self, socks, address, workers, ready_r, wake_r, stop, drain_seconds):
+    def __init__(self, socks, address, where, workers, ready_r, wake_r, stop, drain_seconds):
         self.socks = socks  # the listening sockets: TCP, and a Unix socket when asked
         self.address = address
+        self.where = where  # the status lines' fields that say where it listens
         self.workers = workers  # in fork order
         for i, w in enumerate(workers):
             w.index = i
@@ -413,7 +414,7 @@ class Front(object):
                 os.write(w.go_w, b"g")
         if not self.ready and len(self.reports.pids("serving")) == len(self.workers):
             self.ready = True
-            status_line("ready", address=self.address, pid=os.getpid(), workers=self.reports.pids("serving"))
+            status_line("ready", pid=os.getpid(), workers=self.reports.pids("serving"), **self.where)
             log("I", "ready: %d worker(s) serving on %s" % (len(self.workers), self.address))
 
     def close(self, c, armed):
@@ -481,6 +482,29 @@ def exit_code(status):
     return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else 1
 
 
+def bind_unix(sock, path):
+    """Binds sock to path. A Unix socket's path is at most 107 bytes; a
+    longer one (a deep job folder) is bound through a descriptor of its
+    folder, as /proc/self/fd/N/NAME."""
+    if len(os.fsencode(path)) < 100:
+        sock.bind(path)
+        return
+    d = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        sock.bind("/proc/self/fd/%d/%s" % (d, os.path.basename(path)))
+    finally:
+        os.close(d)
+
+
+def boot_id():
+    """The running kernel's boot id (Linux), or None."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description="Ferry's inference server: serves an Azure ML scoring script.")
     p.add_argument("--script", default=os.environ.get("AZUREML_ENTRY_SCRIPT"),
@@ -536,7 +560,12 @@ def main(argv=None):
             if os.path.exists(args.unix) and not os.path.isdir(args.unix):
                 os.unlink(args.unix)  # a socket a replica before this one left
             usock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            usock.bind(args.unix)
+            bind_unix(usock, args.unix)
+            # Whoever may reach its TCP port on this host may reach this
+            # socket: the account that runs the gateway may not be the
+            # replica's.
+            os.chmod(args.unix, 0o666)
+            st = os.stat(args.unix)
         except OSError as e:
             sys.stderr.write("listen on Unix socket %s: %s\n" % (args.unix, e))
             return 2
@@ -545,7 +574,17 @@ def main(argv=None):
         socks.append(usock)
     host, port = sock.getsockname()[:2]
     address = "[%s]:%d" % (host, port) if family == socket.AF_INET6 else "%s:%d" % (host, port)
-    status_line("listening", address=address, pid=os.getpid())
+    where = {"address": address}
+    if args.unix:
+        # What tells a gateway that the socket is this replica's and that
+        # it is on its own host: the kernel's boot id, and the socket
+        # file's device and inode, which it compares with its own stat of
+        # the path (a path alone may name another file on another host).
+        where.update(unix=os.path.abspath(args.unix), unix_dev=st.st_dev, unix_ino=st.st_ino)
+        boot = boot_id()
+        if boot:
+            where["boot_id"] = boot
+    status_line("listening", pid=os.getpid(), **where)
     log("I", "Ferry inference server on %s: script %s, %d worker(s), model dir %s"
         % (address, script, workers, os.environ.get("AZUREML_MODEL_DIR", "(unset)")))
 
@@ -587,7 +626,7 @@ def main(argv=None):
     os.close(ready_w)
     os.set_blocking(ready_r, False)
 
-    front = Front(socks, address, procs, ready_r, wake_r, stop, args.drain_seconds)
+    front = Front(socks, address, where, procs, ready_r, wake_r, stop, args.drain_seconds)
     try:
         code = front.run()
     except WorkerLost as e:
