@@ -177,6 +177,15 @@ func measureDeployments(ctx context.Context, srv *ferryServer, clients, updates,
 		return err
 	}
 	fmt.Printf("blue created to Succeeded (pool nodes started, %d replicas ready on %s): %v\n", len(d.Replicas), d.Compute, time.Since(t0).Round(time.Millisecond))
+	// The pool nodes are on this host: the server's gateway reaches their
+	// replicas at their Unix sockets.
+	sockets := 0
+	for _, r := range d.Replicas {
+		if r.Socket != "" {
+			sockets++
+		}
+	}
+	fmt.Printf("blue's replicas reached by the gateway at their Unix sockets: %d of %d\n", sockets, len(d.Replicas))
 	if _, err := c.UpdateOnlineEndpoint(ctx, ep.Name, workspace.EndpointUpdate{Traffic: map[string]int{"blue": 100}}); err != nil {
 		return fmt.Errorf("traffic blue=100: %w", err)
 	}

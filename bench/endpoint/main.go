@@ -43,7 +43,6 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
 	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
-	"github.com/ferry-ml/ferry/internal/serving/probe"
 )
 
 // score answers with its input, the deployment's VERSION variable,
@@ -111,7 +110,11 @@ type replica struct {
 	cmd     *exec.Cmd
 	url     string
 	unixURL string // the same replica on its Unix socket
-	done    chan struct{}
+	// routed is where `ferry server`'s gateway reaches it: its Unix
+	// socket when its status line shows it on this host (the
+	// controller's test, inferenceserver.Status.OnThisHost), else url.
+	routed string
+	done   chan struct{}
 }
 
 func (r *replica) stop() {
@@ -120,7 +123,7 @@ func (r *replica) stop() {
 }
 
 // startReplica starts the inference server on a free loopback port and
-// returns once it answers its liveness probe.
+// a Unix socket, and returns once its status line says it is ready.
 func startReplica(ctx context.Context, serverDir, codeDir string, workers int) (*replica, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -147,16 +150,30 @@ func startReplica(ctx context.Context, serverDir, codeDir string, workers int) (
 		return nil, err
 	}
 	defer logf.Close()
-	cmd.Stdout, cmd.Stderr = io.Discard, logf
+	cmd.Stderr = logf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	r := &replica{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), unixURL: inferenceserver.UnixURL(sock.Name()), done: make(chan struct{})}
+	statuses := inferenceserver.Watch(stdout, nil)
 	go func() { _ = cmd.Wait(); close(r.done) }()
-	if err := probe.WaitProbe(ctx, http.DefaultClient, r.url, 5*time.Millisecond, r.done); err != nil {
+	st, err := inferenceserver.WaitReady(ctx, statuses)
+	if err != nil {
 		r.stop()
 		return nil, fmt.Errorf("%w (the replica's log: %s)", err, logf.Name())
 	}
+	r.routed = r.url
+	if st.OnThisHost() {
+		r.routed = inferenceserver.UnixURL(st.Unix)
+	}
+	go func() {
+		for range statuses { // the pipe must not fill
+		}
+	}()
 	return r, nil
 }
 
@@ -183,13 +200,20 @@ func run(ctx context.Context, n, conc, workers, rounds int) error {
 	}
 	defer r.stop()
 
+	// The gateway reaches the replica as `ferry server`'s does: at its
+	// Unix socket, the replica being on this host. The same replica over
+	// loopback TCP is the path of a replica on another host (here on this
+	// one, so that both share the same CPUs), measured beside it.
+	how := "its Unix socket"
+	if r.routed == r.url {
+		how = "TCP (its status line did not show it on this host)"
+	}
 	gw := gateway.New(gateway.Options{})
-	dep := gateway.Deployment{Replicas: []string{r.url}, RequestTimeout: 30 * time.Second, MaxConcurrent: conc, MaxQueueWait: 30 * time.Second}
+	dep := gateway.Deployment{Replicas: []string{r.routed}, RequestTimeout: 30 * time.Second, MaxConcurrent: conc, MaxQueueWait: 30 * time.Second}
 	gw.Set(gateway.Endpoint{Name: "bench", AuthMode: "key", Keys: []string{key}, Traffic: map[string]int{"blue": 100}, Deployments: map[string]gateway.Deployment{"blue": dep}})
-	// The same replica, reached by the gateway on its Unix socket.
-	depUnix := dep
-	depUnix.Replicas = []string{r.unixURL}
-	gw.Set(gateway.Endpoint{Name: "benchunix", AuthMode: "key", Keys: []string{key}, Traffic: map[string]int{"blue": 100}, Deployments: map[string]gateway.Deployment{"blue": depUnix}})
+	depTCP := dep
+	depTCP.Replicas = []string{r.url}
+	gw.Set(gateway.Endpoint{Name: "benchtcp", AuthMode: "key", Keys: []string{key}, Traffic: map[string]int{"blue": 100}, Deployments: map[string]gateway.Deployment{"blue": depTCP}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -198,14 +222,15 @@ func run(ctx context.Context, n, conc, workers, rounds int) error {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	gwURL := "http://" + ln.Addr().String() + "/endpoints/bench/score"
-	gwUnixURL := "http://" + ln.Addr().String() + "/endpoints/benchunix/score"
+	gwTCPURL := "http://" + ln.Addr().String() + "/endpoints/benchtcp/score"
 
-	fmt.Printf("endpoint benchmark: %d requests of a trivial score.py, concurrency %d, replica with %d workers\n\n", n, conc, workers)
-	load(r.url+"/score", "", min(n, 300), conc) // warm both paths' connections
+	fmt.Printf("endpoint benchmark: %d requests of a trivial score.py, concurrency %d, replica with %d workers\n", n, conc, workers)
+	fmt.Printf("the gateway reaches the replica as ferry server's does: at %s (%s)\n\n", how, r.routed)
+	load(r.url+"/score", "", min(n, 300), conc) // warm the paths' connections
 	load(gwURL, key, min(n, 300), conc)
-	load(gwUnixURL, key, min(n, 300), conc)
-	var direct, via, viaUnix []result
-	var cpuRatios, cpuRatiosUnix []float64
+	load(gwTCPURL, key, min(n, 300), conc)
+	var direct, via, viaTCP []result
+	var cpuRatios, cpuRatiosTCP []float64
 	for i := range rounds {
 		c0 := cpuNow(r.cmd.Process.Pid)
 		d, err := load(r.url+"/score", "", n, conc)
@@ -218,28 +243,29 @@ func run(ctx context.Context, n, conc, workers, rounds int) error {
 			return fmt.Errorf("gateway: %w", err)
 		}
 		c2 := cpuNow(r.cmd.Process.Pid)
-		u, err := load(gwUnixURL, key, n, conc)
+		u, err := load(gwTCPURL, key, n, conc)
 		if err != nil {
-			return fmt.Errorf("gateway over the Unix socket: %w", err)
+			return fmt.Errorf("gateway over TCP: %w", err)
 		}
 		c3 := cpuNow(r.cmd.Process.Pid)
-		fmt.Printf("round %d  direct  %7.0f req/s  p50 %-9v p99 %-9v | gateway %7.0f req/s  p50 %-9v p99 %-9v | gateway, Unix socket %7.0f req/s  p50 %-9v p99 %v\n",
+		fmt.Printf("round %d  direct  %7.0f req/s  p50 %-9v p99 %-9v | gateway %7.0f req/s  p50 %-9v p99 %-9v | gateway over TCP %7.0f req/s  p50 %-9v p99 %v\n",
 			i+1, d.rate, d.p50, d.p99, g.rate, g.p50, g.p99, u.rate, u.p50, u.p99)
 		dc, gc, uc := c1.sub(c0, n), c2.sub(c1, n), c3.sub(c2, n)
 		cpuRatios = append(cpuRatios, (dc.self+dc.replica)/(gc.self+gc.replica))
-		cpuRatiosUnix = append(cpuRatiosUnix, (dc.self+dc.replica)/(uc.self+uc.replica))
+		cpuRatiosTCP = append(cpuRatiosTCP, (dc.self+dc.replica)/(uc.self+uc.replica))
 		fmt.Printf("         workers %s, CPU µs/request: client %.0f, replica %.0f | workers %s, CPU µs/request: client+gateway %.0f, replica %.0f | workers %s, client+gateway %.0f, replica %.0f\n",
 			d.workers, dc.self, dc.replica, g.workers, gc.self, gc.replica, u.workers, uc.self, uc.replica)
-		direct, via, viaUnix = append(direct, d), append(via, g), append(viaUnix, u)
+		fmt.Printf("         load average %s\n", loadAverage())
+		direct, via, viaTCP = append(direct, d), append(via, g), append(viaTCP, u)
 	}
-	d, g, u := median(direct), median(via), median(viaUnix)
+	d, g, u := median(direct), median(via), median(viaTCP)
 	slices.Sort(cpuRatios)
-	slices.Sort(cpuRatiosUnix)
-	fmt.Printf("\ngateway adds (median of rounds): p50 %v  p99 %v  (aim: <= 1ms at p50); over the Unix socket: p50 %v  p99 %v\n",
+	slices.Sort(cpuRatiosTCP)
+	fmt.Printf("\ngateway adds (median of rounds): p50 %v  p99 %v  (aim: <= 1ms at p50); over TCP (a replica on another host): p50 %v  p99 %v\n",
 		g.p50-d.p50, g.p99-d.p99, u.p50-d.p50, u.p99-d.p99)
-	fmt.Printf("throughput gateway/direct: %.3f (aim: >= 0.8); over the Unix socket: %.3f\n", g.rate/d.rate, u.rate/d.rate)
-	fmt.Printf("CPU per request, direct/gateway (median of rounds): %.3f, over the Unix socket %.3f (the throughput ratio where the CPUs, not the replica's workers, are what runs out)\n",
-		cpuRatios[len(cpuRatios)/2], cpuRatiosUnix[len(cpuRatiosUnix)/2])
+	fmt.Printf("throughput gateway/direct: %.3f (aim: >= 0.8); over TCP: %.3f\n", g.rate/d.rate, u.rate/d.rate)
+	fmt.Printf("CPU per request, direct/gateway (median of rounds): %.3f, over TCP %.3f (the throughput ratio where the CPUs, not the replica's workers, are what runs out)\n",
+		cpuRatios[len(cpuRatios)/2], cpuRatiosTCP[len(cpuRatiosTCP)/2])
 
 	// Cold start: the deployment has no replica; the gateway holds the
 	// first request while one starts.
@@ -254,7 +280,7 @@ func run(ctx context.Context, n, conc, workers, rounds int) error {
 			}
 			started = rep
 			d := dep
-			d.Replicas = []string{rep.url}
+			d.Replicas = []string{rep.routed}
 			cold.Set(gateway.Endpoint{Name: endpoint, AuthMode: "key", Keys: []string{key}, Traffic: map[string]int{deployment: 100}, Deployments: map[string]gateway.Deployment{deployment: d}})
 			return nil
 		}})
@@ -437,4 +463,14 @@ func post(ctx context.Context, c *http.Client, url, key, deployment string) (int
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, b, err
+}
+
+// loadAverage is /proc/loadavg's first three figures ("?" where it
+// cannot be read).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
 }

@@ -311,7 +311,7 @@ func (l *loadResult) add(code int, body string, sent time.Time) {
 	if code != 200 {
 		l.failedAt = append(l.failedAt, sent)
 		if len(l.failures) < 10 {
-			l.failures = append(l.failures, fmt.Sprintf("%d %.200s", code, body))
+			l.failures = append(l.failures, fmt.Sprintf("%d %.600s", code, body)) // long enough for a replica socket's path
 		}
 		return
 	}
