@@ -718,6 +718,11 @@ func TestOnlineDeploymentInImage(t *testing.T) {
 	if c, body := scoreBody(t, uri, key, "", `{}`); c != 200 || !strings.Contains(body, `"in-image"`) {
 		t.Fatalf("score: %d %s", c, body)
 	}
+	// The container's job folder is mounted at the same path: the
+	// gateway reaches the replica at its socket there, as on the host.
+	if reps := s.deployment("image-ep", "boxed").Replicas; len(reps) != 1 || !strings.HasSuffix(reps[0].Socket, "/.ferry-replica.sock") {
+		t.Errorf("the replica in a container on this host shows no Unix socket: %+v", reps)
+	}
 	out, err := exec.Command("docker", "ps", "--filter", "label=ferry.job", "--format", `{{.Label "ferry.job"}}`).Output()
 	if err != nil || !strings.Contains(string(out), "image-ep-boxed-") {
 		t.Errorf("no container runs the replica: %q %v", out, err)
