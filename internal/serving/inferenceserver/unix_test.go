@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -105,5 +106,24 @@ func TestUnixSocketOnThisHost(t *testing.T) {
 		if s.OnThisHost() {
 			t.Errorf("%s: counts as on this host", name)
 		}
+	}
+}
+
+// A Unix socket that cannot be made (here: its folder is missing) is a
+// saving lost, not a failure: the replica serves on TCP and its status
+// lines name no socket, so no gateway tries one.
+func TestUnixSocketThatCannotBeMade(t *testing.T) {
+	python := requirePython(t)
+	sock := filepath.Join(t.TempDir(), "missing", "replica.sock")
+	rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.UnixSocket = sock })
+	st := rep.ready(t)
+	if st.Unix != "" || st.OnThisHost() {
+		t.Errorf("the status line names a socket that was not made: %+v", st)
+	}
+	if resp, _ := post(t, URL(st.Address)+"/score", "quick"); resp.StatusCode != 200 {
+		t.Errorf("on TCP: %d", resp.StatusCode)
+	}
+	if !strings.Contains(rep.stderr.String(), "serving on TCP alone") {
+		t.Errorf("the log does not say why there is no socket:\n%s", rep.stderr)
 	}
 }

@@ -552,35 +552,39 @@ def main(argv=None):
     sock.listen(128)
     sock.setblocking(False)
     socks = [sock]
+    unix = None
     if args.unix:
         # A gateway on this host reaches the replica here: a Unix socket's
         # send and receive cost less CPU than loopback TCP's, CPU that on
-        # a shared host comes out of the workers' time.
+        # a shared host comes out of the workers' time. It is a saving,
+        # not a need: where it cannot be made (a file system without
+        # sockets, no /proc for a long path), the replica serves on TCP.
+        usock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             if os.path.exists(args.unix) and not os.path.isdir(args.unix):
                 os.unlink(args.unix)  # a socket a replica before this one left
-            usock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             bind_unix(usock, args.unix)
             # Whoever may reach its TCP port on this host may reach this
             # socket: the account that runs the gateway may not be the
             # replica's.
             os.chmod(args.unix, 0o666)
             st = os.stat(args.unix)
+            usock.listen(128)
+            usock.setblocking(False)
+            socks.append(usock)
+            unix = args.unix
         except OSError as e:
-            sys.stderr.write("listen on Unix socket %s: %s\n" % (args.unix, e))
-            return 2
-        usock.listen(128)
-        usock.setblocking(False)
-        socks.append(usock)
+            usock.close()
+            log("W", "no Unix socket at %s (%s): serving on TCP alone" % (args.unix, e))
     host, port = sock.getsockname()[:2]
     address = "[%s]:%d" % (host, port) if family == socket.AF_INET6 else "%s:%d" % (host, port)
     where = {"address": address}
-    if args.unix:
+    if unix:
         # What tells a gateway that the socket is this replica's and that
         # it is on its own host: the kernel's boot id, and the socket
         # file's device and inode, which it compares with its own stat of
         # the path (a path alone may name another file on another host).
-        where.update(unix=os.path.abspath(args.unix), unix_dev=st.st_dev, unix_ino=st.st_ino)
+        where.update(unix=os.path.abspath(unix), unix_dev=st.st_dev, unix_ino=st.st_ino)
         boot = boot_id()
         if boot:
             where["boot_id"] = boot
@@ -649,9 +653,9 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     front.close_all()
-    if args.unix:
+    if unix:
         try:
-            os.unlink(args.unix)
+            os.unlink(unix)
         except OSError:
             pass
     stop_workers(procs, STOP_GRACE)
