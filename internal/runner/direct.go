@@ -32,6 +32,9 @@ type Direct struct {
 	// Guard is the pid of the executor's guard, the subreaper the job's
 	// orphans go to.
 	Guard int
+	// Metrics, when set, serves the attempts' metrics endpoints on one
+	// listener (metricshub.go) instead of one each.
+	Metrics *MetricsHub
 }
 
 // MarkerVar is the variable a job started by the executor carries:
