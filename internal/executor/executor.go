@@ -53,7 +53,8 @@ type executor struct {
 	last      time.Time // when the last attempt ended or was taken
 	draining  bool
 	ln        net.Listener
-	sockIno   uint64 // of the socket it listens on, so it removes only its own
+	sockIno   uint64            // of the socket it listens on, so it removes only its own
+	metrics   runner.MetricsHub // the attempts' metrics endpoints, one listener
 	wg        sync.WaitGroup
 }
 
@@ -108,6 +109,7 @@ func run(dir, id, runAs string, idle time.Duration, log *slog.Logger) error {
 	if fi, err := os.Stat(local.ExecutorSocket); err == nil {
 		e.sockIno = fi.Sys().(*syscall.Stat_t).Ino
 	}
+	defer e.metrics.Close()
 	log.Info("local executor started", "pid", os.Getpid(), "guard", e.guard)
 	go e.accept()
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -290,7 +292,7 @@ func (e *executor) take(req local.ExecutorRequest) local.ExecutorReply {
 	}
 	cancel := make(chan struct{})
 	cfg.Cancel = cancel
-	cfg.Direct = &runner.Direct{Guard: e.guard}
+	cfg.Direct = &runner.Direct{Guard: e.guard, Metrics: &e.metrics}
 	e.attempts[key] = cancel
 	if req.ServerPID > 0 {
 		e.serverPID = req.ServerPID

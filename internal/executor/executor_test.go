@@ -2,13 +2,20 @@ package executor
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +24,8 @@ import (
 	"github.com/ferry-ml/ferry/internal/compute/local"
 	"github.com/ferry-ml/ferry/internal/runner"
 	"github.com/ferry-ml/ferry/internal/runner/invocation"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // TestMain answers the executor's commands, as the ferry binary does: the
@@ -230,4 +239,62 @@ func TestOneConnectionManyRequests(t *testing.T) {
 	if code := waitEnd(t, cmd); code != 0 {
 		t.Errorf("exit code %d", code)
 	}
+}
+
+// What a job's shell leaves behind outside its process group (here a
+// setsid sleep, handed to the guard when the shell ends) is found under
+// the guard and killed when the shell ends, before the attempt's end is
+// reported.
+func TestOrphanOfAnEndedShellIsKilled(t *testing.T) {
+	dir := t.TempDir()
+	cmd := startExecutor(t, dir, "x")
+	ended := make(chan struct{})
+	var once sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var rep workspace.Report
+		if strings.HasSuffix(r.URL.Path, "/status") && json.Unmarshal(body, &rep) == nil && workspace.IsTerminal(rep.Status) {
+			once.Do(func() { close(ended) })
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	attempt := filepath.Join(dir, "job", "1")
+	pidFile := filepath.Join(dir, "orphan.pid")
+	a, err := json.Marshal(&workspace.Assignment{Job: "job", Attempt: 1,
+		// The shell ends once the orphan has its own session, not before
+		// (a child still in the shell's group dies with the group).
+		Spec: &spec.Job{Command: "setsid sh -c 'echo $$ > " + pidFile + "; exec sleep 1000' & while [ ! -s " + pidFile + " ]; do sleep 0.01; done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := invocation.Invocation{API: srv.URL, Job: "job", Attempt: 1, Dir: attempt, Cache: filepath.Join(dir, "cache"),
+		EnvCache: filepath.Join(dir, "envs")}
+	rep := send(t, dir, local.ExecutorRequest{ID: "x", RunToken: "tok", Run: inv, Assignment: a})
+	if !rep.OK {
+		t.Fatalf("reply = %+v", rep)
+	}
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the attempt did not report its end")
+	}
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Dead by now: gone, or a zombie the guard has yet to reap.
+	if stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
+		if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 0 && f[0] != "Z" {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Errorf("the job's orphan %d outlived its shell (state %s)", pid, f[0])
+		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	waitEnd(t, cmd)
 }

@@ -255,19 +255,50 @@ type metricsEndpoint struct {
 // serveMetrics starts the endpoint on a free loopback port and returns its
 // URL and the server to close when the job has ended.
 func serveMetrics(q *metricQueue, job, token, apiURL string, run *mlflowRun) (string, *http.Server, error) {
-	u, err := url.Parse(apiURL)
+	upstream, err := upstreamOf(apiURL)
 	if err != nil {
-		return "", nil, fmt.Errorf("--api %q: %w", apiURL, err)
+		return "", nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
 	}
-	e := &metricsEndpoint{q: q, path: "/v1/jobs/" + job + "/metrics", token: token,
-		upstream: httputil.NewSingleHostReverseProxy(u), now: time.Now, run: run}
+	e := newMetricsEndpoint(q, job, token, upstream, run)
 	srv := &http.Server{Handler: e, ReadHeaderTimeout: 30 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return "http://" + ln.Addr().String(), srv, nil
+}
+
+// upstreamOf passes requests to the server at apiURL.
+func upstreamOf(apiURL string) (http.Handler, error) {
+	u, err := url.Parse(apiURL)
+	if err != nil {
+		return nil, fmt.Errorf("--api %q: %w", apiURL, err)
+	}
+	return httputil.NewSingleHostReverseProxy(u), nil
+}
+
+func newMetricsEndpoint(q *metricQueue, job, token string, upstream http.Handler, run *mlflowRun) *metricsEndpoint {
+	return &metricsEndpoint{q: q, path: "/v1/jobs/" + job + "/metrics", token: token,
+		upstream: upstream, now: time.Now, run: run}
+}
+
+// refuseMLflow answers an MLflow call that does not carry the run token.
+func refuseMLflow(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusUnauthorized)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error_code": "UNAUTHENTICATED",
+		"message": "MLflow calls need the job's run token as MLFLOW_TRACKING_TOKEN"})
+}
+
+// isMLflow says whether path is a call of MLflow's tracking API.
+func isMLflow(path string) bool {
+	for _, prefix := range mlflowPrefixes {
+		if strings.HasPrefix(path, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *metricsEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -275,10 +306,7 @@ func (e *metricsEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, prefix := range mlflowPrefixes {
 		if call, ok := strings.CutPrefix(r.URL.Path, prefix); ok {
 			if subtle.ConstantTimeCompare([]byte(secret), []byte(e.token)) != 1 {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusUnauthorized)
-				_ = json.NewEncoder(w).Encode(map[string]string{"error_code": "UNAUTHENTICATED",
-					"message": "MLflow calls need the job's run token as MLFLOW_TRACKING_TOKEN"})
+				refuseMLflow(w)
 				return
 			}
 			e.serveMLflow(w, r, call)
@@ -359,7 +387,15 @@ func (r *runner) startMetrics(ctx context.Context) (finish func(ctx context.Cont
 		r.log.Warn("no metrics queue; the job logs metrics to the server directly", "err", err)
 		return func(context.Context) error { return nil }
 	}
-	u, srv, err := serveMetrics(q, r.cfg.Job, r.cfg.RunToken, r.cfg.APIURL, r.newMLflowRun())
+	var u string
+	var stop func()
+	if d := r.cfg.Direct; d != nil && d.Metrics != nil {
+		u, stop, err = d.Metrics.serve(q, r.cfg.Job, r.cfg.RunToken, r.cfg.APIURL, r.newMLflowRun())
+	} else {
+		var srv *http.Server
+		u, srv, err = serveMetrics(q, r.cfg.Job, r.cfg.RunToken, r.cfg.APIURL, r.newMLflowRun())
+		stop = func() { _ = srv.Close() }
+	}
 	if err != nil {
 		q.close()
 		r.log.Warn("no metrics endpoint; the job logs metrics to the server directly", "err", err)
@@ -373,7 +409,7 @@ func (r *runner) startMetrics(ctx context.Context) (finish func(ctx context.Cont
 		}, r.log)
 	}()
 	return func(wctx context.Context) error {
-		_ = srv.Close()
+		stop()
 		q.close()
 		select {
 		case err := <-delivered:
