@@ -142,9 +142,10 @@ func kubeInstanceType(c *spec.Compute, name string) (KubeInstanceType, error) {
 	if name == "" {
 		return KubeInstanceType{}, nil
 	}
-	it, ok := c.InstanceTypes[name]
+	types := c.AllInstanceTypes()
+	it, ok := types[name]
 	if !ok {
-		names := slices.Sorted(maps.Keys(c.InstanceTypes))
+		names := slices.Sorted(maps.Keys(types))
 		if len(names) == 0 {
 			return KubeInstanceType{}, Invalid("instance_type: compute %s has no instance types; leave instance_type out, or add instance_types to the compute", c.Name)
 		}
