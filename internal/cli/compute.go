@@ -350,11 +350,15 @@ func showKubernetes(w *tabwriter.Writer, c *spec.Compute) {
 		}
 		return strings.Join(parts, ",")
 	}
-	for _, name := range slices.Sorted(maps.Keys(c.InstanceTypes)) {
-		it := c.InstanceTypes[name]
+	types := c.AllInstanceTypes()
+	for _, name := range slices.Sorted(maps.Keys(types)) {
+		it := types[name]
 		line := name
 		if name == c.DefaultInstanceType {
 			line += " (default)"
+		}
+		if _, ok := c.InstanceTypes[name]; !ok {
+			line += " (the cluster's InstanceType)"
 		}
 		if q := quantities(it.Resources.Requests); q != "" {
 			line += " requests " + q

@@ -173,9 +173,6 @@ func (a *app) deploy(ctx context.Context, c *client.Client, o deployOpts, create
 		}
 		local = old.Local
 	}
-	if !local && d.InstanceType == "" {
-		return fmt.Errorf("%s: instance_type: is required: the size of the nodes its replicas run on (ferry size list); or pass --local to run one replica on this machine", o.file)
-	}
 	code := pathField{file: src, field: "code_configuration.code", value: d.CodeConfiguration.Code}
 	paths := []pathField{code}
 	var model *pathField
@@ -194,7 +191,7 @@ func (a *app) deploy(ctx context.Context, c *client.Client, o deployOpts, create
 			return f.notFound()
 		}
 	}
-	if err := a.checkDeploymentRefs(ctx, c, d, src, o.endpoint != ""); err != nil {
+	if err := a.checkDeploymentRefs(ctx, c, d, src, o.endpoint != "", local); err != nil {
 		return err
 	}
 
@@ -247,8 +244,9 @@ func (a *app) deploy(ctx context.Context, c *client.Client, o deployOpts, create
 // checkDeploymentRefs asks the workspace about what the deployment refers
 // to (its endpoint, its registered model) before anything is uploaded:
 // a name mistyped should not cost an upload of the code.
-func (a *app) checkDeploymentRefs(ctx context.Context, c *client.Client, d *spec.OnlineDeployment, src specFile, endpointFlag bool) error {
-	if _, err := c.GetOnlineEndpoint(ctx, d.EndpointName); client.StatusOf(err) == 404 {
+func (a *app) checkDeploymentRefs(ctx context.Context, c *client.Client, d *spec.OnlineDeployment, src specFile, endpointFlag, local bool) error {
+	e, err := c.GetOnlineEndpoint(ctx, d.EndpointName)
+	if client.StatusOf(err) == 404 {
 		msg := fmt.Sprintf("endpoint %s does not exist; create it first (ferry online-endpoint create -f ENDPOINT.yml) or name another", d.EndpointName)
 		if endpointFlag {
 			return errors.New("--endpoint-name: " + msg)
@@ -256,6 +254,12 @@ func (a *app) checkDeploymentRefs(ctx context.Context, c *client.Client, d *spec
 		return pathField{file: src, field: "endpoint_name", value: d.EndpointName}.errorf("%s", msg)
 	} else if err != nil {
 		return err
+	}
+	// Pool nodes need a size; on the endpoint's kubernetes compute the
+	// instance type is the compute's (its default when left out).
+	onCluster := e.Compute != "" && d.SchemaKind() != "managed"
+	if !local && !onCluster && d.InstanceType == "" {
+		return fmt.Errorf("%s: instance_type: is required: the size of the nodes its replicas run on (ferry size list); or pass --local to run one replica on this machine", src.name)
 	}
 	if d.Model == nil || d.Model.Ref == "" {
 		return nil

@@ -341,6 +341,9 @@ func showEndpoint(w *tabwriter.Writer, e *workspace.OnlineEndpoint) {
 	fmt.Fprintf(w, "scoring_uri:\t%s\n", e.ScoringURI)
 	fmt.Fprintf(w, "auth_mode:\t%s\n", e.AuthMode)
 	fmt.Fprintf(w, "provisioning_state:\t%s\n", e.ProvisioningState)
+	if e.Compute != "" {
+		fmt.Fprintf(w, "compute:\t%s (but for managedOnlineDeployments, which run on pool nodes)\n", e.Compute)
+	}
 	fmt.Fprintf(w, "traffic:\t%s\n", dash(spec.FormatTraffic(e.Traffic)))
 	if len(e.MirrorTraffic) > 0 {
 		fmt.Fprintf(w, "mirror_traffic:\t%s\n", spec.FormatTraffic(e.MirrorTraffic))

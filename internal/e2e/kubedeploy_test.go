@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"encoding/json"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +12,10 @@ import (
 	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
-const kubeDeploymentSchema = "https://azuremlschemas.azureedge.net/latest/kubernetesOnlineDeployment.schema.json"
+const (
+	kubeDeploymentSchema    = "https://azuremlschemas.azureedge.net/latest/kubernetesOnlineDeployment.schema.json"
+	managedDeploymentSchema = "https://azuremlschemas.azureedge.net/latest/managedOnlineDeployment.schema.json"
+)
 
 // kubeEndpoint creates an endpoint on a kubernetes compute and returns
 // its scoring URI and primary key.
@@ -50,16 +55,18 @@ func (k *kubeEnv) waitNoObjects(selector string) {
 	}
 }
 
-// Online deployments on the cluster (kubernetesOnlineDeployment): an
-// endpoint whose compute is the kubernetes compute runs its deployments
-// as Deployments and Services there, and the gateway routes to their
-// pods. An endpoint is either managed or on Kubernetes (as on Azure,
-// where a Kubernetes endpoint's deployments are all
-// kubernetesOnlineDeployments), so the traffic split is between two
-// deployments on the cluster. A rolling update under constant load fails
-// no request and both versions answer; a restarted server watches the
-// pods again and routes to them; delete leaves nothing in the namespace.
-// What cannot work is refused, naming the field.
+// Online deployments on the cluster (kubernetesOnlineDeployment) beside
+// a managed one on the same endpoint: an endpoint whose compute is the
+// kubernetes compute runs its deployments as Deployments and Services
+// there (those with the kubernetesOnlineDeployment $schema or none), and
+// a managedOnlineDeployment on pool nodes of its instance_type (the
+// process provider), which Azure does not allow on one endpoint. The
+// gateway splits the traffic between the two kinds, the header picks
+// either, the mirror copies to either; a rolling update of the one on
+// the cluster under constant load fails no request and both versions
+// answer; a restarted server routes to both again; delete leaves nothing
+// in the namespace and cancels the managed replica. What cannot work is
+// refused, naming the field.
 func TestKubernetesOnlineDeployments(t *testing.T) {
 	k := requireKube(t)
 	testutil.RequireBaseImage(t)
@@ -68,7 +75,7 @@ func TestKubernetesOnlineDeployments(t *testing.T) {
   small:
     resources:
       requests: {cpu: 50m, memory: 64Mi}
-`))
+`), "--serverless-idle", "60s")
 	code, model := scoringApp(t)
 	up := map[string]string{"code_snapshot": s.uploadDir(code), "model_snapshot": s.uploadDir(model)}
 	env := map[string]any{"image": testutil.BaseImage}
@@ -87,53 +94,119 @@ func TestKubernetesOnlineDeployments(t *testing.T) {
 		t.Errorf("a kubernetesOnlineDeployment on a managed endpoint: %d %s", c, body)
 	}
 	uri, key := s.kubeEndpoint("k8s-ep", "azureml:k8s-serve")
-	md := deploymentSpec("managed", "k8s-ep", "x", map[string]any{"$schema": "https://azuremlschemas.azureedge.net/latest/managedOnlineDeployment.schema.json", "environment": env})
-	if c, body := s.deploy("POST", "k8s-ep", md, up, false); c != 400 || !strings.Contains(string(body), "managedOnlineDeployment") {
-		t.Errorf("a managedOnlineDeployment on a Kubernetes endpoint: %d %s", c, body)
-	}
 	bad := deploymentSpec("huge", "k8s-ep", "x", map[string]any{"environment": env, "instance_type": "huge"})
 	if c, body := s.deploy("POST", "k8s-ep", bad, up, false); c != 400 || !strings.Contains(string(body), "instance_type") || !strings.Contains(string(body), "small") {
 		t.Errorf("an instance type the compute lacks: %d %s", c, body)
 	}
 
-	// Two deployments on the cluster, split 50/50.
-	blue := deploymentSpec("blue", "k8s-ep", "blue-v1", map[string]any{"$schema": kubeDeploymentSchema, "environment": env,
+	// blue on the cluster (no $schema: the endpoint's compute), green a
+	// managedOnlineDeployment on a pool node; split 50/50.
+	blue := deploymentSpec("blue", "k8s-ep", "blue-v1", map[string]any{"environment": env,
 		"instance_type": "small", "instance_count": 1, "request_settings": rs})
-	green := deploymentSpec("green", "k8s-ep", "green-v1", map[string]any{"environment": env, "instance_count": 1, "request_settings": rs})
+	green := deploymentSpec("green", "k8s-ep", "green-v1", map[string]any{"$schema": managedDeploymentSchema,
+		"instance_type": "Standard_DS1_v2", "instance_count": 1, "request_settings": rs})
 	for _, d := range []map[string]any{blue, green} {
 		if c, body := s.deploy("POST", "k8s-ep", d, up, false); c != 200 {
 			t.Fatalf("create %s: %d %s", d["name"], c, body)
 		}
 	}
-	for _, name := range []string{"blue", "green"} {
+	for name, compute := range map[string]string{"blue": "k8s-serve", "green": "serverless-standard-ds1-v2"} {
 		d := s.waitDeployment("k8s-ep", name, "Succeeded", "Failed")
-		if d.ProvisioningState != "Succeeded" || d.Compute != "k8s-serve" {
-			t.Fatalf("%s: %+v", name, d)
+		if d.ProvisioningState != "Succeeded" || d.Compute != compute {
+			t.Fatalf("%s: %+v, want Succeeded on %s", name, d, compute)
 		}
 	}
 	if objs := k.deploymentObjects("ferry.ml/deployment=blue"); !strings.Contains(strings.Join(objs, " "), "deployment.apps/") {
 		t.Fatalf("blue has no Deployment on the cluster: %v", objs)
 	}
+	if objs := k.deploymentObjects("ferry.ml/deployment=green"); len(objs) > 0 {
+		t.Fatalf("green, a managedOnlineDeployment, has objects on the cluster: %v", objs)
+	}
+	greenJobs := replicaJobs(s.waitReady("k8s-ep", "green", 1))
+	// Neither kind moves to the other by an update.
+	toKube := maps.Clone(green)
+	toKube["$schema"], toKube["instance_type"], toKube["environment"] = kubeDeploymentSchema, "small", env
+	if c, body := s.deploy("PUT", "k8s-ep", toKube, up, false); c != 400 || !strings.Contains(string(body), "$schema") || !strings.Contains(string(body), "pool nodes") {
+		t.Errorf("an update moving green onto the cluster: %d %s", c, body)
+	}
 	s.mustFerry("online-endpoint", "update", "k8s-ep", "--traffic", "blue=50,green=50")
-	versions := map[string]int{}
-	for deadline := time.Now().Add(30 * time.Second); versions["blue-v1"] == 0 || versions["green-v1"] == 0; {
-		c, body := scoreBody(t, uri, key, "", `{}`)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		c, body := scoreBody(t, uri, key, "blue", `{}`)
 		if c == 200 {
-			var a struct{ Version string }
-			_ = json.Unmarshal([]byte(body), &a)
-			versions[a.Version]++
-		} else if c != 503 { // 503 only until the gateway has the pods
-			t.Fatalf("score: %d %s", c, body)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("split 50/50 for 30 s: answers by version %v", versions)
+			break
+		} else if c != 503 || time.Now().After(deadline) { // 503 only until the gateway has the pods
+			t.Fatalf("blue through the gateway: %d %s", c, body)
 		}
 	}
+	versions := map[string]int{}
+	for range 400 {
+		c, body := scoreBody(t, uri, key, "", `{}`)
+		var a struct{ Version string }
+		if c != 200 || json.Unmarshal([]byte(body), &a) != nil {
+			t.Fatalf("split: %d %s", c, body)
+		}
+		versions[a.Version]++
+	}
+	// 200 ± 40 is four standard deviations of a fair split of 400.
+	if b, g := versions["blue-v1"], versions["green-v1"]; b < 160 || b > 240 || b+g != 400 {
+		t.Errorf("50/50 split over 400 requests between the cluster and a pool node: %v; want each within 200±40", versions)
+	}
 	t.Logf("split: %v", versions)
+	for name, version := range map[string]string{"blue": "blue-v1", "green": "green-v1"} {
+		for range 10 {
+			if c, body := scoreBody(t, uri, key, name, `{}`); c != 200 || !strings.Contains(body, `"`+version+`"`) {
+				t.Fatalf("azureml-model-deployment: %s: %d %s", name, c, body)
+			}
+		}
+	}
+	// The endpoint and its deployments say where each runs, and the
+	// gateway counts both.
+	var shown struct {
+		Compute string `json:"compute"`
+		Stats   map[string]struct {
+			Requests int64 `json:"requests"`
+		} `json:"deployment_stats"`
+	}
+	if err := json.Unmarshal([]byte(s.mustFerry("online-endpoint", "show", "-n", "k8s-ep", "-o", "json").stdout), &shown); err != nil {
+		t.Fatal(err)
+	}
+	if shown.Compute != "azureml:k8s-serve" || shown.Stats["blue"].Requests < 170 || shown.Stats["green"].Requests < 170 {
+		t.Errorf("online-endpoint show: %+v", shown)
+	}
+	mustContain(t, "online-deployment list", s.mustFerry("online-deployment", "list", "-e", "k8s-ep").stdout, "k8s-serve", "serverless-standard-ds1-v2")
 
-	// A rolling update of blue under constant load.
+	// A mirror to the cluster while the pool node answers.
+	blueRequests := func() int64 {
+		var d struct {
+			Stats struct{ Requests int64 } `json:"stats"`
+		}
+		_, raw := s.call("GET", "/v1/online-endpoints/k8s-ep/deployments/blue", s.token, nil)
+		_ = json.Unmarshal(raw, &d)
+		return d.Stats.Requests
+	}
+	blueBefore := blueRequests()
+	s.mustFerry("online-endpoint", "update", "k8s-ep", "--traffic", "blue=0 green=100", "--mirror-traffic", "blue=50")
+	for range 40 {
+		if c, body := scoreBody(t, uri, key, "", `{}`); c != 200 || !strings.Contains(body, `"green-v1"`) {
+			t.Fatalf("with a mirror: %d %s (answers come from green)", c, body)
+		}
+	}
+	// Half of 40 are copied (more than 5 but for a chance of about one
+	// in a million); the copies are answered after the live requests.
+	mirrored := blueRequests() - blueBefore
+	for deadline := time.Now().Add(10 * time.Second); mirrored <= 5 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		mirrored = blueRequests() - blueBefore
+	}
+	if mirrored <= 5 {
+		t.Errorf("blue's requests during 40 with a 50%% mirror to it: %d more; want more than 5", mirrored)
+	}
+	s.mustFerry("online-endpoint", "update", "k8s-ep", "--traffic", "blue=50 green=50", "--mirror-traffic", "")
+
+	// A rolling update of blue under constant load on both, now with the
+	// kubernetesOnlineDeployment $schema (the same kind).
 	stop, _ := load(t, uri, key, 4)
 	time.Sleep(500 * time.Millisecond)
+	blue["$schema"] = kubeDeploymentSchema
 	blue["environment_variables"] = map[string]string{"VERSION": "blue-v2"}
 	if c, body := s.deploy("PUT", "k8s-ep", blue, up, false); c != 200 {
 		t.Fatalf("update: %d %s", c, body)
@@ -143,7 +216,7 @@ func TestKubernetesOnlineDeployments(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	codes, byVersion, failures := stop().snapshot()
-	if len(codes) != 1 || codes[200] == 0 || byVersion["blue-v1"] == 0 || byVersion["blue-v2"] == 0 {
+	if len(codes) != 1 || codes[200] == 0 || byVersion["blue-v1"] == 0 || byVersion["blue-v2"] == 0 || byVersion["green-v1"] == 0 {
 		t.Errorf("rolling update under load: answers %v, versions %v, failures %v", codes, byVersion, failures)
 	}
 	t.Logf("rolling update under load: answers %v, versions %v", codes, byVersion)
@@ -153,20 +226,27 @@ func TestKubernetesOnlineDeployments(t *testing.T) {
 		}
 	}
 
-	// A restarted server watches the pods again and routes to them.
+	// A restarted server watches the pods again, finds the pool node's
+	// replica again and routes to both.
 	s.kill9()
 	s.start()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		c, body := scoreBody(t, uri, key, "green", `{}`)
-		if c == 200 && strings.Contains(body, `"green-v1"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("green after a restart: %d %s", c, body)
+	for name, version := range map[string]string{"blue": "blue-v2", "green": "green-v1"} {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			c, body := scoreBody(t, uri, key, name, `{}`)
+			if c == 200 && strings.Contains(body, `"`+version+`"`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s after a restart: %d %s", name, c, body)
+			}
 		}
 	}
+	if got := replicaJobs(s.deployment("k8s-ep", "green")); !slices.Equal(got, greenJobs) {
+		t.Errorf("green's replicas after a restart: %v, want %v (found again, not replaced)", got, greenJobs)
+	}
 
-	// Delete: nothing of blue is left, then nothing at all.
+	// Delete: nothing of blue is left, then nothing at all, and green's
+	// replica is cancelled.
 	s.mustFerry("online-endpoint", "update", "k8s-ep", "--traffic", "green=100")
 	if c, body := s.call("DELETE", "/v1/online-endpoints/k8s-ep/deployments/blue", s.token, nil); c != 200 && c != 202 && c != 204 {
 		t.Fatalf("delete blue: %d %s", c, body)
@@ -188,4 +268,7 @@ func TestKubernetesOnlineDeployments(t *testing.T) {
 	}
 	s.mustFerry("online-endpoint", "delete", "-n", "k8s-ep", "--yes")
 	k.waitNoObjects("app.kubernetes.io/managed-by=ferry")
+	for _, j := range greenJobs {
+		s.waitStatus(j, "Canceled")
+	}
 }

@@ -147,8 +147,8 @@ pod_template:
 }
 
 // startKube starts a server listening on the node's address (so that
-// pods reach it) and attaches the compute.
-func startKube(t *testing.T, k *kubeEnv, computeYAML string) *server {
+// pods reach it), with args added, and attaches the compute.
+func startKube(t *testing.T, k *kubeEnv, computeYAML string, args ...string) *server {
 	t.Helper()
 	ln, err := net.Listen("tcp", net.JoinHostPort(k.nodeIP, "0"))
 	if err != nil {
@@ -156,7 +156,7 @@ func startKube(t *testing.T, k *kubeEnv, computeYAML string) *server {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	s := &server{t: t, dir: t.TempDir(), work: workDir(t), addr: addr, args: []string{"--cancel-grace", "1s"}, home: t.TempDir(), output: &syncBuffer{}}
+	s := &server{t: t, dir: t.TempDir(), work: workDir(t), addr: addr, args: append([]string{"--cancel-grace", "1s"}, args...), home: t.TempDir(), output: &syncBuffer{}}
 	s.start()
 	t.Cleanup(func() { s.end() })
 	s.mustFerry("compute", "attach", "-f", computeFile(t, computeYAML))

@@ -279,6 +279,19 @@ func finishDeployment(d *OnlineDeployment, root *yaml.Node, sets []string) (*Onl
 	return d, nil
 }
 
+// SchemaKind says which kind of online deployment the file's $schema
+// names: "kubernetes" (kubernetesOnlineDeployment), "managed"
+// (managedOnlineDeployment) or "" (none, or another).
+func (d *OnlineDeployment) SchemaKind() string {
+	switch s := strings.ToLower(d.Schema); {
+	case strings.Contains(s, "kubernetesonlinedeployment"):
+		return "kubernetes"
+	case strings.Contains(s, "managedonlinedeployment"):
+		return "managed"
+	}
+	return ""
+}
+
 // Validate checks a deployment as its parser does.
 func (d *OnlineDeployment) Validate() error {
 	if es := d.validate(); len(es) > 0 {

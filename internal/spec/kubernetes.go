@@ -75,3 +75,14 @@ func (c *Compute) validateKube(es *Errors) {
 		es.add("kubeconfig", "is not a file path")
 	}
 }
+
+// AllInstanceTypes are the instance types a job or deployment on c may
+// pick: InstanceTypes and, beside them, ClusterInstanceTypes.
+func (c *Compute) AllInstanceTypes() map[string]KubeInstanceType {
+	out := maps.Clone(c.ClusterInstanceTypes)
+	if out == nil {
+		out = map[string]KubeInstanceType{}
+	}
+	maps.Copy(out, c.InstanceTypes)
+	return out
+}

@@ -254,10 +254,15 @@ type Compute struct {
 	// InstanceTypes are the shapes a job picks with
 	// resources.instance_type, as Azure's InstanceType custom resource
 	// has them; the cluster's own InstanceType resources, when it has
-	// them, take the place of these. DefaultInstanceType is the shape of
-	// a job that names none.
+	// them, are picked from beside these (these win where both name one).
+	// DefaultInstanceType is the shape of a job that names none.
 	InstanceTypes       map[string]KubeInstanceType `yaml:"instance_types,omitempty" json:"instance_types,omitempty"`
 	DefaultInstanceType string                      `yaml:"default_instance_type,omitempty" json:"default_instance_type,omitempty"`
+	// ClusterInstanceTypes are the cluster's InstanceType resources as
+	// the server read them at attach, but for those InstanceTypes names
+	// (what `compute show` lists and deployments pick from; jobs read the
+	// cluster afresh). The server sets them; a file does not.
+	ClusterInstanceTypes map[string]KubeInstanceType `yaml:"-" json:"cluster_instance_types,omitempty"`
 	// PodTemplate is a Kubernetes PodTemplateSpec (metadata and spec) that
 	// every pod of a job starts from: volumes, a service account, a
 	// security context; a container named "runner" in it is the base of

@@ -161,8 +161,9 @@ func kubeInstanceTypes(c *spec.Compute) []kubeInstanceTypeRow {
 		return strings.Join(out, ", ")
 	}
 	var rows []kubeInstanceTypeRow
-	for _, name := range slices.Sorted(maps.Keys(c.InstanceTypes)) {
-		it := c.InstanceTypes[name]
+	types := c.AllInstanceTypes()
+	for _, name := range slices.Sorted(maps.Keys(types)) {
+		it := types[name]
 		rows = append(rows, kubeInstanceTypeRow{Name: name, Default: name == c.DefaultInstanceType,
 			Requests: pairs(it.Resources.Requests), Limits: pairs(it.Resources.Limits), NodeSelector: pairs(it.NodeSelector), Tolerations: len(it.Tolerations)})
 	}

@@ -192,7 +192,9 @@ func newDeploymentID() string {
 
 // resolveDeployment checks what a deployment refers to (its endpoint, its
 // model, its environment, its snapshots, where it runs) and fills doc.
-func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeployment, up DeploymentUploads, local bool, doc *deploymentDoc) error {
+// prev is the deployment's current doc when d updates it (nil on
+// create): an update keeps it on the kind of node it runs on.
+func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeployment, up DeploymentUploads, local bool, prev, doc *deploymentDoc) error {
 	erec, err := s.getEndpointRecord(ctx, d.EndpointName)
 	if err != nil {
 		return err
@@ -201,9 +203,16 @@ func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeploymen
 	if err != nil {
 		return err
 	}
-	kubeCompute := kubeEndpointCompute(ep)
-	if kubeCompute == "" && kubeSchemaKind(d.Schema) == "kubernetes" {
+	if kubeEndpointCompute(ep) == "" && d.SchemaKind() == "kubernetes" {
 		return Invalid("$schema: a kubernetesOnlineDeployment runs on the Kubernetes compute of its endpoint, and endpoint %s names none; create the endpoint with compute: azureml:NAME (a kubernetes compute), or use the managedOnlineDeployment schema", d.EndpointName)
+	}
+	kubeCompute := deploymentKubeCompute(ep, d)
+	if prev != nil && (kubeCompute != "") != prev.Kube {
+		where, to := "on pool nodes ("+prev.Compute+")", "to the endpoint's kubernetes compute"
+		if prev.Kube {
+			where, to = "on kubernetes compute "+prev.Compute, "to pool nodes"
+		}
+		return Invalid("$schema: deployment %s runs %s, and an update does not move it %s; keep its $schema, or create a deployment of the other kind beside it and move the traffic to it", d.Name, where, to)
 	}
 	if up.CodeSnapshot == "" {
 		return Invalid("code_configuration.code: %q was not uploaded with the deployment (ferry online-deployment create uploads it)", d.CodeConfiguration.Code)
@@ -294,7 +303,7 @@ func (s *Service) CreateOnlineDeployment(ctx context.Context, who auth.Principal
 		}
 	}
 	doc := &deploymentDoc{Spec: d, ID: newDeploymentID(), Generation: 1}
-	if err := s.resolveDeployment(ctx, d, up, local, doc); err != nil {
+	if err := s.resolveDeployment(ctx, d, up, local, nil, doc); err != nil {
 		return nil, err
 	}
 	now := s.now()
@@ -351,7 +360,7 @@ func (s *Service) UpdateOnlineDeployment(ctx context.Context, who auth.Principal
 		return nil, Invalid("instance_count: a --local deployment runs one replica on this machine; leave instance_count and scale_settings out")
 	}
 	next := &deploymentDoc{Spec: d, ID: doc.ID, Generation: doc.Generation}
-	if err := s.resolveDeployment(ctx, d, ch.Uploads, doc.Local, next); err != nil {
+	if err := s.resolveDeployment(ctx, d, ch.Uploads, doc.Local, doc, next); err != nil {
 		return nil, err
 	}
 	if rollingChange(doc, next) || rec.State == DeploymentFailed {

@@ -69,6 +69,10 @@ type OnlineEndpoint struct {
 	ProvisioningState   string            `json:"provisioning_state"`
 	PublicNetworkAccess string            `json:"public_network_access,omitempty"`
 	Identity            *spec.Identity    `json:"identity,omitempty"`
+	// Compute is the kubernetes compute the endpoint's deployments run on
+	// (azureml:NAME), but for managedOnlineDeployments; "" for a managed
+	// endpoint.
+	Compute string `json:"compute,omitempty"`
 	// Deployments are the gateway's counts of each deployment's requests
 	// since the server started; those that had none are left out.
 	Deployments map[string]*DeploymentStats `json:"deployment_stats,omitempty"`
@@ -206,7 +210,7 @@ func (s *Service) endpointView(rec store.Endpoint) (*OnlineEndpoint, error) {
 		AuthMode: e.AuthMode, Traffic: orEmpty(e.Traffic), MirrorTraffic: orEmpty(e.MirrorTraffic),
 		ScoringURI:        s.cfg.APIURL + "/endpoints/" + rec.Name + "/score",
 		ProvisioningState: rec.State, PublicNetworkAccess: e.PublicNetworkAccess, Identity: e.Identity,
-		Created: rec.Created, Updated: rec.Updated,
+		Compute: e.Compute, Created: rec.Created, Updated: rec.Updated,
 	}
 	if s.cfg.Router != nil {
 		for name, l := range s.cfg.Router.Load(rec.Name) {

@@ -18,8 +18,10 @@ import (
 
 // Online deployments on a Kubernetes compute (Azure's
 // kubernetesOnlineDeployment): an endpoint whose file names a
-// kubernetes compute (`compute: azureml:NAME`) has all its deployments
-// there, as a Deployment and a Service that the cluster keeps running,
+// kubernetes compute (`compute: azureml:NAME`) runs its deployments
+// there (all but those whose $schema is managedOnlineDeployment, which
+// run on pool nodes as on a managed endpoint, so that one endpoint can
+// split its traffic between the two), as a Deployment and a Service that the cluster keeps running,
 // rolls and replaces (Config.KubeReplicas). The controller's part is
 // smaller than for replica jobs: it applies the deployment's generation,
 // sets the count its scaler wants, reads the state the cluster reports
@@ -50,22 +52,23 @@ type kubeLive struct {
 	deleted  bool // Delete was called
 }
 
-// kubeSchemaKind says which kind of online deployment a file's $schema
-// names: "kubernetes", "managed" or "" (none, or another).
-func kubeSchemaKind(schema string) string {
-	switch s := strings.ToLower(schema); {
-	case strings.Contains(s, "kubernetesonlinedeployment"):
-		return "kubernetes"
-	case strings.Contains(s, "managedonlinedeployment"):
-		return "managed"
-	}
-	return ""
-}
-
 // kubeEndpointCompute is the name of the kubernetes compute an
 // endpoint's file names, or "".
 func kubeEndpointCompute(e *spec.OnlineEndpoint) string {
 	return strings.TrimPrefix(e.Compute, "azureml:")
+}
+
+// deploymentKubeCompute is the kubernetes compute deployment d of
+// endpoint e runs on, or "" when it runs on pool nodes (or --local). One
+// endpoint may hold both kinds, which Azure does not allow, so that a
+// split can move traffic between the two: a managedOnlineDeployment
+// runs on pool nodes of its instance_type even when the endpoint names
+// a kubernetes compute; any other runs on the endpoint's compute.
+func deploymentKubeCompute(e *spec.OnlineEndpoint, d *spec.OnlineDeployment) string {
+	if d.SchemaKind() == "managed" {
+		return ""
+	}
+	return kubeEndpointCompute(e)
 }
 
 // checkEndpointCompute refuses an endpoint whose compute is not a
@@ -106,10 +109,7 @@ func (s *Service) kubeCompute(ctx context.Context, name, field string) (*spec.Co
 // kubernetes compute computeName, refusing what cannot run there.
 func (s *Service) resolveKubeDeployment(ctx context.Context, d *spec.OnlineDeployment, env *environment.Spec, computeName string, local bool, doc *deploymentDoc) error {
 	if local {
-		return Invalid("--local: endpoint %s runs its deployments on kubernetes compute %s; leave --local out, or deploy to an endpoint without compute", d.EndpointName, computeName)
-	}
-	if kubeSchemaKind(d.Schema) == "managed" {
-		return Invalid("$schema: endpoint %s is a Kubernetes endpoint (compute %s), and a managedOnlineDeployment cannot run there; use the kubernetesOnlineDeployment schema, or deploy to an endpoint without compute", d.EndpointName, computeName)
+		return Invalid("--local: endpoint %s runs its deployments on kubernetes compute %s; leave --local out, or give the deployment the managedOnlineDeployment $schema to run it beside them on this machine", d.EndpointName, computeName)
 	}
 	if s.cfg.KubeReplicas == nil {
 		return Invalid("compute: endpoint %s runs on kubernetes compute %s, and this server runs no Kubernetes deployments", d.EndpointName, computeName)
@@ -142,9 +142,10 @@ func kubeInstanceType(c *spec.Compute, name string) (KubeInstanceType, error) {
 	if name == "" {
 		return KubeInstanceType{}, nil
 	}
-	it, ok := c.InstanceTypes[name]
+	types := c.AllInstanceTypes()
+	it, ok := types[name]
 	if !ok {
-		names := slices.Sorted(maps.Keys(c.InstanceTypes))
+		names := slices.Sorted(maps.Keys(types))
 		if len(names) == 0 {
 			return KubeInstanceType{}, Invalid("instance_type: compute %s has no instance types; leave instance_type out, or add instance_types to the compute", c.Name)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -139,6 +140,28 @@ func TestKubernetesDeploymentController(t *testing.T) {
 	pass(s)
 	if !slices.Equal(kube.calls, []string{"apply", "scale"}) || *kube.applied.Replicas != 3 || kube.applied.Generation != 1 {
 		t.Errorf("a count change: calls %v, replicas %d, generation %d", kube.calls, *kube.applied.Replicas, kube.applied.Generation)
+	}
+
+	// A managedOnlineDeployment beside blue runs off the cluster (here
+	// --local, on this machine); blue cannot become one by an update.
+	green := dep(1)
+	green.Name, green.InstanceType = "green", ""
+	green.Schema = "https://azuremlschemas.azureedge.net/latest/managedOnlineDeployment.schema.json"
+	g, err := s.CreateOnlineDeployment(ctx, owner, green, DeploymentUploads{CodeSnapshot: code}, true)
+	if err != nil || g.Compute != "local" {
+		t.Fatalf("a managedOnlineDeployment on a kubernetes endpoint: %+v, %v", g, err)
+	}
+	toManaged := dep(3)
+	toManaged.Schema, toManaged.InstanceType = green.Schema, "Standard_DS1_v2"
+	if _, err := s.UpdateOnlineDeployment(ctx, owner, toManaged, DeploymentChange{Uploads: DeploymentUploads{CodeSnapshot: code}}); CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), "$schema") {
+		t.Errorf("an update moving blue off the cluster: %v", err)
+	}
+	pass(s)
+	if !slices.Equal(kube.calls, []string{"apply", "scale"}) {
+		t.Errorf("the cluster was asked %v for a managed deployment", kube.calls)
+	}
+	if err := s.DeleteOnlineDeployment(ctx, owner, "kep", "green"); err != nil {
+		t.Fatal(err)
 	}
 
 	// A restart: a second Service on the same store.

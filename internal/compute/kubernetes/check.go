@@ -53,14 +53,21 @@ var Permissions = []Permission{
 // SelfSubjectAccessReview each), the instance types are sound and the
 // default one exists.
 // The cluster's InstanceType resources, when it has them, are kept in c
-// (what `compute show` lists); jobs still read them afresh.
+// as ClusterInstanceTypes (what `compute show` lists, and what
+// deployments pick from); jobs still read them afresh.
 func (t *Target) CheckCompute(ctx context.Context, c *spec.Compute) error {
 	if err := Check(ctx, t.cl, t.c); err != nil {
 		return err
 	}
 	types, fromCluster, err := t.cl.InstanceTypes(ctx, t.c)
-	if err == nil && fromCluster {
-		c.InstanceTypes = types
+	c.ClusterInstanceTypes = nil
+	if err == nil {
+		for name := range fromCluster {
+			if c.ClusterInstanceTypes == nil {
+				c.ClusterInstanceTypes = map[string]spec.KubeInstanceType{}
+			}
+			c.ClusterInstanceTypes[name] = types[name]
+		}
 	}
 	return nil
 }
@@ -105,7 +112,7 @@ func Check(ctx context.Context, cl *Cluster, c *spec.Compute) error {
 	for _, name := range slices.Sorted(maps.Keys(types)) {
 		if err := checkQuantities(types[name]); err != nil {
 			where := "instance_types." + name
-			if fromCluster {
+			if fromCluster[name] {
 				where = "instance_types (the cluster's InstanceType " + name + ")"
 			}
 			return &CheckError{Field: where, Msg: err.Error()}

@@ -112,29 +112,42 @@ func kubeconfigProblem(err error) string {
 var InstanceTypeGVR = schema.GroupVersionResource{Group: "amlarc.azureml.com", Version: "v1alpha1", Resource: "instancetypes"}
 
 // InstanceTypes are the instance types jobs on the cluster may pick: the
-// cluster's InstanceType resources when it has the custom resource, else
-// c's instance_types. fromCluster says which.
-func (cl *Cluster) InstanceTypes(ctx context.Context, c *spec.Compute) (types map[string]spec.KubeInstanceType, fromCluster bool, err error) {
+// cluster's InstanceType resources (when it has the custom resource and
+// the credentials may list it) and c's instance_types beside them, with
+// c's winning where both name one. The file wins because it is this
+// compute's own setting, where a resource is the whole cluster's: several
+// computes (namespaces, teams, Ferry servers) share one cluster, and an
+// InstanceType someone adds must not change the shape of a type a compute
+// already names. fromCluster are the names read from the cluster.
+func (cl *Cluster) InstanceTypes(ctx context.Context, c *spec.Compute) (types map[string]spec.KubeInstanceType, fromCluster map[string]bool, err error) {
+	types = maps.Clone(c.InstanceTypes)
+	if types == nil {
+		types = map[string]spec.KubeInstanceType{}
+	}
 	list, err := cl.Dynamic.Resource(InstanceTypeGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		var status apierrors.APIStatus
 		if apierrors.IsNotFound(err) || (errors.As(err, &status) && status.Status().Code == 404) {
-			return maps.Clone(c.InstanceTypes), false, nil // the cluster has no such resource
+			return types, nil, nil // the cluster has no such resource
 		}
 		if apierrors.IsForbidden(err) {
-			return maps.Clone(c.InstanceTypes), false, nil // not ours to read; the file's
+			return types, nil, nil // not ours to read; the file's
 		}
-		return nil, false, err
+		return nil, nil, err
 	}
-	if len(list.Items) == 0 {
-		return maps.Clone(c.InstanceTypes), false, nil
-	}
-	types = map[string]spec.KubeInstanceType{}
 	for _, item := range list.Items {
+		name := item.GetName()
+		if _, ok := types[name]; ok {
+			continue
+		}
 		s, _ := item.Object["spec"].(map[string]any)
-		types[item.GetName()] = instanceTypeFromCR(s)
+		types[name] = instanceTypeFromCR(s)
+		if fromCluster == nil {
+			fromCluster = map[string]bool{}
+		}
+		fromCluster[name] = true
 	}
-	return types, true, nil
+	return types, fromCluster, nil
 }
 
 // instanceTypeFromCR reads the spec of an InstanceType resource; numbers

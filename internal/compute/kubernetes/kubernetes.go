@@ -158,9 +158,9 @@ func (t *Target) Admit(j *spec.Job, env *environment.Spec) error {
 		if r.DockerArgs != "" || r.ShmSize != "" {
 			return refuse("resources", "docker_args and shm_size do not apply to pods; give the pod's settings in the compute's pod_template")
 		}
-		if r.InstanceType != "" && len(t.c.InstanceTypes) > 0 {
-			if _, ok := t.c.InstanceTypes[r.InstanceType]; !ok {
-				return refuse("resources.instance_type", fmt.Sprintf("compute %s has no instance type %q; it has %s", t.c.Name, r.InstanceType, orNone(sortedKeys(t.c.InstanceTypes))))
+		if types := t.c.AllInstanceTypes(); r.InstanceType != "" && len(types) > 0 {
+			if _, ok := types[r.InstanceType]; !ok {
+				return refuse("resources.instance_type", fmt.Sprintf("compute %s has no instance type %q; it has %s", t.c.Name, r.InstanceType, orNone(sortedKeys(types))))
 			}
 		}
 	}
@@ -183,7 +183,8 @@ func (t *Target) image(env *environment.Spec) (string, error) {
 
 // instanceType is the instance type a job runs on: resources.instance_type,
 // the compute's default_instance_type, or none (the pod asks for
-// nothing). The cluster's InstanceType resources win over the file's.
+// nothing). The file's instance types win over the cluster's
+// InstanceType resources of the same name (Cluster.InstanceTypes).
 func (t *Target) instanceType(ctx context.Context, j *spec.Job) (*spec.KubeInstanceType, error) {
 	name := t.c.DefaultInstanceType
 	if r := j.Resources; r != nil && r.InstanceType != "" {
