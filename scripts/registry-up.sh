@@ -62,7 +62,7 @@ http:
   addr: $ADDR
 auth:
   htpasswd:
-    realm: ferry-test-registry
+    realm: ferry-tests
     path: $R/htpasswd
 CFG
 say "starting docker-registry on $ADDR (log $R/registry.log)"

@@ -153,6 +153,11 @@ func (t *Target) buildAndPush(ctx context.Context, env *environment.Spec, h stri
 		return "", err
 	}
 	digest, err := t.images.reg.PushTarball(ctx, saved, envRepo, h)
+	// The registry keeps the image from now on: the engine's copy goes,
+	// so that builds do not pile up on the server (its base stays).
+	if rerr := d.Remove(context.WithoutCancel(ctx), tag); rerr != nil {
+		t.log.Warn("kubernetes: could not remove a pushed image from the server's engine", "tag", tag, "err", rerr)
+	}
 	if err != nil {
 		return "", err
 	}
