@@ -47,9 +47,13 @@ func TestRunnerImageNeedsAStaticBinary(t *testing.T) {
 		}
 		t.Errorf("RunnerImage of a cgo binary: %v, want ErrNotStatic", err)
 	}
-	img, tag, err := RunnerImage(staticBinary(t, false))
+	bin := staticBinary(t, false)
+	img, tag, err := RunnerImage(bin)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tag2, err := RunnerTag(bin); err != nil || tag2 != tag {
+		t.Errorf("RunnerTag = %q %v, RunnerImage's tag %q", tag2, err, tag)
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {

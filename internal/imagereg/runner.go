@@ -77,6 +77,20 @@ func RunnerImage(exe string) (v1.Image, string, error) {
 	return img, hex.EncodeToString(sum[:]), nil
 }
 
+// RunnerTag is the tag RunnerImage gives the binary at exe, without
+// making the image; it refuses a binary that is not statically linked.
+func RunnerTag(exe string) (string, error) {
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		return "", fmt.Errorf("read the ferry binary: %w", err)
+	}
+	if err := static(data); err != nil {
+		return "", fmt.Errorf("%s: %w", exe, err)
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:]), nil
+}
+
 // static says whether an ELF executable needs no dynamic loader.
 func static(data []byte) error {
 	f, err := elf.NewFile(bytes.NewReader(data))

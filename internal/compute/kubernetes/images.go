@@ -45,6 +45,10 @@ type images struct {
 	mu      sync.Mutex
 	locks   map[string]*sync.Mutex // by repo:tag
 	digests map[string]string      // by repo:tag
+
+	runnerOnce sync.Once
+	runnerTag  string // the server binary's SHA-256
+	runnerErr  error
 }
 
 func newImages(reg *imagereg.Registry) *images {
@@ -88,11 +92,17 @@ func (im *images) ensure(ctx context.Context, repo, tag string, push func() (str
 // runnerImage is the reference, by digest, of the runner's image in the
 // registry.
 func (t *Target) runnerImage(ctx context.Context) (string, error) {
-	img, tag, err := imagereg.RunnerImage(t.cfg.Exe)
+	// The binary does not change under a running server: hashed once.
+	t.images.runnerOnce.Do(func() { t.images.runnerTag, t.images.runnerErr = imagereg.RunnerTag(t.cfg.Exe) })
+	tag, err := t.images.runnerTag, t.images.runnerErr
 	if err != nil {
 		return "", fmt.Errorf("registry: the runner's image: %w", err)
 	}
 	d, err := t.images.ensure(ctx, imagereg.RunnerRepo, tag, func() (string, error) {
+		img, tag, err := imagereg.RunnerImage(t.cfg.Exe)
+		if err != nil {
+			return "", fmt.Errorf("registry: the runner's image: %w", err)
+		}
 		d, err := t.images.reg.Push(ctx, img, imagereg.RunnerRepo, tag)
 		if err == nil {
 			t.log.Info("kubernetes: pushed the runner's image", "image", t.images.reg.Ref(imagereg.RunnerRepo, d))
