@@ -236,6 +236,11 @@ func (t *Target) objects(l compute.Launch, img podImages, it *spec.KubeInstanceT
 			Name: initName, Image: img.runner,
 			Command:      []string{imagereg.RunnerPath, "copy-self", exeInPod},
 			VolumeMounts: []corev1.VolumeMount{{Name: runnerVolume, MountPath: exeDirInPod}},
+			// The runner's own: a namespace whose LimitRange or quota
+			// wants limits on every container takes it, and the pod asks
+			// for no more than before (an init container's requests
+			// count as the most of them, not on top).
+			Resources: c.Resources,
 		}}, ps.InitContainers...)
 	} else {
 		fileType := corev1.HostPathFile
