@@ -4,8 +4,9 @@
 # torch for the distributed tests, Chromium for the studio's browser tests,
 # debootstrap and python3-venv, the two
 # images made without a registry (ferry-base, ferry-node), and a one-host
-# Slurm cluster (scripts/slurm-setup.sh, left running) and a one-node
-# Kubernetes cluster (scripts/kube-up.sh, left running). It is idempotent:
+# Slurm cluster (scripts/slurm-setup.sh, left running), an OCI registry
+# (scripts/registry-up.sh, left running) and a one-node Kubernetes cluster
+# (scripts/kube-up.sh, left running). It is idempotent:
 # what is already there is left alone, so a second run takes seconds.
 #
 # Both the README's test command (scripts/test.sh) and CI (.ci/run) call it.
@@ -71,6 +72,10 @@ fi
 # A real Slurm cluster on this host (munged, slurmctld, four slurmd) for the
 # Slurm compute target's tests; once started it is left running.
 "${as_root[@]}" bash scripts/slurm-setup.sh
+# A real registry (Debian's docker-registry, 127.0.0.1:5000, htpasswd logins)
+# that Ferry pushes the images it builds for a kubernetes compute to, and
+# the test cluster pulls them from; left running.
+"${as_root[@]}" bash scripts/registry-up.sh
 # A real single-node Kubernetes cluster for the Kubernetes compute target's
 # tests (kubeconfig /var/lib/ferry-kube/admin.kubeconfig); left running.
 # The first run builds Kubernetes (cached in /var/cache/ferry-kube).

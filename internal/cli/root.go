@@ -128,7 +128,7 @@ starting its server in the background when none is running.`,
 	}
 	root.SetVersionTemplate("ferry {{.Version}}\n")
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table, json or yaml")
-	root.AddCommand(a.serverCmd(), a.runnerCmd(), a.quickstartCmd(), a.jobCmd(), a.computeCmd(), a.environmentCmd(), a.sizeCmd(), a.quotaCmd(), a.agentCmd(), a.probeCmd(), a.versionCmd())
+	root.AddCommand(a.serverCmd(), a.runnerCmd(), a.copySelfCmd(), a.quickstartCmd(), a.jobCmd(), a.computeCmd(), a.environmentCmd(), a.sizeCmd(), a.quotaCmd(), a.agentCmd(), a.probeCmd(), a.versionCmd())
 	root.AddCommand(a.modelCmd(), a.dataCmd())
 	root.AddCommand(a.componentCmd(), a.datastoreCmd(), a.scheduleCmd())
 	root.AddCommand(a.onlineEndpointCmd(), a.onlineDeploymentCmd())

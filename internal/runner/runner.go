@@ -401,8 +401,7 @@ func (r *runner) watch(jobCtx context.Context, cancelJob context.CancelFunc) {
 // it. It returns the job's paths once they exist, so outputs are uploaded
 // even when the command failed.
 func (r *runner) prepareAndExecute(ctx, jobCtx context.Context, a *workspace.Assignment, spool *os.File) (workspace.Report, *paths) {
-	if e := a.Environment; e != nil && e.Kind == environment.KindImage && e.CondaFile == "" && e.Image != "" &&
-		os.Getenv(invocation.EnvImageIsEnvironment) == e.Image {
+	if e := a.Environment; e != nil && inEnvironmentImage(e, os.Getenv(invocation.EnvImageIsEnvironment)) {
 		// The runner already runs in the environment's image (a
 		// Kubernetes pod of it): the job runs right here, as in a
 		// user_managed environment.
@@ -430,6 +429,20 @@ func (r *runner) prepareAndExecute(ctx, jobCtx context.Context, a *workspace.Ass
 	}
 	defer rt.Release()
 	return r.execute(jobCtx, a.Spec, p, rt, spool), p
+}
+
+// inEnvironmentImage says whether a runner whose target set
+// invocation.EnvImageIsEnvironment to v runs in e's image already: v is
+// the image of an image environment, or the tag of one built for it
+// (environment.ImageTag of its hash; a Kubernetes compute's registry).
+func inEnvironmentImage(e *environment.Spec, v string) bool {
+	switch {
+	case v == "" || !e.NeedsDocker():
+		return false
+	case e.Kind == environment.KindImage && e.CondaFile == "" && e.Image == v:
+		return true
+	}
+	return v == environment.ImageTag(e.Hash())
 }
 
 // prepareEnvironment makes or reuses the job's environment on this node.

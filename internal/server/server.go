@@ -210,7 +210,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			return err
 		},
-	}})
+	}, Snapshot: snapshotExtractor(blobs), WorkDir: work})
 	provs := newProviders(exe, work, cfg.Provider)
 	provs.runAs = runAs
 	provs.key, provs.binaries, provs.log = key, cfg.AgentBinaries, cfg.Log

@@ -2,14 +2,17 @@ package server
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/compute/amlcompute"
 	"github.com/ferry-ml/ferry/internal/compute/computeinstance"
@@ -18,6 +21,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/compute/slurm"
 	"github.com/ferry-ml/ferry/internal/compute/virtualmachine"
 	"github.com/ferry-ml/ferry/internal/secrets"
+	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
@@ -34,6 +38,12 @@ type targetEnv struct {
 	// Key opens the secrets sealed in a stored compute (an SSH key for a
 	// login node); the opened copy goes to the target alone.
 	Key *secrets.Key
+	// Snapshot extracts a stored snapshot into a folder: the files of an
+	// environment the server builds an image of (a kubernetes compute
+	// with a registry).
+	Snapshot func(ctx context.Context, id, dest string) error
+	// WorkDir is where such builds keep their files meanwhile.
+	WorkDir string
 }
 
 // newTarget makes the compute.Target of one stored compute of its type.
@@ -84,7 +94,8 @@ func newKubernetes(env targetEnv, c *spec.Compute) (compute.Target, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, err := kubernetes.New(kubernetes.Config{Compute: open, Exe: env.Exe, CancelGrace: env.CancelGrace, Log: cmp.Or(env.Log, slog.New(slog.DiscardHandler)).With("compute", c.Name)})
+	t, err := kubernetes.New(kubernetes.Config{Compute: open, Exe: env.Exe, CancelGrace: env.CancelGrace,
+		Snapshot: env.Snapshot, WorkDir: env.WorkDir, Log: cmp.Or(env.Log, slog.New(slog.DiscardHandler)).With("compute", c.Name)})
 	// A compute that cannot make a client (no kubeconfig outside a
 	// cluster, one that does not parse) is the request's fault: its
 	// CheckError names the field and holds no secret.
@@ -110,5 +121,25 @@ func targetFactory(types map[string]newTarget, env targetEnv) workspace.TargetFa
 			return nil, fmt.Errorf("compute %s: %w", c.Name, err)
 		}
 		return t, nil
+	}
+}
+
+// snapshotExtractor is targetEnv.Snapshot over the server's blob store.
+func snapshotExtractor(blobs *blob.Store) func(ctx context.Context, id, dest string) error {
+	return func(_ context.Context, id, dest string) error {
+		f, err := blobs.Open(id)
+		if err != nil {
+			return fmt.Errorf("snapshot %s: %w", id, err)
+		}
+		data, err := io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("snapshot %s: %w", id, err)
+		}
+		m, err := snapshot.ParseManifest(data)
+		if err != nil {
+			return fmt.Errorf("snapshot %s: %w", id, err)
+		}
+		return snapshot.Extract(m, dest, func(d string) (io.ReadCloser, error) { return blobs.Open(d) })
 	}
 }

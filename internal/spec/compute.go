@@ -96,6 +96,8 @@ var computeFields = map[string][]string{
 	"kubeconfig_content":                {"kubernetes"},
 	"api_url":                           {"kubernetes"},
 	"image":                             {"kubernetes"},
+	"registry":                          {"kubernetes"},
+	"registry_credentials":              {"kubernetes"},
 	"instance_types":                    {"kubernetes"},
 	"default_instance_type":             {"kubernetes"},
 	"pod_template":                      {"kubernetes"},

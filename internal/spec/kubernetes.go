@@ -17,7 +17,44 @@ var (
 	kubeInstanceTypeRe = lazyRegexp(`^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$`)
 	// kubeResourceRe is a resource name (cpu, memory, nvidia.com/gpu).
 	kubeResourceRe = lazyRegexp(`^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+	// registryHostRe is a registry's host and optional port, as image
+	// references name it (registry.example.com, 127.0.0.1:5000).
+	registryHostRe = lazyRegexp(`^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$`)
+	// registryPathRe is one component of a repository path.
+	registryPathRe = lazyRegexp(`^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*$`)
 )
+
+// validateRegistry checks a kubernetes compute's registry and its
+// credentials.
+func (c *Compute) validateRegistry(es *Errors) {
+	if c.Registry == "" {
+		if c.RegistryCredentials != nil {
+			es.add("registry_credentials", "are given without a registry; set registry: HOST[:PORT][/PREFIX] too, or leave them out")
+		}
+		return
+	}
+	how := "give it as HOST[:PORT][/PREFIX], such as registry.example.com/ml or 127.0.0.1:5000"
+	if strings.Contains(c.Registry, "://") {
+		es.add("registry", "%s has a scheme; %s (a registry on a loopback or private address is spoken to over plain HTTP, others over HTTPS)", quote(c.Registry), how)
+		return
+	}
+	host, prefix, _ := strings.Cut(c.Registry, "/")
+	if !registryHostRe().MatchString(host) {
+		es.add("registry", "%s is not a registry host: %s", quote(c.Registry), how)
+		return
+	}
+	if prefix != "" {
+		for _, part := range strings.Split(prefix, "/") {
+			if !registryPathRe().MatchString(part) {
+				es.add("registry", "%s: the path %s is not a repository prefix (lowercase letters, digits and . _ - between them, parts separated by /); %s", quote(c.Registry), quote(prefix), how)
+				return
+			}
+		}
+	}
+	if rc := c.RegistryCredentials; rc != nil && (rc.Username == "") != (rc.Password == "") {
+		es.add("registry_credentials", "need both username and password (or neither, for a registry that lets anyone push and pull)")
+	}
+}
 
 // validateKube checks the fields of a kubernetes compute.
 func (c *Compute) validateKube(es *Errors) {
@@ -74,6 +111,7 @@ func (c *Compute) validateKube(es *Errors) {
 	if c.Kubeconfig != "" && c.KubeconfigContent == "" && strings.ContainsRune(c.Kubeconfig, 0) {
 		es.add("kubeconfig", "is not a file path")
 	}
+	c.validateRegistry(es)
 }
 
 // AllInstanceTypes are the instance types a job or deployment on c may

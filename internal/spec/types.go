@@ -251,6 +251,14 @@ type Compute struct {
 	KubeAPIURL string `yaml:"api_url,omitempty" json:"api_url,omitempty"`
 	// Image is the image of jobs whose environment names none.
 	Image string `yaml:"image,omitempty" json:"image,omitempty"`
+	// Registry is where Ferry pushes the images it builds for the
+	// cluster (HOST[:PORT][/PREFIX], no scheme): environments built from a
+	// Dockerfile or a conda file, and the runner's own image, which then
+	// replaces the hostPath mount of the server's binary. The cluster's
+	// nodes must pull from the same address. RegistryCredentials, when
+	// the registry asks for them, are sealed at rest like the kubeconfig.
+	Registry            string               `yaml:"registry,omitempty" json:"registry,omitempty"`
+	RegistryCredentials *RegistryCredentials `yaml:"registry_credentials,omitempty" json:"registry_credentials,omitempty"`
 	// InstanceTypes are the shapes a job picks with
 	// resources.instance_type, as Azure's InstanceType custom resource
 	// has them; the cluster's own InstanceType resources, when it has
@@ -290,6 +298,14 @@ type Compute struct {
 	// node see at the same path: job scripts, Slurm's output and the
 	// runners' attempt folders live under it.
 	WorkDir string `yaml:"work_dir,omitempty" json:"work_dir,omitempty"`
+}
+
+// RegistryCredentials log in to a kubernetes compute's registry, to push
+// (the server) and to pull (the pods, through an imagePullSecret).
+// Password is a secret: sealed at rest, never shown.
+type RegistryCredentials struct {
+	Username string `yaml:"username,omitempty" json:"username,omitempty"`
+	Password string `yaml:"password,omitempty" json:"password,omitempty"`
 }
 
 // KubeInstanceType is one named shape of pod on a Kubernetes compute, as

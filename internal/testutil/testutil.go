@@ -166,7 +166,11 @@ func RequireRoot(t testing.TB) {
 // servers start their runners and agents from a copy of their own
 // executable. The compiler's output is in the error.
 func BuildFerry(path string) error {
-	out, err := exec.Command("go", "build", "-o", path, "github.com/ferry-ml/ferry/cmd/ferry").CombinedOutput()
+	// Static: a kubernetes compute with a registry ships
+	// this very binary to its pods in an image with no C library.
+	cmd := exec.Command("go", "build", "-o", path, "github.com/ferry-ml/ferry/cmd/ferry")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("building ferry: %v\n%s", err, out)
 	}

@@ -36,12 +36,16 @@ type secretField struct {
 }
 
 // secretFields lists c's secrets that are set: the VM's ssh_settings, a
-// fleet's provider.ssh_settings and a Kubernetes compute's kubeconfig. Fleet values are written back into the
+// fleet's provider.ssh_settings and a Kubernetes compute's kubeconfig and
+// registry password. Fleet values are written back into the
 // provider map by the returned function.
 func secretFields(c *spec.Compute) ([]secretField, func()) {
 	var out []secretField
 	if c.KubeconfigContent != "" {
 		out = append(out, secretField{"kubeconfig_content", &c.KubeconfigContent})
+	}
+	if rc := c.RegistryCredentials; rc != nil && rc.Password != "" {
+		out = append(out, secretField{"registry_credentials.password", &rc.Password})
 	}
 	if s := c.SSHSettings; s != nil {
 		for _, f := range []secretField{

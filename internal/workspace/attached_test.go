@@ -43,3 +43,31 @@ func TestAttachedMachineRunsOneJobAtATime(t *testing.T) {
 		t.Fatalf("second job once the machine is free is %s, want Preparing", got)
 	}
 }
+
+// A kubernetes compute's registry password is sealed for storing, opened
+// for its target alone, and redacted from views.
+func TestRegistryPasswordSealed(t *testing.T) {
+	key, err := secrets.NewKey(make([]byte, secrets.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &spec.Compute{Name: "k8s", Type: "kubernetes", Registry: "127.0.0.1:5000",
+		RegistryCredentials: &spec.RegistryCredentials{Username: "ferry", Password: "s3cret"}}
+	if err := SealCompute(key, c); err != nil {
+		t.Fatal(err)
+	}
+	if p := c.RegistryCredentials.Password; !secrets.IsSealed(p) || c.RegistryCredentials.Username != "ferry" {
+		t.Fatalf("sealed credentials: %+v", c.RegistryCredentials)
+	}
+	open, err := OpenCompute(key, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if open.RegistryCredentials.Password != "s3cret" || !secrets.IsSealed(c.RegistryCredentials.Password) {
+		t.Errorf("opened %q; the stored copy %q", open.RegistryCredentials.Password, c.RegistryCredentials.Password)
+	}
+	redactCompute(c)
+	if c.RegistryCredentials.Password != secrets.Redacted {
+		t.Errorf("a view shows the password as %q", c.RegistryCredentials.Password)
+	}
+}

@@ -127,7 +127,13 @@ func (s *Service) resolveKubeDeployment(ctx context.Context, d *spec.OnlineDeplo
 	case (env == nil || env.Kind == environment.KindUserManaged) && c.Image != "":
 		doc.KubeImage = c.Image
 	default:
-		return Invalid("environment: a deployment on kubernetes compute %s runs in an image the cluster has: give an environment with image: (python3 and what the scoring script imports) and no conda_file, or leave environment out to run in the compute's image%s", computeName, map[bool]string{true: "", false: " (compute " + computeName + " names none)"}[c.Image != ""])
+		reg := ""
+		if c.Registry != "" {
+			// Deployments do not build: the registry's images are for
+			// training jobs' environments so far.
+			reg = "; the compute's registry serves training jobs' built environments, not deployments"
+		}
+		return Invalid("environment: a deployment on kubernetes compute %s runs in an image the cluster has: give an environment with image: (python3 and what the scoring script imports) and no conda_file, or leave environment out to run in the compute's image%s%s", computeName, map[bool]string{true: "", false: " (compute " + computeName + " names none)"}[c.Image != ""], reg)
 	}
 	doc.Compute, doc.Kube = computeName, true
 	return nil

@@ -401,7 +401,10 @@ func (s *Service) checkTarget(ctx context.Context, c *spec.Compute) error {
 	if c.Kubeconfig != "" && c.KubeconfigContent == "" {
 		return Invalid("kubeconfig: the server does not read files named by a request; send the file's content as kubeconfig_content (the ferry CLI reads the file for you)")
 	}
-	if c.KubeconfigContent != "" {
+	if rc := c.RegistryCredentials; rc != nil && rc.Password != "" && s.cfg.Secrets == nil {
+		return Invalid("registry_credentials: this server has no workspace key, so it cannot keep a registry password; start it with a data dir it can write")
+	}
+	if c.KubeconfigContent != "" || (c.RegistryCredentials != nil && c.RegistryCredentials.Password != "") {
 		if s.cfg.Secrets == nil {
 			return Invalid("kubeconfig: this server has no workspace key, so it cannot keep a kubeconfig; start it with a data dir it can write")
 		}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ferry-ml/ferry/internal/imagereg"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
@@ -55,9 +56,19 @@ var Permissions = []Permission{
 // The cluster's InstanceType resources, when it has them, are kept in c
 // as ClusterInstanceTypes (what `compute show` lists, and what
 // deployments pick from); jobs still read them afresh.
+//
+// With a registry, the server's binary must be static (it goes to the
+// pods in an image of its own). The registry itself is not asked: it is
+// asked at each launch that needs it, and a job fails then with its
+// answer.
 func (t *Target) CheckCompute(ctx context.Context, c *spec.Compute) error {
 	if err := Check(ctx, t.cl, t.c); err != nil {
 		return err
+	}
+	if t.images != nil {
+		if _, err := imagereg.RunnerTag(t.cfg.Exe); err != nil {
+			return &CheckError{Field: "registry", Msg: fmt.Sprintf("with a registry, this server sends its own binary to the pods in an image, and cannot: %v", err)}
+		}
 	}
 	types, fromCluster, err := t.cl.InstanceTypes(ctx, t.c)
 	c.ClusterInstanceTypes = nil

@@ -23,10 +23,16 @@
 // remembered and its objects are deleted, so nothing of an attempt is
 // left in the namespace.
 //
-// How the runner binary reaches the pods: the server's own executable is
-// mounted from the node (a hostPath volume, read-only) at
-// /opt/ferry/bin/ferry, so every node needs Ferry's binary at the path
-// the server runs it from (a shared or image-baked path, as for Slurm).
+// How images reach the pods (images.go): an image environment, or the
+// compute's image, is pulled by the nodes as it is named; an environment
+// Ferry builds (a Dockerfile, a conda file on an image) is built on the
+// server's Docker engine and pushed to the compute's registry, and its
+// pods run it by digest. The runner's binary: with a registry, an init
+// container of the runner's own image (Ferry's static binary) copies it
+// into an emptyDir mounted at /opt/ferry/bin; without one, the server's
+// own executable is mounted from the node (a hostPath volume, read-only),
+// so every node needs Ferry's binary at the path the server runs it from
+// (a shared or image-baked path, as for Slurm).
 package kubernetes
 
 import (
@@ -44,6 +50,7 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/imagereg"
 	"github.com/ferry-ml/ferry/internal/runner/invocation"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
@@ -70,7 +77,14 @@ type Config struct {
 	Exe string
 	// CancelGrace is passed to runners: SIGTERM to SIGKILL. 0 = the runner's default.
 	CancelGrace time.Duration
-	Log         *slog.Logger
+	// Snapshot extracts a stored snapshot (an environment's files) into
+	// the folder dest, for the images the server builds for a compute
+	// with a registry.
+	Snapshot func(ctx context.Context, id, dest string) error
+	// WorkDir is where those builds keep their files meanwhile; "" is
+	// the system's temporary folder.
+	WorkDir string
+	Log     *slog.Logger
 }
 
 // Target is the Kubernetes compute target.
@@ -81,6 +95,8 @@ type Target struct {
 	log *slog.Logger
 
 	w *watcher
+	// images is nil when the compute has no registry.
+	images *images
 }
 
 var (
@@ -111,6 +127,17 @@ func New(cfg Config) (*Target, error) {
 	}
 	log := cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	t := &Target{cfg: cfg, c: c, cl: cl, log: log}
+	if c.Registry != "" {
+		var user, password string
+		if rc := c.RegistryCredentials; rc != nil {
+			user, password = rc.Username, rc.Password
+		}
+		reg, err := imagereg.New(c.Registry, user, password)
+		if err != nil {
+			return nil, &CheckError{Field: "registry", Msg: err.Error()}
+		}
+		t.images = newImages(reg)
+	}
 	t.w = newWatcher(cl, c.Name, log)
 	return t, nil
 }
@@ -138,21 +165,24 @@ func (t *Target) Capacity() int {
 func (t *Target) QueuesItself() bool { return true }
 
 // Admit implements compute.Target: any job whose image is known (its
-// environment's image, or the compute's image), on an instance type the
-// compute has; not environments built from a Dockerfile (Ferry does not
-// push images to the cluster's registry) and not interactive services.
+// environment's image, the compute's image, or, when the compute has a
+// registry, the image Ferry builds for its environment), on an instance
+// type the compute has; not interactive services.
 func (t *Target) Admit(j *spec.Job, env *environment.Spec) error {
 	refuse := func(field, why string) error {
 		return fmt.Errorf("%s: %s (%w)", field, why, compute.ErrNotSupported)
 	}
-	if env != nil && env.Kind == environment.KindBuild {
-		return refuse("environment", "a Kubernetes compute runs jobs in an image its nodes can pull; build the image, push it where the cluster pulls from, and give it as the environment's image")
+	if needsBuild(env) && t.images == nil {
+		field, what := "environment", "built from a Dockerfile"
+		if env.Kind == environment.KindImage {
+			field, what = "environment.conda_file", "with a conda file on its image"
+		}
+		return refuse(field, fmt.Sprintf("an environment %s is built by Ferry, and compute %s has no registry to push it to for the cluster; set the compute's registry: HOST[:PORT][/PREFIX] (a registry its nodes pull from), or build and push the image yourself and give it as the environment's image", what, t.c.Name))
 	}
-	if env != nil && env.Kind == environment.KindImage && env.CondaFile != "" {
-		return refuse("environment.conda_file", "on a Kubernetes compute an image environment runs as the image is; bake the conda environment into the image")
-	}
-	if _, err := t.image(env); err != nil {
-		return refuse("environment", err.Error())
+	if !needsBuild(env) {
+		if _, err := t.image(env); err != nil {
+			return refuse("environment", err.Error())
+		}
 	}
 	if r := j.Resources; r != nil {
 		if r.DockerArgs != "" || r.ShmSize != "" {
@@ -214,16 +244,33 @@ func (t *Target) Launch(ctx context.Context, l compute.Launch) (compute.Handle, 
 	if err := t.w.start(ctx); err != nil {
 		return "", err
 	}
-	image, err := t.image(l.Environment)
-	if err != nil {
-		return "", err
-	}
 	it, err := t.instanceType(ctx, l.Spec)
 	if err != nil {
 		return "", err
 	}
-	envImage := l.Environment != nil && l.Environment.Kind == environment.KindImage
-	objs, err := t.objects(l, image, it, envImage)
+	var img podImages
+	if env := l.Environment; needsBuild(env) {
+		if t.images == nil {
+			return "", fmt.Errorf("environment: compute %s has no registry for the image Ferry builds (%w)", t.c.Name, compute.ErrNotSupported)
+		}
+		if img.job, err = t.envImage(ctx, env); err != nil {
+			return "", err
+		}
+		img.inPlace = environment.ImageTag(env.Hash())
+	} else {
+		if img.job, err = t.image(env); err != nil {
+			return "", err
+		}
+		if env != nil && env.Kind == environment.KindImage {
+			img.inPlace = img.job
+		}
+	}
+	if t.images != nil {
+		if img.runner, err = t.runnerImage(ctx); err != nil {
+			return "", err
+		}
+	}
+	objs, err := t.objects(l, img, it)
 	if err != nil {
 		return "", err
 	}

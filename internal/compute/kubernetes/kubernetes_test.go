@@ -1,6 +1,8 @@
 package kubernetes
 
 import (
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,7 +61,7 @@ func TestObjectsOfATwoNodeJob(t *testing.T) {
 	it := &spec.KubeInstanceType{NodeSelector: map[string]string{"gpu": "yes"},
 		Resources:   spec.KubeResources{Limits: map[string]string{"nvidia.com/gpu": "1", "memory": "2Gi"}},
 		Tolerations: []spec.KubeToleration{{Key: "gpu", Operator: "Exists", Effect: "NoSchedule"}}}
-	objs, err := tg.objects(compute.Launch{Job: "train", Attempt: 2, APIURL: "http://10.0.0.1:8080", RunToken: "secret-token", Spec: j}, "img:1", it, false)
+	objs, err := tg.objects(compute.Launch{Job: "train", Attempt: 2, APIURL: "http://10.0.0.1:8080", RunToken: "secret-token", Spec: j}, podImages{job: "img:1"}, it)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,6 +131,72 @@ func TestAdmit(t *testing.T) {
 	}
 	if err := tg.Admit(&spec.Job{Command: "x", Resources: &spec.Resources{InstanceType: "small"}}, img); err != nil {
 		t.Errorf("Admit of a job on an image and a known instance type: %v", err)
+	}
+}
+
+// Without a registry an environment Ferry would build is refused with
+// what to set; with one it is admitted (built and pushed at launch).
+func TestAdmitBuiltEnvironmentsNeedARegistry(t *testing.T) {
+	build := &environment.Spec{Kind: environment.KindBuild, DockerfilePath: "Dockerfile", Context: "abc"}
+	conda := &environment.Spec{Kind: environment.KindImage, Image: "python:3.12", CondaFile: "conda.yml", Context: "abc"}
+	plain := testTarget(t, &spec.Compute{Name: "k8s", Type: "kubernetes"})
+	for _, env := range []*environment.Spec{build, conda} {
+		err := plain.Admit(&spec.Job{Command: "x"}, env)
+		if err == nil || !strings.Contains(err.Error(), "registry:") || !strings.HasPrefix(err.Error(), "environment") {
+			t.Errorf("Admit(%s) without a registry = %v, want a refusal that says to set registry:", env.Describe(), err)
+		}
+	}
+	withReg := testTarget(t, &spec.Compute{Name: "k8s", Type: "kubernetes", Registry: "127.0.0.1:5000/ml"})
+	for _, env := range []*environment.Spec{build, conda} {
+		if err := withReg.Admit(&spec.Job{Command: "x"}, env); err != nil {
+			t.Errorf("Admit(%s) with a registry: %v", env.Describe(), err)
+		}
+	}
+}
+
+// With a registry the runner's binary comes from an init container of
+// the runner's image into an emptyDir (no hostPath), and with registry
+// credentials the attempt's Secret is also the pods' imagePullSecret.
+func TestObjectsWithARegistry(t *testing.T) {
+	tg := testTarget(t, &spec.Compute{Name: "k8s", Type: "kubernetes", Image: "img:1", Registry: "reg.example:5000/ml",
+		RegistryCredentials: &spec.RegistryCredentials{Username: "ferry", Password: "s3cret"}})
+	img := podImages{job: "reg.example:5000/ml/ferry-env@sha256:ab", inPlace: "ferry-env:hash", runner: "reg.example:5000/ml/ferry-runner@sha256:cd"}
+	objs, err := tg.objects(compute.Launch{Job: "train", Attempt: 1, APIURL: "http://10.0.0.1:8080", RunToken: "tok", Spec: &spec.Job{Command: "x"}}, img, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := objs.job.Spec.Template.Spec
+	for _, v := range ps.Volumes {
+		if v.HostPath != nil {
+			t.Errorf("volume %s is a hostPath", v.Name)
+		}
+	}
+	if len(ps.InitContainers) != 1 || ps.InitContainers[0].Image != img.runner ||
+		!slices.Equal(ps.InitContainers[0].Command, []string{"/ferry", "copy-self", exeInPod}) {
+		t.Fatalf("init containers: %+v", ps.InitContainers)
+	}
+	c := ps.Containers[0]
+	if c.Image != img.job || c.Command[0] != exeInPod {
+		t.Errorf("runner container: image %q command %v", c.Image, c.Command)
+	}
+	if i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == runnerVolume }); i < 0 || c.VolumeMounts[i].MountPath != exeDirInPod {
+		t.Errorf("runner container mounts: %+v", c.VolumeMounts)
+	}
+	if i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == EnvImageIsEnvironment }); i < 0 || c.Env[i].Value != "ferry-env:hash" {
+		t.Errorf("env: %+v", c.Env)
+	}
+	name := objectName("train", 1)
+	if len(ps.ImagePullSecrets) != 1 || ps.ImagePullSecrets[0].Name != name || objs.secret.Type != corev1.SecretTypeDockerConfigJson {
+		t.Errorf("pull secrets %+v, secret type %s", ps.ImagePullSecrets, objs.secret.Type)
+	}
+	var dc struct {
+		Auths map[string]struct{ Username, Password, Auth string }
+	}
+	if err := json.Unmarshal(objs.secret.Data[corev1.DockerConfigJsonKey], &dc); err != nil {
+		t.Fatal(err)
+	}
+	if a := dc.Auths["reg.example:5000"]; a.Username != "ferry" || a.Password != "s3cret" || string(objs.secret.Data[tokenKey]) != "tok" {
+		t.Errorf("secret: %s", objs.secret.Data)
 	}
 }
 

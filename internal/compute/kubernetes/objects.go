@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/imagereg"
 	"github.com/ferry-ml/ferry/internal/runner/invocation"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
@@ -40,6 +42,8 @@ const (
 // Where things are inside a job's pod.
 const (
 	exeInPod     = "/opt/ferry/bin/ferry"
+	exeDirInPod  = "/opt/ferry/bin"
+	initName     = "ferry-runner"
 	workInPod    = "/var/lib/ferry"
 	tokenKey     = "FERRY_RUN_TOKEN"
 	runnerName   = "runner"
@@ -104,9 +108,35 @@ func podCount(j *spec.Job) int {
 	return 1
 }
 
+// podImages are the images of an attempt's pods.
+type podImages struct {
+	// job is the runner's container's image.
+	job string
+	// inPlace, when set, tells the runner that job is its environment's
+	// image (EnvImageIsEnvironment's value): the image reference of an
+	// image environment, environment.ImageTag of one Ferry built.
+	inPlace string
+	// runner is the runner's image in the compute's registry; "" mounts
+	// the server's binary from the node instead.
+	runner string
+}
+
+// dockerConfig is the .dockerconfigjson of an imagePullSecret that logs
+// in to the compute's registry.
+func (t *Target) dockerConfig() ([]byte, error) {
+	rc := t.c.RegistryCredentials
+	if t.images == nil || rc == nil || rc.Username == "" {
+		return nil, nil
+	}
+	auth := base64.StdEncoding.EncodeToString([]byte(rc.Username + ":" + rc.Password))
+	return json.Marshal(map[string]any{"auths": map[string]any{t.images.reg.Host(): map[string]string{
+		"username": rc.Username, "password": rc.Password, "auth": auth}}})
+}
+
 // objects builds the Secret, headless Service and Indexed Job of an
-// attempt on image, with instance type it.
-func (t *Target) objects(l compute.Launch, image string, it *spec.KubeInstanceType, envImage bool) (attemptObjects, error) {
+// attempt on images img, with instance type it. With registry
+// credentials the Secret is also the pods' imagePullSecret.
+func (t *Target) objects(l compute.Launch, img podImages, it *spec.KubeInstanceType) (attemptObjects, error) {
 	name := objectName(l.Job, l.Attempt)
 	labels := map[string]string{
 		labelManagedBy: managedBy, labelCompute: t.c.Name, labelJob: labelValue(l.Job),
@@ -118,6 +148,14 @@ func (t *Target) objects(l compute.Launch, image string, it *spec.KubeInstanceTy
 
 	secret := &corev1.Secret{ObjectMeta: meta, Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{tokenKey: []byte(l.RunToken)}}
+	pull, err := t.dockerConfig()
+	if err != nil {
+		return attemptObjects{}, err
+	}
+	if pull != nil {
+		secret.Type = corev1.SecretTypeDockerConfigJson
+		secret.Data[corev1.DockerConfigJsonKey] = pull
+	}
 	service := &corev1.Service{ObjectMeta: meta, Spec: corev1.ServiceSpec{
 		ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{labelHandle: name},
 		// Ranks look each other up before they are ready.
@@ -146,15 +184,15 @@ func (t *Target) objects(l compute.Launch, image string, it *spec.KubeInstanceTy
 		c = ps.Containers[i]
 		ps.Containers = slices.Delete(ps.Containers, i, i+1)
 	}
-	c.Name, c.Image = runnerName, image
+	c.Name, c.Image = runnerName, img.job
 	inv := invocation.Invocation{API: l.APIURL, Job: l.Job, Attempt: l.Attempt, Dir: workInPod + "/run",
 		Cache: workInPod + "/cache", EnvCache: workInPod + "/envs", CancelGrace: t.cfg.CancelGrace}
 	c.Command = []string{exeInPod}
 	c.Args = inv.Args()
 	env := []corev1.EnvVar{{Name: tokenKey, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 		LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: tokenKey}}}}
-	if envImage {
-		env = append(env, corev1.EnvVar{Name: EnvImageIsEnvironment, Value: image})
+	if img.inPlace != "" {
+		env = append(env, corev1.EnvVar{Name: EnvImageIsEnvironment, Value: img.inPlace})
 	}
 	if n > 1 {
 		addrs := make([]string, n)
@@ -171,8 +209,11 @@ func (t *Target) objects(l compute.Launch, image string, it *spec.KubeInstanceTy
 		)
 	}
 	c.Env = append(c.Env, env...)
-	c.VolumeMounts = append(c.VolumeMounts,
-		corev1.VolumeMount{Name: runnerVolume, MountPath: exeInPod, ReadOnly: true},
+	binMount := corev1.VolumeMount{Name: runnerVolume, MountPath: exeInPod, ReadOnly: true}
+	if img.runner != "" {
+		binMount.MountPath = exeDirInPod
+	}
+	c.VolumeMounts = append(c.VolumeMounts, binMount,
 		corev1.VolumeMount{Name: workVolume, MountPath: workInPod})
 	if it != nil {
 		if c.Resources.Requests == nil && c.Resources.Limits == nil {
@@ -187,9 +228,29 @@ func (t *Target) objects(l compute.Launch, image string, it *spec.KubeInstanceTy
 		}
 	}
 	ps.Containers = append([]corev1.Container{c}, ps.Containers...)
-	fileType := corev1.HostPathFile
+	bin := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+	if img.runner != "" {
+		// The runner's image has nothing but Ferry's binary, which copies
+		// itself into the volume the runner's container runs it from.
+		ps.InitContainers = append([]corev1.Container{{
+			Name: initName, Image: img.runner,
+			Command:      []string{imagereg.RunnerPath, "copy-self", exeInPod},
+			VolumeMounts: []corev1.VolumeMount{{Name: runnerVolume, MountPath: exeDirInPod}},
+			// The runner's own: a namespace whose LimitRange or quota
+			// wants limits on every container takes it, and the pod asks
+			// for no more than before (an init container's requests
+			// count as the most of them, not on top).
+			Resources: c.Resources,
+		}}, ps.InitContainers...)
+	} else {
+		fileType := corev1.HostPathFile
+		bin = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: t.cfg.Exe, Type: &fileType}}
+	}
+	if pull != nil {
+		ps.ImagePullSecrets = append(ps.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
+	}
 	ps.Volumes = append(ps.Volumes,
-		corev1.Volume{Name: runnerVolume, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: t.cfg.Exe, Type: &fileType}}},
+		corev1.Volume{Name: runnerVolume, VolumeSource: bin},
 		corev1.Volume{Name: workVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 
 	count := int32(n)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -311,7 +312,9 @@ var imagePullReasons = map[string]bool{
 
 // podFatal says whether a pod's state ends the attempt, and why.
 func podFatal(p *corev1.Pod) (why string, exit *int, fatal bool) {
-	for _, cs := range p.Status.ContainerStatuses {
+	// The runner's init container (its image from the compute's
+	// registry) comes first.
+	for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
 		if wt := cs.State.Waiting; wt != nil && imagePullReasons[wt.Reason] {
 			return fmt.Sprintf("%s while preparing: %s", wt.Reason, wt.Message), nil, true
 		}

@@ -1,0 +1,129 @@
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/testutil"
+)
+
+// lockedBuffer is a log the target writes from several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A Dockerfile environment is built on the real Docker engine and pushed
+// to the real test registry once, by digest, however many launches ask
+// for it at once; the engine's copy is removed after the push.
+func TestEnvImageBuiltAndPushedOnce(t *testing.T) {
+	tr := testutil.Registry(t)
+	d := testutil.RequireDocker(t)
+	testutil.RequireBaseImage(t)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	prefix := tr.Addr + "/ferry-unit-" + hex.EncodeToString(b)
+	files := t.TempDir()
+	if err := os.WriteFile(filepath.Join(files, "Dockerfile"), []byte("FROM "+testutil.BaseImage+"\nRUN echo "+prefix+" > /marker\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := &lockedBuffer{}
+	c := &spec.Compute{Name: "k8s", Type: "kubernetes", Registry: prefix,
+		RegistryCredentials: &spec.RegistryCredentials{Username: tr.Username, Password: tr.Password}}
+	c.ApplyDefaults()
+	c.KubeconfigContent = "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+	tg, err := New(Config{Compute: c, Exe: "/bin/true", Log: slog.New(slog.NewTextHandler(log, nil)),
+		Snapshot: func(_ context.Context, id, dest string) error {
+			if id != "ctx1" {
+				t.Errorf("snapshot %q asked for", id)
+			}
+			return os.CopyFS(dest, os.DirFS(files))
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &environment.Spec{Kind: environment.KindBuild, DockerfilePath: "Dockerfile", Context: "ctx1"}
+	auth := remote.WithAuth(&authn.Basic{Username: tr.Username, Password: tr.Password})
+	t.Cleanup(func() {
+		ref, err := name.NewTag(prefix + "/" + envRepo + ":" + env.Hash())
+		if err != nil {
+			return
+		}
+		if desc, err := remote.Head(ref, auth); err == nil {
+			if err := remote.Delete(ref.Digest(desc.Digest.String()), auth); err != nil {
+				t.Errorf("delete the test's image: %v", err)
+			}
+		}
+	})
+	refs := make([]string, 3)
+	var wg sync.WaitGroup
+	for i := range refs {
+		wg.Go(func() {
+			var err error
+			if refs[i], err = tg.envImage(context.Background(), env); err != nil {
+				t.Errorf("envImage: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if !strings.HasPrefix(refs[0], prefix+"/ferry-env@sha256:") || refs[1] != refs[0] || refs[2] != refs[0] {
+		t.Errorf("refs %v, want one by digest under %s", refs, prefix)
+	}
+	if n := strings.Count(log.String(), "pushed an environment's image"); n != 1 {
+		t.Errorf("%d pushes for three launches, want 1:\n%s", n, log)
+	}
+	// The registry has it by the environment's hash, with that digest.
+	tag, err := name.NewTag(prefix + "/" + envRepo + ":" + env.Hash())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if desc, err := remote.Head(tag, auth); err != nil || !strings.HasSuffix(refs[0], "@"+desc.Digest.String()) {
+		t.Errorf("the registry's %s: %v %v", tag, desc, err)
+	}
+	if _, err := d.ImageInspect(context.Background(), environment.ImageTag(env.Hash())); err == nil {
+		t.Errorf("the pushed image is still on the server's engine")
+	}
+	// A new target (a restarted server) finds it and pushes nothing.
+	tg2, err := New(Config{Compute: c, Exe: "/bin/true", Log: slog.New(slog.NewTextHandler(log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref, err := tg2.envImage(context.Background(), env); err != nil || ref != refs[0] {
+		t.Errorf("after a restart: %q %v, want %q", ref, err, refs[0])
+	}
+	if n := strings.Count(log.String(), "pushed an environment's image"); n != 1 {
+		t.Errorf("%d pushes after a restart, want still 1", n)
+	}
+	if strings.Contains(log.String(), tr.Password) {
+		t.Errorf("the log holds the registry password")
+	}
+}
