@@ -2,11 +2,11 @@ package cli
 
 import (
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ferry-ml/ferry/internal/selfexe"
 )
 
 // copySelfCmd is what the init container of a Kubernetes pod runs: the
@@ -29,29 +29,16 @@ func (a *app) copySelfCmd() *cobra.Command {
 	}
 }
 
-// copyExecutable copies the file src to dest, executable, through a
-// temporary file beside dest so that dest is never half written.
+// copyExecutable copies the file src to dest, executable, never leaving
+// dest half written.
 func copyExecutable(src, dest string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dest), ".copy-self-*")
-	if err != nil {
+	if err := selfexe.WriteExecutable(in, dest); err != nil {
 		return fmt.Errorf("copy-self: %w", err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, in); err != nil {
-		tmp.Close()
-		return fmt.Errorf("copy-self: %w", err)
-	}
-	if err := tmp.Chmod(0o755); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dest)
+	return nil
 }

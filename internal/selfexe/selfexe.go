@@ -44,21 +44,27 @@ func Install(dir string) (string, error) {
 	if _, err := src.Seek(0, io.SeekStart); err != nil {
 		return "", err
 	}
-	tmp, err := os.CreateTemp(dir, ".ferry-*")
+	return dst, WriteExecutable(src, dst)
+}
+
+// WriteExecutable writes what src holds to dest, mode 0755, through a
+// temporary file beside dest, so that dest is never seen half written.
+func WriteExecutable(src io.Reader, dest string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(dest), ".ferry-*")
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := io.Copy(tmp, src); err != nil {
 		tmp.Close()
-		return "", err
+		return err
 	}
 	if err := tmp.Chmod(0o755); err != nil {
 		tmp.Close()
-		return "", err
+		return err
 	}
 	if err := tmp.Close(); err != nil {
-		return "", err
+		return err
 	}
-	return dst, os.Rename(tmp.Name(), dst)
+	return os.Rename(tmp.Name(), dest)
 }
