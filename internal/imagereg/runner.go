@@ -35,12 +35,9 @@ var ErrNotStatic = errors.New("the ferry binary is dynamically linked; the runne
 // a pod's volume (`ferry copy-self`), from where the job's own image runs
 // it. It refuses a binary that is not statically linked.
 func RunnerImage(exe string) (v1.Image, string, error) {
-	data, err := os.ReadFile(exe)
+	data, tag, err := readRunner(exe)
 	if err != nil {
-		return nil, "", fmt.Errorf("read the ferry binary: %w", err)
-	}
-	if err := static(data); err != nil {
-		return nil, "", fmt.Errorf("%s: %w", exe, err)
+		return nil, "", err
 	}
 	var layer bytes.Buffer
 	tw := tar.NewWriter(&layer)
@@ -73,22 +70,28 @@ func RunnerImage(exe string) (v1.Image, string, error) {
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return nil, "", err
 	}
-	sum := sha256.Sum256(data)
-	return img, hex.EncodeToString(sum[:]), nil
+	return img, tag, nil
 }
 
 // RunnerTag is the tag RunnerImage gives the binary at exe, without
 // making the image; it refuses a binary that is not statically linked.
 func RunnerTag(exe string) (string, error) {
+	_, tag, err := readRunner(exe)
+	return tag, err
+}
+
+// readRunner reads the ferry binary at exe, refusing one that is not
+// statically linked, and names its content (its SHA-256, hex).
+func readRunner(exe string) ([]byte, string, error) {
 	data, err := os.ReadFile(exe)
 	if err != nil {
-		return "", fmt.Errorf("read the ferry binary: %w", err)
+		return nil, "", fmt.Errorf("read the ferry binary: %w", err)
 	}
 	if err := static(data); err != nil {
-		return "", fmt.Errorf("%s: %w", exe, err)
+		return nil, "", fmt.Errorf("%s: %w", exe, err)
 	}
 	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:]), nil
+	return data, hex.EncodeToString(sum[:]), nil
 }
 
 // static says whether an ELF executable needs no dynamic loader.
