@@ -9,6 +9,7 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
 	"github.com/ferry-ml/ferry/internal/serving/probe"
+	"github.com/ferry-ml/ferry/internal/unixsock"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
@@ -66,7 +67,7 @@ func replicaProber() func(ctx context.Context, baseURL string) error {
 		var dialer net.Dialer
 		unixClient := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return gateway.DialUnix(ctx, &dialer, path)
+				return unixsock.Dial(ctx, &dialer, path)
 			}}}
 		if err := probe.Probe(ctx, unixClient, "http://localhost"); err != nil {
 			return fmt.Errorf("%s: %w", baseURL, err)

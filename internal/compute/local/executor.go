@@ -2,6 +2,7 @@ package local
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,11 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/runner/invocation"
+	"github.com/ferry-ml/ferry/internal/unixsock"
 )
 
 // With Config.Executor, the local target hands its attempts to a
@@ -209,14 +210,5 @@ func (c *executorConn) send(req ExecutorRequest) (ExecutorReply, error) {
 // socket's path is bounded (108 bytes); a longer one is reached through
 // the folder's descriptor.
 func DialExecutor(dir string) (net.Conn, error) {
-	path := filepath.Join(dir, ExecutorSocket)
-	if len(path) < 100 {
-		return net.DialTimeout("unix", path, 2*time.Second)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	return net.DialTimeout("unix", "/proc/self/fd/"+strconv.Itoa(int(d.Fd()))+"/"+ExecutorSocket, 2*time.Second)
+	return unixsock.Dial(context.Background(), &net.Dialer{Timeout: 2 * time.Second}, filepath.Join(dir, ExecutorSocket))
 }

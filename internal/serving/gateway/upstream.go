@@ -9,12 +9,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ferry-ml/ferry/internal/unixsock"
 )
 
 // upstream is the gateway's HTTP/1.1 client to replicas: a pool of
@@ -283,7 +283,7 @@ func (u *upstream) get(ctx context.Context, addr string, fresh bool) (*upConn, e
 	var nc net.Conn
 	var err error
 	if network == "unix" {
-		nc, err = DialUnix(ctx, &u.dialer, addr)
+		nc, err = unixsock.Dial(ctx, &u.dialer, addr)
 	} else {
 		nc, err = u.dialer.DialContext(ctx, network, addr)
 	}
@@ -294,26 +294,6 @@ func (u *upstream) get(ctx context.Context, addr string, fresh bool) (*upConn, e
 		_ = tc.SetNoDelay(true)
 	}
 	return &upConn{Conn: nc, addr: addr, unix: network == "unix", br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10)}, nil
-}
-
-// DialUnix connects to the Unix socket at path. A socket's path is at
-// most 107 bytes; a longer one (a replica's socket deep in its job's
-// folder) is reached through a descriptor of its folder, as
-// /proc/self/fd/N/NAME, the way the replica bound it.
-func DialUnix(ctx context.Context, d *net.Dialer, path string) (net.Conn, error) {
-	if len(path) < 100 {
-		return d.DialContext(ctx, "unix", path)
-	}
-	dir, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return nil, err
-	}
-	defer dir.Close()
-	c, err := d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(int(dir.Fd()))+"/"+filepath.Base(path))
-	if err != nil {
-		return nil, fmt.Errorf("dial unix %s: %w", path, err)
-	}
-	return c, nil
 }
 
 // put keeps c for the next request to its address.
