@@ -29,9 +29,40 @@ func (s Status) OnThisHost() bool {
 }
 
 func (s Status) onHost(boot string) bool {
-	if s.Unix == "" || !filepath.IsAbs(s.Unix) || s.BootID == "" || boot == "" || s.BootID != boot {
+	if s.BootID == "" || boot == "" || s.BootID != boot {
 		return false
 	}
-	dev, ino, ok := socketFile(s.Unix)
-	return ok && dev == s.UnixDev && ino == s.UnixIno
+	return SocketFile{s.Unix, s.UnixDev, s.UnixIno}.isHere()
+}
+
+// WorkersOnThisHost is the paths of the workers' own sockets when the
+// replica is on this host (OnThisHost) and every one of them is, seen from
+// here, the socket the replica bound; nil otherwise (the gateway then
+// reaches the workers through the replica's front).
+func (s Status) WorkersOnThisHost() []string {
+	return s.workersOnHost(bootID())
+}
+
+func (s Status) workersOnHost(boot string) []string {
+	if len(s.WorkerSockets) == 0 || !s.onHost(boot) {
+		return nil
+	}
+	paths := make([]string, len(s.WorkerSockets))
+	for i, f := range s.WorkerSockets {
+		if !f.isHere() {
+			return nil
+		}
+		paths[i] = f.Path
+	}
+	return paths
+}
+
+// isHere reports whether f's path, seen from this process, is the socket
+// the replica described (same device and inode).
+func (f SocketFile) isHere() bool {
+	if f.Path == "" || !filepath.IsAbs(f.Path) {
+		return false
+	}
+	dev, ino, ok := socketFile(f.Path)
+	return ok && dev == f.Dev && ino == f.Ino
 }

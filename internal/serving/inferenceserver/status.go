@@ -32,6 +32,20 @@ type Status struct {
 	UnixDev uint64 `json:"unix_dev,omitempty"`
 	UnixIno uint64 `json:"unix_ino,omitempty"`
 	BootID  string `json:"boot_id,omitempty"`
+	// WorkerSockets are the workers' own Unix sockets, one a worker,
+	// beside Unix: a gateway on this host that connects there balances
+	// across the workers itself and saves the front's hand-over
+	// (WorkersOnThisHost).
+	WorkerSockets []SocketFile `json:"worker_sockets,omitempty"`
+}
+
+// SocketFile is a Unix socket a replica listens on: its path, and the
+// socket file's device and inode, by which a gateway tells that the path
+// it sees is that very socket.
+type SocketFile struct {
+	Path string `json:"path"`
+	Dev  uint64 `json:"dev"`
+	Ino  uint64 `json:"ino"`
 }
 
 // ErrExited is what WaitReady returns, wrapped, when the replica's stdout

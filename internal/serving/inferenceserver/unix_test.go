@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -125,5 +126,120 @@ func TestUnixSocketThatCannotBeMade(t *testing.T) {
 	}
 	if !strings.Contains(rep.stderr.String(), "serving on TCP alone") {
 		t.Errorf("the log does not say why there is no socket:\n%s", rep.stderr)
+	}
+}
+
+// dialKeptUnix is dialKept on a Unix socket.
+func dialKeptUnix(t *testing.T, path string) *keptConn {
+	t.Helper()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &keptConn{c: c, r: bufio.NewReader(c)}
+}
+
+// With a Unix socket, each worker listens on one of its own too, named in
+// the status lines: every request on a connection to worker i's socket is
+// answered by worker i (a gateway balancing across workers relies on
+// it), on the same connection one after another. On SIGTERM a request
+// under way there is answered, with Connection: close, before the worker
+// ends; then the sockets are gone and a new connection is refused.
+func TestWorkerSockets(t *testing.T) {
+	python := requirePython(t)
+	sock := filepath.Join(t.TempDir(), "replica.sock")
+	rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.Workers = 2; r.UnixSocket = sock })
+	st := rep.ready(t)
+	if len(st.WorkerSockets) != 2 || st.WorkerSockets[0].Path != sock+".w0" || st.WorkerSockets[1].Path != sock+".w1" {
+		t.Fatalf("the ready status line's worker sockets: %+v\n%s", st.WorkerSockets, rep.stdout)
+	}
+	paths := st.WorkersOnThisHost()
+	if len(paths) != 2 || paths[0] != sock+".w0" {
+		t.Fatalf("WorkersOnThisHost: %v", paths)
+	}
+	workers := map[string]bool{fmt.Sprint(st.Workers[0]): true, fmt.Sprint(st.Workers[1]): true}
+
+	answeredBy := map[string]string{}
+	conns := map[string]*keptConn{}
+	for _, p := range paths {
+		conns[p] = dialKeptUnix(t, p)
+		for i := range 5 {
+			resp, pid, err := conns[p].score("quick")
+			if err != nil || resp.StatusCode != 200 || !workers[pid] {
+				t.Fatalf("request %d on %s: %v %v %q", i, p, resp, err, pid)
+			}
+			if answeredBy[p] == "" {
+				answeredBy[p] = pid
+			} else if answeredBy[p] != pid {
+				t.Fatalf("requests on %s were answered by workers %s and %s: a worker's socket must be that worker's", p, answeredBy[p], pid)
+			}
+		}
+	}
+	if answeredBy[paths[0]] == answeredBy[paths[1]] {
+		t.Fatalf("both worker sockets were answered by worker %s", answeredBy[paths[0]])
+	}
+	// A second connection to the same worker is served beside the first.
+	if resp, pid, err := dialKeptUnix(t, paths[1]).score("quick"); err != nil || resp.StatusCode != 200 || pid != answeredBy[paths[1]] {
+		t.Fatalf("a second connection to %s: %v %v %q", paths[1], resp, err, pid)
+	}
+
+	// Stop with a request under way on worker 0's socket.
+	held := make(chan string, 1)
+	go func() {
+		resp, b, err := conns[paths[0]].score("hold")
+		if err != nil {
+			held <- err.Error()
+			return
+		}
+		held <- fmt.Sprintf("%d %s close=%v", resp.StatusCode, b, resp.Close)
+	}()
+	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(rep.dir, "held")); return err == nil })
+	_ = syscall.Kill(rep.cmd.Process.Pid, syscall.SIGTERM)
+	rep.waitLog(t, "worker stopping: its own socket takes no more connections")
+	if err := os.WriteFile(filepath.Join(rep.dir, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := <-held, "200 "+answeredBy[paths[0]]+" close=true"; got != want {
+		t.Fatalf("the request under way at SIGTERM: %q, want %q", got, want)
+	}
+	select {
+	case <-rep.done:
+	case <-time.After(time.Minute):
+		t.Fatal("the replica did not stop within a minute of SIGTERM")
+	}
+	for _, p := range paths {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("the replica left worker socket %s behind (stat: %v)", p, err)
+		}
+	}
+}
+
+// A worker socket that is not, seen from here, the one the replica bound
+// (or a replica not on this host) gives no worker sockets at all: the
+// gateway then goes through the front rather than to a stranger.
+func TestWorkerSocketsOnThisHostOnly(t *testing.T) {
+	python := requirePython(t)
+	sock := filepath.Join(t.TempDir(), "replica.sock")
+	rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.Workers = 2; r.UnixSocket = sock })
+	st := rep.ready(t)
+	if len(st.WorkersOnThisHost()) != 2 {
+		t.Fatalf("WorkersOnThisHost: %v (%+v)", st.WorkersOnThisHost(), st.WorkerSockets)
+	}
+	other := filepath.Join(t.TempDir(), "other.sock")
+	ln, err := net.Listen("unix", other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	stranger := st
+	stranger.WorkerSockets = slices.Clone(st.WorkerSockets)
+	stranger.WorkerSockets[1].Path = other
+	elsewhere := st
+	elsewhere.BootID = "3f1e0b7a-0000-4000-8000-another-host"
+	for name, s := range map[string]Status{"a stranger's socket": stranger, "another host": elsewhere} {
+		if got := s.WorkersOnThisHost(); got != nil {
+			t.Errorf("%s: WorkersOnThisHost = %v, want none", name, got)
+		}
 	}
 }

@@ -173,6 +173,8 @@ class Worker(object):
         self.waiting = 0  # threads waiting for a connection
         self.active = 0  # connections being answered
         self.idle = threading.Condition(self.lock)
+        self.own = None  # the worker's own listening socket (serve_own)
+        self.stopping = False
 
     def start(self):
         self._spawn()
@@ -210,6 +212,66 @@ class Worker(object):
                     spare = self.waiting >= self.SPARE
             if spare:
                 return
+
+    def serve_own(self, lsock):
+        """Answers, besides the front's hand-overs, connections made to this
+        worker's own Unix socket: a gateway on this host that balances
+        across the workers itself sends there, and the front's hand-over
+        (an epoll wake-up, a descriptor passed each way) is saved. Each
+        connection gets a thread that answers its requests one after
+        another while it stays open."""
+        lsock.setblocking(True)
+        self.own = lsock
+        t = threading.Thread(target=self._accept_own, args=(lsock,))
+        t.daemon = True
+        t.start()
+
+    def _accept_own(self, lsock):
+        while True:
+            try:
+                conn, _ = lsock.accept()
+            except InterruptedError:
+                continue
+            except OSError:
+                return  # closed: the worker stops
+            t = threading.Thread(target=self._serve_own_conn, args=(conn,))
+            t.daemon = True
+            t.start()
+
+    def _serve_own_conn(self, conn):
+        try:
+            OwnHandler(conn, ("local", 0), self)
+        except Exception:
+            log("E", "connection to the worker's socket:\n%s" % traceback.format_exc())
+        finally:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def stop_own(self):
+        """Takes no more connections on the worker's own socket; an answer
+        under way says Connection: close, and a request that comes on a
+        kept connection after this one is answered the same way."""
+        self.stopping = True
+        if self.own is not None:
+            try:
+                # shutdown, not only close: it ends the accept() that the
+                # accepting thread is blocked in.
+                self.own.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self.own.close()
+
+    def begin(self):
+        with self.lock:
+            self.active += 1
+
+    def end(self):
+        with self.lock:
+            self.active -= 1
+            if not self.active:
+                self.idle.notify_all()
 
     def wait_answers(self, timeout):
         """Waits (up to timeout seconds) until no connection is being
@@ -284,6 +346,20 @@ class Lease(object):
             self.worker.ctl.send(b"%s %d" % (self.cid.encode("ascii"), keep))
         except OSError:
             pass  # the front is gone
+
+
+class OwnLease(object):
+    """The lease of a connection made to the worker's own socket: the
+    worker keeps it, there is no front to give it back to."""
+
+    __slots__ = ()
+    released = False
+
+    def give_back(self, keep):
+        pass
+
+
+OWN_LEASE = OwnLease()
 
 
 class ConnReader(io.RawIOBase):
@@ -670,3 +746,44 @@ class Handler(BaseHTTPRequestHandler):
             # tells the client the response is incomplete.
             log("E", "run()'s stream raised:\n" + traceback.format_exc())
             self.close_connection = True
+
+
+class OwnHandler(Handler):
+    """A connection to the worker's own socket (Worker.serve_own): every
+    request on it is answered here, one after another, until either side
+    closes it. A request counts as under way (Worker.wait_answers) from
+    its request line to its answer's last byte."""
+
+    def __init__(self, conn, addr, worker):
+        self.counted = False
+        Handler.__init__(self, conn, addr, worker, OWN_LEASE, False)
+
+    def handle(self):
+        self.handle_one_request()
+        while not self.close_connection:
+            self.handle_one_request()
+
+    def handle_one_request(self):
+        self.counted = False
+        try:
+            Handler.handle_one_request(self)
+        finally:
+            if self.counted:
+                self.worker.end()
+
+    def parse_request(self):
+        self.worker.begin()
+        self.counted = True
+        if self.worker.stopping:
+            self.close_after = True
+        return Handler.parse_request(self)
+
+    def headers_done(self):
+        # A worker told to stop since the request came says so in its
+        # answer: the connection is not kept for another.
+        if self.worker.stopping:
+            self.close_after = True
+        Handler.headers_done(self)
+
+    def release_early(self):
+        pass

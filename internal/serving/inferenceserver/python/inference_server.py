@@ -26,6 +26,12 @@ connection by connection: a client that keeps a few connections alive (a
 gateway does) keeps every worker busy, whichever worker accepted what. The
 front never reads or writes a request's bytes.
 
+With --unix, each worker also listens on a Unix socket of its own
+(PATH.w0, PATH.w1, ..., named in the status lines as worker_sockets). A
+gateway on the same host that balances across the workers itself (Ferry's
+does) connects there and saves the front's hand-over per request; every
+other client goes through the front.
+
 Standard library only, Python 3.8 or later: it runs in any environment.
 Stdout carries two status lines for whoever started it (JSON objects with
 the key "ferry_inference_server": "listening", then "ready") and nothing
@@ -58,8 +64,9 @@ def status_line(state, **fields):
     sys.stdout.flush()
 
 
-def worker_main(script_path, ctl, family, max_body, ready_w, go_r):
-    """The body of one forked worker; returns its exit status."""
+def worker_main(script_path, ctl, family, max_body, ready_w, go_r, own=None):
+    """The body of one forked worker; returns its exit status. own is the
+    worker's own listening socket (a Unix socket), or None."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     # The script's prints go to the log (stderr): stdout is the parent's,
@@ -89,6 +96,8 @@ def worker_main(script_path, ctl, family, max_body, ready_w, go_r):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     worker.ready = True
+    if own is not None:
+        worker.serve_own(own)
     os.write(ready_w, b"serving %d\n" % os.getpid())
     os.close(ready_w)
     # Then wait for the front to go away or let go (end of file), and for
@@ -97,6 +106,9 @@ def worker_main(script_path, ctl, family, max_body, ready_w, go_r):
     while True:
         try:
             if not os.read(go_r, 1):
+                if own is not None:
+                    worker.stop_own()
+                    log("I", "worker stopping: its own socket takes no more connections")
                 worker.wait_answers(STOP_GRACE - 1)
                 return 0
         except InterruptedError:
@@ -496,6 +508,36 @@ def bind_unix(sock, path):
         os.close(d)
 
 
+def own_sockets(unix, n):
+    """A listening Unix socket for each of n workers, beside the replica's
+    own (PATH.w0, PATH.w1, ...): [(socket, path, stat)], or [] when one
+    cannot be made (the gateway then reaches the workers through the
+    front). A gateway on this host balances across them itself."""
+    owns = []
+    try:
+        for i in range(n):
+            path = "%s.w%d" % (unix, i)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            owns.append((s, path, None))
+            if os.path.exists(path) and not os.path.isdir(path):
+                os.unlink(path)  # a socket a replica before this one left
+            bind_unix(s, path)
+            os.chmod(path, 0o666)  # as the replica's own socket
+            s.listen(128)
+            owns[-1] = (s, path, os.stat(path))
+    except OSError as e:
+        log("W", "no socket of its own for worker %d (%s): the workers are reached through the front" % (len(owns) - 1, e))
+        for s, path, st in owns:
+            s.close()
+            if st is not None:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        return []
+    return owns
+
+
 def boot_id():
     """The running kernel's boot id (Linux), or None."""
     try:
@@ -576,6 +618,7 @@ def main(argv=None):
         except OSError as e:
             usock.close()
             log("W", "no Unix socket at %s (%s): serving on TCP alone" % (args.unix, e))
+    owns = own_sockets(unix, workers) if unix else []
     host, port = sock.getsockname()[:2]
     address = "[%s]:%d" % (host, port) if family == socket.AF_INET6 else "%s:%d" % (host, port)
     where = {"address": address}
@@ -588,6 +631,9 @@ def main(argv=None):
         boot = boot_id()
         if boot:
             where["boot_id"] = boot
+        if owns:
+            where["worker_sockets"] = [{"path": os.path.abspath(path), "dev": st.st_dev, "ino": st.st_ino}
+                                       for _, path, st in owns]
     status_line("listening", pid=os.getpid(), **where)
     log("I", "Ferry inference server on %s: script %s, %d worker(s), model dir %s"
         % (address, script, workers, os.environ.get("AZUREML_MODEL_DIR", "(unset)")))
@@ -617,9 +663,10 @@ def main(argv=None):
                 signal.set_wakeup_fd(-1)
                 for fd in [wake_r, wake_w, ready_r, go_w] + [p.go_w for p in procs]:
                     os.close(fd)
-                for s in socks + [front_end] + [p.ctl for p in procs]:
+                own = owns[len(procs)][0] if owns else None
+                for s in socks + [front_end] + [p.ctl for p in procs] + [o[0] for o in owns if o[0] is not own]:
                     s.close()
-                code = worker_main(script, worker_end, family, args.max_body_bytes, ready_w, go_r)
+                code = worker_main(script, worker_end, family, args.max_body_bytes, ready_w, go_r, own)
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()
@@ -629,6 +676,10 @@ def main(argv=None):
         procs.append(WorkerProc(pid, front_end, go_w))
     os.close(ready_w)
     os.set_blocking(ready_r, False)
+    # Each worker's own socket is its alone: when the worker is gone, a
+    # connection to it is refused, not left in a backlog no one accepts.
+    for o in owns:
+        o[0].close()
 
     front = Front(socks, address, where, procs, ready_r, wake_r, stop, args.drain_seconds)
     try:
@@ -653,9 +704,9 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     front.close_all()
-    if unix:
+    for path in ([unix] if unix else []) + [o[1] for o in owns]:
         try:
-            os.unlink(unix)
+            os.unlink(path)
         except OSError:
             pass
     stop_workers(procs, STOP_GRACE)
