@@ -58,7 +58,14 @@ type Deployment struct {
 	Name string
 	// Replicas are the base URLs (http://host:port) of the replicas that
 	// passed their readiness probe.
-	Replicas       []string
+	Replicas []string
+	// Workers are, by replica URL, the URLs (unix:/PATH) of that
+	// replica's workers' own sockets, for a replica on the gateway's host
+	// that has them. A request to such a replica goes to its least busy
+	// worker directly, not through the replica's front, which would hand
+	// it to a worker itself: that hand-over is CPU the replica's host
+	// saves. Its requests are still counted on the replica's URL.
+	Workers        map[string][]string
 	RequestTimeout time.Duration
 	// MaxConcurrent is max_concurrent_requests_per_instance.
 	MaxConcurrent int
@@ -123,9 +130,12 @@ type deploymentState struct {
 	mu       sync.Mutex
 	inFlight map[string]int // per replica URL
 	next     int            // round robin among the least busy
-	stats    *latencies
-	waiting  atomic.Int64 // requests waiting for a slot or a cold start
-	last     atomic.Int64 // when the last request came, in Unix nanoseconds
+	// perWorker are the requests in flight per worker URL (Workers).
+	perWorker  map[string]int
+	nextWorker int
+	stats      *latencies
+	waiting    atomic.Int64 // requests waiting for a slot or a cold start
+	last       atomic.Int64 // when the last request came, in Unix nanoseconds
 	// The deployment's metrics, bound to its labels once (a lookup by
 	// label values per request hashes and allocates).
 	latencyObs prometheus.Observer
@@ -180,7 +190,7 @@ func (g *Gateway) Set(e Endpoint) {
 			ds = old.deps[name]
 		}
 		if ds == nil {
-			ds = &deploymentState{lim: newLimiter(), inFlight: map[string]int{}, stats: newLatencies(),
+			ds = &deploymentState{lim: newLimiter(), inFlight: map[string]int{}, perWorker: map[string]int{}, stats: newLatencies(),
 				latencyObs: g.latency.WithLabelValues(e.Name, name)}
 		}
 		ds.mu.Lock()
@@ -422,13 +432,13 @@ func (g *Gateway) score(w http.ResponseWriter, r *http.Request, e *endpointState
 	// snapshot).
 	var tried []string
 	for attempt := 0; ; attempt++ {
-		replica := d.take(tried)
+		replica, target := d.take(tried)
 		if replica == "" {
 			return writeError(w, fail(http.StatusServiceUnavailable, "deployment %s has no ready replica", d.Name))
 		}
 		tried = append(tried, replica)
-		code, err := g.forward(ctx, w, r, d, replica, body)
-		d.done(replica)
+		code, err := g.forward(ctx, w, r, d, target, body)
+		d.done(replica, target)
 		if err == nil {
 			return code
 		}
@@ -465,11 +475,12 @@ func (g *Gateway) ready(ctx context.Context, e *endpointState, d *deploymentStat
 	return nil
 }
 
-// forward sends the request to one replica and streams its answer back.
-// An error means nothing was written to w.
-func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, d *deploymentState, replica string, body []byte) (int, error) {
+// forward sends the request to one replica (at target: its URL, or one
+// of its workers') and streams its answer back. An error means nothing
+// was written to w.
+func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, d *deploymentState, target string, body []byte) (int, error) {
 	// The endpoint's key stays at the gateway (upstream.forwarded).
-	resp, err := g.up.do(ctx, replica, r.Method, r.URL.RawQuery, r.Header, body)
+	resp, err := g.up.do(ctx, target, r.Method, r.URL.RawQuery, r.Header, body)
 	if err != nil {
 		return 0, err
 	}
@@ -532,12 +543,12 @@ func (g *Gateway) mirror(r *http.Request, e *endpointState, live string, body []
 			defer d.lim.release()
 			ctx, cancel := context.WithTimeout(context.Background(), d.timeout())
 			defer cancel()
-			replica := d.take(nil)
+			replica, target := d.take(nil)
 			if replica == "" {
 				return
 			}
-			defer d.done(replica)
-			resp, err := g.up.do(ctx, replica, http.MethodPost, "", hdr, body)
+			defer d.done(replica, target)
+			resp, err := g.up.do(ctx, target, http.MethodPost, "", hdr, body)
 			code := http.StatusBadGateway
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
@@ -599,8 +610,10 @@ func (d *deploymentState) replicaCount() int {
 }
 
 // take picks the ready replica with the fewest requests in flight (round
-// robin among equals), not one of skip, and counts the request on it.
-func (d *deploymentState) take(skip []string) string {
+// robin among equals), not one of skip, and counts the request on it. The
+// target is where to send it: the replica's least busy worker (round robin
+// among equals) when the replica has Workers, else the replica's URL.
+func (d *deploymentState) take(skip []string) (replica, target string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	best, bestN := "", 0
@@ -614,18 +627,37 @@ func (d *deploymentState) take(skip []string) string {
 			best, bestN = r, d.inFlight[r]
 		}
 	}
-	if best != "" {
-		d.inFlight[best]++
-		d.next++
+	if best == "" {
+		return "", ""
 	}
-	return best
+	d.inFlight[best]++
+	d.next++
+	workers := d.Workers[best]
+	if len(workers) == 0 {
+		return best, best
+	}
+	target, targetN := "", 0
+	for i := range workers {
+		w := workers[(d.nextWorker+i)%len(workers)]
+		if target == "" || d.perWorker[w] < targetN {
+			target, targetN = w, d.perWorker[w]
+		}
+	}
+	d.perWorker[target]++
+	d.nextWorker++
+	return best, target
 }
 
-// done ends a request counted on replica by take.
-func (d *deploymentState) done(replica string) {
+// done ends a request counted on replica (and sent to target) by take.
+func (d *deploymentState) done(replica, target string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.inFlight[replica]--; d.inFlight[replica] <= 0 {
 		delete(d.inFlight, replica)
+	}
+	if target != replica {
+		if d.perWorker[target]--; d.perWorker[target] <= 0 {
+			delete(d.perWorker, target)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -276,5 +277,123 @@ func TestUnixSocketLongPath(t *testing.T) {
 	base := serve(t, g)
 	if code, body, _ := score(t, base, "ep", key1, "deep", nil); code != http.StatusOK || body != "deep" {
 		t.Fatalf("through a %d-byte socket path: %d %s", len(sock), code, body)
+	}
+}
+
+// unixReplica is a replica (or one of its workers) on a Unix socket at
+// path: it answers /score with its name and counts what it got; while
+// block is open, each request waits for it.
+func unixReplica(t *testing.T, path, name string, block chan struct{}) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &atomic.Int64{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Add(1)
+		if block != nil {
+			<-block
+		}
+		fmt.Fprint(w, name)
+	}))
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, got
+}
+
+// A replica with workers of its own (Deployment.Workers) gets its requests
+// at its least busy worker's socket, never at its own URL, and they count
+// on the replica as any other (Load, the least busy replica); a replica
+// without workers is reached as before. A worker whose socket refuses
+// sends the request on to another replica.
+func TestRequestsGoToTheLeastBusyWorker(t *testing.T) {
+	dir := t.TempDir()
+	block := make(chan struct{})
+	front, frontGot := unixReplica(t, filepath.Join(dir, "a.sock"), "a-front", nil)
+	w0, _ := unixReplica(t, filepath.Join(dir, "a.sock.w0"), "a-w0", block)
+	_, _ = unixReplica(t, filepath.Join(dir, "a.sock.w1"), "a-w1", block)
+	b, _ := unixReplica(t, filepath.Join(dir, "b.sock"), "b", block)
+	a := "unix:" + front.Listener.Addr().String()
+	bURL := "unix:" + b.Listener.Addr().String()
+	d := Deployment{Replicas: []string{a, bURL}, RequestTimeout: 10 * time.Second, MaxConcurrent: 4, MaxQueueWait: time.Second,
+		Workers: map[string][]string{a: {"unix:" + filepath.Join(dir, "a.sock.w0"), "unix:" + filepath.Join(dir, "a.sock.w1")}}}
+	g := New(Options{})
+	g.Set(Endpoint{Name: "ep", AuthMode: "key", Keys: []string{key1}, Traffic: map[string]int{"d": 100}, Deployments: map[string]Deployment{"d": d}})
+	base := serve(t, g)
+	release := sync.OnceFunc(func() { close(block) })
+	t.Cleanup(release) // before the servers close: they wait for their handlers
+
+	// Six requests held at once: three on each replica (the least busy
+	// each time), a's three on its workers by turns; each counts on its
+	// replica.
+	answers := make(chan string, 6)
+	for i := range 6 {
+		go func() {
+			code, body, _ := score(t, base, "ep", key1, "x", nil)
+			answers <- fmt.Sprint(code, " ", body)
+		}()
+		// One at a time, so that each is placed knowing where the last went.
+		for deadline := time.Now().Add(time.Minute); inFlight(g) < i+1; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("request %d never reached a replica", i)
+			}
+		}
+	}
+	load := g.Load("ep")["d"]
+	if load.PerReplica[a] != 3 || load.PerReplica[bURL] != 3 || len(load.PerReplica) != 2 {
+		t.Fatalf("requests in flight per replica: %v, want 3 on %s (its workers' counted on it) and 3 on %s", load.PerReplica, a, bURL)
+	}
+	release()
+	got := map[string]int{}
+	for range 6 {
+		got[<-answers]++
+	}
+	if want := map[string]int{"200 a-w0": 2, "200 a-w1": 1, "200 b": 3}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("answers: %v, want %v", got, want)
+	}
+	if n := frontGot.Load(); n != 0 {
+		t.Errorf("replica a's front got %d requests; with workers of its own it should get none", n)
+	}
+
+	// Worker 0 gone: its refused connection sends the request elsewhere.
+	w0.Close()
+	for i := range 6 {
+		if code, body, _ := score(t, base, "ep", key1, "x", nil); code != http.StatusOK || body == "a-w0" {
+			t.Fatalf("request %d with worker 0 gone: %d %s", i, code, body)
+		}
+	}
+}
+
+// inFlight is how many requests the gateway's deployment "d" of "ep" has
+// in flight.
+func inFlight(g *Gateway) int {
+	return g.Load("ep")["d"].InFlight
+}
+
+// A replica's request goes to its least busy worker: once a worker's
+// request ends, the next goes there rather than by turns.
+func TestTakePicksTheLeastBusyWorker(t *testing.T) {
+	d := &deploymentState{Deployment: Deployment{Replicas: []string{"unix:/r.sock"},
+		Workers: map[string][]string{"unix:/r.sock": {"unix:/r.sock.w0", "unix:/r.sock.w1", "unix:/r.sock.w2"}}},
+		inFlight: map[string]int{}, perWorker: map[string]int{}}
+	var targets []string
+	for range 3 {
+		_, target := d.take(nil)
+		targets = append(targets, target)
+	}
+	if fmt.Sprint(targets) != "[unix:/r.sock.w0 unix:/r.sock.w1 unix:/r.sock.w2]" {
+		t.Fatalf("three requests went to %v, want one on each worker", targets)
+	}
+	d.done("unix:/r.sock", "unix:/r.sock.w1")
+	for range 2 {
+		if replica, target := d.take(nil); replica != "unix:/r.sock" || target != "unix:/r.sock.w1" {
+			t.Fatalf("with w1 free the request went to %s at %s, want w1", replica, target)
+		}
+		d.done("unix:/r.sock", "unix:/r.sock.w1")
+	}
+	if d.inFlight["unix:/r.sock"] != 2 || len(d.perWorker) != 2 {
+		t.Fatalf("in flight after: replica %d, workers %v", d.inFlight["unix:/r.sock"], d.perWorker)
 	}
 }
