@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -117,7 +118,7 @@ func succeeded(d *workspace.OnlineDeployment) bool {
 // runDeployments measures a rolling update under constant load and a cold
 // start from zero through real deployments, with a replica started
 // directly as the cold start's peer.
-func runDeployments(ctx context.Context, clients, updates, colds int) error {
+func runDeployments(ctx context.Context, n, conc, workers, rounds, clients, updates, colds int) error {
 	if clients < 1 || updates < 0 || colds < 1 {
 		return fmt.Errorf("-clients and -colds must be at least 1 and -updates at least 0 (got %d, %d, %d)", clients, colds, updates)
 	}
@@ -127,14 +128,14 @@ func runDeployments(ctx context.Context, clients, updates, colds int) error {
 		return fmt.Errorf("start ferry server: %w", err)
 	}
 	defer srv.end()
-	err = measureDeployments(ctx, srv, clients, updates, colds)
+	err = measureDeployments(ctx, srv, n, conc, workers, rounds, clients, updates, colds)
 	if err != nil && ctx.Err() == nil { // not when interrupted
 		err = fmt.Errorf("%w\nthe server's output ends:\n%s", err, srv.outputTail())
 	}
 	return err
 }
 
-func measureDeployments(ctx context.Context, srv *ferryServer, clients, updates, colds int) error {
+func measureDeployments(ctx context.Context, srv *ferryServer, n, conc, workers, rounds, clients, updates, colds int) error {
 	c := client.New(srv.url, srv.token)
 	ep, err := c.CreateOnlineEndpoint(ctx, &spec.OnlineEndpoint{Name: "bench", AuthMode: "key"})
 	if err != nil {
@@ -164,7 +165,7 @@ func measureDeployments(ctx context.Context, srv *ferryServer, clients, updates,
 	// 1. A rolling update under constant load.
 	blue := &spec.OnlineDeployment{Name: "blue", EndpointName: ep.Name, InstanceType: "Standard_DS1_v2", InstanceCount: 2,
 		CodeConfiguration:    &spec.CodeConfiguration{Code: "code", ScoringScript: "score.py"},
-		EnvironmentVariables: map[string]string{"VERSION": "v1"},
+		EnvironmentVariables: map[string]string{"VERSION": "v1", "WORKER_COUNT": strconv.Itoa(workers)},
 		// One replica can take every client's request at once, so that
 		// a request fails only when the update loses it.
 		RequestSettings: &spec.RequestSettings{MaxConcurrentRequestsPerInstance: clients}}
@@ -179,15 +180,23 @@ func measureDeployments(ctx context.Context, srv *ferryServer, clients, updates,
 	fmt.Printf("blue created to Succeeded (pool nodes started, %d replicas ready on %s): %v\n", len(d.Replicas), d.Compute, time.Since(t0).Round(time.Millisecond))
 	// The pool nodes are on this host: the server's gateway reaches their
 	// replicas at their Unix sockets.
-	sockets := 0
+	sockets, workerSockets := 0, 0
+	var replicaURLs []string
 	for _, r := range d.Replicas {
 		if r.Socket != "" {
 			sockets++
 		}
+		if len(r.WorkerSockets) > 0 {
+			workerSockets++
+		}
+		replicaURLs = append(replicaURLs, inferenceserver.URL(r.Address)+"/score")
 	}
-	fmt.Printf("blue's replicas reached by the gateway at their Unix sockets: %d of %d\n", sockets, len(d.Replicas))
+	fmt.Printf("blue's replicas reached by the gateway at their Unix sockets: %d of %d; at their workers' own sockets: %d of %d\n", sockets, len(d.Replicas), workerSockets, len(d.Replicas))
 	if _, err := c.UpdateOnlineEndpoint(ctx, ep.Name, workspace.EndpointUpdate{Traffic: map[string]int{"blue": 100}}); err != nil {
 		return fmt.Errorf("traffic blue=100: %w", err)
+	}
+	if err := throughput(replicaURLs, ep.ScoringURI, keys.PrimaryKey, n, conc, rounds); err != nil {
+		return err
 	}
 	if err := rollingUpdates(ctx, api, blue, ep.ScoringURI, keys.PrimaryKey, clients, updates); err != nil {
 		return err
@@ -216,6 +225,36 @@ func measureDeployments(ctx context.Context, srv *ferryServer, clients, updates,
 	dm, rm := medianDuration(viaDeployment), medianDuration(direct)
 	fmt.Printf("cold start, median of %d: through the deployment %v, inference server started directly %v, ratio %.2f\n",
 		colds, dm.Round(time.Millisecond), rm.Round(time.Millisecond), float64(dm)/float64(rm))
+	return nil
+}
+
+// throughput compares, in alternated rounds at the same concurrency,
+// scoring through the server's gateway (uri) with calling blue's replicas
+// directly at their TCP ports (direct: the clients spread over them).
+func throughput(direct []string, uri, key string, n, conc, rounds int) error {
+	fmt.Printf("throughput through the server's gateway against blue's %d replicas called directly, %d requests, concurrency %d:\n", len(direct), n, conc)
+	if _, err := loadSpread(direct, "", min(n, 300), conc); err != nil { // warm the paths' connections
+		return fmt.Errorf("direct: %w", err)
+	}
+	if _, err := load(uri, key, min(n, 300), conc); err != nil {
+		return fmt.Errorf("through the gateway: %w", err)
+	}
+	var ratios []float64
+	for i := range rounds {
+		d, err := loadSpread(direct, "", n, conc)
+		if err != nil {
+			return fmt.Errorf("direct: %w", err)
+		}
+		g, err := load(uri, key, n, conc)
+		if err != nil {
+			return fmt.Errorf("through the gateway: %w", err)
+		}
+		ratios = append(ratios, g.rate/d.rate)
+		fmt.Printf("  round %d  direct %7.0f req/s  p50 %-9v | through the server's gateway %7.0f req/s  p50 %-9v | ratio %.3f  load average %s\n",
+			i+1, d.rate, d.p50, g.rate, g.p50, g.rate/d.rate, loadAverage())
+	}
+	slices.Sort(ratios)
+	fmt.Printf("  throughput through the server's gateway / direct, median of rounds: %.3f (aim: >= 0.8)\n\n", ratios[len(ratios)/2])
 	return nil
 }
 

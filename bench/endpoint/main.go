@@ -93,7 +93,7 @@ func main() {
 			}
 		}
 		if *deployments {
-			return runDeployments(ctx, *clients, *updates, *colds)
+			return runDeployments(ctx, *n, *conc, *workers, *rounds, *clients, *updates, *colds)
 		}
 		return nil
 	}()
@@ -114,7 +114,21 @@ type replica struct {
 	// socket when its status line shows it on this host (the
 	// controller's test, inferenceserver.Status.OnThisHost), else url.
 	routed string
-	done   chan struct{}
+	// workers are its workers' own sockets (unix:/PATH) when they too
+	// pass that test (Status.WorkersOnThisHost): where `ferry server`'s
+	// gateway sends its requests, balancing across the workers itself.
+	workers []string
+	done    chan struct{}
+}
+
+// deployment is the gateway's deployment of r as `ferry server` routes
+// it: at its workers' sockets when it has them, else at r.routed.
+func (r *replica) deployment(conc int) gateway.Deployment {
+	d := gateway.Deployment{Replicas: []string{r.routed}, RequestTimeout: 30 * time.Second, MaxConcurrent: conc, MaxQueueWait: 30 * time.Second}
+	if len(r.workers) > 0 {
+		d.Workers = map[string][]string{r.routed: r.workers}
+	}
+	return d
 }
 
 func (r *replica) stop() {
@@ -169,6 +183,9 @@ func startReplica(ctx context.Context, serverDir, codeDir string, workers int) (
 	r.routed = r.url
 	if st.OnThisHost() {
 		r.routed = inferenceserver.UnixURL(st.Unix)
+		for _, w := range st.WorkersOnThisHost() {
+			r.workers = append(r.workers, inferenceserver.UnixURL(w))
+		}
 	}
 	go func() {
 		for range statuses { // the pipe must not fill
@@ -201,17 +218,26 @@ func run(ctx context.Context, n, conc, workers, rounds int) error {
 	defer r.stop()
 
 	// The gateway reaches the replica as `ferry server`'s does: at its
-	// Unix socket, the replica being on this host. The same replica over
-	// loopback TCP is the path of a replica on another host (here on this
-	// one, so that both share the same CPUs), measured beside it.
-	how := "its Unix socket"
-	if r.routed == r.url {
+	// workers' own sockets, the replica being on this host. Measured
+	// beside it: the gateway at the replica's front (its Unix socket, the
+	// front handing each request to a worker: what `ferry server` did
+	// before it used the workers' sockets), and over loopback TCP, the
+	// path of a replica on another host (here on this one, so that all
+	// share the same CPUs).
+	how := fmt.Sprintf("its %d workers' own sockets", len(r.workers))
+	switch {
+	case r.routed == r.url:
 		how = "TCP (its status line did not show it on this host)"
+	case len(r.workers) == 0:
+		how = "its Unix socket (its status line showed no worker sockets)"
 	}
 	gw := gateway.New(gateway.Options{})
-	dep := gateway.Deployment{Replicas: []string{r.routed}, RequestTimeout: 30 * time.Second, MaxConcurrent: conc, MaxQueueWait: 30 * time.Second}
+	dep := r.deployment(conc)
 	gw.Set(gateway.Endpoint{Name: "bench", AuthMode: "key", Keys: []string{key}, Traffic: map[string]int{"blue": 100}, Deployments: map[string]gateway.Deployment{"blue": dep}})
-	depTCP := dep
+	depFront := dep
+	depFront.Workers = nil
+	gw.Set(gateway.Endpoint{Name: "benchfront", AuthMode: "key", Keys: []string{key}, Traffic: map[string]int{"blue": 100}, Deployments: map[string]gateway.Deployment{"blue": depFront}})
+	depTCP := depFront
 	depTCP.Replicas = []string{r.url}
 	gw.Set(gateway.Endpoint{Name: "benchtcp", AuthMode: "key", Keys: []string{key}, Traffic: map[string]int{"blue": 100}, Deployments: map[string]gateway.Deployment{"blue": depTCP}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -222,15 +248,17 @@ func run(ctx context.Context, n, conc, workers, rounds int) error {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	gwURL := "http://" + ln.Addr().String() + "/endpoints/bench/score"
+	gwFrontURL := "http://" + ln.Addr().String() + "/endpoints/benchfront/score"
 	gwTCPURL := "http://" + ln.Addr().String() + "/endpoints/benchtcp/score"
 
 	fmt.Printf("endpoint benchmark: %d requests of a trivial score.py, concurrency %d, replica with %d workers\n", n, conc, workers)
 	fmt.Printf("the gateway reaches the replica as ferry server's does: at %s (%s)\n\n", how, r.routed)
 	load(r.url+"/score", "", min(n, 300), conc) // warm the paths' connections
 	load(gwURL, key, min(n, 300), conc)
+	load(gwFrontURL, key, min(n, 300), conc)
 	load(gwTCPURL, key, min(n, 300), conc)
-	var direct, via, viaTCP []result
-	var cpuRatios, cpuRatiosTCP []float64
+	var direct, via, viaFront, viaTCP []result
+	var cpuRatios, cpuRatiosFront, cpuRatiosTCP []float64
 	for i := range rounds {
 		c0 := cpuNow(r.cmd.Process.Pid)
 		d, err := load(r.url+"/score", "", n, conc)
@@ -243,29 +271,36 @@ func run(ctx context.Context, n, conc, workers, rounds int) error {
 			return fmt.Errorf("gateway: %w", err)
 		}
 		c2 := cpuNow(r.cmd.Process.Pid)
+		f, err := load(gwFrontURL, key, n, conc)
+		if err != nil {
+			return fmt.Errorf("gateway at the replica's front: %w", err)
+		}
+		c3 := cpuNow(r.cmd.Process.Pid)
 		u, err := load(gwTCPURL, key, n, conc)
 		if err != nil {
 			return fmt.Errorf("gateway over TCP: %w", err)
 		}
-		c3 := cpuNow(r.cmd.Process.Pid)
-		fmt.Printf("round %d  direct  %7.0f req/s  p50 %-9v p99 %-9v | gateway %7.0f req/s  p50 %-9v p99 %-9v | gateway over TCP %7.0f req/s  p50 %-9v p99 %v\n",
-			i+1, d.rate, d.p50, d.p99, g.rate, g.p50, g.p99, u.rate, u.p50, u.p99)
-		dc, gc, uc := c1.sub(c0, n), c2.sub(c1, n), c3.sub(c2, n)
+		c4 := cpuNow(r.cmd.Process.Pid)
+		fmt.Printf("round %d  direct %7.0f req/s  p50 %-9v p99 %-9v | gateway %7.0f req/s  p50 %-9v p99 %-9v | at the front %7.0f req/s  p50 %-9v p99 %-9v | over TCP %7.0f req/s  p50 %-9v p99 %v\n",
+			i+1, d.rate, d.p50, d.p99, g.rate, g.p50, g.p99, f.rate, f.p50, f.p99, u.rate, u.p50, u.p99)
+		dc, gc, fc, uc := c1.sub(c0, n), c2.sub(c1, n), c3.sub(c2, n), c4.sub(c3, n)
 		cpuRatios = append(cpuRatios, (dc.self+dc.replica)/(gc.self+gc.replica))
+		cpuRatiosFront = append(cpuRatiosFront, (dc.self+dc.replica)/(fc.self+fc.replica))
 		cpuRatiosTCP = append(cpuRatiosTCP, (dc.self+dc.replica)/(uc.self+uc.replica))
-		fmt.Printf("         workers %s, CPU µs/request: client %.0f, replica %.0f | workers %s, CPU µs/request: client+gateway %.0f, replica %.0f | workers %s, client+gateway %.0f, replica %.0f\n",
-			d.workers, dc.self, dc.replica, g.workers, gc.self, gc.replica, u.workers, uc.self, uc.replica)
+		fmt.Printf("         CPU µs/request, client (+gateway) / replica, and how the workers split the requests: direct %.0f / %.0f %s | gateway %.0f / %.0f %s | at the front %.0f / %.0f %s | over TCP %.0f / %.0f %s\n",
+			dc.self, dc.replica, d.workers, gc.self, gc.replica, g.workers, fc.self, fc.replica, f.workers, uc.self, uc.replica, u.workers)
 		fmt.Printf("         load average %s\n", loadAverage())
-		direct, via, viaTCP = append(direct, d), append(via, g), append(viaTCP, u)
+		direct, via, viaFront, viaTCP = append(direct, d), append(via, g), append(viaFront, f), append(viaTCP, u)
 	}
-	d, g, u := median(direct), median(via), median(viaTCP)
-	slices.Sort(cpuRatios)
-	slices.Sort(cpuRatiosTCP)
-	fmt.Printf("\ngateway adds (median of rounds): p50 %v  p99 %v  (aim: <= 1ms at p50); over TCP (a replica on another host): p50 %v  p99 %v\n",
-		g.p50-d.p50, g.p99-d.p99, u.p50-d.p50, u.p99-d.p99)
-	fmt.Printf("throughput gateway/direct: %.3f (aim: >= 0.8); over TCP: %.3f\n", g.rate/d.rate, u.rate/d.rate)
-	fmt.Printf("CPU per request, direct/gateway (median of rounds): %.3f, over TCP %.3f (the throughput ratio where the CPUs, not the replica's workers, are what runs out)\n",
-		cpuRatios[len(cpuRatios)/2], cpuRatiosTCP[len(cpuRatiosTCP)/2])
+	d, g, f, u := median(direct), median(via), median(viaFront), median(viaTCP)
+	for _, rs := range [][]float64{cpuRatios, cpuRatiosFront, cpuRatiosTCP} {
+		slices.Sort(rs)
+	}
+	fmt.Printf("\ngateway adds (median of rounds): p50 %v  p99 %v  (aim: <= 1ms at p50); at the front: p50 %v  p99 %v; over TCP (a replica on another host): p50 %v  p99 %v\n",
+		g.p50-d.p50, g.p99-d.p99, f.p50-d.p50, f.p99-d.p99, u.p50-d.p50, u.p99-d.p99)
+	fmt.Printf("throughput gateway/direct: %.3f (aim: >= 0.8); at the front: %.3f; over TCP: %.3f\n", g.rate/d.rate, f.rate/d.rate, u.rate/d.rate)
+	fmt.Printf("CPU per request, direct/gateway (median of rounds): %.3f; at the front %.3f; over TCP %.3f (the throughput ratio where the CPUs, not the replica's workers, are what runs out)\n",
+		cpuRatios[len(cpuRatios)/2], cpuRatiosFront[len(cpuRatiosFront)/2], cpuRatiosTCP[len(cpuRatiosTCP)/2])
 
 	// Cold start: the deployment has no replica; the gateway holds the
 	// first request while one starts.
@@ -279,8 +314,7 @@ func run(ctx context.Context, n, conc, workers, rounds int) error {
 				return err
 			}
 			started = rep
-			d := dep
-			d.Replicas = []string{rep.routed}
+			d := rep.deployment(conc)
 			cold.Set(gateway.Endpoint{Name: endpoint, AuthMode: "key", Keys: []string{key}, Traffic: map[string]int{deployment: 100}, Deployments: map[string]gateway.Deployment{deployment: d}})
 			return nil
 		}})
@@ -372,6 +406,12 @@ func median(rs []result) result {
 
 // load sends n requests, conc at a time, and times each.
 func load(url, key string, n, conc int) (result, error) {
+	return loadSpread([]string{url}, key, n, conc)
+}
+
+// loadSpread is load with the clients spread over urls: client i sends
+// to urls[i%len(urls)].
+func loadSpread(urls []string, key string, n, conc int) (result, error) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc * 2}}
 	lat := make([]time.Duration, n)
 	var next int
@@ -380,7 +420,8 @@ func load(url, key string, n, conc int) (result, error) {
 	var firstErr error
 	var wg sync.WaitGroup
 	start := time.Now()
-	for range conc {
+	for c := range conc {
+		url := urls[c%len(urls)]
 		wg.Go(func() {
 			for {
 				mu.Lock()

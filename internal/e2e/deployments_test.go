@@ -28,12 +28,13 @@ type deploymentOut struct {
 	Reason            string `json:"reason"`
 	Compute           string `json:"compute"`
 	Replicas          []struct {
-		Job        string `json:"job"`
-		Generation int    `json:"generation"`
-		State      string `json:"state"`
-		Address    string `json:"address"`
-		Socket     string `json:"socket"`
-		JobStatus  string `json:"job_status"`
+		Job        string   `json:"job"`
+		Generation int      `json:"generation"`
+		State      string   `json:"state"`
+		Address    string   `json:"address"`
+		Socket     string   `json:"socket"`
+		Workers    []string `json:"worker_sockets"`
+		JobStatus  string   `json:"job_status"`
 	} `json:"replicas"`
 }
 
@@ -240,6 +241,10 @@ func TestOnlineDeploymentLocal(t *testing.T) {
 	if !strings.Contains(replicaLog.stdout, "ferry_inference_server") || !strings.Contains(replicaLog.stdout, d.Replicas[0].Job) {
 		t.Errorf("the replica's log has no status line: %s", replicaLog)
 	}
+	// The gateway's requests came in at the worker's own socket.
+	if !strings.Contains(replicaLog.stdout+replicaLog.stderr, `worker-socket "POST /score HTTP/1.1" 200`) {
+		t.Errorf("the replica's log shows no request that came in at its worker's socket: %s", replicaLog)
+	}
 	for what, text := range map[string]string{"server log": s.output.String(), "replica log": replicaLog.stdout + replicaLog.stderr} {
 		if strings.Contains(text, key) {
 			t.Errorf("the endpoint's key is in the %s", what)
@@ -278,9 +283,10 @@ func overSocket(t *testing.T, d deploymentOut, pid int) (job, socket string) {
 	t.Helper()
 	addr := listenAddress(t, replicaFront(t, pid))
 	where := hostPort(t, addr)
+	var workers []string
 	for _, r := range d.Replicas {
 		if strings.HasSuffix(r.Address, where) {
-			job, socket = r.Job, r.Socket
+			job, socket, workers = r.Job, r.Socket, r.Workers
 		}
 	}
 	if job == "" {
@@ -288,6 +294,10 @@ func overSocket(t *testing.T, d deploymentOut, pid int) (job, socket string) {
 	}
 	if !strings.HasSuffix(socket, "/.ferry-replica.sock") {
 		t.Errorf("replica %s, on this host, shows no Unix socket: %+v", job, d.Replicas)
+	}
+	// Its worker's own socket, where the gateway sends its requests.
+	if len(workers) != 1 || workers[0] != socket+".w0" {
+		t.Errorf("replica %s (one worker), on this host, shows worker sockets %v, want [%s.w0]", job, workers, socket)
 	}
 	if conns := connsTo(t, addr); len(conns) != 0 {
 		t.Errorf("replica %s: %d TCP connections to its port %s after a request through the gateway; want none (the gateway on its host uses its socket)", job, len(conns), where)

@@ -30,7 +30,7 @@ func (r gatewayRouter) SetEndpoint(e workspace.RoutedEndpoint) {
 	}
 	deps := map[string]gateway.Deployment{}
 	for name, d := range e.Deployments {
-		deps[name] = gateway.Deployment{Name: name, Replicas: d.Replicas, RequestTimeout: d.RequestTimeout,
+		deps[name] = gateway.Deployment{Name: name, Replicas: d.Replicas, Workers: d.Workers, RequestTimeout: d.RequestTimeout,
 			MaxConcurrent: d.MaxConcurrent, MaxQueueWait: d.MaxQueueWait}
 	}
 	r.g.Set(gateway.Endpoint{Name: e.Name, AuthMode: e.AuthMode, Keys: keys, Traffic: e.Traffic, Mirror: e.Mirror, Deployments: deps})

@@ -68,7 +68,10 @@ type DeploymentLoad struct {
 
 // RoutedDeployment is a deployment as the router needs it.
 type RoutedDeployment struct {
-	Replicas       []string // base URLs of ready replicas
+	Replicas []string // base URLs of ready replicas
+	// Workers are, by replica URL, its workers' own sockets (unix:/PATH)
+	// for a replica on this host that has them.
+	Workers        map[string][]string
 	RequestTimeout time.Duration
 	MaxConcurrent  int
 	MaxQueueWait   time.Duration
@@ -104,7 +107,11 @@ type replicaLive struct {
 	// socket is the Unix socket it listens on as well, when the server
 	// (and so the gateway in it) can reach it there: it runs on this
 	// host (inferenceserver.Status.OnThisHost). Empty: reached over TCP.
-	socket   string
+	socket string
+	// workers are its workers' own Unix sockets, when it is on this host
+	// and has them (inferenceserver.Status.WorkersOnThisHost): the gateway
+	// sends its requests there, balancing across the workers itself.
+	workers  []string
 	ready    bool
 	everUp   bool
 	probing  bool      // a readiness probe is under way
@@ -169,6 +176,9 @@ func (c *deployCtl) replicaView(ctx context.Context, s *Service, r replicaRec) D
 	defer c.mu.Unlock()
 	if l, ok := c.reps[r.Job]; ok {
 		v.Address, v.Socket = l.address, l.socket
+		if l.socket != "" {
+			v.WorkerSockets = l.workers
+		}
 		switch {
 		case !l.draining.IsZero():
 			v.State = ReplicaDraining
@@ -681,10 +691,24 @@ func (s *Service) wantReplicas(key string, doc *deploymentDoc, set *replicaSet, 
 // found takes where a replica's status line says it listens: its TCP
 // address, and its Unix socket when that is reachable from this host.
 func (l *replicaLive) found(st inferenceserver.Status) {
-	l.address, l.socket = st.Address, ""
+	l.address, l.socket, l.workers = st.Address, "", nil
 	if st.OnThisHost() {
 		l.socket = st.Unix
+		l.workers = st.WorkersOnThisHost()
 	}
+}
+
+// workerURLs are the URLs the gateway reaches the replica's workers at
+// (nil: through the replica's own URL). The caller holds c.mu.
+func (l *replicaLive) workerURLs() []string {
+	if l.socket == "" || len(l.workers) == 0 {
+		return nil
+	}
+	urls := make([]string, len(l.workers))
+	for i, w := range l.workers {
+		urls[i] = inferenceserver.UnixURL(w)
+	}
+	return urls
 }
 
 // url is the base URL the gateway and the probes reach the replica at:
@@ -877,6 +901,12 @@ func (s *Service) routedDeployments(ctx context.Context, endpoint string) (map[s
 		for _, rep := range set.Replicas {
 			if l, ok := c.reps[rep.Job]; ok && l.ready && l.draining.IsZero() && !l.canceled {
 				rd.Replicas = append(rd.Replicas, l.url())
+				if w := l.workerURLs(); w != nil {
+					if rd.Workers == nil {
+						rd.Workers = map[string][]string{}
+					}
+					rd.Workers[l.url()] = w
+				}
 			}
 		}
 		c.mu.Unlock()

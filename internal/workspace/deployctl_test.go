@@ -203,8 +203,19 @@ func TestReplicaReachedOverItsSocketOnlyOnThisHost(t *testing.T) {
 		t.Skipf("needs Linux's boot id: %v", err)
 	}
 	st := fi.Sys().(*syscall.Stat_t)
-	line := fmt.Sprintf(`{"ferry_inference_server": "listening", "address": "10.0.0.7:41234", "pid": 7, "unix": %q, "unix_dev": %d, "unix_ino": %d, "boot_id": %q}`,
-		sock, st.Dev, st.Ino, strings.TrimSpace(string(boot)))
+	// Its worker's own socket, beside it.
+	wln, err := net.Listen("unix", sock+".w0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { wln.Close() })
+	wfi, err := os.Stat(sock + ".w0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wst := wfi.Sys().(*syscall.Stat_t)
+	line := fmt.Sprintf(`{"ferry_inference_server": "listening", "address": "10.0.0.7:41234", "pid": 7, "unix": %q, "unix_dev": %d, "unix_ino": %d, "boot_id": %q, "worker_sockets": [{"path": %q, "dev": %d, "ino": %d}]}`,
+		sock, st.Dev, st.Ino, strings.TrimSpace(string(boot)), sock+".w0", wst.Dev, wst.Ino)
 	here, ok := inferenceserver.ParseStatus([]byte(line))
 	if !ok {
 		t.Fatalf("not a status line: %s", line)
@@ -214,11 +225,17 @@ func TestReplicaReachedOverItsSocketOnlyOnThisHost(t *testing.T) {
 	if got, want := l.url(), "unix:"+sock; got != want {
 		t.Errorf("a replica on this host: routed at %s, want %s", got, want)
 	}
+	if got, want := fmt.Sprint(l.workerURLs()), "[unix:"+sock+".w0]"; got != want {
+		t.Errorf("a replica on this host: its workers reached at %s, want %s", got, want)
+	}
 	elsewhere := here
 	elsewhere.BootID = "5b0c2e4e-7d1f-4c39-9a51-another-host"
 	l.found(elsewhere)
 	if got, want := l.url(), "http://10.0.0.7:41234"; got != want {
 		t.Errorf("a replica on another host: routed at %s, want %s", got, want)
+	}
+	if w := l.workerURLs(); w != nil {
+		t.Errorf("a replica on another host: its workers reached at %v, want through its address", w)
 	}
 	none := here
 	none.Unix, none.UnixDev, none.UnixIno = "", 0, 0

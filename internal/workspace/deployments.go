@@ -91,6 +91,10 @@ type DeploymentReplica struct {
 	// Socket is the Unix socket the gateway reaches the replica at, when
 	// the replica runs on the server's host; otherwise it uses Address.
 	Socket string `json:"socket,omitempty"`
+	// WorkerSockets are its workers' own sockets, where the gateway sends
+	// its requests when it has them (balancing across the workers
+	// itself); otherwise requests go to Socket or Address.
+	WorkerSockets []string `json:"worker_sockets,omitempty"`
 	// JobStatus is its job's status and, while it waits, why.
 	JobStatus string `json:"job_status"`
 	Reason    string `json:"reason,omitempty"`

@@ -240,7 +240,8 @@ class Worker(object):
 
     def _serve_own_conn(self, conn):
         try:
-            OwnHandler(conn, ("local", 0), self)
+            # The log's lines for these requests say where they came in.
+            OwnHandler(conn, ("worker-socket", 0), self)
         except Exception:
             log("E", "connection to the worker's socket:\n%s" % traceback.format_exc())
         finally:
