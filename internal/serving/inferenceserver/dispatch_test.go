@@ -42,9 +42,9 @@ type keptConn struct {
 	r *bufio.Reader
 }
 
-func dialKept(t *testing.T, address string) *keptConn {
+func dialKept(t *testing.T, network, address string) *keptConn {
 	t.Helper()
-	c, err := net.Dial("tcp", address)
+	c, err := net.Dial(network, address)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestRequestsSpreadPerRequest(t *testing.T) {
 		return func() bool { _, err := os.Stat(filepath.Join(rep.dir, name)); return err == nil }
 	}
 
-	held := dialKept(t, st.Address)
+	held := dialKept(t, "tcp", st.Address)
 	heldPid := make(chan string, 1)
 	go func() {
 		_, b, err := held.score("hold")
@@ -102,7 +102,7 @@ func TestRequestsSpreadPerRequest(t *testing.T) {
 	conns := make([]*keptConn, 4)
 	other := ""
 	for i := range conns {
-		conns[i] = dialKept(t, st.Address)
+		conns[i] = dialKept(t, "tcp", st.Address)
 		resp, pid, err := conns[i].score("quick")
 		if err != nil || resp.StatusCode != 200 || !workers[pid] {
 			t.Fatalf("connection %d while a worker is held: %v %v %q", i, resp, err, pid)
@@ -157,8 +157,8 @@ func TestStopClosesKeptConnections(t *testing.T) {
 	python := requirePython(t)
 	rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.Workers = 2 })
 	st := rep.ready(t)
-	held := dialKept(t, st.Address)
-	kept := dialKept(t, st.Address)
+	held := dialKept(t, "tcp", st.Address)
+	kept := dialKept(t, "tcp", st.Address)
 	if resp, _, err := kept.score("quick"); err != nil || resp.StatusCode != 200 || resp.Close {
 		t.Fatalf("before SIGTERM: %v %v (want 200, kept open)", resp, err)
 	}
@@ -205,7 +205,7 @@ func TestPipelinedRequests(t *testing.T) {
 	python := requirePython(t)
 	rep := startReplica(t, python, echoScript, func(r *Replica) { r.Workers = 2 })
 	st := rep.ready(t)
-	k := dialKept(t, st.Address)
+	k := dialKept(t, "tcp", st.Address)
 	req := func(body string) string {
 		return fmt.Sprintf("POST /score HTTP/1.1\r\nHost: replica\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	}

@@ -129,17 +129,6 @@ func TestUnixSocketThatCannotBeMade(t *testing.T) {
 	}
 }
 
-// dialKeptUnix is dialKept on a Unix socket.
-func dialKeptUnix(t *testing.T, path string) *keptConn {
-	t.Helper()
-	c, err := net.Dial("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return &keptConn{c: c, r: bufio.NewReader(c)}
-}
-
 // With a Unix socket, each worker listens on one of its own too, named in
 // the status lines: every request on a connection to worker i's socket is
 // answered by worker i (a gateway balancing across workers relies on
@@ -163,7 +152,7 @@ func TestWorkerSockets(t *testing.T) {
 	answeredBy := map[string]string{}
 	conns := map[string]*keptConn{}
 	for _, p := range paths {
-		conns[p] = dialKeptUnix(t, p)
+		conns[p] = dialKept(t, "unix", p)
 		for i := range 5 {
 			resp, pid, err := conns[p].score("quick")
 			if err != nil || resp.StatusCode != 200 || !workers[pid] {
@@ -180,7 +169,7 @@ func TestWorkerSockets(t *testing.T) {
 		t.Fatalf("both worker sockets were answered by worker %s", answeredBy[paths[0]])
 	}
 	// A second connection to the same worker is served beside the first.
-	if resp, pid, err := dialKeptUnix(t, paths[1]).score("quick"); err != nil || resp.StatusCode != 200 || pid != answeredBy[paths[1]] {
+	if resp, pid, err := dialKept(t, "unix", paths[1]).score("quick"); err != nil || resp.StatusCode != 200 || pid != answeredBy[paths[1]] {
 		t.Fatalf("a second connection to %s: %v %v %q", paths[1], resp, err, pid)
 	}
 
