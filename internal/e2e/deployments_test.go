@@ -730,8 +730,9 @@ func TestOnlineDeploymentInImage(t *testing.T) {
 	}
 	// The container's job folder is mounted at the same path: the
 	// gateway reaches the replica at its socket there, as on the host.
-	if reps := s.deployment("image-ep", "boxed").Replicas; len(reps) != 1 || !strings.HasSuffix(reps[0].Socket, "/.ferry-replica.sock") {
-		t.Errorf("the replica in a container on this host shows no Unix socket: %+v", reps)
+	if reps := s.deployment("image-ep", "boxed").Replicas; len(reps) != 1 || !strings.HasSuffix(reps[0].Socket, "/.ferry-replica.sock") ||
+		len(reps[0].Workers) != 1 || reps[0].Workers[0] != reps[0].Socket+".w0" {
+		t.Errorf("the replica in a container on this host shows no Unix socket, or not its worker's: %+v", reps)
 	}
 	out, err := exec.Command("docker", "ps", "--filter", "label=ferry.job", "--format", `{{.Label "ferry.job"}}`).Output()
 	if err != nil || !strings.Contains(string(out), "image-ep-boxed-") {
