@@ -549,32 +549,7 @@ func TestOnlineDeploymentOnPoolNodes(t *testing.T) {
 			t.Fatalf("azureml-model-deployment: green: %d %s", c, body)
 		}
 	}
-	// green's requests so far (its random share of the split and the
-	// header's 10), against which the mirror's copies are counted.
-	greenRequests := func() int64 {
-		var shown struct {
-			Stats struct{ Requests int64 } `json:"stats"`
-		}
-		_, raw := s.call("GET", "/v1/online-endpoints/pool-ep/deployments/green", s.token, nil)
-		_ = json.Unmarshal(raw, &shown)
-		return shown.Stats.Requests
-	}
-	greenBefore := greenRequests()
-	s.mustFerry("online-endpoint", "update", "pool-ep", "--traffic", "blue=100 green=0", "--mirror-traffic", "green=50")
-	for range 40 {
-		if c, body := scoreBody(t, uri, key, "", `{}`); c != 200 || !strings.Contains(body, `"v2"`) {
-			t.Fatalf("with a mirror: %d %s (answers come from blue)", c, body)
-		}
-	}
-	// Half of 40 are copied (at least 6 but for a chance of about one in
-	// a million); the copies are answered after the live requests.
-	mirrored := greenRequests() - greenBefore
-	for deadline := time.Now().Add(10 * time.Second); mirrored <= 5 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		mirrored = greenRequests() - greenBefore
-	}
-	if mirrored <= 5 {
-		t.Errorf("green's requests during 40 with a 50%% mirror to it: %d more; want more than 5", mirrored)
-	}
+	s.checkMirror(t, "pool-ep", uri, key, "blue=100 green=0", "green", `"v2"`)
 
 	// Deleting the endpoint takes its deployments with it: every
 	// replica's job is cancelled.
@@ -756,5 +731,37 @@ func TestOnlineDeploymentInImage(t *testing.T) {
 	}
 	if out, _ := exec.Command("docker", "ps", "--filter", "label=ferry.job", "-q").Output(); strings.TrimSpace(string(out)) != "" {
 		t.Errorf("containers left after the deployment was deleted: %s", out)
+	}
+}
+
+// checkMirror sets endpoint's traffic (all of it to one deployment, whose
+// answers hold liveMark) with a 50% mirror to deployment mirror, sends 40
+// requests, and checks that mirror's requests (its share before counted
+// out) rose by more than 5: half of 40 are copied, so fewer fail but for
+// a chance of about one in a million. The copies are answered after the
+// live requests, so they are waited for.
+func (s *server) checkMirror(t *testing.T, endpoint, uri, key, traffic, mirror, liveMark string) {
+	t.Helper()
+	requests := func() int64 {
+		var d struct {
+			Stats struct{ Requests int64 } `json:"stats"`
+		}
+		_, raw := s.call("GET", "/v1/online-endpoints/"+endpoint+"/deployments/"+mirror, s.token, nil)
+		_ = json.Unmarshal(raw, &d)
+		return d.Stats.Requests
+	}
+	before := requests()
+	s.mustFerry("online-endpoint", "update", endpoint, "--traffic", traffic, "--mirror-traffic", mirror+"=50")
+	for range 40 {
+		if c, body := scoreBody(t, uri, key, "", `{}`); c != 200 || !strings.Contains(body, liveMark) {
+			t.Fatalf("with a mirror to %s: %d %s (answers come from the live deployment, %s)", mirror, c, body, liveMark)
+		}
+	}
+	mirrored := requests() - before
+	for deadline := time.Now().Add(10 * time.Second); mirrored <= 5 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		mirrored = requests() - before
+	}
+	if mirrored <= 5 {
+		t.Errorf("%s's requests during 40 with a 50%% mirror to it: %d more; want more than 5", mirror, mirrored)
 	}
 }

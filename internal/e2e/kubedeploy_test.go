@@ -176,30 +176,7 @@ func TestKubernetesOnlineDeployments(t *testing.T) {
 	mustContain(t, "online-deployment list", s.mustFerry("online-deployment", "list", "-e", "k8s-ep").stdout, "k8s-serve", "serverless-standard-ds1-v2")
 
 	// A mirror to the cluster while the pool node answers.
-	blueRequests := func() int64 {
-		var d struct {
-			Stats struct{ Requests int64 } `json:"stats"`
-		}
-		_, raw := s.call("GET", "/v1/online-endpoints/k8s-ep/deployments/blue", s.token, nil)
-		_ = json.Unmarshal(raw, &d)
-		return d.Stats.Requests
-	}
-	blueBefore := blueRequests()
-	s.mustFerry("online-endpoint", "update", "k8s-ep", "--traffic", "blue=0 green=100", "--mirror-traffic", "blue=50")
-	for range 40 {
-		if c, body := scoreBody(t, uri, key, "", `{}`); c != 200 || !strings.Contains(body, `"green-v1"`) {
-			t.Fatalf("with a mirror: %d %s (answers come from green)", c, body)
-		}
-	}
-	// Half of 40 are copied (more than 5 but for a chance of about one
-	// in a million); the copies are answered after the live requests.
-	mirrored := blueRequests() - blueBefore
-	for deadline := time.Now().Add(10 * time.Second); mirrored <= 5 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		mirrored = blueRequests() - blueBefore
-	}
-	if mirrored <= 5 {
-		t.Errorf("blue's requests during 40 with a 50%% mirror to it: %d more; want more than 5", mirrored)
-	}
+	s.checkMirror(t, "k8s-ep", uri, key, "blue=0 green=100", "blue", `"green-v1"`)
 	s.mustFerry("online-endpoint", "update", "k8s-ep", "--traffic", "blue=50 green=50", "--mirror-traffic", "")
 
 	// A rolling update of blue under constant load on both, now with the
