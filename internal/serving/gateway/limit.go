@@ -79,7 +79,19 @@ type latencies struct {
 	errors   int64
 	ring     []time.Duration
 	next     int
+	// The percentiles last worked out, of the ring when it had seen
+	// pctOf requests, at pctAt. Working them out sorts up to
+	// latencyWindow durations; the deployment controller asks for the
+	// load several times a second under a steady stream of requests, so
+	// they are worked out again at most every percentilesMaxAge.
+	p50, p99 time.Duration
+	pctOf    int64
+	pctAt    time.Time
 }
+
+// percentilesMaxAge is how stale the percentiles may be while requests
+// keep coming (they are exact once requests stop).
+const percentilesMaxAge = time.Second
 
 // latencyWindow is how many recent requests the percentiles are of.
 const latencyWindow = 4096
@@ -102,15 +114,26 @@ func (l *latencies) add(d time.Duration, failed bool) {
 }
 
 func (l *latencies) snapshot() Stats {
+	return l.snapshotAt(time.Now())
+}
+
+func (l *latencies) snapshotAt(now time.Time) Stats {
 	l.mu.Lock()
 	s := Stats{Requests: l.requests, Errors: l.errors}
-	ds := slices.Clone(l.ring)
-	l.mu.Unlock()
-	if len(ds) == 0 {
+	if len(l.ring) == 0 || l.pctOf == l.requests || (l.pctOf > 0 && now.Sub(l.pctAt) < percentilesMaxAge) {
+		s.P50, s.P99 = l.p50, l.p99
+		l.mu.Unlock()
 		return s
 	}
+	ds := slices.Clone(l.ring)
+	l.mu.Unlock()
 	slices.Sort(ds)
 	s.P50 = ds[len(ds)/2]
 	s.P99 = ds[min(len(ds)-1, len(ds)*99/100)]
+	l.mu.Lock()
+	if s.Requests >= l.pctOf {
+		l.p50, l.p99, l.pctOf, l.pctAt = s.P50, s.P99, s.Requests, now
+	}
+	l.mu.Unlock()
 	return s
 }

@@ -397,3 +397,31 @@ func TestTakePicksTheLeastBusyWorker(t *testing.T) {
 		t.Fatalf("in flight after: replica %d, workers %v", d.inFlight["unix:/r.sock"], d.perWorker)
 	}
 }
+
+// The percentiles are worked out again when requests came since, at most
+// once per percentilesMaxAge while they keep coming, and exactly once
+// they stop.
+func TestPercentilesWorkedOutAtMostOnceASecond(t *testing.T) {
+	l := newLatencies()
+	t0 := time.Now()
+	if s := l.snapshotAt(t0); s.Requests != 0 || s.P50 != 0 {
+		t.Fatalf("no requests: %+v", s)
+	}
+	for i := 1; i <= 100; i++ {
+		l.add(time.Duration(i)*time.Millisecond, false)
+	}
+	if s := l.snapshotAt(t0); s.P50 != 51*time.Millisecond || s.P99 != 100*time.Millisecond {
+		t.Fatalf("after 100 requests: %+v, want p50 51ms p99 100ms", s)
+	}
+	for range 100 {
+		l.add(time.Second, true)
+	}
+	// Within the second: the counts are current, the percentiles kept.
+	if s := l.snapshotAt(t0.Add(percentilesMaxAge / 2)); s.Requests != 200 || s.Errors != 100 || s.P50 != 51*time.Millisecond {
+		t.Fatalf("half a second later: %+v, want 200 requests, 100 errors, the kept p50 51ms", s)
+	}
+	// Past it: worked out again.
+	if s := l.snapshotAt(t0.Add(percentilesMaxAge)); s.P50 != time.Second || s.P99 != time.Second {
+		t.Fatalf("a second later: %+v, want p50 and p99 1s", s)
+	}
+}
