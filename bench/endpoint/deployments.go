@@ -195,7 +195,7 @@ func measureDeployments(ctx context.Context, srv *ferryServer, n, conc, workers,
 	if _, err := c.UpdateOnlineEndpoint(ctx, ep.Name, workspace.EndpointUpdate{Traffic: map[string]int{"blue": 100}}); err != nil {
 		return fmt.Errorf("traffic blue=100: %w", err)
 	}
-	if err := throughput(replicaURLs, ep.ScoringURI, keys.PrimaryKey, n, conc, rounds); err != nil {
+	if err := throughput(replicaURLs, ep.ScoringURI, keys.PrimaryKey, srv.cmd.Process.Pid, n, conc, rounds); err != nil {
 		return err
 	}
 	if err := rollingUpdates(ctx, api, blue, ep.ScoringURI, keys.PrimaryKey, clients, updates); err != nil {
@@ -230,8 +230,11 @@ func measureDeployments(ctx context.Context, srv *ferryServer, n, conc, workers,
 
 // throughput compares, in alternated rounds at the same concurrency,
 // scoring through the server's gateway (uri) with calling blue's replicas
-// directly at their TCP ports (direct: the clients spread over them).
-func throughput(direct []string, uri, key string, n, conc, rounds int) error {
+// directly at their TCP ports (direct: the clients spread over them). It
+// prints the server's CPU time per request in each (serverPID's: the
+// gateway, and what else the server does meanwhile).
+func throughput(direct []string, uri, key string, serverPID, n, conc, rounds int) error {
+	server := strconv.Itoa(serverPID)
 	fmt.Printf("throughput through the server's gateway against blue's %d replicas called directly, %d requests, concurrency %d:\n", len(direct), n, conc)
 	if _, err := loadSpread(direct, "", min(n, 300), conc); err != nil { // warm the paths' connections
 		return fmt.Errorf("direct: %w", err)
@@ -240,18 +243,22 @@ func throughput(direct []string, uri, key string, n, conc, rounds int) error {
 		return fmt.Errorf("through the gateway: %w", err)
 	}
 	var ratios []float64
+	perRequest := func(from, to time.Duration) float64 { return float64((to - from).Microseconds()) / float64(n) }
 	for i := range rounds {
+		c0 := procCPU(server)
 		d, err := loadSpread(direct, "", n, conc)
 		if err != nil {
 			return fmt.Errorf("direct: %w", err)
 		}
+		c1 := procCPU(server)
 		g, err := load(uri, key, n, conc)
 		if err != nil {
 			return fmt.Errorf("through the gateway: %w", err)
 		}
+		c2 := procCPU(server)
 		ratios = append(ratios, g.rate/d.rate)
-		fmt.Printf("  round %d  direct %7.0f req/s  p50 %-9v | through the server's gateway %7.0f req/s  p50 %-9v | ratio %.3f  load average %s\n",
-			i+1, d.rate, d.p50, g.rate, g.p50, g.rate/d.rate, loadAverage())
+		fmt.Printf("  round %d  direct %7.0f req/s  p50 %-9v | through the server's gateway %7.0f req/s  p50 %-9v | ratio %.3f | server CPU µs/request %.0f direct, %.0f through it | load average %s\n",
+			i+1, d.rate, d.p50, g.rate, g.p50, g.rate/d.rate, perRequest(c0, c1), perRequest(c1, c2), loadAverage())
 	}
 	slices.Sort(ratios)
 	fmt.Printf("  throughput through the server's gateway / direct, median of rounds: %.3f (aim: >= 0.8)\n\n", ratios[len(ratios)/2])

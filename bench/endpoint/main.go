@@ -372,20 +372,27 @@ func cpuNow(pid int) cpu {
 		pids = append(pids, strings.Fields(string(b))...)
 	}
 	for _, p := range pids {
-		b, err := os.ReadFile("/proc/" + p + "/stat")
-		if err != nil {
-			continue
-		}
-		// Fields after the command's closing parenthesis: utime and stime
-		// are the 12th and 13th, in clock ticks (100 a second).
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		if len(f) > 12 {
-			u, _ := strconv.ParseInt(f[11], 10, 64)
-			s, _ := strconv.ParseInt(f[12], 10, 64)
-			c.replica += time.Duration(u+s) * 10 * time.Millisecond
-		}
+		c.replica += procCPU(p)
 	}
 	return c
+}
+
+// procCPU is the CPU time process pid has used so far (0 when it cannot
+// be read).
+func procCPU(pid string) time.Duration {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command's closing parenthesis: utime and stime
+	// are the 12th and 13th, in clock ticks (100 a second).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) <= 12 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+s) * 10 * time.Millisecond
 }
 
 func median(rs []result) result {
