@@ -735,11 +735,11 @@ func (s *Service) endAttempt(ctx context.Context, name string, attempt int, end 
 	// The run token goes in the end's own transaction (one commit, not
 	// two: bench/dispatch), even when the job had ended already, as a
 	// resent end must still leave no token behind.
-	completed, err := s.recordEnd(ctx, name, attempt, end, fence)
+	owes, err := s.recordEnd(ctx, name, attempt, end, fence)
 	if err != nil {
 		return err
 	}
-	if completed {
+	if owes {
 		s.registerOwed(ctx, name)
 	}
 	s.mu.Lock()
@@ -755,12 +755,14 @@ func (s *Service) endAttempt(ctx context.Context, name string, attempt int, end 
 }
 
 // recordEnd is endAttempt's transaction: it records the end and, with a
-// completion, the outputs it owes a data asset registration (its return
-// says whether it recorded a completion).
-func (s *Service) recordEnd(ctx context.Context, name string, attempt int, end attemptEnd, fence func(store.Job) error) (bool, error) {
-	completed := false
-	_, err := s.st.UpdateJobWith(ctx, name, func(j *store.Job) (store.JobChange, error) {
-		completed = false // a transaction tried again starts over
+// completion, the outputs it owes a data asset registration. Its return
+// says whether it recorded a completion that owes one: most jobs declare
+// no output to register, and the registration's read of the record they
+// would otherwise pay was a share of a small job's server CPU
+// (bench/dispatch).
+func (s *Service) recordEnd(ctx context.Context, name string, attempt int, end attemptEnd, fence func(store.Job) error) (owes bool, err error) {
+	_, err = s.st.UpdateJobWith(ctx, name, func(j *store.Job) (store.JobChange, error) {
+		owes = false // a transaction tried again starts over
 		if fence != nil {
 			if err := fence(*j); err != nil {
 				return store.JobChange{}, err
@@ -801,11 +803,11 @@ func (s *Service) recordEnd(ctx context.Context, name string, attempt int, end a
 			j.Started = now
 		}
 		ch.Events = append(ch.Events, store.Event{Job: name, Time: now, From: from, To: end.status, Reason: reason})
-		completed = end.status == StatusCompleted
-		j.Outputs = owedOutputs(j.Outputs, j.Spec, completed)
+		j.Outputs = owedOutputs(j.Outputs, j.Spec, end.status == StatusCompleted)
+		owes = len(pendingOutputs(j.Outputs)) > 0
 		return ch, nil
 	})
-	return completed, err
+	return owes, err
 }
 
 // rankEnded records the end of one node rank of a multi-node attempt and
