@@ -42,3 +42,50 @@ func TestFinalReportOwingNoRegistrationReadsNoRecord(t *testing.T) {
 		t.Fatalf("status %s, want Completed", j.Status)
 	}
 }
+
+// drained empties a kick channel and says whether it held a kick.
+func drained(k chan struct{}) bool {
+	select {
+	case <-k:
+		return true
+	default:
+		return false
+	}
+}
+
+// The end of an attempt on a compute the dispatcher starts jobs on wakes
+// the dispatcher alone: the pool loop, which would read the computes and
+// nodes to find nothing changed, is not woken (bench/dispatch). The end
+// of an attempt on a compute the dispatcher does not know as its own
+// still wakes both.
+func TestSlotEndWakesTheDispatcherAlone(t *testing.T) {
+	ctx := context.Background()
+	target := &fakeTarget{capacity: 2}
+	s, _ := newService(t, target)
+	submit(t, s, "a")
+	submit(t, s, "b")
+	dispatch(t, s)
+	zero := 0
+	end := Report{Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero}
+
+	drained(s.kick)
+	drained(s.kickPools)
+	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, end); err != nil {
+		t.Fatal(err)
+	}
+	if !drained(s.kick) {
+		t.Error("the end of a's attempt did not wake the dispatcher")
+	}
+	if drained(s.kickPools) {
+		t.Error("the end of a's attempt, on the local compute, woke the pool loop")
+	}
+
+	// As if the compute were one the pool loop places.
+	s.slotComputes.Store(&map[string]bool{})
+	if err := s.ReportStatus(ctx, runPrincipal("b", 1), "b", 1, end); err != nil {
+		t.Fatal(err)
+	}
+	if !drained(s.kick) || !drained(s.kickPools) {
+		t.Error("the end of b's attempt, on a compute not the dispatcher's, did not wake both loops")
+	}
+}

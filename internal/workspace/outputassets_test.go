@@ -105,7 +105,7 @@ func TestOutputRegistersAfterCrash(t *testing.T) {
 	zero := 0
 	// The end's transaction alone: the server dies before the rest of
 	// endAttempt.
-	if owes, err := s.recordEnd(ctx, "reg", 1, attemptEnd{status: StatusCompleted, exit: &zero, outputs: raw}, nil); err != nil || !owes {
+	if owes, _, err := s.recordEnd(ctx, "reg", 1, attemptEnd{status: StatusCompleted, exit: &zero, outputs: raw}, nil); err != nil || !owes {
 		t.Fatalf("recordEnd: %v, %v", owes, err)
 	}
 	if got := dataVersions(t, s, "cleaned-rows"); len(got) != 0 {

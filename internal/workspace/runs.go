@@ -116,10 +116,13 @@ func (s *Service) dispatch(ctx context.Context) error {
 	free := map[string]int{}
 	handsOff := map[string]bool{} // computes whose targets queue themselves
 	anyFree := false
+	slots := map[string]bool{}
+	defer s.slotComputes.Store(&slots)
 	for _, c := range computes {
 		if s.poolType(c.Type) != nil {
 			continue // the pool loop places these
 		}
+		slots[c.Name] = true
 		t, err := s.target(ctx, c.Name)
 		if err != nil {
 			s.log.Error("compute unusable", "compute", c.Name, "err", err)
@@ -735,7 +738,7 @@ func (s *Service) endAttempt(ctx context.Context, name string, attempt int, end 
 	// The run token goes in the end's own transaction (one commit, not
 	// two: bench/dispatch), even when the job had ended already, as a
 	// resent end must still leave no token behind.
-	owes, err := s.recordEnd(ctx, name, attempt, end, fence)
+	owes, slot, err := s.recordEnd(ctx, name, attempt, end, fence)
 	if err != nil {
 		return err
 	}
@@ -750,7 +753,11 @@ func (s *Service) endAttempt(ctx context.Context, name string, attempt int, end 
 	s.mu.Unlock()
 	s.scopes.forget(name)
 	s.changed(name)
-	s.wakeDispatcher()
+	if slot {
+		s.wakeSlotDispatcher() // a pool pass would find nothing changed
+	} else {
+		s.wakeDispatcher()
+	}
 	return nil
 }
 
@@ -759,10 +766,12 @@ func (s *Service) endAttempt(ctx context.Context, name string, attempt int, end 
 // says whether it recorded a completion that owes one: most jobs declare
 // no output to register, and the registration's read of the record they
 // would otherwise pay was a share of a small job's server CPU
-// (bench/dispatch).
-func (s *Service) recordEnd(ctx context.Context, name string, attempt int, end attemptEnd, fence func(store.Job) error) (owes bool, err error) {
+// (bench/dispatch). slot says whether the job ran on a compute whose
+// jobs the dispatcher starts, on no pool node (onSlotCompute).
+func (s *Service) recordEnd(ctx context.Context, name string, attempt int, end attemptEnd, fence func(store.Job) error) (owes, slot bool, err error) {
 	_, err = s.st.UpdateJobWith(ctx, name, func(j *store.Job) (store.JobChange, error) {
 		owes = false // a transaction tried again starts over
+		slot = s.onSlotCompute(*j)
 		if fence != nil {
 			if err := fence(*j); err != nil {
 				return store.JobChange{}, err
@@ -807,7 +816,7 @@ func (s *Service) recordEnd(ctx context.Context, name string, attempt int, end a
 		owes = len(pendingOutputs(j.Outputs)) > 0
 		return ch, nil
 	})
-	return owes, err
+	return owes, slot, err
 }
 
 // rankEnded records the end of one node rank of a multi-node attempt and

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
@@ -145,6 +146,10 @@ type Service struct {
 	// dispatcher has taken back (engine.go); only its goroutine uses it.
 	retaken   map[string]bool
 	kickPools chan struct{} // wakes the pool loop
+	// slotComputes are the computes whose jobs the dispatcher starts
+	// (not the pool loop), as its last pass saw them: the end of an
+	// attempt on one of them wakes the dispatcher alone (runs.go).
+	slotComputes atomic.Pointer[map[string]bool]
 
 	kickDeploy chan struct{} // wakes the deployment controller (deployctl.go)
 	kickPipe   chan struct{} // wakes the pipeline loop (pipelines.go)
@@ -321,6 +326,23 @@ func (s *Service) wakeDispatcher() {
 		default:
 		}
 	}
+}
+
+// wakeSlotDispatcher asks for a dispatch pass, not a pool pass: a slot of
+// a compute the dispatcher starts jobs on was freed.
+func (s *Service) wakeSlotDispatcher() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// onSlotCompute says whether j ran on a compute whose jobs the dispatcher
+// starts, on no pool node, as the dispatcher's last pass saw its compute:
+// its end frees nothing the pool loop places (bench/dispatch).
+func (s *Service) onSlotCompute(j store.Job) bool {
+	m := s.slotComputes.Load()
+	return m != nil && (*m)[j.Compute] && len(j.Placement) == 0
 }
 
 // Changes returns a channel closed at the next change of job's status,
