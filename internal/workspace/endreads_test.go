@@ -89,3 +89,29 @@ func TestSlotEndWakesTheDispatcherAlone(t *testing.T) {
 		t.Error("the end of b's attempt, on a compute not the dispatcher's, did not wake both loops")
 	}
 }
+
+// A job submitted to a compute the dispatcher starts jobs on wakes the
+// dispatcher alone; before the dispatcher's first pass, or on a compute
+// it does not know as its own, a submit wakes both loops.
+func TestSlotSubmitWakesTheDispatcherAlone(t *testing.T) {
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	drained(s.kick)
+	drained(s.kickPools)
+	submit(t, s, "first")
+	if !drained(s.kick) || !drained(s.kickPools) {
+		t.Error("a submit before the dispatcher's first pass did not wake both loops")
+	}
+	dispatch(t, s)
+	submit(t, s, "second")
+	if !drained(s.kick) {
+		t.Error("the submit of second did not wake the dispatcher")
+	}
+	if drained(s.kickPools) {
+		t.Error("the submit of second, to the local compute, woke the pool loop")
+	}
+	s.slotComputes.Store(&map[string]bool{}) // as if the compute were one the pool loop places
+	submit(t, s, "third")
+	if !drained(s.kick) || !drained(s.kickPools) {
+		t.Error("the submit of third, to a compute not the dispatcher's, did not wake both loops")
+	}
+}

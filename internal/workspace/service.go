@@ -328,8 +328,8 @@ func (s *Service) wakeDispatcher() {
 	}
 }
 
-// wakeSlotDispatcher asks for a dispatch pass, not a pool pass: a slot of
-// a compute the dispatcher starts jobs on was freed.
+// wakeSlotDispatcher asks for a dispatch pass, not a pool pass: a job was
+// queued on, or a slot freed of, a compute the dispatcher starts jobs on.
 func (s *Service) wakeSlotDispatcher() {
 	select {
 	case s.kick <- struct{}{}:
@@ -337,9 +337,10 @@ func (s *Service) wakeSlotDispatcher() {
 	}
 }
 
-// onSlotCompute says whether j ran on a compute whose jobs the dispatcher
-// starts, on no pool node, as the dispatcher's last pass saw its compute:
-// its end frees nothing the pool loop places (bench/dispatch).
+// onSlotCompute says whether j runs on a compute whose jobs the
+// dispatcher starts, on no pool node, as the dispatcher's last pass saw
+// its compute: its submit or its end changes nothing the pool loop places
+// (bench/dispatch).
 func (s *Service) onSlotCompute(j store.Job) bool {
 	m := s.slotComputes.Load()
 	return m != nil && (*m)[j.Compute] && len(j.Placement) == 0
@@ -641,7 +642,11 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 		return nil, err
 	}
 	s.changed(name)
-	s.wakeDispatcher()
+	if s.onSlotCompute(created) {
+		s.wakeSlotDispatcher() // the pool loop places none of this compute's jobs
+	} else {
+		s.wakeDispatcher()
+	}
 	// The job as submitted: a new job has no metrics to read, and reading
 	// it back (a store read and a metrics query) was a tenth of a small
 	// job's store work (bench/dispatch).
