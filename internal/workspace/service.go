@@ -147,8 +147,9 @@ type Service struct {
 	retaken   map[string]bool
 	kickPools chan struct{} // wakes the pool loop
 	// slotComputes are the computes whose jobs the dispatcher starts
-	// (not the pool loop), as its last pass saw them: the end of an
-	// attempt on one of them wakes the dispatcher alone (runs.go).
+	// (not the pool loop), as its last pass saw them: a submit to one of
+	// them, and the end of an attempt on one, wake the dispatcher alone
+	// (onSlotCompute).
 	slotComputes atomic.Pointer[map[string]bool]
 
 	kickDeploy chan struct{} // wakes the deployment controller (deployctl.go)
