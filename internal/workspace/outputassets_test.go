@@ -105,8 +105,8 @@ func TestOutputRegistersAfterCrash(t *testing.T) {
 	zero := 0
 	// The end's transaction alone: the server dies before the rest of
 	// endAttempt.
-	if completed, err := s.recordEnd(ctx, "reg", 1, attemptEnd{status: StatusCompleted, exit: &zero, outputs: raw}, nil); err != nil || !completed {
-		t.Fatalf("recordEnd: %v, %v", completed, err)
+	if owes, _, err := s.recordEnd(ctx, "reg", 1, attemptEnd{status: StatusCompleted, exit: &zero, outputs: raw}, nil); err != nil || !owes {
+		t.Fatalf("recordEnd: %v, %v", owes, err)
 	}
 	if got := dataVersions(t, s, "cleaned-rows"); len(got) != 0 {
 		t.Fatalf("registered before the restart: %v", got)

@@ -116,10 +116,13 @@ func (s *Service) dispatch(ctx context.Context) error {
 	free := map[string]int{}
 	handsOff := map[string]bool{} // computes whose targets queue themselves
 	anyFree := false
+	slots := map[string]bool{}
+	defer s.slotComputes.Store(&slots)
 	for _, c := range computes {
 		if s.poolType(c.Type) != nil {
 			continue // the pool loop places these
 		}
+		slots[c.Name] = true
 		t, err := s.target(ctx, c.Name)
 		if err != nil {
 			s.log.Error("compute unusable", "compute", c.Name, "err", err)
@@ -735,11 +738,11 @@ func (s *Service) endAttempt(ctx context.Context, name string, attempt int, end 
 	// The run token goes in the end's own transaction (one commit, not
 	// two: bench/dispatch), even when the job had ended already, as a
 	// resent end must still leave no token behind.
-	completed, err := s.recordEnd(ctx, name, attempt, end, fence)
+	owes, slot, err := s.recordEnd(ctx, name, attempt, end, fence)
 	if err != nil {
 		return err
 	}
-	if completed {
+	if owes {
 		s.registerOwed(ctx, name)
 	}
 	s.mu.Lock()
@@ -750,17 +753,25 @@ func (s *Service) endAttempt(ctx context.Context, name string, attempt int, end 
 	s.mu.Unlock()
 	s.scopes.forget(name)
 	s.changed(name)
-	s.wakeDispatcher()
+	if slot {
+		s.wakeSlotDispatcher() // a pool pass would find nothing changed
+	} else {
+		s.wakeDispatcher()
+	}
 	return nil
 }
 
 // recordEnd is endAttempt's transaction: it records the end and, with a
-// completion, the outputs it owes a data asset registration (its return
-// says whether it recorded a completion).
-func (s *Service) recordEnd(ctx context.Context, name string, attempt int, end attemptEnd, fence func(store.Job) error) (bool, error) {
-	completed := false
-	_, err := s.st.UpdateJobWith(ctx, name, func(j *store.Job) (store.JobChange, error) {
-		completed = false // a transaction tried again starts over
+// completion, the outputs it owes a data asset registration. Its return
+// says whether it recorded a completion that owes one: most jobs declare
+// no output to register, and the registration's read of the record they
+// would otherwise pay was a share of a small job's server CPU
+// (bench/dispatch). slot says whether the job ran on a compute whose
+// jobs the dispatcher starts, on no pool node (onSlotCompute).
+func (s *Service) recordEnd(ctx context.Context, name string, attempt int, end attemptEnd, fence func(store.Job) error) (owes, slot bool, err error) {
+	_, err = s.st.UpdateJobWith(ctx, name, func(j *store.Job) (store.JobChange, error) {
+		owes = false // a transaction tried again starts over
+		slot = s.onSlotCompute(*j)
 		if fence != nil {
 			if err := fence(*j); err != nil {
 				return store.JobChange{}, err
@@ -801,11 +812,11 @@ func (s *Service) recordEnd(ctx context.Context, name string, attempt int, end a
 			j.Started = now
 		}
 		ch.Events = append(ch.Events, store.Event{Job: name, Time: now, From: from, To: end.status, Reason: reason})
-		completed = end.status == StatusCompleted
-		j.Outputs = owedOutputs(j.Outputs, j.Spec, completed)
+		j.Outputs = owedOutputs(j.Outputs, j.Spec, end.status == StatusCompleted)
+		owes = len(pendingOutputs(j.Outputs)) > 0
 		return ch, nil
 	})
-	return completed, err
+	return owes, slot, err
 }
 
 // rankEnded records the end of one node rank of a multi-node attempt and

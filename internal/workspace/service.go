@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
@@ -145,6 +146,11 @@ type Service struct {
 	// dispatcher has taken back (engine.go); only its goroutine uses it.
 	retaken   map[string]bool
 	kickPools chan struct{} // wakes the pool loop
+	// slotComputes are the computes whose jobs the dispatcher starts
+	// (not the pool loop), as its last pass saw them: a submit to one of
+	// them, and the end of an attempt on one, wake the dispatcher alone
+	// (onSlotCompute).
+	slotComputes atomic.Pointer[map[string]bool]
 
 	kickDeploy chan struct{} // wakes the deployment controller (deployctl.go)
 	kickPipe   chan struct{} // wakes the pipeline loop (pipelines.go)
@@ -321,6 +327,24 @@ func (s *Service) wakeDispatcher() {
 		default:
 		}
 	}
+}
+
+// wakeSlotDispatcher asks for a dispatch pass, not a pool pass: a job was
+// queued on, or a slot freed of, a compute the dispatcher starts jobs on.
+func (s *Service) wakeSlotDispatcher() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// onSlotCompute says whether j runs on a compute whose jobs the
+// dispatcher starts, on no pool node, as the dispatcher's last pass saw
+// its compute: its submit or its end changes nothing the pool loop places
+// (bench/dispatch).
+func (s *Service) onSlotCompute(j store.Job) bool {
+	m := s.slotComputes.Load()
+	return m != nil && (*m)[j.Compute] && len(j.Placement) == 0
 }
 
 // Changes returns a channel closed at the next change of job's status,
@@ -619,7 +643,11 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 		return nil, err
 	}
 	s.changed(name)
-	s.wakeDispatcher()
+	if s.onSlotCompute(created) {
+		s.wakeSlotDispatcher() // the pool loop places none of this compute's jobs
+	} else {
+		s.wakeDispatcher()
+	}
 	// The job as submitted: a new job has no metrics to read, and reading
 	// it back (a store read and a metrics query) was a tenth of a small
 	// job's store work (bench/dispatch).

@@ -56,10 +56,11 @@ const busyTimeout = 10 * time.Second
 // connection is held, so they must not write through the same Store: that
 // would wait for the connection forever. Reading through it is fine.
 type Store struct {
-	w      *sql.DB
-	r      *sql.DB
-	stmts  stmts      // prepared statements (stmts.go)
-	tokens tokenCache // tokens found by hash (tokens.go)
+	w        *sql.DB
+	r        *sql.DB
+	stmts    stmts        // prepared statements (stmts.go)
+	tokens   tokenCache   // tokens found by hash (tokens.go)
+	computes computeCache // the list of computes (computes.go)
 }
 
 // Open opens the SQLite database at path, creating the file if it does not
