@@ -127,3 +127,25 @@ func TestEnvImageBuiltAndPushedOnce(t *testing.T) {
 		t.Errorf("the log holds the registry password")
 	}
 }
+
+// Pushers hands every user of one registry and login the same Pusher (so
+// that a job and a deployment of one environment build it once), another
+// for another login, and refuses an address that is not one.
+func TestPushersOnePerRegistryAndLogin(t *testing.T) {
+	ps := &Pushers{}
+	a, err := ps.For("127.0.0.1:5000/ns", "u", "pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := ps.For("127.0.0.1:5000/ns", "u", "pw"); err != nil || b != a {
+		t.Errorf("the same registry and login: %p %v, want %p", b, err, a)
+	}
+	for _, other := range [][3]string{{"127.0.0.1:5000/ns", "u", "other"}, {"127.0.0.1:5000/ns2", "u", "pw"}, {"127.0.0.1:5000/ns", "", ""}} {
+		if b, err := ps.For(other[0], other[1], other[2]); err != nil || b == a {
+			t.Errorf("%s as %q: %p %v, want a Pusher of its own", other[0], other[1], b, err)
+		}
+	}
+	if _, err := ps.For("Not A Registry", "", ""); err == nil {
+		t.Errorf("an address that is not one: no error")
+	}
+}
