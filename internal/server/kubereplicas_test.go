@@ -73,8 +73,8 @@ func TestKubeSpec(t *testing.T) {
 func TestKubeSpecPullSecret(t *testing.T) {
 	d := workspace.KubeDeployment{
 		Endpoint: "ep", Deployment: "blue", Generation: 1, Image: "127.0.0.1:5000/ns/ferry-env@sha256:ab", Replicas: new(1),
-		Spec: &spec.OnlineDeployment{Name: "blue", CodeConfiguration: &spec.CodeConfiguration{Code: "./src", ScoringScript: "score.py"}},
-		Code: map[string][]byte{"score.py": []byte("def init(): pass\n")},
+		Spec:     &spec.OnlineDeployment{Name: "blue", CodeConfiguration: &spec.CodeConfiguration{Code: "./src", ScoringScript: "score.py"}},
+		Code:     map[string][]byte{"score.py": []byte("def init(): pass\n")},
 		Registry: &workspace.KubeRegistry{Address: "127.0.0.1:5000/ns", Username: "u", Password: "pw"},
 	}
 	s, err := kubeSpec(d)

@@ -106,7 +106,7 @@ func newKubernetes(env targetEnv, c *spec.Compute) (compute.Target, error) {
 			user, password = rc.Username, rc.Password
 		}
 		if images, err = env.Images.For(open.Registry, user, password); err != nil {
-			return nil, workspace.Invalid("registry: %v", err)
+			return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err} // "registry: ..." already
 		}
 	}
 	t, err := kubernetes.New(kubernetes.Config{Compute: open, Exe: env.Exe, CancelGrace: env.CancelGrace,
