@@ -125,15 +125,23 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 	if d := create("blue", "built-ep"); d.ProvisioningState != "Creating" {
 		t.Fatalf("create answered %s (%s), want Creating", d.ProvisioningState, d.Reason)
 	}
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(s.output.String(), "building an environment's image"); time.Sleep(50 * time.Millisecond) {
+	// The build is under way, and the deployment says so.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		d := s.deployment("built-ep", "blue")
+		if strings.Contains(s.output.String(), "building an environment's image") && strings.Contains(d.Reason, "building the environment's image") {
+			if d.ProvisioningState != "Creating" {
+				t.Errorf("blue during its build: %s (%s), want Creating", d.ProvisioningState, d.Reason)
+			}
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the server did not start building blue's image:\n%s", s.output)
+			t.Fatalf("the server did not start building blue's image: %+v\n%s", d, s.output)
 		}
 	}
 	s.kill9()
 	s.start()
 	states, d := s.waitStates("built-ep", "blue", 8*time.Minute, "Succeeded", "Failed")
-	if d.ProvisioningState != "Succeeded" || states[0] != "Creating" || d.Compute != "k8s-reg" {
+	if d.ProvisioningState != "Succeeded" || slices.Contains(states, "Failed") || d.Compute != "k8s-reg" {
 		t.Fatalf("blue: states %v, %+v; want Creating → Succeeded on k8s-reg\nserver:\n%s", states, d, s.output)
 	}
 	t.Logf("blue's states: %v", states)
@@ -174,9 +182,11 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 	// A wrong password: Failed, naming the registry.
 	s.mustFerry("compute", "attach", "-f", computeFile(t, k.registryComputeYAML("k8s-badlogin", prefix, tr.Username, "not-the-password")))
 	s.kubeEndpoint("bad-ep", "azureml:k8s-badlogin")
-	create("red", "bad-ep")
+	if d := create("red", "bad-ep"); d.ProvisioningState != "Creating" {
+		t.Errorf("create red answered %s, want Creating", d.ProvisioningState)
+	}
 	states, d = s.waitStates("bad-ep", "red", 3*time.Minute, "Succeeded", "Failed")
-	if d.ProvisioningState != "Failed" || states[0] != "Creating" || !strings.Contains(d.Reason, "registry "+tr.Addr) || !strings.Contains(d.Reason, "registry_credentials") {
+	if d.ProvisioningState != "Failed" || !strings.Contains(d.Reason, "registry "+tr.Addr) || !strings.Contains(d.Reason, "registry_credentials") {
 		t.Errorf("red with a wrong password: states %v, %s (%s); want Failed naming registry %s and registry_credentials", states, d.ProvisioningState, d.Reason, tr.Addr)
 	}
 
