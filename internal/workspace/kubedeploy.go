@@ -28,7 +28,12 @@ import (
 // and routes the ready pods an informer tells it of. What it knows
 // beyond the store (what it applied, the watch) is in memory: a
 // restarted server applies again (the same template changes nothing on
-// the cluster) and watches again.
+// the cluster) and watches again. An environment Ferry builds (a
+// Dockerfile, a conda file on an image) on a compute with a registry is
+// built and pushed before the generation is applied, in a goroutine of
+// the controller's (KubeImageBuilder: the kubernetes target's code, so a
+// job and a deployment of one environment build it once); a restarted
+// server asks for it again and finds its tag in the registry.
 
 const (
 	// kubeStatusEvery is how often the controller asks the cluster for a
