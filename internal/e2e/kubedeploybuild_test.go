@@ -122,6 +122,7 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 	// Created at once; the server killed during the build; a restarted
 	// one finishes it.
 	uri, key := s.kubeEndpoint("built-ep", "azureml:k8s-reg")
+	created := time.Now()
 	if d := create("blue", "built-ep"); d.ProvisioningState != "Creating" {
 		t.Fatalf("create answered %s (%s), want Creating", d.ProvisioningState, d.Reason)
 	}
@@ -144,7 +145,8 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 	if d.ProvisioningState != "Succeeded" || slices.Contains(states, "Failed") || d.Compute != "k8s-reg" {
 		t.Fatalf("blue: states %v, %+v; want Creating → Succeeded on k8s-reg\nserver:\n%s", states, d, s.output)
 	}
-	t.Logf("blue's states: %v", states)
+	t.Logf("blue's states: %v; Succeeded %.1f s after create, with a SIGKILL and a start of the server; builds begun %d, pushes %d",
+		states, time.Since(created).Seconds(), strings.Count(s.output.String(), "building an environment's image"), pushes())
 	if n := pushes(); n != 1 {
 		t.Errorf("the environment's image was pushed %d times across a restart during its build, want 1", n)
 	}
