@@ -142,6 +142,26 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 		t.Errorf("a Dockerfile environment on a compute without a registry: %v", err)
 	}
 
+	// A conda file on an image is built too: refused without a registry
+	// (naming the field), taken with one.
+	d, up = dep("conda", "noreg")
+	d.Environment = &spec.Environment{Image: "img:1", CondaFile: "f.txt"}
+	if _, err := s.CreateOnlineDeployment(ctx, owner, d, up, false); CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), "environment.conda_file") || !strings.Contains(err.Error(), "registry") {
+		t.Errorf("a conda file on an image on a compute without a registry: %v", err)
+	}
+	d.EndpointName = "kep"
+	if got, err := s.CreateOnlineDeployment(ctx, owner, d, up, false); err != nil || got.ProvisioningState != DeploymentCreating {
+		t.Errorf("a conda file on an image on a compute with a registry: %+v %v", got, err)
+	}
+	if err := s.DeleteOnlineDeployment(ctx, owner, "kep", "conda"); err != nil {
+		t.Fatal(err)
+	}
+	pass(s)
+	if kube.buildCount() != 0 {
+		t.Errorf("a deployment deleted before its first pass was built")
+	}
+	kube.calls = nil
+
 	// Create returns before any build.
 	d, up = dep("blue", "kep")
 	created, err := s.CreateOnlineDeployment(ctx, owner, d, up, false)
