@@ -58,6 +58,9 @@ var forbidden = map[string][]string{
 	// it knows nothing of the workspace's records, and the domain does
 	// not link client-go.
 	"internal/serving/kubereplicas": {"internal/workspace", "internal/api", "internal/store", "internal/server", "internal/compute/", "internal/cli"},
+	// The images Ferry builds for a cluster: the kubernetes target's jobs
+	// and the server's deployments share it; it knows neither.
+	"internal/envimage": {"internal/workspace", "internal/api", "internal/store", "internal/server", "internal/compute/", "internal/serving/", "internal/cli"},
 
 	// The studio's pages get their data from the REST API only, never
 	// from the store or a driver.

@@ -68,6 +68,14 @@ func (s *Spec) Hash() string {
 	return hex.EncodeToString(sum[:])
 }
 
+// NeedsImageBuild reports whether env is an image Ferry must build for a
+// cluster that pulls its images (a Dockerfile, or a conda file on a base
+// image), rather than one the cluster pulls as it is. A nil env needs
+// none.
+func NeedsImageBuild(env *Spec) bool {
+	return env != nil && (env.Kind == KindBuild || (env.Kind == KindImage && env.CondaFile != ""))
+}
+
 // NeedsDocker reports whether the environment runs in a container.
 func (s *Spec) NeedsDocker() bool { return s.Kind == KindImage || s.Kind == KindBuild }
 

@@ -10,24 +10,44 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/envimage"
+	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/imagereg"
 	"github.com/ferry-ml/ferry/internal/serving/kubereplicas"
 	"github.com/ferry-ml/ferry/internal/workspace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // kubeReplicas is the workspace's KubeReplicas on package kubereplicas:
-// one client per cluster and namespace, made on first use.
+// one client per cluster and namespace, made on first use. It builds the
+// images of environments Ferry builds with the pushers the kubernetes
+// target's jobs use (one per registry and login), so that a job and a
+// deployment of one environment build it once.
 type kubeReplicas struct {
 	log     *slog.Logger
+	images  *envimage.Pushers
 	mu      sync.Mutex
 	clients map[[32]byte]*kubereplicas.Client // by sha256 of namespace and kubeconfig
 }
 
-var _ workspace.KubeReplicas = (*kubeReplicas)(nil)
+var (
+	_ workspace.KubeReplicas     = (*kubeReplicas)(nil)
+	_ workspace.KubeImageBuilder = (*kubeReplicas)(nil)
+)
 
-func newKubeReplicas(log *slog.Logger) *kubeReplicas {
-	return &kubeReplicas{log: log, clients: map[[32]byte]*kubereplicas.Client{}}
+func newKubeReplicas(log *slog.Logger, images *envimage.Pushers) *kubeReplicas {
+	return &kubeReplicas{log: log, images: images, clients: map[[32]byte]*kubereplicas.Client{}}
+}
+
+// EnvImage implements workspace.KubeImageBuilder.
+func (k *kubeReplicas) EnvImage(ctx context.Context, reg workspace.KubeRegistry, env *environment.Spec) (string, error) {
+	p, err := k.images.For(reg.Address, reg.Username, reg.Password)
+	if err != nil {
+		return "", err
+	}
+	return p.EnvImage(ctx, env)
 }
 
 func (k *kubeReplicas) client(at workspace.KubeTarget) (*kubereplicas.Client, error) {
@@ -89,6 +109,13 @@ func kubeSpec(d workspace.KubeDeployment) (kubereplicas.Spec, error) {
 		return kubereplicas.Spec{}, err
 	}
 	ps := &h.Template.Spec
+	var secrets []corev1.Secret
+	if pull, err := pullSecret(d); err != nil {
+		return kubereplicas.Spec{}, err
+	} else if pull != nil {
+		secrets = append(secrets, *pull)
+		ps.ImagePullSecrets = []corev1.LocalObjectReference{{Name: pull.Name}}
+	}
 	ps.NodeSelector = maps.Clone(d.InstanceType.NodeSelector)
 	for _, t := range d.InstanceType.Tolerations {
 		ps.Tolerations = append(ps.Tolerations, corev1.Toleration{Key: t.Key, Operator: corev1.TolerationOperator(t.Operator),
@@ -96,7 +123,7 @@ func kubeSpec(d workspace.KubeDeployment) (kubereplicas.Spec, error) {
 	}
 	s := kubereplicas.Spec{
 		Endpoint: d.Endpoint, Deployment: d.Deployment, Generation: d.Generation,
-		Template: h.Template, ConfigMaps: []corev1.ConfigMap{h.ConfigMap},
+		Template: h.Template, ConfigMaps: []corev1.ConfigMap{h.ConfigMap}, Secrets: secrets,
 		RequestTimeout: timeout,
 	}
 	if f.ReadinessProbe != nil {
@@ -109,6 +136,29 @@ func kubeSpec(d workspace.KubeDeployment) (kubereplicas.Spec, error) {
 		s.Replicas = new(int32(*d.Replicas))
 	}
 	return s, nil
+}
+
+// pullSecret is the image pull Secret of a deployment on a compute whose
+// registry has a login (a .dockerconfigjson, as the kubernetes target's
+// jobs get), or nil.
+func pullSecret(d workspace.KubeDeployment) (*corev1.Secret, error) {
+	r := d.Registry
+	if r == nil || r.Username == "" {
+		return nil, nil
+	}
+	reg, err := imagereg.New(r.Address, r.Username, r.Password)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := envimage.DockerConfig(reg.Host(), r.Username, r.Password)
+	if err != nil {
+		return nil, err
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: kubereplicas.ObjectName(d.Endpoint, d.Deployment) + "-pull"},
+		Type:       corev1.SecretTypeDockerConfigJson,
+		Data:       map[string][]byte{corev1.DockerConfigJsonKey: cfg},
+	}, nil
 }
 
 // kubeResources reads an instance type's quantities, naming the one that

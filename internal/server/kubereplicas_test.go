@@ -2,9 +2,13 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ferry-ml/ferry/internal/envimage"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
@@ -55,9 +59,48 @@ func TestKubeSpec(t *testing.T) {
 		t.Errorf("a bad quantity: %v", err)
 	}
 	// A kubeconfig that is not one is refused without quoting it.
-	k := newKubeReplicas(nil)
+	k := newKubeReplicas(nil, &envimage.Pushers{})
 	err = k.Apply(context.Background(), workspace.KubeDeployment{Target: workspace.KubeTarget{Kubeconfig: []byte("secret-token-xyz"), Namespace: "ns"}})
 	if err == nil || strings.Contains(err.Error(), "secret-token-xyz") {
 		t.Errorf("a bad kubeconfig: %v", err)
+	}
+}
+
+// TestKubeSpecPullSecret: a deployment on a compute whose registry has a
+// login gets an image pull Secret of its own (a .dockerconfigjson for the
+// registry's host), named in its pods; without a login, or a registry,
+// none.
+func TestKubeSpecPullSecret(t *testing.T) {
+	d := workspace.KubeDeployment{
+		Endpoint: "ep", Deployment: "blue", Generation: 1, Image: "127.0.0.1:5000/ns/ferry-env@sha256:ab", Replicas: new(1),
+		Spec:     &spec.OnlineDeployment{Name: "blue", CodeConfiguration: &spec.CodeConfiguration{Code: "./src", ScoringScript: "score.py"}},
+		Code:     map[string][]byte{"score.py": []byte("def init(): pass\n")},
+		Registry: &workspace.KubeRegistry{Address: "127.0.0.1:5000/ns", Username: "u", Password: "pw"},
+	}
+	s, err := kubeSpec(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Secrets) != 1 {
+		t.Fatalf("secrets %+v, want one pull secret", s.Secrets)
+	}
+	sec := s.Secrets[0]
+	if sec.Type != corev1.SecretTypeDockerConfigJson || len(s.Template.Spec.ImagePullSecrets) != 1 || s.Template.Spec.ImagePullSecrets[0].Name != sec.Name {
+		t.Errorf("secret %s of type %s; the pods' pull secrets %v", sec.Name, sec.Type, s.Template.Spec.ImagePullSecrets)
+	}
+	var cfg struct {
+		Auths map[string]struct{ Username, Password string }
+	}
+	if err := json.Unmarshal(sec.Data[corev1.DockerConfigJsonKey], &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if a := cfg.Auths["127.0.0.1:5000"]; a.Username != "u" || a.Password != "pw" || len(cfg.Auths) != 1 {
+		t.Errorf("dockerconfigjson auths %+v, want the registry's host with the login", cfg.Auths)
+	}
+	for _, r := range []*workspace.KubeRegistry{nil, {Address: "127.0.0.1:5000/ns"}} {
+		d.Registry = r
+		if s, err := kubeSpec(d); err != nil || len(s.Secrets) != 0 || len(s.Template.Spec.ImagePullSecrets) != 0 {
+			t.Errorf("registry %+v: secrets %v, pull secrets %v, %v", r, s.Secrets, s.Template.Spec.ImagePullSecrets, err)
+		}
 	}
 }

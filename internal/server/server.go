@@ -22,6 +22,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/compute/local"
+	"github.com/ferry-ml/ferry/internal/envimage"
 	"github.com/ferry-ml/ferry/internal/environment/docker"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/selfexe"
@@ -199,6 +200,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("workspace key: %w", err)
 	}
+	images := &envimage.Pushers{Snapshot: snapshotExtractor(blobs), WorkDir: work, Log: cfg.Log}
 	targets := targetFactory(computeTypes, targetEnv{Log: cfg.Log, Exe: exe, CancelGrace: cfg.CancelGrace, Key: key, Local: local.Config{
 		Exe: exe, RunsDir: filepath.Join(work, "runs"), CacheDir: filepath.Join(dir, "cache"),
 		Capacity: cfg.LocalCapacity, CancelGrace: grace, RunAs: runAs, GPUs: len(hostGPUs()), Executor: cfg.LocalExecutor,
@@ -210,7 +212,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			return err
 		},
-	}, Snapshot: snapshotExtractor(blobs), WorkDir: work})
+	}, Snapshot: snapshotExtractor(blobs), WorkDir: work, Images: images})
 	provs := newProviders(exe, work, cfg.Provider)
 	provs.runAs = runAs
 	provs.key, provs.binaries, provs.log = key, cfg.AgentBinaries, cfg.Log
@@ -242,7 +244,7 @@ func Run(ctx context.Context, cfg Config) error {
 		NodeLease: cfg.NodeLease, NodeHeartbeat: nodeHeartbeat(cfg.NodeLease),
 		PreemptPoll: cfg.PreemptPoll, PreemptGrace: cfg.PreemptGrace,
 		JoinTimeout: cfg.NodeJoinTimeout, ServerlessIdle: cfg.ServerlessIdle,
-		Router: gatewayRouter{gw}, ProbeReplica: replicaProber(), KubeReplicas: newKubeReplicas(cfg.Log),
+		Router: gatewayRouter{gw}, ProbeReplica: replicaProber(), KubeReplicas: newKubeReplicas(cfg.Log, images),
 		ScheduleMinute: cfg.ScheduleMinute,
 		BlobEndpoints:  blobEndpoints, DefaultDatastoreDir: defaultDatastore,
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/compute/local"
 	"github.com/ferry-ml/ferry/internal/compute/slurm"
 	"github.com/ferry-ml/ferry/internal/compute/virtualmachine"
+	"github.com/ferry-ml/ferry/internal/envimage"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -44,6 +45,10 @@ type targetEnv struct {
 	Snapshot func(ctx context.Context, id, dest string) error
 	// WorkDir is where such builds keep their files meanwhile.
 	WorkDir string
+	// Images are the pushers to kubernetes computes' registries, shared
+	// with the online deployments on them (kubeReplicas); they build with
+	// Snapshot and WorkDir.
+	Images *envimage.Pushers
 }
 
 // newTarget makes the compute.Target of one stored compute of its type.
@@ -94,8 +99,18 @@ func newKubernetes(env targetEnv, c *spec.Compute) (compute.Target, error) {
 	if err != nil {
 		return nil, err
 	}
+	var images *envimage.Pusher
+	if open.Registry != "" && env.Images != nil {
+		var user, password string
+		if rc := open.RegistryCredentials; rc != nil {
+			user, password = rc.Username, rc.Password
+		}
+		if images, err = env.Images.For(open.Registry, user, password); err != nil {
+			return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err} // "registry: ..." already
+		}
+	}
 	t, err := kubernetes.New(kubernetes.Config{Compute: open, Exe: env.Exe, CancelGrace: env.CancelGrace,
-		Snapshot: env.Snapshot, WorkDir: env.WorkDir, Log: cmp.Or(env.Log, slog.New(slog.DiscardHandler)).With("compute", c.Name)})
+		Snapshot: env.Snapshot, WorkDir: env.WorkDir, Images: images, Log: cmp.Or(env.Log, slog.New(slog.DiscardHandler)).With("compute", c.Name)})
 	// A compute that cannot make a client (no kubeconfig outside a
 	// cluster, one that does not parse) is the request's fault: its
 	// CheckError names the field and holds no secret.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -134,9 +135,12 @@ type deploymentDoc struct {
 	// what replicas run makes a new generation, rolled out beside the old.
 	Generation int `json:"generation"`
 	// Kube says the deployment runs on the Kubernetes compute Compute
-	// (its endpoint's), in image KubeImage (kubedeploy.go).
-	Kube      bool   `json:"kube,omitempty"`
-	KubeImage string `json:"kube_image,omitempty"`
+	// (its endpoint's), in image KubeImage, or in the image Ferry builds
+	// of environment KubeBuild and pushes to the compute's registry
+	// (kubedeploy.go).
+	Kube      bool              `json:"kube,omitempty"`
+	KubeImage string            `json:"kube_image,omitempty"`
+	KubeBuild *environment.Spec `json:"kube_build,omitempty"`
 }
 
 // replicaSet is the store's record of a deployment's replica jobs (its
@@ -268,7 +272,7 @@ func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeploymen
 		return err
 	}
 	doc.DeploymentUploads = up
-	doc.Kube, doc.KubeImage = false, ""
+	doc.Kube, doc.KubeImage, doc.KubeBuild = false, "", nil
 	switch {
 	case kubeCompute != "":
 		return s.resolveKubeDeployment(ctx, d, env, kubeCompute, local, doc)

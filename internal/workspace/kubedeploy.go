@@ -28,7 +28,12 @@ import (
 // and routes the ready pods an informer tells it of. What it knows
 // beyond the store (what it applied, the watch) is in memory: a
 // restarted server applies again (the same template changes nothing on
-// the cluster) and watches again.
+// the cluster) and watches again. An environment Ferry builds (a
+// Dockerfile, a conda file on an image) on a compute with a registry is
+// built and pushed before the generation is applied, in a goroutine of
+// the controller's (KubeImageBuilder: the kubernetes target's code, so a
+// job and a deployment of one environment build it once); a restarted
+// server asks for it again and finds its tag in the registry.
 
 const (
 	// kubeStatusEvery is how often the controller asks the cluster for a
@@ -50,6 +55,15 @@ type kubeLive struct {
 	statusAt time.Time
 	retryAt  time.Time
 	deleted  bool // Delete was called
+	// The image Ferry builds of the deployment's environment (KubeBuild)
+	// for generation buildGen: building while KubeImageBuilder.EnvImage
+	// runs, in a goroutine of its own, then image or buildErr. Under
+	// deployCtl.mu: the build's goroutine sets them.
+	buildGen    int
+	building    bool
+	image       string
+	buildErr    error
+	cancelBuild func()
 }
 
 // kubeEndpointCompute is the name of the kubernetes compute an
@@ -126,14 +140,20 @@ func (s *Service) resolveKubeDeployment(ctx context.Context, d *spec.OnlineDeplo
 		doc.KubeImage = env.Image
 	case (env == nil || env.Kind == environment.KindUserManaged) && c.Image != "":
 		doc.KubeImage = c.Image
-	default:
-		reg := ""
-		if c.Registry != "" {
-			// Deployments do not build: the registry's images are for
-			// training jobs' environments so far.
-			reg = "; the compute's registry serves training jobs' built environments, not deployments"
+	case environment.NeedsImageBuild(env):
+		field, what := "environment", "built from a Dockerfile"
+		if env.Kind == environment.KindImage {
+			field, what = "environment.conda_file", "with a conda file on its image"
 		}
-		return Invalid("environment: a deployment on kubernetes compute %s runs in an image the cluster has: give an environment with image: (python3 and what the scoring script imports) and no conda_file, or leave environment out to run in the compute's image%s%s", computeName, map[bool]string{true: "", false: " (compute " + computeName + " names none)"}[c.Image != ""], reg)
+		if c.Registry == "" {
+			return Invalid("%s: an environment %s is built by Ferry, and compute %s has no registry to push it to for the cluster; set the compute's registry: HOST[:PORT][/PREFIX] (a registry its nodes pull from, with registry_credentials when it needs a login), or build and push the image yourself and give it as the environment's image", field, what, computeName)
+		}
+		if _, ok := s.cfg.KubeReplicas.(KubeImageBuilder); !ok {
+			return Invalid("%s: an environment %s is built by Ferry, and this server cannot build images for deployments on kubernetes compute %s; give an environment with image: instead", field, what, computeName)
+		}
+		doc.KubeBuild = env
+	default:
+		return Invalid("environment: a deployment on kubernetes compute %s runs in an image: give an environment with image: (python3 and what the scoring script imports) and no conda_file, or one Ferry builds (build: with a Dockerfile, or image: with a conda_file) when the compute has a registry:, or leave environment out to run in the compute's image%s", computeName, map[bool]string{true: "", false: " (compute " + computeName + " names none)"}[c.Image != ""])
 	}
 	doc.Compute, doc.Kube = computeName, true
 	return nil
@@ -216,7 +236,14 @@ func (s *Service) reconcileKubeDeployment(ctx context.Context, rec store.Deploym
 	kicked := false
 	switch {
 	case kl.applied != doc.Generation:
-		d, err := s.kubeDeployment(doc, comp, rec, want)
+		image, building, err := s.kubeImage(ctx, kl, rec, doc, comp)
+		if err != nil {
+			return s.kubeBuildFailed(ctx, rec, doc, set, err)
+		}
+		if building != "" {
+			return s.kubeBuilding(ctx, rec, doc, set, building)
+		}
+		d, err := s.kubeDeployment(doc, comp, rec, want, image)
 		if err == nil {
 			err = kr.Apply(ctx, d)
 		}
@@ -266,6 +293,99 @@ func (s *Service) reconcileKubeDeployment(ctx context.Context, rec store.Deploym
 	return nil
 }
 
+// kubeImage is the image the pods of the deployment's generation run:
+// the one its file names, or the one Ferry builds of its environment.
+// The build runs in a goroutine of its own, started by the first call
+// for the generation, while the controller goes on with the others:
+// until it ends, kubeImage returns what is under way ("building ...");
+// then the image, or the build's error for every later call (a failed
+// build is not retried for the generation, as a failed job is not; an
+// update, or a restarted server, tries again).
+func (s *Service) kubeImage(ctx context.Context, kl *kubeLive, rec store.Deployment, doc *deploymentDoc, comp *spec.Compute) (image, building string, err error) {
+	if doc.KubeBuild == nil {
+		return doc.KubeImage, "", nil
+	}
+	reg := kubeRegistry(comp)
+	if reg == nil {
+		return "", "", fmt.Errorf("environment: compute %s has no registry for the image Ferry builds of the deployment's environment; set the compute's registry:, or give the environment's image", comp.Name)
+	}
+	ib, ok := s.cfg.KubeReplicas.(KubeImageBuilder)
+	if !ok {
+		return "", "", errors.New("this server cannot build images for deployments on Kubernetes")
+	}
+	doing := fmt.Sprintf("building the environment's image (%s) on the server and pushing it to registry %s", doc.KubeBuild.Describe(), reg.Address)
+	c := s.deployCtl
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if kl.buildGen == doc.Generation {
+		switch {
+		case kl.building:
+			return "", doing, nil
+		case kl.buildErr != nil:
+			return "", "", kl.buildErr
+		default:
+			return kl.image, "", nil
+		}
+	}
+	if kl.cancelBuild != nil {
+		kl.cancelBuild()
+	}
+	bctx, cancel := context.WithCancel(ctx)
+	gen, env := doc.Generation, doc.KubeBuild
+	kl.buildGen, kl.building, kl.image, kl.buildErr, kl.cancelBuild = gen, true, "", nil, cancel
+	s.log.Info("kubernetes deployment: preparing its environment's image", "endpoint", rec.Endpoint, "deployment", rec.Name,
+		"environment", env.Describe(), "registry", reg.Address)
+	go func() {
+		defer cancel()
+		ref, err := ib.EnvImage(bctx, *reg, env)
+		c.mu.Lock()
+		if kl.buildGen == gen {
+			kl.building, kl.image, kl.buildErr, kl.cancelBuild = false, ref, err, nil
+		}
+		c.mu.Unlock()
+		s.kickDeployments()
+	}()
+	return "", doing, nil
+}
+
+// kubeRegistry is the compute's registry, nil when it has none.
+func kubeRegistry(c *spec.Compute) *KubeRegistry {
+	if c.Registry == "" {
+		return nil
+	}
+	r := &KubeRegistry{Address: c.Registry}
+	if rc := c.RegistryCredentials; rc != nil {
+		r.Username, r.Password = rc.Username, rc.Password
+	}
+	return r
+}
+
+// kubeBuilding says, on a deployment being created or updated, that its
+// image is being built.
+func (s *Service) kubeBuilding(ctx context.Context, rec store.Deployment, doc *deploymentDoc, set *replicaSet, doing string) error {
+	if (rec.State != DeploymentCreating && rec.State != DeploymentUpdating) || rec.Reason == doing {
+		return nil
+	}
+	rec.Reason = doing
+	if err := encodeDeployment(&rec, doc, set); err != nil {
+		return err
+	}
+	rec.Updated = s.now()
+	return s.st.UpdateDeployment(ctx, rec)
+}
+
+// kubeBuildFailed records a failed build of the deployment's image as
+// its reason (Failed, but for a Succeeded one, which keeps serving its
+// pods), once.
+func (s *Service) kubeBuildFailed(ctx context.Context, rec store.Deployment, doc *deploymentDoc, set *replicaSet, err error) error {
+	why := "kubernetes compute " + doc.Compute + ": " + err.Error()
+	if rec.Reason == why {
+		return nil
+	}
+	s.log.Warn("kubernetes deployment: its environment's image", "endpoint", rec.Endpoint, "deployment", rec.Name, "err", firstLine(err.Error()))
+	return s.kubeFailed(ctx, rec, doc, set, false, why)
+}
+
 // kubeRetry records a failed request to the cluster as the deployment's
 // reason (Failed while it is being made; a Succeeded one keeps serving
 // and says so) and waits kubeRetryAfter before the next try.
@@ -303,6 +423,10 @@ func (s *Service) deleteKubeDeployment(ctx context.Context, kl *kubeLive, at Kub
 	c.mu.Lock()
 	stop := kl.stop
 	kl.stop, kl.urls = nil, nil
+	if kl.cancelBuild != nil {
+		kl.cancelBuild()
+		kl.cancelBuild = nil
+	}
 	c.mu.Unlock()
 	if stop != nil {
 		stop()
@@ -336,9 +460,9 @@ func (s *Service) deleteKubeDeployment(ctx context.Context, kl *kubeLive, at Kub
 }
 
 // kubeDeployment is what KubeReplicas.Apply gets for the deployment's
-// current generation: its file, its code's and model's files and where
-// its pods go.
-func (s *Service) kubeDeployment(doc *deploymentDoc, comp *spec.Compute, rec store.Deployment, replicas int) (KubeDeployment, error) {
+// current generation: its file, its code's and model's files, its image
+// and where its pods go.
+func (s *Service) kubeDeployment(doc *deploymentDoc, comp *spec.Compute, rec store.Deployment, replicas int, image string) (KubeDeployment, error) {
 	it, err := kubeInstanceType(comp, doc.Spec.InstanceType)
 	if err != nil {
 		return KubeDeployment{}, err
@@ -358,7 +482,7 @@ func (s *Service) kubeDeployment(doc *deploymentDoc, comp *spec.Compute, rec sto
 		}
 	}
 	return KubeDeployment{Target: kubeTarget(comp), Endpoint: rec.Endpoint, Deployment: rec.Name,
-		Generation: doc.Generation, Spec: doc.Spec, Replicas: &replicas, Image: doc.KubeImage,
+		Generation: doc.Generation, Spec: doc.Spec, Replicas: &replicas, Image: image, Registry: kubeRegistry(comp),
 		Code: code, Model: model, InstanceType: it}, nil
 }
 

@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 
+	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
@@ -39,6 +40,32 @@ type KubeReplicas interface {
 	Remaining(ctx context.Context, at KubeTarget, endpoint, deployment string) ([]string, error)
 }
 
+// KubeImageBuilder is the optional power of a KubeReplicas to build the
+// image of an environment Ferry builds (a Dockerfile, or a conda file on
+// an image: environment.NeedsImageBuild) and push it to a Kubernetes
+// compute's registry, as the kubernetes target does for training jobs
+// (the server's implementation shares its code and its cache of what was
+// pushed). Without it, deployments on a Kubernetes compute take only
+// images the cluster pulls as they are.
+//
+// EnvImage returns the reference, by digest, of env's image in reg,
+// built on the server's Docker engine and pushed unless reg has it
+// already (a restarted server finds its tag and pushes nothing). It can
+// take minutes: the controller calls it outside its lock. Concurrent
+// calls for one environment and registry build once. A failed build's
+// error ends with the build's last output; no error holds the password.
+type KubeImageBuilder interface {
+	EnvImage(ctx context.Context, reg KubeRegistry, env *environment.Spec) (string, error)
+}
+
+// KubeRegistry is a Kubernetes compute's registry: where the images
+// Ferry builds go and the cluster pulls them from. Password is a
+// secret: never logged, shown or put in an error.
+type KubeRegistry struct {
+	Address            string // HOST[:PORT][/PREFIX]
+	Username, Password string // "" for a registry without a login
+}
+
 // KubeTarget is where a Kubernetes compute's deployments run. Kubeconfig
 // is a secret: never logged, shown or put in an error.
 type KubeTarget struct {
@@ -60,6 +87,10 @@ type KubeDeployment struct {
 	// Image runs the inference server (the environment's image, which
 	// has python3 and what the scoring script imports).
 	Image string
+	// Registry is the compute's registry, nil when it has none: with a
+	// login, the pods pull with it (an image pull Secret of the
+	// deployment's).
+	Registry *KubeRegistry
 	// Code and Model are the code folder's and the model's files by
 	// slash-separated path; a model that is a folder is under its
 	// folder's name, as AZUREML_MODEL_DIR holds it on Azure.

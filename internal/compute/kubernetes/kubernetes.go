@@ -43,12 +43,14 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/envimage"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/imagereg"
 	"github.com/ferry-ml/ferry/internal/runner/invocation"
@@ -84,7 +86,12 @@ type Config struct {
 	// WorkDir is where those builds keep their files meanwhile; "" is
 	// the system's temporary folder.
 	WorkDir string
-	Log     *slog.Logger
+	// Images, when set, is the pusher to the compute's registry (and
+	// login) that the server shares with the compute's other users of it
+	// (online deployments), so that each image is built once; nil makes
+	// one of the target's own from Snapshot and WorkDir.
+	Images *envimage.Pusher
+	Log    *slog.Logger
 }
 
 // Target is the Kubernetes compute target.
@@ -96,7 +103,11 @@ type Target struct {
 
 	w *watcher
 	// images is nil when the compute has no registry.
-	images *images
+	images *envimage.Pusher
+
+	runnerOnce sync.Once
+	runnerTag  string // the server binary's SHA-256
+	runnerErr  error
 }
 
 var (
@@ -127,7 +138,9 @@ func New(cfg Config) (*Target, error) {
 	}
 	log := cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	t := &Target{cfg: cfg, c: c, cl: cl, log: log}
-	if c.Registry != "" {
+	if c.Registry != "" && cfg.Images != nil {
+		t.images = cfg.Images
+	} else if c.Registry != "" {
 		var user, password string
 		if rc := c.RegistryCredentials; rc != nil {
 			user, password = rc.Username, rc.Password
@@ -136,7 +149,9 @@ func New(cfg Config) (*Target, error) {
 		if err != nil {
 			return nil, &CheckError{Field: "registry", Msg: err.Error()}
 		}
-		t.images = newImages(reg)
+		if t.images, err = envimage.New(envimage.Config{Registry: reg, Snapshot: cfg.Snapshot, WorkDir: cfg.WorkDir, Log: log}); err != nil {
+			return nil, err
+		}
 	}
 	t.w = newWatcher(cl, c.Name, log)
 	return t, nil

@@ -2,7 +2,6 @@ package kubernetes
 
 import (
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/envimage"
 	"github.com/ferry-ml/ferry/internal/imagereg"
 	"github.com/ferry-ml/ferry/internal/runner/invocation"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -125,12 +125,10 @@ type podImages struct {
 // in to the compute's registry.
 func (t *Target) dockerConfig() ([]byte, error) {
 	rc := t.c.RegistryCredentials
-	if t.images == nil || rc == nil || rc.Username == "" {
+	if t.images == nil || rc == nil {
 		return nil, nil
 	}
-	auth := base64.StdEncoding.EncodeToString([]byte(rc.Username + ":" + rc.Password))
-	return json.Marshal(map[string]any{"auths": map[string]any{t.images.reg.Host(): map[string]string{
-		"username": rc.Username, "password": rc.Password, "auth": auth}}})
+	return envimage.DockerConfig(t.images.Registry().Host(), rc.Username, rc.Password)
 }
 
 // objects builds the Secret, headless Service and Indexed Job of an

@@ -68,6 +68,11 @@ func (c *Client) Apply(ctx context.Context, s Spec) error {
 		return err
 	}
 	name := ObjectName(s.Endpoint, s.Deployment)
+	for _, sec := range s.Secrets {
+		if err := c.applySecret(ctx, s, sec); err != nil {
+			return err
+		}
+	}
 	deps := c.cs.AppsV1().Deployments(c.ns)
 	var applied *appsv1.Deployment
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -109,6 +114,9 @@ func (c *Client) Apply(ctx context.Context, s Spec) error {
 		if err := c.applyConfigMap(ctx, s, cm, applied); err != nil {
 			return err
 		}
+	}
+	if err := c.ownSecrets(ctx, s, applied); err != nil {
+		return err
 	}
 	if err := c.pruneConfigMaps(ctx, s); err != nil {
 		return err
@@ -165,6 +173,68 @@ func (c *Client) applyConfigMap(ctx context.Context, s Spec, cm corev1.ConfigMap
 	_, err := c.cs.CoreV1().ConfigMaps(c.ns).Create(ctx, &cm, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("deployment %s/%s: create ConfigMap %s in namespace %s: %w", s.Endpoint, s.Deployment, cm.Name, c.ns, err)
+	}
+	return nil
+}
+
+// applySecret creates sec, or updates the deployment's Secret of its
+// name to it.
+func (c *Client) applySecret(ctx context.Context, s Spec, sec corev1.Secret) error {
+	secrets := c.cs.CoreV1().Secrets(c.ns)
+	sec.Namespace = c.ns
+	sec.Labels = merge(sec.Labels, labels(s.Endpoint, s.Deployment))
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := secrets.Get(ctx, sec.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = secrets.Create(ctx, &sec, metav1.CreateOptions{})
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		if err := owned(cur.ObjectMeta, s); err != nil {
+			return err
+		}
+		cur.Labels = merge(cur.Labels, sec.Labels)
+		cur.Type, cur.Data, cur.StringData = sec.Type, sec.Data, nil
+		_, err = secrets.Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		// The API server's words name the Secret, never its data.
+		return fmt.Errorf("deployment %s/%s: apply Secret %s in namespace %s: %w", s.Endpoint, s.Deployment, sec.Name, c.ns, err)
+	}
+	return nil
+}
+
+// ownSecrets makes the Deployment the owner of s's Secrets, so that the
+// cluster deletes them with it. The other Secrets of the deployment (an
+// image pull Secret it no longer needs) are deleted.
+func (c *Client) ownSecrets(ctx context.Context, s Spec, owner *appsv1.Deployment) error {
+	secrets := c.cs.CoreV1().Secrets(c.ns)
+	list, err := secrets.List(ctx, metav1.ListOptions{LabelSelector: selector(s.Endpoint, s.Deployment)})
+	if err != nil {
+		return fmt.Errorf("deployment %s/%s: list Secrets: %w", s.Endpoint, s.Deployment, err)
+	}
+	want := map[string]bool{}
+	for _, sec := range s.Secrets {
+		want[sec.Name] = true
+	}
+	ref := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: owner.Name, UID: owner.UID}
+	for _, cur := range list.Items {
+		if !want[cur.Name] {
+			if err := secrets.Delete(ctx, cur.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("deployment %s/%s: delete Secret %s it no longer uses: %w", s.Endpoint, s.Deployment, cur.Name, err)
+			}
+			continue
+		}
+		if len(cur.OwnerReferences) == 1 && cur.OwnerReferences[0].UID == owner.UID {
+			continue
+		}
+		cur.OwnerReferences = []metav1.OwnerReference{ref}
+		if _, err := secrets.Update(ctx, &cur, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("deployment %s/%s: make Deployment %s the owner of Secret %s: %w", s.Endpoint, s.Deployment, owner.Name, cur.Name, err)
+		}
 	}
 	return nil
 }
@@ -237,7 +307,7 @@ func (c *Client) Scale(ctx context.Context, endpoint, deployment string, replica
 }
 
 // Delete deletes the deployment's Deployment (foreground: its
-// ReplicaSets, pods and ConfigMaps go first) and Service. It returns once
+// ReplicaSets, pods, ConfigMaps and Secrets go first) and Service. It returns once
 // the deletions are asked; Remaining says when everything is gone. A
 // deployment with nothing on the cluster is no error.
 func (c *Client) Delete(ctx context.Context, endpoint, deployment string) error {
@@ -257,6 +327,9 @@ func (c *Client) Delete(ctx context.Context, endpoint, deployment string) error 
 	if err := c.cs.CoreV1().ConfigMaps(c.ns).DeleteCollection(ctx, opts, sel); err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("delete ConfigMaps: %w", err))
 	}
+	if err := c.cs.CoreV1().Secrets(c.ns).DeleteCollection(ctx, opts, sel); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("delete Secrets: %w", err))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("deployment %s/%s in namespace %s: %w", endpoint, deployment, c.ns, err)
 	}
@@ -266,7 +339,8 @@ func (c *Client) Delete(ctx context.Context, endpoint, deployment string) error 
 
 // Remaining lists what of the deployment is still on the cluster, as
 // "kind/name": its Deployment, ReplicaSets, pods, Service,
-// EndpointSlices and ConfigMaps. Empty after Delete has finished.
+// EndpointSlices, ConfigMaps and Secrets. Empty after Delete has
+// finished.
 func (c *Client) Remaining(ctx context.Context, endpoint, deployment string) ([]string, error) {
 	name := ObjectName(endpoint, deployment)
 	own := metav1.ListOptions{LabelSelector: selector(endpoint, deployment)}
@@ -286,6 +360,7 @@ func (c *Client) Remaining(ctx context.Context, endpoint, deployment string) ([]
 			return c.cs.DiscoveryV1().EndpointSlices(c.ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + name})
 		}},
 		{"configmap", func() (runtime.Object, error) { return c.cs.CoreV1().ConfigMaps(c.ns).List(ctx, own) }},
+		{"secret", func() (runtime.Object, error) { return c.cs.CoreV1().Secrets(c.ns).List(ctx, own) }},
 	}
 	var out []string
 	for _, l := range lists {

@@ -9,7 +9,9 @@
 //     port), a RollingUpdate strategy that never drops capacity
 //     (maxUnavailable 0, maxSurge 1) and a drain on the way out (a preStop
 //     sleep while the gateway stops routing to the pod, then SIGTERM, on
-//     which the server finishes the requests under way).
+//     which the server finishes the requests under way). The Spec's
+//     ConfigMaps and Secrets (an image pull Secret) are owned by the
+//     Deployment and go with it.
 //   - WatchReady follows the Service's EndpointSlices with an informer and
 //     calls back with the ready, non-terminating replicas' base URLs
 //     whenever they change: what the gateway routes to.

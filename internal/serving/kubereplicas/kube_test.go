@@ -471,3 +471,60 @@ func TestOldConfigMapsPruned(t *testing.T) {
 		t.Errorf("ConfigMaps left %v: want at most %d, the current %s among them", cms, revisionHistory+1, last.ConfigMaps[0].Name)
 	}
 }
+
+// TestSecretsOwnedUpdatedDeleted: a Spec's Secret (an image pull Secret)
+// is made before the Deployment and then owned by it, a new content
+// replaces the old under its name, a Spec without it deletes it, and
+// Delete leaves none (Remaining lists them until then).
+func TestSecretsOwnedUpdatedDeleted(t *testing.T) {
+	c := kubeTest(t)
+	ctx := context.Background()
+	t.Cleanup(func() { _ = c.Delete(context.Background(), "ep", "blue") })
+	base := harnessSpec(t, "ep", "blue", 1, nil)
+	base.Replicas = new(int32(0))
+	secrets := c.cs.CoreV1().Secrets(c.ns)
+	pull := func(password string) corev1.Secret {
+		return corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: ObjectName("ep", "blue") + "-pull"}, Type: corev1.SecretTypeDockerConfigJson,
+			Data: map[string][]byte{corev1.DockerConfigJsonKey: fmt.Appendf(nil, `{"auths":{"r:5000":{"username":"u","password":%q}}}`, password)}}
+	}
+	apply := func(s Spec) {
+		t.Helper()
+		if err := c.Apply(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := base
+	s.Secrets = []corev1.Secret{pull("one")}
+	apply(s)
+	dep, err := c.cs.AppsV1().Deployments(c.ns).Get(ctx, ObjectName("ep", "blue"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := secrets.Get(ctx, s.Secrets[0].Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != dep.UID || got.Labels[LabelReplicasOf] != ObjectName("ep", "blue") {
+		t.Errorf("secret's owners %+v, labels %v; want the Deployment %s and the deployment's labels", got.OwnerReferences, got.Labels, dep.UID)
+	}
+	s.Secrets = []corev1.Secret{pull("two")}
+	apply(s)
+	if got, err := secrets.Get(ctx, s.Secrets[0].Name, metav1.GetOptions{}); err != nil || !strings.Contains(string(got.Data[corev1.DockerConfigJsonKey]), `"two"`) {
+		t.Errorf("after a new password: %v %s", err, got.Data[corev1.DockerConfigJsonKey])
+	}
+	apply(base)
+	if _, err := secrets.Get(ctx, s.Secrets[0].Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a Spec without the Secret left it: %v", err)
+	}
+	apply(s)
+	if left, err := c.Remaining(ctx, "ep", "blue"); err != nil || !slices.Contains(left, "secret/"+s.Secrets[0].Name) {
+		t.Errorf("Remaining %v %v; want the Secret among them", left, err)
+	}
+	if err := c.Delete(ctx, "ep", "blue"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "nothing left", func() (bool, error) {
+		left, err := c.Remaining(ctx, "ep", "blue")
+		return len(left) == 0, err
+	})
+}

@@ -92,6 +92,13 @@ type Spec struct {
 	// name (HarnessConfigMap names it by its content): a pod of an older
 	// generation keeps what it mounted.
 	ConfigMaps []corev1.ConfigMap
+	// Secrets live and die with the deployment too (an image pull
+	// Secret for the registry its image comes from; the template names
+	// it): Apply creates or updates each before the Deployment, so that
+	// its pods find it, then makes the Deployment their owner. Unlike a
+	// ConfigMap's, a Secret's content may change under its name (a new
+	// password): the pods' next pull uses it.
+	Secrets []corev1.Secret
 }
 
 // ObjectName is the name of a deployment's Deployment and Service: a
@@ -157,6 +164,11 @@ func (s *Spec) check() error {
 	for i, cm := range s.ConfigMaps {
 		if cm.Name == "" {
 			return fmt.Errorf("deployment %s/%s: ConfigMaps[%d] has no name", s.Endpoint, s.Deployment, i)
+		}
+	}
+	for i, sec := range s.Secrets {
+		if sec.Name == "" {
+			return fmt.Errorf("deployment %s/%s: Secrets[%d] has no name", s.Endpoint, s.Deployment, i)
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package kubernetes
+package envimage
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/ferry-ml/ferry/internal/environment"
-	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/imagereg"
 	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
@@ -54,24 +54,28 @@ func TestEnvImageBuiltAndPushedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := &lockedBuffer{}
-	c := &spec.Compute{Name: "k8s", Type: "kubernetes", Registry: prefix,
-		RegistryCredentials: &spec.RegistryCredentials{Username: tr.Username, Password: tr.Password}}
-	c.ApplyDefaults()
-	c.KubeconfigContent = "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
-	tg, err := New(Config{Compute: c, Exe: "/bin/true", Log: slog.New(slog.NewTextHandler(log, nil)),
-		Snapshot: func(_ context.Context, id, dest string) error {
-			if id != "ctx1" {
-				t.Errorf("snapshot %q asked for", id)
-			}
-			return os.CopyFS(dest, os.DirFS(files))
-		}})
-	if err != nil {
-		t.Fatal(err)
+	newPusher := func(snapshot func(context.Context, string, string) error) *Pusher {
+		t.Helper()
+		reg, err := imagereg.New(prefix, tr.Username, tr.Password)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := New(Config{Registry: reg, Snapshot: snapshot, Log: slog.New(slog.NewTextHandler(log, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
+	tg := newPusher(func(_ context.Context, id, dest string) error {
+		if id != "ctx1" {
+			t.Errorf("snapshot %q asked for", id)
+		}
+		return os.CopyFS(dest, os.DirFS(files))
+	})
 	env := &environment.Spec{Kind: environment.KindBuild, DockerfilePath: "Dockerfile", Context: "ctx1"}
 	auth := remote.WithAuth(&authn.Basic{Username: tr.Username, Password: tr.Password})
 	t.Cleanup(func() {
-		ref, err := name.NewTag(prefix + "/" + envRepo + ":" + env.Hash())
+		ref, err := name.NewTag(prefix + "/" + Repo + ":" + env.Hash())
 		if err != nil {
 			return
 		}
@@ -86,7 +90,7 @@ func TestEnvImageBuiltAndPushedOnce(t *testing.T) {
 	for i := range refs {
 		wg.Go(func() {
 			var err error
-			if refs[i], err = tg.envImage(context.Background(), env); err != nil {
+			if refs[i], err = tg.EnvImage(context.Background(), env); err != nil {
 				t.Errorf("envImage: %v", err)
 			}
 		})
@@ -99,10 +103,10 @@ func TestEnvImageBuiltAndPushedOnce(t *testing.T) {
 		t.Errorf("refs %v, want one by digest under %s", refs, prefix)
 	}
 	if n := strings.Count(log.String(), "pushed an environment's image"); n != 1 {
-		t.Errorf("%d pushes for three launches, want 1:\n%s", n, log)
+		t.Errorf("%d pushes for three callers, want 1:\n%s", n, log)
 	}
 	// The registry has it by the environment's hash, with that digest.
-	tag, err := name.NewTag(prefix + "/" + envRepo + ":" + env.Hash())
+	tag, err := name.NewTag(prefix + "/" + Repo + ":" + env.Hash())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,12 +116,8 @@ func TestEnvImageBuiltAndPushedOnce(t *testing.T) {
 	if _, err := d.ImageInspect(context.Background(), environment.ImageTag(env.Hash())); err == nil {
 		t.Errorf("the pushed image is still on the server's engine")
 	}
-	// A new target (a restarted server) finds it and pushes nothing.
-	tg2, err := New(Config{Compute: c, Exe: "/bin/true", Log: slog.New(slog.NewTextHandler(log, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ref, err := tg2.envImage(context.Background(), env); err != nil || ref != refs[0] {
+	// A new Pusher (a restarted server) finds it and pushes nothing.
+	if ref, err := newPusher(nil).EnvImage(context.Background(), env); err != nil || ref != refs[0] {
 		t.Errorf("after a restart: %q %v, want %q", ref, err, refs[0])
 	}
 	if n := strings.Count(log.String(), "pushed an environment's image"); n != 1 {
@@ -125,5 +125,27 @@ func TestEnvImageBuiltAndPushedOnce(t *testing.T) {
 	}
 	if strings.Contains(log.String(), tr.Password) {
 		t.Errorf("the log holds the registry password")
+	}
+}
+
+// Pushers hands every user of one registry and login the same Pusher (so
+// that a job and a deployment of one environment build it once), another
+// for another login, and refuses an address that is not one.
+func TestPushersOnePerRegistryAndLogin(t *testing.T) {
+	ps := &Pushers{}
+	a, err := ps.For("127.0.0.1:5000/ns", "u", "pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := ps.For("127.0.0.1:5000/ns", "u", "pw"); err != nil || b != a {
+		t.Errorf("the same registry and login: %p %v, want %p", b, err, a)
+	}
+	for _, other := range [][3]string{{"127.0.0.1:5000/ns", "u", "other"}, {"127.0.0.1:5000/ns2", "u", "pw"}, {"127.0.0.1:5000/ns", "", ""}} {
+		if b, err := ps.For(other[0], other[1], other[2]); err != nil || b == a {
+			t.Errorf("%s as %q: %p %v, want a Pusher of its own", other[0], other[1], b, err)
+		}
+	}
+	if _, err := ps.For("Not A Registry", "", ""); err == nil {
+		t.Errorf("an address that is not one: no error")
 	}
 }
