@@ -1,12 +1,14 @@
 package kubereplicas
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -210,8 +212,38 @@ func (c *Client) Status(ctx context.Context, endpoint, deployment string) (State
 
 // previousLog is the end of a crashed container's last run's log, from
 // its last traceback on; "" when it cannot be read.
+//
+// Just after a crash neither log may be readable for a moment (seen in
+// CI: the kubelet restarting the container, the crashed run not yet its
+// "previous"), and the deployment's Failed reason would then lack the
+// traceback for good: it is asked for a few times before giving up.
 func (c *Client) previousLog(ctx context.Context, pod, container string) string {
+	for try := range logTries {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return ""
+			case <-time.After(logRetry):
+			}
+		}
+		if tail := c.crashLog(ctx, pod, container); tail != "" {
+			return tail
+		}
+	}
+	return ""
+}
+
+const (
+	logTries = 5
+	logRetry = 300 * time.Millisecond
+)
+
+// crashLog is one try of previousLog: the previous run's log, else the
+// current one's (a container that has not been restarted yet), the first
+// with a traceback; else the first that is not empty.
+func (c *Client) crashLog(ctx context.Context, pod, container string) string {
 	tail, limit := int64(200), int64(64<<10)
+	first := ""
 	for _, previous := range []bool{true, false} {
 		rc, err := c.cs.CoreV1().Pods(c.ns).GetLogs(pod, &corev1.PodLogOptions{
 			Container: container, Previous: previous, TailLines: &tail, LimitBytes: &limit,
@@ -221,9 +253,14 @@ func (c *Client) previousLog(ctx context.Context, pod, container string) string 
 		}
 		b, err := io.ReadAll(rc)
 		rc.Close()
-		if err == nil && len(b) > 0 {
-			return tracebackTail(string(b))
+		if err != nil || len(b) == 0 {
+			continue
 		}
+		log := tracebackTail(string(b))
+		if strings.Contains(log, "Traceback") {
+			return log
+		}
+		first = cmp.Or(first, log)
 	}
-	return ""
+	return first
 }
