@@ -139,6 +139,16 @@ func (c *deployCtl) isReplica(job string) bool {
 	return ok
 }
 
+// readsLog says whether a chunk of the log of attempt of job may change
+// what the controller does: job is a replica whose status line the
+// controller has not found in that attempt's log yet (readReplicaLog).
+func (c *deployCtl) readsLog(job string, attempt int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.reps[job]
+	return ok && (l.address == "" || l.attempt != attempt)
+}
+
 func (c *deployCtl) live(job, key string) *replicaLive {
 	l, ok := c.reps[job]
 	if !ok {

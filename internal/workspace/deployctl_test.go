@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -242,5 +243,62 @@ func TestReplicaReachedOverItsSocketOnlyOnThisHost(t *testing.T) {
 	l.found(none)
 	if got, want := l.url(), "http://10.0.0.7:41234"; got != want {
 		t.Errorf("a replica with no socket: routed at %s, want %s", got, want)
+	}
+}
+
+// A chunk of a replica's log wakes the controller only while it still
+// looks for the replica's status line in that attempt's log: a serving
+// replica ships its access log all the time, and a pass on every chunk
+// cost ferry server more CPU than the requests' own routing.
+func TestReplicaLogWakesControllerUntilAddressFound(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	submit(t, s, "rep")
+	dispatch(t, s)
+	who := runPrincipal("rep", 1)
+	woken := func() bool {
+		select {
+		case <-s.kickDeploy:
+			return true
+		default:
+			return false
+		}
+	}
+	var offset int64
+	appendLog := func(line string) {
+		t.Helper()
+		woken() // what came before
+		size, err := s.AppendLog(ctx, who, "rep", 1, 0, offset, []byte(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		offset = size
+	}
+
+	appendLog("not a replica\n")
+	if woken() {
+		t.Error("a chunk of a job that is no replica woke the controller")
+	}
+	s.deployCtl.mu.Lock()
+	l := s.deployCtl.live("rep", "ep/d")
+	l.attempt = 1
+	s.deployCtl.mu.Unlock()
+	appendLog("starting\n")
+	if !woken() {
+		t.Error("a chunk of a replica whose address is not known yet did not wake the controller")
+	}
+	s.deployCtl.mu.Lock()
+	l.address = "127.0.0.1:1"
+	s.deployCtl.mu.Unlock()
+	appendLog("GET / 200\n")
+	if woken() {
+		t.Error("a chunk of a replica whose address is known woke the controller")
+	}
+	s.deployCtl.mu.Lock()
+	l.attempt = 0 // the controller has not read the job's current attempt yet
+	s.deployCtl.mu.Unlock()
+	appendLog("again\n")
+	if !woken() {
+		t.Error("a chunk of an attempt the controller has not read did not wake it")
 	}
 }

@@ -46,7 +46,7 @@ func (s *Store) CreateDeployment(ctx context.Context, d store.Deployment) error 
 
 // GetDeployment implements store.Store.
 func (s *Store) GetDeployment(ctx context.Context, endpoint, name string) (store.Deployment, error) {
-	d, err := scanDeployment(s.r.QueryRowContext(ctx, `SELECT `+deploymentColumns+` FROM deployments WHERE endpoint = ? AND name = ?`, endpoint, name))
+	d, err := scanDeployment(s.readRow(ctx, `SELECT `+deploymentColumns+` FROM deployments WHERE endpoint = ? AND name = ?`, endpoint, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Deployment{}, fmt.Errorf("deployment %s/%s: %w", endpoint, name, store.ErrNotFound)
 	}
@@ -62,7 +62,7 @@ func (s *Store) ListDeployments(ctx context.Context, endpoint string) ([]store.D
 	if endpoint != "" {
 		q, args = `SELECT `+deploymentColumns+` FROM deployments WHERE endpoint = ? ORDER BY name`, []any{endpoint}
 	}
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	rows, err := s.query(ctx, s.r, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list deployments: %w", err)
 	}

@@ -39,7 +39,7 @@ func (s *Store) CreateEndpoint(ctx context.Context, e store.Endpoint) error {
 
 // GetEndpoint implements store.Store.
 func (s *Store) GetEndpoint(ctx context.Context, name string) (store.Endpoint, error) {
-	e, err := scanEndpoint(s.r.QueryRowContext(ctx, `SELECT `+endpointColumns+` FROM endpoints WHERE name = ?`, name))
+	e, err := scanEndpoint(s.readRow(ctx, `SELECT `+endpointColumns+` FROM endpoints WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Endpoint{}, fmt.Errorf("endpoint %s: %w", name, store.ErrNotFound)
 	}
@@ -51,7 +51,7 @@ func (s *Store) GetEndpoint(ctx context.Context, name string) (store.Endpoint, e
 
 // ListEndpoints implements store.Store.
 func (s *Store) ListEndpoints(ctx context.Context) ([]store.Endpoint, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+endpointColumns+` FROM endpoints ORDER BY name`)
+	rows, err := s.query(ctx, s.r, `SELECT `+endpointColumns+` FROM endpoints ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list endpoints: %w", err)
 	}
