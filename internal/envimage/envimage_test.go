@@ -1,7 +1,6 @@
 package envimage
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -21,24 +20,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
-// lockedBuffer is a log the target writes from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A Dockerfile environment is built on the real Docker engine and pushed
 // to the real test registry once, by digest, however many launches ask
 // for it at once; the engine's copy is removed after the push.
@@ -53,7 +34,7 @@ func TestEnvImageBuiltAndPushedOnce(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(files, "Dockerfile"), []byte("FROM "+testutil.BaseImage+"\nRUN echo "+prefix+" > /marker\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	log := &lockedBuffer{}
+	log := &testutil.SyncBuffer{}
 	newPusher := func(snapshot func(context.Context, string, string) error) *Pusher {
 		t.Helper()
 		reg, err := imagereg.New(prefix, tr.Username, tr.Password)
