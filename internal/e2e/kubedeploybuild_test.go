@@ -68,13 +68,7 @@ type pullPod struct {
 // Failed naming the registry. Deleting the endpoints leaves nothing of
 // Ferry's in the namespace, and no password is shown or logged.
 func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
-	k := requireKube(t)
-	tr := testutil.Registry(t)
-	testutil.RequireDocker(t)
-	testutil.RequireBaseImage(t)
-	prefix := tr.Addr + "/" + k.namespace
-	t.Cleanup(func() { deleteRepos(t, tr, prefix, "ferry-env", "ferry-runner") })
-	s := startKube(t, k, k.registryComputeYAML("k8s-reg", prefix, tr.Username, tr.Password))
+	k, tr, prefix, s := startKubeWithRegistry(t)
 
 	marker := "deployment-built-by-ferry-" + k.namespace
 	code, envDir := t.TempDir(), t.TempDir()

@@ -89,6 +89,22 @@ func (s *server) waitEnded(name string, within time.Duration) job {
 	}
 }
 
+// startKubeWithRegistry starts a server with kubernetes compute k8s-reg
+// whose registry is the test registry, under a prefix of the test's
+// namespace (whose repositories the test's cleanup deletes), for tests of
+// the images Ferry builds and pushes there: it needs Docker and the base
+// image to build from.
+func startKubeWithRegistry(t *testing.T) (k *kubeEnv, tr testutil.TestRegistry, prefix string, s *server) {
+	t.Helper()
+	k = requireKube(t)
+	tr = testutil.Registry(t)
+	testutil.RequireDocker(t)
+	testutil.RequireBaseImage(t)
+	prefix = tr.Addr + "/" + k.namespace
+	t.Cleanup(func() { deleteRepos(t, tr, prefix, "ferry-env", "ferry-runner") })
+	return k, tr, prefix, startKube(t, k, k.registryComputeYAML("k8s-reg", prefix, tr.Username, tr.Password))
+}
+
 // deleteRepos deletes every tagged image of the repositories under
 // prefix in the test registry.
 func deleteRepos(t *testing.T, tr testutil.TestRegistry, prefix string, repos ...string) {
@@ -123,14 +139,7 @@ func deleteRepos(t *testing.T, tr testutil.TestRegistry, prefix string, repos ..
 // registry credentials and an unreachable registry fail the job before
 // it runs, saying so. Nothing is left in the namespace.
 func TestKubernetesRegistryBuiltEnvironment(t *testing.T) {
-	k := requireKube(t)
-	tr := testutil.Registry(t)
-	testutil.RequireDocker(t)
-	testutil.RequireBaseImage(t)
-	prefix := tr.Addr + "/" + k.namespace
-	t.Cleanup(func() { deleteRepos(t, tr, prefix, "ferry-env", "ferry-runner") })
-
-	s := startKube(t, k, k.registryComputeYAML("k8s-reg", prefix, tr.Username, tr.Password))
+	k, tr, prefix, s := startKubeWithRegistry(t)
 	marker := "built-by-ferry-" + k.namespace
 	files := map[string]string{"env/Dockerfile": fmt.Sprintf("FROM %s\nRUN echo %s > /ferry-marker\n", testutil.BaseImage, marker)}
 	job := func(compute string) string {

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -36,17 +35,7 @@ func listComputes(t *testing.T, s *Store) []store.Compute {
 // given does not reach the cache.
 func TestListComputesIsCachedUntilAWrite(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ferry.db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	other, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	s, other := openTwice(t)
 	var mu sync.Mutex
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s.computes.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }

@@ -84,17 +84,7 @@ func TestTokenRevokedDespiteConcurrentLookups(t *testing.T) {
 // own: this store still finds the token it made (and no other).
 func TestMadeTokensAreCachedAsTheyReadBack(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ferry.db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	other, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	s, other := openTwice(t)
 	created := time.Date(2025, 3, 14, 15, 9, 26, 535897123, time.FixedZone("UTC+2", 2*3600))
 	node := store.Token{Hash: "node-h", Kind: "node", Subject: "n1", Created: created}
 	if err := s.CreateToken(ctx, node); err != nil {
@@ -129,4 +119,22 @@ func TestMadeTokensAreCachedAsTheyReadBack(t *testing.T) {
 	if _, err := s.TokenByHash(ctx, "never-made"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a token never made: %v", err)
 	}
+}
+
+// openTwice opens two stores on one new database file, each with its own
+// caches, as two processes would; both are closed when the test ends.
+func openTwice(t *testing.T) (s, other *Store) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ferry.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	other, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	return s, other
 }
