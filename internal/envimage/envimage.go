@@ -12,7 +12,6 @@
 package envimage
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -30,6 +29,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/environment/docker"
 	"github.com/ferry-ml/ferry/internal/imagereg"
+	"github.com/ferry-ml/ferry/internal/tailbuf"
 )
 
 // Repo is the repository of environment images under the registry.
@@ -150,10 +150,10 @@ func (p *Pusher) buildAndPush(ctx context.Context, env *environment.Spec, h stri
 	}
 	defer d.API.Close()
 	tag := environment.ImageTag(h)
-	out := &tail{max: 4096}
+	out := tailbuf.New(4096)
 	p.log.Info("building an environment's image", "environment", env.Describe(), "tag", tag)
 	if _, err := d.Ensure(ctx, env, contextDir, tag, out); err != nil {
-		return "", fmt.Errorf("%w; the build's last output:\n%s", err, out)
+		return "", fmt.Errorf("%w; the build's last output:\n%s", err, strings.TrimSpace(out.String()))
 	}
 	saved := filepath.Join(work, "image.tar")
 	if err := save(ctx, d, tag, saved); err != nil {
@@ -202,23 +202,6 @@ func DockerConfig(host, username, password string) ([]byte, error) {
 	return json.Marshal(map[string]any{"auths": map[string]any{host: map[string]string{
 		"username": username, "password": password, "auth": auth}}})
 }
-
-// tail keeps the last max bytes written to it: a failed build's last
-// words, for a job's or a deployment's reason.
-type tail struct {
-	max int
-	buf bytes.Buffer
-}
-
-func (w *tail) Write(b []byte) (int, error) {
-	w.buf.Write(b)
-	if over := w.buf.Len() - w.max; over > 0 {
-		w.buf.Next(over)
-	}
-	return len(b), nil
-}
-
-func (w *tail) String() string { return strings.TrimSpace(w.buf.String()) }
 
 // Pushers hands out one Pusher per registry and login, so that every
 // user of a registry in a server (the kubernetes target's jobs, online

@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/provider"
+	"github.com/ferry-ml/ferry/internal/tailbuf"
 )
 
 // Config sets up an exec provider.
@@ -260,7 +261,7 @@ func (p *Provider) run(ctx context.Context, verb string, in, out any, red *redac
 	cmd.Stdin = bytes.NewReader(stdin)
 	stdout := &capBuffer{max: maxStdout}
 	// Longer than quoted, by the longest secret: see stderrText.
-	stderr := &tailBuffer{max: stderrTail + red.longest}
+	stderr := tailbuf.New(stderrTail + red.longest)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	// Its own group, so that a timeout kills what it started too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -316,8 +317,8 @@ func head(s string, n int) string {
 // buffer lost its start, a secret may have been cut there, leaving a part
 // that no redaction matches; dropping as many bytes as the longest secret
 // has drops that part.
-func stderrText(t *tailBuffer, red *redactor) string {
-	s, cut := red.redact(string(t.buf)), t.cut
+func stderrText(t *tailbuf.Buffer, red *redactor) string {
+	s, cut := red.redact(t.String()), t.Cut()
 	if cut {
 		s = s[min(len(s), red.longest):]
 	}
@@ -388,21 +389,4 @@ func (b *capBuffer) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	return b.Buffer.Write(p)
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	buf []byte
-	max int
-	cut bool // bytes were dropped from the start
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	n := len(p)
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-		t.cut = true
-	}
-	return n, nil
 }
