@@ -101,10 +101,7 @@ func newKubernetes(env targetEnv, c *spec.Compute) (compute.Target, error) {
 	}
 	var images *envimage.Pusher
 	if open.Registry != "" && env.Images != nil {
-		var user, password string
-		if rc := open.RegistryCredentials; rc != nil {
-			user, password = rc.Username, rc.Password
-		}
+		user, password := open.RegistryLogin()
 		if images, err = env.Images.For(open.Registry, user, password); err != nil {
 			return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err} // "registry: ..." already
 		}

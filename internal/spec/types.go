@@ -308,6 +308,15 @@ type RegistryCredentials struct {
 	Password string `yaml:"password,omitempty" json:"password,omitempty"`
 }
 
+// RegistryLogin is the username and password of the compute's
+// registry_credentials, "" and "" when it has none.
+func (c *Compute) RegistryLogin() (username, password string) {
+	if rc := c.RegistryCredentials; rc != nil {
+		return rc.Username, rc.Password
+	}
+	return "", ""
+}
+
 // KubeInstanceType is one named shape of pod on a Kubernetes compute, as
 // the spec of Azure's InstanceType custom resource
 // (amlarc.azureml.com/v1alpha1) has it. Quantities are Kubernetes'

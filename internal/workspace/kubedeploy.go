@@ -354,9 +354,7 @@ func kubeRegistry(c *spec.Compute) *KubeRegistry {
 		return nil
 	}
 	r := &KubeRegistry{Address: c.Registry}
-	if rc := c.RegistryCredentials; rc != nil {
-		r.Username, r.Password = rc.Username, rc.Password
-	}
+	r.Username, r.Password = c.RegistryLogin()
 	return r
 }
 

@@ -141,10 +141,7 @@ func New(cfg Config) (*Target, error) {
 	if c.Registry != "" && cfg.Images != nil {
 		t.images = cfg.Images
 	} else if c.Registry != "" {
-		var user, password string
-		if rc := c.RegistryCredentials; rc != nil {
-			user, password = rc.Username, rc.Password
-		}
+		user, password := c.RegistryLogin()
 		reg, err := imagereg.New(c.Registry, user, password)
 		if err != nil {
 			return nil, &CheckError{Field: "registry", Msg: err.Error()}

@@ -124,11 +124,11 @@ type podImages struct {
 // dockerConfig is the .dockerconfigjson of an imagePullSecret that logs
 // in to the compute's registry.
 func (t *Target) dockerConfig() ([]byte, error) {
-	rc := t.c.RegistryCredentials
-	if t.images == nil || rc == nil {
+	if t.images == nil {
 		return nil, nil
 	}
-	return envimage.DockerConfig(t.images.Registry().Host(), rc.Username, rc.Password)
+	user, password := t.c.RegistryLogin()
+	return envimage.DockerConfig(t.images.Registry().Host(), user, password)
 }
 
 // objects builds the Secret, headless Service and Indexed Job of an
