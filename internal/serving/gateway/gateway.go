@@ -616,36 +616,38 @@ func (d *deploymentState) replicaCount() int {
 func (d *deploymentState) take(skip []string) (replica, target string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	best, bestN := "", 0
-	n := len(d.Replicas)
-	for i := range n {
-		r := d.Replicas[(d.next+i)%n]
-		if slices.Contains(skip, r) {
-			continue
-		}
-		if best == "" || d.inFlight[r] < bestN {
-			best, bestN = r, d.inFlight[r]
-		}
-	}
-	if best == "" {
+	replica = leastBusy(d.Replicas, d.next, d.inFlight, skip)
+	if replica == "" {
 		return "", ""
 	}
-	d.inFlight[best]++
+	d.inFlight[replica]++
 	d.next++
-	workers := d.Workers[best]
+	workers := d.Workers[replica]
 	if len(workers) == 0 {
-		return best, best
+		return replica, replica
 	}
-	target, targetN := "", 0
-	for i := range workers {
-		w := workers[(d.nextWorker+i)%len(workers)]
-		if target == "" || d.perWorker[w] < targetN {
-			target, targetN = w, d.perWorker[w]
-		}
-	}
+	target = leastBusy(workers, d.nextWorker, d.perWorker, nil)
 	d.perWorker[target]++
 	d.nextWorker++
-	return best, target
+	return replica, target
+}
+
+// leastBusy is the one of urls, not in skip, with the fewest requests in
+// flight by count; among equals the first from urls[start%len(urls)] on,
+// so that a caller that moves start on each pick takes equals by turns.
+// "" when every one is skipped.
+func leastBusy(urls []string, start int, count map[string]int, skip []string) string {
+	best, bestN := "", 0
+	for i := range urls {
+		u := urls[(start+i)%len(urls)]
+		if slices.Contains(skip, u) {
+			continue
+		}
+		if best == "" || count[u] < bestN {
+			best, bestN = u, count[u]
+		}
+	}
+	return best
 }
 
 // done ends a request counted on replica (and sent to target) by take.
