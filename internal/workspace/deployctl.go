@@ -109,8 +109,9 @@ type replicaLive struct {
 	// host (inferenceserver.Status.OnThisHost). Empty: reached over TCP.
 	socket string
 	// workers are its workers' own Unix sockets, when it is on this host
-	// and has them (inferenceserver.Status.WorkersOnThisHost): the gateway
-	// sends its requests there, balancing across the workers itself.
+	// and has them (inferenceserver.Status.WorkersOnThisHost; found sets
+	// them only with socket): the gateway sends its requests there,
+	// balancing across the workers itself.
 	workers  []string
 	ready    bool
 	everUp   bool
@@ -185,10 +186,7 @@ func (c *deployCtl) replicaView(ctx context.Context, s *Service, r replicaRec) D
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if l, ok := c.reps[r.Job]; ok {
-		v.Address, v.Socket = l.address, l.socket
-		if l.socket != "" {
-			v.WorkerSockets = l.workers
-		}
+		v.Address, v.Socket, v.WorkerSockets = l.address, l.socket, l.workers
 		switch {
 		case !l.draining.IsZero():
 			v.State = ReplicaDraining
@@ -711,7 +709,7 @@ func (l *replicaLive) found(st inferenceserver.Status) {
 // workerURLs are the URLs the gateway reaches the replica's workers at
 // (nil: through the replica's own URL). The caller holds c.mu.
 func (l *replicaLive) workerURLs() []string {
-	if l.socket == "" || len(l.workers) == 0 {
+	if len(l.workers) == 0 {
 		return nil
 	}
 	urls := make([]string, len(l.workers))
