@@ -517,25 +517,39 @@ def own_sockets(unix, n):
     try:
         for i in range(n):
             path = "%s.w%d" % (unix, i)
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            owns.append((s, path, None))
-            if os.path.exists(path) and not os.path.isdir(path):
-                os.unlink(path)  # a socket a replica before this one left
-            bind_unix(s, path)
-            os.chmod(path, 0o666)  # as the replica's own socket
-            s.listen(128)
-            owns[-1] = (s, path, os.stat(path))
+            s, st = listen_unix(path)
+            owns.append((s, path, st))
     except OSError as e:
-        log("W", "no socket of its own for worker %d (%s): the workers are reached through the front" % (len(owns) - 1, e))
-        for s, path, st in owns:
+        log("W", "no socket of its own for worker %d (%s): the workers are reached through the front" % (len(owns), e))
+        for s, path, _ in owns:
             s.close()
-            if st is not None:
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         return []
     return owns
+
+
+def listen_unix(path):
+    """A Unix socket listening at path, and the stat of its file. A
+    socket file a replica before this one left is replaced. The socket is
+    readable and writable by every account: whoever may reach the
+    replica's TCP port on this host may reach it, and the account that
+    runs the gateway may not be the replica's. Raises OSError (the socket
+    closed) when it cannot be made."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        if os.path.exists(path) and not os.path.isdir(path):
+            os.unlink(path)
+        bind_unix(s, path)
+        os.chmod(path, 0o666)
+        st = os.stat(path)
+        s.listen(128)
+    except OSError:
+        s.close()
+        raise
+    return s, st
 
 
 def boot_id():
@@ -601,22 +615,12 @@ def main(argv=None):
         # a shared host comes out of the workers' time. It is a saving,
         # not a need: where it cannot be made (a file system without
         # sockets, no /proc for a long path), the replica serves on TCP.
-        usock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            if os.path.exists(args.unix) and not os.path.isdir(args.unix):
-                os.unlink(args.unix)  # a socket a replica before this one left
-            bind_unix(usock, args.unix)
-            # Whoever may reach its TCP port on this host may reach this
-            # socket: the account that runs the gateway may not be the
-            # replica's.
-            os.chmod(args.unix, 0o666)
-            st = os.stat(args.unix)
-            usock.listen(128)
+            usock, st = listen_unix(args.unix)
             usock.setblocking(False)
             socks.append(usock)
             unix = args.unix
         except OSError as e:
-            usock.close()
             log("W", "no Unix socket at %s (%s): serving on TCP alone" % (args.unix, e))
     owns = own_sockets(unix, workers) if unix else []
     host, port = sock.getsockname()[:2]
