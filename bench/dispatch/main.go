@@ -68,7 +68,10 @@ func run(n, conc int, prebuilt string, skipSlurm bool) error {
 	if err != nil {
 		return err
 	}
+	machine := machineCPU()
 	rawRate := benchRaw(n, conc)
+	rawCPU := machineCPU() - machine
+	fmt.Printf("raw fork/exec: the machine's CPU %.2f ms per job\n\n", perJob(rawCPU, n))
 	fmt.Printf("%-28s %10.1f jobs/s\n", "raw fork/exec", rawRate)
 	fmt.Printf("%-28s %10.1f jobs/s   submit->Running under the burst: p50 %v  p99 %v (mostly queueing for %d slots)\n", "ferry local target", ferryRate, p50, p99, conc)
 	fmt.Printf("%-28s submit->Running with a free slot: p50 %v  p99 %v (aim: p50 <= 10ms)\n", "", idle50, idle99)
@@ -142,20 +145,30 @@ func benchFerry(bin, tmp string, n, conc int) (rate float64, p50, p99, idle50, i
 		return 0, 0, 0, 0, 0, err
 	}
 	defer stop()
-	before := processCPU(srv.Pid)
+	before, _ := processCPU(srv.Pid)
+	machine, self := machineCPU(), selfCPU()
 	if rate, p50, p99, _, err = burst(c, n, "local"); err != nil {
 		return 0, 0, 0, 0, 0, err
 	}
-	if used := processCPU(srv.Pid) - before; used > 0 {
-		fmt.Printf("server CPU in the burst: %v, %.2f ms per job\n", used.Round(time.Millisecond), float64(used)/float64(time.Millisecond)/float64(n))
+	machine, self = machineCPU()-machine, selfCPU()-self
+	server, _ := processCPU(srv.Pid)
+	server -= before
+	if server > 0 {
+		fmt.Printf("server CPU in the burst: %v, %.2f ms per job\n", server.Round(time.Millisecond), perJob(server, n))
 	}
 	// The executor starts with the burst's first job, so its CPU so far
-	// is the burst's (its own, not the jobs' shells).
+	// is the burst's: its own, and its children's (the jobs' shells,
+	// counted when it reaps them).
+	var executor, shells time.Duration
 	if pid := executorPID(filepath.Join(tmp, "data")); pid > 0 {
-		if used := processCPU(pid); used > 0 {
-			fmt.Printf("executor CPU in the burst: %v, %.2f ms per job\n", used.Round(time.Millisecond), float64(used)/float64(time.Millisecond)/float64(n))
+		if executor, shells = processCPU(pid); executor > 0 {
+			fmt.Printf("executor CPU in the burst: %v, %.2f ms per job\n", executor.Round(time.Millisecond), perJob(executor, n))
 		}
 	}
+	// The whole machine's CPU over the burst, by who used it: what the
+	// ratio to raw fork/exec is made of on a machine whose cores are full.
+	fmt.Printf("the machine's CPU in the burst: %.2f ms per job: server %.2f, executor %.2f, the jobs' shells %.2f, this bench (submitting, polling) %.2f, the rest (the kernel's threads, other processes) %.2f\n",
+		perJob(machine, n), perJob(server, n), perJob(executor, n), perJob(shells, n), perJob(self, n), perJob(machine-server-executor-shells-self, n))
 	if n >= 100 {
 		if err := printBurstPhases(c, n); err != nil {
 			return 0, 0, 0, 0, 0, err
@@ -198,29 +211,70 @@ func printPhases(c *client.Client, samples int) error {
 }
 
 // processCPU is the CPU time (user and system) the process pid has used so
-// far, not counting its children; 0 when /proc cannot tell.
-func processCPU(pid int) time.Duration {
+// far, its own and its reaped children's; 0 when /proc cannot tell.
+func processCPU(pid int) (own, children time.Duration) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	// The command name, field 2, may hold spaces; the fields after its
 	// closing parenthesis start with field 3.
 	i := strings.LastIndexByte(string(data), ')')
 	if i < 0 {
-		return 0
+		return 0, 0
 	}
 	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 13 {
+	if len(f) < 15 {
+		return 0, 0
+	}
+	var t [4]int64 // utime, stime, cutime, cstime: fields 14 to 17
+	for k := range t {
+		if t[k], err = strconv.ParseInt(f[11+k], 10, 64); err != nil {
+			return 0, 0
+		}
+	}
+	return ticks(t[0] + t[1]), ticks(t[2] + t[3])
+}
+
+// ticks is n clock ticks: 1/100 s on every Linux Go supports (USER_HZ).
+func ticks(n int64) time.Duration { return time.Duration(n) * 10 * time.Millisecond }
+
+// machineCPU is the CPU time all the machine's cores have spent busy so
+// far (user, nice, system, irq and softirq of /proc/stat's cpu line: not
+// idle, iowait or the time the hypervisor gave to others); 0 when
+// /proc cannot tell.
+func machineCPU() time.Duration {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
 		return 0
 	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
 		return 0
 	}
-	// Clock ticks are 1/100 s on every Linux Go supports (USER_HZ).
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	var busy int64
+	for k, v := range f[1:8] { // user nice system idle iowait irq softirq
+		if k == 3 || k == 4 {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0
+		}
+		busy += n
+	}
+	return ticks(busy)
+}
+
+// selfCPU is the CPU time this process has used so far.
+func selfCPU() time.Duration {
+	own, _ := processCPU(os.Getpid())
+	return own
+}
+
+func perJob(d time.Duration, n int) float64 {
+	return float64(d) / float64(time.Millisecond) / float64(n)
 }
 
 // executorPID is the local executor serving the server of dataDir (its
