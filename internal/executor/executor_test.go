@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +61,39 @@ func startExecutor(t *testing.T, dir, id string) *exec.Cmd {
 		if time.Now().After(deadline) {
 			t.Fatal("the executor does not answer on its socket")
 		}
+	}
+}
+
+// runAttempt has the executor on dir (ID x) run one attempt of command
+// and waits until the attempt reports its end.
+func runAttempt(t *testing.T, dir, command string) {
+	t.Helper()
+	ended := make(chan struct{})
+	var once sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var rep workspace.Report
+		if strings.HasSuffix(r.URL.Path, "/status") && json.Unmarshal(body, &rep) == nil && workspace.IsTerminal(rep.Status) {
+			once.Do(func() { close(ended) })
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	a, err := json.Marshal(&workspace.Assignment{Job: "job", Attempt: 1, Spec: &spec.Job{Command: command}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := invocation.Invocation{API: srv.URL, Job: "job", Attempt: 1, Dir: filepath.Join(dir, "job", "1"),
+		Cache: filepath.Join(dir, "cache"), EnvCache: filepath.Join(dir, "envs")}
+	rep := send(t, dir, local.ExecutorRequest{ID: "x", RunToken: "tok", Run: inv, Assignment: a})
+	if !rep.OK {
+		t.Fatalf("reply = %+v", rep)
+	}
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the attempt did not report its end")
 	}
 }
 
@@ -248,38 +283,10 @@ func TestOneConnectionManyRequests(t *testing.T) {
 func TestOrphanOfAnEndedShellIsKilled(t *testing.T) {
 	dir := t.TempDir()
 	cmd := startExecutor(t, dir, "x")
-	ended := make(chan struct{})
-	var once sync.Once
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var rep workspace.Report
-		if strings.HasSuffix(r.URL.Path, "/status") && json.Unmarshal(body, &rep) == nil && workspace.IsTerminal(rep.Status) {
-			once.Do(func() { close(ended) })
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{}`))
-	}))
-	defer srv.Close()
-	attempt := filepath.Join(dir, "job", "1")
 	pidFile := filepath.Join(dir, "orphan.pid")
-	a, err := json.Marshal(&workspace.Assignment{Job: "job", Attempt: 1,
-		// The shell ends once the orphan has its own session, not before
-		// (a child still in the shell's group dies with the group).
-		Spec: &spec.Job{Command: "setsid sh -c 'echo $$ > " + pidFile + "; exec sleep 1000' & while [ ! -s " + pidFile + " ]; do sleep 0.01; done"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv := invocation.Invocation{API: srv.URL, Job: "job", Attempt: 1, Dir: attempt, Cache: filepath.Join(dir, "cache"),
-		EnvCache: filepath.Join(dir, "envs")}
-	rep := send(t, dir, local.ExecutorRequest{ID: "x", RunToken: "tok", Run: inv, Assignment: a})
-	if !rep.OK {
-		t.Fatalf("reply = %+v", rep)
-	}
-	select {
-	case <-ended:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the attempt did not report its end")
-	}
+	// The shell ends once the orphan has its own session, not before (a
+	// child still in the shell's group dies with the group).
+	runAttempt(t, dir, "setsid sh -c 'echo $$ > "+pidFile+"; exec sleep 1000' & while [ ! -s "+pidFile+" ]; do sleep 0.01; done")
 	data, err := os.ReadFile(pidFile)
 	if err != nil {
 		t.Fatal(err)
@@ -294,6 +301,71 @@ func TestOrphanOfAnEndedShellIsKilled(t *testing.T) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			t.Errorf("the job's orphan %d outlived its shell (state %s)", pid, f[0])
 		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	waitEnd(t, cmd)
+}
+
+// The executor runs with runner.ExecutorTimerSlack on every thread, and a
+// job's shell with the slack its guard was started with (runner's
+// timerslack.go).
+func TestExecutorTimerSlackAndTheJobsOwn(t *testing.T) {
+	const guardSlack = 70 * time.Microsecond // not the usual 50 µs, so it is not found by chance
+	dir := t.TempDir()
+	// The guard is started from a thread with guardSlack, as a server
+	// whose own slack it is.
+	runtime.LockOSThread()
+	prctl := func(op int, v uintptr) uintptr {
+		n, _, errno := syscall.RawSyscall6(syscall.SYS_PRCTL, uintptr(op), v, 0, 0, 0, 0)
+		if errno != 0 {
+			t.Fatalf("prctl %d: %v", op, errno)
+		}
+		return n
+	}
+	own := prctl(30, 0) // PR_GET_TIMERSLACK
+	prctl(29, uintptr(guardSlack))
+	cmd := startExecutor(t, dir, "x")
+	prctl(29, own)
+	runtime.UnlockOSThread()
+
+	// Each thread's children file lists the children it forked.
+	files, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var executor []string
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		executor = append(executor, strings.Fields(string(data))...)
+	}
+	if len(executor) != 1 {
+		t.Fatalf("the guard's children: %q, want the executor alone", executor)
+	}
+	// /proc shows a process's main thread's slack, which its other
+	// threads were made with.
+	slackOf := func(pid string) string {
+		t.Helper()
+		data, err := os.ReadFile("/proc/" + pid + "/timerslack_ns")
+		if err != nil {
+			t.Skipf("a process's timer slack cannot be read here (%v): run the tests as root", err)
+		}
+		return strings.TrimSpace(string(data))
+	}
+	ns := func(d time.Duration) string { return strconv.FormatInt(int64(d), 10) }
+	out := filepath.Join(dir, "job-slack")
+	runAttempt(t, dir, "cat /proc/self/timerslack_ns > "+out)
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(data)); got != ns(guardSlack) {
+		t.Errorf("the job's timer slack = %s ns, want the guard's %s", got, ns(guardSlack))
+	}
+	if got := slackOf(executor[0]); got != ns(runner.ExecutorTimerSlack) {
+		t.Errorf("the executor's timer slack = %s ns, want %s", got, ns(runner.ExecutorTimerSlack))
+	}
+	if got := slackOf(strconv.Itoa(cmd.Process.Pid)); got != ns(guardSlack) {
+		t.Errorf("the guard's timer slack = %s ns, want its own %s", got, ns(guardSlack))
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	waitEnd(t, cmd)
