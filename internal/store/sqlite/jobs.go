@@ -93,9 +93,7 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job, first store.Event) (
 // insertJob stores a new job with its first event in tx and sets j.Seq.
 func (s *Store) insertJob(ctx context.Context, tx *sql.Tx, j *store.Job, first store.Event) error {
 	vals := jobValues(*j)
-	err := tx.QueryRowContext(ctx, `INSERT INTO jobs (name, `+jobDataColumns+`)
-		VALUES (?`+strings.Repeat(", ?", len(vals))+`) RETURNING seq`,
-		append([]any{j.Name}, vals...)...).Scan(&j.Seq)
+	err := s.txRow(ctx, tx, s.w, qInsertJob, append([]any{j.Name}, vals...)...).Scan(&j.Seq)
 	if isUnique(err) {
 		return fmt.Errorf("job %q: %w", j.Name, store.ErrConflict)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ferry-ml/ferry/internal/store"
@@ -41,5 +42,42 @@ func TestLazyStatementsAreBounded(t *testing.T) {
 	}
 	if lazy < maxLazyStmts {
 		t.Errorf("%d statements prepared on first use, want the bound %d reached (were they prepared at all?)", lazy, maxLazyStmts)
+	}
+}
+
+// A submit's insert runs the statement prepared at open, not one parsed
+// per call: with that statement swapped for one that writes the display
+// name differently, the job gets the other display name.
+func TestJobInsertIsPrepared(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "ferry.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	k := stmtKey{s.w, qInsertJob}
+	s.stmts.mu.Lock()
+	prepared := s.stmts.m[k]
+	s.stmts.mu.Unlock()
+	if prepared == nil {
+		t.Fatal("the job insert is not prepared at open")
+	}
+	prepared.Close()
+	other, err := s.w.PrepareContext(ctx, strings.Replace(qInsertJob, "VALUES (?, ?", "VALUES (?, ? || '-prepared'", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.stmts.mu.Lock()
+	s.stmts.m[k] = other
+	s.stmts.mu.Unlock()
+	if _, err := s.CreateJob(ctx, store.Job{Name: "j", DisplayName: "d", Status: "Queued"}, store.Event{To: "Queued"}); err != nil {
+		t.Fatal(err)
+	}
+	j, err := s.GetJob(ctx, "j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.DisplayName != "d-prepared" {
+		t.Errorf("display name %q: the job was not inserted by the prepared statement", j.DisplayName)
 	}
 }
