@@ -115,3 +115,45 @@ func TestSlotSubmitWakesTheDispatcherAlone(t *testing.T) {
 		t.Error("the submit of third, to a compute not the dispatcher's, did not wake both loops")
 	}
 }
+
+// A job submitted to a compute whose slots were all taken when the last
+// dispatch pass began wakes nothing: a pass would find no free slot. A
+// wake that may free one (an end) makes the next submit wake the
+// dispatcher again, until a pass finds the compute full once more.
+func TestSubmitToAFullComputeWakesNothing(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newService(t, &fakeTarget{capacity: 1})
+	submit(t, s, "first")
+	dispatch(t, s) // first starts: the pass began with a free slot
+	submit(t, s, "second")
+	if !drained(s.kick) {
+		t.Fatal("a submit after a pass that found a free slot did not wake the dispatcher")
+	}
+	dispatch(t, s) // the pass begins with first holding the slot
+	drained(s.kick)
+	drained(s.kickPools)
+	submit(t, s, "third")
+	if drained(s.kick) || drained(s.kickPools) {
+		t.Error("a submit to a compute whose slots were all taken woke a loop")
+	}
+	zero := 0
+	if err := s.ReportStatus(ctx, runPrincipal("first", 1), "first", 1, Report{Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	if !drained(s.kick) {
+		t.Fatal("the end of first did not wake the dispatcher")
+	}
+	submit(t, s, "fourth")
+	if !drained(s.kick) {
+		t.Error("a submit after an end, before the next pass, did not wake the dispatcher")
+	}
+	dispatch(t, s) // second starts
+	if j := status(t, s, "second"); j.Status != StatusPreparing {
+		t.Errorf("second is %s after the pass, want Preparing", j.Status)
+	}
+	dispatch(t, s) // second holds the slot
+	submit(t, s, "fifth")
+	if drained(s.kick) {
+		t.Error("a submit to the compute full again woke the dispatcher")
+	}
+}

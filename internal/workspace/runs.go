@@ -105,7 +105,13 @@ func (s *Service) loop(ctx context.Context, kick <-chan struct{}, tick <-chan ti
 
 // dispatch starts as many queued jobs as their targets have free slots.
 func (s *Service) dispatch(ctx context.Context) error {
-	busy, err := s.st.CountJobs(ctx, activeStatuses) // counted, not read: the pass runs on every submit and end
+	// Read before the count: a wake that may free a slot comes after what
+	// it changed is stored, so one after this read is seen by the count or
+	// tells wakeForSubmit that its fullness is out of date.
+	wakes := s.freeingWakes.Load()
+	s.fullComputes.Store(nil) // until this pass has counted
+	// Counted, not read: the pass runs on every end and many submits.
+	busy, err := s.st.CountJobs(ctx, activeStatuses)
 	if err != nil {
 		return err
 	}
@@ -141,6 +147,13 @@ func (s *Service) dispatch(ctx context.Context) error {
 		}
 		anyFree = anyFree || free[c.Name] > 0
 	}
+	full := &fullComputes{wakes: wakes, names: map[string]bool{}}
+	for name, n := range free {
+		// A target that queues itself hands over in batches, whose ends
+		// wake the dispatcher as hand-offs, not as freed slots.
+		full.names[name] = n == 0 && !handsOff[name]
+	}
+	s.fullComputes.Store(full)
 	if !anyFree {
 		return nil // reading the queue would be wasted work
 	}

@@ -151,6 +151,13 @@ type Service struct {
 	// them, and the end of an attempt on one, wake the dispatcher alone
 	// (onSlotCompute).
 	slotComputes atomic.Pointer[map[string]bool]
+	// freeingWakes counts the wakes of the dispatcher that may free a
+	// slot (every wake but a submit's), and fullComputes are the computes
+	// whose slots were all taken when a pass began, with that count as it
+	// was then: a submit to one of them, with no such wake since, wakes
+	// nothing (wakeForSubmit).
+	freeingWakes atomic.Uint64
+	fullComputes atomic.Pointer[fullComputes]
 
 	kickDeploy chan struct{} // wakes the deployment controller (deployctl.go)
 	kickPipe   chan struct{} // wakes the pipeline loop (pipelines.go)
@@ -327,6 +334,7 @@ func (s *Service) notify(job string, deploy bool) {
 
 // wakeDispatcher asks for a dispatch pass: a job was queued or a slot freed.
 func (s *Service) wakeDispatcher() {
+	s.freeingWakes.Add(1)
 	for _, k := range []chan struct{}{s.kick, s.kickPools} {
 		select {
 		case k <- struct{}{}:
@@ -338,10 +346,46 @@ func (s *Service) wakeDispatcher() {
 // wakeSlotDispatcher asks for a dispatch pass, not a pool pass: a job was
 // queued on, or a slot freed of, a compute the dispatcher starts jobs on.
 func (s *Service) wakeSlotDispatcher() {
+	s.freeingWakes.Add(1)
+	s.kickDispatcher()
+}
+
+func (s *Service) kickDispatcher() {
 	select {
 	case s.kick <- struct{}{}:
 	default:
 	}
+}
+
+// fullComputes are the computes whose slots were all taken when a
+// dispatch pass began, and the count of freeing wakes read before it
+// counted them.
+type fullComputes struct {
+	wakes uint64
+	names map[string]bool
+}
+
+// wakeForSubmit wakes what a job just submitted needs. On a compute whose
+// jobs the dispatcher starts and whose slots were all taken at its last
+// pass, with no wake since that may have freed one, the job can only wait
+// for the next end, which wakes the dispatcher itself: a pass now would
+// find no free slot (under a burst of submits those passes were a tenth
+// of the server's CPU, bench/dispatch). The dispatcher's pass every
+// second still runs.
+func (s *Service) wakeForSubmit(j store.Job) {
+	switch {
+	case !s.onSlotCompute(j):
+		s.wakeDispatcher()
+	case !s.isFull(j.Compute):
+		s.kickDispatcher() // the pool loop places none of this compute's jobs
+	}
+}
+
+// isFull says whether compute's slots were all taken at the last
+// dispatch pass, with no wake since that may have freed one.
+func (s *Service) isFull(compute string) bool {
+	f := s.fullComputes.Load()
+	return f != nil && f.names[compute] && f.wakes == s.freeingWakes.Load()
 }
 
 // onSlotCompute says whether j runs on a compute whose jobs the
@@ -649,11 +693,7 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 		return nil, err
 	}
 	s.changed(name)
-	if s.onSlotCompute(created) {
-		s.wakeSlotDispatcher() // the pool loop places none of this compute's jobs
-	} else {
-		s.wakeDispatcher()
-	}
+	s.wakeForSubmit(created)
 	// The job as submitted: a new job has no metrics to read, and reading
 	// it back (a store read and a metrics query) was a tenth of a small
 	// job's store work (bench/dispatch).
