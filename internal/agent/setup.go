@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/nodeproto"
+	"github.com/ferry-ml/ferry/internal/timerslack"
 )
 
 // setupOutputLimit bounds how much of a failed setup script's output is
@@ -68,7 +69,10 @@ func runSetup(ctx context.Context, dir string, scripts []nodeproto.SetupScript, 
 		cmd.Stdout, cmd.Stderr = &out, &out
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-		err := cmd.Run()
+		err := timerslack.StartUser(cmd.Start)
+		if err == nil {
+			err = cmd.Wait()
+		}
 		timedOut := errors.Is(sctx.Err(), context.DeadlineExceeded)
 		cancel()
 		if err == nil {

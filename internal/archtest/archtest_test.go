@@ -51,6 +51,9 @@ var forbidden = map[string][]string{
 	"internal/compute/computetest": {"internal/workspace", "internal/store", "internal/server", "internal/api", "internal/compute/local", "internal/runner"},
 	// The agent and the command line read their version through it.
 	"internal/buildinfo": {"internal/"},
+	// The server, the executor, the agent and the session server link it
+	// for the timer slack of what they start: nothing of Ferry's behind it.
+	"internal/timerslack": {"internal/"},
 	// The replica side of serving: whichever launcher starts replicas (the
 	// runner, the local target) links it without the server's code.
 	"internal/serving/inferenceserver": {"internal/"},

@@ -18,6 +18,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/runner"
 	"github.com/ferry-ml/ferry/internal/runner/invocation"
 	"github.com/ferry-ml/ferry/internal/server"
+	"github.com/ferry-ml/ferry/internal/timerslack"
 )
 
 func (a *app) serverCmd() *cobra.Command {
@@ -39,6 +40,11 @@ commands as --run-as, by default the unprivileged account ferry-job, which
 it makes if missing. See docs/security.md for what the local target trusts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The server runs with Ferry's timer slack, and the user code
+			// it and its children start with the slack it was started
+			// with. Reexec returns only when it cannot: the server then
+			// runs as it is, at some CPU cost per small job.
+			_ = timerslack.Reexec()
 			if _, err := environment.ParseBytes(cfg.EnvCacheSize); err != nil {
 				return fmt.Errorf("--env-cache-size: %w", err)
 			}

@@ -45,9 +45,7 @@ type executor struct {
 	id    string
 	dir   string
 	guard int
-	// jobSlack is the timer slack of the jobs' shells (runner.Direct).
-	jobSlack time.Duration
-	log      *slog.Logger
+	log   *slog.Logger
 
 	mu        sync.Mutex
 	attempts  map[string]chan struct{} // JOB/ATTEMPT -> its Cancel
@@ -68,20 +66,19 @@ func Main(args []string) int {
 	id := fs.String("id", "", "what the local target knows this executor by")
 	runAs := fs.String("run-as", "", "account jobs run as")
 	idle := fs.Duration("idle", DefaultIdle, "end after this long without an attempt")
-	jobSlack := fs.Duration(runner.JobTimerSlackFlag, 0, "the timer slack of the jobs' shells (the guard's own)")
 	if err := fs.Parse(args); err != nil || *dir == "" || *id == "" {
 		fmt.Fprintln(os.Stderr, "ferry local-executor: usage: local-executor --dir DIR --id ID [--run-as USER] (started by the local target, not by people)")
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*dir, *id, *runAs, *idle, *jobSlack, log); err != nil {
+	if err := run(*dir, *id, *runAs, *idle, log); err != nil {
 		log.Error("local executor", "err", err)
 		return 1
 	}
 	return 0
 }
 
-func run(dir, id, runAs string, idle, jobSlack time.Duration, log *slog.Logger) error {
+func run(dir, id, runAs string, idle time.Duration, log *slog.Logger) error {
 	signal.Ignore(syscall.SIGHUP)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
@@ -107,7 +104,7 @@ func run(dir, id, runAs string, idle, jobSlack time.Duration, log *slog.Logger) 
 		log.Info("another executor answers on the socket; ending")
 		return nil
 	}
-	e := &executor{id: id, dir: dir, guard: os.Getppid(), jobSlack: jobSlack, log: log, attempts: map[string]chan struct{}{},
+	e := &executor{id: id, dir: dir, guard: os.Getppid(), log: log, attempts: map[string]chan struct{}{},
 		last: time.Now(), ln: ln}
 	if fi, err := os.Stat(local.ExecutorSocket); err == nil {
 		e.sockIno = fi.Sys().(*syscall.Stat_t).Ino
@@ -295,7 +292,7 @@ func (e *executor) take(req local.ExecutorRequest) local.ExecutorReply {
 	}
 	cancel := make(chan struct{})
 	cfg.Cancel = cancel
-	cfg.Direct = &runner.Direct{Guard: e.guard, Metrics: &e.metrics, TimerSlack: e.jobSlack}
+	cfg.Direct = &runner.Direct{Guard: e.guard, Metrics: &e.metrics}
 	e.attempts[key] = cancel
 	if req.ServerPID > 0 {
 		e.serverPID = req.ServerPID

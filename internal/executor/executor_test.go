@@ -27,6 +27,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/runner"
 	"github.com/ferry-ml/ferry/internal/runner/invocation"
 	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/timerslack"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
@@ -306,7 +307,7 @@ func TestOrphanOfAnEndedShellIsKilled(t *testing.T) {
 	waitEnd(t, cmd)
 }
 
-// The executor runs with runner.ExecutorTimerSlack on every thread, and a
+// The executor runs with timerslack.Ferry on every thread, and a
 // job's shell with the slack its guard was started with (runner's
 // timerslack.go).
 func TestExecutorTimerSlackAndTheJobsOwn(t *testing.T) {
@@ -361,8 +362,8 @@ func TestExecutorTimerSlackAndTheJobsOwn(t *testing.T) {
 	if got := strings.TrimSpace(string(data)); got != ns(guardSlack) {
 		t.Errorf("the job's timer slack = %s ns, want the guard's %s", got, ns(guardSlack))
 	}
-	if got := slackOf(executor[0]); got != ns(runner.ExecutorTimerSlack) {
-		t.Errorf("the executor's timer slack = %s ns, want %s", got, ns(runner.ExecutorTimerSlack))
+	if got := slackOf(executor[0]); got != ns(timerslack.Ferry) {
+		t.Errorf("the executor's timer slack = %s ns, want %s", got, ns(timerslack.Ferry))
 	}
 	if got := slackOf(strconv.Itoa(cmd.Process.Pid)); got != ns(guardSlack) {
 		t.Errorf("the guard's timer slack = %s ns, want its own %s", got, ns(guardSlack))

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ferry-ml/ferry/internal/timerslack"
 )
 
 // A runner inside the local executor (internal/executor) starts a host
@@ -35,9 +37,6 @@ type Direct struct {
 	// Metrics, when set, serves the attempts' metrics endpoints on one
 	// listener (metricshub.go) instead of one each.
 	Metrics *MetricsHub
-	// TimerSlack, when not 0, is the timer slack the job's shell starts
-	// with (timerslack.go).
-	TimerSlack time.Duration
 }
 
 // MarkerVar is the variable a job started by the executor carries:
@@ -71,7 +70,7 @@ func (r *runner) startDirect(shellPath, command string, env []string, spool *os.
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if err := withTimerSlack(r.cfg.Direct.TimerSlack, cmd.Start); err != nil {
+		if err := timerslack.StartUser(cmd.Start); err != nil {
 			started <- err
 			return
 		}
@@ -211,10 +210,6 @@ const ExecutorCommand = "local-executor"
 // guard starts as its child.
 const ExecutorServe = "--serve"
 
-// JobTimerSlackFlag is the executor's flag that the guard gives its own
-// timer slack in, for the jobs' shells (timerslack.go).
-const JobTimerSlackFlag = "job-timer-slack"
-
 // ExecutorGuardMain is `ferry local-executor ARGS...`: it makes itself a
 // child subreaper, starts `ferry local-executor --serve ARGS...` as its
 // only child (told of the guard's death by SIGTERM, its parent-death
@@ -229,16 +224,14 @@ func ExecutorGuardMain(args []string) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
 	signal.Ignore(syscall.SIGHUP)
-	// The executor's timer slack is ExecutorTimerSlack, its jobs' the
-	// guard's own (timerslack.go).
-	if own, err := threadTimerSlack(); err == nil {
-		args = append(args, "--"+JobTimerSlackFlag, own.String())
-	}
+	// The executor's timer slack is Ferry's, its jobs' the user's
+	// (internal/timerslack).
+	timerslack.KeepUser()
 	cmd := exec.Command("/proc/self/exe", append([]string{ExecutorCommand, ExecutorServe}, args...)...)
 	cmd.Args[0] = os.Args[0] // as ps shows it: the binary's name, not /proc/self/exe
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := withTimerSlack(ExecutorTimerSlack, cmd.Start); err != nil {
+	if err := timerslack.With(timerslack.Ferry, cmd.Start); err != nil {
 		fmt.Fprintf(os.Stderr, "ferry local-executor: start the executor: %v\n", err)
 		return 1
 	}

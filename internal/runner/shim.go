@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ferry-ml/ferry/internal/timerslack"
 )
 
 // A host job does not run as the runner's child but under a shim: the
@@ -145,7 +147,11 @@ func ShimMain(args []string) int {
 	if os.Getppid() != parent {
 		return 128 + int(syscall.SIGKILL) // the runner died before the job started
 	}
-	child, err := os.StartProcess(args[0], args, attr)
+	var child *os.Process
+	err = timerslack.StartUser(func() (err error) {
+		child, err = os.StartProcess(args[0], args, attr)
+		return err
+	})
 	if err != nil {
 		fmt.Fprintf(errOut, "ferry: the command could not be started: %v\n", err)
 		return 127

@@ -22,6 +22,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/runner/invocation"
 	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/timerslack"
 )
 
 // Config sets up a local target.
@@ -226,11 +227,12 @@ func runnerEnv(server []string, runToken string) []string {
 
 // withoutFerryVars is the server's environment less its FERRY_ variables
 // (a FERRY_TOKEN of the server's shell, say): what runners, and the
-// executor that runs attempts for them, start with.
+// executor that runs attempts for them, start with. The timer slack of
+// user code (timerslack.UserVar) is kept: they start the jobs with it.
 func withoutFerryVars(server []string) []string {
 	env := make([]string, 0, len(server)+1)
 	for _, kv := range server {
-		if !strings.HasPrefix(kv, "FERRY_") {
+		if !strings.HasPrefix(kv, "FERRY_") || strings.HasPrefix(kv, timerslack.UserVar+"=") {
 			env = append(env, kv)
 		}
 	}

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/provider"
+	"github.com/ferry-ml/ferry/internal/timerslack"
 )
 
 // Config sets up a process provider.
@@ -668,6 +669,7 @@ var (
 		"SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
 		"DOCKER_HOST", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY", "DOCKER_API_VERSION", "DOCKER_CONFIG",
 		"CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+		timerslack.UserVar, // the agent's runners start jobs with it
 	}
 	agentPrefixes = []string{"LC_", "PIP_", "CONDA_"}
 )
