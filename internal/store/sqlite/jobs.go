@@ -21,11 +21,34 @@ const jobDataColumns = `display_name, experiment_name, compute, status, status_r
 // jobColumns are the columns of jobs in the order scanJob reads them.
 const jobColumns = `seq, name, ` + jobDataColumns
 
-// jobSets assigns jobValues to jobDataColumns.
-const jobSets = `display_name = ?, experiment_name = ?, compute = ?, status = ?, status_reason = ?,
-	priority = ?, attempt = ?, exit_code = ?, error = ?, created_by = ?, cancel_by = ?, spec = ?,
-	code_snapshot = ?, inputs = ?, outputs = ?, created = ?, started = ?, ended = ?, heartbeat = ?, environment = ?,
-	placement = ?, handle = ?`
+// jobDataColumnNames are jobDataColumns one by one, in jobValues' order.
+var jobDataColumnNames = strings.Split(strings.Join(strings.Fields(jobDataColumns), ""), ",")
+
+// jobUpdate is the statement, and its arguments, that turns a job's row
+// of values before into after (jobValues), row seq: it sets only the
+// columns that change. SQLite rewrites the entry of every index with a
+// column in the SET list, whether its value changed or not; a job's
+// status changes rewrote its compute and experiment index entries too,
+// two more pages in every commit's WAL frames (bench/dispatch). The
+// texts are few (a job's changes follow a few patterns) and each is
+// prepared after its first use (stmts.later).
+func jobUpdate(before, after []any, seq int64) (string, []any) {
+	var b strings.Builder
+	b.WriteString("UPDATE jobs SET ")
+	args := make([]any, 0, len(after)+1)
+	for i, v := range after {
+		if v == before[i] {
+			continue
+		}
+		if len(args) > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(jobDataColumnNames[i] + " = ?")
+		args = append(args, v)
+	}
+	b.WriteString(" WHERE seq = ?")
+	return b.String(), append(args, seq)
+}
 
 // jobValues are the stored forms of j's fields after Seq and Name.
 func jobValues(j store.Job) []any {
@@ -333,9 +356,11 @@ func (s *Store) updateJob(ctx context.Context, tx *sql.Tx, name string, fn func(
 	// nothing to do (a resent report, an attempt already ended) would
 	// otherwise each append a WAL frame of the whole row.
 	if after := jobValues(j); !slices.Equal(before, after) {
-		if _, err := s.txExec(ctx, tx, s.w, qUpdateJob, append(after, seq)...); err != nil {
+		q, args := jobUpdate(before, after, seq)
+		if _, err := s.txExec(ctx, tx, s.w, q, args...); err != nil {
 			return store.Job{}, fmt.Errorf("update job %q: %w", name, err)
 		}
+		s.stmts.later(q)
 	}
 	for _, e := range ch.Events {
 		if err := s.insertEvent(ctx, tx, name, e); err != nil {

@@ -167,6 +167,7 @@ func (s *Store) write(ctx context.Context, f func(*sql.Tx) error) error {
 	if err := tx.Commit(); err != nil {
 		return full(fmt.Errorf("commit: %w", err))
 	}
+	s.stmts.preparePending(ctx, s.w)
 	return nil
 }
 

@@ -29,6 +29,9 @@ type stmts struct {
 	mu   sync.Mutex
 	m    map[stmtKey]*sql.Stmt
 	lazy int // statements prepared on first use, bounded by maxLazyStmts
+	// pending are the writer's statements run unprepared inside a write
+	// transaction, to prepare once it is over (later, preparePending).
+	pending map[string]bool
 }
 
 type stmtKey struct {
@@ -46,7 +49,6 @@ const maxLazyStmts = 256
 const (
 	qGetJob        = `SELECT ` + jobColumns + ` FROM jobs WHERE name = ?`
 	qJobExists     = `SELECT count(*) FROM jobs WHERE name = ?`
-	qUpdateJob     = `UPDATE jobs SET ` + jobSets + ` WHERE seq = ?`
 	qInsertEvent   = `INSERT INTO events (job, time, from_status, to_status, reason) VALUES (?, ?, ?, ?, ?)`
 	qListEvents    = `SELECT time, from_status, to_status, reason FROM events WHERE job = ? ORDER BY id`
 	qLatestMetrics = `SELECT name, value, step, time FROM metrics
@@ -64,7 +66,7 @@ var (
 		VALUES (?` + strings.Repeat(", ?", strings.Count(jobDataColumns, ",")+1) + `) RETURNING seq`
 
 	readQueries  = []string{qGetJob, qJobExists, qListEvents, qLatestMetrics, qTokenByHash}
-	writeQueries = []string{qGetJob, qJobExists, qUpdateJob, qInsertEvent, qInsertJob, qAddMetric, qCreateToken, qDeleteTokens}
+	writeQueries = []string{qGetJob, qJobExists, qInsertEvent, qInsertJob, qAddMetric, qCreateToken, qDeleteTokens}
 )
 
 // prepare prepares queries on db.
@@ -118,6 +120,38 @@ func (c *stmts) getOrPrepare(ctx context.Context, db *sql.DB, query string) *sql
 	c.m[k] = st
 	c.lazy++
 	return st
+}
+
+// later asks for query, a statement of the writer run inside a write
+// transaction, to be prepared after the transaction if it is not yet:
+// inside it, the writer's one connection is the transaction's.
+func (c *stmts) later(query string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || c.lazy >= maxLazyStmts {
+		return
+	}
+	if c.pending == nil {
+		c.pending = map[string]bool{}
+	}
+	c.pending[query] = true
+}
+
+// preparePending prepares, on db (the writer), the statements later asked
+// for. The caller holds no connection of db.
+func (c *stmts) preparePending(ctx context.Context, db *sql.DB) {
+	c.mu.Lock()
+	var queries []string
+	for q := range c.pending {
+		if c.m[stmtKey{db, q}] == nil {
+			queries = append(queries, q)
+		}
+	}
+	clear(c.pending)
+	c.mu.Unlock()
+	for _, q := range queries {
+		c.getOrPrepare(ctx, db, q)
+	}
 }
 
 func (c *stmts) close() error {

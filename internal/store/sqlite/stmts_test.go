@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -79,5 +80,42 @@ func TestJobInsertIsPrepared(t *testing.T) {
 	}
 	if j.DisplayName != "d-prepared" {
 		t.Errorf("display name %q: the job was not inserted by the prepared statement", j.DisplayName)
+	}
+}
+
+// A job's update sets only the columns that change (SQLite rewrites the
+// entries of every index with a column in the SET list), and the
+// statement is prepared once the write is over, for the next one.
+func TestJobUpdateSetsOnlyWhatChanges(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "ferry.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, n := range []string{"a", "b"} {
+		if _, err := s.CreateJob(ctx, store.Job{Name: n, Compute: "local", ExperimentName: "e", Status: "Queued"}, store.Event{To: "Queued"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ended := time.Now()
+	const q = "UPDATE jobs SET status = ?, ended = ? WHERE seq = ?"
+	for _, n := range []string{"a", "b"} {
+		if _, err := s.UpdateJob(ctx, n, func(j *store.Job) (*store.Event, error) {
+			j.Status, j.Ended = "Completed", ended
+			return nil, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if s.stmts.get(s.w, q) == nil {
+			t.Errorf("after %s's update, %q is not prepared", n, q)
+		}
+		j, err := s.GetJob(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Status != "Completed" || !j.Ended.Equal(ended.Truncate(time.Microsecond)) || j.Compute != "local" || j.ExperimentName != "e" {
+			t.Errorf("%s after the update: %+v", n, j)
+		}
 	}
 }
