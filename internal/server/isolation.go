@@ -102,6 +102,9 @@ func workDir(dataDir, flag string, u *isolation.User) (string, error) {
 		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 			return "", fmt.Errorf("--work-dir %s: %w", dir, err)
 		}
+		if filepath.Dir(dir) == sharedWorkRoot {
+			markTopDir(sharedWorkRoot) // before the work dir is made (topdir.go)
+		}
 	}
 	// nodes/ too: the process provider sets the mode of nodes/process and
 	// below, and one made by a server that ran jobs as itself is 0700.
