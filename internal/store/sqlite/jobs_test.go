@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
 	"github.com/ferry-ml/ferry/internal/store"
@@ -13,11 +12,7 @@ import (
 // one reader connection, changes when another connection commits a write.
 func TestUpdateJobSkipsAnUnchangedRow(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "ferry.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	if _, err := s.CreateJob(ctx, store.Job{Name: "j", Status: "Queued"}, store.Event{To: "Queued"}); err != nil {
 		t.Fatal(err)
 	}

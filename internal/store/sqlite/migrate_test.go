@@ -168,11 +168,7 @@ func TestReopenAppliesNothingTwice(t *testing.T) {
 }
 
 func TestConnectionSettings(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "ferry.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	for _, tt := range []struct {
 		pool   string
 		db     *sql.DB

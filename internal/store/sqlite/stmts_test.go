@@ -15,11 +15,7 @@ import (
 // statements; past the bound they still run, unprepared, and answer the same.
 func TestLazyStatementsAreBounded(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "ferry.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	if _, err := s.CreateJob(ctx, store.Job{Name: "j1", Status: "Queued"}, store.Event{To: "Queued"}); err != nil {
 		t.Fatal(err)
 	}
@@ -46,16 +42,23 @@ func TestLazyStatementsAreBounded(t *testing.T) {
 	}
 }
 
+// openStore opens a store on a fresh file, closed when the test ends.
+func openStore(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "ferry.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // A submit's insert runs the statement prepared at open, not one parsed
 // per call: with that statement swapped for one that writes the display
 // name differently, the job gets the other display name.
 func TestJobInsertIsPrepared(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "ferry.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	k := stmtKey{s.w, qInsertJob}
 	s.stmts.mu.Lock()
 	prepared := s.stmts.m[k]
@@ -88,11 +91,7 @@ func TestJobInsertIsPrepared(t *testing.T) {
 // statement is prepared once the write is over, for the next one.
 func TestJobUpdateSetsOnlyWhatChanges(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "ferry.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	for _, n := range []string{"a", "b"} {
 		if _, err := s.CreateJob(ctx, store.Job{Name: n, Compute: "local", ExperimentName: "e", Status: "Queued"}, store.Event{To: "Queued"}); err != nil {
 			t.Fatal(err)

@@ -39,11 +39,7 @@ func TestTokenCacheRefusesALookupOlderThanARevocation(t *testing.T) {
 // before the delete must not put the token back into the cache.
 func TestTokenRevokedDespiteConcurrentLookups(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "ferry.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	for i := 0; i < 50; i++ {
 		tok := store.Token{Hash: fmt.Sprintf("h%d", i), Kind: "run", Subject: fmt.Sprintf("j%d", i), Attempt: 1}
 		if err := s.CreateToken(ctx, tok); err != nil {
