@@ -2,14 +2,29 @@ package e2e
 
 import (
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/ferry-ml/ferry/internal/timerslack"
 )
 
 // A compute instance's creation and startup scripts run on its node before
 // it takes work; the creation script's path is read next to the compute
-// file and given its arguments from command.
+// file and given its arguments from command. They, and the node's jobs,
+// run with the timer slack the server was started with, not the 1 ms of
+// Ferry's own processes (internal/timerslack).
 func TestInstanceSetupScripts(t *testing.T) {
+	runtime.LockOSThread() // the harness starts the server from this thread
+	defer runtime.UnlockOSThread()
+	started, err := timerslack.Thread()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if started == timerslack.Ferry {
+		t.Fatalf("the test runs with Ferry's own timer slack (%v), so the two cannot be told apart", started)
+	}
 	s := startServer(t)
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
@@ -22,7 +37,7 @@ setup_scripts:
     path: scripts/prepare.sh
     command: made-once "two words"
   startup_script:
-    command: echo started >> ../started.txt
+    command: echo started >> ../started.txt; cat /proc/self/timerslack_ns > ../slack.txt
     timeout_minutes: 5
 `})
 	s.mustFerry("compute", "create", "-f", filepath.Join(dir, "ci.yml"))
@@ -30,9 +45,10 @@ setup_scripts:
 	show := s.mustFerry("compute", "show", "set-box", "--events", "0").stdout
 	mustContain(t, "instance events", show, "SettingUp", "setup scripts succeeded")
 
-	job := jobFile(t, "command: cat ../../../../created.txt ../../../../started.txt\ncompute: azureml:set-box\n", nil)
+	job := jobFile(t, "command: cat ../../../../created.txt ../../../../started.txt; echo \"script slack $(cat ../../../../slack.txt), job slack $(cat /proc/self/timerslack_ns)\"\ncompute: azureml:set-box\n", nil)
 	r := s.mustFerry("job", "create", "-f", job, "--name", "after-setup", "--stream")
-	mustContain(t, "job sees what setup made", r.stdout, "made-once", "started")
+	slack := strconv.FormatInt(int64(started), 10)
+	mustContain(t, "job sees what setup made", r.stdout, "made-once", "started", "script slack "+slack+", job slack "+slack)
 }
 
 // A failing startup script leaves the instance SetupFailed, with the end of
