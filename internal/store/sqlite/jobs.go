@@ -360,7 +360,7 @@ func (s *Store) updateJob(ctx context.Context, tx *sql.Tx, name string, fn func(
 		if _, err := s.txExec(ctx, tx, s.w, q, args...); err != nil {
 			return store.Job{}, fmt.Errorf("update job %q: %w", name, err)
 		}
-		s.stmts.later(q)
+		s.stmts.later(s.w, q)
 	}
 	for _, e := range ch.Events {
 		if err := s.insertEvent(ctx, tx, name, e); err != nil {

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -63,7 +65,7 @@ var (
 	// qInsertJob is every submit's insert: parsing it was a fifth of the
 	// submit's CPU (bench/dispatch, tenth round).
 	qInsertJob = `INSERT INTO jobs (name, ` + jobDataColumns + `)
-		VALUES (?` + strings.Repeat(", ?", strings.Count(jobDataColumns, ",")+1) + `) RETURNING seq`
+		VALUES (?` + strings.Repeat(", ?", len(jobDataColumnNames)) + `) RETURNING seq`
 
 	readQueries  = []string{qGetJob, qJobExists, qListEvents, qLatestMetrics, qTokenByHash}
 	writeQueries = []string{qGetJob, qJobExists, qInsertEvent, qInsertJob, qAddMetric, qCreateToken, qDeleteTokens}
@@ -122,13 +124,13 @@ func (c *stmts) getOrPrepare(ctx context.Context, db *sql.DB, query string) *sql
 	return st
 }
 
-// later asks for query, a statement of the writer run inside a write
-// transaction, to be prepared after the transaction if it is not yet:
-// inside it, the writer's one connection is the transaction's.
-func (c *stmts) later(query string) {
+// later asks for query, a statement of db (the writer) run inside a
+// write transaction, to be prepared after the transaction if it is not
+// yet: inside it, the writer's one connection is the transaction's.
+func (c *stmts) later(db *sql.DB, query string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.m == nil || c.lazy >= maxLazyStmts {
+	if c.m == nil || c.lazy >= maxLazyStmts || c.m[stmtKey{db, query}] != nil {
 		return
 	}
 	if c.pending == nil {
@@ -141,16 +143,11 @@ func (c *stmts) later(query string) {
 // for. The caller holds no connection of db.
 func (c *stmts) preparePending(ctx context.Context, db *sql.DB) {
 	c.mu.Lock()
-	var queries []string
-	for q := range c.pending {
-		if c.m[stmtKey{db, q}] == nil {
-			queries = append(queries, q)
-		}
-	}
+	queries := slices.Collect(maps.Keys(c.pending))
 	clear(c.pending)
 	c.mu.Unlock()
 	for _, q := range queries {
-		c.getOrPrepare(ctx, db, q)
+		c.getOrPrepare(ctx, db, q) // it prepares only what is not yet
 	}
 }
 
