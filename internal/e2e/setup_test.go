@@ -2,12 +2,9 @@ package e2e
 
 import (
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/ferry-ml/ferry/internal/timerslack"
 )
 
 // A compute instance's creation and startup scripts run on its node before
@@ -16,15 +13,7 @@ import (
 // run with the timer slack the server was started with, not the 1 ms of
 // Ferry's own processes (internal/timerslack).
 func TestInstanceSetupScripts(t *testing.T) {
-	runtime.LockOSThread() // the harness starts the server from this thread
-	defer runtime.UnlockOSThread()
-	started, err := timerslack.Thread()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if started == timerslack.Ferry {
-		t.Fatalf("the test runs with Ferry's own timer slack (%v), so the two cannot be told apart", started)
-	}
+	started := usersTimerSlack(t)
 	s := startServer(t)
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{

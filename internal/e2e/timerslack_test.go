@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferry-ml/ferry/internal/timerslack"
 )
@@ -14,12 +15,7 @@ import (
 // local job with the timer slack the server was started with: through
 // the executor, and through a runner process per job.
 func TestServerTimerSlackAndTheJobsOwn(t *testing.T) {
-	runtime.LockOSThread() // the harness starts the server from this thread
-	defer runtime.UnlockOSThread()
-	started, err := timerslack.Thread()
-	if err != nil {
-		t.Skipf("prctl(PR_GET_TIMERSLACK): %v", err)
-	}
+	started := usersTimerSlack(t)
 	slackOf := func(pid int) string {
 		t.Helper()
 		data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/timerslack_ns")
@@ -29,9 +25,6 @@ func TestServerTimerSlackAndTheJobsOwn(t *testing.T) {
 		return strings.TrimSpace(string(data))
 	}
 	ferry, user := strconv.FormatInt(int64(timerslack.Ferry), 10), strconv.FormatInt(int64(started), 10)
-	if user == ferry {
-		t.Fatalf("the test runs with Ferry's own timer slack (%s ns), so the two cannot be told apart", user)
-	}
 	for _, executor := range []bool{true, false} {
 		s := startServer(t, "--local-executor="+strconv.FormatBool(executor))
 		if got := slackOf(s.cmd.Process.Pid); got != ferry {
@@ -50,4 +43,22 @@ func TestServerTimerSlackAndTheJobsOwn(t *testing.T) {
 		}
 		s.stop()
 	}
+}
+
+// usersTimerSlack holds the test's goroutine on its thread until the test
+// ends (the harness starts servers from it) and returns that thread's
+// timer slack: the slack the servers' user code must start with. It must
+// differ from Ferry's own for a test to tell the two apart.
+func usersTimerSlack(t *testing.T) time.Duration {
+	t.Helper()
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread) // cleanups run on the test's goroutine
+	started, err := timerslack.Thread()
+	if err != nil {
+		t.Fatalf("prctl(PR_GET_TIMERSLACK): %v", err)
+	}
+	if started == timerslack.Ferry {
+		t.Fatalf("the test runs with Ferry's own timer slack (%v), so the two cannot be told apart", started)
+	}
+	return started
 }
