@@ -15,26 +15,14 @@ import (
 // machine), the mark is there after it.
 func TestMarkTopDir(t *testing.T) {
 	dir := t.TempDir()
-	f, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	before, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
-	if err != nil {
-		t.Skipf("the file system of %s has no inode flags (%v): run the tests on ext4 (the CI machine's root)", dir, err)
-	}
+	f, before := openWithFlags(t, dir)
 	if before&fsTopDirFL != 0 {
 		t.Fatalf("a fresh directory is marked already (flags %#x)", before)
 	}
 	if !markTopDir(dir) {
 		t.Fatal("markTopDir did not mark the directory")
 	}
-	after, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after != before|fsTopDirFL {
+	if after := flagsOf(t, f); after != before|fsTopDirFL {
 		t.Errorf("flags %#x after, want %#x (the mark, and the flags it had)", after, before|fsTopDirFL)
 	}
 	if !markTopDir(dir) {
@@ -51,15 +39,7 @@ func TestSharedWorkRootIsMarkedBeforeAWorkDir(t *testing.T) {
 	if err := os.MkdirAll(sharedWorkRoot, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	root, err := os.Open(sharedWorkRoot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	flags, err := unix.IoctlGetUint32(int(root.Fd()), unix.FS_IOC_GETFLAGS)
-	if err != nil {
-		t.Skipf("the file system of %s has no inode flags (%v)", sharedWorkRoot, err)
-	}
+	root, flags := openWithFlags(t, sharedWorkRoot)
 	// Unmarked first, as a root made by an older server is.
 	if err := unix.IoctlSetPointerInt(int(root.Fd()), unix.FS_IOC_SETFLAGS, int(flags&^fsTopDirFL)); err != nil {
 		t.Fatal(err)
@@ -77,7 +57,33 @@ func TestSharedWorkRootIsMarkedBeforeAWorkDir(t *testing.T) {
 	if filepath.Dir(work) != sharedWorkRoot {
 		t.Fatalf("work dir %s, want one under %s", work, sharedWorkRoot)
 	}
-	if flags, err = unix.IoctlGetUint32(int(root.Fd()), unix.FS_IOC_GETFLAGS); err != nil || flags&fsTopDirFL == 0 {
-		t.Errorf("%s's flags after a work dir was made there: %#x %v, want FS_TOPDIR_FL among them", sharedWorkRoot, flags, err)
+	if flags := flagsOf(t, root); flags&fsTopDirFL == 0 {
+		t.Errorf("%s's flags after a work dir was made there: %#x, want FS_TOPDIR_FL among them", sharedWorkRoot, flags)
 	}
+}
+
+// openWithFlags opens dir until the test ends and reads its inode flags;
+// the test is skipped where dir's file system has none.
+func openWithFlags(t *testing.T, dir string) (*os.File, uint32) {
+	t.Helper()
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	flags, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+	if err != nil {
+		t.Skipf("the file system of %s has no inode flags (%v): run the tests on ext4 (the CI machine's root)", dir, err)
+	}
+	return f, flags
+}
+
+// flagsOf reads the inode flags of f.
+func flagsOf(t *testing.T, f *os.File) uint32 {
+	t.Helper()
+	flags, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return flags
 }
