@@ -880,7 +880,7 @@ func (r *runner) uploadOutputs(ctx context.Context, a *workspace.Assignment, p *
 				opt.MaxSize = -1
 			}
 		}
-		plan, err := snapshot.PlanOutputs(d.dir, opt)
+		plan, err := r.planOutputs(d.dir, opt)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", d.label(), err))
 			continue
@@ -937,6 +937,20 @@ func (r *runner) uploadOutputs(ctx context.Context, a *workspace.Assignment, p *
 		errs = append(errs, err)
 	}
 	return out, errors.Join(errs...)
+}
+
+// planOutputs plans the upload of the output folder dir, beneath the
+// attempt's folder. The runner may have more rights than the job (root,
+// where jobs run as another account), and processes of the job's account
+// may change the folder as it is read: everything beneath the attempt's
+// folder, which the job cannot change, is resolved without following a
+// symlink (snapshot.PlanOutputsUnder).
+func (r *runner) planOutputs(dir string, opt snapshot.OutputOptions) (*snapshot.OutputPlan, error) {
+	rel, err := filepath.Rel(r.cfg.Dir, dir)
+	if err != nil || !filepath.IsLocal(rel) {
+		return nil, fmt.Errorf("%s is not in the attempt's folder %s", dir, r.cfg.Dir)
+	}
+	return snapshot.PlanOutputsUnder(r.cfg.Dir, rel, opt)
 }
 
 // outputDir is one directory of outputs the runner uploads.

@@ -53,12 +53,12 @@ type entry struct {
 	hasStat bool
 }
 
-// hashFile returns the SHA-256 and length of a local file. When keep is not
+// hashFile returns the SHA-256 and length of a local file, opened by open. When keep is not
 // nil and the whole file fits in it with room to spare, the file is read
 // into it and data is that content (keep[:n]); else data is nil. Tests
 // replace it to check that nothing is read before the size limit is checked.
-var hashFile = func(name string, keep []byte) (digest string, n int64, data []byte, err error) {
-	f, err := os.Open(name)
+var hashFile = func(open func(string) (*os.File, error), name string, keep []byte) (digest string, n int64, data []byte, err error) {
+	f, err := open(name)
 	if err != nil {
 		return "", 0, nil, err
 	}
@@ -321,6 +321,8 @@ type hashOptions struct {
 	// finished without an error; an error from it stops the hashing and
 	// is that of entry lo.
 	done func(lo, hi int, files []File, datas [][]byte, cached []bool) error
+	// open opens an entry's src to read it (nil: os.Open).
+	open func(string) (*os.File, error)
 }
 
 // hashEach hashes the entries in parallel, updating their sizes to what
@@ -334,6 +336,10 @@ func hashEach(entries []entry, opt hashOptions) (files []File, errs []error, dat
 	cached = make([]bool, len(entries))
 	if opt.keep {
 		datas = make([][]byte, len(entries))
+	}
+	open := opt.open
+	if open == nil {
+		open = os.Open
 	}
 	var budget atomic.Int64
 	budget.Store(keepTotal)
@@ -365,7 +371,7 @@ func hashEach(entries []entry, opt hashOptions) (files []File, errs []error, dat
 						}
 						room = slab[:e.size+1]
 					}
-					d, n, data, err := hashFile(e.src, room)
+					d, n, data, err := hashFile(open, e.src, room)
 					if err != nil {
 						errs[i] = fmt.Errorf("%s: %w", e.rel, err)
 						failed = true

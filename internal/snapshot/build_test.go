@@ -364,9 +364,9 @@ func TestBuildTooLarge(t *testing.T) {
 	}
 	var hashed atomic.Int64
 	orig := hashFile
-	hashFile = func(name string, keep []byte) (string, int64, []byte, error) {
+	hashFile = func(open func(string) (*os.File, error), name string, keep []byte) (string, int64, []byte, error) {
 		hashed.Add(1)
-		return orig(name, keep)
+		return orig(open, name, keep)
 	}
 	t.Cleanup(func() { hashFile = orig })
 

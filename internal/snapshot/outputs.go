@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/ferry-ml/ferry/internal/beneath"
 )
 
 // MaxSkippedListed is the most skipped entries BuildOutputs lists one by
@@ -90,6 +92,10 @@ func BuildOutputs(root string, opt OutputOptions) (*OutputBuild, error) {
 // Build hashes them.
 type OutputPlan struct {
 	display string
+	// root is the folder's absolute path, for OutputBuild.Files; open
+	// opens it again, as the walk did, to read its files beneath it.
+	root    string
+	open    func() (*beneath.Dir, error)
 	opt     OutputOptions
 	entries []entry
 	// Skipped and SkippedMore are as in OutputBuild: what the walk and the
@@ -101,7 +107,8 @@ type OutputPlan struct {
 // PlanOutputs walks a job's output directory root as BuildOutputs does
 // and decides what to upload, by the same rules and limits, on the sizes
 // the file system reports; it reads no file. It fails only when root
-// itself cannot be read.
+// itself cannot be read. root itself is trusted (symlinks in its path are
+// followed); nothing beneath it is: see PlanOutputsUnder.
 func PlanOutputs(root string, opt OutputOptions) (*OutputPlan, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
@@ -111,20 +118,39 @@ func PlanOutputs(root string, opt OutputOptions) (*OutputPlan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", root, err)
 	}
-	fi, err := os.Stat(real)
+	return planOutputs(root, real, func() (*beneath.Dir, error) { return beneath.Open(real) }, opt)
+}
+
+// PlanOutputsUnder is PlanOutputs of the folder rel beneath base, where
+// base is trusted and rel, like everything beneath it, may be changed by
+// someone else while it is walked and read (a job of another account than
+// the caller's): rel is resolved without following any symlink, so a
+// link put in its place fails the plan rather than leading it elsewhere.
+func PlanOutputsUnder(base, rel string, opt OutputOptions) (*OutputPlan, error) {
+	display := filepath.Join(base, rel)
+	real, err := filepath.EvalSymlinks(base)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot %s: %w", root, err)
+		return nil, fmt.Errorf("snapshot %s: %w", display, err)
 	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("snapshot %s: not a directory", root)
+	open := func() (*beneath.Dir, error) { return beneath.OpenUnder(real, rel) }
+	return planOutputs(display, filepath.Join(real, rel), open, opt)
+}
+
+// planOutputs plans the output folder that open opens, whose
+// absolute, link-free path is real.
+func planOutputs(display, real string, open func() (*beneath.Dir, error), opt OutputOptions) (*OutputPlan, error) {
+	d, err := open()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", display, err)
 	}
+	defer d.Close()
 	out := &OutputBuild{}
-	w := walker{root: real, display: root, skip: out.skip}
-	if err := w.walk(real, nil, map[string]bool{real: true}); err != nil {
-		return nil, fmt.Errorf("snapshot %s: %w", root, err)
+	w := outWalker{root: d, rootPath: real, skip: out.skip}
+	if err := w.walk("", nil, map[string]bool{"": true}); err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", display, err)
 	}
 	entries := out.overLimits(w.entries, opt)
-	return &OutputPlan{display: root, opt: opt, entries: entries, Skipped: out.Skipped, SkippedMore: out.SkippedMore}, nil
+	return &OutputPlan{display: display, root: real, open: open, opt: opt, entries: entries, Skipped: out.Skipped, SkippedMore: out.SkippedMore}, nil
 }
 
 // Len returns how many files the plan sends.
@@ -147,7 +173,14 @@ func (p *OutputPlan) TotalSize() int64 {
 func (p *OutputPlan) Build() (*OutputBuild, error) {
 	out := &OutputBuild{Skipped: slices.Clone(p.Skipped), SkippedMore: p.SkippedMore}
 	entries := slices.Clone(p.entries)
-	files, errs, datas, _ := hashEach(entries, hashOptions{keep: true})
+	d, err := p.open()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", p.display, err)
+	}
+	defer d.Close()
+	files, errs, datas, _ := hashEach(entries, hashOptions{keep: true, open: func(rel string) (*os.File, error) {
+		return d.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	}})
 	var kept []entry
 	var keptFiles []File
 	out.Data = map[string][]byte{}
@@ -175,7 +208,7 @@ func (p *OutputPlan) Build() (*OutputBuild, error) {
 	out.Files = make(map[string]string, len(kept))
 	for i, f := range keptFiles {
 		if _, ok := out.Files[f.Digest]; !ok {
-			out.Files[f.Digest] = kept[i].src
+			out.Files[f.Digest] = filepath.Join(p.root, kept[i].src)
 		}
 	}
 	out.Manifest = &Manifest{Files: keptFiles}
@@ -227,8 +260,13 @@ const readWhole = 1 << 20
 // order.
 func (p *OutputPlan) WriteStream(w io.Writer, progress func(int64)) (OutputSent, error) {
 	sent := OutputSent{Skipped: slices.Clone(p.Skipped), SkippedMore: p.SkippedMore}
+	d, err := p.open()
+	if err != nil {
+		return sent, fmt.Errorf("snapshot %s: %w", p.display, err)
+	}
+	defer d.Close()
 	sw := NewStreamWriter(w)
-	runs, stop := p.readAhead()
+	runs, stop := p.readAhead(d)
 	defer stop()
 	for run := range runs {
 		<-run.done
@@ -248,7 +286,7 @@ func (p *OutputPlan) WriteStream(w io.Writer, progress func(int64)) (OutputSent,
 				sent.skip(e.rel, "cannot be read: "+errText(run.errs[k]))
 				continue
 			case n == streamed:
-				skipped, err := sendLarge(sw, e, f)
+				skipped, err := sendLarge(sw, d, e, f)
 				if err != nil {
 					return sent, err
 				}
@@ -301,7 +339,7 @@ const (
 // readAhead reads the plan's small files in runs, by a few goroutines, and
 // returns the runs in order (each to be waited on: done) and a func that
 // stops the reading; it must be called.
-func (p *OutputPlan) readAhead() (<-chan *readRun, func()) {
+func (p *OutputPlan) readAhead(d *beneath.Dir) (<-chan *readRun, func()) {
 	ordered := make(chan *readRun, runsAhead)
 	work := make(chan *readRun, runsAhead)
 	quit := make(chan struct{})
@@ -342,7 +380,7 @@ func (p *OutputPlan) readAhead() (<-chan *readRun, func()) {
 				select {
 				case <-quit:
 				default:
-					run.read(p.entries)
+					run.read(d, p.entries)
 				}
 				close(run.done)
 			}
@@ -358,7 +396,7 @@ func (p *OutputPlan) readAhead() (<-chan *readRun, func()) {
 }
 
 // read reads the run's small files into its data.
-func (run *readRun) read(entries []entry) {
+func (run *readRun) read(d *beneath.Dir, entries []entry) {
 	off := int64(0)
 	for i := run.first; i < run.end; i++ {
 		e := entries[i]
@@ -367,15 +405,15 @@ func (run *readRun) read(entries []entry) {
 			run.n[k] = streamed
 			continue
 		}
-		run.n[k], run.errs[k] = readFileInto(e.src, run.data[off:off+e.size])
+		run.n[k], run.errs[k] = readFileInto(d, e.src, run.data[off:off+e.size])
 		off += e.size
 	}
 }
 
 // sendLarge sends a file too large to read whole as it reads it; it
 // returns why the file was left out, if it was.
-func sendLarge(sw *StreamWriter, e entry, f File) (string, error) {
-	r, size, err := openFile(e.src)
+func sendLarge(sw *StreamWriter, d *beneath.Dir, e entry, f File) (string, error) {
+	r, size, err := openFile(d, e.src)
 	if err != nil {
 		return "cannot be read: " + errText(err), nil
 	}

@@ -99,11 +99,11 @@ func TestBuildOutputsLimitsSkipBeforeReading(t *testing.T) {
 	f.Close()
 	var hashedBig atomic.Bool
 	orig := hashFile
-	hashFile = func(name string, keep []byte) (string, int64, []byte, error) {
+	hashFile = func(open func(string) (*os.File, error), name string, keep []byte) (string, int64, []byte, error) {
 		if strings.HasSuffix(name, "sparse.bin") {
 			hashedBig.Store(true)
 		}
-		return orig(name, keep)
+		return orig(open, name, keep)
 	}
 	t.Cleanup(func() { hashFile = orig })
 

@@ -5,19 +5,22 @@ import (
 	"io"
 	"io/fs"
 	"syscall"
+
+	"github.com/ferry-ml/ferry/internal/beneath"
 )
 
-// openFlags open a file of a plan to read: a file swapped for a symlink
-// since the walk is refused (O_NOFOLLOW), and one swapped for a FIFO does
-// not block the open (O_NONBLOCK; it then reads as empty, so as shrunk).
-const openFlags = syscall.O_RDONLY | syscall.O_CLOEXEC | syscall.O_NOFOLLOW | syscall.O_NONBLOCK
+// openFlags open a file of a plan to read: a file (or a folder above it)
+// swapped for a symlink since the walk is refused (internal/beneath), and
+// one swapped for a FIFO does not block the open (O_NONBLOCK; it then
+// reads as empty, so as shrunk).
+const openFlags = syscall.O_RDONLY | syscall.O_NONBLOCK
 
-// readFileInto reads the file name into buf until buf is full or the file
+// readFileInto reads the file name beneath d into buf until buf is full or the file
 // ends, and returns how much it read. It uses the system calls directly:
 // an os.File costs a file-status call, a poller registration and
 // allocations, which a tree of many tiny files pays for many times over.
-func readFileInto(name string, buf []byte) (int64, error) {
-	fd, err := open(name)
+func readFileInto(d *beneath.Dir, name string, buf []byte) (int64, error) {
+	fd, err := open(d, name)
 	if err != nil {
 		return 0, err
 	}
@@ -41,8 +44,8 @@ func readFileInto(name string, buf []byte) (int64, error) {
 
 // openFile opens the file name to read it as a stream, and returns its
 // size; a file that is no longer a regular file is an error.
-func openFile(name string) (io.ReadCloser, int64, error) {
-	fd, err := open(name)
+func openFile(d *beneath.Dir, name string) (io.ReadCloser, int64, error) {
+	fd, err := open(d, name)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -58,17 +61,9 @@ func openFile(name string) (io.ReadCloser, int64, error) {
 	return fdReader(fd), st.Size, nil
 }
 
-func open(name string) (int, error) {
-	for {
-		fd, err := syscall.Open(name, openFlags, 0)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return -1, &fs.PathError{Op: "open", Path: name, Err: err}
-		}
-		return fd, nil
-	}
+// open opens the file name beneath d, following no symlink on the way.
+func open(d *beneath.Dir, name string) (int, error) {
+	return d.OpenFd(name, openFlags)
 }
 
 // fdReader reads a file descriptor.

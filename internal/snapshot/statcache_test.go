@@ -19,9 +19,9 @@ func countHashes(t *testing.T) *atomic.Int64 {
 	t.Helper()
 	var n atomic.Int64
 	orig := hashFile
-	hashFile = func(name string, keep []byte) (string, int64, []byte, error) {
+	hashFile = func(open func(string) (*os.File, error), name string, keep []byte) (string, int64, []byte, error) {
 		n.Add(1)
-		return orig(name, keep)
+		return orig(open, name, keep)
 	}
 	t.Cleanup(func() { hashFile = orig })
 	return &n
