@@ -36,6 +36,11 @@ type Client struct {
 	// the answer: a runner measures how long its server has been silent
 	// with it. A gateway's 502, 503 or 504 is not the server answering.
 	Heard func()
+	// Unreached, when set, is called each time a request gets no answer
+	// from the server (it could not be reached, or a gateway answered
+	// 502, 503 or 504 for it), with the error: a runner logs each one
+	// until the server first answers.
+	Unreached func(err error)
 }
 
 // New returns a client of the workspace at baseURL.
@@ -86,10 +91,18 @@ func (c *Client) request(ctx context.Context, method, path string, body io.Reade
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the Ferry workspace at %s: %w", c.base, err)
+		err = fmt.Errorf("cannot reach the Ferry workspace at %s: %w", c.base, err)
+		if u := c.Unreached; u != nil && ctx.Err() == nil {
+			u(err)
+		}
+		return nil, err
 	}
-	if h := c.Heard; h != nil && (resp.StatusCode < 502 || resp.StatusCode > 504) {
-		h()
+	if resp.StatusCode < 502 || resp.StatusCode > 504 {
+		if h := c.Heard; h != nil {
+			h()
+		}
+	} else if u := c.Unreached; u != nil {
+		u(fmt.Errorf("%s %s: a gateway answered %s for the Ferry workspace at %s", method, path, resp.Status, c.base))
 	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()

@@ -125,6 +125,11 @@ type EngineState struct {
 	// failing.
 	Requeue  bool
 	ExitCode *int
+	// Runner, when the phase is PhaseRunning, names where the engine
+	// started the attempt's runner ("pod train-1-0-x7k2q"), for the
+	// job's reason while that runner has not reached the server; ""
+	// when the engine cannot say.
+	Runner string
 }
 
 // Inspector is a target that can say what its engine did with handles:

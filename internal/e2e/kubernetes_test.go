@@ -150,6 +150,16 @@ pod_template:
 // pods reach it), with args added, and attaches the compute.
 func startKube(t *testing.T, k *kubeEnv, computeYAML string, args ...string) *server {
 	t.Helper()
+	s := startKubeServer(t, k, args...)
+	s.mustFerry("compute", "attach", "-f", computeFile(t, computeYAML))
+	return s
+}
+
+// startKubeServer starts a server listening on the node's address, which
+// pods reach and a kubernetes compute may be attached to (a server on a
+// loopback address refuses them).
+func startKubeServer(t *testing.T, k *kubeEnv, args ...string) *server {
+	t.Helper()
 	ln, err := net.Listen("tcp", net.JoinHostPort(k.nodeIP, "0"))
 	if err != nil {
 		t.Fatalf("listen on the node's address %s: %v", k.nodeIP, err)
@@ -159,7 +169,6 @@ func startKube(t *testing.T, k *kubeEnv, computeYAML string, args ...string) *se
 	s := &server{t: t, dir: t.TempDir(), work: workDir(t), addr: addr, args: append([]string{"--cancel-grace", "1s"}, args...), home: t.TempDir(), output: &syncBuffer{}}
 	s.start()
 	t.Cleanup(func() { s.end() })
-	s.mustFerry("compute", "attach", "-f", computeFile(t, computeYAML))
 	return s
 }
 
@@ -266,7 +275,7 @@ contexts: [{name: x, context: {cluster: c, user: limited, namespace: %s}}]
 current-context: x
 `, server, ca, token, k.namespace)})
 
-	s := startServer(t)
+	s := startKubeServer(t, k)
 	r := s.ferry("compute", "attach", "-f", computeFile(t, k.computeYAML("k8s-limited", kc, "")))
 	if r.code == 0 {
 		t.Fatalf("attach with credentials that may not create services passed: %s", r)
@@ -289,6 +298,34 @@ current-context: x
 		if f := strings.Fields(line); len(f) == 2 && strings.HasSuffix(f[0], "-data:") && strings.Contains(show, f[1]) {
 			t.Errorf("compute show holds the kubeconfig's %s", f[0])
 		}
+	}
+}
+
+// A server that advertises a loopback URL refuses to attach a
+// kubernetes compute, naming --advertise-url: its pods would start, and
+// their runners never reach the server, each job Queued without a word
+// (issue 29 #7). The refusal comes before the cluster is asked, so this
+// needs no cluster; nothing is stored.
+func TestKubernetesAttachRefusedOnALoopbackServer(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"kubeconfig": `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://10.0.0.1:6443"}}]
+users: [{name: u, user: {token: t0k3n-never-shown}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`})
+	r := s.ferry("compute", "attach", "-f", computeFile(t, "name: k8s\ntype: kubernetes\nnamespace: ml\nkubeconfig: "+filepath.Join(dir, "kubeconfig")+"\n"))
+	if r.code == 0 {
+		t.Fatalf("a kubernetes compute was attached to a server on %s: %s", s.addr, r)
+	}
+	mustContain(t, "the refusal", r.stderr, "compute k8s:", "http://"+s.addr, "a loopback address, which no pod can reach", "--advertise-url")
+	if strings.Contains(r.stdout+r.stderr+s.output.String(), "t0k3n-never-shown") {
+		t.Errorf("the kubeconfig's token was shown")
+	}
+	if out := s.ferry("compute", "show", "k8s"); out.code == 0 {
+		t.Errorf("the refused compute was stored: %s", out)
 	}
 }
 

@@ -153,7 +153,16 @@ func Run(ctx context.Context, cfg Config) error {
 	defer end(nil)
 	h := &heardClock{}
 	h.heard()
-	cfg.Client.Heard = h.heard
+	// Until the server first answers, each call that does not reach it is
+	// logged (the pod's or process's log is then all there is to go by:
+	// an advertised URL that leads nowhere shows there at once).
+	var reached atomic.Bool
+	cfg.Client.Heard = func() { reached.Store(true); h.heard() }
+	cfg.Client.Unreached = func(err error) {
+		if !reached.Load() {
+			r.log.Warn("the server has not been reached yet; the runner keeps trying", "url", cfg.Client.BaseURL(), "err", err)
+		}
+	}
 	go r.lifetime(ctx, end, h)
 	go r.sendReports(ctx)
 

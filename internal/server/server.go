@@ -201,7 +201,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("workspace key: %w", err)
 	}
 	images := &envimage.Pushers{Snapshot: snapshotExtractor(blobs), WorkDir: work, Log: cfg.Log}
-	targets := targetFactory(computeTypes, targetEnv{Log: cfg.Log, Exe: exe, CancelGrace: cfg.CancelGrace, Key: key, Local: local.Config{
+	targets := targetFactory(computeTypes, targetEnv{Log: cfg.Log, APIURL: url, Exe: exe, CancelGrace: cfg.CancelGrace, Key: key, Local: local.Config{
 		Exe: exe, RunsDir: filepath.Join(work, "runs"), CacheDir: filepath.Join(dir, "cache"),
 		Capacity: cfg.LocalCapacity, CancelGrace: grace, RunAs: runAs, GPUs: len(hostGPUs()), Executor: cfg.LocalExecutor,
 		EnvCacheDir: filepath.Join(work, "environments"), EnvCacheSize: cfg.EnvCacheSize,

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -32,6 +34,9 @@ import (
 type targetEnv struct {
 	Local local.Config // the built-in local target's settings, from the server's flags
 	Log   *slog.Logger
+	// APIURL is the URL this server gives runners (--advertise-url, or
+	// http://ADDR): where a target's runners call it.
+	APIURL string
 	// Exe is the ferry binary runners start from; CancelGrace is the
 	// runners' SIGTERM-to-SIGKILL grace (0: the runner's default).
 	Exe         string
@@ -114,7 +119,17 @@ func newKubernetes(env targetEnv, c *spec.Compute) (compute.Target, error) {
 	if ce := (*kubernetes.CheckError)(nil); errors.As(err, &ce) {
 		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: ce.Error(), Err: err}
 	}
-	return t, err
+	if err != nil {
+		return nil, err
+	}
+	if host, ok := loopbackURL(env.APIURL); ok {
+		// Its pods would start and their runners never reach the server,
+		// each job Queued without a word: refused here, after the
+		// compute file's own errors, as docker nodes are on such a server.
+		t.Close()
+		return nil, workspace.Invalid("compute %s: a kubernetes compute's pods call this server at the URL it advertises, %s, and %s is a loopback address, which no pod can reach; start the server with --advertise-url http://ADDRESS:PORT, an address of this host that the cluster's pods can reach (and --addr to listen on it)", c.Name, env.APIURL, host)
+	}
+	return t, nil
 }
 
 // targetFactory is the workspace's TargetFactory over the registry.
@@ -154,4 +169,21 @@ func snapshotExtractor(blobs *blob.Store) func(ctx context.Context, id, dest str
 		}
 		return snapshot.Extract(m, dest, func(d string) (io.ReadCloser, error) { return blobs.Open(d) })
 	}
+}
+
+// loopbackURL says whether raw, a URL the server advertises, names a
+// loopback host (localhost, 127.0.0.0/8, ::1) or an unspecified one
+// (0.0.0.0, ::), which only processes on this machine can call, and
+// returns that host.
+func loopbackURL(raw string) (string, bool) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "", false
+	}
+	h := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return u.Hostname(), true
+	}
+	ip := net.ParseIP(h)
+	return u.Hostname(), ip != nil && (ip.IsLoopback() || ip.IsUnspecified())
 }

@@ -62,3 +62,40 @@ func TestRegistryNamesTheComputeAndTheTypes(t *testing.T) {
 		t.Errorf("unknown type: %v, want the sorted list of registered types", err)
 	}
 }
+
+// A kubernetes compute on a server that advertises a loopback URL is
+// refused naming --advertise-url: its pods would start and their runners
+// never reach the server (issue 29 #7). An address the pods can reach is
+// accepted; the cluster itself is not asked (its checks come at attach,
+// after the target is made).
+func TestKubernetesRefusedOnALoopbackServer(t *testing.T) {
+	kubeconfig := `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://10.0.0.1:6443"}}]
+users: [{name: u, user: {token: not-a-real-one}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`
+	k8s := func() *spec.Compute {
+		return &spec.Compute{Name: "k8s", Type: "kubernetes", Namespace: "ml", KubeconfigContent: kubeconfig}
+	}
+	for _, url := range []string{"http://127.0.0.1:8080", "http://localhost:8080", "http://[::1]:8080", "http://0.0.0.0:8080", "http://127.0.0.2:9/"} {
+		mk := targetFactory(computeTypes, targetEnv{APIURL: url, Exe: "/usr/local/bin/ferry"})
+		_, err := mk(k8s())
+		if workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "compute k8s:") ||
+			!strings.Contains(err.Error(), "--advertise-url") || !strings.Contains(err.Error(), url) {
+			t.Errorf("advertised %s: %v; want an invalid-request error naming the compute, the URL and --advertise-url", url, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "not-a-real-one") {
+			t.Errorf("the refusal shows the kubeconfig's token: %v", err)
+		}
+	}
+	mk := targetFactory(computeTypes, targetEnv{APIURL: "http://10.0.0.7:8080", Exe: "/usr/local/bin/ferry"})
+	tg, err := mk(k8s())
+	if err != nil {
+		t.Fatalf("advertised an address of the host: %v", err)
+	}
+	if c, ok := tg.(interface{ Close() error }); ok {
+		c.Close()
+	}
+}

@@ -118,6 +118,7 @@ func (s *Service) canceledInQueue(ctx context.Context, name string) {
 	}
 	s.mu.Lock()
 	delete(s.heartbeats, name)
+	delete(s.unreached, name)
 	delete(s.cancelAsked, name)
 	s.mu.Unlock()
 	s.wakeDispatcher() // its slot of the target's capacity is free
@@ -214,7 +215,16 @@ func (s *Service) applyEngineState(ctx context.Context, computeName string, j st
 			return s.engineReason(ctx, j, computeName, st.Reason)
 		}
 	case compute.PhaseRunning:
-		// Its runner reports from now; the lease starts at its first call.
+		// Its runner reports from now; the lease starts at its first
+		// call. Until then, after a grace, the job says it has not come.
+		if waiting {
+			where := "in " + st.Runner
+			if st.Runner == "" {
+				where = fmt.Sprintf("that compute %s's engine started (engine handle %s)", computeName, j.Handle)
+			}
+			s.engineStartedRunner(j, where)
+			return s.tellUnreached(ctx, j, "queued: ")
+		}
 	case compute.PhaseEnded:
 		if s.collectFinalReport(ctx, j) {
 			return nil

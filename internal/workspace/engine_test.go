@@ -593,3 +593,77 @@ func TestCancelDuringTheLaunchGoesThroughTheEngine(t *testing.T) {
 		t.Errorf("%d engine cancels, want 1", n)
 	}
 }
+
+// A runner its engine started (the pod is Running) that has not reached
+// the server: the job stays Queued, and after runnerReachGrace its reason
+// says which runner has not reached which URL, once (issue 29 #7); when
+// the runner calls at last, the job goes on as ever.
+func TestEngineStartedRunnerThatHasNotReachedTheServer(t *testing.T) {
+	ctx := context.Background()
+	e := newFakeEngine(2)
+	s, clk := newEngineService(t, e)
+	submit(t, s, "a")
+	dispatch(t, s)
+	e.set("4001", compute.EngineState{Phase: compute.PhaseRunning, Reason: "Running", Runner: "pod a-1-0-x7k2q"})
+	reconcile(t, s)
+	clk.advance(runnerReachGrace - time.Second)
+	reconcile(t, s)
+	if j := status(t, s, "a"); strings.Contains(j.StatusReason, "has not reached") {
+		t.Fatalf("before the grace: %s", j.StatusReason)
+	}
+	clk.advance(time.Second)
+	reconcile(t, s)
+	reconcile(t, s) // said once
+	j := status(t, s, "a")
+	want := "queued: the runner in pod a-1-0-x7k2q has not reached the server at http://test for 60 s; check that it can reach that address, which the server advertises (--advertise-url)"
+	if j.Status != StatusQueued || j.StatusReason != want {
+		t.Fatalf("a's runner silent past the grace: %s (%s), want Queued (%s)", j.Status, j.StatusReason, want)
+	}
+	if got := queuedEvents(j); len(got) != 2 || got[1] != want {
+		t.Errorf("reason changes in the history: %q, want the hand-off and then, once, %q", got, want)
+	}
+
+	if _, err := s.Assignment(ctx, runPrincipal("a", 1), "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	reconcile(t, s)
+	if j := status(t, s, "a"); j.Status != StatusPreparing || strings.Contains(j.StatusReason, "has not reached") {
+		t.Errorf("after its runner called: %s (%s), want Preparing", j.Status, j.StatusReason)
+	}
+}
+
+// A runner a target launched that never calls is failed by the lease, as
+// ever, and the job says it never reached the server (not only that it
+// fell silent); one that called and then fell silent keeps the old words.
+func TestLeaseOfARunnerThatNeverReachedTheServer(t *testing.T) {
+	ctx := context.Background()
+	st, dir := engineStore(t)
+	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s := engineService(t, st, dir, &launchOnly{}, clk)
+	submit(t, s, "never")
+	submit(t, s, "once")
+	dispatch(t, s)
+	if _, err := s.Heartbeat(ctx, runPrincipal("once", 1), "once", 1); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(11 * time.Second) // the lease is 10 s
+	if err := s.expireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	never, once := status(t, s, "never"), status(t, s, "once")
+	if want := "runner lost: the runner on compute local has not reached the server at http://test for 11 s; check that it can reach that address, which the server advertises (--advertise-url)"; never.Status != StatusFailed || never.StatusReason != want {
+		t.Errorf("never: %s (%s), want Failed (%s)", never.Status, never.StatusReason, want)
+	}
+	if once.Status != StatusFailed || once.StatusReason != "runner lost: no word from it for 11s" {
+		t.Errorf("once: %s (%s), want Failed as silent", once.Status, once.StatusReason)
+	}
+}
+
+// launchOnly is a target that launches runners and has no other power,
+// as the local target without its executor.
+type launchOnly struct{}
+
+func (launchOnly) Type() string                                                   { return "launch-only" }
+func (launchOnly) Admit(*spec.Job, *environment.Spec) error                       { return nil }
+func (launchOnly) Capacity() int                                                  { return 4 }
+func (launchOnly) Launch(context.Context, compute.Launch) (compute.Handle, error) { return "", nil }

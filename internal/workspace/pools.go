@@ -182,11 +182,13 @@ func (s *Service) startPool(ctx context.Context, p scheduler.Placement) error {
 	for _, r := range pl.Ranks {
 		nodes = append(nodes, r.Node)
 	}
+	attempt := 0
 	_, err = s.st.UpdateJob(ctx, p.Job, func(j *store.Job) (*store.Event, error) {
 		if j.Status != StatusQueued {
 			return nil, errNotQueued
 		}
 		j.Attempt++
+		attempt = j.Attempt
 		now := s.now()
 		j.Status, j.StatusReason, j.Heartbeat, j.Placement = StatusPreparing, "placed on "+strings.Join(nodes, ", "), now, raw
 		return &store.Event{Job: p.Job, Time: now, From: StatusQueued, To: j.Status, Reason: j.StatusReason}, nil
@@ -197,7 +199,7 @@ func (s *Service) startPool(ctx context.Context, p scheduler.Placement) error {
 	if err != nil {
 		return err
 	}
-	s.heard(p.Job)
+	s.runnerLaunched(p.Job, attempt, "on node "+strings.Join(nodes, ", "))
 	s.changed(p.Job)
 	for _, n := range nodes {
 		s.wakeNode(n)

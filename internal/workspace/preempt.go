@@ -253,6 +253,7 @@ func (s *Service) requeuePreempted(ctx context.Context, name string, attempt int
 	}
 	s.mu.Lock()
 	delete(s.heartbeats, name)
+	delete(s.unreached, name)
 	s.mu.Unlock()
 	s.log.Info("attempt preempted; job queued again", "job", name, "attempt", attempt, "node", node)
 	s.changed(name)

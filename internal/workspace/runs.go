@@ -287,7 +287,7 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 	if err != nil {
 		return err
 	}
-	s.heard(name)
+	s.runnerLaunched(name, attempt, "on compute "+computeName)
 	l := compute.Launch{Job: name, Attempt: attempt, APIURL: s.cfg.APIURL, RunToken: secret, Spec: js, Environment: env}
 	l.Assignment = s.handedAssignment(t, started)
 	h, err := t.Launch(ctx, l)
@@ -373,6 +373,7 @@ func (s *Service) failQueued(ctx context.Context, name, why string) {
 func (s *Service) heard(name string) {
 	s.mu.Lock()
 	s.heartbeats[name] = s.now()
+	delete(s.unreached, name)
 	s.mu.Unlock()
 }
 
@@ -396,6 +397,9 @@ func (s *Service) expireLeases(ctx context.Context) error {
 			last = s.started
 		}
 		if now.Sub(last) <= s.cfg.LeaseTimeout {
+			if err := s.tellUnreached(ctx, j, ""); err != nil {
+				s.log.Error("say a runner has not reached the server", "job", j.Name, "err", err)
+			}
 			continue
 		}
 		if s.onPreemptedNode(ctx, j) != "" {
@@ -407,6 +411,9 @@ func (s *Service) expireLeases(ctx context.Context) error {
 			continue
 		}
 		why := fmt.Sprintf("runner lost: no word from it for %s", now.Sub(last).Round(time.Second))
+		if u, ok := s.unreachedFor(j); ok {
+			why = "runner lost: " + s.unreachedText(u, now.Sub(u.since))
+		}
 		s.finish(ctx, j.Name, j.Attempt, StatusFailed, why, nil, why)
 	}
 	return nil
@@ -760,6 +767,7 @@ func (s *Service) endAttempt(ctx context.Context, name string, attempt int, end 
 	}
 	s.mu.Lock()
 	delete(s.heartbeats, name)
+	delete(s.unreached, name)
 	delete(s.diskFull, name)
 	delete(s.cancelAsked, name)
 	delete(s.engineCanceled, name)

@@ -177,8 +177,9 @@ type Service struct {
 
 	mu         sync.Mutex
 	targets    map[string]compute.Target
-	waiters    map[string]chan struct{} // per job: closed on any change
-	heartbeats map[string]time.Time     // per job: last word from its runner
+	waiters    map[string]chan struct{}   // per job: closed on any change
+	heartbeats map[string]time.Time       // per job: last word from its runner
+	unreached  map[string]unreachedRunner // per job: a runner started that has not called yet (unreached.go)
 	// diskFull holds, per job, why the server could not store what its
 	// runner sent (a full disk): shown as the job's status reason until a
 	// write succeeds again. Kept in memory, as a full disk may refuse the
@@ -268,6 +269,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		targets:    map[string]compute.Target{},
 		waiters:    map[string]chan struct{}{},
 		heartbeats: map[string]time.Time{},
+		unreached:  map[string]unreachedRunner{},
 		diskFull:   map[string]string{},
 		retaken:    map[string]bool{}, handing: map[string]int{}, cancelAsked: map[string]time.Time{}, engineCanceled: map[string]int{},
 		delivered: map[string]bool{}, nodeWait: map[string]chan struct{}{},

@@ -285,18 +285,23 @@ func (w *watcher) evaluate(job *batchv1.Job) compute.EngineState {
 			return ended("Failed", why, exit)
 		}
 	}
-	running := false
+	var running []string
 	var waiting string
 	for _, p := range pods {
 		switch {
 		case p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded:
-			running = true
+			running = append(running, p.Name)
 		case waiting == "":
 			waiting = pendingReason(p)
 		}
 	}
-	if running {
-		return compute.EngineState{Phase: compute.PhaseRunning, Reason: "Running"}
+	if len(running) > 0 {
+		slices.Sort(running)
+		where := "pod " + running[0]
+		if len(running) > 1 {
+			where = "pods " + strings.Join(running, ", ")
+		}
+		return compute.EngineState{Phase: compute.PhaseRunning, Reason: "Running", Runner: where}
 	}
 	if waiting == "" {
 		waiting = "the Job's pods are being created"

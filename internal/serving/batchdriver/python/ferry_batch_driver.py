@@ -28,6 +28,15 @@ files of a mini-batch for which run() returned fewer rows than files. Once
 more files failed than error_threshold (-1: no limit), the job stops and
 fails. Progress (mini-batches done, failed, left) goes to the log and to the
 job's metrics.
+
+Ending. A node's slot learns that the work is over from the master, when
+it next asks; it does not reconnect once its connection ends. So node
+rank 0 keeps its queue open after the last mini-batch until every slot of
+the other nodes has been told (or has lost its connection), up to
+--connect-timeout: with a small input the master can finish before
+another node's slots first reach it, and a slot that then finds the port
+closed could not tell "not listening yet" from "done", and would retry
+until its own --connect-timeout.
 """
 
 import argparse
@@ -258,6 +267,8 @@ class Master:
         self.first = self.last = None  # when the first mini-batch went out, the last result came
         self.lock = threading.Lock()
         self.over = threading.Event()
+        self.gone = set()  # the slots whose connection ended (told to stop, or lost)
+        self.slot_gone = threading.Condition(self.lock)
         self.out = None
         if args.output_action == "append_row":
             os.makedirs(args.outputs, exist_ok=True)
@@ -353,6 +364,19 @@ class Master:
             for i, s in list(self.inflight.items()):
                 if s == slot:
                     self.record(slot, {"index": i, "ok": False, "error": "its worker was lost"})
+            self.gone.add(slot)
+            self.slot_gone.notify_all()
+
+    def wait_gone(self, slots, deadline):
+        """Waits until every one of slots has ended its connection, or
+        deadline (time.monotonic()); returns those that have not."""
+        with self.lock:
+            while True:
+                missing = [s for s in slots if s not in self.gone]
+                wait = deadline - time.monotonic()
+                if not missing or wait <= 0:
+                    return missing
+                self.slot_gone.wait(wait)
 
     def progress(self):
         with self.lock:
@@ -433,7 +457,7 @@ PREFETCH = 2
 PIPE_SAFE = 16384
 
 
-def slot_main(args, name, addr, root, job, key, errors, master=None):
+def slot_main(args, name, addr, root, job, key, errors, master=None, told=None):
     worker = Worker(args)
     conn = None
     if master is not None:
@@ -457,7 +481,12 @@ def slot_main(args, name, addr, root, job, key, errors, master=None):
             f.write((json.dumps(msg) + "\n").encode())
             f.flush()
             line = f.readline()
-            return json.loads(line) if line else {"op": "stop"}
+            if not line:
+                return {"op": "stop"}
+            reply = json.loads(line)
+            if reply.get("op") == "stop" and told is not None:
+                told.append(name)
+            return reply
 
     def end():
         if conn is not None:
@@ -621,9 +650,10 @@ def main():
     else:
         addr = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
     slots = []
+    told = []  # the slots of this node that the master told to stop
     for w in range(args.concurrency):
         name = "node %d worker %d" % (rank, w)
-        t = threading.Thread(target=slot_main, args=(args, name, addr, root, job, key, errors, master), daemon=True)
+        t = threading.Thread(target=slot_main, args=(args, name, addr, root, job, key, errors, master, told), daemon=True)
         t.start()
         slots.append(t)
 
@@ -635,6 +665,8 @@ def main():
             for e in errors:
                 log("error", e)
             return 1
+        if told:
+            log("info", "node %d: node rank 0 says the work is done (%d of %d worker(s) told)" % (rank, len(told), args.concurrency))
         return 0
 
     step, total = 0, len(master.batches)
@@ -648,11 +680,13 @@ def main():
         deadline = time.monotonic() + 5
         for t in slots:
             t.join(max(0.0, deadline - time.monotonic()))
-    if srv is not None:
-        srv.shutdown()
     Worker.kill_all()
     done, failed, left, items_failed = master.progress()
     if master.abort is not None:
+        # A failed rank 0 fails the job, which stops the other nodes: they
+        # need not hear it from the queue.
+        if srv is not None:
+            srv.shutdown()
         log("error", "failed: " + master.abort)
         print("ferry batch: " + master.abort, file=sys.stderr, flush=True)
         return 1
@@ -660,7 +694,25 @@ def main():
     if master.first is not None and master.last is not None and master.last > master.first:
         took = master.last - master.first
         log("info", "scoring took %.3f s: %.1f mini-batches/s" % (took, (done + failed) / took))
+    if srv is not None:
+        tell_the_others(master, args)
+        srv.shutdown()
     return 0
+
+
+def tell_the_others(master, args):
+    """Keeps the queue open until every slot of the other nodes has been
+    told that the work is done (see Ending in the doc string)."""
+    others = ["node %d worker %d" % (r, w) for r in range(1, args.nodes) for w in range(args.concurrency)]
+    deadline = time.monotonic() + args.connect_timeout
+    missing = master.wait_gone(others, time.monotonic() + 0.5)
+    if not missing:
+        return
+    log("info", "waiting for %s to reach this node and be told that the work is done (up to %d s, --connect-timeout)" % (
+        ", ".join(missing), args.connect_timeout))
+    missing = master.wait_gone(others, deadline)
+    if missing:
+        log("warning", "%s never reached this node in %d s (--connect-timeout); it ends without telling them" % (", ".join(missing), args.connect_timeout))
 
 
 if __name__ == "__main__":
