@@ -53,10 +53,12 @@ type Dir struct {
 
 // Open opens the directory path as a Dir. path itself is trusted: the
 // caller made it or it lies where no one less trusted can write, so
-// symlinks in it are followed.
+// symlinks in it are followed. It is opened with O_PATH: paths beneath it
+// are resolved with search permission on it alone, as a path lookup
+// through it would be (a folder of mode 0711 is enough).
 func Open(path string) (*Dir, error) {
 	fd, err := retry(func() (int, error) {
-		return unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		return unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	})
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}

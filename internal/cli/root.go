@@ -80,6 +80,10 @@ func (a *app) run(ctx context.Context, args []string) int {
 		// are the job's command line, which no flag parser may touch.
 		return runner.ShimMain(args[1:])
 	}
+	if len(args) > 0 && args[0] == runner.OutputsCommand {
+		// A job's outputs read as its account (runner.OutputsMain).
+		return runner.OutputsMain(os.Stdin, os.Stdout)
+	}
 	if len(args) > 0 && args[0] == runner.ExecutorCommand {
 		// The local executor (internal/executor), under its guard.
 		if len(args) > 1 && args[1] == runner.ExecutorServe {

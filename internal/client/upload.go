@@ -148,7 +148,7 @@ func (c *Client) UploadData(ctx context.Context, m *snapshot.Manifest, files map
 // those found while reading). The client hashes nothing: the server
 // does. A server without the stream gets the plan hashed and uploaded the
 // batched way (UploadData).
-func (c *Client) UploadOutputs(ctx context.Context, p *snapshot.OutputPlan, progress func(int64)) (string, snapshot.OutputSent, error) {
+func (c *Client) UploadOutputs(ctx context.Context, p snapshot.OutputSource, progress func(int64)) (string, snapshot.OutputSent, error) {
 	pr, pw := io.Pipe()
 	sentc := make(chan snapshot.OutputSent, 1)
 	var werr error

@@ -13,6 +13,8 @@ func TestMain(m *testing.M) {
 		switch os.Args[1] {
 		case ShimCommand:
 			os.Exit(ShimMain(os.Args[2:]))
+		case OutputsCommand:
+			os.Exit(OutputsMain(os.Stdin, os.Stdout))
 		case GuardCommand:
 			os.Exit(GuardMain(os.Args[2:], os.Stdin))
 		case fakeContainerRunnerCommand:

@@ -897,7 +897,7 @@ func (r *runner) uploadOutputs(ctx context.Context, a *workspace.Assignment, p *
 		used += plan.TotalSize()
 		// The files are read as they are sent, so what cannot be read is
 		// known only once the upload is done.
-		skipped, skippedMore := plan.Skipped, plan.SkippedMore
+		skipped, skippedMore := plan.skipped()
 		upload := plan.Len() > 0 || d.named // an empty ./outputs gives no snapshot
 		var id string
 		if upload {
@@ -906,6 +906,7 @@ func (r *runner) uploadOutputs(ctx context.Context, a *workspace.Assignment, p *
 				skipped, skippedMore = sent.Skipped, sent.SkippedMore
 			}
 		}
+		plan.Close()
 		for _, sk := range skipped {
 			fmt.Fprintf(logw, "ferry: skipped %s/%s: %s\n", d.label(), sk.Path, sk.Reason)
 			if len(out.Skipped) < workspace.MaxSkippedOutputs {
@@ -948,19 +949,44 @@ func (r *runner) uploadOutputs(ctx context.Context, a *workspace.Assignment, p *
 	return out, errors.Join(errs...)
 }
 
+// outputSource is an output folder planned for the upload.
+type outputSource interface {
+	snapshot.OutputSource
+	TotalSize() int64
+	skipped() ([]snapshot.Skipped, int)
+	Close()
+}
+
 // planOutputs plans the upload of the output folder dir, beneath the
 // attempt's folder. The runner may have more rights than the job (root,
 // where jobs run as another account), and processes of the job's account
 // may change the folder as it is read: everything beneath the attempt's
 // folder, which the job cannot change, is resolved without following a
-// symlink (snapshot.PlanOutputsUnder).
-func (r *runner) planOutputs(dir string, opt snapshot.OutputOptions) (*snapshot.OutputPlan, error) {
+// symlink (snapshot.PlanOutputsUnder), and where the job runs as another
+// account the walk and the reads are made by a process of that account
+// (readOutputsAs).
+func (r *runner) planOutputs(dir string, opt snapshot.OutputOptions) (outputSource, error) {
 	rel, err := filepath.Rel(r.cfg.Dir, dir)
 	if err != nil || !filepath.IsLocal(rel) {
 		return nil, fmt.Errorf("%s is not in the attempt's folder %s", dir, r.cfg.Dir)
 	}
-	return snapshot.PlanOutputsUnder(r.cfg.Dir, rel, opt)
+	if cred := r.credential(); cred != nil && cred.Uid != uint32(os.Geteuid()) {
+		return readOutputsAs(cred, r.cfg.Dir, rel, dir, opt)
+	}
+	p, err := snapshot.PlanOutputsUnder(r.cfg.Dir, rel, opt)
+	if err != nil {
+		return nil, err
+	}
+	return inProcessPlan{p}, nil
 }
+
+// inProcessPlan is an output plan read by the runner itself.
+type inProcessPlan struct{ *snapshot.OutputPlan }
+
+func (p inProcessPlan) skipped() ([]snapshot.Skipped, int) { return p.Skipped, p.SkippedMore }
+func (p inProcessPlan) Close()                             {}
+
+func (j *jobOutputs) skipped() ([]snapshot.Skipped, int) { return j.planned.Skipped, j.planned.SkippedMore }
 
 // outputDir is one directory of outputs the runner uploads.
 type outputDir struct {
@@ -980,7 +1006,7 @@ func (d outputDir) label() string {
 // upload reads and sends a planned output directory as one snapshot
 // stream (an older server gets it the batched way), retrying through
 // server restarts.
-func (r *runner) upload(ctx context.Context, plan *snapshot.OutputPlan) (string, snapshot.OutputSent, error) {
+func (r *runner) upload(ctx context.Context, plan snapshot.OutputSource) (string, snapshot.OutputSent, error) {
 	var id string
 	var sent snapshot.OutputSent
 	err := client.Retry(ctx, 5*time.Second, func() error {

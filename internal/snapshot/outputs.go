@@ -153,6 +153,22 @@ func planOutputs(display, real string, open func() (*beneath.Dir, error), opt Ou
 	return &OutputPlan{display: display, root: real, open: open, opt: opt, entries: entries, Skipped: out.Skipped, SkippedMore: out.SkippedMore}, nil
 }
 
+// OutputSource is an output folder planned for an upload: an
+// *OutputPlan, or a plan made and read by another process (a runner reads
+// a job's outputs as the job's account). WriteStream may be called again
+// after a failed upload, and sends the folder as it is then.
+type OutputSource interface {
+	// Len is how many files the plan sends.
+	Len() int
+	// WriteStream writes the folder's files to w as a snapshot stream.
+	WriteStream(w io.Writer, progress func(int64)) (OutputSent, error)
+	// Build hashes the files for an upload by digest (a server that
+	// takes no stream).
+	Build() (*OutputBuild, error)
+}
+
+var _ OutputSource = (*OutputPlan)(nil)
+
 // Len returns how many files the plan sends.
 func (p *OutputPlan) Len() int { return len(p.entries) }
 
