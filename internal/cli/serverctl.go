@@ -208,7 +208,7 @@ computes first.`,
 			if all {
 				return a.stopAll(cmd.Context(), d, timeout)
 			}
-			return a.stopServer(cmd.Context(), d, timeout)
+			return a.stopServer(cmd.Context(), d, timeout, false)
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "also stop everything the server started on this machine: the local executor, runners and their jobs, agents of instances and process-provider nodes, endpoints' replicas")
@@ -218,8 +218,10 @@ computes first.`,
 }
 
 // stopServer ends the server recorded in dir: SIGTERM, then it waits until
-// the process is gone. No server there is not an error.
-func (a *app) stopServer(ctx context.Context, dir string, timeout time.Duration) error {
+// the process is gone. No server there is not an error. With all, what
+// the server started is stopped next (stopAll), so the last line does not
+// say that it keeps running.
+func (a *app) stopServer(ctx context.Context, dir string, timeout time.Duration, all bool) error {
 	data, err := os.ReadFile(filepath.Join(dir, server.InfoFile))
 	var info server.Info
 	if err == nil {
@@ -249,6 +251,10 @@ func (a *app) stopServer(ctx context.Context, dir string, timeout time.Duration)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	fmt.Fprintf(a.stderr, "stopped the Ferry workspace server (pid %d, data in %s); jobs on the local target keep running and report back when a server runs again\n", info.PID, dir)
+	if all {
+		fmt.Fprintf(a.stderr, "stopped the Ferry workspace server (pid %d, data in %s)\n", info.PID, dir)
+		return nil
+	}
+	fmt.Fprintf(a.stderr, "stopped the Ferry workspace server (pid %d, data in %s); jobs, instances, nodes and endpoints' replicas keep running and report back when a server runs again (`%s server stop --all` stops them too)\n", info.PID, dir, a.self)
 	return nil
 }

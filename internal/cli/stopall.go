@@ -106,7 +106,7 @@ func (a *app) stopAll(ctx context.Context, dir string, timeout time.Duration) er
 	if data, err := os.ReadFile(filepath.Join(dir, server.InfoFile)); err == nil {
 		_ = json.Unmarshal(data, &info)
 	}
-	if err := a.stopServer(ctx, dir, timeout); err != nil {
+	if err := a.stopServer(ctx, dir, timeout, true); err != nil {
 		return err
 	}
 	dirs := workDirsOf(dir, info.WorkDir)

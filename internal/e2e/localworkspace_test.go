@@ -30,18 +30,24 @@ func newLocalWorkspace(t *testing.T) *localWorkspace {
 	t.Helper()
 	w := &localWorkspace{t: t, home: filepath.Join(passableDir(t), "home")}
 	t.Cleanup(func() {
-		r := w.ferry("server", "stop", "--all")
-		if r.code != 0 {
-			t.Errorf("server stop --all: %s", r)
-		}
+		w.stopAll()
 		// Whatever --all missed is ended here, so that it does not spoil
-		// the tests after; that it was there fails this one.
-		if left := w.procs(); len(left) != 0 {
-			t.Errorf("server stop --all left processes of the workspace running:\n%s", strings.Join(left, "\n"))
-		}
+		// the tests after; that it was there failed the test.
 		killRunnersUnder(t, []string{w.home, w.home + "-work"})
 	})
 	return w
+}
+
+// stopAll runs `ferry server stop --all` and checks that no process of
+// the workspace is left.
+func (w *localWorkspace) stopAll() {
+	w.t.Helper()
+	if r := w.ferry("server", "stop", "--all"); r.code != 0 {
+		w.t.Errorf("server stop --all: %s", r)
+	}
+	if left := w.procs(); len(left) != 0 {
+		w.t.Errorf("server stop --all left processes of the workspace running:\n%s", strings.Join(left, "\n"))
+	}
 }
 
 // ferry runs the CLI on the local workspace, which starts its server
@@ -101,7 +107,8 @@ func (w *localWorkspace) procs() []string {
 // server ran completes with its whole log; the compute instance, the
 // cluster's two nodes and the endpoint's replica are the same ones,
 // neither lost nor replaced; the scoring URI is unchanged and answers
-// from the same replica process. Then `server stop --all` ends all of it.
+// from the same replica process. Then `server stop --all` ends all of it,
+// running jobs' processes included.
 func TestLocalWorkspaceRestartKeepsRunningWork(t *testing.T) {
 	testutil.RequirePython(t)
 	t.Setenv("HOME", t.TempDir()) // the instance's shells run no profile of this machine's
@@ -116,7 +123,12 @@ func TestLocalWorkspaceRestartKeepsRunningWork(t *testing.T) {
 	s := w.server()
 	url := s.url
 
-	s.makeInstance("dev-box", "")
+	// Not makeInstance: its end stops the instance through a server, and
+	// here `server stop --all` ends it, with the server.
+	ci := t.TempDir()
+	writeFiles(t, ci, map[string]string{"ci.yml": "name: dev-box\ntype: computeinstance\nsize: Standard_DS1_v2\n"})
+	s.mustFerry("compute", "create", "-f", filepath.Join(ci, "ci.yml"))
+	s.waitComputeState("dev-box", "Running")
 	s.mustFerry("compute", "create", "-f", clusterFile(t, "pair", "Standard_DS1_v2", 2, 600))
 	s.mustFerry("job", "create", "--name", "pair-job", "-f", jobFile(t, fmt.Sprintf(`command: |
   echo "rank $NODE_RANK up"
@@ -207,6 +219,22 @@ distribution:
 	var again struct{ PID int }
 	if c, body := scoreBody(t, scoringURI, key, "", `{}`); c != 200 || json.Unmarshal([]byte(body), &again) != nil || again.PID != answered.PID {
 		t.Errorf("score after the restart: %d %s, want 200 from the same worker (pid %d)", c, body, answered.PID)
+	}
+
+	// --all: the replica, the instance and a job running on a cluster
+	// node end with the server and the agents and executor it started.
+	s.mustFerry("job", "create", "--name", "pair-late", "-f", jobFile(t, "command: echo late; sleep 300\ncompute: azureml:pair\n", nil))
+	s.waitStatus("pair-late", "Running")
+	waitLog(t, s, "pair-late", "late")
+	r = w.mustFerry("server", "stop", "--all")
+	mustContain(t, "server stop --all", r.stderr, "stopped the Ferry workspace server", "stopped everything the server started")
+	if left := w.procs(); len(left) != 0 {
+		t.Errorf("server stop --all left processes of the workspace running:\n%s", strings.Join(left, "\n"))
+	}
+	for _, job := range append(replicas, "pair-late") {
+		if ps := testutil.JobProcs(job); len(ps) != 0 {
+			t.Errorf("job %s still has processes after server stop --all: %v", job, ps)
+		}
 	}
 }
 
