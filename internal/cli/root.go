@@ -235,7 +235,9 @@ func liveServer(ctx context.Context, home string) (string, bool) {
 }
 
 // ensureLocalServer returns the URL of the local workspace in home,
-// starting its server in the background if none answers.
+// starting its server in the background if none answers: always at the
+// address recorded in home (localAddrFile), so that what an earlier
+// server started finds this one.
 func (a *app) ensureLocalServer(ctx context.Context, home string) (string, error) {
 	if url, ok := liveServer(ctx, home); ok {
 		return url, nil
@@ -255,6 +257,13 @@ func (a *app) ensureLocalServer(ctx context.Context, home string) (string, error
 	if url, ok := liveServer(ctx, home); ok {
 		return url, nil
 	}
+	addr, err := localAddr(home)
+	if err != nil {
+		return "", err
+	}
+	if addrTaken(addr) {
+		return "", a.addrTakenError(home, addr)
+	}
 	exe, err := selfexe.Install(filepath.Join(home, "bin"))
 	if err != nil {
 		return "", err
@@ -265,7 +274,7 @@ func (a *app) ensureLocalServer(ctx context.Context, home string) (string, error
 		return "", err
 	}
 	defer logf.Close()
-	cmd := exec.Command(exe, "server", "--data-dir", home, "--addr", "127.0.0.1:0")
+	cmd := exec.Command(exe, "server", "--data-dir", home, "--addr", addr)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -281,6 +290,9 @@ func (a *app) ensureLocalServer(ctx context.Context, home string) (string, error
 		}
 		select {
 		case <-exited:
+			if addrTaken(addr) { // taken between the check and the server's start
+				return "", a.addrTakenError(home, addr)
+			}
 			return "", fmt.Errorf("the local workspace server exited at start; see %s", logPath)
 		case <-deadline:
 			return "", fmt.Errorf("the local workspace server did not answer within 30s; see %s", logPath)

@@ -180,14 +180,24 @@ func (a *app) showServerState(w *tabwriter.Writer, st serverState) {
 func (a *app) serverStopCmd() *cobra.Command {
 	var dir string
 	var timeout time.Duration
+	var all bool
 	cmd := &cobra.Command{
 		Use:   "stop",
 		Short: "Stop the local workspace's background server (SIGTERM, then wait until it has ended)",
 		Long: `Stop the server of the local workspace: the one the CLI starts in the
 background (in $FERRY_HOME, default ~/.ferry), or the one of --data-dir.
 It sends SIGTERM and waits until the process has ended. Jobs on the local
-target keep running and report back when a server runs again; the next
-ferry command without FERRY_URL starts one.`,
+target, compute instances, the nodes of process-provider clusters and
+endpoints' replicas keep running and report back when a server runs
+again; the next ferry command without FERRY_URL starts one, at the same
+address (kept in $FERRY_HOME/server.addr).
+
+With --all it stops all of that too: every process on this machine run
+from the server's binaries (the local executor, runners, agents of
+nodes), with SIGTERM (a runner stops its job as a cancel does), and
+SIGKILL for what still runs after --timeout. Nodes of the docker, exec
+and ssh providers are not processes of this machine's; delete their
+computes first.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, err := a.serverDir(dir)
@@ -195,17 +205,23 @@ ferry command without FERRY_URL starts one.`,
 				return err
 			}
 			a.noteRemote()
-			return a.stopServer(cmd.Context(), d, timeout)
+			if all {
+				return a.stopAll(cmd.Context(), d, timeout)
+			}
+			return a.stopServer(cmd.Context(), d, timeout, false)
 		},
 	}
+	cmd.Flags().BoolVar(&all, "all", false, "also stop everything the server started on this machine: the local executor, runners and their jobs, agents of instances and process-provider nodes, endpoints' replicas")
 	cmd.Flags().StringVar(&dir, "data-dir", "", "data dir of the server (default: the local workspace, $FERRY_HOME or ~/.ferry)")
-	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for the server to end after SIGTERM")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for the server (with --all: and then what it started) to end after SIGTERM")
 	return cmd
 }
 
 // stopServer ends the server recorded in dir: SIGTERM, then it waits until
-// the process is gone. No server there is not an error.
-func (a *app) stopServer(ctx context.Context, dir string, timeout time.Duration) error {
+// the process is gone. No server there is not an error. With all, what
+// the server started is stopped next (stopAll), so the last line does not
+// say that it keeps running.
+func (a *app) stopServer(ctx context.Context, dir string, timeout time.Duration, all bool) error {
 	data, err := os.ReadFile(filepath.Join(dir, server.InfoFile))
 	var info server.Info
 	if err == nil {
@@ -235,6 +251,10 @@ func (a *app) stopServer(ctx context.Context, dir string, timeout time.Duration)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	fmt.Fprintf(a.stderr, "stopped the Ferry workspace server (pid %d, data in %s); jobs on the local target keep running and report back when a server runs again\n", info.PID, dir)
+	if all {
+		fmt.Fprintf(a.stderr, "stopped the Ferry workspace server (pid %d, data in %s)\n", info.PID, dir)
+		return nil
+	}
+	fmt.Fprintf(a.stderr, "stopped the Ferry workspace server (pid %d, data in %s); jobs, instances, nodes and endpoints' replicas keep running and report back when a server runs again (`%s server stop --all` stops them too)\n", info.PID, dir, a.self)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,5 +168,107 @@ func TestSelfCommand(t *testing.T) {
 		if got := selfCommand(c.exe, c.argv0, "/tmp", "/root/.cache/go-build"); got != c.want {
 			t.Errorf("selfCommand(%q, %q) = %q, want %q", c.exe, c.argv0, got, c.want)
 		}
+	}
+}
+
+// ferryIn runs the ferry binary on the local workspace in home.
+func ferryIn(t *testing.T, home string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(ferryBin, args...)
+	cmd.Env = append(os.Environ(), "FERRY_HOME="+home, "FERRY_URL=", "FERRY_TOKEN=")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+// The server the CLI starts for a FERRY_HOME comes back at the address it
+// first had, after `server stop` and after a crash: what it started calls
+// that address. The address is the one recorded in server.addr.
+func TestLocalWorkspaceKeepsItsAddress(t *testing.T) {
+	home := filepath.Join(passableDir(t), "home")
+	t.Cleanup(func() { stopHomeServer(home) })
+	urlOf := func() serverState {
+		t.Helper()
+		var st serverState
+		r := ferryIn(t, home, "server", "status", "-o", "json")
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || !st.Running {
+			t.Fatalf("status: %v %s", err, r)
+		}
+		return st
+	}
+	if r := ferryIn(t, home, "job", "list"); r.code != 0 {
+		t.Fatalf("first command: %s", r)
+	}
+	first := urlOf()
+	recorded, err := os.ReadFile(filepath.Join(home, localAddrFile))
+	if err != nil || "http://"+strings.TrimSpace(string(recorded)) != first.URL {
+		t.Fatalf("%s holds %q (%v); the server is at %s", localAddrFile, recorded, err, first.URL)
+	}
+	if r := ferryIn(t, home, "server", "stop"); r.code != 0 {
+		t.Fatalf("stop: %s", r)
+	}
+	if r := ferryIn(t, home, "job", "list"); r.code != 0 {
+		t.Fatalf("the command after stop: %s", r)
+	}
+	second := urlOf()
+	if second.URL != first.URL || second.PID == first.PID {
+		t.Fatalf("after stop the server is pid %d at %s; was pid %d at %s", second.PID, second.URL, first.PID, first.URL)
+	}
+	// A crash leaves server.json behind; the next server is still there.
+	if err := syscall.Kill(second.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for processAlive(second.PID) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r := ferryIn(t, home, "job", "list"); r.code != 0 {
+		t.Fatalf("the command after a crash: %s", r)
+	}
+	if third := urlOf(); third.URL != first.URL {
+		t.Fatalf("after a crash the server is at %s; was at %s", third.URL, first.URL)
+	}
+}
+
+// A local workspace whose address another program holds is not started
+// elsewhere: the error names the address, the port and how to move it.
+func TestLocalWorkspaceAddressTaken(t *testing.T) {
+	home := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	if err := os.WriteFile(filepath.Join(home, localAddrFile), []byte(addr+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, map[string]string{"FERRY_HOME": home}, "job", "list")
+	if r.code == 0 {
+		t.Fatalf("a workspace whose address is taken started: %s", r)
+	}
+	for _, want := range []string{"address " + addr + " is taken", "port " + port, filepath.Join(home, localAddrFile), "server stop --all"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("the error lacks %q: %s", want, r)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(home, server.InfoFile)); !os.IsNotExist(err) {
+		t.Errorf("a server started anyway: %v", err)
+	}
+
+	// An address that is not one is refused naming the file.
+	if err := os.WriteFile(filepath.Join(home, localAddrFile), []byte("localhost\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = runCLI(t, map[string]string{"FERRY_HOME": home}, "job", "list")
+	if r.code == 0 || !strings.Contains(r.stderr, localAddrFile+`: "localhost" is not an address HOST:PORT`) {
+		t.Errorf("a server.addr that is no address: %s", r)
 	}
 }
