@@ -115,9 +115,10 @@ func TestWantReplicas(t *testing.T) {
 	}
 }
 
-// What a replica runs: Ferry's inference server on the node's address,
-// the script quoted for the shell, AZUREML_MODEL_DIR laid out as Azure
-// lays it out, and WORKER_COUNT 1 unless the deployment sets it.
+// What a replica runs: Ferry's inference server on the node's address and
+// its private socket folder, requiring its secret, the script quoted for
+// the shell, AZUREML_MODEL_DIR laid out as Azure lays it out (a real
+// folder, not a link), and WORKER_COUNT 1 unless the deployment sets it.
 func TestReplicaCommand(t *testing.T) {
 	d := autoscaled(t, "").Spec
 	d.CodeConfiguration.ScoringScript = "my score's.py"
@@ -129,12 +130,12 @@ func TestReplicaCommand(t *testing.T) {
 		want, avoid []string
 	}{
 		{"no model", false, "", nil,
-			[]string{`"${{inputs.ferry_inference_server}}/inference_server.py"`, `--script 'my score'\''s.py'`, `--host "${MASTER_ADDR:-127.0.0.1}" --port 0 --unix "$PWD/.ferry-replica.sock"`, "WORKER_COUNT=1"},
+			[]string{`"${{inputs.ferry_inference_server}}/inference_server.py"`, `--script 'my score'\''s.py'`, `--host "${MASTER_ADDR:-127.0.0.1}" --port 0 --unix "$PWD/.ferry-replica/replica.sock" --require-secret`, "WORKER_COUNT=1"},
 			[]string{"AZUREML_MODEL_DIR"}},
 		{"a model that is a file", true, "", nil, []string{`AZUREML_MODEL_DIR="${{inputs.model}}"`}, []string{".azureml-models"}},
 		{"a model that is a folder", true, "model", map[string]string{"WORKER_COUNT": "2"},
-			[]string{`ln -sfn "${{inputs.model}}" .azureml-models/'model'`, `AZUREML_MODEL_DIR="$PWD/.azureml-models"`},
-			[]string{"WORKER_COUNT=1"}},
+			[]string{`mv "${{inputs.model}}" .azureml-models/'model'`, `AZUREML_MODEL_DIR="$PWD/.azureml-models"`},
+			[]string{"WORKER_COUNT=1", "ln -s"}},
 	}
 	for _, c := range cases {
 		d.EnvironmentVariables = c.env

@@ -77,8 +77,11 @@ func TestUnixSocketOnThisHost(t *testing.T) {
 	if !st.OnThisHost() {
 		t.Fatalf("a replica started here is not on this host: %+v (boot id %q)", st, bootID())
 	}
-	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o666 {
-		t.Errorf("the socket's mode: %v %v, want 0666 (an account other than the replica's may run the gateway)", fi, err)
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the socket's mode: %v %v, want 0600", fi, err)
+	}
+	if fi, err := os.Stat(deep); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the socket's folder (made 0755): %v %v, want 0700, the replica's account's alone", fi, err)
 	}
 
 	elsewhere := st
@@ -110,12 +113,12 @@ func TestUnixSocketOnThisHost(t *testing.T) {
 	}
 }
 
-// A Unix socket that cannot be made (here: its folder is missing) is a
-// saving lost, not a failure: the replica serves on TCP and its status
-// lines name no socket, so no gateway tries one.
+// A Unix socket that cannot be made (here: its folder's folder is
+// missing) is a saving lost, not a failure: the replica serves on TCP and
+// its status lines name no socket, so no gateway tries one.
 func TestUnixSocketThatCannotBeMade(t *testing.T) {
 	python := requirePython(t)
-	sock := filepath.Join(t.TempDir(), "missing", "replica.sock")
+	sock := filepath.Join(t.TempDir(), "missing", "deeper", "replica.sock")
 	rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.UnixSocket = sock })
 	st := rep.ready(t)
 	if st.Unix != "" || st.OnThisHost() {
@@ -229,6 +232,72 @@ func TestWorkerSocketsOnThisHostOnly(t *testing.T) {
 	for name, s := range map[string]Status{"a stranger's socket": stranger, "another host": elsewhere} {
 		if got := s.WorkersOnThisHost(); got != nil {
 			t.Errorf("%s: WorkersOnThisHost = %v, want none", name, got)
+		}
+	}
+}
+
+// The socket's folder is the replica's account's alone: the replica makes
+// it (or an existing one of its own) 0700, and refuses a folder it does
+// not own or a link in its place, serving on TCP alone, since whoever
+// controls the folder could put another socket where the gateway
+// connects. A gateway, for its part, takes a socket for the replica's
+// (OnThisHost) only while its folder is private.
+func TestUnixSocketFolderIsPrivate(t *testing.T) {
+	python := requirePython(t)
+	dir := filepath.Join(t.TempDir(), "sockets")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.UnixSocket = filepath.Join(dir, "replica.sock") })
+	st := rep.ready(t)
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the socket's folder: %v %v, want mode 0700", fi, err)
+	}
+	if !st.OnThisHost() {
+		t.Fatalf("a replica's socket in its private folder is not on this host: %+v", st)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if st.OnThisHost() || st.WorkersOnThisHost() != nil {
+		t.Error("a socket in a folder other accounts may enter counts as the replica's")
+	}
+
+	// A link where the folder should be: not followed.
+	target := t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]string{"a link": link}
+	if os.Geteuid() == 0 {
+		// A folder of another account (nobody's): that account could
+		// replace the socket.
+		theirs := filepath.Join(t.TempDir(), "theirs")
+		if err := os.Mkdir(theirs, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(theirs, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		cases["another account's folder"] = theirs
+	} else {
+		t.Log("not root: the case of another account's folder needs root to make one")
+	}
+	for name, d := range cases {
+		rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.UnixSocket = filepath.Join(d, "replica.sock") })
+		st := rep.ready(t)
+		if st.Unix != "" {
+			t.Errorf("%s: the replica listens on a socket there: %+v", name, st)
+		}
+		if !strings.Contains(rep.stderr.String(), "serving on TCP alone") {
+			t.Errorf("%s: the log does not say why there is no socket:\n%s", name, rep.stderr)
+		}
+		if _, err := os.Lstat(filepath.Join(d, "replica.sock")); !os.IsNotExist(err) {
+			t.Errorf("%s: a socket was made there (%v)", name, err)
 		}
 	}
 }
