@@ -1000,7 +1000,14 @@ func (s *Service) replicaSecret(job string, attempt int) (secrets.Secret, bool) 
 	if s.cfg.Secrets == nil || attempt < 1 {
 		return "", false
 	}
-	return s.cfg.Secrets.Derive("replica/" + job + "/" + strconv.Itoa(attempt)), true
+	return ReplicaSecret(s.cfg.Secrets, job, attempt), true
+}
+
+// ReplicaSecret is the secret of attempt of replica job in the workspace
+// whose key is key (Service.replicaSecret): for a program that holds the
+// workspace key and calls replicas itself, as bench/endpoint does.
+func ReplicaSecret(key *secrets.Key, job string, attempt int) secrets.Secret {
+	return key.Derive("replica/" + job + "/" + strconv.Itoa(attempt))
 }
 
 // released wakes the cold starts of deployments that have a replica now.

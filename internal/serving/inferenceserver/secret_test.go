@@ -44,7 +44,7 @@ const testSecret = "s3cret-of-the-replica-0123456789"
 // sees neither the header nor the variable.
 func TestReplicaSecret(t *testing.T) {
 	python := requirePython(t)
-	sock := filepath.Join(t.TempDir(), "replica.sock")
+	sock := filepath.Join(socketDir(t), "replica.sock")
 	rep := startReplica(t, python, secretScript, func(r *Replica) { r.Secret = testSecret; r.UnixSocket = sock })
 	st := rep.ready(t)
 	if len(st.WorkerSockets) != 1 {

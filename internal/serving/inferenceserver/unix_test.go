@@ -18,7 +18,7 @@ import (
 // like the others, and removes the socket when it stops.
 func TestUnixSocket(t *testing.T) {
 	python := requirePython(t)
-	sock := filepath.Join(t.TempDir(), "replica.sock")
+	sock := filepath.Join(socketDir(t), "replica.sock")
 	// A socket file a replica before this one left does not stop it.
 	if err := os.WriteFile(sock, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestUnixSocketOnThisHost(t *testing.T) {
 	if err := os.MkdirAll(deep, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(deep, ".ferry-replica.sock")
+	sock := filepath.Join(deep, "private", "replica.sock")
 	rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.UnixSocket = sock })
 	st := rep.ready(t)
 	if st.Unix != sock || st.BootID == "" || st.UnixIno == 0 {
@@ -80,8 +80,8 @@ func TestUnixSocketOnThisHost(t *testing.T) {
 	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("the socket's mode: %v %v, want 0600", fi, err)
 	}
-	if fi, err := os.Stat(deep); err != nil || fi.Mode().Perm() != 0o700 {
-		t.Errorf("the socket's folder (made 0755): %v %v, want 0700, the replica's account's alone", fi, err)
+	if fi, err := os.Stat(filepath.Dir(sock)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the socket's folder, made by the replica: %v %v, want 0700, the replica's account's alone", fi, err)
 	}
 
 	elsewhere := st
@@ -91,7 +91,7 @@ func TestUnixSocketOnThisHost(t *testing.T) {
 	}
 	// Another machine's replica whose folder has the same path as a
 	// socket here: same boot id faked, the file is not the one it bound.
-	other := filepath.Join(t.TempDir(), "other.sock")
+	other := filepath.Join(socketDir(t), "other.sock")
 	ln, err := net.Listen("unix", other)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +140,7 @@ func TestUnixSocketThatCannotBeMade(t *testing.T) {
 // ends; then the sockets are gone and a new connection is refused.
 func TestWorkerSockets(t *testing.T) {
 	python := requirePython(t)
-	sock := filepath.Join(t.TempDir(), "replica.sock")
+	sock := filepath.Join(socketDir(t), "replica.sock")
 	rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.Workers = 2; r.UnixSocket = sock })
 	st := rep.ready(t)
 	if len(st.WorkerSockets) != 2 || st.WorkerSockets[0].Path != sock+".w0" || st.WorkerSockets[1].Path != sock+".w1" {
@@ -212,13 +212,13 @@ func TestWorkerSockets(t *testing.T) {
 // gateway then goes through the front rather than to a stranger.
 func TestWorkerSocketsOnThisHostOnly(t *testing.T) {
 	python := requirePython(t)
-	sock := filepath.Join(t.TempDir(), "replica.sock")
+	sock := filepath.Join(socketDir(t), "replica.sock")
 	rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.Workers = 2; r.UnixSocket = sock })
 	st := rep.ready(t)
 	if len(st.WorkersOnThisHost()) != 2 {
 		t.Fatalf("WorkersOnThisHost: %v (%+v)", st.WorkersOnThisHost(), st.WorkerSockets)
 	}
-	other := filepath.Join(t.TempDir(), "other.sock")
+	other := filepath.Join(socketDir(t), "other.sock")
 	ln, err := net.Listen("unix", other)
 	if err != nil {
 		t.Fatal(err)
@@ -237,20 +237,15 @@ func TestWorkerSocketsOnThisHostOnly(t *testing.T) {
 }
 
 // The socket's folder is the replica's account's alone: the replica makes
-// it (or an existing one of its own) 0700, and refuses a folder it does
-// not own or a link in its place, serving on TCP alone, since whoever
-// controls the folder could put another socket where the gateway
-// connects. A gateway, for its part, takes a socket for the replica's
-// (OnThisHost) only while its folder is private.
+// it 0700, and refuses a folder that other accounts may enter (it does
+// not change the mode of a folder it did not make), one it does not own,
+// or a link in its place, serving on TCP alone: whoever may enter the
+// folder could put another socket where the gateway connects. A gateway,
+// for its part, takes a socket for the replica's (OnThisHost) only while
+// its folder is private.
 func TestUnixSocketFolderIsPrivate(t *testing.T) {
 	python := requirePython(t)
 	dir := filepath.Join(t.TempDir(), "sockets")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil { // whatever the umask
-		t.Fatal(err)
-	}
 	rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.UnixSocket = filepath.Join(dir, "replica.sock") })
 	st := rep.ready(t)
 	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
@@ -266,13 +261,18 @@ func TestUnixSocketFolderIsPrivate(t *testing.T) {
 		t.Error("a socket in a folder other accounts may enter counts as the replica's")
 	}
 
-	// A link where the folder should be: not followed.
-	target := t.TempDir()
-	link := filepath.Join(t.TempDir(), "link")
-	if err := os.Symlink(target, link); err != nil {
+	open := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(open, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cases := map[string]string{"a link": link}
+	if err := os.Chmod(open, 0o755); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(t.TempDir(), link); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]string{"a folder others may enter": open, "a link": link}
 	if os.Geteuid() == 0 {
 		// A folder of another account (nobody's): that account could
 		// replace the socket.
@@ -299,5 +299,8 @@ func TestUnixSocketFolderIsPrivate(t *testing.T) {
 		if _, err := os.Lstat(filepath.Join(d, "replica.sock")); !os.IsNotExist(err) {
 			t.Errorf("%s: a socket was made there (%v)", name, err)
 		}
+	}
+	if fi, err := os.Stat(open); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("the folder others may enter: %v %v, want its mode 0755 left as it was", fi, err)
 	}
 }

@@ -543,18 +543,22 @@ def own_sockets(unix, n):
 
 
 def private_folder(path):
-    """Makes the folder path (its parent must exist) private to this
-    process's account, mode 0700, or checks that it is: a real folder,
-    not a link, owned by this account. Raises OSError when it is not and
-    cannot be made so.
+    """Makes the folder path (its parent must exist), mode 0700, or checks
+    that it is private to this process's account: a real folder, not a
+    link, owned by this account, that no other account may enter. An
+    existing folder is never chmod'ed: one that others may enter (/tmp,
+    say) is another's to keep open, and the sockets go elsewhere. Raises
+    OSError when the folder is not private.
 
     The replica's sockets live there, so that only its own account and
     root (the gateway, in a server that runs as root) can reach them or
     put another socket in their place: another account cannot enter the
-    folder, and cannot rename it away either, its parent (the job's
-    working folder) being the replica's account's own."""
+    folder, nor rename it away, its parent (the job's working folder)
+    being the replica's account's own."""
     try:
         os.mkdir(path, 0o700)
+        # The umask may have taken bits away, never added any.
+        os.chmod(path, 0o700)
     except FileExistsError:
         pass
     st = os.lstat(path)
@@ -562,8 +566,9 @@ def private_folder(path):
         raise OSError(errno.ENOTDIR, "not a folder (a link or a file is in its place)", path)
     if st.st_uid != os.geteuid():
         raise OSError(errno.EPERM, "the folder belongs to uid %d, not to this replica's %d" % (st.st_uid, os.geteuid()), path)
-    if stat.S_IMODE(st.st_mode) != 0o700:
-        os.chmod(path, 0o700)
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        raise OSError(errno.EPERM, "other accounts may enter the folder (mode %03o); the sockets need a folder "
+                      "of the replica's alone" % stat.S_IMODE(st.st_mode), path)
 
 
 def listen_unix(path):
