@@ -186,11 +186,16 @@ func TestRollingChange(t *testing.T) {
 }
 
 // A replica whose status line shows it on this host (this kernel, and a
-// socket that is, seen from here, the one it bound) is routed and probed
-// at its Unix socket; the same line from another host (another boot id)
-// is reached over TCP.
+// socket that is, seen from here, the one it bound, in a private folder)
+// is routed and probed at its Unix socket; the same line from another
+// host (another boot id), or with the folder open to others, is reached
+// over TCP.
 func TestReplicaReachedOverItsSocketOnlyOnThisHost(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), ReplicaSocket)
+	// Its folder is private, as the replica makes it.
+	if err := os.Mkdir(filepath.Dir(sock), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -238,6 +243,15 @@ func TestReplicaReachedOverItsSocketOnlyOnThisHost(t *testing.T) {
 	}
 	if w := l.workerURLs(); w != nil {
 		t.Errorf("a replica on another host: its workers reached at %v, want through its address", w)
+	}
+	// A socket in a folder other accounts may enter could be another's
+	// by the next request: TCP.
+	if err := os.Chmod(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l.found(here)
+	if got, want := l.url(), "http://10.0.0.7:41234"; got != want {
+		t.Errorf("a replica whose socket's folder others may enter: routed at %s, want %s", got, want)
 	}
 	none := here
 	none.Unix, none.UnixDev, none.UnixIno = "", 0, 0
