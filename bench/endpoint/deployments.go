@@ -189,7 +189,16 @@ func measureDeployments(ctx context.Context, srv *ferryServer, n, conc, workers,
 		if len(r.WorkerSockets) > 0 {
 			workerSockets++
 		}
-		replicaURLs = append(replicaURLs, inferenceserver.URL(r.Address)+"/score")
+		url := inferenceserver.URL(r.Address) + "/score"
+		replicaURLs = append(replicaURLs, url)
+		// The bench holds the server's data dir, and so its workspace key:
+		// it derives each replica's secret as the server does, to call the
+		// replica directly as the gateway does.
+		secret, err := srv.replicaSecret(ctx, c, r.Job)
+		if err != nil {
+			return fmt.Errorf("replica %s's secret: %w", r.Job, err)
+		}
+		replicaSecrets[url] = secret
 	}
 	fmt.Printf("blue's replicas reached by the gateway at their Unix sockets: %d of %d; at their workers' own sockets: %d of %d\n", sockets, len(d.Replicas), workerSockets, len(d.Replicas))
 	if _, err := c.UpdateOnlineEndpoint(ctx, ep.Name, workspace.EndpointUpdate{Traffic: map[string]int{"blue": 100}}); err != nil {

@@ -14,7 +14,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/testutil"
+	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // ferryServer is a `ferry server` process the bench started from a
@@ -174,4 +177,19 @@ func endsByItself(p testutil.Proc) bool {
 		return true
 	}
 	return len(p.Args) > 2 && p.Args[1] == "local-executor" && p.Args[2] != "--serve"
+}
+
+// replicaSecret is the secret of replica job's current attempt, derived
+// from the server's workspace key (in its data dir, which the bench made)
+// as the server derives it.
+func (s *ferryServer) replicaSecret(ctx context.Context, c *client.Client, job string) (string, error) {
+	j, err := c.GetJob(ctx, job)
+	if err != nil {
+		return "", err
+	}
+	key, err := secrets.LoadOrCreateKey(filepath.Join(s.root, "data", "workspace.key"))
+	if err != nil {
+		return "", err
+	}
+	return workspace.ReplicaSecret(key, job, j.Attempt).Reveal(), nil
 }

@@ -145,13 +145,16 @@ func startReplica(ctx context.Context, serverDir, codeDir string, workers int) (
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	sock, err := os.CreateTemp(codeDir, "replica-*.sock")
+	// The replica makes the socket's folder, private to it, as a
+	// replica of ferry server's does (.ferry-replica/ in its job's
+	// folder); a fresh one per replica started.
+	sockDir, err := os.MkdirTemp(codeDir, "replica-sockets-")
 	if err != nil {
 		return nil, err
 	}
-	sock.Close()
+	sock := filepath.Join(sockDir, "replica.sock")
 	c, err := inferenceserver.Replica{ServerDir: serverDir, CodeDir: codeDir, Script: "score.py", ModelDir: codeDir, Port: port,
-		UnixSocket: sock.Name(), Workers: workers}.Command()
+		UnixSocket: sock, Workers: workers}.Command()
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +175,7 @@ func startReplica(ctx context.Context, serverDir, codeDir string, workers int) (
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	r := &replica{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), unixURL: inferenceserver.UnixURL(sock.Name()), done: make(chan struct{})}
+	r := &replica{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), unixURL: inferenceserver.UnixURL(sock), done: make(chan struct{})}
 	statuses := inferenceserver.Watch(stdout, nil)
 	go func() { _ = cmd.Wait(); close(r.done) }()
 	st, err := inferenceserver.WaitReady(ctx, statuses)
@@ -489,6 +492,12 @@ func request(c *http.Client, url, key string) (string, error) {
 	return string(b), nil
 }
 
+// replicaSecrets are the secrets of the replicas the bench calls
+// directly, by their scoring URL, which post sends as the gateway does
+// (ferry server's replicas answer no request without). Set before the
+// requests start, read only after.
+var replicaSecrets = map[string]string{}
+
 // post sends one scoring request with key ("" for none) and deployment
 // in the azureml-model-deployment header ("" for none), and returns the
 // answer's status and body.
@@ -503,6 +512,9 @@ func post(ctx context.Context, c *http.Client, url, key, deployment string) (int
 	}
 	if deployment != "" {
 		req.Header.Set("azureml-model-deployment", deployment)
+	}
+	if secret := replicaSecrets[url]; secret != "" {
+		req.Header.Set(inferenceserver.SecretHeader, secret)
 	}
 	resp, err := c.Do(req)
 	if err != nil {

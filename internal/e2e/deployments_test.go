@@ -8,17 +8,20 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/testutil"
+	"github.com/ferry-ml/ferry/internal/unixsock"
 )
 
 // deploymentOut is a deployment as the API shows it.
@@ -46,8 +49,15 @@ const scoreScript = `import json, os, time
 def init():
     global model
     # As on Azure: a model registered as a folder is in AZUREML_MODEL_DIR
-    # under its folder's name, one that is a file by its file's name.
-    with open(os.path.join(os.environ["AZUREML_MODEL_DIR"], os.environ.get("MODEL_FILE", "model/weights.json"))) as f:
+    # under its folder's name, one that is a file by its file's name. The
+    # folder is a real one: scripts find their model with os.walk, which
+    # does not follow links.
+    root = os.environ["AZUREML_MODEL_DIR"]
+    found = [os.path.relpath(os.path.join(d, name), root) for d, _, names in os.walk(root) for name in names]
+    want = os.environ.get("MODEL_FILE", "model/weights.json")
+    if want not in found:
+        raise RuntimeError("os.walk(AZUREML_MODEL_DIR) found %r, not the model file %s" % (found, want))
+    with open(os.path.join(root, want)) as f:
         model = json.load(f)
     if os.environ.get("FAIL_INIT"):
         raise RuntimeError("init failed on purpose: " + os.environ["FAIL_INIT"])
@@ -198,6 +208,7 @@ func TestOnlineDeploymentLocal(t *testing.T) {
 		t.Fatalf("score: no pid in %s", body)
 	}
 	overSocket(t, s.deployment("local-ep", "blue"), answered.PID)
+	onlyTheGateway(t, s.deployment("local-ep", "blue"))
 	if c, _ := scoreBody(t, uri, "wrong", "", `{}`); c != 401 {
 		t.Errorf("a wrong key: %d, want 401", c)
 	}
@@ -292,7 +303,7 @@ func overSocket(t *testing.T, d deploymentOut, pid int) (job, socket string) {
 	if job == "" {
 		t.Fatalf("no replica is at %s, where the replica that answered listens: %+v", where, d.Replicas)
 	}
-	if !strings.HasSuffix(socket, "/.ferry-replica.sock") {
+	if !strings.HasSuffix(socket, "/.ferry-replica/replica.sock") {
 		t.Errorf("replica %s, on this host, shows no Unix socket: %+v", job, d.Replicas)
 	}
 	// Its worker's own socket, where the gateway sends its requests.
@@ -303,6 +314,102 @@ func overSocket(t *testing.T, d deploymentOut, pid int) (job, socket string) {
 		t.Errorf("replica %s: %d TCP connections to its port %s after a request through the gateway; want none (the gateway on its host uses its socket)", job, len(conns), where)
 	}
 	return job, socket
+}
+
+// onlyTheGateway checks that the replica of d (one, on this host)
+// answers no one but the gateway: its TCP port and its sockets answer a
+// request without the replica's secret with 401, never reaching the
+// scoring script, and an account other than the replica's cannot even
+// connect to its socket (its folder is the replica's account's alone).
+func onlyTheGateway(t *testing.T, d deploymentOut) {
+	t.Helper()
+	if len(d.Replicas) != 1 || d.Replicas[0].Socket == "" || len(d.Replicas[0].Workers) != 1 {
+		t.Fatalf("want one replica on this host with a socket and a worker's: %+v", d.Replicas)
+	}
+	r := d.Replicas[0]
+	ask := func(network, addr string) (int, string) {
+		var dialer net.Dialer
+		client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				if network == "unix" {
+					return unixsock.Dial(ctx, &dialer, addr)
+				}
+				return dialer.DialContext(ctx, network, addr)
+			}}}
+		for _, x := range []struct{ method, path, body string }{{"GET", "/", ""}, {"POST", "/score", "{}"}} {
+			req, err := http.NewRequest(x.method, "http://replica"+x.path, strings.NewReader(x.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				return 0, x.method + " " + x.path + ": " + err.Error()
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				return resp.StatusCode, x.method + " " + x.path + ": " + string(b)
+			}
+		}
+		return http.StatusUnauthorized, ""
+	}
+	for where, at := range map[string][2]string{"TCP port " + r.Address: {"tcp", r.Address}, "socket": {"unix", r.Socket}, "worker's socket": {"unix", r.Workers[0]}} {
+		if code, body := ask(at[0], at[1]); code != http.StatusUnauthorized {
+			t.Errorf("the replica's %s, asked without its secret: %d %s, want 401", where, code, body)
+		}
+	}
+
+	// Another account: nobody, in a process of its own.
+	if os.Geteuid() != 0 {
+		t.Log("not root: no other account to try the replica's socket as")
+		return
+	}
+	python := ""
+	for _, p := range []string{"/usr/bin/python3", "/usr/local/bin/python3"} {
+		if _, err := os.Stat(p); err == nil {
+			python = p
+			break
+		}
+	}
+	if python == "" {
+		t.Skip("needs a python3 that the nobody account can run (/usr/bin/python3: apt-get install python3) to connect to the replica's socket as another account")
+	}
+	const connect = `import os, socket, sys
+p = sys.argv[1]
+s = socket.socket(socket.AF_UNIX)
+try:
+    if len(os.fsencode(p)) < 100:
+        s.connect(p)
+    else:
+        d = os.open(os.path.dirname(p), os.O_RDONLY)
+        s.connect("/proc/self/fd/%d/%s" % (d, os.path.basename(p)))
+    print("connected")
+except PermissionError as e:
+    print("refused:", e)
+except OSError as e:
+    print("failed otherwise:", e)
+`
+	try := func(path string, as *syscall.Credential) string {
+		cmd := exec.Command(python, "-c", connect, path)
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: as}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s connecting to %s: %v\n%s", python, path, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	// The same program, as root (the gateway's account), does connect:
+	// what refuses nobody is the account, not the program.
+	if got := try(r.Socket, nil); got != "connected" {
+		t.Fatalf("connecting to the replica's socket as root: %s", got)
+	}
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}
+	for _, p := range []string{r.Socket, r.Workers[0]} {
+		if got := try(p, nobody); !strings.HasPrefix(got, "refused:") {
+			t.Errorf("the account nobody connecting to the replica's socket %s: %s, want refused", p, got)
+		}
+	}
 }
 
 // loadResult counts a load generator's answers.
@@ -705,7 +812,7 @@ func TestOnlineDeploymentInImage(t *testing.T) {
 	}
 	// The container's job folder is mounted at the same path: the
 	// gateway reaches the replica at its socket there, as on the host.
-	if reps := s.deployment("image-ep", "boxed").Replicas; len(reps) != 1 || !strings.HasSuffix(reps[0].Socket, "/.ferry-replica.sock") ||
+	if reps := s.deployment("image-ep", "boxed").Replicas; len(reps) != 1 || !strings.HasSuffix(reps[0].Socket, "/.ferry-replica/replica.sock") ||
 		len(reps[0].Workers) != 1 || reps[0].Workers[0] != reps[0].Socket+".w0" {
 		t.Errorf("the replica in a container on this host shows no Unix socket, or not its worker's: %+v", reps)
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/environment/docker"
 	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/runner/invocation"
+	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
@@ -128,6 +129,11 @@ type runner struct {
 
 	foldRunning bool      // the server takes the Running step with the final report
 	heldRunning time.Time // when the command started, while its Running report is held; zero once sent
+
+	// replicaSecret is the assignment's ReplicaSecret (a replica of an
+	// online deployment): the job gets it as inferenceserver.SecretEnv
+	// and nothing else sees it.
+	replicaSecret string
 }
 
 // Run runs the attempt to its end and reports it. It returns an error only
@@ -420,6 +426,7 @@ func (r *runner) prepareAndExecute(ctx, jobCtx context.Context, a *workspace.Ass
 		cp.Environment = &environment.Spec{Kind: environment.KindUserManaged, Name: e.Name, Version: e.Version}
 		a = &cp
 	}
+	r.replicaSecret = a.ReplicaSecret
 	p, err := r.prepare(ctx, jobCtx, a, spool)
 	if err != nil {
 		if r.canceled.Load() {
@@ -645,13 +652,19 @@ func (r *runner) jobVars(j *spec.Job) []string {
 	for _, k := range slices.Sorted(maps.Keys(j.EnvironmentVariables)) {
 		env = append(env, k+"="+j.EnvironmentVariables[k])
 	}
-	return append(env,
+	env = append(env,
 		"FERRY_JOB_ID="+r.cfg.Job,
 		"FERRY_ATTEMPT="+strconv.Itoa(r.cfg.Attempt),
 		"FERRY_OUTPUTS_DIR="+filepath.Join(r.wd, "outputs"),
 		"FERRY_API_URL="+cmp.Or(r.jobAPI, r.cfg.APIURL),
 		"FERRY_RUN_TOKEN="+r.cfg.RunToken,
 	)
+	if r.replicaSecret != "" {
+		// After the spec's variables: a deployment's
+		// environment_variables cannot set another.
+		env = append(env, inferenceserver.SecretEnv+"="+r.replicaSecret)
+	}
+	return env
 }
 
 // execute runs the command to its end, honouring cancel and timeout, and

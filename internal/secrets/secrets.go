@@ -10,7 +10,10 @@ package secrets
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -36,6 +39,9 @@ var ErrOpen = errors.New("secrets: cannot open sealed value (wrong key or label,
 // Key is a workspace key. It is safe for concurrent use.
 type Key struct {
 	aead cipher.AEAD
+	// derive keys Derive's HMAC: a key of its own, made from the
+	// workspace key with HKDF, so that no key serves two algorithms.
+	derive []byte
 }
 
 // NewKey makes a Key from KeySize raw bytes.
@@ -51,7 +57,11 @@ func NewKey(raw []byte) (*Key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("secrets: %w", err)
 	}
-	return &Key{aead: aead}, nil
+	derive, err := hkdf.Key(sha256.New, raw, nil, "ferry secrets: derive", sha256.Size)
+	if err != nil {
+		return nil, fmt.Errorf("secrets: %w", err)
+	}
+	return &Key{aead: aead, derive: derive}, nil
 }
 
 // LoadOrCreateKey reads the workspace key at path, or creates it (KeySize
@@ -157,6 +167,17 @@ func (k *Key) Open(sealed, label string) ([]byte, error) {
 		return nil, ErrOpen
 	}
 	return pt, nil
+}
+
+// Derive returns a secret bound to label: the same for the same key and
+// label, a different one for any other, and one that tells nothing of
+// the key (HMAC-SHA256, URL-safe base64). It is for secrets the server
+// gives out and must know again after a restart without storing them (a
+// replica's, derived from its job and attempt).
+func (k *Key) Derive(label string) Secret {
+	m := hmac.New(sha256.New, k.derive)
+	m.Write([]byte(label))
+	return Secret(base64.RawURLEncoding.EncodeToString(m.Sum(nil)))
 }
 
 // Redacted is what a Secret prints as, in every format.

@@ -221,3 +221,36 @@ func TestSecretUnmarshalJSON(t *testing.T) {
 		t.Fatalf("unmarshal: got %d bytes", len(c.Password))
 	}
 }
+
+// Derive gives the same secret for a key and label after the key is read
+// again (a restarted server knows its replicas' secrets), another one for
+// another label or key, and nothing of the key itself.
+func TestDerive(t *testing.T) {
+	k, path := newKey(t)
+	a := k.Derive("replica/j1/1").Reveal()
+	again, err := LoadOrCreateKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := again.Derive("replica/j1/1").Reveal(); a != b || len(a) < 40 {
+		t.Fatalf("derived twice from one key: %q and %q, want one secret of 32 bytes", a, b)
+	}
+	other, _ := newKey(t)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, s := range map[string]string{
+		"another label": k.Derive("replica/j1/2").Reveal(),
+		"another key":   other.Derive("replica/j1/1").Reveal(),
+	} {
+		if s == a {
+			t.Errorf("%s derives the same secret", what)
+		}
+	}
+	for _, enc := range []string{base64.RawURLEncoding.EncodeToString(raw), base64.StdEncoding.EncodeToString(raw), fmt.Sprintf("%x", raw)} {
+		if strings.Contains(a, enc[:16]) {
+			t.Fatal("the derived secret holds the key")
+		}
+	}
+}

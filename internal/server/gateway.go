@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
 	"github.com/ferry-ml/ferry/internal/serving/probe"
 	"github.com/ferry-ml/ferry/internal/unixsock"
@@ -30,8 +31,15 @@ func (r gatewayRouter) SetEndpoint(e workspace.RoutedEndpoint) {
 	}
 	deps := map[string]gateway.Deployment{}
 	for name, d := range e.Deployments {
-		deps[name] = gateway.Deployment{Name: name, Replicas: d.Replicas, Workers: d.Workers, RequestTimeout: d.RequestTimeout,
-			MaxConcurrent: d.MaxConcurrent, MaxQueueWait: d.MaxQueueWait}
+		var replicaSecrets map[string]string
+		for url, secret := range d.Secrets {
+			if replicaSecrets == nil {
+				replicaSecrets = map[string]string{}
+			}
+			replicaSecrets[url] = secret.Reveal()
+		}
+		deps[name] = gateway.Deployment{Name: name, Replicas: d.Replicas, Workers: d.Workers, Secrets: replicaSecrets,
+			RequestTimeout: d.RequestTimeout, MaxConcurrent: d.MaxConcurrent, MaxQueueWait: d.MaxQueueWait}
 	}
 	r.g.Set(gateway.Endpoint{Name: e.Name, AuthMode: e.AuthMode, Keys: keys, Traffic: e.Traffic, Mirror: e.Mirror, Deployments: deps})
 }
@@ -54,13 +62,14 @@ func (r gatewayRouter) RemoveEndpoint(name string) { r.g.Remove(name) }
 // scoring requests, nor keep connections to replicas that go away).
 //
 // A replica on this host is probed on its Unix socket (unix:/PATH), the
-// way the gateway reaches it.
-func replicaProber() func(ctx context.Context, baseURL string) error {
+// way the gateway reaches it, and every probe carries the replica's
+// secret, as the gateway's requests do.
+func replicaProber() func(ctx context.Context, baseURL string, secret secrets.Secret) error {
 	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-	return func(ctx context.Context, baseURL string) error {
+	return func(ctx context.Context, baseURL string, secret secrets.Secret) error {
 		path, ok := strings.CutPrefix(baseURL, "unix:")
 		if !ok {
-			return probe.Probe(ctx, client, baseURL)
+			return probe.Probe(ctx, client, baseURL, secret.Reveal())
 		}
 		// A client for the one connection: a socket's path is no URL
 		// host, so its transport dials the path whatever the URL names.
@@ -69,7 +78,7 @@ func replicaProber() func(ctx context.Context, baseURL string) error {
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				return unixsock.Dial(ctx, &dialer, path)
 			}}}
-		if err := probe.Probe(ctx, unixClient, "http://localhost"); err != nil {
+		if err := probe.Probe(ctx, unixClient, "http://localhost", secret.Reveal()); err != nil {
 			return fmt.Errorf("%s: %w", baseURL, err)
 		}
 		return nil

@@ -668,20 +668,13 @@ func (s *Service) ListBatchJobs(ctx context.Context, endpoint string) ([]*Job, e
 // input ferry_batch_driver) over the input data with the deployment's
 // scoring script (or, for an MLflow model without one, the driver's
 // batchdriver.MLflowScript) and settings. AZUREML_MODEL_DIR is as for an online
-// deployment's replica (replicaCommand).
+// deployment's replica (modelDir).
 func batchCommand(d *spec.BatchDeployment, hasModel bool, modelFolder string) string {
 	q := shellQuote
 	var b strings.Builder
-	if hasModel && modelFolder != "" {
-		b.WriteString(`mkdir -p .azureml-models && ln -sfn "${{inputs.model}}" .azureml-models/` + q(modelFolder) + " && ")
-	}
-	b.WriteString(`export AML_APP_ROOT="$PWD"`)
-	switch {
-	case hasModel && modelFolder != "":
-		b.WriteString(` AZUREML_MODEL_DIR="$PWD/.azureml-models"`)
-	case hasModel:
-		b.WriteString(` AZUREML_MODEL_DIR="${{inputs.model}}"`)
-	}
+	setup, dir := modelDir(hasModel, modelFolder)
+	b.WriteString(setup)
+	b.WriteString(`export AML_APP_ROOT="$PWD"` + dir)
 	script := `"${{inputs.ferry_batch_driver}}/` + batchdriver.MLflowScript + `"`
 	if d.CodeConfiguration != nil {
 		script = q(d.CodeConfiguration.ScoringScript)

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -71,7 +75,10 @@ type RoutedDeployment struct {
 	Replicas []string // base URLs of ready replicas
 	// Workers are, by replica URL, its workers' own sockets (unix:/PATH)
 	// for a replica on this host that has them.
-	Workers        map[string][]string
+	Workers map[string][]string
+	// Secrets are, by replica URL, the replica's secret, which the router
+	// sends with every request to it (replicaSecret).
+	Secrets        map[string]secrets.Secret
 	RequestTimeout time.Duration
 	MaxConcurrent  int
 	MaxQueueWait   time.Duration
@@ -308,19 +315,19 @@ func (s *Service) startProbes(rec store.Deployment) {
 		}
 		if !l.probing && (!l.everUp || !now.Before(l.probeAt)) {
 			l.probing = true
-			go s.probeReplica(r.Job, l.url(), doc.Spec, false)
+			go s.probeReplica(r.Job, l.attempt, l.url(), doc.Spec, false)
 		}
 		if l.everUp && !l.living && !now.Before(l.liveAt) {
 			l.living = true
-			go s.probeReplica(r.Job, l.url(), doc.Spec, true)
+			go s.probeReplica(r.Job, l.attempt, l.url(), doc.Spec, true)
 		}
 	}
 }
 
-// probeReplica probes one replica and counts the answer: readiness takes
-// it into routing and out, liveness past its failure_threshold restarts
-// it.
-func (s *Service) probeReplica(job, baseURL string, d *spec.OnlineDeployment, liveness bool) {
+// probeReplica probes one replica (attempt of job, at baseURL) and
+// counts the answer: readiness takes it into routing and out, liveness
+// past its failure_threshold restarts it.
+func (s *Service) probeReplica(job string, attempt int, baseURL string, d *spec.OnlineDeployment, liveness bool) {
 	p := d.ReadinessProbe
 	if liveness {
 		p = d.LivenessProbe
@@ -328,7 +335,8 @@ func (s *Service) probeReplica(job, baseURL string, d *spec.OnlineDeployment, li
 	ok := true
 	if s.cfg.ProbeReplica != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cmp.Or(p.Timeout, 2))*time.Second)
-		ok = s.cfg.ProbeReplica(ctx, baseURL) == nil
+		secret, _ := s.replicaSecret(job, attempt)
+		ok = s.cfg.ProbeReplica(ctx, baseURL, secret) == nil
 		cancel()
 	}
 	period := time.Duration(cmp.Or(p.Period, 10)) * time.Second
@@ -782,37 +790,67 @@ func (s *Service) replicaFailure(j store.Job) string {
 // (the job's input ferry_inference_server) serving the scoring script on
 // the node's address (MASTER_ADDR, which a pool node's assignment gives;
 // 127.0.0.1 on the local target) and a port of its choosing, which its
-// first status line says, and on a Unix socket in its working directory
-// (ReplicaSocket), which a gateway on the same host uses instead: a
-// request there costs less CPU than over loopback TCP, CPU that on a
-// shared host comes out of the replica's. A container job's folder is
-// mounted at the same path, so its socket is reachable from the host. AZUREML_MODEL_DIR is the model input (a model
-// that is a file is in it by its name) or, for a model that is a folder,
-// a folder holding it under its name, as on Azure.
+// first status line says, and on a Unix socket (ReplicaSocket) in a
+// folder of its working directory that the server makes private to the
+// replica's account (0700): a gateway on the same host uses the socket
+// instead, as a request there costs less CPU than over loopback TCP, CPU
+// that on a shared host comes out of the replica's. A container job's
+// folder is mounted at the same path, so its socket is reachable from the
+// host. The server requires the replica's secret (replicaSecret, which
+// the runner gives the job from its assignment) of every request, on the
+// socket and the port alike, and refuses to start without one.
+// AZUREML_MODEL_DIR is as modelDir lays it out.
 func replicaCommand(d *spec.OnlineDeployment, hasModel bool, modelFolder string) string {
 	q := shellQuote
 	var b strings.Builder
-	if hasModel && modelFolder != "" {
-		b.WriteString(`mkdir -p .azureml-models && ln -sfn "${{inputs.model}}" .azureml-models/` + q(modelFolder) + " && ")
-	}
-	b.WriteString("export AZUREML_ENTRY_SCRIPT=" + q(d.CodeConfiguration.ScoringScript) + ` AML_APP_ROOT="$PWD"`)
-	switch {
-	case hasModel && modelFolder != "":
-		b.WriteString(` AZUREML_MODEL_DIR="$PWD/.azureml-models"`)
-	case hasModel:
-		b.WriteString(` AZUREML_MODEL_DIR="${{inputs.model}}"`)
-	}
+	setup, dir := modelDir(hasModel, modelFolder)
+	b.WriteString(setup)
+	b.WriteString("export AZUREML_ENTRY_SCRIPT=" + q(d.CodeConfiguration.ScoringScript) + ` AML_APP_ROOT="$PWD"` + dir)
 	if _, ok := d.EnvironmentVariables["WORKER_COUNT"]; !ok {
 		b.WriteString(" WORKER_COUNT=1")
 	}
 	b.WriteString(`; exec python3 -u "${{inputs.ferry_inference_server}}/` + inferenceserver.Program + `" --script ` + q(d.CodeConfiguration.ScoringScript) +
-		` --host "${MASTER_ADDR:-127.0.0.1}" --port 0 --unix "$PWD/` + ReplicaSocket + `"`)
+		` --host "${MASTER_ADDR:-127.0.0.1}" --port 0 --unix "$PWD/` + ReplicaSocket + `" ` + inferenceserver.RequireSecretFlag)
 	return b.String()
 }
 
-// ReplicaSocket is the name of a replica's Unix socket in its job's
-// working directory.
-const ReplicaSocket = ".ferry-replica.sock"
+// modelDir is the shell that lays out AZUREML_MODEL_DIR as Azure does
+// (setup, which ends in "&& " when not empty) and the variable's
+// assignment (" AZUREML_MODEL_DIR=..."), for a job with the model as its
+// input model: a model that is a file is in the input's folder by its
+// name, so that folder is the variable; a model that is a folder is a
+// folder under its own name in .azureml-models, the variable.
+//
+// That folder must be a real one, not a link to the input: a scoring
+// script that walks the variable with os.walk, which does not follow
+// links, would find nothing. The input is moved there, not copied nor
+// linked: the runner extracts each attempt's inputs as copies of their
+// own (the node's blob cache is never hard-linked into a job), in the
+// attempt's folder, on one file system (and one mount, in a container)
+// with its working directory, so the move is a rename that costs
+// nothing, and a replica writing into its model changes no other
+// replica's files, nor the cache.
+func modelDir(hasModel bool, modelFolder string) (setup, assign string) {
+	switch {
+	case hasModel && modelFolder != "":
+		dest := ".azureml-models/" + shellQuote(modelFolder)
+		return `mkdir -p .azureml-models && rm -rf ` + dest + ` && mv "${{inputs.model}}" ` + dest + " && ",
+			` AZUREML_MODEL_DIR="$PWD/.azureml-models"`
+	case hasModel:
+		return "", ` AZUREML_MODEL_DIR="${{inputs.model}}"`
+	}
+	return "", ""
+}
+
+// ReplicaSocketDir is the folder, in a replica job's working directory,
+// of its Unix sockets; the replica makes it private to its account
+// (0700), so that only that account and root (the server, with the
+// gateway) can reach them or put other sockets in their place.
+const ReplicaSocketDir = ".ferry-replica"
+
+// ReplicaSocket is the path of a replica's Unix socket in its job's
+// working directory (its workers' are beside it, ReplicaSocket.wN).
+const ReplicaSocket = ReplicaSocketDir + "/replica.sock"
 
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
@@ -868,7 +906,7 @@ func (s *Service) routeIfChanged(ctx context.Context, rec store.Endpoint) error 
 	if err != nil {
 		return err
 	}
-	sig := fmt.Sprint(rec.Updated.UnixNano(), rec.PrimaryKey, rec.SecondaryKey, deps)
+	sig := fmt.Sprint(rec.Updated.UnixNano(), rec.PrimaryKey, rec.SecondaryKey, deps, secretsDigest(deps))
 	c := s.deployCtl
 	c.mu.Lock()
 	same := c.routed[rec.Name] == sig
@@ -909,6 +947,12 @@ func (s *Service) routedDeployments(ctx context.Context, endpoint string) (map[s
 		for _, rep := range set.Replicas {
 			if l, ok := c.reps[rep.Job]; ok && l.ready && l.draining.IsZero() && !l.canceled {
 				rd.Replicas = append(rd.Replicas, l.url())
+				if secret, ok := s.replicaSecret(rep.Job, l.attempt); ok {
+					if rd.Secrets == nil {
+						rd.Secrets = map[string]secrets.Secret{}
+					}
+					rd.Secrets[l.url()] = secret
+				}
 				if w := l.workerURLs(); w != nil {
 					if rd.Workers == nil {
 						rd.Workers = map[string][]string{}
@@ -922,6 +966,48 @@ func (s *Service) routedDeployments(ctx context.Context, endpoint string) (map[s
 		out[rec.Name] = rd
 	}
 	return out, nil
+}
+
+// secretsDigest stands for the replicas' secrets in what routeIfChanged
+// compares (a Secret prints as a placeholder): a replica whose secret
+// changes at the same URL (a new attempt on the same address) is routed
+// again. A hash, so that the comparison string holds no secret.
+func secretsDigest(deps map[string]RoutedDeployment) string {
+	h := sha256.New()
+	for _, name := range slices.Sorted(maps.Keys(deps)) {
+		d := deps[name]
+		for _, url := range slices.Sorted(maps.Keys(d.Secrets)) {
+			fmt.Fprintf(h, "%s\x00%s\x00%s\x00", name, url, d.Secrets[url].Reveal())
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// isReplicaJob says whether j is a replica of an online deployment (the
+// controller tags the jobs it submits so).
+func isReplicaJob(j *spec.Job) bool {
+	return j != nil && j.Tags["ferry.endpoint"] != "" && j.Tags["ferry.deployment"] != ""
+}
+
+// replicaSecret is the secret of attempt of replica job: what the replica
+// requires of every request (inferenceserver.Replica.Secret) and the
+// gateway and the probes send. It is derived from the workspace key, the
+// job and the attempt, so a restarted server knows the secrets of the
+// replicas still running without having stored them, and a new attempt
+// (on another node, say) has a secret of its own. False without a
+// workspace key (a server without one makes no endpoints).
+func (s *Service) replicaSecret(job string, attempt int) (secrets.Secret, bool) {
+	if s.cfg.Secrets == nil || attempt < 1 {
+		return "", false
+	}
+	return ReplicaSecret(s.cfg.Secrets, job, attempt), true
+}
+
+// ReplicaSecret is the secret of attempt of replica job in the workspace
+// whose key is key (Service.replicaSecret): for a program that holds the
+// workspace key and calls replicas itself, as bench/endpoint does.
+func ReplicaSecret(key *secrets.Key, job string, attempt int) secrets.Secret {
+	return key.Derive("replica/" + job + "/" + strconv.Itoa(attempt))
 }
 
 // released wakes the cold starts of deployments that have a replica now.

@@ -115,9 +115,10 @@ func TestWantReplicas(t *testing.T) {
 	}
 }
 
-// What a replica runs: Ferry's inference server on the node's address,
-// the script quoted for the shell, AZUREML_MODEL_DIR laid out as Azure
-// lays it out, and WORKER_COUNT 1 unless the deployment sets it.
+// What a replica runs: Ferry's inference server on the node's address and
+// its private socket folder, requiring its secret, the script quoted for
+// the shell, AZUREML_MODEL_DIR laid out as Azure lays it out (a real
+// folder, not a link), and WORKER_COUNT 1 unless the deployment sets it.
 func TestReplicaCommand(t *testing.T) {
 	d := autoscaled(t, "").Spec
 	d.CodeConfiguration.ScoringScript = "my score's.py"
@@ -129,12 +130,12 @@ func TestReplicaCommand(t *testing.T) {
 		want, avoid []string
 	}{
 		{"no model", false, "", nil,
-			[]string{`"${{inputs.ferry_inference_server}}/inference_server.py"`, `--script 'my score'\''s.py'`, `--host "${MASTER_ADDR:-127.0.0.1}" --port 0 --unix "$PWD/.ferry-replica.sock"`, "WORKER_COUNT=1"},
+			[]string{`"${{inputs.ferry_inference_server}}/inference_server.py"`, `--script 'my score'\''s.py'`, `--host "${MASTER_ADDR:-127.0.0.1}" --port 0 --unix "$PWD/.ferry-replica/replica.sock" --require-secret`, "WORKER_COUNT=1"},
 			[]string{"AZUREML_MODEL_DIR"}},
 		{"a model that is a file", true, "", nil, []string{`AZUREML_MODEL_DIR="${{inputs.model}}"`}, []string{".azureml-models"}},
 		{"a model that is a folder", true, "model", map[string]string{"WORKER_COUNT": "2"},
-			[]string{`ln -sfn "${{inputs.model}}" .azureml-models/'model'`, `AZUREML_MODEL_DIR="$PWD/.azureml-models"`},
-			[]string{"WORKER_COUNT=1"}},
+			[]string{`mv "${{inputs.model}}" .azureml-models/'model'`, `AZUREML_MODEL_DIR="$PWD/.azureml-models"`},
+			[]string{"WORKER_COUNT=1", "ln -s"}},
 	}
 	for _, c := range cases {
 		d.EnvironmentVariables = c.env
@@ -185,11 +186,16 @@ func TestRollingChange(t *testing.T) {
 }
 
 // A replica whose status line shows it on this host (this kernel, and a
-// socket that is, seen from here, the one it bound) is routed and probed
-// at its Unix socket; the same line from another host (another boot id)
-// is reached over TCP.
+// socket that is, seen from here, the one it bound, in a private folder)
+// is routed and probed at its Unix socket; the same line from another
+// host (another boot id), or with the folder open to others, is reached
+// over TCP.
 func TestReplicaReachedOverItsSocketOnlyOnThisHost(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), ReplicaSocket)
+	// Its folder is private, as the replica makes it.
+	if err := os.Mkdir(filepath.Dir(sock), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -237,6 +243,15 @@ func TestReplicaReachedOverItsSocketOnlyOnThisHost(t *testing.T) {
 	}
 	if w := l.workerURLs(); w != nil {
 		t.Errorf("a replica on another host: its workers reached at %v, want through its address", w)
+	}
+	// A socket in a folder other accounts may enter could be another's
+	// by the next request: TCP.
+	if err := os.Chmod(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l.found(here)
+	if got, want := l.url(), "http://10.0.0.7:41234"; got != want {
+		t.Errorf("a replica whose socket's folder others may enter: routed at %s, want %s", got, want)
 	}
 	none := here
 	none.Unix, none.UnixDev, none.UnixIno = "", 0, 0

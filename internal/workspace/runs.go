@@ -543,6 +543,11 @@ func (s *Service) assignmentOf(v *Job, attempt int) *Assignment {
 	if v.Outputs != nil && attempt > 1 {
 		a.ResumeOutputs = v.Outputs.Artifacts
 	}
+	if isReplicaJob(v.Spec) {
+		if secret, ok := s.replicaSecret(v.Name, attempt); ok {
+			a.ReplicaSecret = secret.Reveal()
+		}
+	}
 	return a
 }
 

@@ -109,9 +109,11 @@ type Config struct {
 	// nil routes nothing.
 	Router EndpointRouter
 	// ProbeReplica asks a deployment's replica at baseURL whether it is
-	// live and ready (GET / answers 200): nil when it is. The server gives
-	// the HTTP one; nil takes a replica as ready once it listens.
-	ProbeReplica func(ctx context.Context, baseURL string) error
+	// live and ready (GET / answers 200): nil when it is. secret is the
+	// replica's (the probe sends it, as the gateway does; the replica
+	// answers nothing without it). The server gives the HTTP one; nil
+	// takes a replica as ready once it listens.
+	ProbeReplica func(ctx context.Context, baseURL string, secret secrets.Secret) error
 	// KubeReplicas runs the deployments of endpoints on a Kubernetes
 	// compute (kubedeploy.go); nil refuses such deployments.
 	KubeReplicas KubeReplicas

@@ -201,6 +201,12 @@ type Assignment struct {
 	// attempt's final report: a command that ends at once is not
 	// reported Running apart (an older server leaves it false).
 	FinalRunning bool `json:"final_running,omitempty"`
+	// ReplicaSecret, for an attempt of an online deployment's replica, is
+	// that replica's secret (Service.replicaSecret): the runner gives it
+	// to the job as inferenceserver.SecretEnv, and the replica answers
+	// only requests that carry it (the gateway's, the probes'). A secret:
+	// the runner never writes it anywhere else.
+	ReplicaSecret string `json:"replica_secret,omitempty"`
 }
 
 // Report is a runner's word on its attempt.

@@ -65,7 +65,13 @@ type Deployment struct {
 	// worker directly, not through the replica's front, which would hand
 	// it to a worker itself: that hand-over is CPU the replica's host
 	// saves. Its requests are still counted on the replica's URL.
-	Workers        map[string][]string
+	Workers map[string][]string
+	// Secrets are, by replica URL, the replica's secret: every request to
+	// it (to its workers too) carries it in inferenceserver.SecretHeader,
+	// and a replica answers no request without it. A replica with none
+	// (on Kubernetes) gets no such header. Secrets: never written
+	// anywhere.
+	Secrets        map[string]string
 	RequestTimeout time.Duration
 	// MaxConcurrent is max_concurrent_requests_per_instance.
 	MaxConcurrent int
@@ -432,12 +438,12 @@ func (g *Gateway) score(w http.ResponseWriter, r *http.Request, e *endpointState
 	// snapshot).
 	var tried []string
 	for attempt := 0; ; attempt++ {
-		replica, target := d.take(tried)
+		replica, target, secret := d.take(tried)
 		if replica == "" {
 			return writeError(w, fail(http.StatusServiceUnavailable, "deployment %s has no ready replica", d.Name))
 		}
 		tried = append(tried, replica)
-		code, err := g.forward(ctx, w, r, d, target, body)
+		code, err := g.forward(ctx, w, r, d, target, secret, body)
 		d.done(replica, target)
 		if err == nil {
 			return code
@@ -476,11 +482,11 @@ func (g *Gateway) ready(ctx context.Context, e *endpointState, d *deploymentStat
 }
 
 // forward sends the request to one replica (at target: its URL, or one
-// of its workers') and streams its answer back. An error means nothing
-// was written to w.
-func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, d *deploymentState, target string, body []byte) (int, error) {
+// of its workers', with the replica's secret) and streams its answer
+// back. An error means nothing was written to w.
+func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, d *deploymentState, target, secret string, body []byte) (int, error) {
 	// The endpoint's key stays at the gateway (upstream.forwarded).
-	resp, err := g.up.do(ctx, target, r.Method, r.URL.RawQuery, r.Header, body)
+	resp, err := g.up.do(ctx, target, secret, r.Method, r.URL.RawQuery, r.Header, body)
 	if err != nil {
 		return 0, err
 	}
@@ -543,12 +549,12 @@ func (g *Gateway) mirror(r *http.Request, e *endpointState, live string, body []
 			defer d.lim.release()
 			ctx, cancel := context.WithTimeout(context.Background(), d.timeout())
 			defer cancel()
-			replica, target := d.take(nil)
+			replica, target, secret := d.take(nil)
 			if replica == "" {
 				return
 			}
 			defer d.done(replica, target)
-			resp, err := g.up.do(ctx, target, http.MethodPost, "", hdr, body)
+			resp, err := g.up.do(ctx, target, secret, http.MethodPost, "", hdr, body)
 			code := http.StatusBadGateway
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
@@ -612,24 +618,26 @@ func (d *deploymentState) replicaCount() int {
 // take picks the ready replica with the fewest requests in flight (round
 // robin among equals), not one of skip, and counts the request on it. The
 // target is where to send it: the replica's least busy worker (round robin
-// among equals) when the replica has Workers, else the replica's URL.
-func (d *deploymentState) take(skip []string) (replica, target string) {
+// among equals) when the replica has Workers, else the replica's URL;
+// secret is the replica's.
+func (d *deploymentState) take(skip []string) (replica, target, secret string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	replica = leastBusy(d.Replicas, d.next, d.inFlight, skip)
 	if replica == "" {
-		return "", ""
+		return "", "", ""
 	}
 	d.inFlight[replica]++
 	d.next++
+	secret = d.Secrets[replica]
 	workers := d.Workers[replica]
 	if len(workers) == 0 {
-		return replica, replica
+		return replica, replica, secret
 	}
 	target = leastBusy(workers, d.nextWorker, d.perWorker, nil)
 	d.perWorker[target]++
 	d.nextWorker++
-	return replica, target
+	return replica, target, secret
 }
 
 // leastBusy is the one of urls, not in skip, with the fewest requests in

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
 )
 
 // The replicas in these tests are real HTTP servers on loopback, each
@@ -398,5 +400,42 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Every request to a replica carries that replica's secret (its own, not
+// another replica's), mirrored copies too; a client's own replica-secret
+// header is never passed on, so it can stand in for none, and a replica
+// without a secret gets no such header.
+func TestReplicaSecrets(t *testing.T) {
+	blue, green, open := newReplica(t, "blue"), newReplica(t, "green"), newReplica(t, "open")
+	g := New(Options{})
+	bg := dep(blue, green)
+	bg.Secrets = map[string]string{blue.URL: "blue-secret", green.URL: "green-secret"}
+	mirror := dep(open)
+	mirror.Secrets = map[string]string{open.URL + "/other": "not-open's"}
+	g.Set(Endpoint{Name: "ep", AuthMode: "key", Keys: []string{key1}, Traffic: map[string]int{"bg": 100}, Mirror: map[string]int{"open": 100},
+		Deployments: map[string]Deployment{"bg": bg, "open": mirror}})
+	base := serve(t, g)
+	clientSecret := map[string]string{inferenceserver.SecretHeader: "the-client's-own"}
+	for i := range 4 {
+		if code, body, _ := score(t, base, "ep", key1, fmt.Sprint(i), clientSecret); code != 200 {
+			t.Fatalf("request %d: %d %s", i, code, body)
+		}
+	}
+	waitFor(t, "the mirrored copies", func() bool { return open.got.Load() == 4 })
+	for _, c := range []struct {
+		r    *replica
+		want string
+	}{{blue, "blue-secret"}, {green, "green-secret"}, {open, ""}} {
+		if c.r.got.Load() == 0 {
+			t.Fatalf("replica %s got no request", c.r.name)
+		}
+		for range c.r.got.Load() {
+			h := <-c.r.seen
+			if got := h.Values(inferenceserver.SecretHeader); (c.want == "" && len(got) != 0) || (c.want != "" && (len(got) != 1 || got[0] != c.want)) {
+				t.Errorf("replica %s got the secret header %q, want %q alone", c.r.name, got, c.want)
+			}
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
 	"github.com/ferry-ml/ferry/internal/unixsock"
 )
 
@@ -127,8 +128,8 @@ func splitReplica(replica string) (addr, path string, err error) {
 }
 
 // do sends method PATH?query with hdr (less the headers that stay at the
-// gateway) and body to replica, and returns its answer once its header is
-// in. ctx bounds the whole exchange, the body's reading included: when it
+// gateway), the replica's secret (when not empty) and body to replica,
+// and returns its answer once its header is in. ctx bounds the whole exchange, the body's reading included: when it
 // ends, the connection is cut off.
 //
 // A connection used before that the replica closed while it was idle
@@ -138,7 +139,7 @@ func splitReplica(replica string) (addr, path string, err error) {
 // this one. If that replica cannot be reached any more, it may have died
 // with the request under way: the first error is the answer, not a
 // refused connection, so the request is not run again on another replica.
-func (u *upstream) do(ctx context.Context, replica, method, query string, hdr http.Header, body []byte) (*upResponse, error) {
+func (u *upstream) do(ctx context.Context, replica, secret, method, query string, hdr http.Header, body []byte) (*upResponse, error) {
 	addr, path, err := splitReplica(replica)
 	if err != nil {
 		return nil, err
@@ -156,7 +157,7 @@ func (u *upstream) do(ctx context.Context, replica, method, query string, hdr ht
 		if c.unix {
 			host = "localhost" // a Unix socket's path is no Host
 		}
-		resp, retry, err := u.exchange(ctx, c, host, path, method, query, hdr, body)
+		resp, retry, err := u.exchange(ctx, c, host, path, secret, method, query, hdr, body)
 		if err == nil {
 			return resp, nil
 		}
@@ -172,14 +173,14 @@ func (u *upstream) do(ctx context.Context, replica, method, query string, hdr ht
 // under way fail at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-func (u *upstream) exchange(ctx context.Context, c *upConn, host, path, method, query string, hdr http.Header, body []byte) (resp *upResponse, retry bool, err error) {
+func (u *upstream) exchange(ctx context.Context, c *upConn, host, path, secret, method, query string, hdr http.Header, body []byte) (resp *upResponse, retry bool, err error) {
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(aLongTimeAgo) })
 	defer func() {
 		if err != nil {
 			stop()
 		}
 	}()
-	writeRequest(c.bw, host, path, method, query, hdr, body)
+	writeRequest(c.bw, host, path, secret, method, query, hdr, body)
 	if err := c.bw.Flush(); err != nil {
 		return nil, c.reused, err
 	}
@@ -209,9 +210,10 @@ func (u *upstream) exchange(ctx context.Context, c *upConn, host, path, method, 
 	}, false, nil
 }
 
-// writeRequest writes a request with a body of known length; hdr's
-// values were checked by the server that read them.
-func writeRequest(w *bufio.Writer, host, path, method, query string, hdr http.Header, body []byte) {
+// writeRequest writes a request with a body of known length, and the
+// replica's secret when it has one; hdr's values were checked by the
+// server that read them.
+func writeRequest(w *bufio.Writer, host, path, secret, method, query string, hdr http.Header, body []byte) {
 	w.WriteString(method)
 	w.WriteByte(' ')
 	w.WriteString(path)
@@ -222,6 +224,12 @@ func writeRequest(w *bufio.Writer, host, path, method, query string, hdr http.He
 	w.WriteString(" HTTP/1.1\r\nHost: ")
 	w.WriteString(host)
 	w.WriteString("\r\n")
+	if secret != "" {
+		w.WriteString(inferenceserver.SecretHeader)
+		w.WriteString(": ")
+		w.WriteString(secret)
+		w.WriteString("\r\n")
+	}
 	for k, vs := range hdr {
 		if !forwarded(k) {
 			continue
@@ -242,11 +250,13 @@ func writeRequest(w *bufio.Writer, host, path, method, query string, hdr http.He
 
 // forwarded says whether a request header goes on to the replica: not
 // the endpoint's key (it stays at the gateway), not those of one hop, not
-// Host (the replica's own is sent), and not Expect (the body is here
-// whole already).
+// Host (the replica's own is sent), not Expect (the body is here whole
+// already), and not a replica secret of the client's (the gateway sends
+// the replica's own, and a client's must not stand in for it where the
+// replica has none).
 func forwarded(k string) bool {
 	switch k {
-	case "Authorization", "Host", "Expect":
+	case "Authorization", "Host", "Expect", inferenceserver.SecretHeader:
 		return false
 	}
 	return !hopByHop(k)

@@ -380,7 +380,7 @@ func TestTakePicksTheLeastBusyWorker(t *testing.T) {
 		inFlight: map[string]int{}, perWorker: map[string]int{}}
 	var targets []string
 	for range 3 {
-		_, target := d.take(nil)
+		_, target, _ := d.take(nil)
 		targets = append(targets, target)
 	}
 	if fmt.Sprint(targets) != "[unix:/r.sock.w0 unix:/r.sock.w1 unix:/r.sock.w2]" {
@@ -388,7 +388,7 @@ func TestTakePicksTheLeastBusyWorker(t *testing.T) {
 	}
 	d.done("unix:/r.sock", "unix:/r.sock.w1")
 	for range 2 {
-		if replica, target := d.take(nil); replica != "unix:/r.sock" || target != "unix:/r.sock.w1" {
+		if replica, target, _ := d.take(nil); replica != "unix:/r.sock" || target != "unix:/r.sock.w1" {
 			t.Fatalf("with w1 free the request went to %s at %s, want w1", replica, target)
 		}
 		d.done("unix:/r.sock", "unix:/r.sock.w1")

@@ -202,3 +202,14 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// socketDir is a folder for a replica's Unix socket: private (0700), as
+// the replica requires (t.TempDir's folders may be open to others).
+func socketDir(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "sockets")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

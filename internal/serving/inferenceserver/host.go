@@ -20,10 +20,11 @@ var bootID = sync.OnceValue(func() string {
 // OnThisHost reports whether the replica that wrote s listens on a Unix
 // socket this process can reach: it runs on the same kernel (its boot id
 // is ours), and the path it named is, seen from here, the very socket it
-// bound (same device and inode). A replica on another machine fails the
-// first test; one in a container whose folder is not mounted at the same
-// path here, or a path that here names some other file, fails the second.
-// Whether the path merely exists says neither.
+// bound (same device and inode), in a folder no account but its owner
+// may enter. A replica on another machine fails the first test; one in a
+// container whose folder is not mounted at the same path here, a path
+// that here names some other file, or a socket another account could
+// replace, fails the second. Whether the path merely exists says neither.
 func (s Status) OnThisHost() bool {
 	return s.onHost(bootID())
 }

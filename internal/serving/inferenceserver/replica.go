@@ -38,6 +38,12 @@ type Replica struct {
 	// MaxRequestBytes bounds a request body (413 beyond it); 0 is the
 	// server's default of 100 MiB.
 	MaxRequestBytes int64
+	// Secret, when set, is what every request must carry in the
+	// SecretHeader header (the gateway's and the probes'): the replica
+	// answers 401 or 403 to any other, before its scoring script sees
+	// it. Ferry's replicas always have one (the server makes one per
+	// replica); without one the replica answers whoever reaches it.
+	Secret string
 	// Env is the deployment's environment_variables (NAME=value). They
 	// come after Ferry's own, so a deployment may set WORKER_COUNT as it
 	// does on Azure.
@@ -111,6 +117,9 @@ func (r Replica) Command() (Command, error) {
 	if r.MaxRequestBytes > 0 {
 		args = append(args, "--max-body-bytes", strconv.FormatInt(r.MaxRequestBytes, 10))
 	}
+	if r.Secret != "" {
+		args = append(args, RequireSecretFlag)
+	}
 	// Azure's variables, so that scripts reading them find them.
 	env := []string{
 		"AZUREML_MODEL_DIR=" + r.ModelDir,
@@ -126,8 +135,21 @@ func (r Replica) Command() (Command, error) {
 		env = append(env, "WORKER_COUNT=1")
 	}
 	env = append(env, r.Env...)
+	if r.Secret != "" {
+		// Last, so that no environment_variables entry replaces it.
+		env = append(env, SecretEnv+"="+r.Secret)
+	}
 	return Command{Args: args, Env: env, Dir: r.CodeDir}, nil
 }
+
+// SecretHeader is the request header that carries a replica's secret
+// (Replica.Secret), and SecretEnv the variable the inference server reads
+// it from; RequireSecretFlag makes the server refuse to start without it.
+const (
+	SecretHeader      = "X-Ferry-Replica-Secret"
+	SecretEnv         = "FERRY_REPLICA_SECRET"
+	RequireSecretFlag = "--require-secret"
+)
 
 // UnixURL is the base URL of a replica listening on the Unix socket at
 // path, as the gateway dials it.

@@ -130,7 +130,7 @@ def run(raw_data):
 		t.Fatalf("exit: %v, want a non-zero status", rep.waitErr)
 	}
 	// A launcher probing over HTTP learns the same from the process's end.
-	if err := probe.WaitProbe(ctx, http.DefaultClient, "http://127.0.0.1:1", time.Millisecond, rep.done); !errors.Is(err, probe.ErrExited) {
+	if err := probe.WaitProbe(ctx, http.DefaultClient, "http://127.0.0.1:1", "", time.Millisecond, rep.done); !errors.Is(err, probe.ErrExited) {
 		t.Errorf("WaitProbe: %v, want ErrExited", err)
 	}
 	for _, want := range []string{"Traceback (most recent call last)", "in init", "FileNotFoundError: model.pkl is not in the model folder"} {
@@ -221,7 +221,7 @@ def run(raw_data):
 	// Probes during init() do not succeed; WaitProbe returns once the gate
 	// lets init() finish.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	err := probe.WaitProbe(ctx, http.DefaultClient, base, 20*time.Millisecond, rep.done)
+	err := probe.WaitProbe(ctx, http.DefaultClient, base, "", 20*time.Millisecond, rep.done)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("WaitProbe during init(): %v, want the deadline", err)
@@ -231,13 +231,13 @@ def run(raw_data):
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := probe.WaitProbe(ctx, http.DefaultClient, base, 20*time.Millisecond, rep.done); err != nil {
+	if err := probe.WaitProbe(ctx, http.DefaultClient, base, "", 20*time.Millisecond, rep.done); err != nil {
 		t.Fatalf("WaitProbe after init(): %v", err)
 	}
 	if code, body := get(t, base+"/"); code != 200 || body != "Healthy" {
 		t.Errorf("GET / after init(): %d %q, want 200 Healthy", code, body)
 	}
-	if err := probe.Probe(context.Background(), http.DefaultClient, base); err != nil {
+	if err := probe.Probe(context.Background(), http.DefaultClient, base, ""); err != nil {
 		t.Errorf("Probe: %v", err)
 	}
 }
@@ -331,7 +331,7 @@ def run(raw_data):
 `, nil)
 	base := URL(rep.ready(t).Address)
 	prober := &http.Client{Transport: &http.Transport{}}
-	if err := probe.Probe(context.Background(), prober, base); err != nil {
+	if err := probe.Probe(context.Background(), prober, base, ""); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan string, 1)
@@ -349,7 +349,7 @@ def run(raw_data):
 	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(rep.dir, "arrived")); return err == nil })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := probe.Probe(ctx, prober, base); err != nil {
+	if err := probe.Probe(ctx, prober, base, ""); err != nil {
 		t.Errorf("probe while the worker is busy: %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(rep.dir, "gate"), nil, 0o644); err != nil {

@@ -18,7 +18,7 @@ import (
 // like the others, and removes the socket when it stops.
 func TestUnixSocket(t *testing.T) {
 	python := requirePython(t)
-	sock := filepath.Join(t.TempDir(), "replica.sock")
+	sock := filepath.Join(socketDir(t), "replica.sock")
 	// A socket file a replica before this one left does not stop it.
 	if err := os.WriteFile(sock, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestUnixSocketOnThisHost(t *testing.T) {
 	if err := os.MkdirAll(deep, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(deep, ".ferry-replica.sock")
+	sock := filepath.Join(deep, "private", "replica.sock")
 	rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.UnixSocket = sock })
 	st := rep.ready(t)
 	if st.Unix != sock || st.BootID == "" || st.UnixIno == 0 {
@@ -77,8 +77,11 @@ func TestUnixSocketOnThisHost(t *testing.T) {
 	if !st.OnThisHost() {
 		t.Fatalf("a replica started here is not on this host: %+v (boot id %q)", st, bootID())
 	}
-	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o666 {
-		t.Errorf("the socket's mode: %v %v, want 0666 (an account other than the replica's may run the gateway)", fi, err)
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the socket's mode: %v %v, want 0600", fi, err)
+	}
+	if fi, err := os.Stat(filepath.Dir(sock)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the socket's folder, made by the replica: %v %v, want 0700, the replica's account's alone", fi, err)
 	}
 
 	elsewhere := st
@@ -88,7 +91,7 @@ func TestUnixSocketOnThisHost(t *testing.T) {
 	}
 	// Another machine's replica whose folder has the same path as a
 	// socket here: same boot id faked, the file is not the one it bound.
-	other := filepath.Join(t.TempDir(), "other.sock")
+	other := filepath.Join(socketDir(t), "other.sock")
 	ln, err := net.Listen("unix", other)
 	if err != nil {
 		t.Fatal(err)
@@ -110,12 +113,12 @@ func TestUnixSocketOnThisHost(t *testing.T) {
 	}
 }
 
-// A Unix socket that cannot be made (here: its folder is missing) is a
-// saving lost, not a failure: the replica serves on TCP and its status
-// lines name no socket, so no gateway tries one.
+// A Unix socket that cannot be made (here: its folder's folder is
+// missing) is a saving lost, not a failure: the replica serves on TCP and
+// its status lines name no socket, so no gateway tries one.
 func TestUnixSocketThatCannotBeMade(t *testing.T) {
 	python := requirePython(t)
-	sock := filepath.Join(t.TempDir(), "missing", "replica.sock")
+	sock := filepath.Join(t.TempDir(), "missing", "deeper", "replica.sock")
 	rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.UnixSocket = sock })
 	st := rep.ready(t)
 	if st.Unix != "" || st.OnThisHost() {
@@ -137,7 +140,7 @@ func TestUnixSocketThatCannotBeMade(t *testing.T) {
 // ends; then the sockets are gone and a new connection is refused.
 func TestWorkerSockets(t *testing.T) {
 	python := requirePython(t)
-	sock := filepath.Join(t.TempDir(), "replica.sock")
+	sock := filepath.Join(socketDir(t), "replica.sock")
 	rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.Workers = 2; r.UnixSocket = sock })
 	st := rep.ready(t)
 	if len(st.WorkerSockets) != 2 || st.WorkerSockets[0].Path != sock+".w0" || st.WorkerSockets[1].Path != sock+".w1" {
@@ -209,13 +212,13 @@ func TestWorkerSockets(t *testing.T) {
 // gateway then goes through the front rather than to a stranger.
 func TestWorkerSocketsOnThisHostOnly(t *testing.T) {
 	python := requirePython(t)
-	sock := filepath.Join(t.TempDir(), "replica.sock")
+	sock := filepath.Join(socketDir(t), "replica.sock")
 	rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.Workers = 2; r.UnixSocket = sock })
 	st := rep.ready(t)
 	if len(st.WorkersOnThisHost()) != 2 {
 		t.Fatalf("WorkersOnThisHost: %v (%+v)", st.WorkersOnThisHost(), st.WorkerSockets)
 	}
-	other := filepath.Join(t.TempDir(), "other.sock")
+	other := filepath.Join(socketDir(t), "other.sock")
 	ln, err := net.Listen("unix", other)
 	if err != nil {
 		t.Fatal(err)
@@ -230,5 +233,74 @@ func TestWorkerSocketsOnThisHostOnly(t *testing.T) {
 		if got := s.WorkersOnThisHost(); got != nil {
 			t.Errorf("%s: WorkersOnThisHost = %v, want none", name, got)
 		}
+	}
+}
+
+// The socket's folder is the replica's account's alone: the replica makes
+// it 0700, and refuses a folder that other accounts may enter (it does
+// not change the mode of a folder it did not make), one it does not own,
+// or a link in its place, serving on TCP alone: whoever may enter the
+// folder could put another socket where the gateway connects. A gateway,
+// for its part, takes a socket for the replica's (OnThisHost) only while
+// its folder is private.
+func TestUnixSocketFolderIsPrivate(t *testing.T) {
+	python := requirePython(t)
+	dir := filepath.Join(t.TempDir(), "sockets")
+	rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.UnixSocket = filepath.Join(dir, "replica.sock") })
+	st := rep.ready(t)
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the socket's folder: %v %v, want mode 0700", fi, err)
+	}
+	if !st.OnThisHost() {
+		t.Fatalf("a replica's socket in its private folder is not on this host: %+v", st)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if st.OnThisHost() || st.WorkersOnThisHost() != nil {
+		t.Error("a socket in a folder other accounts may enter counts as the replica's")
+	}
+
+	open := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o755); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(t.TempDir(), link); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]string{"a folder others may enter": open, "a link": link}
+	if os.Geteuid() == 0 {
+		// A folder of another account (nobody's): that account could
+		// replace the socket.
+		theirs := filepath.Join(t.TempDir(), "theirs")
+		if err := os.Mkdir(theirs, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(theirs, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		cases["another account's folder"] = theirs
+	} else {
+		t.Log("not root: the case of another account's folder needs root to make one")
+	}
+	for name, d := range cases {
+		rep := startReplica(t, python, dispatchScript, func(r *Replica) { r.UnixSocket = filepath.Join(d, "replica.sock") })
+		st := rep.ready(t)
+		if st.Unix != "" {
+			t.Errorf("%s: the replica listens on a socket there: %+v", name, st)
+		}
+		if !strings.Contains(rep.stderr.String(), "serving on TCP alone") {
+			t.Errorf("%s: the log does not say why there is no socket:\n%s", name, rep.stderr)
+		}
+		if _, err := os.Lstat(filepath.Join(d, "replica.sock")); !os.IsNotExist(err) {
+			t.Errorf("%s: a socket was made there (%v)", name, err)
+		}
+	}
+	if fi, err := os.Stat(open); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("the folder others may enter: %v %v, want its mode 0755 left as it was", fi, err)
 	}
 }

@@ -15,16 +15,28 @@ import (
 	"time"
 )
 
+// SecretHeader is inferenceserver.SecretHeader, the header that carries a
+// replica's secret. It is repeated here rather than imported: package
+// inferenceserver's tests probe replicas with this package, which could
+// then not import it (a test there checks that the two agree).
+const SecretHeader = "X-Ferry-Replica-Secret"
+
 // ErrExited is what WaitProbe returns, wrapped, when the launcher says
 // the replica's process is gone before it answered.
 var ErrExited = errors.New("inference server exited before it was ready")
 
 // Probe asks a replica at baseURL whether it is live and ready (GET /),
-// as a liveness or readiness probe does: nil for 200.
-func Probe(ctx context.Context, client *http.Client, baseURL string) error {
+// as a liveness or readiness probe does: nil for 200. secret is the
+// replica's (inferenceserver.Replica.Secret), sent in the SecretHeader
+// header as the gateway sends it: a replica
+// that has one answers nothing else. Empty sends none.
+func Probe(ctx context.Context, client *http.Client, baseURL, secret string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/", nil)
 	if err != nil {
 		return err
+	}
+	if secret != "" {
+		req.Header.Set(SecretHeader, secret)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -43,12 +55,12 @@ func Probe(ctx context.Context, client *http.Client, baseURL string) error {
 // another node, say). It returns ErrExited, wrapped, once exited is closed
 // (the launcher closes it when the process is gone; nil if it cannot
 // tell), or the context's error with the last probe's.
-func WaitProbe(ctx context.Context, client *http.Client, baseURL string, interval time.Duration, exited <-chan struct{}) error {
+func WaitProbe(ctx context.Context, client *http.Client, baseURL, secret string, interval time.Duration, exited <-chan struct{}) error {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	var last error // the last probe that ended on its own
 	for {
-		err := Probe(ctx, client, baseURL)
+		err := Probe(ctx, client, baseURL, secret)
 		if err == nil {
 			return nil
 		}

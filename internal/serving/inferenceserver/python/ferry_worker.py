@@ -7,6 +7,7 @@ library only, Python 3.8 or later.
 """
 
 import array
+import hmac
 import importlib.util
 import inspect
 import io
@@ -26,6 +27,10 @@ SHIMS = os.path.join(HERE, "shims")
 # How long a connection may wait for its next request (the front closes it
 # then), and how long a request that has begun may take to arrive whole.
 CONNECTION_IDLE_TIMEOUT = 300.0
+# The header that carries the replica's secret (inference_server.py's
+# FERRY_REPLICA_SECRET): Ferry's gateway and probes send it, and a request
+# without it never reaches the scoring script.
+REPLICA_SECRET_HEADER = "X-Ferry-Replica-Secret"
 _END = object()  # the end of a streamed result
 
 
@@ -162,11 +167,12 @@ class Worker(object):
 
     SPARE = 4  # threads beyond this many waiting end
 
-    def __init__(self, script, ctl, family, max_body):
+    def __init__(self, script, ctl, family, max_body, secret=b""):
         self.script = script
         self.ctl = ctl
         self.family = family
         self.max_body = max_body
+        self.secret = secret  # bytes; empty: requests need none
         self.ready = False
         self.run_lock = threading.Lock()
         self.lock = threading.Lock()
@@ -449,7 +455,33 @@ class Handler(BaseHTTPRequestHandler):
         self.body_read = False
         self.status_sent = 0
         self.connection_header = False
-        return BaseHTTPRequestHandler.parse_request(self)
+        self.authorized = False
+        if not BaseHTTPRequestHandler.parse_request(self):
+            return False
+        return self.check_secret()
+
+    def check_secret(self):
+        """Whether the request carries the replica's secret (or the
+        replica has none); if not, answers 401 (none sent) or 403 (a wrong
+        one) and closes the connection, so that no route, and none of the
+        scoring script's code, sees the request. Compared in constant
+        time: how long a refusal takes says nothing of how much matched."""
+        secret = self.worker.secret
+        if not secret or self.authorized:
+            return True
+        got = self.headers.get(REPLICA_SECRET_HEADER)
+        # Header values arrive decoded as Latin-1; encoded back, they are
+        # the bytes sent.
+        if got is not None and hmac.compare_digest(got.strip().encode("latin-1", "replace"), secret):
+            self.authorized = True
+            return True
+        log("W", "%s refused: %s" % (self.address_string(), "no replica secret" if got is None else "a wrong replica secret"))
+        extra = None if self.has_unread_body() else [("Connection", "close")]
+        self.close_connection = True
+        self.send_json(401 if got is None else 403,
+                       {"message": "this replica answers only Ferry's gateway: the request lacks its secret "
+                                   "(score through the endpoint's scoring URI)"}, extra)
+        return False
 
     def has_unread_body(self):
         if self.body_read:
@@ -536,7 +568,10 @@ class Handler(BaseHTTPRequestHandler):
     do_DELETE = do_PATCH = do_PUT
 
     def handle_expect_100(self):
-        # Refuse a declared oversized body before the client sends it.
+        # Refuse a client without the secret, and a declared oversized
+        # body, before the client sends the body.
+        if not self.check_secret():
+            return False
         length = self.headers.get("Content-Length")
         if length and length.isdigit() and int(length) > self.worker.max_body:
             self.refuse_too_large()
@@ -559,7 +594,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         from ferry_aml_shim import AMLRequest
         split = urlsplit(self.path)
-        request = AMLRequest(self.command, split.path, split.query, list(self.headers.items()), body,
+        # The replica's secret is Ferry's, not the request's.
+        headers = [(k, v) for k, v in self.headers.items() if k.lower() != REPLICA_SECRET_HEADER.lower()]
+        request = AMLRequest(self.command, split.path, split.query, headers, body,
                              remote_addr=self.client_address[0])
         # One run() at a time per worker, as Azure's workers do: scripts
         # written for it need not be thread-safe. A streamed result is

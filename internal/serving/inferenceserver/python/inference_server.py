@@ -32,6 +32,13 @@ gateway on the same host that balances across the workers itself (Ferry's
 does) connects there and saves the front's hand-over per request; every
 other client goes through the front.
 
+With $FERRY_REPLICA_SECRET set (Ferry's replicas always have it), every
+request must carry that secret in the X-Ferry-Replica-Secret header: one
+without it is answered 401 (403 with a wrong one) before any of the
+scoring script's code sees it. Ferry's gateway and its probes send it;
+no other client, local account or job knows it. Unix sockets (--unix)
+are made in a folder private to the replica's account (mode 0700).
+
 Standard library only, Python 3.8 or later: it runs in any environment.
 Stdout carries two status lines for whoever started it (JSON objects with
 the key "ferry_inference_server": "listening", then "ready") and nothing
@@ -40,22 +47,25 @@ else: the script's own output and every log line go to stderr.
 
 import argparse
 import array
+import errno
 import json
 import os
 import select
 import selectors
 import signal
 import socket
+import stat
 import sys
 import time
 import traceback
 
-from ferry_worker import CONNECTION_IDLE_TIMEOUT, Script, Worker, log
+from ferry_worker import CONNECTION_IDLE_TIMEOUT, REPLICA_SECRET_HEADER, Script, Worker, log
 
 DEFAULT_MAX_BODY = 100 << 20
 INIT_FAILED = 3  # exit status when the script cannot be loaded or init() fails
 SWEEP_SECONDS = 10.0  # how often connections idle too long are closed
 STOP_GRACE = 5.0  # after the drain, how long workers may take to exit
+SECRET_ENV = "FERRY_REPLICA_SECRET"  # the replica's secret, from the server that started it
 
 
 def status_line(state, **fields):
@@ -64,16 +74,17 @@ def status_line(state, **fields):
     sys.stdout.flush()
 
 
-def worker_main(script_path, ctl, family, max_body, ready_w, go_r, own=None):
+def worker_main(script_path, ctl, family, max_body, ready_w, go_r, own=None, secret=b""):
     """The body of one forked worker; returns its exit status. own is the
-    worker's own listening socket (a Unix socket), or None."""
+    worker's own listening socket (a Unix socket), or None; secret, when
+    set, is what every request must carry (REPLICA_SECRET_HEADER)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     # The script's prints go to the log (stderr): stdout is the parent's,
     # for its status lines alone.
     sys.stdout.flush()
     os.dup2(2, 1)
-    worker = Worker(Script(script_path), ctl, family, max_body)
+    worker = Worker(Script(script_path), ctl, family, max_body, secret)
     # Serve at once, so that liveness answers 503 while init() runs.
     worker.start()
     try:
@@ -531,19 +542,47 @@ def own_sockets(unix, n):
     return owns
 
 
+def private_folder(path):
+    """Makes the folder path (its parent must exist), mode 0700, or checks
+    that it is private to this process's account: a real folder, not a
+    link, owned by this account, that no other account may enter. An
+    existing folder is never chmod'ed: one that others may enter (/tmp,
+    say) is another's to keep open, and the sockets go elsewhere. Raises
+    OSError when the folder is not private.
+
+    The replica's sockets live there, so that only its own account and
+    root (the gateway, in a server that runs as root) can reach them or
+    put another socket in their place: another account cannot enter the
+    folder, nor rename it away, its parent (the job's working folder)
+    being the replica's account's own."""
+    try:
+        os.mkdir(path, 0o700)
+        # The umask may have taken bits away, never added any.
+        os.chmod(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.ENOTDIR, "not a folder (a link or a file is in its place)", path)
+    if st.st_uid != os.geteuid():
+        raise OSError(errno.EPERM, "the folder belongs to uid %d, not to this replica's %d" % (st.st_uid, os.geteuid()), path)
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        raise OSError(errno.EPERM, "other accounts may enter the folder (mode %03o); the sockets need a folder "
+                      "of the replica's alone" % stat.S_IMODE(st.st_mode), path)
+
+
 def listen_unix(path):
-    """A Unix socket listening at path, and the stat of its file. A
-    socket file a replica before this one left is replaced. The socket is
-    readable and writable by every account: whoever may reach the
-    replica's TCP port on this host may reach it, and the account that
-    runs the gateway may not be the replica's. Raises OSError (the socket
+    """A Unix socket listening at path, and the stat of its file. Its
+    folder is made private first (private_folder); a socket file a
+    replica before this one left is replaced. Raises OSError (the socket
     closed) when it cannot be made."""
+    private_folder(os.path.dirname(os.path.abspath(path)))
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         if os.path.exists(path) and not os.path.isdir(path):
             os.unlink(path)
         bind_unix(s, path)
-        os.chmod(path, 0o666)
+        os.chmod(path, 0o600)
         st = os.stat(path)
         s.listen(128)
     except OSError:
@@ -575,6 +614,9 @@ def parse_args(argv):
                    help="on SIGTERM, how long requests under way may take before the workers are killed")
     p.add_argument("--max-body-bytes", type=int,
                    default=int(os.environ.get("FERRY_MAX_REQUEST_BYTES") or DEFAULT_MAX_BODY))
+    p.add_argument("--require-secret", action="store_true",
+                   help="refuse to start without $%s, the secret every request must carry in the %s header"
+                   % (SECRET_ENV, REPLICA_SECRET_HEADER))
     return p.parse_args(argv)
 
 
@@ -595,6 +637,13 @@ def main(argv=None):
             return 2
     if workers < 1 or args.max_body_bytes < 1:
         sys.stderr.write("--workers (WORKER_COUNT) and --max-body-bytes must be at least 1\n")
+        return 2
+    # The replica's secret leaves the environment before the scoring
+    # script is loaded: the processes the script starts do not inherit it.
+    secret = os.environ.pop(SECRET_ENV, "").encode("utf-8")
+    if args.require_secret and not secret:
+        sys.stderr.write("--require-secret: $%s is empty; the server that started this replica gives it one\n"
+                         % SECRET_ENV)
         return 2
 
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
@@ -670,7 +719,7 @@ def main(argv=None):
                 own = owns[len(procs)][0] if owns else None
                 for s in socks + [front_end] + [p.ctl for p in procs] + [o[0] for o in owns if o[0] is not own]:
                     s.close()
-                code = worker_main(script, worker_end, family, args.max_body_bytes, ready_w, go_r, own)
+                code = worker_main(script, worker_end, family, args.max_body_bytes, ready_w, go_r, own, secret)
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()
