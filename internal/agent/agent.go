@@ -49,6 +49,9 @@ type Config struct {
 	// RunAs is the account runners start jobs as ("" = their own). The
 	// node's runs/ directories are then passable (0711) by it.
 	RunAs string
+	// JobUIDs, with RunAs, makes each attempt run as a uid of its own
+	// from this range (isolation.Acquire); "" = all as RunAs.
+	JobUIDs string
 	// Address is where other nodes reach this one (MASTER_ADDR of
 	// distributed jobs). "" = the IP of the interface toward Server.
 	Address string

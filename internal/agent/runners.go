@@ -195,7 +195,7 @@ func (a *agent) launch(as nodeproto.Assignment) (*proc, error) {
 	}
 	args := invocation.Invocation{API: api, Job: as.Job, Attempt: as.Attempt, Dir: dir,
 		Cache: a.cfg.CacheDir, EnvCache: a.cfg.EnvCacheDir, EnvCacheSize: a.cfg.EnvCacheSize,
-		CancelGrace: a.cfg.CancelGrace, RunAs: a.cfg.RunAs}.Args()
+		CancelGrace: a.cfg.CancelGrace, RunAs: a.cfg.RunAs, JobUIDs: a.cfg.JobUIDs}.Args()
 	cmd := exec.Command(a.cfg.Exe, args...)
 	cmd.Env = a.runnerEnv(as)
 	cmd.Stdout, cmd.Stderr = logf, logf

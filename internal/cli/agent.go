@@ -55,6 +55,14 @@ when the server refuses it.`,
 					return fmt.Errorf("--run-as: %w", err)
 				}
 			}
+			if cfg.JobUIDs != "" {
+				if cfg.RunAs == "" {
+					return errors.New("--job-uids needs --run-as: the account whose name the attempts' uids carry")
+				}
+				if _, err := isolation.ParseUIDRange(cfg.JobUIDs); err != nil {
+					return fmt.Errorf("--job-uids: %w", err)
+				}
+			}
 			if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 				return err
 			}
@@ -81,6 +89,7 @@ when the server refuses it.`,
 	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "time a canceled job gets between SIGTERM and SIGKILL")
 	f.DurationVar(&cfg.GiveUpAfter, "give-up-after", 24*time.Hour, "exit when the server has not answered for this long (runners keep going and give up on their own)")
 	f.StringVar(&cfg.RunAs, "run-as", "", "account that jobs' processes run as (default: the agent's own); the way to --dir must be passable by it")
+	f.StringVar(&cfg.JobUIDs, "job-uids", "", "with --run-as: run each attempt as a uid of its own from this range (FIRST-LAST, such as "+isolation.DefaultUIDs+"), named after the --run-as account")
 	f.StringVar(&cfg.Address, "address", "", "address other nodes reach this one at (default: the IP toward the server)")
 	for _, n := range []string{"server", "dir"} {
 		_ = cmd.MarkFlagRequired(n)

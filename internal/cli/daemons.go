@@ -85,6 +85,7 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory of the workspace's database, blobs and logs (required)")
 	f.StringVar(&cfg.WorkDir, "work-dir", "", "directory of the jobs on this machine: attempts, built environments, process nodes; outside the data dir (default: DATA_DIR-work, or /var/lib/ferry-work/HASH when the job user cannot reach that)")
 	f.StringVar(&cfg.RunAs, "run-as", "", "account that jobs on the local target and process nodes run as (default: ferry-job, made if missing, when the server runs as root; else the server's own user). Naming the server's own user runs them as it")
+	f.StringVar(&cfg.JobUIDs, "job-uids", "", "when jobs run as another account (a root server): the range of uids, FIRST-LAST, that each attempt on the local target and process nodes runs as one of, alone, held for its life and shared with other servers of this host (default "+isolation.DefaultUIDs+"); none runs them all as the --run-as account")
 	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8580", "address to listen on (port 0 picks a free one)")
 	f.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL that runners use to reach this server (default: http://ADDR)")
 	f.BoolVar(&cfg.LocalExecutor, "local-executor", true, "run the local target's jobs in one long-lived executor process (ferry local-executor); false starts a runner process per job, as before (slower for small jobs; see bench/dispatch)")

@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -52,12 +53,7 @@ func checkProbe(t *testing.T, s *server, name, log string) {
 	if strings.Contains(log, "READ ") {
 		t.Errorf("%s read the data dir:\n%s", name, log)
 	}
-	u, err := isolation.Lookup(isolation.DefaultUser)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "uid=" + strconv.Itoa(int(u.UID)) + " gid=" + strconv.Itoa(int(u.GID)) + " groups=" + strconv.Itoa(int(u.GID)) + "\n"
-	mustContain(t, name+" identity", log, want)
+	jobUID(t, name, log)
 	dl := t.TempDir()
 	s.mustFerry("job", "download", name, "--download-path", dl)
 	if got, err := os.ReadFile(filepath.Join(dl, "artifacts", "outputs", "probe.txt")); err != nil || string(got) != "probed\n" {
@@ -65,8 +61,28 @@ func checkProbe(t *testing.T, s *server, name, log string) {
 	}
 }
 
-// A job on the local target of a server that runs as root runs as
-// ferry-job, in a directory outside the data dir: it reads neither the
+// jobUID checks the "uid=U gid=G groups=G" line of a job's log: a root
+// server's job runs as a uid of its own from the default range, with a
+// group of the same number and no other, and it returns the uid.
+func jobUID(t *testing.T, name, log string) int {
+	t.Helper()
+	m := regexp.MustCompile(`uid=(\d+) gid=(\d+) groups=([\d ]+)\n`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("%s: no identity line in its log:\n%s", name, log)
+	}
+	r, err := isolation.ParseUIDRange(isolation.DefaultUIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(m[1])
+	if uid < int(r.First) || uid > int(r.Last) || m[2] != m[1] || m[3] != m[1] {
+		t.Errorf("%s ran as uid=%s gid=%s groups=%s; want a uid of %s with its own group alone", name, m[1], m[2], m[3], r)
+	}
+	return uid
+}
+
+// A job on the local target of a server that runs as root runs as a uid
+// of its own (named after ferry-job), in a directory outside the data dir: it reads neither the
 // owner token (the attack of issue 10: ../../../../owner.token), nor the
 // store, nor the key, by relative or absolute path; it still writes its
 // outputs and log.

@@ -27,6 +27,16 @@ func ConfigFor(inv invocation.Invocation, runToken string, log *slog.Logger) (Co
 		}
 		cfg.RunAs = u
 	}
+	if inv.JobUIDs != "" {
+		if inv.RunAs == "" {
+			return Config{}, fmt.Errorf("--job-uids needs --run-as: the account whose name the attempts' uids carry")
+		}
+		r, err := isolation.ParseUIDRange(inv.JobUIDs)
+		if err != nil {
+			return Config{}, fmt.Errorf("--job-uids: %w", err)
+		}
+		cfg.JobUIDs = &r
+	}
 	if inv.EnvCacheSize != "" {
 		n, err := environment.ParseBytes(inv.EnvCacheSize)
 		if err != nil {

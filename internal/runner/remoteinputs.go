@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/ferry-ml/ferry/internal/fetch"
+	"github.com/ferry-ml/ferry/internal/beneath"
 	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
@@ -142,7 +143,13 @@ func folderInput(label string, in spec.Input, src, dir string, inContainer bool,
 		return dest, nil
 	}
 	if file {
-		if err := copyRegular(src, dest); err != nil {
+		in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return "", err
+		}
+		err = copyOpened(in, src, dest, check)
+		in.Close()
+		if err != nil {
 			return "", err
 		}
 		fmt.Fprintf(logw, "ferry: %s: copied %s\n", label, src)
@@ -185,46 +192,81 @@ func orDefault(s, d string) string {
 }
 
 // copyTree copies the folders and regular files under src into dest;
-// links and special files are skipped, each with a line in the log.
+// links and special files are skipped, each with a line in the log. The
+// datastore's folder may be written by others (jobs among them) while it
+// is copied: everything beneath src is opened through internal/beneath,
+// which follows no symlink, and check sees the stat of what was opened,
+// so what is checked is what is copied.
 func copyTree(src, dest string, check func(string, fs.FileInfo) error, logw io.Writer, label string) (int, error) {
+	root, err := beneath.Open(src)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
 	n := 0
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+	var walk func(rel string) error
+	walk = func(rel string) error {
+		d, err := root.OpenDir(rel)
 		if err != nil {
 			return err
 		}
-		if d.IsDir() || d.Type().IsRegular() {
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			if err := check(p, fi); err != nil {
-				return err
-			}
+		fi, err := d.Lstat("")
+		if err == nil {
+			err = check(filepath.Join(src, rel), fi)
 		}
-		rel, err := filepath.Rel(src, p)
+		var es []beneath.Entry
+		if err == nil {
+			es, err = d.ReadDir()
+		}
+		d.Close()
 		if err != nil {
 			return err
 		}
-		target := filepath.Join(dest, rel)
-		switch {
-		case d.IsDir():
-			return os.MkdirAll(target, 0o755)
-		case d.Type().IsRegular():
-			n++
-			return copyRegular(p, target)
+		if err := os.MkdirAll(filepath.Join(dest, rel), 0o755); err != nil {
+			return err
 		}
-		fmt.Fprintf(logw, "ferry: %s: skipped %s: not a regular file or folder\n", label, rel)
+		for _, e := range es {
+			sub := filepath.Join(rel, e.Name)
+			switch {
+			case e.Err != nil:
+				return e.Err
+			case e.Info.IsDir():
+				if err := walk(sub); err != nil {
+					return err
+				}
+			case e.Info.Mode().IsRegular():
+				in, err := root.OpenFile(sub, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+				if err != nil {
+					return err
+				}
+				err = copyOpened(in, filepath.Join(src, sub), filepath.Join(dest, sub), check)
+				in.Close()
+				if err != nil {
+					return err
+				}
+				n++
+			default:
+				fmt.Fprintf(logw, "ferry: %s: skipped %s: not a regular file or folder\n", label, sub)
+			}
+		}
 		return nil
-	})
-	return n, err
+	}
+	return n, walk("")
 }
 
-func copyRegular(src, dest string) error {
-	in, err := os.Open(src)
+// copyOpened copies the open file in (named name, for messages) to the new
+// file dest, once check has passed the file's own stat.
+func copyOpened(in *os.File, name, dest string, check func(string, fs.FileInfo) error) error {
+	fi, err := in.Stat()
 	if err != nil {
 		return err
 	}
-	defer in.Close()
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is no longer a regular file", name)
+	}
+	if err := check(name, fi); err != nil {
+		return err
+	}
 	out, err := os.OpenFile(dest, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err

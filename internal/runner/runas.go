@@ -15,7 +15,9 @@ import (
 // passable but not listable (0711, the runner's), and what the job works
 // in is the account's: the working directory with the code, the inputs,
 // the named outputs, the log spool (a container job opens it by path) and
-// a HOME when the account has none. runner.log stays the runner's.
+// a HOME when the account has none; the folders at the top of those are
+// 0700, so no other account reaches what is beneath them. runner.log
+// stays the runner's.
 
 // shareAttemptDir makes the attempt's directory passable by the job's
 // account and gives it the spool.
@@ -43,7 +45,12 @@ func (r *runner) giveToJob() error {
 		}
 	}
 	for _, name := range []string{WorkDirName, "inputs", "named-outputs", HomeName} {
-		err := isolation.ChownTree(filepath.Join(r.cfg.Dir, name), u)
+		dir := filepath.Join(r.cfg.Dir, name)
+		err := isolation.ChownTree(dir, u)
+		if err == nil {
+			// The attempt's own: no other account passes through.
+			err = os.Chmod(dir, 0o700)
+		}
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}

@@ -60,6 +60,10 @@ type Config struct {
 	// channel, the caches and the spool) and gives the account the job's
 	// directories.
 	RunAs *isolation.User
+	// JobUIDs, when not nil, makes the attempt run as a uid of its own
+	// from the range, held for its life (isolation.Acquire), in place of
+	// RunAs's; RunAs gives it its name.
+	JobUIDs *isolation.UIDRange
 	// CancelGrace is how long a canceled job has between SIGTERM and SIGKILL.
 	CancelGrace time.Duration
 	// HeartbeatEvery is how often the runner renews its lease.
@@ -172,7 +176,13 @@ func Run(ctx context.Context, cfg Config) error {
 	go r.lifetime(ctx, end, h)
 	go r.sendReports(ctx)
 
-	final := gaveUp(r.run(ctx), context.Cause(ctx))
+	var final workspace.Report
+	if release, err := r.leaseUID(); err != nil {
+		final = failed("no uid could be held for the attempt", err)
+	} else {
+		final = gaveUp(r.run(ctx), context.Cause(ctx))
+		release()
+	}
 	r.reports <- final
 	close(r.reports)
 	<-r.sent // sendReports ends when ctx does
@@ -207,6 +217,27 @@ func (r *runner) sendReports(ctx context.Context) {
 
 func failed(reason string, err error) workspace.Report {
 	return workspace.Report{Status: workspace.StatusFailed, Reason: reason, Error: err.Error()}
+}
+
+// leaseUID makes the attempt run as a uid of its own when the runner is
+// told to (Config.JobUIDs), and returns what gives it back once the
+// attempt has ended: its processes killed, its folder closed to all but
+// the runner (isolation.Lease.Release).
+func (r *runner) leaseUID() (release func(), err error) {
+	if r.cfg.JobUIDs == nil || r.cfg.RunAs == nil {
+		return func() {}, nil
+	}
+	lease, err := isolation.Acquire(*r.cfg.JobUIDs, r.cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	r.cfg.RunAs = lease.User(r.cfg.RunAs.Name)
+	r.log.Debug("the attempt runs as a uid of its own", "uid", lease.UID)
+	return func() {
+		if err := lease.Release(r.cfg.Dir); err != nil {
+			r.log.Warn("giving the attempt's uid back", "uid", lease.UID, "err", err)
+		}
+	}, nil
 }
 
 // run does the attempt and returns its final report.

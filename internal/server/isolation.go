@@ -65,6 +65,21 @@ func jobAccount(ctx context.Context, flag string) (*isolation.User, error) {
 // say): one per data dir.
 const sharedWorkRoot = "/var/lib/ferry-work"
 
+// jobUIDRange is --job-uids checked: the range, or "" for "none".
+func jobUIDRange(flag string) (string, error) {
+	switch flag {
+	case "none":
+		return "", nil
+	case "":
+		flag = isolation.DefaultUIDs
+	}
+	r, err := isolation.ParseUIDRange(flag)
+	if err != nil {
+		return "", fmt.Errorf("--job-uids: %w; or none, to run every job as the --run-as account", err)
+	}
+	return r.String(), nil
+}
+
 // defaultWorkDir is DATA_DIR-work beside the data dir; when jobs run as
 // another user who cannot pass through the way there, it is
 // /var/lib/ferry-work/HASH, HASH being that of the data dir's path.

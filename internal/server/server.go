@@ -47,7 +47,11 @@ type Config struct {
 	// RunAs is the account that jobs on the local target and process nodes
 	// run as ("" = isolation.Choose's default: isolation.DefaultUser when
 	// the server is root, else the server's own user).
-	RunAs         string
+	RunAs string
+	// JobUIDs is the range of uids that attempts on the local target and
+	// process nodes each run as one of, when jobs run as another account
+	// ("" = isolation.DefaultUIDs; "none" = all as RunAs).
+	JobUIDs       string
 	Addr          string // host:port to listen on; port 0 picks a free one
 	AdvertiseURL  string // URL runners use; default http://<listen address>
 	LocalCapacity int    // slots of the built-in local target; 0 = CPUs
@@ -156,10 +160,17 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		pruneSharedWorkDirs(sharedWorkRoot, work, cfg.Log)
 	}
-	runAs := ""
+	runAs, jobUIDs := "", ""
 	if jobUser != nil {
 		runAs = jobUser.Name
-		cfg.Log.Info("jobs on this host run as an unprivileged user", "user", runAs, "uid", jobUser.UID, "work_dir", work)
+		if jobUIDs, err = jobUIDRange(cfg.JobUIDs); err != nil {
+			return err
+		}
+		if jobUIDs != "" {
+			cfg.Log.Info("jobs on this host run as unprivileged uids of their own", "uids", jobUIDs, "named_after", runAs, "work_dir", work)
+		} else {
+			cfg.Log.Info("jobs on this host run as an unprivileged user", "user", runAs, "uid", jobUser.UID, "work_dir", work)
+		}
 	}
 
 	exe, err := selfexe.Install(filepath.Join(dir, "bin"))
@@ -203,7 +214,7 @@ func Run(ctx context.Context, cfg Config) error {
 	images := &envimage.Pushers{Snapshot: snapshotExtractor(blobs), WorkDir: work, Log: cfg.Log}
 	targets := targetFactory(computeTypes, targetEnv{Log: cfg.Log, APIURL: url, Exe: exe, CancelGrace: cfg.CancelGrace, Key: key, Local: local.Config{
 		Exe: exe, RunsDir: filepath.Join(work, "runs"), CacheDir: filepath.Join(dir, "cache"),
-		Capacity: cfg.LocalCapacity, CancelGrace: grace, RunAs: runAs, GPUs: len(hostGPUs()), Executor: cfg.LocalExecutor,
+		Capacity: cfg.LocalCapacity, CancelGrace: grace, RunAs: runAs, JobUIDs: jobUIDs, GPUs: len(hostGPUs()), Executor: cfg.LocalExecutor,
 		EnvCacheDir: filepath.Join(work, "environments"), EnvCacheSize: cfg.EnvCacheSize,
 		Docker: func(ctx context.Context) error {
 			d, err := docker.Connect(ctx)
@@ -214,7 +225,7 @@ func Run(ctx context.Context, cfg Config) error {
 		},
 	}, Snapshot: snapshotExtractor(blobs), WorkDir: work, Images: images})
 	provs := newProviders(exe, work, cfg.Provider)
-	provs.runAs = runAs
+	provs.runAs, provs.jobUIDs = runAs, jobUIDs
 	provs.key, provs.binaries, provs.log = key, cfg.AgentBinaries, cfg.Log
 	provs.serverAddr = dialable(ln.Addr().(*net.TCPAddr))
 	provs.loopbackOnly = ln.Addr().(*net.TCPAddr).IP.IsLoopback()

@@ -43,6 +43,9 @@ type Config struct {
 	// RunAs is the account the runners start jobs as ("" = the runner's
 	// own). The way to each attempt's directory is then passable by it.
 	RunAs string
+	// JobUIDs, with RunAs, makes each attempt run as a uid of its own
+	// from this range (isolation.Acquire); "" = all as RunAs.
+	JobUIDs string
 	// GPUs is how many GPUs this machine has (what nvidia-smi lists); a
 	// job that asks for more is refused at submit.
 	GPUs int
@@ -151,7 +154,7 @@ func (t *Target) launch(l compute.Launch) error {
 		return err
 	}
 	inv := invocation.Invocation{API: l.APIURL, Job: l.Job, Attempt: l.Attempt, Dir: dir, Cache: t.cfg.CacheDir,
-		EnvCache: t.cfg.EnvCacheDir, EnvCacheSize: t.cfg.EnvCacheSize, RunAs: t.cfg.RunAs}
+		EnvCache: t.cfg.EnvCacheDir, EnvCacheSize: t.cfg.EnvCacheSize, RunAs: t.cfg.RunAs, JobUIDs: t.cfg.JobUIDs}
 	if t.cfg.CancelGrace != "" {
 		var err error
 		if inv.CancelGrace, err = time.ParseDuration(t.cfg.CancelGrace); err != nil {

@@ -49,6 +49,8 @@ type Config struct {
 	// then passable (0711, not listable) by it, so its jobs reach their
 	// working directories.
 	RunAs string
+	// JobUIDs is the agents' --job-uids ("" = none).
+	JobUIDs string
 }
 
 // Provider is the process node provider. Its methods are safe for
@@ -289,6 +291,9 @@ func (p *Provider) start(id, dir string, r provider.LaunchRequest, gpus []int) (
 	args := append(slices.Clone(r.AgentArgs), "--dir", dir)
 	if p.cfg.RunAs != "" {
 		args = append(args, "--run-as", p.cfg.RunAs)
+	}
+	if p.cfg.JobUIDs != "" {
+		args = append(args, "--job-uids", p.cfg.JobUIDs)
 	}
 	cmd := exec.Command(p.cfg.Exe, args...)
 	cmd.Dir = dir

@@ -32,6 +32,9 @@ type Invocation struct {
 	CancelGrace  time.Duration `json:"cancel_grace,omitempty"`
 	GiveUpAfter  time.Duration `json:"give_up_after,omitempty"`
 	RunAs        string        `json:"run_as,omitempty"`
+	// JobUIDs, with RunAs, makes each attempt run as a uid of its own
+	// from this range (FIRST-LAST), RunAs naming it (isolation.Acquire).
+	JobUIDs string `json:"job_uids,omitempty"`
 }
 
 // Required are the flags a runner cannot start without.
@@ -50,6 +53,7 @@ func (inv *Invocation) Bind(fs *pflag.FlagSet, cancelGrace, giveUpAfter time.Dur
 	fs.DurationVar(&inv.CancelGrace, "cancel-grace", cancelGrace, "SIGTERM to SIGKILL grace on cancel")
 	fs.DurationVar(&inv.GiveUpAfter, "give-up-after", giveUpAfter, "stop the job and end, keeping the final report in the attempt's directory, when the server has not answered for this long")
 	fs.StringVar(&inv.RunAs, "run-as", "", "account the job's processes run as (default: the runner's own)")
+	fs.StringVar(&inv.JobUIDs, "job-uids", "", "with --run-as: run the job as a uid of its own from this range (FIRST-LAST), held for the attempt")
 }
 
 // Args is the `ferry runner` command line of inv; options left zero are
@@ -68,6 +72,9 @@ func (inv Invocation) Args() []string {
 	}
 	if inv.RunAs != "" {
 		args = append(args, "--run-as", inv.RunAs)
+	}
+	if inv.JobUIDs != "" {
+		args = append(args, "--job-uids", inv.JobUIDs)
 	}
 	return args
 }
