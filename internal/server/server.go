@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -24,6 +23,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/compute/local"
 	"github.com/ferry-ml/ferry/internal/envimage"
 	"github.com/ferry-ml/ferry/internal/environment/docker"
+	"github.com/ferry-ml/ferry/internal/httplimit"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/selfexe"
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
@@ -87,6 +87,13 @@ type Config struct {
 	Version string
 	// ScheduleMinute is workspace.Config's (0 = a minute).
 	ScheduleMinute time.Duration
+	// Limits bound what one client may hold of the listener (the API,
+	// the studio and the endpoints' gateway alike); a zero field is
+	// httplimit.Defaults'.
+	Limits httplimit.Limits
+	// Endpoint bounds the gateway's request bodies and requests; its zero
+	// fields are the gateway's defaults. Only its limits are read.
+	Endpoint gateway.Options
 }
 
 // Info is written to DataDir/server.json once the server listens, so that
@@ -116,6 +123,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
+	}
+	limits := cfg.Limits.WithDefaults()
+	if err := limits.Check(); err != nil {
+		return err
 	}
 	dir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
@@ -221,6 +232,8 @@ func Run(ctx context.Context, cfg Config) error {
 	defer provs.tunnels.Close()
 	var ws *workspace.Service
 	gw := gateway.New(gateway.Options{Log: cfg.Log,
+		MaxBody: cfg.Endpoint.MaxBody, MaxBuffered: cfg.Endpoint.MaxBuffered, MaxBufferedPerAddr: cfg.Endpoint.MaxBufferedPerAddr,
+		MaxRequests: cfg.Endpoint.MaxRequests,
 		ColdStart: func(ctx context.Context, endpoint, deployment string) error {
 			return ws.ColdStart(ctx, endpoint, deployment)
 		},
@@ -257,7 +270,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	hs := limits.Server(handler)
 	if err := writeJSONFile(filepath.Join(dir, InfoFile), Info{URL: url, PID: os.Getpid(), WorkDir: work, Version: cfg.Version}); err != nil {
 		return err
 	}
@@ -269,7 +282,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stop()
 	go ws.Run(runCtx)
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(limits.Listen(ln)) }()
 	select {
 	case err := <-errc:
 		return err
