@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +18,12 @@ import (
 // and mirrored copies are sent from it), so without a bound, clients
 // that each send most of a large body and hold the rest would hold the
 // server's memory.
+//
+// A request's first smallBody bytes count only against its address's
+// share, not the total: small bodies (most scoring requests) then never
+// wait behind large ones held by other clients, and what they hold is
+// bounded by the connections the server admits (Limits.MaxConns ×
+// smallBody).
 type buffers struct {
 	total, perAddr int64
 
@@ -29,38 +36,49 @@ func newBuffers(total, perAddr int64) *buffers {
 	return &buffers{total: total, perAddr: perAddr, byAddr: map[string]int64{}}
 }
 
-// take reserves n bytes for addr, if both bounds allow them.
-func (b *buffers) take(addr string, n int64) bool {
+// smallBody is how much of each body counts only against its address.
+const smallBody = 16 << 10
+
+// take grows a body of addr's that holds held bytes to want, if both
+// bounds allow it; else it says which bound is in the way, in words.
+func (b *buffers) take(addr string, held, want int64) (refused string) {
+	n, big := want-held, beyondSmall(want)-beyondSmall(held)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.used+n > b.total || b.byAddr[addr]+n > b.perAddr {
-		return false
+	if b.byAddr[addr]+n > b.perAddr {
+		return fmt.Sprintf("%d bytes for one client address (--endpoint-max-buffered-per-addr)", b.perAddr)
 	}
-	b.used += n
+	if b.used+big > b.total {
+		return fmt.Sprintf("%d bytes in all (--endpoint-max-buffered)", b.total)
+	}
+	b.used += big
 	b.byAddr[addr] += n
-	return true
+	return ""
 }
 
-// give returns n bytes reserved for addr.
-func (b *buffers) give(addr string, n int64) {
+// give returns the held bytes of a body of addr's.
+func (b *buffers) give(addr string, held int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.used -= n
-	if b.byAddr[addr] -= n; b.byAddr[addr] <= 0 {
+	b.used -= beyondSmall(held)
+	if b.byAddr[addr] -= held; b.byAddr[addr] <= 0 {
 		delete(b.byAddr, addr)
 	}
 }
 
-// inUse is the bytes reserved, in all and for addr (for tests).
+func beyondSmall(n int64) int64 { return max(0, n-smallBody) }
+
+// inUse is the bytes reserved, in all (beyond each body's first
+// smallBody) and for addr (for tests).
 func (b *buffers) inUse(addr string) (int64, int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.used, b.byAddr[addr]
 }
 
-// firstRead is what a body of unknown length is first read into: most
-// scoring requests fit.
-const firstRead = 32 << 10
+// firstRead is what a body is first read into (or its length, if it
+// is less); it grows by doubling.
+const firstRead = 4 << 10
 
 // readBody reads r's body whole, reserving its bytes in g's buffers as
 // they come (a client that says its body is large but sends little holds
@@ -69,7 +87,7 @@ const firstRead = 32 << 10
 func (g *Gateway) readBody(r *http.Request) (body []byte, release func(), herr *httpError) {
 	limit := g.opt.MaxBody
 	if r.ContentLength > limit {
-		return nil, nil, fail(http.StatusRequestEntityTooLarge, "the request body is %d bytes, over the limit of %d", r.ContentLength, limit)
+		return nil, nil, fail(http.StatusRequestEntityTooLarge, "the request body is over %d bytes, the limit (it is %d)", limit, r.ContentLength)
 	}
 	addr := clientAddr(r)
 	var held int64
@@ -87,8 +105,8 @@ func (g *Gateway) readBody(r *http.Request) (body []byte, release func(), herr *
 			want = min(want, r.ContentLength+1)
 		}
 		want = min(want, limit+1)
-		if !g.buffers.take(addr, want-held) {
-			return fail(http.StatusTooManyRequests, "the gateway holds as many request bodies as it may (%d bytes in all, %d for one client address); try again", g.buffers.total, g.buffers.perAddr)
+		if refused := g.buffers.take(addr, held, want); refused != "" {
+			return fail(http.StatusTooManyRequests, "the gateway holds as many request bodies as it may, %s; try again", refused)
 		}
 		held = want
 		nb := make([]byte, len(body), want)
@@ -110,7 +128,7 @@ func (g *Gateway) readBody(r *http.Request) (body []byte, release func(), herr *
 		body = body[:len(body)+n]
 		if int64(len(body)) > limit {
 			release()
-			return nil, nil, fail(http.StatusRequestEntityTooLarge, "the request body is over the limit of %d bytes", limit)
+			return nil, nil, fail(http.StatusRequestEntityTooLarge, "the request body is over %d bytes, the limit", limit)
 		}
 		if errors.Is(err, io.EOF) {
 			return body, release, nil

@@ -440,11 +440,10 @@ func (g *Gateway) intn(n int) int {
 func (g *Gateway) score(w http.ResponseWriter, r *http.Request, e *endpointState, d *deploymentState) int {
 	body, release, herr := g.readBody(r)
 	if herr != nil {
-		if herr.code == http.StatusRequestEntityTooLarge || herr.code == http.StatusRequestTimeout {
-			// The rest of the body is not read: the connection cannot
-			// carry another request.
-			w.Header().Set("Connection", "close")
-		}
+		// The rest of the body is not read: the connection ends with the
+		// answer (net/http would otherwise read the rest first, and a
+		// client holding its last byte would get no answer).
+		w.Header().Set("Connection", "close")
 		return writeError(w, herr)
 	}
 	held := newHold(release)
