@@ -19,8 +19,10 @@ import (
 //
 //   - 40 connections from 40 addresses, each sending a 16 MiB body but its
 //     last byte and holding that: the server's memory stays within its
-//     bounds (the gateway's 64 MiB of held bodies; before, each body was
-//     held whole, 640 MiB here);
+//     bounds (the gateway's 64 MiB of held bodies, with what the garbage
+//     collector has yet to take of their buffers as they grew; before,
+//     each body was held whole, 640 MiB here), and small scoring
+//     requests still get in;
 //   - 200 connections from one address trickling their bodies a byte a
 //     second: those over --max-conns-per-addr are turned away with 429,
 //     the others cut off with 408 once --body-grace is spent, so the
@@ -53,6 +55,7 @@ func TestGatewayUnderAttack(t *testing.T) {
 
 	t.Run("held bodies", func(t *testing.T) {
 		const conns, size = 40, 16 << 20
+		before := rssKB(t, pid)
 		var wg sync.WaitGroup
 		var attackers []net.Conn
 		var mu sync.Mutex
@@ -95,7 +98,7 @@ func TestGatewayUnderAttack(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 			watch()
 		}
-		t.Logf("server RSS peak with %d bodies of %d bytes held: %d MB", conns, size, peak>>10)
+		t.Logf("server RSS %d MB before, %d MB at most with %d bodies of %d bytes held", before>>10, peak>>10, conns, size)
 		if peak > 256<<10 {
 			t.Errorf("server RSS reached %d MB with held bodies, over 256 MB", peak>>10)
 		}
@@ -159,8 +162,11 @@ func TestGatewayUnderAttack(t *testing.T) {
 		if got[http.StatusTooManyRequests] != conns-64 || got[http.StatusRequestTimeout] != 64 {
 			t.Errorf("answers to the slow bodies %v, want %d × 429 (over --max-conns-per-addr) and 64 × 408", got, conns-64)
 		}
-		if peakFDs > baseFDs+64+50 {
-			t.Errorf("the server had %d files open during the attack (%d before): more than the 64 connections allowed", peakFDs, baseFDs)
+		// 64 admitted, and up to 64 of those turned away being closed
+		// gently (httplimit's maxLingering, a second each), and a few
+		// of the server's own.
+		if peakFDs > baseFDs+64+64+20 {
+			t.Errorf("the server had %d files open during the attack (%d before): more than the 64 connections allowed and the 64 being turned away", peakFDs, baseFDs)
 		}
 		if good.failed() {
 			t.Errorf("the well-behaved client failed during the attack: %v", good.errors())
@@ -168,14 +174,16 @@ func TestGatewayUnderAttack(t *testing.T) {
 	})
 
 	t.Run("headers", func(t *testing.T) {
-		for what, hdr := range map[string]string{
-			"a 900 KB header":    "X-Big: " + strings.Repeat("a", 900<<10) + "\r\n",
-			"3,000 header lines": strings.Repeat("X-Many: 1\r\n", 3000),
+		// The answers are the server's own (a replica answers 431 to
+		// too many fields itself, which the gateway passed on).
+		for what, hdr := range map[string][2]string{
+			"a 900 KB header":    {"X-Big: " + strings.Repeat("a", 900<<10) + "\r\n", "Request Header Fields Too Large"},
+			"3,000 header lines": {strings.Repeat("X-Many: 1\r\n", 3000), "the server takes at most 100"},
 		} {
 			c := dialFrom(t, "127.0.0.1", host)
-			go fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n%sContent-Length: 2\r\n\r\n{}", path, key, hdr)
-			if code, body := readAnswer(t, c); code != http.StatusRequestHeaderFieldsTooLarge {
-				t.Errorf("%s: %d %s, want 431", what, code, body)
+			go fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n%sContent-Length: 2\r\n\r\n{}", path, key, hdr[0])
+			if code, body := readAnswer(t, c); code != http.StatusRequestHeaderFieldsTooLarge || !strings.Contains(body, hdr[1]) {
+				t.Errorf("%s: %d %s, want 431 (%s)", what, code, body, hdr[1])
 			}
 		}
 	})

@@ -76,61 +76,76 @@ func (b *buffers) inUse(addr string) (int64, int64) {
 	return b.used, b.byAddr[addr]
 }
 
-// firstRead is what a body is first read into (or its length, if it
-// is less); it grows by doubling.
-const firstRead = 4 << 10
+// A body is read into chunks: the first of firstRead bytes (or its
+// length, if it is less), each next one twice the last, up to maxChunk.
+// Chunks are never copied into larger ones as the body grows, so the
+// memory a body takes is its bytes, with no trail of outgrown buffers
+// left to the garbage collector.
+const (
+	firstRead = 4 << 10
+	maxChunk  = 1 << 20
+)
 
 // readBody reads r's body whole, reserving its bytes in g's buffers as
 // they come (a client that says its body is large but sends little holds
 // little). The release gives them back: once the request and its
 // mirrored copies are done with the body.
-func (g *Gateway) readBody(r *http.Request) (body []byte, release func(), herr *httpError) {
+func (g *Gateway) readBody(r *http.Request) (body [][]byte, release func(), herr *httpError) {
 	limit := g.opt.MaxBody
 	if r.ContentLength > limit {
 		return nil, nil, fail(http.StatusRequestEntityTooLarge, "the request body is over %d bytes, the limit (it is %d)", limit, r.ContentLength)
 	}
 	addr := clientAddr(r)
-	var held int64
+	var held, read int64
 	release = func() {
 		if held > 0 {
 			g.buffers.give(addr, held)
 		}
 	}
-	// grow makes room for at least one more byte, doubling what is held
-	// (up to the body's length where it is known, else up to the limit
-	// and one byte, to see a body over it).
-	grow := func() *httpError {
-		want := max(int64(cap(body))*2, firstRead)
-		if r.ContentLength >= 0 {
-			want = min(want, r.ContentLength+1)
-		}
-		want = min(want, limit+1)
-		if refused := g.buffers.take(addr, held, want); refused != "" {
-			return fail(http.StatusTooManyRequests, "the gateway holds as many request bodies as it may, %s; try again", refused)
-		}
-		held = want
-		nb := make([]byte, len(body), want)
-		copy(nb, body)
-		body = nb
-		return nil
-	}
 	if r.ContentLength == 0 {
 		return nil, release, nil
 	}
+	var cur []byte // the last chunk, being filled
 	for {
-		if len(body) == cap(body) {
-			if err := grow(); err != nil {
-				release()
-				return nil, nil, err
+		if len(cur) == cap(cur) {
+			// Room for the rest of a body of known length (net/http
+			// ends it there), else for the limit and one byte, to see a
+			// body over it.
+			size := int64(firstRead)
+			if cur != nil {
+				size = min(2*int64(cap(cur)), maxChunk)
 			}
+			if r.ContentLength >= 0 {
+				size = min(size, r.ContentLength-read)
+			}
+			size = min(size, limit+1-read)
+			if size == 0 {
+				// All of a body of known length is in (net/http most
+				// often says so with its last bytes): this read only
+				// sees its end.
+				size = 1
+			}
+			if refused := g.buffers.take(addr, held, held+size); refused != "" {
+				release()
+				return nil, nil, fail(http.StatusTooManyRequests, "the gateway holds as many request bodies as it may, %s; try again", refused)
+			}
+			held += size
+			if len(cur) > 0 {
+				body = append(body, cur)
+			}
+			cur = make([]byte, 0, size)
 		}
-		n, err := r.Body.Read(body[len(body):cap(body)])
-		body = body[:len(body)+n]
-		if int64(len(body)) > limit {
+		n, err := r.Body.Read(cur[len(cur):cap(cur)])
+		cur = cur[:len(cur)+n]
+		read += int64(n)
+		if read > limit {
 			release()
 			return nil, nil, fail(http.StatusRequestEntityTooLarge, "the request body is over %d bytes, the limit", limit)
 		}
 		if errors.Is(err, io.EOF) {
+			if len(cur) > 0 {
+				body = append(body, cur)
+			}
 			return body, release, nil
 		}
 		if err != nil {
@@ -141,6 +156,15 @@ func (g *Gateway) readBody(r *http.Request) (body []byte, release func(), herr *
 			return nil, nil, fail(http.StatusBadRequest, "reading the request body: %v", err)
 		}
 	}
+}
+
+// bodyLen is the bytes of a body read into chunks.
+func bodyLen(body [][]byte) int64 {
+	var n int64
+	for _, c := range body {
+		n += int64(len(c))
+	}
+	return n
 }
 
 // clientAddr is the address a request came from, without its port: the

@@ -519,7 +519,7 @@ func (g *Gateway) ready(ctx context.Context, e *endpointState, d *deploymentStat
 // forward sends the request to one replica (at target: its URL, or one
 // of its workers') and streams its answer back. An error means nothing
 // was written to w.
-func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, d *deploymentState, target string, body []byte) (int, error) {
+func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, d *deploymentState, target string, body [][]byte) (int, error) {
 	// The endpoint's key stays at the gateway (upstream.forwarded).
 	resp, err := g.up.do(ctx, target, r.Method, r.URL.RawQuery, r.Header, body)
 	if err != nil {
@@ -568,7 +568,7 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 // mirror sends copies of the request to the mirrored deployments drawn,
 // never to the one scoring it, and drops their answers. A copy that finds
 // no free slot at once is not sent: mirroring must not slow live traffic.
-func (g *Gateway) mirror(r *http.Request, e *endpointState, live string, body []byte, held *hold) {
+func (g *Gateway) mirror(r *http.Request, e *endpointState, live string, body [][]byte, held *hold) {
 	for name, pct := range e.Mirror {
 		d := e.deps[name]
 		// Mirrored traffic is a percent of all requests, each drawn alone.
