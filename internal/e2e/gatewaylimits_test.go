@@ -29,7 +29,8 @@ import (
 //     server's open files come back down while the attackers still send;
 //   - a 900 KB header and 3,000 header fields: 431 from the server, not a
 //     502 from the replica they reached before;
-//   - a body declared over --endpoint-max-body: 413.
+//   - a body declared over --endpoint-max-body: 413;
+//   - a body trickling to the API, on the same listener: 408.
 func TestGatewayUnderAttack(t *testing.T) {
 	s := startServer(t, "--local-capacity", "2", "--body-grace", "3s", "--max-conns-per-addr", "64")
 	pid := s.cmd.Process.Pid
@@ -170,6 +171,30 @@ func TestGatewayUnderAttack(t *testing.T) {
 		}
 		if good.failed() {
 			t.Errorf("the well-behaved client failed during the attack: %v", good.errors())
+		}
+	})
+
+	// The API shares the listener and its limits: a body that trickles
+	// to it is cut off with 408 too, in the API's own shape.
+	t.Run("slow body to the API", func(t *testing.T) {
+		c := dialFrom(t, "127.0.0.3", host)
+		fmt.Fprintf(c, "POST /v1/online-endpoints HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{", s.token)
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(500 * time.Millisecond):
+				}
+				if _, err := c.Write([]byte(" ")); err != nil {
+					return
+				}
+			}
+		}()
+		if code, body := readAnswer(t, c); code != http.StatusRequestTimeout || !strings.Contains(body, "too slowly") {
+			t.Errorf("a trickling body to the API: %d %s, want 408", code, body)
 		}
 	})
 
