@@ -83,9 +83,9 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 			}{
 				{"--max-header-bytes", headerBytes, func(n int64) { cfg.Limits.MaxHeaderBytes = int(n) }},
 				{"--body-min-rate", bodyRate, func(n int64) { cfg.Limits.BodyMinRate = n }},
-				{"--endpoint-max-body", epBody, func(n int64) { cfg.Endpoint.MaxBody = n }},
-				{"--endpoint-max-buffered", epBuffered, func(n int64) { cfg.Endpoint.MaxBuffered = n }},
-				{"--endpoint-max-buffered-per-addr", epBufferedAddr, func(n int64) { cfg.Endpoint.MaxBufferedPerAddr = n }},
+				{"--endpoint-max-body", epBody, func(n int64) { cfg.EndpointMaxBody = n }},
+				{"--endpoint-max-buffered", epBuffered, func(n int64) { cfg.EndpointMaxBuffered = n }},
+				{"--endpoint-max-buffered-per-addr", epBufferedAddr, func(n int64) { cfg.EndpointMaxBufferedPerAddr = n }},
 			} {
 				n, err := parseSize(sz.value)
 				if err != nil || n <= 0 {
@@ -93,11 +93,11 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 				}
 				sz.set(n)
 			}
-			if cfg.Endpoint.MaxBufferedPerAddr < cfg.Endpoint.MaxBody || cfg.Endpoint.MaxBuffered < cfg.Endpoint.MaxBufferedPerAddr {
+			if cfg.EndpointMaxBufferedPerAddr < cfg.EndpointMaxBody || cfg.EndpointMaxBuffered < cfg.EndpointMaxBufferedPerAddr {
 				return fmt.Errorf("--endpoint-max-buffered (%s) ≥ --endpoint-max-buffered-per-addr (%s) ≥ --endpoint-max-body (%s) must hold, or a body within the limit could never be taken", epBuffered, epBufferedAddr, epBody)
 			}
-			if cfg.Endpoint.MaxRequests < 1 {
-				return fmt.Errorf("--endpoint-max-requests must be at least 1 (got %d)", cfg.Endpoint.MaxRequests)
+			if cfg.EndpointMaxRequests < 1 {
+				return fmt.Errorf("--endpoint-max-requests must be at least 1 (got %d)", cfg.EndpointMaxRequests)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -145,7 +145,7 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 	f.StringVar(&epBody, "endpoint-max-body", "16MiB", "largest body of a scoring request (413 over it)")
 	f.StringVar(&epBuffered, "endpoint-max-buffered", "64MiB", "most bytes of scoring requests' bodies the gateway holds at once (429 over it)")
 	f.StringVar(&epBufferedAddr, "endpoint-max-buffered-per-addr", "32MiB", "most bytes of scoring requests' bodies the gateway holds at once for one client address (429 over it)")
-	f.IntVar(&cfg.Endpoint.MaxRequests, "endpoint-max-requests", gateway.DefaultMaxRequests, "most scoring requests under way at once for one endpoint, bodies being read included (429 over it)")
+	f.IntVar(&cfg.EndpointMaxRequests, "endpoint-max-requests", gateway.DefaultMaxRequests, "most scoring requests under way at once for one endpoint, bodies being read included (429 over it)")
 	_ = cmd.MarkFlagRequired("data-dir")
 	cmd.AddCommand(a.serverStatusCmd(), a.serverStopCmd())
 	return cmd

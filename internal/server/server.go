@@ -91,9 +91,11 @@ type Config struct {
 	// the studio and the endpoints' gateway alike); a zero field is
 	// httplimit.Defaults'.
 	Limits httplimit.Limits
-	// Endpoint bounds the gateway's request bodies and requests; its zero
-	// fields are the gateway's defaults. Only its limits are read.
-	Endpoint gateway.Options
+	// EndpointMaxBody, EndpointMaxBuffered, EndpointMaxBufferedPerAddr
+	// and EndpointMaxRequests are the gateway's limits (gateway.Options';
+	// 0 = its defaults).
+	EndpointMaxBody, EndpointMaxBuffered, EndpointMaxBufferedPerAddr int64
+	EndpointMaxRequests                                              int
 }
 
 // Info is written to DataDir/server.json once the server listens, so that
@@ -232,8 +234,8 @@ func Run(ctx context.Context, cfg Config) error {
 	defer provs.tunnels.Close()
 	var ws *workspace.Service
 	gw := gateway.New(gateway.Options{Log: cfg.Log,
-		MaxBody: cfg.Endpoint.MaxBody, MaxBuffered: cfg.Endpoint.MaxBuffered, MaxBufferedPerAddr: cfg.Endpoint.MaxBufferedPerAddr,
-		MaxRequests: cfg.Endpoint.MaxRequests,
+		MaxBody: cfg.EndpointMaxBody, MaxBuffered: cfg.EndpointMaxBuffered, MaxBufferedPerAddr: cfg.EndpointMaxBufferedPerAddr,
+		MaxRequests: cfg.EndpointMaxRequests,
 		ColdStart: func(ctx context.Context, endpoint, deployment string) error {
 			return ws.ColdStart(ctx, endpoint, deployment)
 		},
