@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/httplimit"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -202,6 +203,13 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		err = &workspace.Error{Code: code, Msg: fmt.Sprintf("the request body is over its limit of %d bytes", tooBig.Limit)}
 	}
 	status := statusOf[code]
+	if errors.Is(err, httplimit.ErrBodyTooSlow) {
+		// The client's own doing, with its own status; the rest of the
+		// body will not come, so the connection ends with the answer.
+		code, status = workspace.CodeInvalid, http.StatusRequestTimeout
+		err = &workspace.Error{Code: code, Msg: "reading the request body: " + err.Error()}
+		w.Header().Set("Connection", "close")
+	}
 	p := Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: err.Error()}
 	var fe spec.Errors
 	if errors.As(err, &fe) {
@@ -234,7 +242,7 @@ func decode(r *http.Request, v any) error {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		if errors.As(err, &tooBig) || errors.Is(err, httplimit.ErrBodyTooSlow) {
 			return err
 		}
 		return workspace.Invalid("request body: %v", err)

@@ -54,6 +54,9 @@ var forbidden = map[string][]string{
 	// The server, the executor, the agent and the session server link it
 	// for the timer slack of what they start: nothing of Ferry's behind it.
 	"internal/timerslack": {"internal/"},
+	// The limits of a listener anyone may reach: the server and the
+	// gateway link it; it knows nothing of Ferry.
+	"internal/httplimit": {"internal/"},
 	// The replica side of serving: whichever launcher starts replicas (the
 	// runner, the local target) links it without the server's code.
 	"internal/serving/inferenceserver": {"internal/"},

@@ -14,16 +14,20 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/httplimit"
 	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/runner"
 	"github.com/ferry-ml/ferry/internal/runner/invocation"
 	"github.com/ferry-ml/ferry/internal/server"
+	"github.com/ferry-ml/ferry/internal/serving/gateway"
 	"github.com/ferry-ml/ferry/internal/timerslack"
 )
 
 func (a *app) serverCmd() *cobra.Command {
 	var cfg server.Config
 	var maxSnap, outputQuota string
+	// The listener's and the gateway's limits given as sizes (64KiB).
+	var headerBytes, bodyRate, epBody, epBuffered, epBufferedAddr string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a workspace server",
@@ -73,6 +77,28 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 				}
 				cfg.OutputQuota = n
 			}
+			for _, sz := range []struct {
+				flag, value string
+				set         func(int64)
+			}{
+				{"--max-header-bytes", headerBytes, func(n int64) { cfg.Limits.MaxHeaderBytes = int(n) }},
+				{"--body-min-rate", bodyRate, func(n int64) { cfg.Limits.BodyMinRate = n }},
+				{"--endpoint-max-body", epBody, func(n int64) { cfg.EndpointMaxBody = n }},
+				{"--endpoint-max-buffered", epBuffered, func(n int64) { cfg.EndpointMaxBuffered = n }},
+				{"--endpoint-max-buffered-per-addr", epBufferedAddr, func(n int64) { cfg.EndpointMaxBufferedPerAddr = n }},
+			} {
+				n, err := parseSize(sz.value)
+				if err != nil || n <= 0 {
+					return fmt.Errorf("%s: %q is not a size such as 64KiB", sz.flag, sz.value)
+				}
+				sz.set(n)
+			}
+			if cfg.EndpointMaxBufferedPerAddr < cfg.EndpointMaxBody || cfg.EndpointMaxBuffered < cfg.EndpointMaxBufferedPerAddr {
+				return fmt.Errorf("--endpoint-max-buffered (%s) ≥ --endpoint-max-buffered-per-addr (%s) ≥ --endpoint-max-body (%s) must hold, or a body within the limit could never be taken", epBuffered, epBufferedAddr, epBody)
+			}
+			if cfg.EndpointMaxRequests < 1 {
+				return fmt.Errorf("--endpoint-max-requests must be at least 1 (got %d)", cfg.EndpointMaxRequests)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			cfg.Log = slog.New(slog.NewTextHandler(a.stderr, nil))
@@ -107,6 +133,20 @@ it makes if missing. See docs/security.md for what the local target trusts.`,
 	f.DurationVar(&cfg.CancelGrace, "cancel-grace", 10*time.Second, "time a canceled job gets between SIGTERM and SIGKILL")
 	f.DurationVar(&cfg.ScheduleMinute, "schedule-minute", time.Minute, "length of a minute for schedules' minute recurrences (tests shorten it to see firings every few seconds)")
 	_ = f.MarkHidden("schedule-minute")
+	// What one client may hold of the listener; docs/endpoints.md.
+	def := httplimit.Defaults
+	f.DurationVar(&cfg.Limits.HeaderTimeout, "header-timeout", def.HeaderTimeout, "how long a request's header may take to arrive")
+	f.DurationVar(&cfg.Limits.IdleTimeout, "idle-timeout", def.IdleTimeout, "how long a kept-alive connection may wait for its next request")
+	f.StringVar(&headerBytes, "max-header-bytes", "64KiB", "largest request header (431 over it)")
+	f.IntVar(&cfg.Limits.MaxHeaders, "max-headers", def.MaxHeaders, "most header fields in a request (431 over it)")
+	f.DurationVar(&cfg.Limits.BodyGrace, "body-grace", def.BodyGrace, "how long a request body may wait for its next bytes, beyond what --body-min-rate allows (408 past it)")
+	f.StringVar(&bodyRate, "body-min-rate", "1KiB", "bytes a second a request body must keep coming at, on average (408 below it)")
+	f.IntVar(&cfg.Limits.MaxConns, "max-conns", def.MaxConns, "most connections open at once (503 over it; negative: no limit)")
+	f.IntVar(&cfg.Limits.MaxConnsPerAddr, "max-conns-per-addr", def.MaxConnsPerAddr, "most connections open at once from one client address (429 over it; negative: no limit)")
+	f.StringVar(&epBody, "endpoint-max-body", "16MiB", "largest body of a scoring request (413 over it)")
+	f.StringVar(&epBuffered, "endpoint-max-buffered", "64MiB", "most bytes of scoring requests' bodies the gateway holds at once (429 over it)")
+	f.StringVar(&epBufferedAddr, "endpoint-max-buffered-per-addr", "32MiB", "most bytes of scoring requests' bodies the gateway holds at once for one client address (429 over it)")
+	f.IntVar(&cfg.EndpointMaxRequests, "endpoint-max-requests", gateway.DefaultMaxRequests, "most scoring requests under way at once for one endpoint, bodies being read included (429 over it)")
 	_ = cmd.MarkFlagRequired("data-dir")
 	cmd.AddCommand(a.serverStatusCmd(), a.serverStopCmd())
 	return cmd

@@ -25,3 +25,23 @@ func TestServerProviderFlag(t *testing.T) {
 		}
 	}
 }
+
+// The listener's and the gateway's limits that cannot be used are refused
+// at start, naming their flag.
+func TestServerLimitFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--endpoint-max-body", "0"}, `--endpoint-max-body: "0" is not a size such as 64KiB`},
+		{[]string{"--max-header-bytes", "lots"}, `--max-header-bytes: "lots" is not a size`},
+		{[]string{"--endpoint-max-buffered", "8MiB"}, "--endpoint-max-buffered (8MiB) ≥ --endpoint-max-buffered-per-addr (32MiB) ≥ --endpoint-max-body (16MiB) must hold"},
+		{[]string{"--endpoint-max-requests", "0"}, "--endpoint-max-requests must be at least 1"},
+		{[]string{"--max-headers", "-3"}, "--max-headers must be at least 1"},
+	} {
+		r := runCLI(t, nil, append([]string{"server", "--data-dir", t.TempDir()}, c.args...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v: %s\nwant %q", c.args, r, c.want)
+		}
+	}
+}

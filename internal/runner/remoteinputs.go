@@ -12,8 +12,8 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/ferry-ml/ferry/internal/fetch"
 	"github.com/ferry-ml/ferry/internal/beneath"
+	"github.com/ferry-ml/ferry/internal/fetch"
 	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -24,6 +23,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/compute/local"
 	"github.com/ferry-ml/ferry/internal/envimage"
 	"github.com/ferry-ml/ferry/internal/environment/docker"
+	"github.com/ferry-ml/ferry/internal/httplimit"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/selfexe"
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
@@ -91,6 +91,15 @@ type Config struct {
 	Version string
 	// ScheduleMinute is workspace.Config's (0 = a minute).
 	ScheduleMinute time.Duration
+	// Limits bound what one client may hold of the listener (the API,
+	// the studio and the endpoints' gateway alike); a zero field is
+	// httplimit.Defaults'.
+	Limits httplimit.Limits
+	// EndpointMaxBody, EndpointMaxBuffered, EndpointMaxBufferedPerAddr
+	// and EndpointMaxRequests are the gateway's limits (gateway.Options';
+	// 0 = its defaults).
+	EndpointMaxBody, EndpointMaxBuffered, EndpointMaxBufferedPerAddr int64
+	EndpointMaxRequests                                              int
 }
 
 // Info is written to DataDir/server.json once the server listens, so that
@@ -120,6 +129,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
+	}
+	limits := cfg.Limits.WithDefaults()
+	if err := limits.Check(); err != nil {
+		return err
 	}
 	dir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
@@ -232,6 +245,8 @@ func Run(ctx context.Context, cfg Config) error {
 	defer provs.tunnels.Close()
 	var ws *workspace.Service
 	gw := gateway.New(gateway.Options{Log: cfg.Log,
+		MaxBody: cfg.EndpointMaxBody, MaxBuffered: cfg.EndpointMaxBuffered, MaxBufferedPerAddr: cfg.EndpointMaxBufferedPerAddr,
+		MaxRequests: cfg.EndpointMaxRequests,
 		ColdStart: func(ctx context.Context, endpoint, deployment string) error {
 			return ws.ColdStart(ctx, endpoint, deployment)
 		},
@@ -268,7 +283,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	hs := limits.Server(handler)
 	if err := writeJSONFile(filepath.Join(dir, InfoFile), Info{URL: url, PID: os.Getpid(), WorkDir: work, Version: cfg.Version}); err != nil {
 		return err
 	}
@@ -280,7 +295,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stop()
 	go ws.Run(runCtx)
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(limits.Listen(ln)) }()
 	select {
 	case err := <-errc:
 		return err

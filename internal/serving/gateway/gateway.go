@@ -80,8 +80,18 @@ type Deployment struct {
 
 // Options configure a Gateway.
 type Options struct {
-	// MaxBody bounds a request's body; 0 means DefaultMaxBody.
+	// MaxBody bounds a request's body (413 over it); 0 means
+	// DefaultMaxBody.
 	MaxBody int64
+	// MaxBuffered bounds the bytes of request bodies held at once, and
+	// MaxBufferedPerAddr those of one client address (429 over either);
+	// 0 means DefaultMaxBuffered, DefaultMaxBufferedPerAddr.
+	MaxBuffered, MaxBufferedPerAddr int64
+	// MaxRequests bounds one endpoint's requests under way at the
+	// gateway, their bodies' reading included (429 over it), so that the
+	// clients of one endpoint cannot take what the others need; 0 means
+	// DefaultMaxRequests.
+	MaxRequests int
 	// CheckToken says whether token may score with endpoint (auth_mode
 	// aml_token). Nil refuses every token.
 	CheckToken func(ctx context.Context, endpoint, token string) bool
@@ -95,14 +105,21 @@ type Options struct {
 	Log  *slog.Logger
 }
 
-// DefaultMaxBody is the request body limit unless Options says otherwise.
-const DefaultMaxBody = 16 << 20
+// The gateway's limits unless Options says otherwise. Two bodies of the
+// largest size fit one client address's share.
+const (
+	DefaultMaxBody            = 16 << 20
+	DefaultMaxBuffered        = 64 << 20
+	DefaultMaxBufferedPerAddr = 2 * DefaultMaxBody
+	DefaultMaxRequests        = 1024
+)
 
 // Gateway routes scoring requests. It is safe for concurrent use.
 type Gateway struct {
-	opt Options
-	up  *upstream
-	log *slog.Logger
+	opt     Options
+	up      *upstream
+	log     *slog.Logger
+	buffers *buffers
 
 	mu        sync.RWMutex
 	endpoints map[string]*endpointState
@@ -116,6 +133,9 @@ type Gateway struct {
 type endpointState struct {
 	Endpoint
 	deps map[string]*deploymentState
+	// requests are the endpoint's requests under way (Options.MaxRequests),
+	// kept across Set.
+	requests *atomic.Int64
 	// traffic is Traffic in name order with its total: the split drawn
 	// per request without sorting per request.
 	traffic      []weighted
@@ -153,11 +173,20 @@ func New(opt Options) *Gateway {
 	if opt.MaxBody == 0 {
 		opt.MaxBody = DefaultMaxBody
 	}
+	if opt.MaxBuffered == 0 {
+		opt.MaxBuffered = DefaultMaxBuffered
+	}
+	if opt.MaxBufferedPerAddr == 0 {
+		opt.MaxBufferedPerAddr = DefaultMaxBufferedPerAddr
+	}
+	if opt.MaxRequests == 0 {
+		opt.MaxRequests = DefaultMaxRequests
+	}
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{
-		opt: opt, log: opt.Log, up: newUpstream(),
+		opt: opt, log: opt.Log, up: newUpstream(), buffers: newBuffers(opt.MaxBuffered, opt.MaxBufferedPerAddr),
 		endpoints: map[string]*endpointState{},
 		reg:       prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -183,7 +212,10 @@ func (g *Gateway) Set(e Endpoint) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	old := g.endpoints[e.Name]
-	st := &endpointState{Endpoint: e, deps: map[string]*deploymentState{}}
+	st := &endpointState{Endpoint: e, deps: map[string]*deploymentState{}, requests: &atomic.Int64{}}
+	if old != nil {
+		st.requests = old.requests
+	}
 	for _, name := range slices.Sorted(maps.Keys(e.Traffic)) {
 		st.traffic = append(st.traffic, weighted{name, e.Traffic[name]})
 		st.trafficTotal += e.Traffic[name]
@@ -290,6 +322,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// Counted after the key: a client without one takes nothing from
+	// the endpoint's clients.
+	if n := e.requests.Add(1); n > int64(g.opt.MaxRequests) {
+		e.requests.Add(-1)
+		writeError(w, fail(http.StatusTooManyRequests, "endpoint %s has %d requests under way at the gateway, its limit; try again", e.Name, g.opt.MaxRequests))
+		return
+	}
+	defer e.requests.Add(-1)
 	d, err := g.pick(r, e)
 	if err != nil {
 		writeError(w, err)
@@ -404,22 +444,23 @@ func (g *Gateway) intn(n int) int {
 // score proxies the request to a replica of d, mirrors it, and returns
 // the status it answered with.
 func (g *Gateway) score(w http.ResponseWriter, r *http.Request, e *endpointState, d *deploymentState) int {
-	r.Body = http.MaxBytesReader(w, r.Body, g.opt.MaxBody)
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return writeError(w, fail(http.StatusRequestEntityTooLarge, "the request body is over %d bytes", g.opt.MaxBody))
-		}
-		return writeError(w, fail(http.StatusBadRequest, "reading the request body: %v", err))
+	body, release, herr := g.readBody(r)
+	if herr != nil {
+		// The rest of the body is not read: the connection ends with the
+		// answer (net/http would otherwise read the rest first, and a
+		// client holding its last byte would get no answer).
+		w.Header().Set("Connection", "close")
+		return writeError(w, herr)
 	}
-	g.mirror(r, e, d.Name, body)
+	held := newHold(release)
+	defer held.done()
+	g.mirror(r, e, d.Name, body, held)
 	d.last.Store(time.Now().UnixNano())
 
 	ctx, cancel := context.WithTimeout(r.Context(), d.timeout())
 	defer cancel()
 	d.waiting.Add(1)
-	herr := g.ready(ctx, e, d)
+	herr = g.ready(ctx, e, d)
 	acquired := herr == nil && d.lim.acquire(ctx, d.queueWait())
 	d.waiting.Add(-1)
 	if herr != nil {
@@ -484,7 +525,7 @@ func (g *Gateway) ready(ctx context.Context, e *endpointState, d *deploymentStat
 // forward sends the request to one replica (at target: its URL, or one
 // of its workers', with the replica's secret) and streams its answer
 // back. An error means nothing was written to w.
-func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, d *deploymentState, target, secret string, body []byte) (int, error) {
+func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, d *deploymentState, target, secret string, body [][]byte) (int, error) {
 	// The endpoint's key stays at the gateway (upstream.forwarded).
 	resp, err := g.up.do(ctx, target, secret, r.Method, r.URL.RawQuery, r.Header, body)
 	if err != nil {
@@ -533,7 +574,7 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 // mirror sends copies of the request to the mirrored deployments drawn,
 // never to the one scoring it, and drops their answers. A copy that finds
 // no free slot at once is not sent: mirroring must not slow live traffic.
-func (g *Gateway) mirror(r *http.Request, e *endpointState, live string, body []byte) {
+func (g *Gateway) mirror(r *http.Request, e *endpointState, live string, body [][]byte, held *hold) {
 	for name, pct := range e.Mirror {
 		d := e.deps[name]
 		// Mirrored traffic is a percent of all requests, each drawn alone.
@@ -544,7 +585,9 @@ func (g *Gateway) mirror(r *http.Request, e *endpointState, live string, body []
 			continue
 		}
 		hdr := r.Header.Clone()
+		held.add()
 		go func() {
+			defer held.done()
 			start := time.Now()
 			defer d.lim.release()
 			ctx, cancel := context.WithTimeout(context.Background(), d.timeout())

@@ -139,7 +139,7 @@ func splitReplica(replica string) (addr, path string, err error) {
 // this one. If that replica cannot be reached any more, it may have died
 // with the request under way: the first error is the answer, not a
 // refused connection, so the request is not run again on another replica.
-func (u *upstream) do(ctx context.Context, replica, secret, method, query string, hdr http.Header, body []byte) (*upResponse, error) {
+func (u *upstream) do(ctx context.Context, replica, secret, method, query string, hdr http.Header, body [][]byte) (*upResponse, error) {
 	addr, path, err := splitReplica(replica)
 	if err != nil {
 		return nil, err
@@ -173,7 +173,7 @@ func (u *upstream) do(ctx context.Context, replica, secret, method, query string
 // under way fail at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-func (u *upstream) exchange(ctx context.Context, c *upConn, host, path, secret, method, query string, hdr http.Header, body []byte) (resp *upResponse, retry bool, err error) {
+func (u *upstream) exchange(ctx context.Context, c *upConn, host, path, secret, method, query string, hdr http.Header, body [][]byte) (resp *upResponse, retry bool, err error) {
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(aLongTimeAgo) })
 	defer func() {
 		if err != nil {
@@ -213,7 +213,7 @@ func (u *upstream) exchange(ctx context.Context, c *upConn, host, path, secret, 
 // writeRequest writes a request with a body of known length, and the
 // replica's secret when it has one; hdr's values were checked by the
 // server that read them.
-func writeRequest(w *bufio.Writer, host, path, secret, method, query string, hdr http.Header, body []byte) {
+func writeRequest(w *bufio.Writer, host, path, secret, method, query string, hdr http.Header, body [][]byte) {
 	w.WriteString(method)
 	w.WriteByte(' ')
 	w.WriteString(path)
@@ -243,9 +243,11 @@ func writeRequest(w *bufio.Writer, host, path, secret, method, query string, hdr
 	}
 	w.WriteString("Content-Length: ")
 	var num [20]byte
-	w.Write(strconv.AppendInt(num[:0], int64(len(body)), 10))
+	w.Write(strconv.AppendInt(num[:0], bodyLen(body), 10))
 	w.WriteString("\r\n\r\n")
-	w.Write(body)
+	for _, c := range body {
+		w.Write(c)
+	}
 }
 
 // forwarded says whether a request header goes on to the replica: not
