@@ -236,6 +236,81 @@ func (d *Dir) Mkdir(rel string, perm fs.FileMode) error {
 	return nil
 }
 
+// parentOf opens the folder that holds rel's last part and returns it
+// with that part; the caller closes the folder when it is not d.
+func (d *Dir) parentOf(op, rel string) (*Dir, string, error) {
+	parts, err := Split(rel)
+	if err != nil || len(parts) == 0 {
+		if err == nil {
+			err = syscall.EINVAL
+		}
+		return nil, "", &fs.PathError{Op: op, Path: rel, Err: err}
+	}
+	if len(parts) == 1 {
+		return d, parts[0], nil
+	}
+	parent, err := d.OpenDir(strings.Join(parts[:len(parts)-1], "/"))
+	if err != nil {
+		return nil, "", err
+	}
+	return parent, parts[len(parts)-1], nil
+}
+
+// Rename renames from to to, both beneath d; neither's folders may be
+// symlinks, and the last parts are names in them (a symlink at from is
+// renamed itself; one at to is replaced), as rename(2) has them.
+func (d *Dir) Rename(from, to string) error {
+	fp, fname, err := d.parentOf("rename", from)
+	if err != nil {
+		return err
+	}
+	if fp != d {
+		defer fp.Close()
+	}
+	tp, tname, err := d.parentOf("rename", to)
+	if err != nil {
+		return err
+	}
+	if tp != d {
+		defer tp.Close()
+	}
+	if err := unix.Renameat(fp.Fd(), fname, tp.Fd(), tname); err != nil {
+		return &os.LinkError{Op: "rename", Old: d.join(from), New: d.join(to), Err: err}
+	}
+	return nil
+}
+
+// Remove removes the file or empty folder rel beneath d (a symlink
+// itself, never what it points to).
+func (d *Dir) Remove(rel string) error {
+	parent, name, err := d.parentOf("remove", rel)
+	if err != nil {
+		return err
+	}
+	if parent != d {
+		defer parent.Close()
+	}
+	err = unix.Unlinkat(parent.Fd(), name, 0)
+	if err == unix.EISDIR {
+		err = unix.Unlinkat(parent.Fd(), name, unix.AT_REMOVEDIR)
+	}
+	if err != nil {
+		return &fs.PathError{Op: "remove", Path: d.join(rel), Err: err}
+	}
+	return nil
+}
+
+// Chmod sets the mode of the folder rel beneath d, through a descriptor
+// of it (a symlink in its place fails to open).
+func (d *Dir) Chmod(rel string, mode fs.FileMode) error {
+	sub, err := d.OpenDir(rel)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	return sub.f.Chmod(mode)
+}
+
 // Split checks that rel is a plain relative path and returns its parts,
 // without "" and "." parts ("" and "." give none). A path that is absolute,
 // has a ".." part or a NUL byte is refused with ErrUnsafePath.

@@ -10,8 +10,8 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 
+	"github.com/ferry-ml/ferry/internal/beneath"
 	"github.com/ferry-ml/ferry/internal/blob"
 )
 
@@ -21,10 +21,11 @@ import (
 // SHA-256 while copying, and a mismatch is an error wrapping
 // blob.ErrDigestMismatch that leaves no partial file behind.
 //
-// m is validated first. All writes go through an os.Root on dest, so no
-// path can escape it; on top of that Extract refuses (ErrUnsafePath) to
-// write into or over any symlink it finds inside dest, even one pointing
-// within it. An existing regular file at a manifest path is replaced
+// m is validated first. Every path beneath dest is resolved through
+// internal/beneath, which follows no symlink, so no write can leave dest
+// even if the folder is changed while it is written; Extract also refuses
+// (ErrUnsafePath) to write into or over any symlink it finds inside dest,
+// even one pointing within it, and says so by name. An existing regular file at a manifest path is replaced
 // atomically. Files that share a digest are copied separately (not
 // hard-linked), so a job changing one does not change the others.
 func Extract(m *Manifest, dest string, open func(digest string) (io.ReadCloser, error)) error {
@@ -34,7 +35,7 @@ func Extract(m *Manifest, dest string, open func(digest string) (io.ReadCloser, 
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return fmt.Errorf("extract snapshot: %w", err)
 	}
-	root, err := os.OpenRoot(dest)
+	root, err := beneath.Open(dest)
 	if err != nil {
 		return fmt.Errorf("extract snapshot: %w", err)
 	}
@@ -49,7 +50,7 @@ func Extract(m *Manifest, dest string, open func(digest string) (io.ReadCloser, 
 }
 
 type extractor struct {
-	root *os.Root
+	root *beneath.Dir
 	dirs map[string]bool // directories known to be real directories, not links
 	open func(digest string) (io.ReadCloser, error)
 }
@@ -63,15 +64,14 @@ func (x *extractor) dir(p string) error {
 	if err := x.dir(path.Dir(p)); err != nil {
 		return err
 	}
-	name := filepath.FromSlash(p)
-	fi, err := x.root.Lstat(name)
+	fi, err := x.root.Lstat(p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if err := x.root.Mkdir(name, 0o755); err != nil {
+		if err := x.root.Mkdir(p, 0o755); err != nil {
 			return err
 		}
 		// Mkdir's mode is subject to the umask; snapshots are 0755.
-		if err := x.root.Chmod(name, 0o755); err != nil {
+		if err := x.root.Chmod(p, 0o755); err != nil {
 			return err
 		}
 	case err != nil:
@@ -92,7 +92,7 @@ func (x *extractor) file(f File) error {
 	if err := x.dir(path.Dir(f.Path)); err != nil {
 		return err
 	}
-	name := filepath.FromSlash(f.Path)
+	name := f.Path
 	fi, err := x.root.Lstat(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -104,7 +104,7 @@ func (x *extractor) file(f File) error {
 		return fmt.Errorf("%s exists in the destination and is not a regular file", f.Path)
 	}
 
-	tmp := filepath.Join(filepath.Dir(name), ".ferry-extract-"+rand.Text())
+	tmp := path.Join(path.Dir(name), ".ferry-extract-"+rand.Text())
 	out, err := x.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err

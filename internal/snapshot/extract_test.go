@@ -253,3 +253,41 @@ func TestExtractConflictsWithExisting(t *testing.T) {
 		}
 	}
 }
+
+// TestExtractRaceWritesNothingOutside: a folder of the destination is
+// swapped with a symlink to a folder outside (renameat2 RENAME_EXCHANGE,
+// in a loop) while a snapshot is extracted into it, again and again:
+// whatever each step meets, no file is ever written outside.
+func TestExtractRaceWritesNothingOutside(t *testing.T) {
+	top := t.TempDir()
+	outside := filepath.Join(top, "outside")
+	if err := os.Mkdir(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var files []File
+	contents := map[string]string{}
+	for i := range 40 {
+		c := fmt.Sprintf("content %d", i)
+		contents[sum(c)] = c
+		files = append(files, File{Path: fmt.Sprintf("sub/f%02d", i), Mode: 0o644, Size: int64(len(c)), Digest: sum(c)})
+	}
+	m := &Manifest{Files: files}
+	failed := 0
+	for round := range 30 {
+		dest := filepath.Join(top, fmt.Sprintf("dest%d", round))
+		if err := os.MkdirAll(filepath.Join(dest, "sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		stop := swapper(t, filepath.Join(dest, "sub"), outside)
+		if err := Extract(m, dest, mapOpener(contents)); err != nil {
+			failed++
+		}
+		stop()
+		if es, _ := os.ReadDir(outside); len(es) > 0 {
+			t.Fatalf("round %d wrote %s outside the destination", round, es[0].Name())
+		}
+	}
+	if failed == 0 {
+		t.Errorf("no extraction met the swapped folder in 30 rounds: the race was not run")
+	}
+}
