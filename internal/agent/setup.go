@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/beneath"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/timerslack"
 )
@@ -38,6 +39,31 @@ func (s *setupState) get() *nodeproto.SetupResult {
 	return s.result
 }
 
+// writeSetupScript writes a setup script into dir/setup, which the agent
+// (root, where jobs run as another account) runs: through
+// internal/beneath, so a symlink in place of the folder or the file,
+// wherever it came from, is refused rather than written through.
+func writeSetupScript(dir, name, content string) error {
+	d, err := beneath.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	f, err := d.OpenFile("setup/"+name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o700)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(0o700); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // runSetup runs the setup scripts in order in dir/setup, each with its
 // timeout, and stops at the first that fails.
 func runSetup(ctx context.Context, dir string, scripts []nodeproto.SetupScript, env []string) nodeproto.SetupResult {
@@ -50,7 +76,7 @@ func runSetup(ctx context.Context, dir string, scripts []nodeproto.SetupScript, 
 		argv := []string{"bash", "-c", sc.Command}
 		if sc.Content != "" {
 			file := filepath.Join(work, filepath.Base(sc.Name)+".sh")
-			if err := os.WriteFile(file, []byte(sc.Content), 0o700); err != nil {
+			if err := writeSetupScript(dir, filepath.Base(file), sc.Content); err != nil {
 				return nodeproto.SetupResult{Script: sc.Name, ExitCode: -1, Output: err.Error()}
 			}
 			// The command, if any, gives the script its arguments, as Azure
