@@ -54,6 +54,9 @@ var forbidden = map[string][]string{
 	// The server, the executor, the agent and the session server link it
 	// for the timer slack of what they start: nothing of Ferry's behind it.
 	"internal/timerslack": {"internal/"},
+	// Opening paths beneath a folder a job can write: the runner, the
+	// agent and the snapshot code link it; it knows nothing of Ferry.
+	"internal/beneath": {"internal/"},
 	// The limits of a listener anyone may reach: the server and the
 	// gateway link it; it knows nothing of Ferry.
 	"internal/httplimit": {"internal/"},
