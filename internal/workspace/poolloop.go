@@ -67,6 +67,10 @@ type poolWorkspace interface {
 	forgetDelivered(active []store.Job)
 	// failCompute marks a compute Failed with why, once.
 	failCompute(ctx context.Context, name, why string)
+	// computeUnusable logs that a compute cannot be used for why, and
+	// computeUsable that it can, each once per change.
+	computeUnusable(name, why string)
+	computeUsable(name string)
 	// setQueuedReason says why a queued job waits; failQueued fails one
 	// that can never run.
 	setQueuedReason(ctx context.Context, name, reason string)
@@ -184,9 +188,11 @@ func (l *poolLoop) loadPools(ctx context.Context, recs []store.Compute) (pools m
 			// Making the provider re-opens the reverse tunnels of its
 			// machines after a server restart (it is made once and kept).
 			if _, err := l.providers(&pc.spec); err != nil {
-				l.log.Error("ssh provider", "compute", r.Name, "err", err)
+				l.ws.computeUnusable(r.Name, "its ssh provider cannot be made: "+err.Error())
+				continue
 			}
 		}
+		l.ws.computeUsable(r.Name)
 	}
 	return pools, names, broken
 }
