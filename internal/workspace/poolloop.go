@@ -143,7 +143,7 @@ func (l *poolLoop) pass(ctx context.Context) error {
 	}
 	now := l.now()
 
-	live := l.leases(ctx, pools, nodes, onNode, now)
+	live := l.leases(ctx, pools, broken, nodes, onNode, now)
 	l.forgetBroken(ctx, recs, broken)
 	live, names = l.deletePools(ctx, pools, names, live)
 	live = l.preemptions(ctx, pools, live, onNode, now)
@@ -197,15 +197,20 @@ func (l *poolLoop) loadPools(ctx context.Context, recs []store.Compute) (pools m
 	return pools, names, broken
 }
 
-// leases retires the nodes of computes that are gone, marks Lost the
-// joined nodes silent for longer than the node lease (failing what ran
-// there), and moves the others between Idle and Busy by what runs on them.
-// It returns the nodes left, with their new states.
-func (l *poolLoop) leases(ctx context.Context, pools map[string]*poolCompute, nodes []store.Node, onNode map[string][]store.Job, now time.Time) []store.Node {
+// leases retires the nodes of computes that are gone or unusable (broken
+// holds why each unusable one is), marks Lost the joined nodes silent for
+// longer than the node lease (failing what ran there), and moves the others
+// between Idle and Busy by what runs on them. It returns the nodes left,
+// with their new states.
+func (l *poolLoop) leases(ctx context.Context, pools map[string]*poolCompute, broken map[string]string, nodes []store.Node, onNode map[string][]store.Job, now time.Time) []store.Node {
 	var live []store.Node
 	for _, n := range nodes {
 		if _, ok := pools[n.Compute]; !ok {
-			l.retireNode(ctx, n, "its compute was deleted")
+			why := "its compute was deleted"
+			if reason, bad := broken[n.Compute]; bad {
+				why = "its compute is unusable: " + reason
+			}
+			l.retireNode(ctx, n, why)
 			continue
 		}
 		if n.State == NodeIdle || n.State == NodeBusy || n.State == NodeDraining {

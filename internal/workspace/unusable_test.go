@@ -3,6 +3,7 @@ package workspace
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/provider"
 	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
 )
 
 // logLines is a log the service writes to while the test reads it.
@@ -119,5 +121,46 @@ func TestUnusableComputeIsLoggedOncePerChange(t *testing.T) {
 	}
 	if n := logged.count("level=ERROR", `msg="compute unusable"`, "compute=big", "max_instances"); n != 1 {
 		t.Errorf("after 5 passes over the failed cluster: %d lines say it is unusable, want 1\n%s", n, logged.buf.String())
+	}
+}
+
+// The nodes of a cluster the pool loop marks Failed are retired; the log
+// once said "its compute was deleted" for them, sending whoever read it to
+// look for a deletion that never happened (issue 29). It says the reason.
+func TestNodeOfAFailedComputeIsRetiredWithTheReason(t *testing.T) {
+	ctx := context.Background()
+	s, prov, _ := newPaperCluster(t, 1, 2, 120)
+	var logged logLines
+	s.pools.log = slog.New(slog.NewTextHandler(&logged, nil))
+	pass(t, s)
+	joinAll(t, s)
+	pass(t, s)
+	if n := len(liveMachines(prov)); n != 1 {
+		t.Fatalf("%d machines before the cluster broke, want 1 (min_instances)", n)
+	}
+
+	// As a buggy or older server might have stored it.
+	huge := 1 << 31
+	if _, err := s.st.UpdateCompute(ctx, "gpu", func(c *store.Compute) error {
+		var cs spec.Compute
+		if err := json.Unmarshal(c.Spec, &cs); err != nil {
+			return err
+		}
+		cs.MaxInstances = &huge
+		c.Spec, _ = json.Marshal(&cs)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pass(t, s)
+
+	if n := len(liveMachines(prov)); n != 0 {
+		t.Errorf("%d machines left on the failed cluster, want 0", n)
+	}
+	if n := logged.count(`msg="node retired"`, "its compute is unusable", "max_instances"); n != 1 {
+		t.Errorf("%d lines say the node was retired because its compute is unusable, want 1\n%s", n, logged.buf.String())
+	}
+	if n := logged.count("deleted"); n != 0 {
+		t.Errorf("the log says a deletion that never happened:\n%s", logged.buf.String())
 	}
 }
