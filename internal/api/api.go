@@ -42,8 +42,8 @@ type Server struct {
 type route struct {
 	method, path, summary string
 	public                bool // no token needed
-	run                   bool // run-scoped tokens may call it
-	node                  bool // node agents' tokens (join, node) may call it
+	run                   bool // run-scoped tokens may call it (authorize says which)
+	node                  bool // node agents' tokens (join, node) may call it, and only they
 	handle                func(r *http.Request, who auth.Principal) (any, error)
 	raw                   func(w http.ResponseWriter, r *http.Request, who auth.Principal) error // writes its own response
 	upgrade               bool                                                                   // answers 101 and carries a session stream (raw)
@@ -132,12 +132,8 @@ func (s *Server) wrap(rt route) http.HandlerFunc {
 				s.writeError(w, r, err)
 				return
 			}
-			if p.Kind == auth.KindRun && !rt.run {
-				s.writeError(w, r, workspace.Forbidden("a run token may not call %s %s", rt.method, rt.path))
-				return
-			}
-			if (p.Kind == workspace.KindNode || p.Kind == workspace.KindJoin) != rt.node && !p.IsOwner() {
-				s.writeError(w, r, workspace.Forbidden("a %s token may not call %s %s", p.Kind, rt.method, rt.path))
+			if err := authorize(rt, p, r); err != nil {
+				s.writeError(w, r, err)
 				return
 			}
 			who = p
