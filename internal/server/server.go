@@ -25,7 +25,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/envimage"
 	"github.com/ferry-ml/ferry/internal/environment/docker"
 	"github.com/ferry-ml/ferry/internal/secrets"
-	"github.com/ferry-ml/ferry/internal/selfexe"
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -162,9 +161,9 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Log.Info("jobs on this host run as an unprivileged user", "user", runAs, "uid", jobUser.UID, "work_dir", work)
 	}
 
-	exe, err := selfexe.Install(filepath.Join(dir, "bin"))
+	exe, err := runnerBinary(dir, work, cfg.Log)
 	if err != nil {
-		return fmt.Errorf("install ferry binary for runners: %w", err)
+		return err
 	}
 	st, err := sqlite.Open(filepath.Join(dir, "ferry.db"))
 	if err != nil {
