@@ -154,12 +154,18 @@ func (s *Server) wrap(rt route) http.HandlerFunc {
 }
 
 func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
-	h := r.Header.Get("Authorization")
-	secret, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || strings.TrimSpace(secret) == "" {
-		return auth.Principal{}, workspace.Unauthorized("missing token: send `Authorization: Bearer <token>` (the owner token is in the server's data dir, owner.token)")
+	// The studio's in-process calls carry their session's token hash in
+	// the request's context, which no network request can (auth.WithTokenHash).
+	hash, inProcess := auth.TokenHashFrom(r.Context())
+	if !inProcess {
+		h := r.Header.Get("Authorization")
+		secret, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok || strings.TrimSpace(secret) == "" {
+			return auth.Principal{}, workspace.Unauthorized("missing token: send `Authorization: Bearer <token>` (the owner token is in the server's data dir, owner.token)")
+		}
+		hash = auth.Hash(secret)
 	}
-	t, err := s.tokens.TokenByHash(r.Context(), auth.Hash(secret))
+	t, err := s.tokens.TokenByHash(r.Context(), hash)
 	if errors.Is(err, store.ErrNotFound) {
 		return auth.Principal{}, workspace.Unauthorized("the token is not valid for this workspace (wrong, revoked or from another workspace)")
 	}
