@@ -43,8 +43,8 @@ type Server struct {
 type route struct {
 	method, path, summary string
 	public                bool // no token needed
-	run                   bool // run-scoped tokens may call it
-	node                  bool // node agents' tokens (join, node) may call it
+	run                   bool // run-scoped tokens may call it (authorize says which)
+	node                  bool // node agents' tokens (join, node) may call it, and only they
 	handle                func(r *http.Request, who auth.Principal) (any, error)
 	raw                   func(w http.ResponseWriter, r *http.Request, who auth.Principal) error // writes its own response
 	upgrade               bool                                                                   // answers 101 and carries a session stream (raw)
@@ -133,12 +133,8 @@ func (s *Server) wrap(rt route) http.HandlerFunc {
 				s.writeError(w, r, err)
 				return
 			}
-			if p.Kind == auth.KindRun && !rt.run {
-				s.writeError(w, r, workspace.Forbidden("a run token may not call %s %s", rt.method, rt.path))
-				return
-			}
-			if (p.Kind == workspace.KindNode || p.Kind == workspace.KindJoin) != rt.node && !p.IsOwner() {
-				s.writeError(w, r, workspace.Forbidden("a %s token may not call %s %s", p.Kind, rt.method, rt.path))
+			if err := authorize(rt, p, r); err != nil {
+				s.writeError(w, r, err)
 				return
 			}
 			who = p
@@ -159,12 +155,18 @@ func (s *Server) wrap(rt route) http.HandlerFunc {
 }
 
 func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
-	h := r.Header.Get("Authorization")
-	secret, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || strings.TrimSpace(secret) == "" {
-		return auth.Principal{}, workspace.Unauthorized("missing token: send `Authorization: Bearer <token>` (the owner token is in the server's data dir, owner.token)")
+	// The studio's in-process calls carry their session's token hash in
+	// the request's context, which no network request can (auth.WithTokenHash).
+	hash, inProcess := auth.TokenHashFrom(r.Context())
+	if !inProcess {
+		h := r.Header.Get("Authorization")
+		secret, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok || strings.TrimSpace(secret) == "" {
+			return auth.Principal{}, workspace.Unauthorized("missing token: send `Authorization: Bearer <token>` (the owner token is in the server's data dir, owner.token)")
+		}
+		hash = auth.Hash(secret)
 	}
-	t, err := s.tokens.TokenByHash(r.Context(), auth.Hash(secret))
+	t, err := s.tokens.TokenByHash(r.Context(), hash)
 	if errors.Is(err, store.ErrNotFound) {
 		return auth.Principal{}, workspace.Unauthorized("the token is not valid for this workspace (wrong, revoked or from another workspace)")
 	}

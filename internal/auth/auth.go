@@ -5,6 +5,7 @@
 package auth
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -57,4 +58,23 @@ func (p Principal) IsOwner() bool { return p.Kind == KindOwner }
 // outputs of the named job.
 func (p Principal) MayWriteJob(job string) bool {
 	return p.IsOwner() || (p.Kind == KindRun && p.Subject == job)
+}
+
+// hashKey is the context key of WithTokenHash.
+type hashKey struct{}
+
+// WithTokenHash returns ctx carrying the Hash of a token, for a call that
+// this process makes to its own API handler on behalf of that token: the
+// studio's, whose sessions keep only the hash of the token they act with.
+// The API takes such a call as made with the token. Only code in the
+// process can put a value in a request's context, so no request from the
+// network can present a hash in place of a secret.
+func WithTokenHash(ctx context.Context, hash string) context.Context {
+	return context.WithValue(ctx, hashKey{}, hash)
+}
+
+// TokenHashFrom returns the hash WithTokenHash put in ctx.
+func TokenHashFrom(ctx context.Context) (string, bool) {
+	h, ok := ctx.Value(hashKey{}).(string)
+	return h, ok && h != ""
 }

@@ -25,7 +25,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/environment/docker"
 	"github.com/ferry-ml/ferry/internal/httplimit"
 	"github.com/ferry-ml/ferry/internal/secrets"
-	"github.com/ferry-ml/ferry/internal/selfexe"
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -186,9 +185,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	exe, err := selfexe.Install(filepath.Join(dir, "bin"))
+	exe, err := runnerBinary(dir, work, cfg.Log)
 	if err != nil {
-		return fmt.Errorf("install ferry binary for runners: %w", err)
+		return err
 	}
 	st, err := sqlite.Open(filepath.Join(dir, "ferry.db"))
 	if err != nil {
@@ -279,7 +278,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	apiServer := api.New(ws, st, cfg.Log)
 	apiServer.MountGateway(gw, gw.Metrics())
-	handler, err := withStudio(apiServer, cfg.Log)
+	handler, err := withStudio(apiServer, st, cfg.Log)
 	if err != nil {
 		return err
 	}

@@ -8,10 +8,10 @@ import (
 )
 
 // withStudio serves the web studio at /studio/ beside the API, which it
-// calls in-process with each signed-in user's token; / sends a browser
-// there.
-func withStudio(api http.Handler, log *slog.Logger) (http.Handler, error) {
-	st, err := studio.New(studio.Options{API: api, Log: log})
+// calls in-process as each signed-in user's token, keeping its sessions
+// in the workspace's store; / sends a browser there.
+func withStudio(api http.Handler, sessions studio.Sessions, log *slog.Logger) (http.Handler, error) {
+	st, err := studio.New(studio.Options{API: api, Sessions: sessions, Log: log})
 	if err != nil {
 		return nil, err
 	}

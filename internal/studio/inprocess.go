@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"sync"
+
+	"github.com/ferry-ml/ferry/internal/auth"
 )
 
 // handlerTransport is an http.RoundTripper that serves each request with
@@ -13,10 +15,20 @@ import (
 // network meets, without a socket. The response streams: its header goes
 // back at the handler's first write or flush, and its body is a pipe the
 // handler writes into, so a followed log arrives line by line.
-type handlerTransport struct{ h http.Handler }
+//
+// With tokenHash, each request acts as the token of that hash, carried in
+// its context (auth.WithTokenHash): a session keeps no token to send.
+type handlerTransport struct {
+	h         http.Handler
+	tokenHash string
+}
 
 func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	in := req.Clone(req.Context())
+	ctx := req.Context()
+	if t.tokenHash != "" {
+		ctx = auth.WithTokenHash(ctx, t.tokenHash)
+	}
+	in := req.Clone(ctx)
 	in.RequestURI = req.URL.RequestURI()
 	in.RemoteAddr = "studio"
 	if in.Body == nil {

@@ -46,6 +46,7 @@ type testServer struct {
 	url, token, dir string
 	work            string               // a directory every account can pass through
 	output          *testutil.SyncBuffer // what the server printed
+	stop            func()               // ends the server
 }
 
 func (s *testServer) client() *client.Client { return client.New(s.url, s.token) }
@@ -70,8 +71,23 @@ func startServerEnv(t *testing.T, env []string) *testServer {
 	if err := os.Chmod(work, 0o711); err != nil { // a root server's jobs run as ferry-job
 		t.Fatal(err)
 	}
+	ts := &testServer{dir: dir, work: work}
+	ts.launch(t, env)
+	t.Cleanup(func() {
+		if ts.url != "" {
+			endJobs(t, ts.client())
+		}
+		ts.stop()
+	})
+	return ts
+}
+
+// launch starts `ferry server` on ts's data dir and waits until it answers.
+func (ts *testServer) launch(t *testing.T, env []string) {
+	t.Helper()
 	var out testutil.SyncBuffer
-	cmd := exec.Command(ferryBin, "server", "--data-dir", dir, "--work-dir", filepath.Join(work, "work"), "--addr", "127.0.0.1:0")
+	os.Remove(filepath.Join(ts.dir, server.InfoFile))
+	cmd := exec.Command(ferryBin, "server", "--data-dir", ts.dir, "--work-dir", filepath.Join(ts.work, "work"), "--addr", "127.0.0.1:0")
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
@@ -81,11 +97,8 @@ func startServerEnv(t *testing.T, env []string) *testServer {
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	ts := &testServer{dir: dir, work: work, output: &out}
-	t.Cleanup(func() {
-		if ts.url != "" {
-			endJobs(t, ts.client())
-		}
+	ts.output, ts.url = &out, ""
+	ts.stop = func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -93,15 +106,15 @@ func startServerEnv(t *testing.T, env []string) *testServer {
 			_ = cmd.Process.Kill()
 			<-exited
 		}
-	})
+	}
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		var info server.Info
-		data, err := os.ReadFile(filepath.Join(dir, server.InfoFile))
+		data, err := os.ReadFile(filepath.Join(ts.dir, server.InfoFile))
 		if err == nil && json.Unmarshal(data, &info) == nil && info.URL != "" {
-			tok, terr := os.ReadFile(filepath.Join(dir, server.TokenFile))
+			tok, terr := os.ReadFile(filepath.Join(ts.dir, server.TokenFile))
 			if terr == nil && client.New(info.URL, string(tok)).Health(context.Background()) == nil {
 				ts.url, ts.token = info.URL, strings.TrimSpace(string(tok))
-				return ts
+				return
 			}
 		}
 		select {
@@ -113,6 +126,13 @@ func startServerEnv(t *testing.T, env []string) *testServer {
 			t.Fatalf("the server did not answer within 60s:\n%s", out.String())
 		}
 	}
+}
+
+// restart stops the server and starts it again on the same data dir.
+func (ts *testServer) restart(t *testing.T) {
+	t.Helper()
+	ts.stop()
+	ts.launch(t, nil)
 }
 
 // endJobs cancels the jobs still active and waits for them to end.

@@ -1,33 +1,76 @@
 package studio
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
+	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/store"
 )
 
-// cookieName is the session cookie; it holds the workspace token.
+// cookieName is the session cookie. It holds the session's id: random,
+// made at sign-in, known to the browser alone; the store keeps its hash.
 const cookieName = "ferry_studio"
 
-// csrfLabel is what a session's CSRF token is the HMAC of.
-const csrfLabel = "ferry studio csrf v1"
+// sessionLife is how long a session lasts after sign-in.
+const sessionLife = 7 * 24 * time.Hour
 
-// csrfToken is the CSRF token of the session whose token is token: the
-// HMAC-SHA256 of csrfLabel under the token. It reveals nothing of the
-// token, and a site that cannot read the studio's pages cannot make it.
-func csrfToken(token string) string {
-	m := hmac.New(sha256.New, []byte(strings.TrimSpace(token)))
-	m.Write([]byte(csrfLabel))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+// Sessions is where the studio keeps its sessions: the workspace's store,
+// so that they outlive a restart of the server.
+type Sessions interface {
+	CreateSession(ctx context.Context, s store.Session) error
+	SessionByHash(ctx context.Context, hash string) (store.Session, error)
+	DeleteSession(ctx context.Context, hash string) error
+	DeleteExpiredSessions(ctx context.Context, now time.Time) error
 }
 
-func checkCSRF(token, got string) bool {
-	return got != "" && hmac.Equal([]byte(csrfToken(token)), []byte(got))
+// randomID is 32 random bytes, base64url: a session's id or CSRF token.
+func randomID() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic("studio: crypto/rand failed: " + err.Error()) // it does not on Linux
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// startSession stores a new session that acts with token and returns its
+// id, the cookie's value. Its CSRF token is random too: nothing of the
+// cookie or the token gives it. The store keeps the hashes of the id and
+// the token, never either.
+func (s *Studio) startSession(ctx context.Context, token string) (string, error) {
+	now := time.Now()
+	// Sessions nobody signed out of end here, so they do not pile up.
+	if err := s.sessions.DeleteExpiredSessions(ctx, now); err != nil {
+		s.log.Warn("studio: delete expired sessions", "err", err)
+	}
+	id := randomID()
+	err := s.sessions.CreateSession(ctx, store.Session{Hash: auth.Hash(id), TokenHash: auth.Hash(token), CSRF: randomID(),
+		Created: now, Expires: now.Add(sessionLife)})
+	if err != nil {
+		return "", fmt.Errorf("start a session: %w", err)
+	}
+	return id, nil
+}
+
+// endSession deletes ss's session from the store and its cookie from the
+// browser: the cookie is worth nothing after, wherever a copy of it is.
+func (s *Studio) endSession(w http.ResponseWriter, r *http.Request, ss *session) {
+	if err := s.sessions.DeleteSession(r.Context(), ss.hash); err != nil {
+		s.log.Warn("studio: delete session", "err", err)
+	}
+	clearCookie(w, r)
+}
+
+func checkCSRF(want, got string) bool {
+	return got != "" && subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
 }
 
 // sameOrigin reports whether a POST's Origin, when the browser sent one,
@@ -42,8 +85,8 @@ func sameOrigin(r *http.Request) bool {
 	return err == nil && u.Host == r.Host
 }
 
-func setCookie(w http.ResponseWriter, r *http.Request, token string) {
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: token, Path: Prefix,
+func setCookie(w http.ResponseWriter, r *http.Request, id string) {
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: Prefix,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 }
 
@@ -73,7 +116,8 @@ func (s *Studio) signInPage(w http.ResponseWriter, r *http.Request) {
 
 // signIn takes a workspace token from the form, asks the API whether it
 // may list the workspace's computes (the least a studio user does), and
-// only then sets the session cookie. The token is never shown back.
+// only then starts a session and sets its cookie, which holds the
+// session's id, not the token. The token is never shown back.
 func (s *Studio) signIn(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	if !sameOrigin(r) {
@@ -92,8 +136,7 @@ func (s *Studio) signIn(w http.ResponseWriter, r *http.Request) {
 		s.render(withStatus(w, http.StatusBadRequest), r, nil, "signin", "Sign in", v)
 		return
 	}
-	ss := s.newSession(token)
-	if _, err := ss.api.ListComputes(r.Context()); err != nil {
+	if _, err := s.tokenClient(token).ListComputes(r.Context()); err != nil {
 		switch client.StatusOf(err) {
 		case http.StatusUnauthorized:
 			v.Error = "This token is not valid for this workspace (wrong, revoked or from another one)."
@@ -105,12 +148,19 @@ func (s *Studio) signIn(w http.ResponseWriter, r *http.Request) {
 		s.render(withStatus(w, http.StatusUnauthorized), r, nil, "signin", "Sign in", v)
 		return
 	}
-	setCookie(w, r, token)
+	id, err := s.startSession(r.Context(), token)
+	if err != nil {
+		s.log.Error("studio sign-in", "err", err)
+		v.Error = "The session could not be stored; the server's log has the details."
+		s.render(withStatus(w, http.StatusInternalServerError), r, nil, "signin", "Sign in", v)
+		return
+	}
+	setCookie(w, r, id)
 	http.Redirect(w, r, v.Next, http.StatusSeeOther)
 }
 
-func (s *Studio) signOut(w http.ResponseWriter, r *http.Request, _ *session) error {
-	clearCookie(w, r)
+func (s *Studio) signOut(w http.ResponseWriter, r *http.Request, ss *session) error {
+	s.endSession(w, r, ss)
 	http.Redirect(w, r, "/studio/signin", http.StatusSeeOther)
 	return nil
 }

@@ -310,3 +310,112 @@ func TestStudioJobListPages(t *testing.T) {
 		t.Errorf("limit=0: %s, want 400", resp.Status)
 	}
 }
+
+// The session cookie was the owner token itself, and the CSRF token an
+// HMAC of a fixed label under it, the same for every session of the token
+// and for ever (issue 29). A session now has its own random id in the
+// cookie and its own random CSRF token; the store keeps only hashes, and
+// the session outlives a restart; sign-out deletes it on the server, so a
+// copy of its cookie is worthless after.
+func TestStudioSessionsAreTheirOwn(t *testing.T) {
+	s := startServer(t)
+	signIn := func() (*http.Client, string, string) {
+		t.Helper()
+		hc := noRedirects(t)
+		resp, err := hc.PostForm(s.url+"/studio/signin", url.Values{"token": {s.token}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		cs := resp.Cookies()
+		if resp.StatusCode != http.StatusSeeOther || len(cs) != 1 {
+			t.Fatalf("sign-in: %s, cookies %v", resp.Status, cs)
+		}
+		return hc, cs[0].Value, csrfOf(t, hc, s.url)
+	}
+	a, cookieA, csrfA := signIn()
+	b, cookieB, csrfB := signIn()
+	if cookieA == cookieB || strings.Contains(cookieA, s.token) || strings.Contains(cookieB, s.token) || strings.Contains(s.token, cookieA) {
+		t.Errorf("the two sessions' cookies %q and %q: want two of their own, neither the token", cookieA, cookieB)
+	}
+	if csrfA == csrfB || csrfA == cookieA || csrfB == cookieB {
+		t.Errorf("the sessions' CSRF tokens %q and %q: want one of its own for each, not its cookie", csrfA, csrfB)
+	}
+	// The store keeps hashes: neither a cookie nor the token is in it.
+	for _, name := range []string{"ferry.db", "ferry.db-wal"} {
+		data, err := os.ReadFile(filepath.Join(s.dir, name))
+		if err != nil {
+			continue
+		}
+		for what, secret := range map[string]string{"session A's cookie": cookieA, "session B's cookie": cookieB, "the token": s.token} {
+			if strings.Contains(string(data), secret) {
+				t.Errorf("%s holds %s", name, what)
+			}
+		}
+	}
+
+	// One session's CSRF token is no good in another's form.
+	resp, err := a.PostForm(s.url+"/studio/compute", url.Values{"csrf": {csrfB}, "name": {"c1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if readAll(t, resp); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a form of session A with session B's CSRF token: %s, want 403", resp.Status)
+	}
+
+	// Sign-out of A ends A on the server: its cookie, sent again, is
+	// refused; B goes on.
+	resp, err = a.PostForm(s.url+"/studio/signout", url.Values{"csrf": {csrfA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	withCookie := func(cookie string) int {
+		t.Helper()
+		req, err := http.NewRequest("GET", s.url+"/studio/compute", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.AddCookie(&http.Cookie{Name: "ferry_studio", Value: cookie})
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		return resp.StatusCode
+	}
+	if code := withCookie(cookieA); code != http.StatusSeeOther {
+		t.Errorf("a copy of session A's cookie after its sign-out: %d, want 303 to sign in", code)
+	}
+	if code := withCookie(cookieB); code != http.StatusOK {
+		t.Errorf("session B after A signed out: %d, want 200", code)
+	}
+	if code := withCookie(s.token); code != http.StatusSeeOther {
+		t.Errorf("the token as the cookie, as it was before: %d, want 303 to sign in", code)
+	}
+
+	// B outlives a restart, with its CSRF token.
+	s.restart(t)
+	if code := withCookie(cookieB); code != http.StatusOK {
+		t.Errorf("session B after a restart: %d, want 200", code)
+	}
+	if got := csrfOf(t, b, s.url); got != csrfB {
+		t.Errorf("session B's CSRF token after a restart: %q, want %q", got, csrfB)
+	}
+}
+
+// csrfOf is the CSRF token that the create-cluster page has for hc's
+// session.
+func csrfOf(t *testing.T, hc *http.Client, base string) string {
+	t.Helper()
+	resp, err := hc.Get(base + "/studio/compute/new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := readAll(t, resp)
+	m := csrfRE.FindStringSubmatch(page)
+	if resp.StatusCode != http.StatusOK || m == nil {
+		t.Fatalf("GET /studio/compute/new: %s, and no CSRF field", resp.Status)
+	}
+	return m[1]
+}

@@ -10,12 +10,16 @@
 // do nothing the API would not let that token do, and checks nothing of
 // its own that the API does not.
 //
-// Sign-in turns a workspace token into an HttpOnly, SameSite=Strict
-// cookie (Secure over TLS). The cookie holds the token, so a session
-// outlives a server restart and ends when the token is revoked. Every
-// form carries a CSRF token, the HMAC-SHA256 of a fixed label under the
-// session's token: only a page of this origin, rendered for this session,
-// has it, and the server needs no state to check it.
+// Sign-in checks a workspace token with the API and starts a session: a
+// random id in an HttpOnly, SameSite=Strict cookie (Secure over TLS), and
+// in the workspace's store the id's hash, the token's hash and the
+// session's own random CSRF token. So a session outlives a server
+// restart, ends at sign-out (its record is deleted: a copy of the cookie
+// is then worthless), after a week, or when the token is revoked; and
+// neither the cookie nor a copy of the database gives the token. The
+// pages call the API with the token's hash in the request's context
+// (auth.WithTokenHash). Every form carries the session's CSRF token,
+// which only a page of this origin rendered for this session has.
 package studio
 
 import (
@@ -29,8 +33,11 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
+	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/store"
 )
 
 //go:embed templates/*.html
@@ -46,15 +53,18 @@ const Prefix = "/studio/"
 type Options struct {
 	// API is the workspace's REST API handler; pages call it in-process.
 	API http.Handler
-	Log *slog.Logger
+	// Sessions keeps the sign-in sessions: the workspace's store.
+	Sessions Sessions
+	Log      *slog.Logger
 }
 
 // Studio is the http.Handler of the studio's pages, mounted at Prefix.
 type Studio struct {
-	api   http.Handler
-	log   *slog.Logger
-	mux   *http.ServeMux
-	pages map[string]*template.Template
+	api      http.Handler
+	sessions Sessions
+	log      *slog.Logger
+	mux      *http.ServeMux
+	pages    map[string]*template.Template
 }
 
 // New makes the studio.
@@ -62,7 +72,10 @@ func New(o Options) (*Studio, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Studio{api: o.API, log: o.Log, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
+	if o.Sessions == nil {
+		return nil, errors.New("studio: Options.Sessions (where sessions are kept) is required")
+	}
+	s := &Studio{api: o.API, sessions: o.Sessions, log: o.Log, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
 	if err := s.parse(); err != nil {
 		return nil, err
 	}
@@ -139,26 +152,40 @@ func cacheable(h http.Handler) http.Handler {
 	})
 }
 
-// session is a signed-in request: its token and the API client that
-// calls with it.
+// session is a signed-in request: its session's hash, the API client
+// that calls as its token, and its CSRF token.
 type session struct {
-	token string
-	api   *client.Client
-	csrf  string
+	hash string
+	api  *client.Client
+	csrf string
 }
 
-// sessionOf reads the request's session cookie, or returns nil.
-func (s *Studio) sessionOf(r *http.Request) *session {
+// sessionOf reads the request's session: nil when it has no cookie, or one
+// the store has no live session for (signed out, expired, or from before
+// sessions were stored, when the cookie held the token itself).
+func (s *Studio) sessionOf(r *http.Request) (*session, error) {
 	c, err := r.Cookie(cookieName)
 	if err != nil || strings.TrimSpace(c.Value) == "" {
-		return nil
+		return nil, nil
 	}
-	return s.newSession(c.Value)
+	rec, err := s.sessions.SessionByHash(r.Context(), auth.Hash(c.Value))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !time.Now().Before(rec.Expires) {
+		_ = s.sessions.DeleteSession(r.Context(), rec.Hash)
+		return nil, nil
+	}
+	hc := &http.Client{Transport: handlerTransport{h: s.api, tokenHash: rec.TokenHash}}
+	return &session{hash: rec.Hash, api: client.NewWithHTTP("http://studio.internal", "", hc), csrf: rec.CSRF}, nil
 }
 
-func (s *Studio) newSession(token string) *session {
-	hc := &http.Client{Transport: handlerTransport{h: s.api}}
-	return &session{token: token, api: client.NewWithHTTP("http://studio.internal", token, hc), csrf: csrfToken(token)}
+// tokenClient calls the API with token itself: sign-in's check of it.
+func (s *Studio) tokenClient(token string) *client.Client {
+	return client.NewWithHTTP("http://studio.internal", token, &http.Client{Transport: handlerTransport{h: s.api}})
 }
 
 // pageFunc serves a signed-in GET.
@@ -169,8 +196,14 @@ type pageFunc func(w http.ResponseWriter, r *http.Request, ss *session) error
 // say) signs it out.
 func (s *Studio) page(f pageFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		ss := s.sessionOf(r)
+		ss, err := s.sessionOf(r)
+		if err != nil {
+			s.log.Error("studio session", "err", err)
+			http.Error(w, "the session could not be read; the server's log has the details", http.StatusInternalServerError)
+			return
+		}
 		if ss == nil {
+			clearCookie(w, r) // one that no longer names a session
 			http.Redirect(w, r, "/studio/signin?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
@@ -189,7 +222,12 @@ const maxFormBytes = 1 << 20
 // form, or it is refused with 403 and does nothing.
 func (s *Studio) form(f pageFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		ss := s.sessionOf(r)
+		ss, err := s.sessionOf(r)
+		if err != nil {
+			s.log.Error("studio session", "err", err)
+			http.Error(w, "the session could not be read; the server's log has the details", http.StatusInternalServerError)
+			return
+		}
 		if ss == nil {
 			http.Error(w, "sign in first: this form needs the studio's session cookie (open /studio/signin)", http.StatusForbidden)
 			return
@@ -203,7 +241,6 @@ func (s *Studio) form(f pageFunc) http.HandlerFunc {
 		// read whole into memory (the body is capped above), so no
 		// part of it, a private key least of all, goes to a temporary
 		// file; its fields land in r.PostForm as a plain form's do.
-		var err error
 		if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct == "multipart/form-data" {
 			err = r.ParseMultipartForm(maxFormBytes + 1)
 			if r.MultipartForm != nil {
@@ -216,7 +253,7 @@ func (s *Studio) form(f pageFunc) http.HandlerFunc {
 			http.Error(w, "the form could not be read: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		if !checkCSRF(ss.token, r.PostForm.Get("csrf")) {
+		if !checkCSRF(ss.csrf, r.PostForm.Get("csrf")) {
 			http.Error(w, "refused: the form's CSRF token is missing or not this session's; reload the page and send it again", http.StatusForbidden)
 			return
 		}
@@ -232,7 +269,7 @@ func (s *Studio) form(f pageFunc) http.HandlerFunc {
 func (s *Studio) fail(w http.ResponseWriter, r *http.Request, ss *session, err error) {
 	status := client.StatusOf(err)
 	if status == http.StatusUnauthorized {
-		clearCookie(w, r)
+		s.endSession(w, r, ss)
 		http.Redirect(w, r, "/studio/signin?expired=1&next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 		return
 	}

@@ -91,8 +91,8 @@ func (s *Service) failCompute(ctx context.Context, name, why string) {
 		s.log.Error("mark compute failed", "compute", name, "err", err)
 		return
 	}
+	s.unusable.unusable(name, why)
 	if changed {
-		s.log.Error("compute unusable", "compute", name, "reason", why)
 		s.event(ctx, name, "failed", "Failed: "+why+"; delete it and create it again")
 	}
 }

@@ -96,7 +96,9 @@ func (s *Service) handOffsUnderWay(computeName string) int {
 func (s *Service) handOff(ctx context.Context, computeName string, names []string) {
 	t, err := s.target(ctx, computeName)
 	if err != nil {
-		s.log.Error("compute unusable", "compute", computeName, "err", err)
+		if !isUnusable(err) {
+			s.log.Error("compute target", "compute", computeName, "err", err)
+		}
 		return
 	}
 	var ls []compute.Launch

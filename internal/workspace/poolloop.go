@@ -67,6 +67,10 @@ type poolWorkspace interface {
 	forgetDelivered(active []store.Job)
 	// failCompute marks a compute Failed with why, once.
 	failCompute(ctx context.Context, name, why string)
+	// computeUnusable logs that a compute cannot be used for why, and
+	// computeUsable that it can, each once per change.
+	computeUnusable(name, why string)
+	computeUsable(name string)
 	// setQueuedReason says why a queued job waits; failQueued fails one
 	// that can never run.
 	setQueuedReason(ctx context.Context, name, reason string)
@@ -139,7 +143,7 @@ func (l *poolLoop) pass(ctx context.Context) error {
 	}
 	now := l.now()
 
-	live := l.leases(ctx, pools, nodes, onNode, now)
+	live := l.leases(ctx, pools, broken, nodes, onNode, now)
 	l.forgetBroken(ctx, recs, broken)
 	live, names = l.deletePools(ctx, pools, names, live)
 	live = l.preemptions(ctx, pools, live, onNode, now)
@@ -184,22 +188,29 @@ func (l *poolLoop) loadPools(ctx context.Context, recs []store.Compute) (pools m
 			// Making the provider re-opens the reverse tunnels of its
 			// machines after a server restart (it is made once and kept).
 			if _, err := l.providers(&pc.spec); err != nil {
-				l.log.Error("ssh provider", "compute", r.Name, "err", err)
+				l.ws.computeUnusable(r.Name, "its ssh provider cannot be made: "+err.Error())
+				continue
 			}
 		}
+		l.ws.computeUsable(r.Name)
 	}
 	return pools, names, broken
 }
 
-// leases retires the nodes of computes that are gone, marks Lost the
-// joined nodes silent for longer than the node lease (failing what ran
-// there), and moves the others between Idle and Busy by what runs on them.
-// It returns the nodes left, with their new states.
-func (l *poolLoop) leases(ctx context.Context, pools map[string]*poolCompute, nodes []store.Node, onNode map[string][]store.Job, now time.Time) []store.Node {
+// leases retires the nodes of computes that are gone or unusable (broken
+// holds why each unusable one is), marks Lost the joined nodes silent for
+// longer than the node lease (failing what ran there), and moves the others
+// between Idle and Busy by what runs on them. It returns the nodes left,
+// with their new states.
+func (l *poolLoop) leases(ctx context.Context, pools map[string]*poolCompute, broken map[string]string, nodes []store.Node, onNode map[string][]store.Job, now time.Time) []store.Node {
 	var live []store.Node
 	for _, n := range nodes {
 		if _, ok := pools[n.Compute]; !ok {
-			l.retireNode(ctx, n, "its compute was deleted")
+			why := "its compute was deleted"
+			if reason, bad := broken[n.Compute]; bad {
+				why = "its compute is unusable: " + reason
+			}
+			l.retireNode(ctx, n, why)
 			continue
 		}
 		if n.State == NodeIdle || n.State == NodeBusy || n.State == NodeDraining {

@@ -119,6 +119,7 @@ func (s *Service) dispatch(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.unusable.keep(computes)
 	free := map[string]int{}
 	handsOff := map[string]bool{} // computes whose targets queue themselves
 	anyFree := false
@@ -131,7 +132,9 @@ func (s *Service) dispatch(ctx context.Context) error {
 		slots[c.Name] = true
 		t, err := s.target(ctx, c.Name)
 		if err != nil {
-			s.log.Error("compute unusable", "compute", c.Name, "err", err)
+			if !isUnusable(err) {
+				s.log.Error("compute target", "compute", c.Name, "err", err)
+			}
 			continue
 		}
 		waiting, err := s.inEngineQueue(ctx, c.Name, t)

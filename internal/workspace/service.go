@@ -135,6 +135,8 @@ type Service struct {
 	log     *slog.Logger
 	now     func() time.Time
 	started time.Time
+	// unusable logs the computes that cannot be used, once per change.
+	unusable *unusableLog
 	// instance names this server among those that used the store: its
 	// hand-off marks carry it (handoff.go).
 	instance string
@@ -275,6 +277,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		diskFull:   map[string]string{},
 		retaken:    map[string]bool{}, handing: map[string]int{}, cancelAsked: map[string]time.Time{}, engineCanceled: map[string]int{},
 		delivered: map[string]bool{}, nodeWait: map[string]chan struct{}{},
+		unusable: newUnusableLog(cfg.Log),
 	}
 	s.kickSchedules = make(chan struct{}, 1)
 	s.started = s.now()
@@ -645,16 +648,32 @@ func (s *Service) target(ctx context.Context, name string) (compute.Target, erro
 	c, err := storedComputeSpec(rec)
 	if err != nil {
 		s.failCompute(ctx, name, err.Error())
-		return nil, fmt.Errorf("compute %s: %w", name, err)
+		return nil, unusableError{fmt.Errorf("compute %s: %w", name, err)}
 	}
 	t, err = s.cfg.Targets(c)
 	if err != nil {
-		return nil, err
+		s.unusable.unusable(name, err.Error())
+		return nil, unusableError{err}
 	}
+	s.unusable.usable(name)
 	s.mu.Lock()
 	s.targets[name] = t
 	s.mu.Unlock()
 	return t, nil
+}
+
+// unusableError is target's error for a compute whose stored spec or
+// target cannot be made. target has logged it, once per change, so its
+// callers, which meet it on every pass, do not log it again.
+type unusableError struct{ err error }
+
+func (e unusableError) Error() string { return e.err.Error() }
+func (e unusableError) Unwrap() error { return e.err }
+
+// isUnusable says whether err is target's error for an unusable compute.
+func isUnusable(err error) bool {
+	var u unusableError
+	return errors.As(err, &u)
 }
 
 // ---- jobs ----

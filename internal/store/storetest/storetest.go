@@ -154,6 +154,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Token/WithJobUpdate", testTokenWithJobUpdate},
 		{"Token/WithJobUpdateFnError", testTokenWithJobUpdateFnError},
 		{"Token/WithJobUpdateConflict", testTokenWithJobUpdateConflict},
+
+		{"Session/Lifecycle", testSessionLifecycle},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
