@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,7 +60,10 @@ func TestStudioKubeAttachInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s := startServer(t)
+	// The cluster's pods must reach the server: it listens on the node's
+	// address, not loopback, or the attach is refused.
+	nodeIP := strings.TrimSpace(kubectlIn(t, admin, "get", "node", "-o", `jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}`))
+	s := startServerAt(t, nil, net.JoinHostPort(nodeIP, "0"))
 	c := s.client()
 	detachAtEnd(t, c, "k8s-lab")
 	b := newBrowser(t)

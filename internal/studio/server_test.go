@@ -45,6 +45,7 @@ func TestMain(m *testing.M) {
 type testServer struct {
 	url, token, dir string
 	work            string               // a directory every account can pass through
+	addr            string               // --addr; "" = 127.0.0.1:0
 	output          *testutil.SyncBuffer // what the server printed
 	stop            func()               // ends the server
 }
@@ -62,6 +63,14 @@ func startServer(t *testing.T) *testServer {
 // environment (a Slurm test cluster's SLURM_CONF).
 func startServerEnv(t *testing.T, env []string) *testServer {
 	t.Helper()
+	return startServerAt(t, env, "127.0.0.1:0")
+}
+
+// startServerAt is startServerEnv listening on addr: a Kubernetes
+// compute is attached only to a server its pods can reach, at an address
+// that is not loopback.
+func startServerAt(t *testing.T, env []string, addr string) *testServer {
+	t.Helper()
 	dir := t.TempDir()
 	work, err := os.MkdirTemp("", "ferry-studio-")
 	if err != nil {
@@ -71,7 +80,7 @@ func startServerEnv(t *testing.T, env []string) *testServer {
 	if err := os.Chmod(work, 0o711); err != nil { // a root server's jobs run as ferry-job
 		t.Fatal(err)
 	}
-	ts := &testServer{dir: dir, work: work}
+	ts := &testServer{dir: dir, work: work, addr: addr}
 	ts.launch(t, env)
 	t.Cleanup(func() {
 		if ts.url != "" {
@@ -87,7 +96,7 @@ func (ts *testServer) launch(t *testing.T, env []string) {
 	t.Helper()
 	var out testutil.SyncBuffer
 	os.Remove(filepath.Join(ts.dir, server.InfoFile))
-	cmd := exec.Command(ferryBin, "server", "--data-dir", ts.dir, "--work-dir", filepath.Join(ts.work, "work"), "--addr", "127.0.0.1:0")
+	cmd := exec.Command(ferryBin, "server", "--data-dir", ts.dir, "--work-dir", filepath.Join(ts.work, "work"), "--addr", ts.addr)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
