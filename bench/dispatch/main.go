@@ -287,7 +287,8 @@ func perJob(d time.Duration, n int) float64 {
 }
 
 // executorPID is the local executor serving the server of dataDir (its
-// --id names the server's binary in dataDir), or 0.
+// --id names the server's binary, in dataDir or, since servers keep it in
+// their work dir, in the default one beside it, DATA_DIR-work), or 0.
 func executorPID(dataDir string) int {
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -300,7 +301,7 @@ func executorPID(dataDir string) int {
 			continue
 		}
 		args := strings.Split(string(cmd), "\x00")
-		if slices.Contains(args, "local-executor") && slices.Contains(args, "--serve") && strings.Contains(string(cmd), dataDir+string(filepath.Separator)) {
+		if slices.Contains(args, "local-executor") && slices.Contains(args, "--serve") && (strings.Contains(string(cmd), dataDir+string(filepath.Separator)) || strings.Contains(string(cmd), dataDir+"-work"+string(filepath.Separator))) {
 			return pid
 		}
 	}

@@ -31,6 +31,7 @@ package beneath
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"strings"
@@ -212,6 +213,20 @@ func (d *Dir) ReadDir() ([]Entry, error) {
 		out = append(out, Entry{Name: name, Info: fi, Err: err})
 	}
 	return out, nil
+}
+
+// IsEmpty says whether d has no entries.
+func (d *Dir) IsEmpty() (bool, error) {
+	again, err := d.OpenDir(".")
+	if err != nil {
+		return false, err
+	}
+	defer again.Close()
+	_, err = again.f.Readdirnames(1)
+	if err == io.EOF {
+		return true, nil
+	}
+	return false, err
 }
 
 // Mkdir makes the directory rel beneath d with perm (before the umask).

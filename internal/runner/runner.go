@@ -30,6 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/beneath"
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/environment"
@@ -336,7 +337,7 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 	var finalizing string      // the Finalizing step, when the final report carries it
 	if p != nil {
 		const why = "uploading outputs"
-		if a.FinalOutputs && nothingToUpload(r.wd, p) {
+		if a.FinalOutputs && r.nothingToUpload(p) {
 			// Running, Finalizing and the end would be three reports
 			// in a row: the final report carries the step instead, and
 			// the server records both (bench/dispatch).
@@ -374,17 +375,20 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 
 // nothingToUpload says whether an attempt has no outputs to upload: no
 // named outputs (each is uploaded, even empty) and nothing in ./outputs.
-func nothingToUpload(wd string, p *paths) bool {
-	if len(p.outDirs) > 0 {
-		return false
-	}
-	f, err := os.Open(filepath.Join(wd, "outputs"))
+func (r *runner) nothingToUpload(p *paths) bool {
+	return len(p.outDirs) == 0 && r.emptyFolder(filepath.Join(WorkDirName, "outputs"))
+}
+
+// emptyFolder says whether the folder rel beneath the attempt's folder
+// is there and empty; it follows no symlink on the way (internal/beneath).
+func (r *runner) emptyFolder(rel string) bool {
+	d, err := beneath.OpenUnder(r.cfg.Dir, rel)
 	if err != nil {
 		return false // the upload says what is wrong
 	}
-	defer f.Close()
-	_, err = f.Readdirnames(1)
-	return err == io.EOF
+	defer d.Close()
+	empty, err := d.IsEmpty()
+	return err == nil && empty
 }
 
 // setUp makes the attempt's directories, opens the node's blob cache and
@@ -1015,7 +1019,15 @@ func (r *runner) planOutputs(dir string, opt snapshot.OutputOptions) (outputSour
 		return nil, fmt.Errorf("%s is not in the attempt's folder %s", dir, r.cfg.Dir)
 	}
 	if cred := r.credential(); cred != nil && cred.Uid != uint32(os.Geteuid()) {
-		return readOutputsAs(cred, r.cfg.Dir, rel, dir, opt)
+		if !r.emptyFolder(rel) {
+			return readOutputsAs(cred, r.cfg.Dir, rel, dir, opt)
+		}
+		// An empty folder (most small jobs' ./outputs, an unused named
+		// output) has nothing to read: it is planned here rather than
+		// by a reader started for it (an exec of this binary, 15 ms of
+		// CPU a job in bench/dispatch), with room for nothing, so that
+		// a file put there meanwhile is not read by the runner either.
+		opt.MaxSize = -1
 	}
 	p, err := snapshot.PlanOutputsUnder(r.cfg.Dir, rel, opt)
 	if err != nil {
