@@ -71,6 +71,7 @@ type providers struct {
 	exe, dir string // dir: the work dir's nodes/, outside the data dir
 	def      string
 	runAs    string // the account jobs on process nodes run as ("" = the agent's)
+	urlFile  string // the file this server records its URL in, for process agents
 	mu       sync.Mutex
 	made     map[string]provider.Provider
 
@@ -142,7 +143,7 @@ func (p *providers) factory() workspace.ProviderFactory {
 
 func (p *providers) process(*spec.Compute, process.Settings) (provider.Provider, error) {
 	return p.get("process", func() (provider.Provider, error) {
-		return process.New(process.Config{Exe: p.exe, Dir: filepath.Join(p.dir, "process"), GPUs: hostGPUs(), RunAs: p.runAs})
+		return process.New(process.Config{Exe: p.exe, Dir: filepath.Join(p.dir, "process"), GPUs: hostGPUs(), RunAs: p.runAs, ServerFile: p.urlFile})
 	})
 }
 

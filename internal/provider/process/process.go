@@ -49,6 +49,10 @@ type Config struct {
 	// then passable (0711, not listable) by it, so its jobs reach their
 	// working directories.
 	RunAs string
+	// ServerFile is the file the server records its URL in on this host
+	// (serverurl.FileName in its work dir; "" = none), given to agents as
+	// --server-file: they follow a server restarted at another address.
+	ServerFile string
 }
 
 // Provider is the process node provider. Its methods are safe for
@@ -289,6 +293,9 @@ func (p *Provider) start(id, dir string, r provider.LaunchRequest, gpus []int) (
 	args := append(slices.Clone(r.AgentArgs), "--dir", dir)
 	if p.cfg.RunAs != "" {
 		args = append(args, "--run-as", p.cfg.RunAs)
+	}
+	if p.cfg.ServerFile != "" {
+		args = append(args, "--server-file", p.cfg.ServerFile)
 	}
 	cmd := exec.Command(p.cfg.Exe, args...)
 	cmd.Dir = dir
