@@ -118,6 +118,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
 	}
+	if cfg.AdvertiseURL != "" {
+		if _, err := serverurl.Parse(cfg.AdvertiseURL); err != nil {
+			return fmt.Errorf("--advertise-url: %w; runners, agents and the CLI call the server there", err)
+		}
+	}
 	dir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return err
@@ -192,9 +197,6 @@ func Run(ctx context.Context, cfg Config) error {
 	url := cfg.AdvertiseURL
 	if url == "" {
 		url = "http://" + advertised(ln.Addr().(*net.TCPAddr))
-	} else if _, err := serverurl.Parse(url); err != nil {
-		ln.Close()
-		return fmt.Errorf("--advertise-url: %w; runners, agents and the CLI call the server there", err)
 	}
 	// What this server started on this host and outlived its last run
 	// (runners, the local executor, process nodes' agents) reads the URL

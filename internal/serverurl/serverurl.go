@@ -34,7 +34,7 @@ const maxSize = 4096
 // reader finds the old URL or the new one, never a part of either.
 func Write(dir, u string) error {
 	if _, err := Parse(u); err != nil {
-		return err
+		return fmt.Errorf("record the server's URL in %s: %w", dir, err)
 	}
 	f, err := os.CreateTemp(dir, "."+FileName+"-*")
 	if err != nil {
