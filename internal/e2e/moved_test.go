@@ -101,3 +101,40 @@ func serverMovedWhileJobsRun(t *testing.T, args ...string) {
 	}
 	mustContain(t, "the local runner's log", string(log), "the server is at another URL now", "from="+oldURL, "to="+s.url)
 }
+
+// The CLI's local workspace moved to another address by writing one into
+// $FERRY_HOME/server.addr, as the error of a taken address says to, keeps
+// the local job it ran: the job completes with its whole log.
+func TestLocalWorkspaceMovedKeepsRunningWork(t *testing.T) {
+	w := newLocalWorkspace(t)
+	gate := filepath.Join(jobWritableDir(t), "gate")
+	w.mustFerry("job", "create", "--name", "local-long", "-f", jobFile(t, fmt.Sprintf(`command: |
+  echo before
+  while [ ! -e %s ]; do sleep 0.05; done
+  echo after
+`, gate), nil))
+	s := w.server()
+	oldURL := s.url
+	s.waitStatus("local-long", "Running")
+	waitLog(t, s, "local-long", "before")
+
+	w.mustFerry("server", "stop")
+	addr := freeAddr(t)
+	if err := os.WriteFile(filepath.Join(w.home, "server.addr"), []byte(addr+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.mustFerry("job", "list")
+	s = w.server()
+	if s.url != "http://"+addr {
+		t.Fatalf("the workspace came back at %s, want http://%s (was %s)", s.url, addr, oldURL)
+	}
+	if j := s.waitStatus("local-long", "Completed", "Failed", "Canceled"); j.Status != "Completed" {
+		t.Fatalf("local-long: %s (%s)\nserver log:\n%s", j.Status, j.StatusReason, w.log())
+	}
+	if got := s.mustFerry("job", "stream", "local-long").stdout; got != "before\nafter\n" {
+		t.Errorf("local-long's log after the move: %q, want %q", got, "before\nafter\n")
+	}
+}
