@@ -20,12 +20,20 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
+	"github.com/ferry-ml/ferry/internal/serverurl"
 )
 
 // Config sets up an agent.
 type Config struct {
 	// Server is the workspace's URL (http or https).
 	Server string
+	// ServerFile, for an agent on the server's own host (the process
+	// provider's), is the file the server records its URL in
+	// (serverurl.FileName in its work dir; "" = none). The agent reads it
+	// when Server cannot be reached and calls the URL it names from then
+	// on, and gives it to its runners: a server restarted at another
+	// address finds its nodes and their jobs again.
+	ServerFile string
 	// Name is the node name the provider asked for.
 	Name string
 	// JoinToken is the compute's join token. Secret: it is sent once, as
@@ -114,12 +122,13 @@ const (
 )
 
 type agent struct {
-	cfg   Config
-	log   *slog.Logger
-	clock Clock
-	http  *http.Client
-	env   []string        // the runners' base environment, secrets removed
-	runAs *isolation.User // Config.RunAs, looked up; nil = none
+	cfg    Config
+	server *serverurl.URL // Config.Server, following Config.ServerFile
+	log    *slog.Logger
+	clock  Clock
+	http   *http.Client
+	env    []string        // the runners' base environment, secrets removed
+	runAs  *isolation.User // Config.RunAs, looked up; nil = none
 
 	hasGPUs   bool
 	node      string
@@ -156,6 +165,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	a := &agent{cfg: cfg, log: cfg.Log, clock: cfg.Clock, http: cfg.HTTPClient,
 		running: map[key]*proc{}, done: map[key]time.Time{}, wake: make(chan struct{}, 1)}
+	a.server = serverurl.New(cfg.Server, cfg.ServerFile)
+	a.server.Moved = func(from, to string) {
+		a.log.Warn("the server is at another URL now; the agent calls it there", "from", from, "to", to, "file", cfg.ServerFile)
+	}
+	a.server.BadFile = func(err error) {
+		a.log.Warn("cannot read the server's URL from its file; the agent keeps calling the URL it has", "err", err)
+	}
 	for _, kv := range cfg.Env {
 		if k, _, _ := strings.Cut(kv, "="); !slices.Contains(secretEnv, k) {
 			a.env = append(a.env, kv)

@@ -687,3 +687,54 @@ func TestRunnerEnvReservedNames(t *testing.T) {
 }
 
 var cmpSorted = cmpopts.SortSlices(func(x, y string) bool { return x < y })
+
+// An agent given the file its server records its URL in follows the
+// server to another address: once the old one stops answering, it reads
+// the file and heartbeats at the new one, with the runner it started
+// before, which it had given the same file. The switch is logged once.
+func TestAgentFollowsServerFile(t *testing.T) {
+	a := newFakeServer(t, nil)
+	file := filepath.Join(t.TempDir(), "server.url")
+	if err := os.WriteFile(file, []byte(a.URL+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ta := startAgent(t, a, dir, func(c *Config) { c.ServerFile = file })
+	running := nodeproto.Running{Job: "j", Attempt: 1}
+	a.set(func(fs *fakeServer) {
+		fs.assign = []nodeproto.Assignment{{Job: "j", Attempt: 1, RunToken: "run-secret-1"}}
+	})
+	rd := runDir(dir, "j", 1)
+	runnerPID(t, rd)
+	a.beatAfter(0, "the attempt in a heartbeat", runningIs(running))
+	args := strings.Join(readLines(t, filepath.Join(rd, "args")), " ") + " "
+	if !strings.Contains(args, "--api "+a.URL+" ") || !strings.Contains(args, "--api-file "+file+" ") {
+		t.Errorf("the runner's arguments %q do not name the server's URL and its file", args)
+	}
+
+	// The server comes back elsewhere, as the same workspace: it knows
+	// the node and its attempt.
+	b := newFakeServer(t, nil)
+	b.set(func(fs *fakeServer) {
+		fs.joins = []nodeproto.JoinRequest{{Name: "node-a"}}
+		fs.assign = []nodeproto.Assignment{{Job: "j", Attempt: 1, RunToken: "run-secret-1"}}
+	})
+	if err := os.WriteFile(file, []byte(b.URL+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.srv.Listener.Close()
+	a.srv.CloseClientConnections()
+	b.beatAfter(0, "a heartbeat at the server's new address with the attempt", runningIs(running))
+	if ta.exited() {
+		t.Fatalf("the agent exited: %v", ta.wait())
+	}
+	if n := len(readLines(t, filepath.Join(rd, "starts"))); n != 1 {
+		t.Errorf("the runner was started %d times, want once", n)
+	}
+	if n := strings.Count(ta.logs.String(), "the server is at another URL now"); n != 1 {
+		t.Errorf("the switch was logged %d times, want once; log:\n%s", n, ta.logs.String())
+	}
+	if get(b, func(fs *fakeServer) int { return len(fs.joins) }) != 1 {
+		t.Error("the agent joined again at the new address: it had a node token")
+	}
+}

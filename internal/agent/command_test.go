@@ -156,8 +156,9 @@ func TestFerryAgentNeedsJoinToken(t *testing.T) {
 // and, for exec/ssh/port-forward, session, isolation for the account
 // jobs and sessions run as, runner/invocation for the runner's command
 // line, buildinfo for its version, timerslack for the slack of what it
-// starts and beneath to write into folders jobs can reach (they import
-// nothing of Ferry's: archtest holds them to that).
+// starts, beneath to write into folders jobs can reach and serverurl for
+// the file its server records its URL in (they import nothing of Ferry's:
+// archtest holds them to that).
 func TestLinksNoServerCode(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("needs the go tool (a test binary run on its own)")
@@ -168,8 +169,8 @@ func TestLinksNoServerCode(t *testing.T) {
 	}
 	const mod = "github.com/ferry-ml/ferry/"
 	for _, dep := range strings.Fields(string(out)) {
-		if strings.HasPrefix(dep, mod) && dep != mod+"internal/agent" && dep != mod+"internal/nodeproto" && dep != mod+"internal/session" && dep != mod+"internal/isolation" && dep != mod+"internal/runner/invocation" && dep != mod+"internal/buildinfo" && dep != mod+"internal/timerslack" && dep != mod+"internal/beneath" {
-			t.Errorf("the agent depends on %s; it may use only internal/nodeproto, internal/session, internal/isolation, internal/runner/invocation, internal/buildinfo, internal/timerslack and internal/beneath of Ferry's packages", dep)
+		if strings.HasPrefix(dep, mod) && dep != mod+"internal/agent" && dep != mod+"internal/nodeproto" && dep != mod+"internal/session" && dep != mod+"internal/isolation" && dep != mod+"internal/runner/invocation" && dep != mod+"internal/buildinfo" && dep != mod+"internal/timerslack" && dep != mod+"internal/beneath" && dep != mod+"internal/serverurl" {
+			t.Errorf("the agent depends on %s; it may use only internal/nodeproto, internal/session, internal/isolation, internal/runner/invocation, internal/buildinfo, internal/timerslack, internal/beneath and internal/serverurl of Ferry's packages", dep)
 		}
 	}
 }

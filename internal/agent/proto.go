@@ -88,7 +88,7 @@ func (a *agent) call(ctx context.Context, timeout time.Duration, method, path, t
 		}
 		body = bytes.NewReader(data)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, a.cfg.Server+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, a.server.Get()+path, body)
 	if err != nil {
 		return err
 	}
@@ -99,6 +99,11 @@ func (a *agent) call(ctx context.Context, timeout time.Duration, method, path, t
 	}
 	resp, err := a.http.Do(req)
 	if err != nil {
+		if ctx.Err() == nil {
+			// The server may have come back elsewhere: the next try goes
+			// where its file says it is now.
+			a.server.Reread()
+		}
 		return err
 	}
 	defer resp.Body.Close()

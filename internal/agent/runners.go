@@ -189,11 +189,13 @@ func (a *agent) launch(as nodeproto.Assignment) (*proc, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	api := as.APIURL
+	api, apiFile := as.APIURL, ""
 	if api == "" {
-		api = a.cfg.Server // the server did not say; the URL we reach it at works for us
+		// The server did not say; the URL we reach it at works for us,
+		// and the file we follow it by for our runners.
+		api, apiFile = a.server.Get(), a.cfg.ServerFile
 	}
-	args := invocation.Invocation{API: api, Job: as.Job, Attempt: as.Attempt, Dir: dir,
+	args := invocation.Invocation{API: api, APIFile: apiFile, Job: as.Job, Attempt: as.Attempt, Dir: dir,
 		Cache: a.cfg.CacheDir, EnvCache: a.cfg.EnvCacheDir, EnvCacheSize: a.cfg.EnvCacheSize,
 		CancelGrace: a.cfg.CancelGrace, RunAs: a.cfg.RunAs, JobUIDs: a.cfg.JobUIDs}.Args()
 	cmd := exec.Command(a.cfg.Exe, args...)

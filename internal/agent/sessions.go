@@ -76,7 +76,7 @@ func (a *agent) serveSession(ctx context.Context, r nodeproto.SessionRequest) {
 		return
 	}
 	path := a.nodePath("sessions/" + url.PathEscape(r.ID))
-	conn, _, err := session.DialHTTP(ctx, a.http, a.cfg.Server+path, a.nodeToken)
+	conn, _, err := session.DialHTTP(ctx, a.http, a.server.Get()+path, a.nodeToken)
 	if err != nil {
 		var re *session.RefusedError
 		if errors.As(err, &re) {

@@ -71,6 +71,10 @@ var forbidden = map[string][]string{
 	// and the server's deployments share it; it knows neither.
 	"internal/envimage": {"internal/workspace", "internal/api", "internal/store", "internal/server", "internal/compute/", "internal/serving/", "internal/cli"},
 
+	// The agent, the runner and the client link it: the file a server
+	// records its URL in needs nothing of Ferry's.
+	"internal/serverurl": {"internal/"},
+
 	// The studio's pages get their data from the REST API only, never
 	// from the store or a driver.
 	"internal/studio": {"internal/store/sqlite", "internal/server", "internal/cli", "internal/compute/local", "internal/compute/slurm", "internal/compute/kubernetes", "internal/provider/", "internal/runner"},

@@ -81,6 +81,7 @@ when the server refuses it.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Server, "server", "", "workspace URL (required)")
+	f.StringVar(&cfg.ServerFile, "server-file", "", "file in which the server records its URL on this host; read when --server cannot be reached, to follow a server restarted at another address")
 	f.StringVar(&cfg.Name, "name", "", "node name (default: the hostname)")
 	f.StringVar(&cfg.Dir, "dir", "", "the node's directory: state, runs, caches (required)")
 	f.StringVar(&cfg.CacheDir, "cache", "", "the node's blob cache (default DIR/cache)")

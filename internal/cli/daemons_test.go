@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 // --provider names every provider the server has, and refuses at start
@@ -43,5 +46,19 @@ func TestServerLimitFlags(t *testing.T) {
 		if r.code != 1 || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("%v: %s\nwant %q", c.args, r, c.want)
 		}
+	}
+}
+
+// An --advertise-url that is no http(s) URL is refused at start, by name:
+// runners, agents and the server's URL file would carry it. (A server
+// that took it would serve until the context ends, and exit 0.)
+func TestServerRefusesAdvertiseURLThatIsNoURL(t *testing.T) {
+	var out, errb bytes.Buffer
+	a := newApp(&out, &errb, envOf(nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	code := a.run(ctx, []string{"server", "--data-dir", t.TempDir(), "--addr", "127.0.0.1:0", "--advertise-url", "10.0.0.5:8580"})
+	if code != 1 || !strings.Contains(errb.String(), `--advertise-url: "10.0.0.5:8580" is not a server URL such as http://`) {
+		t.Errorf("server --advertise-url 10.0.0.5:8580: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 }

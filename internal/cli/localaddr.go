@@ -17,11 +17,11 @@ import (
 
 // localAddrFile, in FERRY_HOME, is the address the local workspace's
 // server listens on: chosen when the CLI first starts it, and the same on
-// every start after. What that server started (runners and the local
-// executor, the agents of instances and cluster nodes, endpoints'
-// replicas) keeps calling the URL it was given, and endpoints' scoring
-// URIs hold it: a server that came back elsewhere was one none of them
-// found again.
+// every start after. Endpoints' scoring URIs hold it, and what runs off
+// this machine keeps calling the URL it was given; what the server
+// started on this machine (runners and the local executor, the agents of
+// instances and cluster nodes, endpoints' replicas) would find it
+// elsewhere too, through the work dir's server.url (internal/serverurl).
 const localAddrFile = "server.addr"
 
 // localAddr returns the address recorded in home, choosing and recording
@@ -131,7 +131,8 @@ func (a *app) addrTakenError(home, addr string) error {
 		}
 	}
 	return fmt.Errorf("the local workspace's address %s is taken: another program listens on port %d, so its server cannot start there. "+
-		"End that program (`ss -ltnp 'sport = :%d'` names it), or move the workspace to another address by writing one such as 127.0.0.1:%d into %s; "+
-		"jobs, instances and endpoints it runs now keep calling the old address, so end them first with `%s server stop --all`",
-		addr, port, port, port+1, filepath.Join(home, localAddrFile), a.self)
+		"End that program (`ss -ltnp 'sport = :%d'` names it), or move the workspace to another address by writing one such as 127.0.0.1:%d into %s: "+
+		"the jobs, instances, cluster nodes and replicas it runs on this machine find it there, but endpoints' scoring URIs change with the address, "+
+		"and what runs elsewhere (nodes of the ssh and exec providers, Slurm jobs) keeps calling the old one",
+		addr, port, port, port+1, filepath.Join(home, localAddrFile))
 }

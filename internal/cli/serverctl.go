@@ -190,7 +190,9 @@ It sends SIGTERM and waits until the process has ended. Jobs on the local
 target, compute instances, the nodes of process-provider clusters and
 endpoints' replicas keep running and report back when a server runs
 again; the next ferry command without FERRY_URL starts one, at the same
-address (kept in $FERRY_HOME/server.addr).
+address (kept in $FERRY_HOME/server.addr). A server started at another
+address is found again too: what runs on this machine reads its new URL
+from the work dir's server.url.
 
 With --all it stops all of that too: every process on this machine run
 from the server's binaries (the local executor, runners, agents of

@@ -254,7 +254,7 @@ func TestLocalWorkspaceAddressTaken(t *testing.T) {
 	if r.code == 0 {
 		t.Fatalf("a workspace whose address is taken started: %s", r)
 	}
-	for _, want := range []string{"address " + addr + " is taken", "port " + port, filepath.Join(home, localAddrFile), "server stop --all"} {
+	for _, want := range []string{"address " + addr + " is taken", "port " + port, filepath.Join(home, localAddrFile), "on this machine find it there", "scoring URIs change"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("the error lacks %q: %s", want, r)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/envcatalog"
+	"github.com/ferry-ml/ferry/internal/serverurl"
 	"github.com/ferry-ml/ferry/internal/sizes"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -25,7 +26,7 @@ import (
 
 // Client calls one workspace with one token. Safe for concurrent use.
 type Client struct {
-	base  string
+	base  *serverurl.URL
 	token string
 	http  *http.Client
 	// Rank is the node rank a runner reports logs and status as, and
@@ -45,11 +46,24 @@ type Client struct {
 
 // New returns a client of the workspace at baseURL.
 func New(baseURL, token string) *Client {
-	return &Client{base: strings.TrimRight(baseURL, "/"), token: strings.TrimSpace(token), http: &http.Client{}}
+	return NewWithHTTP(baseURL, token, &http.Client{})
 }
 
-// BaseURL is the workspace URL the client calls.
-func (c *Client) BaseURL() string { return c.base }
+// BaseURL is the workspace URL the client calls now.
+func (c *Client) BaseURL() string { return c.base.Get() }
+
+// FollowURLFile has the client read path, the file in which a server on
+// this host records its URL (serverurl.FileName in its work dir), each
+// time a call cannot reach the server, and call the URL it names from
+// then on: what the server started on its host finds it again when it
+// comes back at another address. moved, when not nil, hears each switch
+// once; bad, when not nil, hears a file that cannot be read or holds no
+// URL. Call it before the client is used.
+func (c *Client) FollowURLFile(path string, moved func(from, to string), bad func(error)) {
+	u := serverurl.New(c.base.Get(), path)
+	u.Moved, u.BadFile = moved, bad
+	c.base = u
+}
 
 // APIError is a problem document returned by the server.
 type APIError struct {
@@ -79,7 +93,8 @@ func StatusOf(err error) int {
 }
 
 func (c *Client) request(ctx context.Context, method, path string, body io.Reader, contentType string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	base := c.base.Get()
+	req, err := http.NewRequestWithContext(ctx, method, base+path, body)
 	if err != nil {
 		return nil, err
 	}
@@ -91,9 +106,14 @@ func (c *Client) request(ctx context.Context, method, path string, body io.Reade
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		err = fmt.Errorf("cannot reach the Ferry workspace at %s: %w", c.base, err)
-		if u := c.Unreached; u != nil && ctx.Err() == nil {
-			u(err)
+		err = fmt.Errorf("cannot reach the Ferry workspace at %s: %w", base, err)
+		if ctx.Err() == nil {
+			// The server may have come back elsewhere: the caller's
+			// next try goes where the file says it is now.
+			c.base.Reread()
+			if u := c.Unreached; u != nil {
+				u(err)
+			}
 		}
 		return nil, err
 	}
@@ -102,7 +122,7 @@ func (c *Client) request(ctx context.Context, method, path string, body io.Reade
 			h()
 		}
 	} else if u := c.Unreached; u != nil {
-		u(fmt.Errorf("%s %s: a gateway answered %s for the Ferry workspace at %s", method, path, resp.Status, c.base))
+		u(fmt.Errorf("%s %s: a gateway answered %s for the Ferry workspace at %s", method, path, resp.Status, base))
 	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()

@@ -29,7 +29,8 @@ type SessionConn struct {
 // answer) is an *APIError that says what to do.
 func (c *Client) DialSession(ctx context.Context, compute, kind string) (*SessionConn, error) {
 	path := "/v1/computes/" + url.PathEscape(compute) + "/session?kind=" + url.QueryEscape(kind)
-	conn, hdr, err := session.DialHTTP(ctx, c.http, c.base+path, c.token)
+	base := c.base.Get()
+	conn, hdr, err := session.DialHTTP(ctx, c.http, base+path, c.token)
 	var re *session.RefusedError
 	switch {
 	case errors.As(err, &re):
@@ -41,7 +42,7 @@ func (c *Client) DialSession(ctx context.Context, compute, kind string) (*Sessio
 		ae.Status = re.Status
 		return nil, ae
 	case err != nil && ctx.Err() == nil:
-		return nil, fmt.Errorf("cannot reach the Ferry workspace at %s: %w", c.base, err)
+		return nil, fmt.Errorf("cannot reach the Ferry workspace at %s: %w", base, err)
 	case err != nil:
 		return nil, err
 	}

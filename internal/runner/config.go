@@ -17,8 +17,16 @@ import (
 func ConfigFor(inv invocation.Invocation, runToken string, log *slog.Logger) (Config, error) {
 	cfg := Config{
 		Client: client.New(inv.API, runToken), Job: inv.Job, Attempt: inv.Attempt, Dir: inv.Dir,
-		CacheDir: inv.Cache, EnvCacheDir: inv.EnvCache, APIURL: inv.API, RunToken: runToken,
+		CacheDir: inv.Cache, EnvCacheDir: inv.EnvCache, APIURL: inv.API, APIFile: inv.APIFile, RunToken: runToken,
 		CancelGrace: inv.CancelGrace, GiveUpAfter: inv.GiveUpAfter, Log: log,
+	}
+	if inv.APIFile != "" {
+		file := inv.APIFile
+		cfg.Client.FollowURLFile(file, func(from, to string) {
+			log.Warn("the server is at another URL now; the runner calls it there", "from", from, "to", to, "file", file)
+		}, func(err error) {
+			log.Warn("cannot read the server's URL from its file; the runner keeps calling the URL it has", "err", err)
+		})
 	}
 	if inv.RunAs != "" {
 		u, err := isolation.Lookup(inv.RunAs)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
+	"github.com/ferry-ml/ferry/internal/serverurl"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
@@ -254,8 +255,8 @@ type metricsEndpoint struct {
 
 // serveMetrics starts the endpoint on a free loopback port and returns its
 // URL and the server to close when the job has ended.
-func serveMetrics(q *metricQueue, job, token, apiURL string, run *mlflowRun) (string, *http.Server, error) {
-	upstream, err := upstreamOf(apiURL)
+func serveMetrics(q *metricQueue, job, token, apiURL, apiFile string, run *mlflowRun) (string, *http.Server, error) {
+	upstream, err := upstreamOf(apiURL, apiFile)
 	if err != nil {
 		return "", nil, err
 	}
@@ -269,13 +270,27 @@ func serveMetrics(q *metricQueue, job, token, apiURL string, run *mlflowRun) (st
 	return "http://" + ln.Addr().String(), srv, nil
 }
 
-// upstreamOf passes requests to the server at apiURL.
-func upstreamOf(apiURL string) (http.Handler, error) {
-	u, err := url.Parse(apiURL)
-	if err != nil {
+// upstreamOf passes requests to the server at apiURL, or, once a request
+// cannot reach it, at the URL that apiFile (when not "") names then: the
+// job's own calls follow a server that came back elsewhere as the
+// runner's do.
+func upstreamOf(apiURL, apiFile string) (http.Handler, error) {
+	if _, err := url.Parse(apiURL); err != nil {
 		return nil, fmt.Errorf("--api %q: %w", apiURL, err)
 	}
-	return httputil.NewSingleHostReverseProxy(u), nil
+	api := serverurl.New(apiURL, apiFile)
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			// Parsed above, or by serverurl when read from the file.
+			u, _ := url.Parse(api.Get())
+			pr.SetURL(u)
+			pr.Out.Host = pr.In.Host // as NewSingleHostReverseProxy passed it
+		},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
+			api.Reread()
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	}, nil
 }
 
 func newMetricsEndpoint(q *metricQueue, job, token string, upstream http.Handler, run *mlflowRun) *metricsEndpoint {
@@ -390,10 +405,10 @@ func (r *runner) startMetrics(ctx context.Context) (finish func(ctx context.Cont
 	var u string
 	var stop func()
 	if d := r.cfg.Direct; d != nil && d.Metrics != nil {
-		u, stop, err = d.Metrics.serve(q, r.cfg.Job, r.cfg.RunToken, r.cfg.APIURL, r.newMLflowRun())
+		u, stop, err = d.Metrics.serve(q, r.cfg.Job, r.cfg.RunToken, r.cfg.APIURL, r.cfg.APIFile, r.newMLflowRun())
 	} else {
 		var srv *http.Server
-		u, srv, err = serveMetrics(q, r.cfg.Job, r.cfg.RunToken, r.cfg.APIURL, r.newMLflowRun())
+		u, srv, err = serveMetrics(q, r.cfg.Job, r.cfg.RunToken, r.cfg.APIURL, r.cfg.APIFile, r.newMLflowRun())
 		stop = func() { _ = srv.Close() }
 	}
 	if err != nil {

@@ -97,7 +97,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, hs, err := serveMetrics(q, "j", "tok", srv.URL, nil)
+	u, hs, err := serveMetrics(q, "j", "tok", srv.URL, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,5 +183,42 @@ func TestMetricQueueFileMadeWithTheFirstValue(t *testing.T) {
 	}
 	if d := cmp.Diff([]int64{1, 2}, f.steps); d != "" {
 		t.Errorf("steps recorded (-want +got):\n%s", d)
+	}
+}
+
+// The job's calls that the metrics endpoint passes on follow the server's
+// URL file as the runner's own do: once the server is gone from its URL,
+// a call gets 502 and the next goes where the file says.
+func TestUpstreamFollowsURLFile(t *testing.T) {
+	answer := func(name string) *httptest.Server {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = w.Write([]byte(name + " " + r.URL.Path))
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	a, b := answer("a"), answer("b")
+	file := filepath.Join(t.TempDir(), "server.url")
+	if err := os.WriteFile(file, []byte(b.URL+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	up, err := upstreamOf(a.URL, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func() (int, string) {
+		rec := httptest.NewRecorder()
+		up.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1:1/v1/jobs/j", nil))
+		return rec.Code, rec.Body.String()
+	}
+	if c, body := call(); c != 200 || body != "a /v1/jobs/j" {
+		t.Fatalf("with the server at its URL: %d %q", c, body)
+	}
+	a.Close()
+	if c, _ := call(); c != http.StatusBadGateway {
+		t.Errorf("the call to the gone server: %d, want 502", c)
+	}
+	if c, body := call(); c != 200 || body != "b /v1/jobs/j" {
+		t.Errorf("the call after: %d %q, want b's answer", c, body)
 	}
 }

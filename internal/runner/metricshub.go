@@ -26,7 +26,7 @@ import (
 // A MetricsHub is safe for concurrent use; its zero value is ready.
 type MetricsHub struct {
 	mu      sync.Mutex
-	servers map[string]*hubServer // by the server's API URL
+	servers map[string]*hubServer // by the server's API URL and URL file
 }
 
 // hubServer is the hub's listener for the attempts of one server.
@@ -46,8 +46,8 @@ type hubServer struct {
 // MLflow run) to the hub's listener for apiURL, starting it if need be;
 // it returns the URL the job gets and the function that takes the
 // endpoint off when the job has ended.
-func (h *MetricsHub) serve(q *metricQueue, job, token, apiURL string, run *mlflowRun) (string, func(), error) {
-	s, err := h.server(apiURL)
+func (h *MetricsHub) serve(q *metricQueue, job, token, apiURL, apiFile string, run *mlflowRun) (string, func(), error) {
+	s, err := h.server(apiURL, apiFile)
 	if err != nil {
 		return "", nil, err
 	}
@@ -65,14 +65,16 @@ func (h *MetricsHub) serve(q *metricQueue, job, token, apiURL string, run *mlflo
 	}, nil
 }
 
-// server is the hub's listener for apiURL, started on first use.
-func (h *MetricsHub) server(apiURL string) (*hubServer, error) {
+// server is the hub's listener for apiURL and apiFile, started on first
+// use.
+func (h *MetricsHub) server(apiURL, apiFile string) (*hubServer, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s := h.servers[apiURL]; s != nil {
+	key := apiURL + "\n" + apiFile
+	if s := h.servers[key]; s != nil {
 		return s, nil
 	}
-	upstream, err := upstreamOf(apiURL)
+	upstream, err := upstreamOf(apiURL, apiFile)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +89,7 @@ func (h *MetricsHub) server(apiURL string) (*hubServer, error) {
 	if h.servers == nil {
 		h.servers = map[string]*hubServer{}
 	}
-	h.servers[apiURL] = s
+	h.servers[key] = s
 	return s, nil
 }
 

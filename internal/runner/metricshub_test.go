@@ -43,11 +43,11 @@ func TestMetricsHubRoutesByRunToken(t *testing.T) {
 		return q
 	}
 	qa, qb := queue(), queue()
-	ua, stopA, err := hub.serve(qa, "a", "tok-a", srv.URL, nil)
+	ua, stopA, err := hub.serve(qa, "a", "tok-a", srv.URL, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ub, stopB, err := hub.serve(qb, "b", "tok-b", srv.URL, nil)
+	ub, stopB, err := hub.serve(qb, "b", "tok-b", srv.URL, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestDirectRunnersShareTheHubsEndpoint(t *testing.T) {
 		}
 		urls = append(urls, string(data))
 	}
-	s, err := hub.server("http://127.0.0.1:1")
+	s, err := hub.server("http://127.0.0.1:1", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func startMLflowEndpoint(t *testing.T) *mlflowFixture {
 			}
 			return nil
 		}}
-	u, hs, err := serveMetrics(q, "j", "tok", srv.URL, f.run)
+	u, hs, err := serveMetrics(q, "j", "tok", srv.URL, "", f.run)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,11 @@ type Config struct {
 	EnvCacheDir string
 	EnvCacheMax int64
 	APIURL      string // given to the job as FERRY_API_URL
-	RunToken    string // given to the job as FERRY_RUN_TOKEN; secret
+	// APIFile is the file the server records its URL in on this host
+	// (invocation.APIFile; "" = none): the job's calls, passed on by the
+	// metrics endpoint, follow it as the client does.
+	APIFile  string
+	RunToken string // given to the job as FERRY_RUN_TOKEN; secret
 	// RunAs is the account the job's processes run as; nil = the runner's
 	// own. The runner stays itself (it keeps the run token's report
 	// channel, the caches and the spool) and gives the account the job's

@@ -72,6 +72,7 @@ type providers struct {
 	def      string
 	runAs    string // the account jobs on process nodes run as ("" = the agent's)
 	jobUIDs  string // the range of uids their attempts each run as one of ("" = none)
+	urlFile  string // the file this server records its URL in, for process agents
 	mu       sync.Mutex
 	made     map[string]provider.Provider
 
@@ -143,7 +144,7 @@ func (p *providers) factory() workspace.ProviderFactory {
 
 func (p *providers) process(*spec.Compute, process.Settings) (provider.Provider, error) {
 	return p.get("process", func() (provider.Provider, error) {
-		return process.New(process.Config{Exe: p.exe, Dir: filepath.Join(p.dir, "process"), GPUs: hostGPUs(), RunAs: p.runAs, JobUIDs: p.jobUIDs})
+		return process.New(process.Config{Exe: p.exe, Dir: filepath.Join(p.dir, "process"), GPUs: hostGPUs(), RunAs: p.runAs, JobUIDs: p.jobUIDs, ServerFile: p.urlFile})
 	})
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/environment/docker"
 	"github.com/ferry-ml/ferry/internal/httplimit"
 	"github.com/ferry-ml/ferry/internal/secrets"
+	"github.com/ferry-ml/ferry/internal/serverurl"
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -133,6 +134,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := limits.Check(); err != nil {
 		return err
 	}
+	if cfg.AdvertiseURL != "" {
+		if _, err := serverurl.Parse(cfg.AdvertiseURL); err != nil {
+			return fmt.Errorf("--advertise-url: %w; runners, agents and the CLI call the server there", err)
+		}
+	}
 	dir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return err
@@ -215,6 +221,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if url == "" {
 		url = "http://" + advertised(ln.Addr().(*net.TCPAddr))
 	}
+	// What this server started on this host and outlived its last run
+	// (runners, the local executor, process nodes' agents) reads the URL
+	// here when the one it was given no longer answers: a server back at
+	// another address is found again. Left in place when the server
+	// stops: it is where the server was last, and will be again.
+	if err := serverurl.Write(work, url); err != nil {
+		ln.Close()
+		return err
+	}
+	urlFile := filepath.Join(work, serverurl.FileName)
 	grace := ""
 	if cfg.CancelGrace > 0 {
 		grace = cfg.CancelGrace.String()
@@ -226,7 +242,7 @@ func Run(ctx context.Context, cfg Config) error {
 	images := &envimage.Pushers{Snapshot: snapshotExtractor(blobs), WorkDir: work, Log: cfg.Log}
 	targets := targetFactory(computeTypes, targetEnv{Log: cfg.Log, APIURL: url, Exe: exe, CancelGrace: cfg.CancelGrace, Key: key, Local: local.Config{
 		Exe: exe, RunsDir: filepath.Join(work, "runs"), CacheDir: filepath.Join(dir, "cache"),
-		Capacity: cfg.LocalCapacity, CancelGrace: grace, RunAs: runAs, JobUIDs: jobUIDs, GPUs: len(hostGPUs()), Executor: cfg.LocalExecutor,
+		Capacity: cfg.LocalCapacity, CancelGrace: grace, RunAs: runAs, JobUIDs: jobUIDs, GPUs: len(hostGPUs()), Executor: cfg.LocalExecutor, APIFile: urlFile,
 		EnvCacheDir: filepath.Join(work, "environments"), EnvCacheSize: cfg.EnvCacheSize,
 		Docker: func(ctx context.Context) error {
 			d, err := docker.Connect(ctx)
@@ -237,7 +253,7 @@ func Run(ctx context.Context, cfg Config) error {
 		},
 	}, Snapshot: snapshotExtractor(blobs), WorkDir: work, Images: images})
 	provs := newProviders(exe, work, cfg.Provider)
-	provs.runAs, provs.jobUIDs = runAs, jobUIDs
+	provs.runAs, provs.jobUIDs, provs.urlFile = runAs, jobUIDs, urlFile
 	provs.key, provs.binaries, provs.log = key, cfg.AgentBinaries, cfg.Log
 	provs.serverAddr = dialable(ln.Addr().(*net.TCPAddr))
 	provs.loopbackOnly = ln.Addr().(*net.TCPAddr).IP.IsLoopback()

@@ -52,6 +52,10 @@ type Config struct {
 	// Executor runs attempts in the long-lived local executor
 	// (executor.go) instead of one `ferry runner` process each.
 	Executor bool
+	// APIFile is the file the server records its URL in (serverurl's),
+	// given to runners as --api-file: they outlive the server and follow
+	// it when it comes back at another address. "" = none.
+	APIFile string
 }
 
 // Target is the local compute target.
@@ -153,7 +157,7 @@ func (t *Target) launch(l compute.Launch) error {
 	if err := t.readyRunsDir(); err != nil {
 		return err
 	}
-	inv := invocation.Invocation{API: l.APIURL, Job: l.Job, Attempt: l.Attempt, Dir: dir, Cache: t.cfg.CacheDir,
+	inv := invocation.Invocation{API: l.APIURL, APIFile: t.cfg.APIFile, Job: l.Job, Attempt: l.Attempt, Dir: dir, Cache: t.cfg.CacheDir,
 		EnvCache: t.cfg.EnvCacheDir, EnvCacheSize: t.cfg.EnvCacheSize, RunAs: t.cfg.RunAs, JobUIDs: t.cfg.JobUIDs}
 	if t.cfg.CancelGrace != "" {
 		var err error

@@ -51,6 +51,10 @@ type Config struct {
 	RunAs string
 	// JobUIDs is the agents' --job-uids ("" = none).
 	JobUIDs string
+	// ServerFile is the file the server records its URL in on this host
+	// (serverurl.FileName in its work dir; "" = none), given to agents as
+	// --server-file: they follow a server restarted at another address.
+	ServerFile string
 }
 
 // Provider is the process node provider. Its methods are safe for
@@ -294,6 +298,9 @@ func (p *Provider) start(id, dir string, r provider.LaunchRequest, gpus []int) (
 	}
 	if p.cfg.JobUIDs != "" {
 		args = append(args, "--job-uids", p.cfg.JobUIDs)
+	}
+	if p.cfg.ServerFile != "" {
+		args = append(args, "--server-file", p.cfg.ServerFile)
 	}
 	cmd := exec.Command(p.cfg.Exe, args...)
 	cmd.Dir = dir

@@ -22,7 +22,12 @@ const EnvImageIsEnvironment = "FERRY_IMAGE_IS_ENVIRONMENT"
 // Invocation is one runner's options, less the run token (a secret: it
 // travels in the environment or over the executor's private socket).
 type Invocation struct {
-	API          string        `json:"api"`
+	API string `json:"api"`
+	// APIFile, on the server's own host, is the file the server records
+	// its URL in (serverurl.FileName in its work dir): the runner reads it
+	// when API cannot be reached, and follows a server that came back
+	// elsewhere. "" = API only.
+	APIFile      string        `json:"api_file,omitempty"`
 	Job          string        `json:"job"`
 	Attempt      int           `json:"attempt"`
 	Dir          string        `json:"dir"`
@@ -44,6 +49,7 @@ var Required = []string{"api", "job", "attempt", "dir", "cache", "env-cache"}
 // the runner's: cancelGrace, giveUpAfter.
 func (inv *Invocation) Bind(fs *pflag.FlagSet, cancelGrace, giveUpAfter time.Duration) {
 	fs.StringVar(&inv.API, "api", "", "workspace API URL")
+	fs.StringVar(&inv.APIFile, "api-file", "", "file in which the server records its URL on this host; read when --api cannot be reached, to follow a server restarted at another address")
 	fs.StringVar(&inv.Job, "job", "", "job name")
 	fs.IntVar(&inv.Attempt, "attempt", 0, "attempt number")
 	fs.StringVar(&inv.Dir, "dir", "", "this attempt's directory")
@@ -61,6 +67,9 @@ func (inv *Invocation) Bind(fs *pflag.FlagSet, cancelGrace, giveUpAfter time.Dur
 func (inv Invocation) Args() []string {
 	args := []string{"runner", "--api", inv.API, "--job", inv.Job, "--attempt", strconv.Itoa(inv.Attempt),
 		"--dir", inv.Dir, "--cache", inv.Cache, "--env-cache", inv.EnvCache}
+	if inv.APIFile != "" {
+		args = append(args, "--api-file", inv.APIFile)
+	}
 	if inv.EnvCacheSize != "" {
 		args = append(args, "--env-cache-size", inv.EnvCacheSize)
 	}
