@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"io"
 	"maps"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,7 +40,7 @@ func (s *server) kubeEndpoint(name, compute string) (string, string) {
 // (every kind Ferry makes for one, found by its label).
 func (k *kubeEnv) deploymentObjects(selector string) []string {
 	k.t.Helper()
-	return strings.Fields(k.run("get", "deployments,replicasets,pods,services,configmaps,endpointslices", "-n", k.namespace, "-l", selector, "-o", "name"))
+	return strings.Fields(k.run("get", "deployments,replicasets,pods,services,configmaps,endpointslices,secrets", "-n", k.namespace, "-l", selector, "-o", "name"))
 }
 
 func (k *kubeEnv) waitNoObjects(selector string) {
@@ -248,4 +251,102 @@ func TestKubernetesOnlineDeployments(t *testing.T) {
 	for _, j := range greenJobs {
 		s.waitStatus(j, "Canceled")
 	}
+}
+
+// A deployment on the cluster answers only the gateway, as replica jobs
+// do (issue 29 #4): a request straight to its pod, at the address the
+// gateway uses, is refused without the replicas' secret (401, scoring
+// and GET / alike) and with a wrong one (403), while the gateway scores.
+// The secret is in a Secret of the deployment's, from which the pod's
+// environment takes it: the Deployment's pod template, the pod, the
+// server's log and the API's answers never hold it; the probes that
+// made the pod ready are the command that sends it. Deleting the
+// endpoint deletes the Secret with the rest.
+func TestKubernetesReplicaAnswersOnlyTheGateway(t *testing.T) {
+	k := requireKube(t)
+	testutil.RequireBaseImage(t)
+	testutil.KubeImage(t, testutil.BaseImage)
+	s := startKube(t, k, k.computeYAML("k8s-only", k.kubeconfig, ""))
+	code, model := scoringApp(t)
+	up := map[string]string{"code_snapshot": s.uploadDir(code), "model_snapshot": s.uploadDir(model)}
+	uri, key := s.kubeEndpoint("only-ep", "azureml:k8s-only")
+	blue := deploymentSpec("blue", "only-ep", "blue-v1", map[string]any{"environment": map[string]any{"image": testutil.BaseImage},
+		"instance_count": 1, "readiness_probe": map[string]any{"initial_delay": 1, "period": 1}})
+	if c, body := s.deploy("POST", "only-ep", blue, up, false); c != 200 {
+		t.Fatalf("create: %d %s", c, body)
+	}
+	if d := s.waitDeployment("only-ep", "blue", "Succeeded", "Failed"); d.ProvisioningState != "Succeeded" {
+		t.Fatalf("deployment: %+v", d)
+	}
+	s.mustFerry("online-endpoint", "update", "only-ep", "--traffic", "blue=100")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		c, body := scoreBody(t, uri, key, "", `{}`)
+		if c == 200 && strings.Contains(body, `"blue-v1"`) {
+			break
+		} else if c != 503 || time.Now().After(deadline) { // 503 only until the gateway has the pod
+			t.Fatalf("through the gateway: %d %s", c, body)
+		}
+	}
+	d := s.deployment("only-ep", "blue")
+	if len(d.Replicas) != 1 || !strings.HasPrefix(d.Replicas[0].Address, "http://") {
+		t.Fatalf("want one ready pod with its address: %+v", d.Replicas)
+	}
+	pod := d.Replicas[0].Address
+
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	ask := func(method, path, secret string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, pod+path, strings.NewReader(map[string]string{"GET": "", "POST": "{}"}[method]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if secret != "" {
+			req.Header.Set("X-Ferry-Replica-Secret", secret)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s%s: %v", method, pod, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, r := range []struct{ method, path string }{{"POST", "/score"}, {"GET", "/"}} {
+		if c, body := ask(r.method, r.path, ""); c != http.StatusUnauthorized {
+			t.Errorf("%s %s straight to the pod, without the secret: %d %s, want 401", r.method, r.path, c, body)
+		}
+		if c, body := ask(r.method, r.path, "not-the-secret"); c != http.StatusForbidden {
+			t.Errorf("%s %s straight to the pod, with a wrong secret: %d %s, want 403", r.method, r.path, c, body)
+		}
+	}
+
+	// The Secret the pod's environment comes from, and what its secret
+	// opens; none of what others may read holds it.
+	name := "only-ep-blue-replica"
+	raw, err := base64.StdEncoding.DecodeString(k.run("get", "secret", name, "-n", k.namespace, "-o", "jsonpath={.data.replica-secret}"))
+	if err != nil || len(raw) < 32 {
+		t.Fatalf("Secret %s: %q %v, want the replicas' secret", name, raw, err)
+	}
+	secret := string(raw)
+	if c, body := ask("POST", "/score", secret); c != 200 || !strings.Contains(body, `"blue-v1"`) {
+		t.Errorf("straight to the pod with the Secret's secret: %d %s", c, body)
+	}
+	depJSON := k.run("get", "deployment", "only-ep-blue", "-n", k.namespace, "-o", "json")
+	podsJSON := k.run("get", "pods", "-n", k.namespace, "-l", "ferry.ml/deployment=blue", "-o", "json")
+	_, show := s.call("GET", "/v1/online-endpoints/only-ep/deployments/blue", s.token, nil)
+	for what, text := range map[string]string{
+		"the Deployment": depJSON, "the pod": podsJSON, "the server's log": s.output.String(),
+		"online-deployment show": string(show), "online-endpoint show": s.mustFerry("online-endpoint", "show", "-n", "only-ep", "-o", "json").stdout,
+	} {
+		if strings.Contains(text, secret) {
+			t.Errorf("%s holds the replicas' secret", what)
+		}
+	}
+	mustContain(t, "the Deployment's pod template", depJSON, `"secretKeyRef"`, `"name": "`+name+`"`, `"exec"`, "ferry_probe.py", "--require-secret")
+	if strings.Contains(depJSON, `"httpGet"`) {
+		t.Errorf("the Deployment's probes are HTTP GETs, which could send the secret only from the pod's spec")
+	}
+
+	s.mustFerry("online-endpoint", "delete", "-n", "only-ep", "--yes")
+	k.waitNoObjects("app.kubernetes.io/managed-by=ferry")
 }

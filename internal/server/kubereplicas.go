@@ -68,7 +68,8 @@ func (k *kubeReplicas) client(at workspace.KubeTarget) (*kubereplicas.Client, er
 	return c, nil
 }
 
-// Apply builds the inference server's pod for d and applies it.
+// Apply builds the inference server's pod for d and applies it, with
+// the Secret its replicas' secret comes from.
 func (k *kubeReplicas) Apply(ctx context.Context, d workspace.KubeDeployment) error {
 	c, err := k.client(d.Target)
 	if err != nil {
@@ -100,16 +101,21 @@ func kubeSpec(d workspace.KubeDeployment) (kubereplicas.Spec, error) {
 	if f.CodeConfiguration != nil {
 		script = f.CodeConfiguration.ScoringScript
 	}
+	// The pods answer only the gateway, as every replica of Ferry's does.
+	if d.ReplicaSecret == "" {
+		return kubereplicas.Spec{}, fmt.Errorf("deployment %s: no replica secret: its pods would answer whoever reaches them", id)
+	}
 	h, err := kubereplicas.NewHarness(kubereplicas.HarnessOptions{
 		Endpoint: d.Endpoint, Deployment: d.Deployment, Image: d.Image,
 		Code: d.Code, ScoringScript: script, Model: d.Model,
 		Env: f.EnvironmentVariables, RequestTimeout: timeout, Resources: res,
+		Secret: d.ReplicaSecret.Reveal(),
 	})
 	if err != nil {
 		return kubereplicas.Spec{}, err
 	}
 	ps := &h.Template.Spec
-	var secrets []corev1.Secret
+	secrets := []corev1.Secret{*h.Secret}
 	if pull, err := pullSecret(d); err != nil {
 		return kubereplicas.Spec{}, err
 	} else if pull != nil {
@@ -124,7 +130,7 @@ func kubeSpec(d workspace.KubeDeployment) (kubereplicas.Spec, error) {
 	s := kubereplicas.Spec{
 		Endpoint: d.Endpoint, Deployment: d.Deployment, Generation: d.Generation,
 		Template: h.Template, ConfigMaps: []corev1.ConfigMap{h.ConfigMap}, Secrets: secrets,
-		RequestTimeout: timeout,
+		ProbeCommand: h.Probe, RequestTimeout: timeout,
 	}
 	if f.ReadinessProbe != nil {
 		s.Readiness = *f.ReadinessProbe

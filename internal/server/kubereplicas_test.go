@@ -3,22 +3,26 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ferry-ml/ferry/internal/envimage"
+	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // TestKubeSpec: a deployment file's instance_count, probes and
-// environment, and the instance type's shape, reach the pod.
+// environment, and the instance type's shape, reach the pod; the
+// replicas' secret reaches it through a Secret of the deployment's, with
+// the probes that send it, and a deployment without one is refused.
 func TestKubeSpec(t *testing.T) {
 	delay := 2
 	d := workspace.KubeDeployment{
-		Endpoint: "ep", Deployment: "blue", Generation: 3, Image: "img:1", Replicas: new(2),
+		Endpoint: "ep", Deployment: "blue", Generation: 3, Image: "img:1", Replicas: new(2), ReplicaSecret: "the-replicas-secret",
 		Spec: &spec.OnlineDeployment{
 			Name:                 "blue",
 			CodeConfiguration:    &spec.CodeConfiguration{Code: "./src", ScoringScript: "score.py"},
@@ -50,8 +54,19 @@ func TestKubeSpec(t *testing.T) {
 	if ps.NodeSelector["pool"] != "gpu" || len(ps.Tolerations) != 1 || ps.Tolerations[0].Key != "gpu" {
 		t.Errorf("placement: %v %v", ps.NodeSelector, ps.Tolerations)
 	}
-	if !strings.Contains(strings.Join(c.Command, " "), "--drain-seconds 7") {
+	if !strings.Contains(strings.Join(c.Command, " "), "--drain-seconds 7") || !slices.Contains(c.Command, inferenceserver.RequireSecretFlag) {
 		t.Errorf("command %v", c.Command)
+	}
+	if len(s.Secrets) != 1 || string(s.Secrets[0].Data["replica-secret"]) != "the-replicas-secret" || len(s.ProbeCommand) == 0 {
+		t.Errorf("secrets %v, probe %v: want the replicas' Secret and the probe command", s.Secrets, s.ProbeCommand)
+	}
+	if tmpl, _ := json.Marshal(s.Template); strings.Contains(string(tmpl), "the-replicas-secret") {
+		t.Errorf("the pod template holds the replicas' secret: %s", tmpl)
+	}
+	none := d
+	none.ReplicaSecret = ""
+	if _, err := kubeSpec(none); err == nil || !strings.Contains(err.Error(), "no replica secret") {
+		t.Errorf("a deployment without a replica secret: %v", err)
 	}
 
 	d.InstanceType.Requests["memory"] = "lots"
@@ -72,7 +87,7 @@ func TestKubeSpec(t *testing.T) {
 // none.
 func TestKubeSpecPullSecret(t *testing.T) {
 	d := workspace.KubeDeployment{
-		Endpoint: "ep", Deployment: "blue", Generation: 1, Image: "127.0.0.1:5000/ns/ferry-env@sha256:ab", Replicas: new(1),
+		Endpoint: "ep", Deployment: "blue", Generation: 1, Image: "127.0.0.1:5000/ns/ferry-env@sha256:ab", Replicas: new(1), ReplicaSecret: "s",
 		Spec:     &spec.OnlineDeployment{Name: "blue", CodeConfiguration: &spec.CodeConfiguration{Code: "./src", ScoringScript: "score.py"}},
 		Code:     map[string][]byte{"score.py": []byte("def init(): pass\n")},
 		Registry: &workspace.KubeRegistry{Address: "127.0.0.1:5000/ns", Username: "u", Password: "pw"},
@@ -81,10 +96,10 @@ func TestKubeSpecPullSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.Secrets) != 1 {
-		t.Fatalf("secrets %+v, want one pull secret", s.Secrets)
+	if len(s.Secrets) != 2 || s.Secrets[1].Type != corev1.SecretTypeDockerConfigJson {
+		t.Fatalf("secrets %+v, want the replicas' and a pull secret", s.Secrets)
 	}
-	sec := s.Secrets[0]
+	sec := s.Secrets[1]
 	if sec.Type != corev1.SecretTypeDockerConfigJson || len(s.Template.Spec.ImagePullSecrets) != 1 || s.Template.Spec.ImagePullSecrets[0].Name != sec.Name {
 		t.Errorf("secret %s of type %s; the pods' pull secrets %v", sec.Name, sec.Type, s.Template.Spec.ImagePullSecrets)
 	}
@@ -99,7 +114,7 @@ func TestKubeSpecPullSecret(t *testing.T) {
 	}
 	for _, r := range []*workspace.KubeRegistry{nil, {Address: "127.0.0.1:5000/ns"}} {
 		d.Registry = r
-		if s, err := kubeSpec(d); err != nil || len(s.Secrets) != 0 || len(s.Template.Spec.ImagePullSecrets) != 0 {
+		if s, err := kubeSpec(d); err != nil || len(s.Secrets) != 1 || s.Secrets[0].Type != corev1.SecretTypeOpaque || len(s.Template.Spec.ImagePullSecrets) != 0 {
 			t.Errorf("registry %+v: secrets %v, pull secrets %v, %v", r, s.Secrets, s.Template.Spec.ImagePullSecrets, err)
 		}
 	}

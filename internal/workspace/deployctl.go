@@ -942,6 +942,12 @@ func (s *Service) routedDeployments(ctx context.Context, endpoint string) (map[s
 			MaxConcurrent: r.MaxConcurrentRequestsPerInstance, MaxQueueWait: time.Duration(r.MaxQueueWaitMS) * time.Millisecond}
 		if doc.Kube {
 			rd.Replicas = c.kubeRouted(rec.Endpoint + "/" + rec.Name)
+			if secret, ok := s.kubeReplicaSecret(rec, doc); ok && len(rd.Replicas) > 0 {
+				rd.Secrets = map[string]secrets.Secret{}
+				for _, u := range rd.Replicas {
+					rd.Secrets[u] = secret
+				}
+			}
 		}
 		c.mu.Lock()
 		for _, rep := range set.Replicas {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -479,9 +480,30 @@ func (s *Service) kubeDeployment(doc *deploymentDoc, comp *spec.Compute, rec sto
 			return KubeDeployment{}, fmt.Errorf("model: %w", err)
 		}
 	}
+	secret, ok := s.kubeReplicaSecret(rec, doc)
+	if !ok {
+		return KubeDeployment{}, errors.New("this server has no workspace key to derive the replicas' secret from")
+	}
 	return KubeDeployment{Target: kubeTarget(comp), Endpoint: rec.Endpoint, Deployment: rec.Name,
 		Generation: doc.Generation, Spec: doc.Spec, Replicas: &replicas, Image: image, Registry: kubeRegistry(comp),
-		Code: code, Model: model, InstanceType: it}, nil
+		Code: code, Model: model, InstanceType: it, ReplicaSecret: secret}, nil
+}
+
+// kubeReplicaSecret is the secret of the replicas of a deployment on
+// Kubernetes: what its pods require of every request, and the gateway
+// sends them. One for all the deployment's pods, which share one pod
+// template (and so one Secret to read it from), across its generations
+// (during a rolling update the gateway routes to old and new pods alike
+// by their address alone); a deployment deleted and created again under
+// the same name has another, as it is made of the deployment's ID (made
+// at create, kept by updates) too. Derived from the workspace key like a
+// replica job's (replicaSecret), so a restarted server knows it without
+// storing it. False without a workspace key.
+func (s *Service) kubeReplicaSecret(rec store.Deployment, doc *deploymentDoc) (secrets.Secret, bool) {
+	if s.cfg.Secrets == nil {
+		return "", false
+	}
+	return s.cfg.Secrets.Derive("kube-replicas/" + rec.Endpoint + "/" + rec.Name + "/" + doc.ID), true
 }
 
 // snapshotFiles reads a snapshot's files by path (with prefix before

@@ -134,6 +134,11 @@ func TestKubernetesDeploymentController(t *testing.T) {
 	if got := routed["blue"].Replicas; !slices.Equal(got, []string{"http://10.0.0.1:5001"}) {
 		t.Errorf("routed %v", got)
 	}
+	// The pods get the replicas' secret, and the gateway sends it to them.
+	secret := kube.applied.ReplicaSecret
+	if len(secret.Reveal()) < 40 || routed["blue"].Secrets["http://10.0.0.1:5001"] != secret {
+		t.Errorf("applied with a secret of %d bytes; routed with %v", len(secret.Reveal()), routed["blue"].Secrets)
+	}
 	if _, err := s.UpdateOnlineDeployment(ctx, owner, dep(3), DeploymentChange{Uploads: DeploymentUploads{CodeSnapshot: code}}); err != nil {
 		t.Fatal(err)
 	}
@@ -173,6 +178,9 @@ func TestKubernetesDeploymentController(t *testing.T) {
 	if kube.watching != 2 || kube.calls[len(kube.calls)-1] != "apply" || kube.applied.Generation != 1 {
 		t.Errorf("after a restart: watching %d, calls %v", kube.watching, kube.calls)
 	}
+	if kube.applied.ReplicaSecret != secret {
+		t.Error("a restarted server applies another replica secret: the running pods would refuse its gateway")
+	}
 	if err := s2.DeleteOnlineDeployment(ctx, owner, "kep", "blue"); err != nil {
 		t.Fatal(err)
 	}
@@ -182,5 +190,13 @@ func TestKubernetesDeploymentController(t *testing.T) {
 	}
 	if kube.watching != 1 { // the first "server"'s watch is the one left
 		t.Errorf("after delete: %d watches left", kube.watching)
+	}
+	// Made again under the same name, it has a secret of its own.
+	if _, err := s2.CreateOnlineDeployment(ctx, owner, dep(1), DeploymentUploads{CodeSnapshot: code}, false); err != nil {
+		t.Fatal(err)
+	}
+	pass(s2)
+	if again := kube.applied.ReplicaSecret; again == "" || again == secret {
+		t.Errorf("a deployment made again under its old name: its secret is empty or the old one (%t)", again == secret)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/ferry-ml/ferry/internal/environment"
+	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
@@ -98,6 +99,13 @@ type KubeDeployment struct {
 	// InstanceType is the Kubernetes compute's instance type the
 	// deployment's instance_type names.
 	InstanceType KubeInstanceType
+	// ReplicaSecret is the replicas' secret (Service.kubeReplicaSecret):
+	// the pods answer only requests that carry it, which the gateway's
+	// do. The implementation gives it to them through a Kubernetes
+	// Secret of the deployment's (never the pod template, which anyone
+	// who may read pods sees) and probes them with it; it never logs
+	// it nor puts it in an error.
+	ReplicaSecret secrets.Secret
 }
 
 // KubeInstanceType is a named pod shape of a Kubernetes compute, as

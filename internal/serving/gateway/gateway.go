@@ -68,9 +68,9 @@ type Deployment struct {
 	Workers map[string][]string
 	// Secrets are, by replica URL, the replica's secret: every request to
 	// it (to its workers too) carries it in inferenceserver.SecretHeader,
-	// and a replica answers no request without it. A replica with none
-	// (on Kubernetes) gets no such header. Secrets: never written
-	// anywhere.
+	// and a replica answers no request without it (the pods of a
+	// deployment on Kubernetes share one). A replica with none gets no
+	// such header. Secrets: never written anywhere.
 	Secrets        map[string]string
 	RequestTimeout time.Duration
 	// MaxConcurrent is max_concurrent_requests_per_instance.

@@ -40,6 +40,13 @@ var files embed.FS
 // Program is the server's entry point inside an installed folder.
 const Program = "inference_server.py"
 
+// ProbeProgram, beside Program, probes a replica from inside its
+// container (GET / on --port with $FERRY_REPLICA_SECRET in SecretHeader;
+// exit 0 for 2xx or 3xx): the command of an exec probe, for an
+// orchestrator whose HTTP probes could carry the secret only in the
+// pod's spec.
+const ProbeProgram = "ferry_probe.py"
+
 var digestOnce = sync.OnceValue(func() string {
 	h := sha256.New()
 	for _, p := range sources() {

@@ -152,3 +152,47 @@ func exchangeOn(t *testing.T, network, address, request string) (int, string) {
 	_, body, _ := strings.Cut(text, "\r\n\r\n")
 	return code, body
 }
+
+// ProbeProgram, the exec probe of replicas on Kubernetes, passes on a
+// replica only with its secret in the environment: without it, or with
+// a wrong one, it fails (exit 1) saying what it got, and it never
+// prints the secret.
+func TestProbeProgram(t *testing.T) {
+	python := requirePython(t)
+	rep := startReplica(t, python, secretScript, func(r *Replica) { r.Secret = testSecret })
+	st := rep.ready(t)
+	_, port, err := net.SplitHostPort(st.Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := Install(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, secret string
+		code         int
+		says         string
+	}{
+		{"the replica's secret", testSecret, 0, ""},
+		{"no secret", "", 1, SecretEnv + " is empty"},
+		{"a wrong secret", testSecret + "x", 1, "403"},
+	} {
+		cmd := exec.Command(python, filepath.Join(server, ProbeProgram), "--port", port, "--timeout", "30")
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, SecretEnv+"=") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		if c.secret != "" {
+			cmd.Env = append(cmd.Env, SecretEnv+"="+c.secret)
+		}
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != c.code || !strings.Contains(string(out), c.says) || strings.Contains(string(out), testSecret) {
+			t.Errorf("%s: exit %d, %q; want exit %d saying %q, without the secret", c.name, code, out, c.code, c.says)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(rep.dir, "ran")); len(b) != 0 {
+		t.Errorf("the probes reached run() %d times", len(b))
+	}
+}

@@ -54,7 +54,19 @@ type HarnessOptions struct {
 	RequestTimeout time.Duration
 	// Resources are the instance type's requests and limits.
 	Resources corev1.ResourceRequirements
+	// Secret, when set, is the replicas' secret: the server answers only
+	// requests that carry it in inferenceserver.SecretHeader (401
+	// without, 403 wrong) and does not start without it. The Harness's
+	// Secret holds it and the container's environment takes it from
+	// there, so that the pod template (which anyone who may read pods
+	// or Deployments sees) never does; the probes are a command in the
+	// container that sends it (Harness.Probe). Ferry's deployments
+	// always have one; without one the pods answer whoever reaches them.
+	Secret string
 }
+
+// Where the replicas' secret is: the key in the Harness's Secret.
+const secretKey = "replica-secret"
 
 // Harness is Ferry's inference server serving a deployment's code in a
 // pod: a ConfigMap with the server, the code and the model, and a pod
@@ -63,6 +75,17 @@ type HarnessOptions struct {
 type Harness struct {
 	ConfigMap corev1.ConfigMap
 	Template  corev1.PodTemplateSpec
+	// Secret, with HarnessOptions.Secret, is the Secret the container's
+	// $FERRY_REPLICA_SECRET comes from (named ObjectName-replica): put it
+	// in Spec.Secrets, which Apply makes before the Deployment and
+	// deletes with it. Nil without a secret.
+	Secret *corev1.Secret
+	// Probe, with HarnessOptions.Secret, is the command of the
+	// readiness and liveness probes (Spec.ProbeCommand): GET / from
+	// inside the container with the secret, which an HTTP probe could
+	// send only by holding it in the pod's spec. Nil without a secret
+	// (the probes are GET / on the port).
+	Probe []string
 }
 
 // NewHarness builds the Harness for opt. The ConfigMap's name holds a
@@ -129,11 +152,36 @@ func NewHarness(opt HarnessOptions) (Harness, error) {
 		env["AZUREML_MODEL_DIR"] = harnessMount + "/" + modelDir
 	}
 	maps.Copy(env, opt.Env)
+	// The secret, if any, comes from its Secret alone: an
+	// environment_variables entry does not replace it (nor, without
+	// one, give the server a secret the gateway does not know).
+	delete(env, inferenceserver.SecretEnv)
 	var envVars []corev1.EnvVar
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		envVars = append(envVars, corev1.EnvVar{Name: k, Value: env[k]})
 	}
+	python := cmp.Or(opt.Python, "python3")
 	drain := cmp.Or(opt.RequestTimeout, defaultRequestTimeout)
+	command := []string{python, "-u", harnessMount + "/" + serverDir + "/" + inferenceserver.Program,
+		"--script", opt.ScoringScript, "--host", "0.0.0.0", "--port", strconv.Itoa(DefaultPort),
+		"--drain-seconds", strconv.FormatFloat(drain.Seconds(), 'f', -1, 64)}
+	var out Harness
+	if opt.Secret != "" {
+		name := ObjectName(opt.Endpoint, opt.Deployment) + "-replica"
+		out.Secret = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Type:       corev1.SecretTypeOpaque,
+			Data:       map[string][]byte{secretKey: []byte(opt.Secret)},
+		}
+		envVars = append(envVars, corev1.EnvVar{Name: inferenceserver.SecretEnv, ValueFrom: &corev1.EnvVarSource{
+			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: secretKey},
+		}})
+		command = append(command, inferenceserver.RequireSecretFlag)
+		// The probe's own timeout is the kubelet's (timeoutSeconds); its
+		// --timeout only bounds a probe the kubelet failed to end.
+		out.Probe = []string{python, harnessMount + "/" + serverDir + "/" + inferenceserver.ProbeProgram,
+			"--port", strconv.Itoa(DefaultPort), "--timeout", "60"}
+	}
 	t := corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{},
 		Spec: corev1.PodSpec{
@@ -141,13 +189,11 @@ func NewHarness(opt HarnessOptions) (Harness, error) {
 				Name:            "inference-server",
 				Image:           opt.Image,
 				ImagePullPolicy: cmp.Or(opt.PullPolicy, corev1.PullIfNotPresent),
-				Command: []string{cmp.Or(opt.Python, "python3"), "-u", harnessMount + "/" + serverDir + "/" + inferenceserver.Program,
-					"--script", opt.ScoringScript, "--host", "0.0.0.0", "--port", strconv.Itoa(DefaultPort),
-					"--drain-seconds", strconv.FormatFloat(drain.Seconds(), 'f', -1, 64)},
-				WorkingDir:   harnessMount + "/" + codeDir,
-				Env:          envVars,
-				Resources:    opt.Resources,
-				VolumeMounts: []corev1.VolumeMount{{Name: "ferry", MountPath: harnessMount, ReadOnly: true}},
+				Command:         command,
+				WorkingDir:      harnessMount + "/" + codeDir,
+				Env:             envVars,
+				Resources:       opt.Resources,
+				VolumeMounts:    []corev1.VolumeMount{{Name: "ferry", MountPath: harnessMount, ReadOnly: true}},
 			}},
 			Volumes: []corev1.Volume{{Name: "ferry", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name},
@@ -157,7 +203,8 @@ func NewHarness(opt HarnessOptions) (Harness, error) {
 			AutomountServiceAccountToken: new(false),
 		},
 	}
-	return Harness{ConfigMap: cm, Template: t}, nil
+	out.ConfigMap, out.Template = cm, t
+	return out, nil
 }
 
 func hasFile(files map[string][]byte, p string) bool {

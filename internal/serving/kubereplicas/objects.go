@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -73,6 +74,12 @@ type Spec struct {
 	// liveness success_threshold of 1: a liveness probe's other values
 	// are not Kubernetes', so 1 is used whatever it says.
 	Readiness, Liveness spec.Probe
+	// ProbeCommand, when set, is what both probes run in the container
+	// (an exec probe: exit 0 passes) in place of GET / on the port: a
+	// server that requires the replicas' secret is probed by a command
+	// that reads it from the container's environment (Harness.Probe),
+	// as an HTTP probe could send it only from the pod's spec.
+	ProbeCommand []string
 	// DrainDelay is how long a pod that is going away keeps serving
 	// before it is told to stop: the time for the gateway, told by the
 	// EndpointSlice, to stop sending it requests. 0 is 5 s.
@@ -204,8 +211,8 @@ func (s *Spec) podTemplate() corev1.PodTemplateSpec {
 	if !found {
 		c.Ports = append(c.Ports, corev1.ContainerPort{Name: portName, ContainerPort: port, Protocol: corev1.ProtocolTCP})
 	}
-	c.ReadinessProbe = probe(s.Readiness, port, false)
-	c.LivenessProbe = probe(s.Liveness, port, true)
+	c.ReadinessProbe = probe(s.Readiness, port, s.ProbeCommand, false)
+	c.LivenessProbe = probe(s.Liveness, port, s.ProbeCommand, true)
 	// The preStop sleep keeps the pod serving while the EndpointSlice
 	// says it is terminating and the gateway stops routing to it; only
 	// then does SIGTERM come, on which the server finishes what is under
@@ -221,8 +228,9 @@ func (s *Spec) podTemplate() corev1.PodTemplateSpec {
 }
 
 // probe maps Azure's probe settings (defaults as Azure has them) to
-// Kubernetes' GET / on the server's port.
-func probe(p spec.Probe, port int32, liveness bool) *corev1.Probe {
+// Kubernetes' GET / on the server's port, or to command run in the
+// container when there is one.
+func probe(p spec.Probe, port int32, command []string, liveness bool) *corev1.Probe {
 	delay := 10
 	if p.InitialDelay != nil {
 		delay = *p.InitialDelay
@@ -231,10 +239,14 @@ func probe(p spec.Probe, port int32, liveness bool) *corev1.Probe {
 	if liveness {
 		success = 1
 	}
+	handler := corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+		Path: "/", Port: intstr.FromInt32(port), Scheme: corev1.URISchemeHTTP,
+	}}
+	if len(command) > 0 {
+		handler = corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: slices.Clone(command)}}
+	}
 	return &corev1.Probe{
-		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-			Path: "/", Port: intstr.FromInt32(port), Scheme: corev1.URISchemeHTTP,
-		}},
+		ProbeHandler:        handler,
 		InitialDelaySeconds: int32(delay),
 		PeriodSeconds:       int32(cmp.Or(p.Period, 10)),
 		TimeoutSeconds:      int32(cmp.Or(p.Timeout, 2)),

@@ -1,10 +1,13 @@
 package kubereplicas
 
 import (
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -190,4 +193,86 @@ func TestNewHarness(t *testing.T) {
 			t.Errorf("NewHarness: %v, want an error with %q", err, c.want)
 		}
 	}
+}
+
+// A harness with the replicas' secret keeps it out of the pod template:
+// the container takes it from the harness's Secret (an environment
+// variable of the deployment's own does not replace it), the server
+// requires it, and the probes are a command in the container that sends
+// it, not an HTTP GET that could only carry it in the spec.
+func TestHarnessSecret(t *testing.T) {
+	const secret = "the-replicas-secret-0123456789"
+	opt := HarnessOptions{Endpoint: "ep", Deployment: "d", Image: "img:1", ScoringScript: "score.py",
+		Code: map[string][]byte{"score.py": []byte("def init(): pass\n")},
+		Env:  map[string]string{inferenceserver.SecretEnv: "chosen-by-the-file", "A": "1"}, Secret: secret}
+	h, err := NewHarness(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Secret == nil || h.Secret.Name != "ep-d-replica" || string(h.Secret.Data[secretKey]) != secret {
+		t.Fatalf("the harness's Secret: %+v", h.Secret)
+	}
+	s := Spec{Endpoint: "ep", Deployment: "d", Template: h.Template, ProbeCommand: h.Probe, Secrets: []corev1.Secret{*h.Secret}}
+	d := s.deployment("ns", 1)
+	spec, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(spec), secret) || strings.Contains(string(spec), "chosen-by-the-file") {
+		t.Errorf("the Deployment holds the secret or the file's own: %s", spec)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	var from []corev1.EnvVar
+	for _, e := range c.Env {
+		if e.Name == inferenceserver.SecretEnv {
+			from = append(from, e)
+		}
+	}
+	want := []corev1.EnvVar{{Name: inferenceserver.SecretEnv, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "ep-d-replica"}, Key: secretKey}}}}
+	if diff := cmp.Diff(want, from); diff != "" {
+		t.Errorf("$%s in the container (-want +got):\n%s", inferenceserver.SecretEnv, diff)
+	}
+	if !slices.Contains(c.Command, inferenceserver.RequireSecretFlag) {
+		t.Errorf("command %q: the server does not require the secret", c.Command)
+	}
+	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		if p.HTTPGet != nil || p.Exec == nil || !strings.HasSuffix(p.Exec.Command[1], "/ferry/server/"+inferenceserver.ProbeProgram) ||
+			!strings.Contains(strings.Join(p.Exec.Command, " "), "--port 5001") {
+			t.Errorf("%s probe %+v: want the probe program on port 5001", name, p.ProbeHandler)
+		}
+	}
+	if _, ok := h.ConfigMap.Data[configMapKey(t, h, "server/"+inferenceserver.ProbeProgram)]; !ok {
+		t.Errorf("the probe program is not in the ConfigMap")
+	}
+
+	// Without a secret: no Secret, GET / probes, no --require-secret,
+	// and the file's variable is still not the server's secret.
+	opt.Secret = ""
+	h, err = NewHarness(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = Spec{Endpoint: "ep", Deployment: "d", Template: h.Template, ProbeCommand: h.Probe}
+	c = s.deployment("ns", 1).Spec.Template.Spec.Containers[0]
+	if h.Secret != nil || h.Probe != nil || c.ReadinessProbe.HTTPGet == nil || slices.Contains(c.Command, inferenceserver.RequireSecretFlag) {
+		t.Errorf("without a secret: Secret %v, probe %+v, command %q", h.Secret, c.ReadinessProbe.ProbeHandler, c.Command)
+	}
+	for _, e := range c.Env {
+		if e.Name == inferenceserver.SecretEnv {
+			t.Errorf("without a secret, the container has $%s: %+v", e.Name, e)
+		}
+	}
+}
+
+// configMapKey is the ConfigMap key of the harness's file at path.
+func configMapKey(t *testing.T, h Harness, path string) string {
+	t.Helper()
+	for _, it := range h.Template.Spec.Volumes[0].ConfigMap.Items {
+		if it.Path == path {
+			return it.Key
+		}
+	}
+	t.Fatalf("%s is not in the ConfigMap", path)
+	return ""
 }
