@@ -143,6 +143,21 @@ func jobWritableDir(t *testing.T) string {
 	return dir
 }
 
+// jobWritableFile is an empty file in a fresh jobWritableDir that every
+// job may append to: each attempt runs as a uid of its own, so a file one
+// job makes is not another's to write.
+func jobWritableFile(t *testing.T, name string) string {
+	t.Helper()
+	p := filepath.Join(jobWritableDir(t), name)
+	if err := os.WriteFile(p, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func (s *server) start() {
 	s.t.Helper()
 	os.Remove(filepath.Join(s.dir, "server.json"))

@@ -169,7 +169,7 @@ func pipelineDir(t *testing.T, counter string) string {
 func TestPipelineAcrossLocalAndCluster(t *testing.T) {
 	s := startServer(t, "--node-lease", "6s")
 	s.mustFerry("compute", "create", "-f", clusterFile(t, "cpu-cluster", "Standard_DS1_v2", 1, 30))
-	counter := filepath.Join(jobWritableDir(t), "runs.txt")
+	counter := jobWritableFile(t, "runs.txt")
 	dir := pipelineDir(t, counter)
 	file := filepath.Join(dir, "pipeline.yml")
 
@@ -348,7 +348,7 @@ jobs:
 
 func TestPipelineSurvivesServerKill(t *testing.T) {
 	s := startServer(t)
-	counter := filepath.Join(jobWritableDir(t), "runs.txt")
+	counter := jobWritableFile(t, "runs.txt")
 	file := jobFile(t, `type: pipeline
 jobs:
   first:

@@ -19,7 +19,7 @@ import (
 func TestSchedulePipelineFiresWithReuse(t *testing.T) {
 	s := startServer(t, "--schedule-minute", scheduleMinute.String())
 	dir := t.TempDir()
-	counter := filepath.Join(jobWritableDir(t), "runs.txt")
+	counter := jobWritableFile(t, "runs.txt")
 	writeFiles(t, dir, map[string]string{
 		"data/rows.txt":               "a\nb\nc\nd\n",
 		"components/prep.yml":         prepComponent,
