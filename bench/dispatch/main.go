@@ -287,9 +287,18 @@ func perJob(d time.Duration, n int) float64 {
 }
 
 // executorPID is the local executor serving the server of dataDir (its
-// --id names the server's binary, in dataDir or, since servers keep it in
-// their work dir, in the default one beside it, DATA_DIR-work), or 0.
+// --id names the server's binary, which a server keeps in its data dir or,
+// since issue 29, in its work dir, which server.json names), or 0.
 func executorPID(dataDir string) int {
+	dirs := []string{dataDir + string(filepath.Separator)}
+	if b, err := os.ReadFile(filepath.Join(dataDir, "server.json")); err == nil {
+		var info struct {
+			WorkDir string `json:"work_dir"`
+		}
+		if json.Unmarshal(b, &info) == nil && info.WorkDir != "" {
+			dirs = append(dirs, info.WorkDir+string(filepath.Separator))
+		}
+	}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -301,7 +310,7 @@ func executorPID(dataDir string) int {
 			continue
 		}
 		args := strings.Split(string(cmd), "\x00")
-		if slices.Contains(args, "local-executor") && slices.Contains(args, "--serve") && (strings.Contains(string(cmd), dataDir+string(filepath.Separator)) || strings.Contains(string(cmd), dataDir+"-work"+string(filepath.Separator))) {
+		if slices.Contains(args, "local-executor") && slices.Contains(args, "--serve") && slices.ContainsFunc(dirs, func(d string) bool { return strings.Contains(string(cmd), d) }) {
 			return pid
 		}
 	}
