@@ -7,11 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // modes runs f once with openat2 and once with the descriptor walk that
@@ -267,22 +268,8 @@ func TestMkdirAndCreate(t *testing.T) {
 func TestSwappedFolderRace(t *testing.T) {
 	modes(t, func(t *testing.T) {
 		root, secret := tree(t)
-		if err := os.Symlink(filepath.Join(secret, "a", "b"), filepath.Join(root, "a", "swap")); err != nil {
-			t.Fatal(err)
-		}
 		d := openRoot(t, root)
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				_ = unix.Renameat2(unix.AT_FDCWD, filepath.Join(root, "a", "b"), unix.AT_FDCWD, filepath.Join(root, "a", "swap"), unix.RENAME_EXCHANGE)
-			}
-		})
+		stop := testutil.SwapWithLink(t, filepath.Join(root, "a", "b"), filepath.Join(secret, "a", "b"))
 		var ok, refused int
 		for range 20000 {
 			got, err := read(t, d, "a/b/c/file")
@@ -290,15 +277,13 @@ func TestSwappedFolderRace(t *testing.T) {
 			case err == nil && got == "inside":
 				ok++
 			case err == nil:
-				close(stop)
-				wg.Wait()
+				stop()
 				t.Fatalf("read %q through the swapped folder", got)
 			default:
 				refused++
 			}
 		}
-		close(stop)
-		wg.Wait()
+		stop()
 		if refused == 0 {
 			t.Errorf("no open met the symlink in %d tries: the race was not run", ok)
 		}

@@ -6,10 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // TestCopyTreeRaceCopiesNoSecret: a download-mode input's datastore folder
@@ -29,23 +28,7 @@ func TestCopyTreeRaceCopiesNoSecret(t *testing.T) {
 		os.WriteFile(filepath.Join(src, "sub", name), []byte("data"), 0o644)
 		os.WriteFile(filepath.Join(secret, name), []byte("SECRET"), 0o644)
 	}
-	link := filepath.Join(src, ".swap")
-	if err := os.Symlink(secret, link); err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				_ = unix.Renameat2(unix.AT_FDCWD, filepath.Join(src, "sub"), unix.AT_FDCWD, link, unix.RENAME_EXCHANGE)
-			}
-		}
-	})
-	defer func() { close(stop); wg.Wait() }()
+	defer testutil.SwapWithLink(t, filepath.Join(src, "sub"), secret)()
 	okCheck := func(string, fs.FileInfo) error { return nil }
 	copied, failed := 0, 0
 	for round := range 60 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/ferry-ml/ferry/internal/testutil"
 	"io"
 	"io/fs"
 	"os"
@@ -278,7 +279,7 @@ func TestExtractRaceWritesNothingOutside(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(dest, "sub"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		stop := swapper(t, filepath.Join(dest, "sub"), outside)
+		stop := testutil.SwapWithLink(t, filepath.Join(dest, "sub"), outside)
 		if err := Extract(m, dest, mapOpener(contents)); err != nil {
 			failed++
 		}

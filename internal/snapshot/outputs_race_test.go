@@ -6,11 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // secretTree makes, beside an attempt's folder, a "data dir" holding the
@@ -42,39 +41,6 @@ func secretTree(t *testing.T, files int) (base, outputs, data string) {
 	return base, outputs, data
 }
 
-// swapper exchanges dir with a symlink to target (renameat2
-// RENAME_EXCHANGE, atomic) in a loop until the returned func is called.
-func swapper(t *testing.T, dir, target string) func() {
-	t.Helper()
-	link := dir + ".swap"
-	if err := os.Symlink(target, link); err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := unix.Renameat2(unix.AT_FDCWD, dir, unix.AT_FDCWD, link, unix.RENAME_EXCHANGE); err != nil {
-				t.Errorf("renameat2: %v", err)
-				return
-			}
-		}
-	})
-	return func() {
-		close(stop)
-		wg.Wait()
-		// Leave the real folder in place.
-		if fi, err := os.Lstat(dir); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-			_ = unix.Renameat2(unix.AT_FDCWD, dir, unix.AT_FDCWD, link, unix.RENAME_EXCHANGE)
-		}
-	}
-}
-
 // TestOutputUploadRaceReadsNoSecret is the attack of issue 29 on the
 // output upload: while the runner walks and reads a job's outputs, another
 // process of the job's account swaps a folder of them with a symlink to
@@ -83,7 +49,7 @@ func swapper(t *testing.T, dir, target string) func() {
 // only makes files be skipped as unreadable.
 func TestOutputUploadRaceReadsNoSecret(t *testing.T) {
 	base, outputs, data := secretTree(t, 60)
-	defer swapper(t, filepath.Join(outputs, "sub"), data)()
+	defer testutil.SwapWithLink(t, filepath.Join(outputs, "sub"), data)()
 	var kept, skipped int
 	for round := range 40 {
 		p, err := PlanOutputsUnder(base, "wd/outputs", OutputOptions{})
