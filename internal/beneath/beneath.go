@@ -120,21 +120,15 @@ func (d *Dir) OpenDir(rel string) (*Dir, error) {
 // Lstat returns the file information of rel beneath d, not following rel
 // itself if it is a symlink (its folders are resolved as everywhere here).
 func (d *Dir) Lstat(rel string) (fs.FileInfo, error) {
-	parts, err := Split(rel)
-	if err != nil {
-		return nil, &fs.PathError{Op: "lstat", Path: rel, Err: err}
-	}
-	if len(parts) == 0 {
+	if parts, err := Split(rel); err == nil && len(parts) == 0 {
 		return d.f.Stat()
 	}
-	parent := d
-	if len(parts) > 1 {
-		if parent, err = d.OpenDir(strings.Join(parts[:len(parts)-1], "/")); err != nil {
-			return nil, err
-		}
-		defer parent.Close()
+	parent, name, done, err := d.parentOf("lstat", rel, syscall.EINVAL)
+	if err != nil {
+		return nil, err
 	}
-	return parent.lstatName(parts[len(parts)-1], rel)
+	defer done()
+	return parent.lstatName(name, rel)
 }
 
 // lstatName stats the entry name of d itself, not following it.
@@ -154,23 +148,14 @@ func (d *Dir) lstatName(name, display string) (fs.FileInfo, error) {
 
 // Readlink returns the target of the symlink rel beneath d.
 func (d *Dir) Readlink(rel string) (string, error) {
-	parts, err := Split(rel)
-	if err != nil || len(parts) == 0 {
-		if err == nil {
-			err = syscall.EINVAL
-		}
-		return "", &fs.PathError{Op: "readlink", Path: rel, Err: err}
+	parent, name, done, err := d.parentOf("readlink", rel, syscall.EINVAL)
+	if err != nil {
+		return "", err
 	}
-	parent := d
-	if len(parts) > 1 {
-		if parent, err = d.OpenDir(strings.Join(parts[:len(parts)-1], "/")); err != nil {
-			return "", err
-		}
-		defer parent.Close()
-	}
+	defer done()
 	buf := make([]byte, 256)
 	for {
-		n, err := unix.Readlinkat(parent.Fd(), parts[len(parts)-1], buf)
+		n, err := unix.Readlinkat(parent.Fd(), name, buf)
 		if err == unix.EINTR {
 			continue
 		}
@@ -231,64 +216,52 @@ func (d *Dir) IsEmpty() (bool, error) {
 
 // Mkdir makes the directory rel beneath d with perm (before the umask).
 func (d *Dir) Mkdir(rel string, perm fs.FileMode) error {
-	parts, err := Split(rel)
-	if err != nil || len(parts) == 0 {
-		if err == nil {
-			err = syscall.EEXIST
-		}
-		return &fs.PathError{Op: "mkdir", Path: rel, Err: err}
+	parent, name, done, err := d.parentOf("mkdir", rel, syscall.EEXIST)
+	if err != nil {
+		return err
 	}
-	parent := d
-	if len(parts) > 1 {
-		if parent, err = d.OpenDir(strings.Join(parts[:len(parts)-1], "/")); err != nil {
-			return err
-		}
-		defer parent.Close()
-	}
-	if err := unix.Mkdirat(parent.Fd(), parts[len(parts)-1], uint32(perm.Perm())); err != nil {
+	defer done()
+	if err := unix.Mkdirat(parent.Fd(), name, uint32(perm.Perm())); err != nil {
 		return &fs.PathError{Op: "mkdir", Path: d.join(rel), Err: err}
 	}
 	return nil
 }
 
 // parentOf opens the folder that holds rel's last part and returns it
-// with that part; the caller closes the folder when it is not d.
-func (d *Dir) parentOf(op, rel string) (*Dir, string, error) {
+// with that part, and done, which closes the folder when it is not d. An
+// empty rel (d itself, which has no name in d) fails op with empty.
+func (d *Dir) parentOf(op, rel string, empty syscall.Errno) (parent *Dir, name string, done func(), err error) {
 	parts, err := Split(rel)
 	if err != nil || len(parts) == 0 {
 		if err == nil {
-			err = syscall.EINVAL
+			err = empty
 		}
-		return nil, "", &fs.PathError{Op: op, Path: rel, Err: err}
+		return nil, "", nil, &fs.PathError{Op: op, Path: rel, Err: err}
 	}
 	if len(parts) == 1 {
-		return d, parts[0], nil
+		return d, parts[0], func() {}, nil
 	}
-	parent, err := d.OpenDir(strings.Join(parts[:len(parts)-1], "/"))
+	parent, err = d.OpenDir(strings.Join(parts[:len(parts)-1], "/"))
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
-	return parent, parts[len(parts)-1], nil
+	return parent, parts[len(parts)-1], func() { parent.Close() }, nil
 }
 
 // Rename renames from to to, both beneath d; neither's folders may be
 // symlinks, and the last parts are names in them (a symlink at from is
 // renamed itself; one at to is replaced), as rename(2) has them.
 func (d *Dir) Rename(from, to string) error {
-	fp, fname, err := d.parentOf("rename", from)
+	fp, fname, fdone, err := d.parentOf("rename", from, syscall.EINVAL)
 	if err != nil {
 		return err
 	}
-	if fp != d {
-		defer fp.Close()
-	}
-	tp, tname, err := d.parentOf("rename", to)
+	defer fdone()
+	tp, tname, tdone, err := d.parentOf("rename", to, syscall.EINVAL)
 	if err != nil {
 		return err
 	}
-	if tp != d {
-		defer tp.Close()
-	}
+	defer tdone()
 	if err := unix.Renameat(fp.Fd(), fname, tp.Fd(), tname); err != nil {
 		return &os.LinkError{Op: "rename", Old: d.join(from), New: d.join(to), Err: err}
 	}
@@ -298,13 +271,11 @@ func (d *Dir) Rename(from, to string) error {
 // Remove removes the file or empty folder rel beneath d (a symlink
 // itself, never what it points to).
 func (d *Dir) Remove(rel string) error {
-	parent, name, err := d.parentOf("remove", rel)
+	parent, name, done, err := d.parentOf("remove", rel, syscall.EINVAL)
 	if err != nil {
 		return err
 	}
-	if parent != d {
-		defer parent.Close()
-	}
+	defer done()
 	err = unix.Unlinkat(parent.Fd(), name, 0)
 	if err == unix.EISDIR {
 		err = unix.Unlinkat(parent.Fd(), name, unix.AT_REMOVEDIR)

@@ -131,9 +131,9 @@ func tryLease(uid uint32) (*Lease, error) {
 	return &Lease{UID: uid, f: f}, nil
 }
 
-// released is the lease file's content after a clean Release: nothing of
+// released is the lease file's first line after a clean Release: nothing of
 // the uid is left to put away.
-const released = "released\n"
+const released = "released"
 
 // reclaim puts away what a previous holder of the uid left, unless it
 // released the uid cleanly, then records dir as the uid's.
@@ -143,7 +143,7 @@ func (l *Lease) reclaim(dir string) error {
 	if err != nil && err != io.EOF {
 		return fmt.Errorf("uid lease %d: %w", l.UID, err)
 	}
-	if prev, _, _ := strings.Cut(string(buf[:n]), "\n"); prev != "" && prev+"\n" != released {
+	if prev, _, _ := strings.Cut(string(buf[:n]), "\n"); prev != "" && prev != released {
 		KillUID(l.UID)
 		closeDir(prev)
 	}
@@ -171,7 +171,7 @@ func (l *Lease) Release(dir string) error {
 	var errs []error
 	if err := closeDir(dir); err != nil {
 		errs = append(errs, err)
-	} else if err := l.write(released); err != nil {
+	} else if err := l.write(released + "\n"); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

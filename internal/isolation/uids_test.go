@@ -137,7 +137,7 @@ func TestReleaseClosesTheFolderAndKills(t *testing.T) {
 		t.Errorf("attempt folder %v, want 0700", fi.Mode())
 	}
 	b, _ := os.ReadFile(filepath.Join(LeaseDir, "80300"))
-	if line, _, _ := strings.Cut(string(b), "\n"); line+"\n" != released {
+	if line, _, _ := strings.Cut(string(b), "\n"); line != released {
 		t.Errorf("lease file starts %q, want %q", line, released)
 	}
 }
