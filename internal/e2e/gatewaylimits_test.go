@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // The attacks of issue 29 on a real `ferry server`, at a bounded scale,
@@ -61,7 +63,7 @@ func TestGatewayUnderAttack(t *testing.T) {
 		var attackers []net.Conn
 		var mu sync.Mutex
 		for i := range conns {
-			c := dialFrom(t, fmt.Sprintf("127.0.1.%d", i+1), host)
+			c := testutil.DialFrom(t, fmt.Sprintf("127.0.1.%d", i+1), host)
 			mu.Lock()
 			attackers = append(attackers, c)
 			mu.Unlock()
@@ -117,7 +119,7 @@ func TestGatewayUnderAttack(t *testing.T) {
 		codes := make(chan int, conns)
 		stop := make(chan struct{})
 		for range conns {
-			c := dialFrom(t, "127.0.0.2", host)
+			c := testutil.DialFrom(t, "127.0.0.2", host)
 			wg.Go(func() {
 				fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100000\r\n\r\n", path, key)
 				go func() { // a byte a second until the answer comes, or the test's end
@@ -177,7 +179,7 @@ func TestGatewayUnderAttack(t *testing.T) {
 	// The API shares the listener and its limits: a body that trickles
 	// to it is cut off with 408 too, in the API's own shape.
 	t.Run("slow body to the API", func(t *testing.T) {
-		c := dialFrom(t, "127.0.0.3", host)
+		c := testutil.DialFrom(t, "127.0.0.3", host)
 		fmt.Fprintf(c, "POST /v1/online-endpoints HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{", s.token)
 		stop := make(chan struct{})
 		defer close(stop)
@@ -205,7 +207,7 @@ func TestGatewayUnderAttack(t *testing.T) {
 			"a 900 KB header":    {"X-Big: " + strings.Repeat("a", 900<<10) + "\r\n", "Request Header Fields Too Large"},
 			"3,000 header lines": {strings.Repeat("X-Many: 1\r\n", 3000), "the server takes at most 100"},
 		} {
-			c := dialFrom(t, "127.0.0.1", host)
+			c := testutil.DialFrom(t, "127.0.0.1", host)
 			go fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n%sContent-Length: 2\r\n\r\n{}", path, key, hdr[0])
 			if code, body := readAnswer(t, c); code != http.StatusRequestHeaderFieldsTooLarge || !strings.Contains(body, hdr[1]) {
 				t.Errorf("%s: %d %s, want 431 (%s)", what, code, body, hdr[1])
@@ -214,7 +216,7 @@ func TestGatewayUnderAttack(t *testing.T) {
 	})
 
 	t.Run("body over the limit", func(t *testing.T) {
-		c := dialFrom(t, "127.0.0.1", host)
+		c := testutil.DialFrom(t, "127.0.0.1", host)
 		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n", path, key, 17<<20)
 		if code, body := readAnswer(t, c); code != http.StatusRequestEntityTooLarge {
 			t.Errorf("a 17 MiB body: %d %s, want 413", code, body)
@@ -226,19 +228,6 @@ func TestGatewayUnderAttack(t *testing.T) {
 	if n == 0 || len(fails) > 0 {
 		t.Errorf("the well-behaved client: %d answers, failures %v", n, fails)
 	}
-}
-
-// dialFrom connects to addr from the loopback address from (all of
-// 127.0.0.0/8 is this host's on Linux: one test plays many clients).
-func dialFrom(t *testing.T, from, addr string) net.Conn {
-	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 10 * time.Second}
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // readAnswer reads the status and body of the answer on c.

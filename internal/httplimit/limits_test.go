@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // serve runs l's server for handler on a loopback port until the test
@@ -43,32 +45,6 @@ var readAll = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "%d", n)
 })
 
-// dialFrom connects to addr from the loopback address from (all of
-// 127.0.0.0/8 is this host's on Linux).
-func dialFrom(t *testing.T, from, addr string) net.Conn {
-	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// status reads the status code of the answer on c.
-func status(t *testing.T, c net.Conn) (int, string) {
-	t.Helper()
-	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("reading the answer: %v", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 // A body that trickles (a byte at a time, slower than the minimum rate)
 // is cut off with 408 once its grace is spent, as is one that sends a
 // burst and then holds; a body at a good pace passes, and the
@@ -78,7 +54,7 @@ func TestSlowBody(t *testing.T) {
 	addr, _ := serve(t, Limits{BodyGrace: 300 * time.Millisecond, BodyMinRate: 1000}, readAll)
 
 	t.Run("trickle", func(t *testing.T) {
-		c := dialFrom(t, "127.0.0.1", addr)
+		c := testutil.DialFrom(t, "127.0.0.1", addr)
 		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
 		done := make(chan struct{})
 		go func() {
@@ -90,22 +66,22 @@ func TestSlowBody(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 		}()
-		if code, body := status(t, c); code != http.StatusRequestTimeout || !strings.Contains(body, "too slowly") {
+		if code, body := testutil.ReadAnswer(t, c); code != http.StatusRequestTimeout || !strings.Contains(body, "too slowly") {
 			t.Errorf("trickling body: %d %q, want 408", code, body)
 		}
 		c.Close()
 		<-done
 	})
 	t.Run("burst then hold", func(t *testing.T) {
-		c := dialFrom(t, "127.0.0.1", addr)
+		c := testutil.DialFrom(t, "127.0.0.1", addr)
 		// 50 KB earns 50 s at 1000 B/s, but no more than the grace counts.
 		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n%s", strings.Repeat("x", 50000))
-		if code, _ := status(t, c); code != http.StatusRequestTimeout {
+		if code, _ := testutil.ReadAnswer(t, c); code != http.StatusRequestTimeout {
 			t.Errorf("held body: %d, want 408", code)
 		}
 	})
 	t.Run("steady", func(t *testing.T) {
-		c := dialFrom(t, "127.0.0.1", addr)
+		c := testutil.DialFrom(t, "127.0.0.1", addr)
 		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n")
 		for i := 0; i < 20; i++ { // 100 bytes each 20 ms: 5000 B/s
 			fmt.Fprint(c, strings.Repeat("y", 100))
@@ -146,16 +122,16 @@ func TestHeaderLimits(t *testing.T) {
 		{"many fields", strings.Repeat("X-Many: 1\r\n", 30)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := dialFrom(t, "127.0.0.1", addr)
+			c := testutil.DialFrom(t, "127.0.0.1", addr)
 			fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\n%sContent-Length: 1\r\n\r\nx", tc.header)
-			if code, body := status(t, c); code != http.StatusRequestHeaderFieldsTooLarge {
+			if code, body := testutil.ReadAnswer(t, c); code != http.StatusRequestHeaderFieldsTooLarge {
 				t.Errorf("%d %q, want 431", code, body)
 			}
 		})
 	}
-	c := dialFrom(t, "127.0.0.1", addr)
+	c := testutil.DialFrom(t, "127.0.0.1", addr)
 	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\n%sContent-Length: 1\r\n\r\nx", strings.Repeat("X-Some: 1\r\n", 10))
-	if code, body := status(t, c); code != 200 {
+	if code, body := testutil.ReadAnswer(t, c); code != 200 {
 		t.Errorf("within the limits: %d %q", code, body)
 	}
 }
@@ -168,29 +144,29 @@ func TestConnLimits(t *testing.T) {
 	a2 := netip.MustParseAddr("127.0.0.2")
 	var held []net.Conn
 	for range 3 {
-		held = append(held, dialFrom(t, "127.0.0.2", addr))
+		held = append(held, testutil.DialFrom(t, "127.0.0.2", addr))
 	}
 	waitCounts(t, cl, a2, 3, 3)
-	over := dialFrom(t, "127.0.0.2", addr)
+	over := testutil.DialFrom(t, "127.0.0.2", addr)
 	fmt.Fprintf(over, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-	if code, body := status(t, over); code != http.StatusTooManyRequests || !strings.Contains(body, "127.0.0.2") {
+	if code, body := testutil.ReadAnswer(t, over); code != http.StatusTooManyRequests || !strings.Contains(body, "127.0.0.2") {
 		t.Errorf("4th connection from one address: %d %q, want 429", code, body)
 	}
 	// Another address still gets in, up to the total.
 	for range 2 {
-		held = append(held, dialFrom(t, "127.0.0.3", addr))
+		held = append(held, testutil.DialFrom(t, "127.0.0.3", addr))
 	}
 	waitCounts(t, cl, a2, 5, 3)
-	full := dialFrom(t, "127.0.0.4", addr)
+	full := testutil.DialFrom(t, "127.0.0.4", addr)
 	fmt.Fprintf(full, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-	if code, _ := status(t, full); code != http.StatusServiceUnavailable {
+	if code, _ := testutil.ReadAnswer(t, full); code != http.StatusServiceUnavailable {
 		t.Errorf("connection over the total: %d, want 503", code)
 	}
 	held[0].Close()
 	waitCounts(t, cl, a2, 4, 2)
-	ok := dialFrom(t, "127.0.0.2", addr)
+	ok := testutil.DialFrom(t, "127.0.0.2", addr)
 	fmt.Fprintf(ok, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
-	if code, body := status(t, ok); code != 200 || body != "2" {
+	if code, body := testutil.ReadAnswer(t, ok); code != 200 || body != "2" {
 		t.Errorf("after one closed: %d %q", code, body)
 	}
 }

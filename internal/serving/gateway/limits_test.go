@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,34 +10,8 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/httplimit"
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
-
-// dialFrom connects to the server at base (http://HOST:PORT) from the
-// loopback address from: all of 127.0.0.0/8 is this host's on Linux, so
-// one test plays several clients.
-func dialFrom(t *testing.T, from, base string) net.Conn {
-	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
-	c, err := d.Dial("tcp", strings.TrimPrefix(base, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// answer reads the status and body of the answer on c.
-func answer(t *testing.T, c net.Conn) (int, string) {
-	t.Helper()
-	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("reading the answer: %v", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
 
 // holdBody starts a scoring request on c that says its body has length
 // bytes, sends all of it but the last byte, and holds that one.
@@ -61,14 +33,14 @@ func TestHeldBodiesAreBounded(t *testing.T) {
 
 	var held []net.Conn
 	for range 2 {
-		c := dialFrom(t, "127.0.0.2", base)
+		c := testutil.DialFrom(t, "127.0.0.2", strings.TrimPrefix(base, "http://"))
 		holdBody(c, mib)
 		held = append(held, c)
 	}
 	waitFor(t, "the two held bodies to be read", func() bool { _, a := g.buffers.inUse("127.0.0.2"); return a == 2*mib })
-	over := dialFrom(t, "127.0.0.2", base)
+	over := testutil.DialFrom(t, "127.0.0.2", strings.TrimPrefix(base, "http://"))
 	holdBody(over, mib)
-	if code, body := answer(t, over); code != http.StatusTooManyRequests || !strings.Contains(body, "for one client address") {
+	if code, body := testutil.ReadAnswer(t, over); code != http.StatusTooManyRequests || !strings.Contains(body, "for one client address") {
 		t.Errorf("a third held body from one address: %d %s, want 429", code, body)
 	}
 	if code, body, _ := score(t, base, "ep", key1, "fine", nil); code != 200 || body != `"blue:fine"` {
@@ -78,11 +50,15 @@ func TestHeldBodiesAreBounded(t *testing.T) {
 	// each body's first 16 KiB count against its address only). The
 	// next large body, from anywhere, is turned away; a small one still
 	// scores.
-	third := dialFrom(t, "127.0.0.3", base)
+	third := testutil.DialFrom(t, "127.0.0.3", strings.TrimPrefix(base, "http://"))
 	holdBody(third, mib)
 	held = append(held, third)
 	waitFor(t, "the third held body to be read", func() bool { all, _ := g.buffers.inUse(""); return all == 3*(mib-smallBody) })
-	if code, body := answer(t, func() net.Conn { c := dialFrom(t, "127.0.0.4", base); holdBody(c, 256<<10); return c }()); code != http.StatusTooManyRequests || !strings.Contains(body, "in all") {
+	if code, body := testutil.ReadAnswer(t, func() net.Conn {
+		c := testutil.DialFrom(t, "127.0.0.4", strings.TrimPrefix(base, "http://"))
+		holdBody(c, 256<<10)
+		return c
+	}()); code != http.StatusTooManyRequests || !strings.Contains(body, "in all") {
 		t.Errorf("a body with the gateway's bound reached: %d %s, want 429", code, body)
 	}
 	if code, body, _ := score(t, base, "ep", key1, "small", nil); code != 200 || body != `"blue:small"` {
@@ -104,17 +80,17 @@ func TestBodyOverTheLimit(t *testing.T) {
 	g := New(Options{MaxBody: 1000})
 	g.Set(Endpoint{Name: "ep", AuthMode: "key", Keys: []string{key1}, Traffic: map[string]int{"blue": 100}, Deployments: map[string]Deployment{"blue": dep(blue)}})
 	base := serve(t, g)
-	c := dialFrom(t, "127.0.0.1", base)
+	c := testutil.DialFrom(t, "127.0.0.1", strings.TrimPrefix(base, "http://"))
 	fmt.Fprintf(c, "POST /endpoints/ep/score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n", key1, 16<<20)
-	if code, body := answer(t, c); code != http.StatusRequestEntityTooLarge || !strings.Contains(body, "over 1000 bytes") {
+	if code, body := testutil.ReadAnswer(t, c); code != http.StatusRequestEntityTooLarge || !strings.Contains(body, "over 1000 bytes") {
 		t.Errorf("a 16 MiB body declared: %d %s, want 413", code, body)
 	}
-	chunked := dialFrom(t, "127.0.0.1", base)
+	chunked := testutil.DialFrom(t, "127.0.0.1", strings.TrimPrefix(base, "http://"))
 	fmt.Fprintf(chunked, "POST /endpoints/ep/score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nTransfer-Encoding: chunked\r\n\r\n", key1)
 	for range 3 {
 		fmt.Fprintf(chunked, "200\r\n%s\r\n", strings.Repeat("z", 0x200))
 	}
-	if code, body := answer(t, chunked); code != http.StatusRequestEntityTooLarge {
+	if code, body := testutil.ReadAnswer(t, chunked); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("a chunked body over the limit: %d %s, want 413", code, body)
 	}
 	if all, _ := g.buffers.inUse(""); all != 0 {
@@ -134,7 +110,7 @@ func TestSlowBodyIs408(t *testing.T) {
 	l := httplimit.Limits{BodyGrace: 200 * time.Millisecond, BodyMinRate: 1000}.WithDefaults()
 	srv := httptest.NewServer(l.Handler(g))
 	t.Cleanup(srv.Close)
-	c := dialFrom(t, "127.0.0.1", srv.URL)
+	c := testutil.DialFrom(t, "127.0.0.1", strings.TrimPrefix(srv.URL, "http://"))
 	fmt.Fprintf(c, "POST /endpoints/ep/score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n", key1)
 	go func() {
 		for range 100 {
@@ -144,7 +120,7 @@ func TestSlowBodyIs408(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
-	if code, body := answer(t, c); code != http.StatusRequestTimeout || !strings.Contains(body, "too slowly") {
+	if code, body := testutil.ReadAnswer(t, c); code != http.StatusRequestTimeout || !strings.Contains(body, "too slowly") {
 		t.Errorf("a trickling body: %d %s, want 408", code, body)
 	}
 	if n := blue.got.Load(); n != 0 {
