@@ -223,6 +223,11 @@ func (j *jobOutputs) Len() int { return j.planned.Files }
 // TotalSize is the bytes the plan sends at most.
 func (j *jobOutputs) TotalSize() int64 { return j.planned.Bytes }
 
+// skipped is what the plan left out.
+func (j *jobOutputs) skipped() ([]snapshot.Skipped, int) {
+	return j.planned.Skipped, j.planned.SkippedMore
+}
+
 // WriteStream passes a reader's stream on to w and returns what it sent.
 func (j *jobOutputs) WriteStream(w io.Writer, _ func(int64)) (snapshot.OutputSent, error) {
 	r := j.pending

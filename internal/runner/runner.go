@@ -1046,10 +1046,6 @@ type inProcessPlan struct{ *snapshot.OutputPlan }
 func (p inProcessPlan) skipped() ([]snapshot.Skipped, int) { return p.Skipped, p.SkippedMore }
 func (p inProcessPlan) Close()                             {}
 
-func (j *jobOutputs) skipped() ([]snapshot.Skipped, int) {
-	return j.planned.Skipped, j.planned.SkippedMore
-}
-
 // outputDir is one directory of outputs the runner uploads.
 type outputDir struct {
 	name  string // "outputs", or the named output's name
