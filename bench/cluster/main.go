@@ -18,6 +18,8 @@
 package main
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"flag"
 	"fmt"
@@ -29,10 +31,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 func main() {
@@ -127,13 +127,13 @@ func run(n int) error {
 	return nil
 }
 
-func submit(ctx context.Context, c *client.Client, compute string) (*workspace.Job, error) {
+func submit(ctx context.Context, c *client.Client, compute string) (*apitypes.Job, error) {
 	raw := fmt.Sprintf(`{"command": "true", "compute": %q}`, compute)
-	return c.SubmitJob(ctx, api.JobRequest{Spec: []byte(raw)})
+	return c.SubmitJob(ctx, apitypes.JobRequest{Spec: []byte(raw)})
 }
 
 // waitRunning returns the time from the job's creation to its Running event.
-func waitRunning(ctx context.Context, c *client.Client, j *workspace.Job) (time.Duration, error) {
+func waitRunning(ctx context.Context, c *client.Client, j *apitypes.Job) (time.Duration, error) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		v, err := c.GetJob(ctx, j.Name)
@@ -141,11 +141,11 @@ func waitRunning(ctx context.Context, c *client.Client, j *workspace.Job) (time.
 			return 0, err
 		}
 		for _, e := range v.History {
-			if e.To == workspace.StatusRunning {
+			if e.To == apitypes.StatusRunning {
 				return e.Time.Sub(*v.Created), nil
 			}
 		}
-		if workspace.IsTerminal(v.Status) {
+		if apitypes.IsTerminal(v.Status) {
 			return 0, fmt.Errorf("job %s ended %s (%s) without running", j.Name, v.Status, v.StatusReason)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -159,7 +159,7 @@ func waitEnd(ctx context.Context, c *client.Client, name string) error {
 		if err != nil {
 			return err
 		}
-		if workspace.IsTerminal(v.Status) {
+		if apitypes.IsTerminal(v.Status) {
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -9,6 +9,8 @@
 package main
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"flag"
@@ -26,7 +28,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
 )
 
@@ -391,7 +392,7 @@ func idleLatency(c *client.Client, samples int) (time.Duration, time.Duration, e
 		name := fmt.Sprintf("idle-%03d", i)
 		spec, _ := json.Marshal(map[string]any{"name": name, "command": "true"})
 		t0 := time.Now()
-		if _, err := c.SubmitJob(ctx, api.JobRequest{Spec: spec}); err != nil {
+		if _, err := c.SubmitJob(ctx, apitypes.JobRequest{Spec: spec}); err != nil {
 			return 0, 0, err
 		}
 		for {
@@ -471,7 +472,7 @@ func burst(c *client.Client, n int, compute string) (float64, time.Duration, tim
 			names[i] = fmt.Sprintf("bench-%05d", i)
 			raw := json.RawMessage(strings.Replace(string(spec), "{", fmt.Sprintf(`{"name":%q,`, names[i]), 1))
 			submitted[i] = time.Now()
-			if _, err := c.SubmitJob(ctx, api.JobRequest{Spec: raw}); err != nil {
+			if _, err := c.SubmitJob(ctx, apitypes.JobRequest{Spec: raw}); err != nil {
 				mu.Lock()
 				firstErr = err
 				mu.Unlock()

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -37,7 +39,7 @@ const deploymentTimeout = 120 * time.Second
 // yet (the API's route is temporary, internal/api/deployments_tmp.go).
 type deployAPI struct {
 	url, token, endpoint string
-	uploads              workspace.DeploymentUploads
+	uploads              apitypes.DeploymentUploads
 }
 
 // put creates (POST) or changes (PUT) a deployment.
@@ -54,8 +56,8 @@ func (a *deployAPI) put(ctx context.Context, method string, d *spec.OnlineDeploy
 }
 
 // get shows a deployment.
-func (a *deployAPI) get(ctx context.Context, name string) (*workspace.OnlineDeployment, error) {
-	var d workspace.OnlineDeployment
+func (a *deployAPI) get(ctx context.Context, name string) (*apitypes.OnlineDeployment, error) {
+	var d apitypes.OnlineDeployment
 	return &d, a.call(ctx, http.MethodGet, "/v1/online-endpoints/"+a.endpoint+"/deployments/"+name, nil, &d)
 }
 
@@ -87,7 +89,7 @@ func (a *deployAPI) call(ctx context.Context, method, path string, body []byte, 
 // wait polls a deployment every 50 ms until done says it is, and
 // returns it; it fails when the deployment is Failed or deploymentTimeout
 // passes.
-func (a *deployAPI) wait(ctx context.Context, name, what string, done func(*workspace.OnlineDeployment) bool) (*workspace.OnlineDeployment, error) {
+func (a *deployAPI) wait(ctx context.Context, name, what string, done func(*apitypes.OnlineDeployment) bool) (*apitypes.OnlineDeployment, error) {
 	deadline := time.Now().Add(deploymentTimeout)
 	for {
 		d, err := a.get(ctx, name)
@@ -97,7 +99,7 @@ func (a *deployAPI) wait(ctx context.Context, name, what string, done func(*work
 		if done(d) {
 			return d, nil
 		}
-		if d.ProvisioningState == workspace.DeploymentFailed {
+		if d.ProvisioningState == apitypes.DeploymentFailed {
 			return nil, fmt.Errorf("deployment %s failed: %s", name, d.Reason)
 		}
 		if time.Now().After(deadline) {
@@ -111,8 +113,8 @@ func (a *deployAPI) wait(ctx context.Context, name, what string, done func(*work
 	}
 }
 
-func succeeded(d *workspace.OnlineDeployment) bool {
-	return d.ProvisioningState == workspace.DeploymentSucceeded
+func succeeded(d *apitypes.OnlineDeployment) bool {
+	return d.ProvisioningState == apitypes.DeploymentSucceeded
 }
 
 // runDeployments measures a rolling update under constant load and a cold
@@ -160,7 +162,7 @@ func measureDeployments(ctx context.Context, srv *ferryServer, n, conc, workers,
 	if err != nil {
 		return fmt.Errorf("upload the code: %w", err)
 	}
-	api := &deployAPI{url: srv.url, token: srv.token, endpoint: ep.Name, uploads: workspace.DeploymentUploads{CodeSnapshot: codeID}}
+	api := &deployAPI{url: srv.url, token: srv.token, endpoint: ep.Name, uploads: apitypes.DeploymentUploads{CodeSnapshot: codeID}}
 
 	// 1. A rolling update under constant load.
 	blue := &spec.OnlineDeployment{Name: "blue", EndpointName: ep.Name, InstanceType: "Standard_DS1_v2", InstanceCount: 2,
@@ -201,7 +203,7 @@ func measureDeployments(ctx context.Context, srv *ferryServer, n, conc, workers,
 		replicaSecrets[url] = secret
 	}
 	fmt.Printf("blue's replicas reached by the gateway at their Unix sockets: %d of %d; at their workers' own sockets: %d of %d\n", sockets, len(d.Replicas), workerSockets, len(d.Replicas))
-	if _, err := c.UpdateOnlineEndpoint(ctx, ep.Name, workspace.EndpointUpdate{Traffic: map[string]int{"blue": 100}}); err != nil {
+	if _, err := c.UpdateOnlineEndpoint(ctx, ep.Name, apitypes.EndpointUpdate{Traffic: map[string]int{"blue": 100}}); err != nil {
 		return fmt.Errorf("traffic blue=100: %w", err)
 	}
 	if err := throughput(replicaURLs, ep.ScoringURI, keys.PrimaryKey, srv.cmd.Process.Pid, n, conc, rounds); err != nil {
@@ -403,7 +405,7 @@ func (l *constantLoad) stop() loadCounts {
 // started by the bench itself, from the start of python3 to its first
 // answer.
 func coldStarts(ctx context.Context, c *client.Client, api *deployAPI, uri, key, serverDir, code string, colds int) (viaDeployment, direct []time.Duration, err error) {
-	noReplica := func(d *workspace.OnlineDeployment) bool { return len(d.Replicas) == 0 }
+	noReplica := func(d *apitypes.OnlineDeployment) bool { return len(d.Replicas) == 0 }
 	hc := &http.Client{Timeout: deploymentTimeout}
 	for i := range colds {
 		z, err := api.wait(ctx, "zero", "scaled to zero", noReplica)
@@ -454,7 +456,7 @@ func waitIdleNode(ctx context.Context, c *client.Client, compute string) error {
 		if err != nil {
 			return fmt.Errorf("nodes of %s: %w", compute, err)
 		}
-		if slices.ContainsFunc(nodes, func(n *workspace.Node) bool { return n.State == workspace.NodeIdle }) {
+		if slices.ContainsFunc(nodes, func(n *apitypes.Node) bool { return n.State == workspace.NodeIdle }) {
 			return nil
 		}
 		if time.Now().After(deadline) {

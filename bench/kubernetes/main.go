@@ -18,6 +18,8 @@
 package main
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -47,7 +49,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/testutil"
@@ -341,7 +342,7 @@ func (b *bench) ferryOne(ctx context.Context, name string, steps map[string][]ti
 	spec, _ := json.Marshal(map[string]any{"name": name, "command": "echo hi", "compute": "azureml:" + computeName})
 	logs := newLineWatch("hi")
 	t0 := time.Now()
-	if _, err := b.fc.SubmitJob(ctx, api.JobRequest{Spec: spec}); err != nil {
+	if _, err := b.fc.SubmitJob(ctx, apitypes.JobRequest{Spec: spec}); err != nil {
 		return sample{}, fmt.Errorf("submit %s: %w", name, err)
 	}
 	go func() {
@@ -483,7 +484,7 @@ func (b *bench) ferryBurst(ctx context.Context, round, n int) (float64, error) {
 	t0 := time.Now()
 	err := parallel(n, func(i int) error {
 		spec, _ := json.Marshal(map[string]any{"name": fmt.Sprintf("%s%03d", prefix, i), "command": "echo hi", "compute": "azureml:" + computeName})
-		_, err := b.fc.SubmitJob(ctx, api.JobRequest{Spec: spec})
+		_, err := b.fc.SubmitJob(ctx, apitypes.JobRequest{Spec: spec})
 		return err
 	})
 	if err != nil {

@@ -12,6 +12,8 @@
 package main
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"flag"
@@ -25,10 +27,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 func main() {
@@ -130,7 +130,7 @@ func runPipeline(c *client.Client, name string, steps int) (result, error) {
 		return result{}, err
 	}
 	start := time.Now()
-	if _, err := c.SubmitPipeline(ctx, api.PipelineJobRequest{Spec: raw}); err != nil {
+	if _, err := c.SubmitPipeline(ctx, apitypes.PipelineJobRequest{Spec: raw}); err != nil {
 		return result{}, err
 	}
 	j, err := waitEnd(c, name)
@@ -138,7 +138,7 @@ func runPipeline(c *client.Client, name string, steps int) (result, error) {
 		return result{}, err
 	}
 	wall := time.Since(start)
-	if j.Status != workspace.StatusCompleted {
+	if j.Status != apitypes.StatusCompleted {
 		return result{}, fmt.Errorf("pipeline %s: %s (%s)", name, j.Status, j.StatusReason)
 	}
 	res := result{wall: wall}
@@ -171,7 +171,7 @@ func runScript(c *client.Client, prefix string, steps int) (result, error) {
 	for i := 0; i < steps; i++ {
 		name := prefix + "-" + strconv.Itoa(i)
 		j := &spec.Job{Type: "command", Name: name, Command: stepCommand(i), Outputs: map[string]spec.Output{"o": {Type: "uri_folder"}}}
-		req := api.JobRequest{}
+		req := apitypes.JobRequest{}
 		if i > 0 {
 			j.Inputs = map[string]spec.Input{"x": {Type: "uri_folder", Path: "prev"}}
 			req.InputSnapshots = map[string]string{"x": prevOut}
@@ -188,7 +188,7 @@ func runScript(c *client.Client, prefix string, steps int) (result, error) {
 		if err != nil {
 			return result{}, err
 		}
-		if done.Status != workspace.StatusCompleted {
+		if done.Status != apitypes.StatusCompleted {
 			return result{}, fmt.Errorf("job %s: %s (%s)", name, done.Status, done.StatusReason)
 		}
 		out, err := c.Outputs(ctx, name)
@@ -220,7 +220,7 @@ func stepName(i int) string { return fmt.Sprintf("s%02d", i) }
 
 // waitEnd polls a job until it has ended, every 5 ms: the poll adds at
 // most that to a wall time of seconds.
-func waitEnd(c *client.Client, name string) (*workspace.Job, error) {
+func waitEnd(c *client.Client, name string) (*apitypes.Job, error) {
 	ctx := context.Background()
 	deadline := time.Now().Add(10 * time.Minute)
 	for time.Now().Before(deadline) {
@@ -228,7 +228,7 @@ func waitEnd(c *client.Client, name string) (*workspace.Job, error) {
 		if err != nil {
 			return nil, err
 		}
-		if workspace.IsTerminal(j.Status) {
+		if apitypes.IsTerminal(j.Status) {
 			return j, nil
 		}
 		time.Sleep(5 * time.Millisecond)

@@ -27,6 +27,8 @@
 package main
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -43,7 +45,6 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/client"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 func main() {
@@ -290,8 +291,8 @@ func waitJob(c *client.Client, name string) error {
 		if err != nil {
 			return fmt.Errorf("job %s: %w", name, err)
 		}
-		if workspace.IsTerminal(j.Status) {
-			if j.Status != workspace.StatusCompleted {
+		if apitypes.IsTerminal(j.Status) {
+			if j.Status != apitypes.StatusCompleted {
 				return fmt.Errorf("job %s ended %s: %s %s", name, j.Status, j.StatusReason, j.Error)
 			}
 			return nil

@@ -5,6 +5,8 @@
 package api
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -176,15 +178,6 @@ func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
 	return auth.Principal{Kind: t.Kind, Subject: t.Subject, Attempt: t.Attempt}, nil
 }
 
-// Problem is the JSON error document every failed call returns.
-type Problem struct {
-	Type   string             `json:"type"`
-	Title  string             `json:"title"`
-	Status int                `json:"status"`
-	Detail string             `json:"detail"`
-	Errors []*spec.FieldError `json:"errors,omitempty"`
-}
-
 var statusOf = map[workspace.Code]int{
 	workspace.CodeInternal:     http.StatusInternalServerError,
 	workspace.CodeInvalid:      http.StatusBadRequest,
@@ -212,7 +205,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		err = &workspace.Error{Code: code, Msg: "reading the request body: " + err.Error()}
 		w.Header().Set("Connection", "close")
 	}
-	p := Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: err.Error()}
+	p := apitypes.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: err.Error()}
 	var fe spec.Errors
 	if errors.As(err, &fe) {
 		p.Errors = fe
@@ -314,18 +307,11 @@ func (s *Server) preemptNode(r *http.Request, who auth.Principal) (any, error) {
 	return s.ws.PreemptNode(r.Context(), who, r.PathValue("name"), r.PathValue("node"))
 }
 
-// ResizeRequest is the body of POST /v1/computes/{name}/resize.
-type ResizeRequest struct {
-	MinInstances            *int `json:"min_instances,omitempty"`
-	MaxInstances            *int `json:"max_instances,omitempty"`
-	IdleTimeBeforeScaleDown *int `json:"idle_time_before_scale_down,omitempty"`
-}
-
 func (s *Server) resizeCompute(r *http.Request, who auth.Principal) (any, error) {
 	if !who.IsOwner() {
 		return nil, workspace.Forbidden("only an owner may resize computes")
 	}
-	var req ResizeRequest
+	var req apitypes.ResizeRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
@@ -406,15 +392,8 @@ func (s *Server) listSizes(*http.Request, auth.Principal) (any, error) { return 
 
 // ---- environments ----
 
-// EnvironmentRequest is the body of POST /v1/environments.
-type EnvironmentRequest struct {
-	Spec json.RawMessage `json:"spec"`
-	// ContextSnapshot holds the files the environment refers to.
-	ContextSnapshot string `json:"context_snapshot,omitempty"`
-}
-
 func (s *Server) createEnvironment(r *http.Request, who auth.Principal) (any, error) {
-	var req EnvironmentRequest
+	var req apitypes.EnvironmentRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
@@ -442,40 +421,16 @@ func (s *Server) getEnvironment(r *http.Request, _ auth.Principal) (any, error) 
 
 // ---- jobs ----
 
-// JobRequest is the body of POST /v1/jobs.
-type JobRequest struct {
-	Spec           json.RawMessage   `json:"spec"`
-	CodeSnapshot   string            `json:"code_snapshot,omitempty"`
-	InputSnapshots map[string]string `json:"input_snapshots,omitempty"`
-	// EnvironmentSnapshot holds the files an inline environment refers to
-	// (its conda file, requirements file or build context).
-	EnvironmentSnapshot string `json:"environment_snapshot,omitempty"`
-}
-
 func (s *Server) createJob(r *http.Request, who auth.Principal) (any, error) {
-	var req JobRequest
+	var req apitypes.JobRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
-	sub, err := req.submission()
+	sub, err := submission(req)
 	if err != nil {
 		return nil, err
 	}
 	return s.ws.SubmitJob(r.Context(), who, sub)
-}
-
-// submission reads the job of a request: POST /v1/jobs's, and the job a
-// schedule fires.
-func (req JobRequest) submission() (workspace.Submission, error) {
-	if len(req.Spec) == 0 {
-		return workspace.Submission{}, workspace.Invalid("spec: the job spec is missing")
-	}
-	j, err := spec.DecodeJobJSON(req.Spec)
-	if err != nil {
-		return workspace.Submission{}, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
-	}
-	return workspace.Submission{
-		Spec: j, CodeSnapshot: req.CodeSnapshot, InputSnapshots: req.InputSnapshots, EnvironmentSnapshot: req.EnvironmentSnapshot}, nil
 }
 
 func (s *Server) listJobs(r *http.Request, _ auth.Principal) (any, error) {
@@ -500,6 +455,20 @@ func (s *Server) getJob(r *http.Request, _ auth.Principal) (any, error) {
 
 func (s *Server) cancelJob(r *http.Request, who auth.Principal) (any, error) {
 	return s.ws.CancelJob(r.Context(), who, r.PathValue("name"))
+}
+
+// submission reads the job of a request: POST /v1/jobs's, and the job a
+// schedule fires.
+func submission(req apitypes.JobRequest) (workspace.Submission, error) {
+	if len(req.Spec) == 0 {
+		return workspace.Submission{}, workspace.Invalid("spec: the job spec is missing")
+	}
+	j, err := spec.DecodeJobJSON(req.Spec)
+	if err != nil {
+		return workspace.Submission{}, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+	}
+	return workspace.Submission{
+		Spec: j, CodeSnapshot: req.CodeSnapshot, InputSnapshots: req.InputSnapshots, EnvironmentSnapshot: req.EnvironmentSnapshot}, nil
 }
 
 // flushWriter flushes after every write so a follower sees lines at once.
@@ -553,7 +522,7 @@ func (s *Server) streamLogs(w http.ResponseWriter, r *http.Request, _ auth.Princ
 		}
 		// A runner ships all of its log before its final status, so once the
 		// status read before this read was terminal, nothing more will come.
-		if !follow || workspace.IsTerminal(status) {
+		if !follow || apitypes.IsTerminal(status) {
 			return nil
 		}
 		select {
@@ -565,20 +534,8 @@ func (s *Server) streamLogs(w http.ResponseWriter, r *http.Request, _ auth.Princ
 	}
 }
 
-// MetricsRequest is the body of POST /v1/jobs/{name}/metrics: one metric
-// inline or a list.
-type MetricsRequest struct {
-	workspace.Metric
-	Metrics []workspace.Metric `json:"metrics,omitempty"`
-	// Seq, set by a runner, numbers the first of the values in its
-	// sequence (from 1; one per attempt and node rank, ?rank=): values
-	// already recorded under their numbers are skipped, so a batch sent
-	// again is recorded once.
-	Seq int64 `json:"seq,omitempty"`
-}
-
 func (s *Server) addMetrics(r *http.Request, who auth.Principal) (any, error) {
-	var req MetricsRequest
+	var req apitypes.MetricsRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
@@ -613,7 +570,7 @@ func (s *Server) getOutputs(r *http.Request, _ auth.Principal) (any, error) {
 		return nil, err
 	}
 	if j.Outputs == nil {
-		return &workspace.Outputs{}, nil
+		return &apitypes.Outputs{}, nil
 	}
 	return j.Outputs, nil
 }
@@ -641,7 +598,7 @@ func (s *Server) reportStatus(r *http.Request, who auth.Principal) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	var rep workspace.Report
+	var rep apitypes.Report
 	if err := decode(r, &rep); err != nil {
 		return nil, err
 	}
@@ -664,11 +621,6 @@ func rankOf(r *http.Request) (int, error) {
 	return n, nil
 }
 
-// LogSize is the reply to the runner's log calls.
-type LogSize struct {
-	Size int64 `json:"size"`
-}
-
 func (s *Server) logSize(r *http.Request, who auth.Principal) (any, error) {
 	a, err := attemptOf(r)
 	if err != nil {
@@ -679,7 +631,7 @@ func (s *Server) logSize(r *http.Request, who auth.Principal) (any, error) {
 		return nil, err
 	}
 	n, err := s.ws.LogSize(r.Context(), who, r.PathValue("name"), a, rank)
-	return LogSize{Size: n}, err
+	return apitypes.LogSize{Size: n}, err
 }
 
 func (s *Server) appendLog(r *http.Request, who auth.Principal) (any, error) {
@@ -700,7 +652,7 @@ func (s *Server) appendLog(r *http.Request, who auth.Principal) (any, error) {
 		return nil, err
 	}
 	n, err := s.ws.AppendLog(r.Context(), who, r.PathValue("name"), a, rank, offset, data)
-	return LogSize{Size: n}, err
+	return apitypes.LogSize{Size: n}, err
 }
 
 func (s *Server) setOutputs(r *http.Request, who auth.Principal) (any, error) {
@@ -708,7 +660,7 @@ func (s *Server) setOutputs(r *http.Request, who auth.Principal) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out workspace.Outputs
+	var out apitypes.Outputs
 	if err := decode(r, &out); err != nil {
 		return nil, err
 	}
@@ -729,13 +681,8 @@ func (s *Server) setOutputs(r *http.Request, who auth.Principal) (any, error) {
 
 // ---- blobs and snapshots ----
 
-// DigestList is the body and reply of POST /v1/blobs/missing.
-type DigestList struct {
-	Digests []string `json:"digests"`
-}
-
 func (s *Server) missingBlobs(r *http.Request, who auth.Principal) (any, error) {
-	var req DigestList
+	var req apitypes.DigestList
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
@@ -743,7 +690,7 @@ func (s *Server) missingBlobs(r *http.Request, who auth.Principal) (any, error) 
 	if missing == nil {
 		missing = []string{}
 	}
-	return DigestList{Digests: missing}, err
+	return apitypes.DigestList{Digests: missing}, err
 }
 
 func (s *Server) putBlob(r *http.Request, who auth.Principal) (any, error) {
@@ -754,14 +701,9 @@ func (s *Server) putBlob(r *http.Request, who auth.Principal) (any, error) {
 	return map[string]string{"digest": d}, nil
 }
 
-// BlobCount is the reply of POST /v1/blobs/batch.
-type BlobCount struct {
-	Blobs int `json:"blobs"`
-}
-
 func (s *Server) putBlobs(r *http.Request, who auth.Principal) (any, error) {
 	n, err := s.ws.PutBlobs(r.Context(), who, http.MaxBytesReader(nil, r.Body, s.ws.MaxSnapshotSize()))
-	return BlobCount{Blobs: n}, err
+	return apitypes.BlobCount{Blobs: n}, err
 }
 
 func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, who auth.Principal) error {
@@ -775,18 +717,13 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, who auth.Princi
 	return nil
 }
 
-// SnapshotID is the reply of POST /v1/snapshots.
-type SnapshotID struct {
-	ID string `json:"id"`
-}
-
 func (s *Server) createSnapshot(r *http.Request, who auth.Principal) (any, error) {
 	body, err := readBody(r, 512<<20)
 	if err != nil {
 		return nil, err
 	}
 	id, err := s.ws.CreateSnapshot(r.Context(), who, body)
-	return SnapshotID{ID: id}, err
+	return apitypes.SnapshotID{ID: id}, err
 }
 
 func (s *Server) putSnapshotStream(r *http.Request, who auth.Principal) (any, error) {

@@ -1,7 +1,8 @@
 package api
 
 import (
-	"encoding/json"
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"io"
 	"net/http"
 
@@ -31,15 +32,6 @@ func (s *Server) batchRoutes() []route {
 		{method: "PUT", path: deps + "/{name}", summary: "Replace a batch deployment: {spec, uploads, set_default}; jobs already started keep what they had", handle: s.updateBatchDeployment},
 		{method: "DELETE", path: deps + "/{name}", summary: "Delete a batch deployment (not the default while the endpoint has others)", handle: s.deleteBatchDeployment},
 	}
-}
-
-// BatchDeploymentRequest is the body of POST and PUT
-// /v1/batch-endpoints/{endpoint}/deployments[/{name}].
-type BatchDeploymentRequest struct {
-	Spec    json.RawMessage             `json:"spec"`
-	Uploads workspace.DeploymentUploads `json:"uploads"`
-	// SetDefault makes it the endpoint's default deployment.
-	SetDefault bool `json:"set_default,omitempty"`
 }
 
 func batchEndpointOf(r *http.Request) (*spec.BatchEndpoint, error) {
@@ -89,7 +81,7 @@ func (s *Server) deleteBatchEndpoint(r *http.Request, who auth.Principal) (any, 
 }
 
 func (s *Server) invokeBatchEndpoint(r *http.Request, who auth.Principal) (any, error) {
-	var inv workspace.BatchInvocation
+	var inv apitypes.BatchInvocation
 	if err := decode(r, &inv); err != nil {
 		return nil, err
 	}
@@ -101,12 +93,12 @@ func (s *Server) listBatchJobs(r *http.Request, _ auth.Principal) (any, error) {
 }
 
 // batchDeploymentOf reads the request's batch deployment (specOf).
-func batchDeploymentOf(r *http.Request, req BatchDeploymentRequest) (*spec.BatchDeployment, error) {
+func batchDeploymentOf(r *http.Request, req apitypes.BatchDeploymentRequest) (*spec.BatchDeployment, error) {
 	return specOf(r, req.Spec, "a batch deployment file", "batch endpoint", spec.DecodeBatchDeploymentJSON)
 }
 
 func (s *Server) createBatchDeployment(r *http.Request, who auth.Principal) (any, error) {
-	var req BatchDeploymentRequest
+	var req apitypes.BatchDeploymentRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
@@ -118,7 +110,7 @@ func (s *Server) createBatchDeployment(r *http.Request, who auth.Principal) (any
 }
 
 func (s *Server) updateBatchDeployment(r *http.Request, who auth.Principal) (any, error) {
-	var req BatchDeploymentRequest
+	var req apitypes.BatchDeploymentRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}

@@ -1,7 +1,8 @@
 package api
 
 import (
-	"encoding/json"
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"net/http"
 
 	"github.com/ferry-ml/ferry/internal/auth"
@@ -21,15 +22,8 @@ func (s *Server) dataRoutes() []route {
 	}
 }
 
-// DataRequest is the body of POST /v1/data.
-type DataRequest struct {
-	Spec json.RawMessage `json:"spec"`
-	// Snapshot holds the data's files (POST /v1/snapshots).
-	Snapshot string `json:"snapshot"`
-}
-
 func (s *Server) createData(r *http.Request, who auth.Principal) (any, error) {
-	var req DataRequest
+	var req apitypes.DataRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}

@@ -1,7 +1,8 @@
 package api
 
 import (
-	"encoding/json"
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"net/http"
 
 	"github.com/ferry-ml/ferry/internal/auth"
@@ -19,13 +20,8 @@ func (s *Server) datastoreRoutes() []route {
 	}
 }
 
-// DatastoreRequest is the body of POST /v1/datastores.
-type DatastoreRequest struct {
-	Spec json.RawMessage `json:"spec"`
-}
-
 func (s *Server) createDatastore(r *http.Request, who auth.Principal) (any, error) {
-	var req DatastoreRequest
+	var req apitypes.DatastoreRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"encoding/json"
 	"io"
@@ -26,18 +28,8 @@ func (s *Server) deploymentRoutes() []route {
 	}
 }
 
-// DeploymentRequest is the body of POST and PUT
-// /v1/online-endpoints/{endpoint}/deployments[/{name}].
-type DeploymentRequest struct {
-	Spec    json.RawMessage             `json:"spec"`
-	Uploads workspace.DeploymentUploads `json:"uploads"`
-	// Local runs the deployment's one replica on the server's local
-	// target instead of nodes of its instance_type; create only.
-	Local bool `json:"local,omitempty"`
-}
-
 // deploymentOf reads the request's online deployment (specOf).
-func deploymentOf(r *http.Request, req DeploymentRequest) (*spec.OnlineDeployment, error) {
+func deploymentOf(r *http.Request, req apitypes.DeploymentRequest) (*spec.OnlineDeployment, error) {
 	return specOf(r, req.Spec, "an online deployment file", "endpoint", spec.DecodeOnlineDeploymentJSON)
 }
 
@@ -86,7 +78,7 @@ func specOf[D any](r *http.Request, raw json.RawMessage, what, endpoint string, 
 }
 
 func (s *Server) createDeployment(r *http.Request, who auth.Principal) (any, error) {
-	var req DeploymentRequest
+	var req apitypes.DeploymentRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
@@ -98,7 +90,7 @@ func (s *Server) createDeployment(r *http.Request, who auth.Principal) (any, err
 }
 
 func (s *Server) updateDeployment(r *http.Request, who auth.Principal) (any, error) {
-	var req DeploymentRequest
+	var req apitypes.DeploymentRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}

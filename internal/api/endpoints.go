@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"io"
 	"net/http"
 
@@ -24,12 +26,6 @@ func (s *Server) endpointRoutes() []route {
 	}
 }
 
-// RegenerateKeysRequest is the body of POST
-// /v1/online-endpoints/{name}/regenerate-keys.
-type RegenerateKeysRequest struct {
-	KeyType string `json:"key_type"` // primary (the default) or secondary
-}
-
 func (s *Server) createEndpoint(r *http.Request, who auth.Principal) (any, error) {
 	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxJSONBody))
 	if err != nil {
@@ -51,7 +47,7 @@ func (s *Server) getEndpoint(r *http.Request, _ auth.Principal) (any, error) {
 }
 
 func (s *Server) updateEndpoint(r *http.Request, who auth.Principal) (any, error) {
-	var u workspace.EndpointUpdate
+	var u apitypes.EndpointUpdate
 	if err := decode(r, &u); err != nil {
 		return nil, err
 	}
@@ -70,7 +66,7 @@ func (s *Server) endpointKeys(r *http.Request, who auth.Principal) (any, error) 
 }
 
 func (s *Server) regenerateEndpointKey(r *http.Request, who auth.Principal) (any, error) {
-	var req RegenerateKeysRequest
+	var req apitypes.RegenerateKeysRequest
 	if r.ContentLength != 0 {
 		if err := decode(r, &req); err != nil {
 			return nil, err

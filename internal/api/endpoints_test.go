@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"io"
 	"log/slog"
@@ -84,7 +86,7 @@ func TestEndpointRoutesAreForOwners(t *testing.T) {
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 
-	var created workspace.OnlineEndpoint
+	var created apitypes.OnlineEndpoint
 	if code := call(t, srv, "POST", "/v1/online-endpoints", owner, strings.NewReader(`{"name": "iris-ep"}`), nil, &created); code != 200 || created.ScoringURI != "http://unused/endpoints/iris-ep/score" {
 		t.Fatalf("owner creates: %d %+v", code, created)
 	}
@@ -111,7 +113,7 @@ func TestEndpointRoutesAreForOwners(t *testing.T) {
 			t.Errorf("%s %s with no token: %d, want 401", r[0], r[1], code)
 		}
 	}
-	var p Problem
+	var p apitypes.Problem
 	if code := call(t, srv, "POST", "/v1/online-endpoints", owner, strings.NewReader(`{"name": "x"}`), nil, &p); code != 400 || len(p.Errors) != 1 || p.Errors[0].Field != "name" {
 		t.Errorf("a bad name: %d %+v; want 400 naming the field name", code, p)
 	}
@@ -135,12 +137,12 @@ func TestEndpointRoutesAreForOwners(t *testing.T) {
 		{"PUT", "/v1/online-endpoints/iris-ep/deployments/blue", `{"spec": {}, "uploads": {}, "local": true}`, "local:"},
 		{"GET", "/v1/online-endpoints/iris-ep/deployments/blue/logs?lines=x", "", "lines:"},
 	} {
-		p = Problem{}
+		p = apitypes.Problem{}
 		if code := call(t, srv, c.method, c.path, owner, strings.NewReader(c.body), nil, &p); code != 400 || !strings.Contains(p.Detail, c.want) {
 			t.Errorf("%s %s %s: %d %q, want 400 saying %q", c.method, c.path, c.body, code, p.Detail, c.want)
 		}
 	}
-	p = Problem{}
+	p = apitypes.Problem{}
 	if code := call(t, srv, "GET", "/v1/online-endpoints/iris-ep/deployments/blue", owner, nil, nil, &p); code != 404 || !strings.Contains(p.Detail, "no deployment blue") {
 		t.Errorf("an unknown deployment: %d %q, want 404", code, p.Detail)
 	}
@@ -161,12 +163,12 @@ func TestEndpointRoutesAreForOwners(t *testing.T) {
 			}
 		}
 	}
-	var deps []workspace.OnlineDeployment
+	var deps []apitypes.OnlineDeployment
 	if code := call(t, srv, "GET", "/v1/online-endpoints/iris-ep/deployments", owner, nil, nil, &deps); code != 200 || len(deps) != 0 {
 		t.Errorf("an endpoint with no deployment lists %d: %+v", code, deps)
 	}
 
-	var keys workspace.EndpointKeys
+	var keys apitypes.EndpointKeys
 	if code := call(t, srv, "POST", "/v1/online-endpoints/iris-ep/list-keys", owner, nil, nil, &keys); code != 200 || keys.PrimaryKey == "" {
 		t.Fatalf("owner lists keys: %d", code)
 	}

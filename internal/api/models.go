@@ -1,7 +1,8 @@
 package api
 
 import (
-	"encoding/json"
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"net/http"
 	"strconv"
 
@@ -22,15 +23,8 @@ func (s *Server) modelRoutes() []route {
 	}
 }
 
-// ModelRequest is the body of POST /v1/models.
-type ModelRequest struct {
-	Spec json.RawMessage `json:"spec"`
-	// Snapshot holds the model's files (POST /v1/snapshots).
-	Snapshot string `json:"snapshot"`
-}
-
 func (s *Server) createModel(r *http.Request, who auth.Principal) (any, error) {
-	var req ModelRequest
+	var req apitypes.ModelRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}

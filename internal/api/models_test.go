@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"context"
 	"log/slog"
@@ -72,7 +74,7 @@ func TestModelRoutesAreForOwners(t *testing.T) {
 			t.Errorf("%s %s with no token: %d, want 401", r[0], r[1], code)
 		}
 	}
-	var p Problem
+	var p apitypes.Problem
 	body := []byte(`{"spec": {"name": "iris", "path": "m", "type": "onnx"}, "snapshot": ""}`)
 	if code := call(t, srv, "POST", "/v1/models", owner, bytes.NewReader(body), nil, &p); code != 400 || len(p.Errors) != 1 || p.Errors[0].Field != "type" {
 		t.Errorf("a bad type: %d %+v; want 400 naming the field type", code, p)
@@ -81,7 +83,7 @@ func TestModelRoutesAreForOwners(t *testing.T) {
 	if code := call(t, srv, "POST", "/v1/data", owner, bytes.NewReader(body), nil, &p); code != 400 || len(p.Errors) != 1 || p.Errors[0].Field != "type" {
 		t.Errorf("a data asset of a bad type: %d %+v; want 400 naming the field type", code, p)
 	}
-	var list []workspace.Model
+	var list []apitypes.Model
 	if code := call(t, srv, "GET", "/v1/models?include_archived=true", owner, nil, nil, &list); code != 200 || len(list) != 0 {
 		t.Errorf("owner lists: %d %v", code, list)
 	}

@@ -1,7 +1,8 @@
 package api
 
 import (
-	"encoding/json"
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"net/http"
 
 	"github.com/ferry-ml/ferry/internal/auth"
@@ -21,21 +22,8 @@ func (s *Server) pipelineRoutes() []route {
 	}
 }
 
-// ComponentRequest is the body of POST /v1/components.
-type ComponentRequest struct {
-	Spec json.RawMessage `json:"spec"`
-}
-
-// PipelineJobRequest is the body of POST /v1/pipeline-jobs.
-type PipelineJobRequest struct {
-	Spec json.RawMessage `json:"spec"`
-	// InputSnapshots hold the uploaded local data inputs, keyed
-	// inputs.NAME (the pipeline's) or jobs.STEP.inputs.NAME (a step's).
-	InputSnapshots map[string]string `json:"input_snapshots,omitempty"`
-}
-
 func (s *Server) createComponent(r *http.Request, who auth.Principal) (any, error) {
-	var req ComponentRequest
+	var req apitypes.ComponentRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
@@ -58,7 +46,7 @@ func (s *Server) getComponent(r *http.Request, _ auth.Principal) (any, error) {
 }
 
 func (s *Server) createPipelineJob(r *http.Request, who auth.Principal) (any, error) {
-	var req PipelineJobRequest
+	var req apitypes.PipelineJobRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}

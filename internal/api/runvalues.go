@@ -1,14 +1,15 @@
 package api
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"net/http"
 
 	"github.com/ferry-ml/ferry/internal/auth"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 func (s *Server) setRunValues(r *http.Request, who auth.Principal) (any, error) {
-	var req workspace.RunValues
+	var req apitypes.RunValues
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}

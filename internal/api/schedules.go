@@ -1,7 +1,8 @@
 package api
 
 import (
-	"encoding/json"
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"net/http"
 
 	"github.com/ferry-ml/ferry/internal/auth"
@@ -23,24 +24,8 @@ func (s *Server) scheduleRoutes() []route {
 	}
 }
 
-// ScheduleRequest is the body of POST /v1/schedules.
-type ScheduleRequest struct {
-	Spec json.RawMessage `json:"spec"`
-	// Job is the job each firing submits, with its snapshots uploaded.
-	Job *JobRequest `json:"job,omitempty"`
-	// Pipeline is the pipeline job each firing submits instead, as POST
-	// /v1/pipeline-jobs takes it.
-	Pipeline *PipelineJobRequest `json:"pipeline,omitempty"`
-	// CopyJob names a job of the workspace whose spec and snapshots each
-	// firing submits again (create_job: azureml:JOB).
-	CopyJob string `json:"copy_job,omitempty"`
-	// Overrides are fields laid over the copied job's (create_job's
-	// other fields beside job: azureml:JOB).
-	Overrides map[string]any `json:"overrides,omitempty"`
-}
-
 func (s *Server) createSchedule(r *http.Request, who auth.Principal) (any, error) {
-	var req ScheduleRequest
+	var req apitypes.ScheduleRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
@@ -53,7 +38,7 @@ func (s *Server) createSchedule(r *http.Request, who auth.Principal) (any, error
 	}
 	wreq := workspace.ScheduleRequest{File: f, CopyJob: req.CopyJob, Overrides: req.Overrides}
 	if req.Job != nil {
-		sub, err := req.Job.submission()
+		sub, err := submission(*req.Job)
 		if err != nil {
 			return nil, err
 		}
@@ -93,18 +78,8 @@ func (s *Server) deleteSchedule(r *http.Request, who auth.Principal) (any, error
 	return map[string]string{"deleted": r.PathValue("name")}, nil
 }
 
-// ReferencesRequest is the body of POST /v1/references/check.
-type ReferencesRequest struct {
-	References []workspace.Reference `json:"references"`
-}
-
-// ReferencesAnswer is its answer.
-type ReferencesAnswer struct {
-	Problems []workspace.ReferenceProblem `json:"problems"`
-}
-
 func (s *Server) checkReferences(r *http.Request, _ auth.Principal) (any, error) {
-	var req ReferencesRequest
+	var req apitypes.ReferencesRequest
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
@@ -112,5 +87,5 @@ func (s *Server) checkReferences(r *http.Request, _ auth.Principal) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	return ReferencesAnswer{Problems: ps}, nil
+	return apitypes.ReferencesAnswer{Problems: ps}, nil
 }

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -119,7 +121,7 @@ func call(t *testing.T, srv *httptest.Server, method, path, token string, body i
 
 func TestSessionRoutesRefuseWhatIsNotASession(t *testing.T) {
 	srv, owner := testServer(t, &paperProvider{tokens: map[string]string{}})
-	var p Problem
+	var p apitypes.Problem
 	if code := call(t, srv, "GET", "/v1/computes/local/session?kind=exec", owner, nil, nil, &p); code != 400 || !strings.Contains(p.Detail, "Upgrade: ferry-session") {
 		t.Errorf("no upgrade: %d %+v", code, p)
 	}
@@ -171,7 +173,7 @@ func TestSessionRelay(t *testing.T) {
 		t.Fatalf("join: %d", code)
 	}
 	waitUntil(t, "dev-box Running", func() bool {
-		var c workspace.Compute
+		var c apitypes.Compute
 		call(t, srv, "GET", "/v1/computes/dev-box", owner, nil, nil, &c)
 		return c.State == workspace.InstanceRunning
 	})
@@ -219,7 +221,7 @@ func TestSessionRelay(t *testing.T) {
 	if err != nil || code != 9 || out.String() != "relayed\n" {
 		t.Errorf("through the relay: %q, exit %d, %v", out.String(), code, err)
 	}
-	var v workspace.Compute
+	var v apitypes.Compute
 	call(t, srv, "GET", "/v1/computes/dev-box", owner, nil, nil, &v)
 	if v.Sessions != 1 {
 		t.Errorf("compute view while the session is open: %d sessions", v.Sessions)
@@ -234,7 +236,7 @@ func TestSessionRelay(t *testing.T) {
 		t.Fatal("the agent's side goes on after the client closed")
 	}
 	waitUntil(t, "the session to close", func() bool {
-		var v workspace.Compute
+		var v apitypes.Compute
 		call(t, srv, "GET", "/v1/computes/dev-box", owner, nil, nil, &v)
 		return v.Sessions == 0
 	})

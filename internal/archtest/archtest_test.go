@@ -76,8 +76,67 @@ var forbidden = map[string][]string{
 	"internal/serverurl": {"internal/"},
 
 	// The studio's pages get their data from the REST API only, never
-	// from the store or a driver.
-	"internal/studio": {"internal/store/sqlite", "internal/server", "internal/cli", "internal/compute/local", "internal/compute/slurm", "internal/compute/kubernetes", "internal/provider/", "internal/runner"},
+	// from the store, the domain or a driver.
+	"internal/studio": {"internal/workspace", "internal/api", "internal/store", "internal/server", "internal/cli", "internal/compute/local", "internal/compute/slurm", "internal/compute/kubernetes", "internal/provider/", "internal/runner", "internal/scheduler", "internal/autoscale"},
+
+	// What talks to a server speaks its wire types (internal/apitypes),
+	// never its domain: each job's runner, the executor and the client
+	// link none of the server's code, and a rename in the domain cannot
+	// change the protocol unnoticed.
+	"internal/runner":   {"internal/workspace", "internal/api", "internal/store", "internal/server", "internal/scheduler", "internal/autoscale"},
+	"internal/executor": {"internal/workspace", "internal/api", "internal/store", "internal/server", "internal/scheduler", "internal/autoscale"},
+	"internal/client":   {"internal/workspace", "internal/api", "internal/store", "internal/server", "internal/scheduler", "internal/autoscale"},
+}
+
+// forbiddenDirect maps a package to imports it must not have itself (it
+// may reach them through a package it wires, as the command line reaches
+// the server's code through internal/server for `ferry server`).
+var forbiddenDirect = map[string][]string{
+	"internal/cli": {"internal/workspace", "internal/api", "internal/store"},
+}
+
+// onlyImports maps a package to the only Ferry packages it may import.
+var onlyImports = map[string][]string{
+	// The wire types are a leaf: the job file's types, the resolved
+	// environment a runner builds (environment.Spec, defined beside the
+	// hash that is its identity) and a node's facts (nodeproto.Facts).
+	"internal/apitypes": {"internal/spec", "internal/environment", "internal/nodeproto"},
+}
+
+func TestDirectImports(t *testing.T) {
+	for pkg, bad := range forbiddenDirect {
+		for _, imp := range directImports(t, pkg) {
+			for _, b := range bad {
+				if imp == mod+b {
+					t.Errorf("%s imports %s: it talks to the server through internal/client and its wire types (internal/apitypes)", pkg, imp)
+				}
+			}
+		}
+	}
+	for pkg, allowed := range onlyImports {
+		for _, imp := range directImports(t, pkg) {
+			if !strings.HasPrefix(imp, mod) {
+				continue
+			}
+			ok := false
+			for _, a := range allowed {
+				ok = ok || imp == mod+a
+			}
+			if !ok {
+				t.Errorf("%s imports %s; it may import only %v of Ferry's packages", pkg, imp, allowed)
+			}
+		}
+	}
+}
+
+// directImports lists pkg's non-test imports.
+func directImports(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", "{{join .Imports \" \"}}", mod+pkg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+	}
+	return strings.Fields(string(out))
 }
 
 func TestDependencyDirection(t *testing.T) {

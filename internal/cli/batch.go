@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"fmt"
@@ -15,7 +17,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // batch-endpoint and batch-deployment: `az ml batch-endpoint` and
@@ -91,7 +92,7 @@ func (a *app) batchEndpointPutCmd(create bool) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var v *workspace.BatchEndpoint
+			var v *apitypes.BatchEndpoint
 			if create {
 				v, err = c.CreateBatchEndpoint(cmd.Context(), e)
 			} else {
@@ -111,7 +112,7 @@ func (a *app) batchEndpointPutCmd(create bool) *cobra.Command {
 	return cmd
 }
 
-func showBatchEndpoint(w *tabwriter.Writer, e *workspace.BatchEndpoint) {
+func showBatchEndpoint(w *tabwriter.Writer, e *apitypes.BatchEndpoint) {
 	fmt.Fprintf(w, "name:\t%s\n", e.Name)
 	if e.Description != "" {
 		fmt.Fprintf(w, "description:\t%s\n", e.Description)
@@ -208,7 +209,7 @@ func (a *app) batchEndpointInvokeCmd() *cobra.Command {
 					return fmt.Errorf("--deployment-name: %w", err)
 				}
 			}
-			inv := workspace.BatchInvocation{Deployment: deployment, Type: inputType, JobName: jobName}
+			inv := apitypes.BatchInvocation{Deployment: deployment, Type: inputType, JobName: jobName}
 			if isRemote(input) {
 				inv.Path = input
 			} else {
@@ -367,7 +368,7 @@ func (a *app) putBatchDeployment(ctx context.Context, c *client.Client, src spec
 	if err != nil {
 		return fmt.Errorf("FERRY_MAX_SNAPSHOT_SIZE: %w", err)
 	}
-	var up workspace.DeploymentUploads
+	var up apitypes.DeploymentUploads
 	if code != nil {
 		if up.CodeSnapshot, err = a.upload(ctx, c, *code, "", limit, true); err != nil {
 			return err
@@ -388,7 +389,7 @@ func (a *app) putBatchDeployment(ctx context.Context, c *client.Client, src spec
 	return a.print(v, func(w *tabwriter.Writer) { showBatchDeployment(w, v) })
 }
 
-func showBatchDeployment(w *tabwriter.Writer, d *workspace.BatchDeployment) {
+func showBatchDeployment(w *tabwriter.Writer, d *apitypes.BatchDeployment) {
 	fmt.Fprintf(w, "name:\t%s\n", d.Name)
 	fmt.Fprintf(w, "endpoint_name:\t%s\n", d.EndpointName)
 	fmt.Fprintf(w, "default:\t%t\n", d.Default)

@@ -1,11 +1,11 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // batch-deployment create and batch-endpoint invoke refuse what they can
@@ -85,7 +85,7 @@ func TestBatchRefusesBeforeUploading(t *testing.T) {
 		}
 	}
 	r = s.ferry(t, "batch-deployment", "list", "-e", "scorer", "-o", "json")
-	var ds []workspace.BatchDeployment
+	var ds []apitypes.BatchDeployment
 	if mustJSON(t, r, &ds); len(ds) != 1 || !ds[0].Default || ds[0].Name != "blue" {
 		t.Errorf("deployments: %+v", ds)
 	}

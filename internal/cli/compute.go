@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,11 +17,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/server"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // viewEvents is how many of its newest events a compute's view carries;
@@ -136,7 +136,7 @@ func instanceGoal(action string) string {
 // gives back has joined; the node count is checked too, so that a server
 // from before that rule is waited for as well. It fails when the instance
 // ends in a state it will not leave by itself.
-func (a *app) waitInstance(ctx context.Context, c *client.Client, name, action string, timeout time.Duration) (*workspace.Compute, error) {
+func (a *app) waitInstance(ctx context.Context, c *client.Client, name, action string, timeout time.Duration) (*apitypes.Compute, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		v, err := c.GetCompute(ctx, name)
@@ -223,7 +223,7 @@ func (a *app) resizeCmd(use string) *cobra.Command {
 		Short: "Change a cluster's min_instances, max_instances or idle time, live",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var req api.ResizeRequest
+			var req apitypes.ResizeRequest
 			f := cmd.Flags()
 			if f.Changed("min") || f.Changed("min-instances") {
 				req.MinInstances = &minN
@@ -234,7 +234,7 @@ func (a *app) resizeCmd(use string) *cobra.Command {
 			if f.Changed("idle-time-before-scale-down") {
 				req.IdleTimeBeforeScaleDown = &idle
 			}
-			if req == (api.ResizeRequest{}) {
+			if req == (apitypes.ResizeRequest{}) {
 				return fmt.Errorf("say what to change: --min, --max or --idle-time-before-scale-down")
 			}
 			c, err := a.connect(cmd.Context())
@@ -260,7 +260,7 @@ func (a *app) resizeCmd(use string) *cobra.Command {
 }
 
 // listComputes is the table of `compute list`.
-func listComputes(w *tabwriter.Writer, vs []*workspace.Compute) {
+func listComputes(w *tabwriter.Writer, vs []*apitypes.Compute) {
 	fmt.Fprintln(w, "NAME\tTYPE\tSTATE\tSIZE\tNODES\tCAPACITY\tACTIVE\tQUEUED")
 	for _, v := range vs {
 		size, nodes := "-", "-"
@@ -274,7 +274,7 @@ func listComputes(w *tabwriter.Writer, vs []*workspace.Compute) {
 	}
 }
 
-func showCompute(w *tabwriter.Writer, v *workspace.Compute) {
+func showCompute(w *tabwriter.Writer, v *apitypes.Compute) {
 	pt := server.PoolType(v.Type)
 	fmt.Fprintf(w, "name:\t%s\n", v.Name)
 	fmt.Fprintf(w, "type:\t%s\n", v.Type)

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"fmt"
 	"os"
@@ -9,10 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 func (a *app) dataCmd() *cobra.Command {
@@ -77,7 +77,7 @@ func (a *app) dataCreateCmd() *cobra.Command {
 
 // createData parses the data file, uploads its files content-addressed
 // (what the workspace holds is not sent again) and registers the version.
-func (a *app) createData(ctx context.Context, c *client.Client, o modelCreateOpts) (*workspace.DataAsset, error) {
+func (a *app) createData(ctx context.Context, c *client.Client, o modelCreateOpts) (*apitypes.DataAsset, error) {
 	data, err := os.ReadFile(o.file)
 	if err != nil {
 		return nil, err
@@ -108,7 +108,7 @@ func (a *app) createData(ctx context.Context, c *client.Client, o modelCreateOpt
 	if err != nil {
 		return nil, err
 	}
-	return c.CreateData(ctx, api.DataRequest{Spec: raw, Snapshot: id})
+	return c.CreateData(ctx, apitypes.DataRequest{Spec: raw, Snapshot: id})
 }
 
 func (a *app) dataListCmd() *cobra.Command {
@@ -192,7 +192,7 @@ func (a *app) dataArchiveCmd(verb string, archived bool) *cobra.Command {
 		})
 }
 
-func showData(w *tabwriter.Writer, d *workspace.DataAsset) {
+func showData(w *tabwriter.Writer, d *apitypes.DataAsset) {
 	fmt.Fprintf(w, "name:\t%s\n", d.Name)
 	fmt.Fprintf(w, "version:\t%s\n", d.Version)
 	fmt.Fprintf(w, "type:\t%s\n", d.Type)

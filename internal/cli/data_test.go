@@ -1,12 +1,12 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // `ferry data create` uploads a folder content-addressed (unchanged
@@ -22,7 +22,7 @@ func TestDataCreateListShowDownloadArchive(t *testing.T) {
 	})
 	file := filepath.Join(dir, "data.yml")
 
-	var d workspace.DataAsset
+	var d apitypes.DataAsset
 	r := s.ferry(t, "data", "create", "-f", file, "-o", "json")
 	mustJSON(t, r, &d)
 	if d.Name != "mydata" || d.Version != "1" || d.Type != "uri_folder" || d.Tags["split"] != "train" || d.ID != "azureml:mydata:1" {

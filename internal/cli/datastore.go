@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"fmt"
@@ -10,10 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 func (a *app) datastoreCmd() *cobra.Command {
@@ -73,7 +73,7 @@ func (a *app) datastoreCreateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			d, err := c.CreateDatastore(cmd.Context(), api.DatastoreRequest{Spec: raw})
+			d, err := c.CreateDatastore(cmd.Context(), apitypes.DatastoreRequest{Spec: raw})
 			if err != nil {
 				return err
 			}
@@ -188,7 +188,7 @@ func (a *app) datastoreDeleteCmd() *cobra.Command {
 }
 
 // datastoreWhere says where a datastore's files are.
-func datastoreWhere(d *workspace.Datastore) string {
+func datastoreWhere(d *apitypes.Datastore) string {
 	f := d.Spec
 	if f == nil {
 		return ""
@@ -212,7 +212,7 @@ func datastoreWhere(d *workspace.Datastore) string {
 	return ""
 }
 
-func showDatastore(w *tabwriter.Writer, d *workspace.Datastore) {
+func showDatastore(w *tabwriter.Writer, d *apitypes.Datastore) {
 	fmt.Fprintf(w, "name:\t%s\n", d.Name)
 	fmt.Fprintf(w, "type:\t%s\n", d.Type)
 	if d.BuiltIn {

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"fmt"
@@ -17,7 +19,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // online-deployment: `az ml online-deployment` with its verbs, files and
@@ -199,7 +200,7 @@ func (a *app) deploy(ctx context.Context, c *client.Client, o deployOpts, create
 	if err != nil {
 		return fmt.Errorf("FERRY_MAX_SNAPSHOT_SIZE: %w", err)
 	}
-	var up workspace.DeploymentUploads
+	var up apitypes.DeploymentUploads
 	if up.CodeSnapshot, err = a.upload(ctx, c, code, "", limit, true); err != nil {
 		return err
 	}
@@ -211,7 +212,7 @@ func (a *app) deploy(ctx context.Context, c *client.Client, o deployOpts, create
 	if up.EnvironmentSnapshot, err = a.uploadEnvironmentFiles(ctx, c, envField, envSrc, d.Environment, limit); err != nil {
 		return err
 	}
-	var v *workspace.OnlineDeployment
+	var v *apitypes.OnlineDeployment
 	if create {
 		v, err = c.CreateOnlineDeployment(ctx, d, up, local)
 	} else {
@@ -228,12 +229,12 @@ func (a *app) deploy(ctx context.Context, c *client.Client, o deployOpts, create
 	if err != nil {
 		return err
 	}
-	if v.ProvisioningState == workspace.DeploymentFailed {
+	if v.ProvisioningState == apitypes.DeploymentFailed {
 		fmt.Fprintf(a.stderr, "deployment %s failed: %s\n(ferry online-deployment get-logs -n %s -e %s shows its replicas' logs)\n", v.Name, v.Reason, v.Name, v.EndpointName)
 		return &exitError{code: 1}
 	}
 	if o.allTraffic {
-		if _, err := c.UpdateOnlineEndpoint(ctx, v.EndpointName, workspace.EndpointUpdate{Traffic: map[string]int{v.Name: 100}}); err != nil {
+		if _, err := c.UpdateOnlineEndpoint(ctx, v.EndpointName, apitypes.EndpointUpdate{Traffic: map[string]int{v.Name: 100}}); err != nil {
 			return fmt.Errorf("deployment %s is Succeeded, but its endpoint's traffic was not moved to it: %w", v.Name, err)
 		}
 		fmt.Fprintf(a.stderr, "endpoint %s: traffic %s=100\n", v.EndpointName, v.Name)
@@ -283,7 +284,7 @@ func (a *app) checkDeploymentRefs(ctx context.Context, c *client.Client, d *spec
 // with gone, until it no longer exists (it returns nil then). Each change
 // of its state or its replicas' is a line on stderr. Ctrl-C stops waiting,
 // not the deployment.
-func (a *app) waitDeployment(ctx context.Context, c *client.Client, endpoint, name string, gone bool) (*workspace.OnlineDeployment, error) {
+func (a *app) waitDeployment(ctx context.Context, c *client.Client, endpoint, name string, gone bool) (*apitypes.OnlineDeployment, error) {
 	sctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
 	last := ""
@@ -303,7 +304,7 @@ func (a *app) waitDeployment(ctx context.Context, c *client.Client, endpoint, na
 				fmt.Fprintf(a.stderr, "deployment %s: %s\n", name, line)
 				last = line
 			}
-			if !gone && (v.ProvisioningState == workspace.DeploymentSucceeded || v.ProvisioningState == workspace.DeploymentFailed) {
+			if !gone && (v.ProvisioningState == apitypes.DeploymentSucceeded || v.ProvisioningState == apitypes.DeploymentFailed) {
 				return v, nil
 			}
 		}
@@ -317,7 +318,7 @@ func (a *app) waitDeployment(ctx context.Context, c *client.Client, endpoint, na
 }
 
 // progressOf is a deployment's state and its replicas' in one line.
-func progressOf(v *workspace.OnlineDeployment) string {
+func progressOf(v *apitypes.OnlineDeployment) string {
 	var b strings.Builder
 	b.WriteString(v.ProvisioningState)
 	for _, r := range v.Replicas {
@@ -447,7 +448,7 @@ func (a *app) deploymentLogsCmd() *cobra.Command {
 	return cmd
 }
 
-func modelOf(d *workspace.OnlineDeployment) string {
+func modelOf(d *apitypes.OnlineDeployment) string {
 	switch {
 	case d.ModelID != "":
 		return d.ModelID
@@ -457,7 +458,7 @@ func modelOf(d *workspace.OnlineDeployment) string {
 	return "-"
 }
 
-func showDeployment(w *tabwriter.Writer, d *workspace.OnlineDeployment) {
+func showDeployment(w *tabwriter.Writer, d *apitypes.OnlineDeployment) {
 	fmt.Fprintf(w, "name:\t%s\n", d.Name)
 	fmt.Fprintf(w, "endpoint_name:\t%s\n", d.EndpointName)
 	fmt.Fprintf(w, "provisioning_state:\t%s\n", d.ProvisioningState)

@@ -1,12 +1,12 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // scoreScript is a scoring script as Azure's inference server runs it:
@@ -92,7 +92,7 @@ func TestOnlineDeploymentCreateRefusesBeforeUploading(t *testing.T) {
 		}
 	}
 	r := s.ferry(t, "online-deployment", "list", "-e", "iris-ep", "-o", "json")
-	var ds []workspace.OnlineDeployment
+	var ds []apitypes.OnlineDeployment
 	if mustJSON(t, r, &ds); len(ds) != 0 {
 		t.Errorf("refused deployments were made: %+v", ds)
 	}
@@ -123,9 +123,9 @@ func TestOnlineDeploymentLocal(t *testing.T) {
 	blue := filepath.Join(dir, "blue.yml")
 
 	r := s.ferry(t, "online-deployment", "create", "-f", blue, "-e", "iris-ep", "--local", "--all-traffic", "-o", "json")
-	var v workspace.OnlineDeployment
+	var v apitypes.OnlineDeployment
 	mustJSON(t, r, &v)
-	if v.ProvisioningState != workspace.DeploymentSucceeded || len(v.Replicas) != 1 || v.Replicas[0].State != "Ready" || !v.Local {
+	if v.ProvisioningState != apitypes.DeploymentSucceeded || len(v.Replicas) != 1 || v.Replicas[0].State != "Ready" || !v.Local {
 		t.Fatalf("create: %+v\n%s", v, r)
 	}
 	mustContain(t, "create's progress", r.stderr, "code_configuration.code: uploaded", "deployment blue: Creating", "deployment blue: Succeeded", "traffic blue=100")
@@ -166,8 +166,8 @@ func TestOnlineDeploymentLocal(t *testing.T) {
 
 	// A second deployment, not waited for.
 	r = s.ferry(t, "online-deployment", "create", "-f", blue, "-n", "green", "-e", "iris-ep", "--local", "--no-wait", "-o", "json")
-	var g workspace.OnlineDeployment
-	if mustJSON(t, r, &g); g.Name != "green" || g.ProvisioningState != workspace.DeploymentCreating {
+	var g apitypes.OnlineDeployment
+	if mustJSON(t, r, &g); g.Name != "green" || g.ProvisioningState != apitypes.DeploymentCreating {
 		t.Fatalf("create --no-wait: %+v", g)
 	}
 	r = s.ferry(t, "online-deployment", "list", "--endpoint-name", "iris-ep")
@@ -206,7 +206,7 @@ func TestOnlineDeploymentLocal(t *testing.T) {
 	}
 	waitFor(t, 60*time.Second, "blue gone", func() bool {
 		r := s.ferry(t, "online-deployment", "list", "-e", "iris-ep", "-o", "json")
-		var ds []workspace.OnlineDeployment
+		var ds []apitypes.OnlineDeployment
 		mustJSON(t, r, &ds)
 		return len(ds) == 0
 	})
@@ -287,9 +287,9 @@ def run(raw_data):
 
 	writeFiles(t, dir, map[string]string{"model/greeting.txt": "bonjour"})
 	r = s.ferry(t, "online-deployment", "update", "-f", blue, "-o", "json")
-	var v workspace.OnlineDeployment
+	var v apitypes.OnlineDeployment
 	mustJSON(t, r, &v)
-	if v.ProvisioningState != workspace.DeploymentSucceeded {
+	if v.ProvisioningState != apitypes.DeploymentSucceeded {
 		t.Fatalf("update: %+v", v)
 	}
 	mustContain(t, "update", r.stderr, "deployment blue: Updating", "deployment blue: Succeeded")

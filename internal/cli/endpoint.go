@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +16,6 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // online-endpoint: `az ml online-endpoint` with its verbs, files and flags.
@@ -126,7 +127,7 @@ func (a *app) endpointUpdateCmd() *cobra.Command {
 			if err := a.checkOutput(); err != nil {
 				return err
 			}
-			var u workspace.EndpointUpdate
+			var u apitypes.EndpointUpdate
 			if file != "" {
 				e, err := readEndpointFile(file, name, sets)
 				if err != nil {
@@ -136,7 +137,7 @@ func (a *app) endpointUpdateCmd() *cobra.Command {
 					return fmt.Errorf("the endpoint is %s or %s (%s's name)? give its name once", args[0], e.Name, file)
 				}
 				name = e.Name
-				u = workspace.EndpointUpdate{Description: &e.Description, Tags: e.Tags, Traffic: e.Traffic, MirrorTraffic: e.MirrorTraffic, AuthMode: e.AuthMode}
+				u = apitypes.EndpointUpdate{Description: &e.Description, Tags: e.Tags, Traffic: e.Traffic, MirrorTraffic: e.MirrorTraffic, AuthMode: e.AuthMode}
 			} else if len(sets) > 0 {
 				return errors.New("--set needs a file (-f FILE); without one, use --traffic and --mirror-traffic")
 			}
@@ -336,7 +337,7 @@ func (a *app) endpointInvokeCmd() *cobra.Command {
 	return cmd
 }
 
-func showEndpoint(w *tabwriter.Writer, e *workspace.OnlineEndpoint) {
+func showEndpoint(w *tabwriter.Writer, e *apitypes.OnlineEndpoint) {
 	fmt.Fprintf(w, "name:\t%s\n", e.Name)
 	fmt.Fprintf(w, "scoring_uri:\t%s\n", e.ScoringURI)
 	fmt.Fprintf(w, "auth_mode:\t%s\n", e.AuthMode)

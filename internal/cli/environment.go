@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"fmt"
@@ -11,11 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // uploadEnvironmentFiles uploads the file or folder an inline environment
@@ -69,7 +69,7 @@ func (a *app) environmentCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v, err := c.CreateEnvironment(cmd.Context(), api.EnvironmentRequest{Spec: raw, ContextSnapshot: id})
+			v, err := c.CreateEnvironment(cmd.Context(), apitypes.EnvironmentRequest{Spec: raw, ContextSnapshot: id})
 			if err != nil {
 				return err
 			}
@@ -161,7 +161,7 @@ environment from the catalog is pulled the same way.`,
 			if err != nil {
 				return err
 			}
-			v, err := c.SubmitJob(cmd.Context(), api.JobRequest{Spec: raw})
+			v, err := c.SubmitJob(cmd.Context(), apitypes.JobRequest{Spec: raw})
 			if err != nil {
 				return err
 			}
@@ -228,7 +228,7 @@ func splitEnvRef(ref string) (name, version string) {
 	return ref, "latest"
 }
 
-func showEnvironment(w *tabwriter.Writer, v *workspace.Environment) {
+func showEnvironment(w *tabwriter.Writer, v *apitypes.Environment) {
 	fmt.Fprintf(w, "name:\t%s\n", v.Name)
 	fmt.Fprintf(w, "version:\t%s\n", v.Version)
 	if v.Description != "" {

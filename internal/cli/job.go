@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"fmt"
@@ -18,11 +20,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 const defaultMaxSnapshot = 1 << 30
@@ -91,7 +91,7 @@ func (a *app) jobCreateCmd() *cobra.Command {
 
 // createJob parses the job file, uploads its code and local inputs, and
 // submits it.
-func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*workspace.Job, error) {
+func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*apitypes.Job, error) {
 	data, err := os.ReadFile(o.file)
 	if err != nil {
 		return nil, err
@@ -113,17 +113,17 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*w
 // jobRequest parses a job file, checks the references it makes against
 // the workspace, and uploads its code and local inputs: the request that
 // submits it (`job create`) or that a schedule fires (`schedule create`).
-func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, maxSnap string) (api.JobRequest, error) {
+func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, maxSnap string) (apitypes.JobRequest, error) {
 	j, err := spec.ParseJobWithSet(src.data, src.sets)
 	if err != nil {
-		return api.JobRequest{}, src.parseError(err)
+		return apitypes.JobRequest{}, src.parseError(err)
 	}
 	if len(j.Services) > 0 {
 		fmt.Fprintf(a.stderr, "%s: accepted, but not used by Ferry: services (Ferry starts no interactive services; the job runs without them, and `ferry compute ssh` reaches a compute instance)\n", src.name)
 	}
 	limit, err := a.snapshotLimit(maxSnap)
 	if err != nil {
-		return api.JobRequest{}, err
+		return apitypes.JobRequest{}, err
 	}
 	// A sweep's code and environment are its trial's: written in the job
 	// file, or in the component file its trial names.
@@ -132,7 +132,7 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 	if j.IsComponentTrial() {
 		cs, incs, err := a.componentTrial(ctx, c, src, j)
 		if err != nil {
-			return api.JobRequest{}, err
+			return apitypes.JobRequest{}, err
 		}
 		includes = incs
 		if cs != nil {
@@ -140,13 +140,13 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 		}
 	}
 	if err := checkLocalPaths(src, trialSrc, prefix, j); err != nil {
-		return api.JobRequest{}, err
+		return apitypes.JobRequest{}, err
 	}
 	if err := checkReferences(ctx, c, src, jobReferences(j)); err != nil {
-		return api.JobRequest{}, err
+		return apitypes.JobRequest{}, err
 	}
 	if err := checkDataInputs(ctx, c, src, j); err != nil {
-		return api.JobRequest{}, err
+		return apitypes.JobRequest{}, err
 	}
 	code, envp, codeSrc := &j.Code, &j.Environment, src
 	if j.Type == "sweep" && j.Trial != nil {
@@ -156,24 +156,24 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 	}
 	env, envSrc, envField, err := inlineEnvironmentFile(codeSrc, *envp)
 	if err != nil {
-		return api.JobRequest{}, err
+		return apitypes.JobRequest{}, err
 	}
 	*envp = env
 	if envField != "" {
 		envField = prefix + envField
 	}
-	req := api.JobRequest{InputSnapshots: map[string]string{}}
+	req := apitypes.JobRequest{InputSnapshots: map[string]string{}}
 	switch {
 	case len(includes) > 0:
 		id, err := a.uploadCodeWithIncludes(ctx, c, codeSrc, &spec.Component{Code: *code, AdditionalIncludes: includes}, prefix, limit)
 		if err != nil {
-			return api.JobRequest{}, err
+			return apitypes.JobRequest{}, err
 		}
 		req.CodeSnapshot = id
 	case *code != "":
 		id, err := a.upload(ctx, c, pathField{file: codeSrc, field: prefix + "code", value: *code}, "", limit, true)
 		if err != nil {
-			return api.JobRequest{}, err
+			return apitypes.JobRequest{}, err
 		}
 		req.CodeSnapshot = id
 	}
@@ -188,18 +188,18 @@ func (a *app) jobRequest(ctx context.Context, c *client.Client, src specFile, ma
 		f := pathField{file: src, field: "inputs." + name + ".path", value: in.Path}
 		id, err := a.upload(ctx, c, f, in.Type, limit, false)
 		if err != nil {
-			return api.JobRequest{}, err
+			return apitypes.JobRequest{}, err
 		}
 		req.InputSnapshots[name] = id
 	}
 	if id, err := a.uploadEnvironmentFiles(ctx, c, envField, envSrc, *envp, limit); err != nil {
-		return api.JobRequest{}, err
+		return apitypes.JobRequest{}, err
 	} else {
 		req.EnvironmentSnapshot = id
 	}
 	raw, err := jsonOf(j)
 	if err != nil {
-		return api.JobRequest{}, err
+		return apitypes.JobRequest{}, err
 	}
 	req.Spec = raw
 	return req, nil
@@ -421,7 +421,7 @@ func (a *app) follow(ctx context.Context, c *client.Client, name string, submitt
 		}
 		if err == nil {
 			j, err := c.GetJob(sctx, name)
-			if err == nil && workspace.IsTerminal(j.Status) {
+			if err == nil && apitypes.IsTerminal(j.Status) {
 				return a.finalSummary(j)
 			}
 		}
@@ -445,13 +445,13 @@ func (a *app) watchQueue(ctx context.Context, c *client.Client, name string) {
 			// A target that queues itself (Slurm) passes an attempt through
 			// Preparing while it hands it to the engine's queue, where the
 			// job is Queued again with the engine's reason: keep watching.
-			if j.Status != workspace.StatusQueued && j.Status != workspace.StatusPreparing {
+			if j.Status != apitypes.StatusQueued && j.Status != apitypes.StatusPreparing {
 				if last != "" {
 					fmt.Fprintf(a.stderr, "job %s: %s\n", name, j.Status)
 				}
 				return
 			}
-			if why := strings.TrimPrefix(j.StatusReason, "queued: "); j.Status == workspace.StatusQueued && why != last && why != "" && why != "submitted" {
+			if why := strings.TrimPrefix(j.StatusReason, "queued: "); j.Status == apitypes.StatusQueued && why != last && why != "" && why != "submitted" {
 				fmt.Fprintf(a.stderr, "job %s: queued: %s\n", name, why)
 				last = why
 			}
@@ -465,19 +465,19 @@ func (a *app) watchQueue(ctx context.Context, c *client.Client, name string) {
 }
 
 // finalSummary prints how a job ended and returns its exit status.
-func (a *app) finalSummary(j *workspace.Job) error {
+func (a *app) finalSummary(j *apitypes.Job) error {
 	fmt.Fprintf(a.stderr, "\njob %s: %s", j.Name, j.Status)
 	if j.StatusReason != "" {
 		fmt.Fprintf(a.stderr, " (%s)", j.StatusReason)
 	}
 	fmt.Fprintln(a.stderr)
-	if j.Error != "" && j.Status != workspace.StatusCompleted {
+	if j.Error != "" && j.Status != apitypes.StatusCompleted {
 		fmt.Fprintf(a.stderr, "error: %s\n", j.Error)
 	}
 	for _, k := range slices.Sorted(maps.Keys(j.Metrics)) {
 		fmt.Fprintf(a.stderr, "metric %s = %g\n", k, j.Metrics[k])
 	}
-	if j.Status == workspace.StatusCompleted {
+	if j.Status == apitypes.StatusCompleted {
 		return nil
 	}
 	code := 1
@@ -531,7 +531,7 @@ func (a *app) jobShowCmd() *cobra.Command {
 	}
 }
 
-func showJob(w *tabwriter.Writer, j *workspace.Job) {
+func showJob(w *tabwriter.Writer, j *apitypes.Job) {
 	fmt.Fprintf(w, "name:\t%s\n", j.Name)
 	if j.DisplayName != "" {
 		fmt.Fprintf(w, "display name:\t%s\n", j.DisplayName)
@@ -657,7 +657,7 @@ func (a *app) jobListCmd() *cobra.Command {
 // experiment, status, compute), with why each job that is not Running or
 // Completed is where it is: a Queued job's wait (a node starting, a quota),
 // a Failed or Canceled job's reason.
-func jobTable(w *tabwriter.Writer, jobs []*workspace.Job) {
+func jobTable(w *tabwriter.Writer, jobs []*apitypes.Job) {
 	fmt.Fprintln(w, "NAME\tDISPLAY NAME\tEXPERIMENT\tSTATUS\tCOMPUTE\tCREATED\tDURATION\tEXIT\tREASON")
 	for _, j := range jobs {
 		exit := "-"
@@ -666,7 +666,7 @@ func jobTable(w *tabwriter.Writer, jobs []*workspace.Job) {
 		}
 		reason := ""
 		switch j.Status {
-		case workspace.StatusQueued, workspace.StatusFailed, workspace.StatusCanceled:
+		case apitypes.StatusQueued, apitypes.StatusFailed, apitypes.StatusCanceled:
 			reason = strings.TrimPrefix(j.StatusReason, "queued: ")
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, orDash(j.DisplayName), orDash(j.ExperimentName), j.Status, j.Compute,
@@ -728,7 +728,7 @@ func download(ctx context.Context, c *client.Client, name, dir, only string) ([]
 	if err != nil {
 		return nil, err
 	}
-	if !workspace.IsTerminal(j.Status) {
+	if !apitypes.IsTerminal(j.Status) {
 		return nil, fmt.Errorf("job %s is %s; its outputs can be downloaded once it has ended", name, j.Status)
 	}
 	if j.Pipeline != nil {

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"fmt"
@@ -13,10 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 func (a *app) modelCmd() *cobra.Command {
@@ -87,7 +87,7 @@ func (a *app) modelCreateCmd() *cobra.Command {
 // createModel parses the model file, uploads its files the way job code
 // is uploaded (content-addressed: what the workspace holds is not sent
 // again) and registers the version.
-func (a *app) createModel(ctx context.Context, c *client.Client, o modelCreateOpts) (*workspace.Model, error) {
+func (a *app) createModel(ctx context.Context, c *client.Client, o modelCreateOpts) (*apitypes.Model, error) {
 	data, err := os.ReadFile(o.file)
 	if err != nil {
 		return nil, err
@@ -119,7 +119,7 @@ func (a *app) createModel(ctx context.Context, c *client.Client, o modelCreateOp
 	if err != nil {
 		return nil, err
 	}
-	return c.CreateModel(ctx, api.ModelRequest{Spec: raw, Snapshot: id})
+	return c.CreateModel(ctx, apitypes.ModelRequest{Spec: raw, Snapshot: id})
 }
 
 func (a *app) modelListCmd() *cobra.Command {
@@ -285,7 +285,7 @@ func (a *app) modelArchiveCmd(verb string, archived bool) *cobra.Command {
 		})
 }
 
-func showModel(w *tabwriter.Writer, m *workspace.Model) {
+func showModel(w *tabwriter.Writer, m *apitypes.Model) {
 	fmt.Fprintf(w, "name:\t%s\n", m.Name)
 	fmt.Fprintf(w, "version:\t%s\n", m.Version)
 	fmt.Fprintf(w, "type:\t%s\n", m.Type)

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"context"
 	"errors"
@@ -16,10 +18,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 func (a *app) componentCmd() *cobra.Command {
@@ -60,7 +60,7 @@ func (a *app) componentCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out, err := c.CreateComponent(cmd.Context(), api.ComponentRequest{Spec: raw})
+			out, err := c.CreateComponent(cmd.Context(), apitypes.ComponentRequest{Spec: raw})
 			if err != nil {
 				return err
 			}
@@ -125,7 +125,7 @@ func (a *app) componentCmd() *cobra.Command {
 	return cmd
 }
 
-func showComponent(w *tabwriter.Writer, c *workspace.Component) {
+func showComponent(w *tabwriter.Writer, c *apitypes.Component) {
 	fmt.Fprintf(w, "id:\t%s\n", c.ID)
 	if c.DisplayName != "" {
 		fmt.Fprintf(w, "display name:\t%s\n", c.DisplayName)
@@ -166,7 +166,7 @@ func noteIgnored(w io.Writer, file string, ignored []string) {
 // azureml://registries/R/components/NAME/...). Ferry has no registries:
 // a registry's reference is looked up among the workspace's components,
 // with a note saying so.
-func (a *app) registeredComponent(ctx context.Context, c *client.Client, f pathField) (*workspace.Component, error) {
+func (a *app) registeredComponent(ctx context.Context, c *client.Client, f pathField) (*apitypes.Component, error) {
 	name, version, err := spec.ParseComponentRef(f.value)
 	if err != nil {
 		return nil, f.errorf("%v", err)
@@ -222,7 +222,7 @@ type stepFile struct {
 // createPipeline parses a pipeline job file, checks every registered
 // component and data asset it names, reads the component files it names,
 // then uploads its code and local inputs and submits it.
-func (a *app) createPipeline(ctx context.Context, c *client.Client, o createOpts, data []byte) (*workspace.Job, error) {
+func (a *app) createPipeline(ctx context.Context, c *client.Client, o createOpts, data []byte) (*apitypes.Job, error) {
 	sets := o.sets
 	if o.name != "" {
 		sets = append(sets, "name="+o.name)
@@ -237,8 +237,8 @@ func (a *app) createPipeline(ctx context.Context, c *client.Client, o createOpts
 // pipelineRequest is jobRequest for a pipeline job file: the request
 // that submits it (`job create`) or that a schedule fires (`schedule
 // create`).
-func (a *app) pipelineRequest(ctx context.Context, c *client.Client, src specFile, maxSnap string) (api.PipelineJobRequest, error) {
-	var none api.PipelineJobRequest
+func (a *app) pipelineRequest(ctx context.Context, c *client.Client, src specFile, maxSnap string) (apitypes.PipelineJobRequest, error) {
+	var none apitypes.PipelineJobRequest
 	p, err := spec.ParsePipelineJob(src.data, src.sets)
 	if err != nil {
 		return none, src.parseError(err)
@@ -303,7 +303,7 @@ func (a *app) pipelineRequest(ctx context.Context, c *client.Client, src specFil
 		}
 	}
 	// Then the uploads.
-	req := api.PipelineJobRequest{InputSnapshots: map[string]string{}}
+	req := apitypes.PipelineJobRequest{InputSnapshots: map[string]string{}}
 	for _, k := range slices.Sorted(maps.Keys(p.Inputs)) {
 		in := p.Inputs[k]
 		if in.IsLiteral() || in.Path == "" || spec.IsDataRef(in.Path) || isRemote(in.Path) {
@@ -398,7 +398,7 @@ func checkPipelineData(ctx context.Context, c *client.Client, src specFile, p *s
 }
 
 // showPipeline adds a pipeline job's steps to `job show`.
-func showPipeline(w *tabwriter.Writer, j *workspace.Job) {
+func showPipeline(w *tabwriter.Writer, j *apitypes.Job) {
 	if p := j.Pipeline; p != nil {
 		if c := p.DefaultCompute(); c != "" {
 			fmt.Fprintf(w, "default compute:\t%s\n", c)
@@ -428,7 +428,7 @@ func showPipeline(w *tabwriter.Writer, j *workspace.Job) {
 			extra = " after " + strings.Join(st.DependsOn, ", ")
 		}
 		reason := ""
-		if st.ReusedFrom == "" && (st.Status == workspace.StatusFailed || st.Status == workspace.StepSkipped || st.Status == workspace.StatusCanceled || (st.Sweep && st.Reason != "")) {
+		if st.ReusedFrom == "" && (st.Status == apitypes.StatusFailed || st.Status == apitypes.StepSkipped || st.Status == apitypes.StatusCanceled || (st.Sweep && st.Reason != "")) {
 			reason = ": " + oneLine(st.Reason) // a sweep's: its trials and best trial
 		}
 		fmt.Fprintf(w, "  %s\t%s on %s, job %s%s%s\n", st.Name, line, st.Compute, job, extra, reason)
@@ -452,7 +452,7 @@ func (a *app) followPipeline(ctx context.Context, c *client.Client, name string)
 			return err
 		}
 		for _, st := range j.Steps {
-			ended := workspace.IsTerminal(st.Status) || st.Status == workspace.StepSkipped
+			ended := apitypes.IsTerminal(st.Status) || st.Status == apitypes.StepSkipped
 			announce := func() {
 				seen := st.Status
 				if st.Sweep {
@@ -465,7 +465,7 @@ func (a *app) followPipeline(ctx context.Context, c *client.Client, name string)
 				msg := st.Status
 				if st.ReusedFrom != "" {
 					msg += ", reused the outputs of " + st.ReusedFrom
-				} else if st.Reason != "" && ((ended && st.Status != workspace.StatusCompleted) || st.Sweep) {
+				} else if st.Reason != "" && ((ended && st.Status != apitypes.StatusCompleted) || st.Sweep) {
 					msg += ": " + oneLine(st.Reason)
 				}
 				fmt.Fprintf(a.stderr, "step %s: %s\n", st.Name, msg)
@@ -492,7 +492,7 @@ func (a *app) followPipeline(ctx context.Context, c *client.Client, name string)
 				data = data[i+1:]
 			}
 			partial[st.Job] = data
-			if workspace.IsTerminal(st.Status) && err == nil {
+			if apitypes.IsTerminal(st.Status) && err == nil {
 				if len(data) > 0 {
 					fmt.Fprintf(a.stdout, "[%s] %s\n", st.Name, data)
 				}
@@ -500,7 +500,7 @@ func (a *app) followPipeline(ctx context.Context, c *client.Client, name string)
 			}
 			announce()
 		}
-		if workspace.IsTerminal(j.Status) {
+		if apitypes.IsTerminal(j.Status) {
 			return a.finalSummary(j)
 		}
 		select {
@@ -513,7 +513,7 @@ func (a *app) followPipeline(ctx context.Context, c *client.Client, name string)
 // downloadPipeline writes each step's named outputs under DIR/STEP/
 // named-outputs/NAME, and the pipeline's own outputs under
 // DIR/named-outputs/NAME.
-func downloadPipeline(ctx context.Context, c *client.Client, j *workspace.Job, dir, only string) ([]string, error) {
+func downloadPipeline(ctx context.Context, c *client.Client, j *apitypes.Job, dir, only string) ([]string, error) {
 	var where []string
 	if j.Outputs != nil {
 		for _, k := range slices.Sorted(maps.Keys(j.Outputs.Named)) {
@@ -555,11 +555,11 @@ func downloadPipeline(ctx context.Context, c *client.Client, j *workspace.Job, d
 // against their own files). Azure's compute name
 // serverless is left to the workspace, which reads it as no compute
 // unless it has a compute of that name.
-func pipelineReferences(p *spec.PipelineJob) []workspace.Reference {
-	var refs []workspace.Reference
+func pipelineReferences(p *spec.PipelineJob) []apitypes.Reference {
+	var refs []apitypes.Reference
 	addCompute := func(field, ref string) {
 		if name := strings.TrimPrefix(ref, "azureml:"); name != "" && name != "serverless" && !strings.Contains(ref, "${{") {
-			refs = append(refs, workspace.Reference{Field: field, Kind: "compute", Ref: ref})
+			refs = append(refs, apitypes.Reference{Field: field, Kind: "compute", Ref: ref})
 		}
 	}
 	addCompute("compute", p.Compute)
@@ -576,9 +576,9 @@ func pipelineReferences(p *spec.PipelineJob) []workspace.Reference {
 
 // environmentReference is the reference an environment field makes to a
 // registered or catalog environment, if it makes one.
-func environmentReference(field string, e *spec.Environment) []workspace.Reference {
+func environmentReference(field string, e *spec.Environment) []apitypes.Reference {
 	if e == nil || e.Ref == "" || strings.HasPrefix(e.Ref, spec.EnvironmentFilePrefix) {
 		return nil
 	}
-	return []workspace.Reference{{Field: field, Kind: "environment", Ref: e.Ref}}
+	return []apitypes.Reference{{Field: field, Kind: "environment", Ref: e.Ref}}
 }

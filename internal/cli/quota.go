@@ -1,18 +1,18 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"fmt"
 	"strconv"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 func (a *app) quotaCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "quota", Short: "Core quotas per size family: a scale-up that would pass one does not happen"}
-	printQuotas := func(qs []workspace.Quota) error {
+	printQuotas := func(qs []apitypes.Quota) error {
 		return a.print(qs, func(w *tabwriter.Writer) {
 			fmt.Fprintln(w, "FAMILY\tUSED\tLIMIT\tSET")
 			for _, q := range qs {

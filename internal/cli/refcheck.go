@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"maps"
@@ -11,20 +13,19 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // jobReferences lists what a job names that the workspace must have: its
 // environment (a registered or built-in one), its registered data inputs
 // and its compute. Pipelines add their steps' components.
-func jobReferences(j *spec.Job) []workspace.Reference {
-	var refs []workspace.Reference
+func jobReferences(j *spec.Job) []apitypes.Reference {
+	var refs []apitypes.Reference
 	env, envField := j.Environment, "environment"
 	if j.Type == "sweep" && j.Trial != nil { // a sweep's environment is its trial's
 		env, envField = j.Trial.Environment, "trial.environment"
 	}
 	if e := env; e != nil && e.Ref != "" && !strings.HasPrefix(e.Ref, spec.EnvironmentFilePrefix) {
-		refs = append(refs, workspace.Reference{Field: envField, Kind: "environment", Ref: e.Ref})
+		refs = append(refs, apitypes.Reference{Field: envField, Kind: "environment", Ref: e.Ref})
 	}
 	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
 		if in := j.Inputs[name]; !in.IsLiteral() && spec.IsDataRef(in.Path) {
@@ -32,11 +33,11 @@ func jobReferences(j *spec.Job) []workspace.Reference {
 			if spec.IsModelType(in.Type) {
 				kind = "model" // mlflow_model, custom_model, triton_model: a registered model
 			}
-			refs = append(refs, workspace.Reference{Field: "inputs." + name + ".path", Kind: kind, Ref: in.Path})
+			refs = append(refs, apitypes.Reference{Field: "inputs." + name + ".path", Kind: kind, Ref: in.Path})
 		}
 	}
 	if j.ComputeName() != "" {
-		refs = append(refs, workspace.Reference{Field: "compute", Kind: "compute", Ref: j.Compute})
+		refs = append(refs, apitypes.Reference{Field: "compute", Kind: "compute", Ref: j.Compute})
 	}
 	return refs
 }
@@ -73,7 +74,7 @@ func checkLocalPaths(src, trialSrc specFile, prefix string, j *spec.Job) error {
 // nobody registered is refused at once, naming the field and what to do,
 // instead of after its code and inputs were sent. The submission checks
 // again, which is what counts; a server too old to answer is not asked.
-func checkReferences(ctx context.Context, c *client.Client, src specFile, refs []workspace.Reference) error {
+func checkReferences(ctx context.Context, c *client.Client, src specFile, refs []apitypes.Reference) error {
 	if len(refs) == 0 {
 		return nil
 	}

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"fmt"
@@ -12,11 +14,9 @@ import (
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/schedule"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 func (a *app) scheduleCmd() *cobra.Command {
@@ -84,7 +84,7 @@ func (a *app) scheduleCreateCmd() *cobra.Command {
 // its create_job names (a file, inline, or a job to copy; a command,
 // sweep or pipeline job), uploading that job's code and inputs once, and
 // stores the schedule.
-func (a *app) createSchedule(ctx context.Context, c *client.Client, o scheduleCreateOpts) (*workspace.Schedule, error) {
+func (a *app) createSchedule(ctx context.Context, c *client.Client, o scheduleCreateOpts) (*apitypes.Schedule, error) {
 	data, err := os.ReadFile(o.file)
 	if err != nil {
 		return nil, err
@@ -97,7 +97,7 @@ func (a *app) createSchedule(ctx context.Context, c *client.Client, o scheduleCr
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.file, err)
 	}
-	req := api.ScheduleRequest{}
+	req := apitypes.ScheduleRequest{}
 	if ref := spec.ScheduleJobRef(f.CreateJob); ref != "" {
 		req.CopyJob = ref
 		if m, ok := f.CreateJob.(map[string]any); ok {
@@ -288,7 +288,7 @@ func (a *app) scheduleDeleteCmd() *cobra.Command {
 	}
 }
 
-func scheduleState(sc *workspace.Schedule) string {
+func scheduleState(sc *apitypes.Schedule) string {
 	switch {
 	case !sc.Enabled:
 		return "disabled"
@@ -305,7 +305,7 @@ func when(t *time.Time) string {
 	return t.Local().Format("2006-01-02 15:04:05 MST")
 }
 
-func showSchedule(w *tabwriter.Writer, sc *workspace.Schedule) {
+func showSchedule(w *tabwriter.Writer, sc *apitypes.Schedule) {
 	fmt.Fprintf(w, "name:\t%s\n", sc.Name)
 	if sc.DisplayName != "" {
 		fmt.Fprintf(w, "display name:\t%s\n", sc.DisplayName)

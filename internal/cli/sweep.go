@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -13,12 +15,11 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // showSweep prints a sweep job's objective, its best trial and its trials
 // ranked by the objective.
-func showSweep(w *tabwriter.Writer, j *workspace.Job) {
+func showSweep(w *tabwriter.Writer, j *apitypes.Job) {
 	sw := j.Sweep
 	if j.Spec != nil && j.Spec.Trial != nil {
 		fmt.Fprintf(w, "trial command:\t%s\n", strings.TrimSpace(j.Spec.Trial.Command))
@@ -53,7 +54,7 @@ func showSweep(w *tabwriter.Writer, j *workspace.Job) {
 			rank, obj = fmt.Sprint(t.Rank), short(*t.Objective)
 		}
 		status := t.Status
-		if t.Status == workspace.StatusCanceled && strings.Contains(t.StatusReason, "early termination") {
+		if t.Status == apitypes.StatusCanceled && strings.Contains(t.StatusReason, "early termination") {
 			status += " (early termination)"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", rank, t.Name, status, obj, paramsLine(t.Params))
@@ -93,14 +94,14 @@ func (a *app) followSweep(ctx context.Context, c *client.Client, name string) er
 		}
 		if err == nil && j.Sweep != nil {
 			trials := slices.Clone(j.Sweep.Trials)
-			slices.SortFunc(trials, func(x, y workspace.SweepTrialView) int { return x.Index - y.Index })
+			slices.SortFunc(trials, func(x, y apitypes.SweepTrialView) int { return x.Index - y.Index })
 			for _, t := range trials {
 				if seen[t.Name] == t.Status {
 					continue
 				}
 				first := seen[t.Name] == ""
 				switch {
-				case workspace.IsTerminal(t.Status):
+				case apitypes.IsTerminal(t.Status):
 					value := ""
 					if t.Objective != nil {
 						value = fmt.Sprintf(", %s = %s", j.Sweep.PrimaryMetric, short(*t.Objective))
@@ -111,12 +112,12 @@ func (a *app) followSweep(ctx context.Context, c *client.Client, name string) er
 					fmt.Fprintf(a.stdout, "trial %s: %s%s (%s)\n", t.Name, t.Status, value, t.StatusReason)
 				case first:
 					fmt.Fprintf(a.stdout, "trial %s: %s (%s)\n", t.Name, t.Status, paramsLine(t.Params))
-				case t.Status == workspace.StatusRunning:
+				case t.Status == apitypes.StatusRunning:
 					fmt.Fprintf(a.stdout, "trial %s: Running\n", t.Name)
 				}
 				seen[t.Name] = t.Status
 			}
-			if workspace.IsTerminal(j.Status) {
+			if apitypes.IsTerminal(j.Status) {
 				return a.finalSummary(j)
 			}
 		}

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"encoding/json"
 	"net/http"
@@ -9,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/ferry-ml/ferry/internal/client"
-	"github.com/ferry-ml/ferry/internal/workspace"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -19,10 +20,10 @@ import (
 // is served by a fake that answers GET /v1/jobs/NAME with each state in
 // turn (the job's path through a real server is racy to catch).
 func TestWatchQueueSeesTheReasonAfterTheHandOff(t *testing.T) {
-	states := []workspace.Job{
-		{Name: "j", Status: workspace.StatusPreparing, StatusReason: "handing the attempt to compute hpc's queue"},
-		{Name: "j", Status: workspace.StatusQueued, StatusReason: "queued: waiting in compute hpc's queue: Resources"},
-		{Name: "j", Status: workspace.StatusRunning},
+	states := []apitypes.Job{
+		{Name: "j", Status: apitypes.StatusPreparing, StatusReason: "handing the attempt to compute hpc's queue"},
+		{Name: "j", Status: apitypes.StatusQueued, StatusReason: "queued: waiting in compute hpc's queue: Resources"},
+		{Name: "j", Status: apitypes.StatusRunning},
 	}
 	calls := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

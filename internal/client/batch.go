@@ -1,13 +1,13 @@
 package client
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"net/url"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 func batchEndpointPath(name string) string { return "/v1/batch-endpoints/" + url.PathEscape(name) }
@@ -17,26 +17,26 @@ func batchDeploymentPath(endpoint, name string) string {
 }
 
 // CreateBatchEndpoint creates a batch endpoint.
-func (c *Client) CreateBatchEndpoint(ctx context.Context, e *spec.BatchEndpoint) (*workspace.BatchEndpoint, error) {
-	var out workspace.BatchEndpoint
+func (c *Client) CreateBatchEndpoint(ctx context.Context, e *spec.BatchEndpoint) (*apitypes.BatchEndpoint, error) {
+	var out apitypes.BatchEndpoint
 	return &out, c.do(ctx, "POST", "/v1/batch-endpoints", e, &out)
 }
 
 // UpdateBatchEndpoint replaces a batch endpoint's file.
-func (c *Client) UpdateBatchEndpoint(ctx context.Context, e *spec.BatchEndpoint) (*workspace.BatchEndpoint, error) {
-	var out workspace.BatchEndpoint
+func (c *Client) UpdateBatchEndpoint(ctx context.Context, e *spec.BatchEndpoint) (*apitypes.BatchEndpoint, error) {
+	var out apitypes.BatchEndpoint
 	return &out, c.do(ctx, "PUT", batchEndpointPath(e.Name), e, &out)
 }
 
 // GetBatchEndpoint shows a batch endpoint.
-func (c *Client) GetBatchEndpoint(ctx context.Context, name string) (*workspace.BatchEndpoint, error) {
-	var out workspace.BatchEndpoint
+func (c *Client) GetBatchEndpoint(ctx context.Context, name string) (*apitypes.BatchEndpoint, error) {
+	var out apitypes.BatchEndpoint
 	return &out, c.do(ctx, "GET", batchEndpointPath(name), nil, &out)
 }
 
 // ListBatchEndpoints lists the batch endpoints.
-func (c *Client) ListBatchEndpoints(ctx context.Context) ([]*workspace.BatchEndpoint, error) {
-	var out []*workspace.BatchEndpoint
+func (c *Client) ListBatchEndpoints(ctx context.Context) ([]*apitypes.BatchEndpoint, error) {
+	var out []*apitypes.BatchEndpoint
 	return out, c.do(ctx, "GET", "/v1/batch-endpoints", nil, &out)
 }
 
@@ -46,20 +46,20 @@ func (c *Client) DeleteBatchEndpoint(ctx context.Context, name string) error {
 }
 
 // InvokeBatchEndpoint starts a batch scoring job.
-func (c *Client) InvokeBatchEndpoint(ctx context.Context, endpoint string, inv workspace.BatchInvocation) (*workspace.Job, error) {
-	var out workspace.Job
+func (c *Client) InvokeBatchEndpoint(ctx context.Context, endpoint string, inv apitypes.BatchInvocation) (*apitypes.Job, error) {
+	var out apitypes.Job
 	return &out, c.do(ctx, "POST", batchEndpointPath(endpoint)+"/jobs", inv, &out)
 }
 
 // ListBatchJobs lists the jobs of a batch endpoint's invocations.
-func (c *Client) ListBatchJobs(ctx context.Context, endpoint string) ([]*workspace.Job, error) {
-	var out []*workspace.Job
+func (c *Client) ListBatchJobs(ctx context.Context, endpoint string) ([]*apitypes.Job, error) {
+	var out []*apitypes.Job
 	return out, c.do(ctx, "GET", batchEndpointPath(endpoint)+"/jobs", nil, &out)
 }
 
 // PutBatchDeployment creates (create) or replaces a batch deployment
 // whose files were uploaded as up.
-func (c *Client) PutBatchDeployment(ctx context.Context, d *spec.BatchDeployment, up workspace.DeploymentUploads, setDefault, create bool) (*workspace.BatchDeployment, error) {
+func (c *Client) PutBatchDeployment(ctx context.Context, d *spec.BatchDeployment, up apitypes.DeploymentUploads, setDefault, create bool) (*apitypes.BatchDeployment, error) {
 	raw, err := json.Marshal(d)
 	if err != nil {
 		return nil, err
@@ -68,19 +68,19 @@ func (c *Client) PutBatchDeployment(ctx context.Context, d *spec.BatchDeployment
 	if create {
 		method, path = "POST", batchEndpointPath(d.EndpointName)+"/deployments"
 	}
-	var out workspace.BatchDeployment
-	return &out, c.do(ctx, method, path, api.BatchDeploymentRequest{Spec: raw, Uploads: up, SetDefault: setDefault}, &out)
+	var out apitypes.BatchDeployment
+	return &out, c.do(ctx, method, path, apitypes.BatchDeploymentRequest{Spec: raw, Uploads: up, SetDefault: setDefault}, &out)
 }
 
 // GetBatchDeployment shows a batch deployment.
-func (c *Client) GetBatchDeployment(ctx context.Context, endpoint, name string) (*workspace.BatchDeployment, error) {
-	var out workspace.BatchDeployment
+func (c *Client) GetBatchDeployment(ctx context.Context, endpoint, name string) (*apitypes.BatchDeployment, error) {
+	var out apitypes.BatchDeployment
 	return &out, c.do(ctx, "GET", batchDeploymentPath(endpoint, name), nil, &out)
 }
 
 // ListBatchDeployments lists a batch endpoint's deployments.
-func (c *Client) ListBatchDeployments(ctx context.Context, endpoint string) ([]*workspace.BatchDeployment, error) {
-	var out []*workspace.BatchDeployment
+func (c *Client) ListBatchDeployments(ctx context.Context, endpoint string) ([]*apitypes.BatchDeployment, error) {
+	var out []*apitypes.BatchDeployment
 	return out, c.do(ctx, "GET", batchEndpointPath(endpoint)+"/deployments", nil, &out)
 }
 

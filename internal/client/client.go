@@ -3,6 +3,8 @@
 package client
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,13 +17,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/envcatalog"
 	"github.com/ferry-ml/ferry/internal/serverurl"
 	"github.com/ferry-ml/ferry/internal/sizes"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // Client calls one workspace with one token. Safe for concurrent use.
@@ -67,7 +67,7 @@ func (c *Client) FollowURLFile(path string, moved func(from, to string), bad fun
 
 // APIError is a problem document returned by the server.
 type APIError struct {
-	api.Problem
+	apitypes.Problem
 }
 
 func (e *APIError) Error() string {
@@ -129,7 +129,7 @@ func (c *Client) request(ctx context.Context, method, path string, body io.Reade
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		ae := &APIError{}
 		if json.Unmarshal(data, &ae.Problem) != nil || ae.Detail == "" {
-			ae.Problem = api.Problem{Status: resp.StatusCode, Title: resp.Status, Detail: fmt.Sprintf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(data)))}
+			ae.Problem = apitypes.Problem{Status: resp.StatusCode, Title: resp.Status, Detail: fmt.Sprintf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(data)))}
 		}
 		ae.Status = resp.StatusCode
 		return nil, ae
@@ -168,20 +168,20 @@ func (c *Client) Health(ctx context.Context) error {
 // ---- computes ----
 
 // CreateCompute creates a compute target.
-func (c *Client) CreateCompute(ctx context.Context, s *spec.Compute) (*workspace.Compute, error) {
-	var out workspace.Compute
+func (c *Client) CreateCompute(ctx context.Context, s *spec.Compute) (*apitypes.Compute, error) {
+	var out apitypes.Compute
 	return &out, c.do(ctx, "POST", "/v1/computes", s, &out)
 }
 
 // ListComputes lists compute targets.
-func (c *Client) ListComputes(ctx context.Context) ([]*workspace.Compute, error) {
-	var out []*workspace.Compute
+func (c *Client) ListComputes(ctx context.Context) ([]*apitypes.Compute, error) {
+	var out []*apitypes.Compute
 	return out, c.do(ctx, "GET", "/v1/computes", nil, &out)
 }
 
 // GetCompute shows one compute target.
-func (c *Client) GetCompute(ctx context.Context, name string) (*workspace.Compute, error) {
-	var out workspace.Compute
+func (c *Client) GetCompute(ctx context.Context, name string) (*apitypes.Compute, error) {
+	var out apitypes.Compute
 	return &out, c.do(ctx, "GET", "/v1/computes/"+url.PathEscape(name), nil, &out)
 }
 
@@ -193,50 +193,50 @@ func (c *Client) DeleteCompute(ctx context.Context, name string) error {
 // ---- jobs ----
 
 // SubmitJob creates a job.
-func (c *Client) SubmitJob(ctx context.Context, req api.JobRequest) (*workspace.Job, error) {
-	var out workspace.Job
+func (c *Client) SubmitJob(ctx context.Context, req apitypes.JobRequest) (*apitypes.Job, error) {
+	var out apitypes.Job
 	return &out, c.do(ctx, "POST", "/v1/jobs", req, &out)
 }
 
 // ListNodes lists a cluster's nodes.
-func (c *Client) ListNodes(ctx context.Context, compute string) ([]*workspace.Node, error) {
-	var out []*workspace.Node
+func (c *Client) ListNodes(ctx context.Context, compute string) ([]*apitypes.Node, error) {
+	var out []*apitypes.Node
 	return out, c.do(ctx, "GET", "/v1/computes/"+url.PathEscape(compute)+"/nodes", nil, &out)
 }
 
 // ComputeEvents returns every event of a compute, oldest first.
-func (c *Client) ComputeEvents(ctx context.Context, compute string) ([]workspace.ComputeEvent, error) {
-	var out []workspace.ComputeEvent
+func (c *Client) ComputeEvents(ctx context.Context, compute string) ([]apitypes.ComputeEvent, error) {
+	var out []apitypes.ComputeEvent
 	return out, c.do(ctx, "GET", "/v1/computes/"+url.PathEscape(compute)+"/events", nil, &out)
 }
 
 // PreemptNode preempts a node of a low-priority cluster.
-func (c *Client) PreemptNode(ctx context.Context, compute, node string) (*workspace.Node, error) {
-	var out workspace.Node
+func (c *Client) PreemptNode(ctx context.Context, compute, node string) (*apitypes.Node, error) {
+	var out apitypes.Node
 	return &out, c.do(ctx, "POST", "/v1/computes/"+url.PathEscape(compute)+"/nodes/"+url.PathEscape(node)+"/preempt", nil, &out)
 }
 
 // ResizeCompute changes a cluster's bounds.
-func (c *Client) ResizeCompute(ctx context.Context, compute string, req api.ResizeRequest) (*workspace.Compute, error) {
-	var out workspace.Compute
+func (c *Client) ResizeCompute(ctx context.Context, compute string, req apitypes.ResizeRequest) (*apitypes.Compute, error) {
+	var out apitypes.Compute
 	return &out, c.do(ctx, "POST", "/v1/computes/"+url.PathEscape(compute)+"/resize", req, &out)
 }
 
 // InstanceAction starts, stops or restarts a compute instance.
-func (c *Client) InstanceAction(ctx context.Context, compute, action string) (*workspace.Compute, error) {
-	var out workspace.Compute
+func (c *Client) InstanceAction(ctx context.Context, compute, action string) (*apitypes.Compute, error) {
+	var out apitypes.Compute
 	return &out, c.do(ctx, "POST", "/v1/computes/"+url.PathEscape(compute)+"/"+action, nil, &out)
 }
 
 // ListQuotas lists core quotas and use per family.
-func (c *Client) ListQuotas(ctx context.Context) ([]workspace.Quota, error) {
-	var out []workspace.Quota
+func (c *Client) ListQuotas(ctx context.Context) ([]apitypes.Quota, error) {
+	var out []apitypes.Quota
 	return out, c.do(ctx, "GET", "/v1/quotas", nil, &out)
 }
 
 // SetQuota sets a family's core quota.
-func (c *Client) SetQuota(ctx context.Context, family string, cores int) ([]workspace.Quota, error) {
-	var out []workspace.Quota
+func (c *Client) SetQuota(ctx context.Context, family string, cores int) ([]apitypes.Quota, error) {
+	var out []apitypes.Quota
 	return out, c.do(ctx, "PUT", "/v1/quotas/"+url.PathEscape(family), map[string]int{"cores": cores}, &out)
 }
 
@@ -252,14 +252,14 @@ func (c *Client) ListSizes(ctx context.Context) ([]sizes.Size, error) {
 }
 
 // CreateEnvironment registers an environment version.
-func (c *Client) CreateEnvironment(ctx context.Context, req api.EnvironmentRequest) (*workspace.Environment, error) {
-	var out workspace.Environment
+func (c *Client) CreateEnvironment(ctx context.Context, req apitypes.EnvironmentRequest) (*apitypes.Environment, error) {
+	var out apitypes.Environment
 	return &out, c.do(ctx, "POST", "/v1/environments", req, &out)
 }
 
 // ListEnvironments lists registered environments; name "" lists all.
-func (c *Client) ListEnvironments(ctx context.Context, name string) ([]*workspace.Environment, error) {
-	var out []*workspace.Environment
+func (c *Client) ListEnvironments(ctx context.Context, name string) ([]*apitypes.Environment, error) {
+	var out []*apitypes.Environment
 	return out, c.do(ctx, "GET", "/v1/environments?name="+url.QueryEscape(name), nil, &out)
 }
 
@@ -270,26 +270,26 @@ func (c *Client) EnvironmentCatalog(ctx context.Context) ([]envcatalog.Entry, er
 }
 
 // GetEnvironment shows one environment version ("latest" for the last).
-func (c *Client) GetEnvironment(ctx context.Context, name, version string) (*workspace.Environment, error) {
-	var out workspace.Environment
+func (c *Client) GetEnvironment(ctx context.Context, name, version string) (*apitypes.Environment, error) {
+	var out apitypes.Environment
 	return &out, c.do(ctx, "GET", "/v1/environments/"+url.PathEscape(name)+"/versions/"+url.PathEscape(version), nil, &out)
 }
 
 // GetJob shows a job with its history.
-func (c *Client) GetJob(ctx context.Context, name string) (*workspace.Job, error) {
-	var out workspace.Job
+func (c *Client) GetJob(ctx context.Context, name string) (*apitypes.Job, error) {
+	var out apitypes.Job
 	return &out, c.do(ctx, "GET", "/v1/jobs/"+url.PathEscape(name), nil, &out)
 }
 
 // ListJobs lists jobs, newest first. q may hold status, compute and limit.
-func (c *Client) ListJobs(ctx context.Context, q url.Values) ([]*workspace.Job, error) {
-	var out []*workspace.Job
+func (c *Client) ListJobs(ctx context.Context, q url.Values) ([]*apitypes.Job, error) {
+	var out []*apitypes.Job
 	return out, c.do(ctx, "GET", "/v1/jobs?"+q.Encode(), nil, &out)
 }
 
 // CancelJob cancels a job.
-func (c *Client) CancelJob(ctx context.Context, name string) (*workspace.Job, error) {
-	var out workspace.Job
+func (c *Client) CancelJob(ctx context.Context, name string) (*apitypes.Job, error) {
+	var out apitypes.Job
 	return &out, c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(name)+"/cancel", nil, &out)
 }
 
@@ -308,8 +308,8 @@ func (c *Client) StreamLogs(ctx context.Context, name string, offset int64, foll
 }
 
 // Metrics returns a job's metric series (all metrics if name is "").
-func (c *Client) Metrics(ctx context.Context, job, name string) ([]workspace.Metric, error) {
-	var out []workspace.Metric
+func (c *Client) Metrics(ctx context.Context, job, name string) ([]apitypes.Metric, error) {
+	var out []apitypes.Metric
 	return out, c.do(ctx, "GET", "/v1/jobs/"+url.PathEscape(job)+"/metrics?name="+url.QueryEscape(name), nil, &out)
 }
 
@@ -317,18 +317,18 @@ func (c *Client) Metrics(ctx context.Context, job, name string) ([]workspace.Met
 // sequence of the run token's attempt and the client's Rank; values the
 // server already has under their numbers are skipped (see
 // api.MetricsRequest).
-func (c *Client) AddNumberedMetrics(ctx context.Context, job string, first int64, ms []workspace.Metric) error {
-	return c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(job)+"/metrics"+c.rankQuery("?"), api.MetricsRequest{Metrics: ms, Seq: first}, nil)
+func (c *Client) AddNumberedMetrics(ctx context.Context, job string, first int64, ms []apitypes.Metric) error {
+	return c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(job)+"/metrics"+c.rankQuery("?"), apitypes.MetricsRequest{Metrics: ms, Seq: first}, nil)
 }
 
 // AddMetrics logs metric values.
-func (c *Client) AddMetrics(ctx context.Context, job string, ms []workspace.Metric) error {
-	return c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(job)+"/metrics", api.MetricsRequest{Metrics: ms}, nil)
+func (c *Client) AddMetrics(ctx context.Context, job string, ms []apitypes.Metric) error {
+	return c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(job)+"/metrics", apitypes.MetricsRequest{Metrics: ms}, nil)
 }
 
 // Outputs returns the snapshot ids of a job's outputs.
-func (c *Client) Outputs(ctx context.Context, job string) (*workspace.Outputs, error) {
-	var out workspace.Outputs
+func (c *Client) Outputs(ctx context.Context, job string) (*apitypes.Outputs, error) {
+	var out apitypes.Outputs
 	return &out, c.do(ctx, "GET", "/v1/jobs/"+url.PathEscape(job)+"/outputs", nil, &out)
 }
 
@@ -339,19 +339,19 @@ func attemptPath(job string, attempt int, what string) string {
 }
 
 // Assignment fetches what an attempt runs.
-func (c *Client) Assignment(ctx context.Context, job string, attempt int) (*workspace.Assignment, error) {
-	var out workspace.Assignment
+func (c *Client) Assignment(ctx context.Context, job string, attempt int) (*apitypes.Assignment, error) {
+	var out apitypes.Assignment
 	return &out, c.do(ctx, "GET", attemptPath(job, attempt, "assignment"), nil, &out)
 }
 
 // Heartbeat renews an attempt's lease.
-func (c *Client) Heartbeat(ctx context.Context, job string, attempt int) (*workspace.HeartbeatReply, error) {
-	var out workspace.HeartbeatReply
+func (c *Client) Heartbeat(ctx context.Context, job string, attempt int) (*apitypes.HeartbeatReply, error) {
+	var out apitypes.HeartbeatReply
 	return &out, c.do(ctx, "POST", attemptPath(job, attempt, "heartbeat"), struct{}{}, &out)
 }
 
 // ReportStatus reports an attempt's progress or end, as the client's Rank.
-func (c *Client) ReportStatus(ctx context.Context, job string, attempt int, r workspace.Report) error {
+func (c *Client) ReportStatus(ctx context.Context, job string, attempt int, r apitypes.Report) error {
 	r.Rank = c.Rank
 	return c.do(ctx, "POST", attemptPath(job, attempt, "status"), r, nil)
 }
@@ -366,7 +366,7 @@ func (c *Client) rankQuery(sep string) string {
 
 // LogSize returns how many bytes of an attempt's log the server has.
 func (c *Client) LogSize(ctx context.Context, job string, attempt int) (int64, error) {
-	var out api.LogSize
+	var out apitypes.LogSize
 	err := c.do(ctx, "GET", attemptPath(job, attempt, "logs")+c.rankQuery("?"), nil, &out)
 	return out.Size, err
 }
@@ -378,12 +378,12 @@ func (c *Client) AppendLog(ctx context.Context, job string, attempt int, offset 
 		return 0, err
 	}
 	defer resp.Body.Close()
-	var out api.LogSize
+	var out apitypes.LogSize
 	return out.Size, json.NewDecoder(resp.Body).Decode(&out)
 }
 
 // SetOutputs records an attempt's output snapshots.
-func (c *Client) SetOutputs(ctx context.Context, job string, attempt int, o workspace.Outputs) error {
+func (c *Client) SetOutputs(ctx context.Context, job string, attempt int, o apitypes.Outputs) error {
 	return c.do(ctx, "PUT", attemptPath(job, attempt, "outputs")+c.rankQuery("?"), o, nil)
 }
 
@@ -419,13 +419,13 @@ func Retry(ctx context.Context, max time.Duration, fn func() error) error {
 }
 
 // RunValues returns a job's MLflow params and tags.
-func (c *Client) RunValues(ctx context.Context, job string) (*workspace.RunValues, error) {
-	var out workspace.RunValues
+func (c *Client) RunValues(ctx context.Context, job string) (*apitypes.RunValues, error) {
+	var out apitypes.RunValues
 	return &out, c.do(ctx, "GET", "/v1/jobs/"+url.PathEscape(job)+"/run-values", nil, &out)
 }
 
 // SetRunValues sets params and tags of a job; setting a key again
 // replaces its value, so a call sent twice does no harm.
-func (c *Client) SetRunValues(ctx context.Context, job string, v workspace.RunValues) error {
+func (c *Client) SetRunValues(ctx context.Context, job string, v apitypes.RunValues) error {
 	return c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(job)+"/run-values", v, nil)
 }

@@ -1,28 +1,27 @@
 package client
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"net/url"
-
-	"github.com/ferry-ml/ferry/internal/api"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // CreateDatastore creates or replaces a datastore.
-func (c *Client) CreateDatastore(ctx context.Context, req api.DatastoreRequest) (*workspace.Datastore, error) {
-	var out workspace.Datastore
+func (c *Client) CreateDatastore(ctx context.Context, req apitypes.DatastoreRequest) (*apitypes.Datastore, error) {
+	var out apitypes.Datastore
 	return &out, c.do(ctx, "POST", "/v1/datastores", req, &out)
 }
 
 // ListDatastores lists the datastores.
-func (c *Client) ListDatastores(ctx context.Context) ([]*workspace.Datastore, error) {
-	var out []*workspace.Datastore
+func (c *Client) ListDatastores(ctx context.Context) ([]*apitypes.Datastore, error) {
+	var out []*apitypes.Datastore
 	return out, c.do(ctx, "GET", "/v1/datastores", nil, &out)
 }
 
 // GetDatastore shows a datastore.
-func (c *Client) GetDatastore(ctx context.Context, name string) (*workspace.Datastore, error) {
-	var out workspace.Datastore
+func (c *Client) GetDatastore(ctx context.Context, name string) (*apitypes.Datastore, error) {
+	var out apitypes.Datastore
 	return &out, c.do(ctx, "GET", "/v1/datastores/"+url.PathEscape(name), nil, &out)
 }
 

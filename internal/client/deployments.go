@@ -1,15 +1,15 @@
 package client
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"io"
 	"net/url"
 	"strconv"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 func deploymentsPath(endpoint string) string { return endpointPath(endpoint) + "/deployments" }
@@ -21,35 +21,35 @@ func deploymentPath(endpoint, name string) string {
 // CreateOnlineDeployment creates an online deployment of d.EndpointName
 // whose files were uploaded as up; local runs its replica on the server's
 // local target. It returns at once, the deployment Creating.
-func (c *Client) CreateOnlineDeployment(ctx context.Context, d *spec.OnlineDeployment, up workspace.DeploymentUploads, local bool) (*workspace.OnlineDeployment, error) {
+func (c *Client) CreateOnlineDeployment(ctx context.Context, d *spec.OnlineDeployment, up apitypes.DeploymentUploads, local bool) (*apitypes.OnlineDeployment, error) {
 	raw, err := json.Marshal(d)
 	if err != nil {
 		return nil, err
 	}
-	var out workspace.OnlineDeployment
-	return &out, c.do(ctx, "POST", deploymentsPath(d.EndpointName), api.DeploymentRequest{Spec: raw, Uploads: up, Local: local}, &out)
+	var out apitypes.OnlineDeployment
+	return &out, c.do(ctx, "POST", deploymentsPath(d.EndpointName), apitypes.DeploymentRequest{Spec: raw, Uploads: up, Local: local}, &out)
 }
 
 // UpdateOnlineDeployment changes an online deployment to d. It returns at
 // once, the deployment Updating.
-func (c *Client) UpdateOnlineDeployment(ctx context.Context, d *spec.OnlineDeployment, up workspace.DeploymentUploads) (*workspace.OnlineDeployment, error) {
+func (c *Client) UpdateOnlineDeployment(ctx context.Context, d *spec.OnlineDeployment, up apitypes.DeploymentUploads) (*apitypes.OnlineDeployment, error) {
 	raw, err := json.Marshal(d)
 	if err != nil {
 		return nil, err
 	}
-	var out workspace.OnlineDeployment
-	return &out, c.do(ctx, "PUT", deploymentPath(d.EndpointName, d.Name), api.DeploymentRequest{Spec: raw, Uploads: up}, &out)
+	var out apitypes.OnlineDeployment
+	return &out, c.do(ctx, "PUT", deploymentPath(d.EndpointName, d.Name), apitypes.DeploymentRequest{Spec: raw, Uploads: up}, &out)
 }
 
 // GetOnlineDeployment shows an online deployment.
-func (c *Client) GetOnlineDeployment(ctx context.Context, endpoint, name string) (*workspace.OnlineDeployment, error) {
-	var out workspace.OnlineDeployment
+func (c *Client) GetOnlineDeployment(ctx context.Context, endpoint, name string) (*apitypes.OnlineDeployment, error) {
+	var out apitypes.OnlineDeployment
 	return &out, c.do(ctx, "GET", deploymentPath(endpoint, name), nil, &out)
 }
 
 // ListOnlineDeployments lists an endpoint's deployments.
-func (c *Client) ListOnlineDeployments(ctx context.Context, endpoint string) ([]*workspace.OnlineDeployment, error) {
-	var out []*workspace.OnlineDeployment
+func (c *Client) ListOnlineDeployments(ctx context.Context, endpoint string) ([]*apitypes.OnlineDeployment, error) {
+	var out []*apitypes.OnlineDeployment
 	return out, c.do(ctx, "GET", deploymentsPath(endpoint), nil, &out)
 }
 

@@ -1,6 +1,8 @@
 package client
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,34 +10,32 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 func endpointPath(name string) string { return "/v1/online-endpoints/" + url.PathEscape(name) }
 
 // CreateOnlineEndpoint creates an online endpoint from its file.
-func (c *Client) CreateOnlineEndpoint(ctx context.Context, e *spec.OnlineEndpoint) (*workspace.OnlineEndpoint, error) {
-	var out workspace.OnlineEndpoint
+func (c *Client) CreateOnlineEndpoint(ctx context.Context, e *spec.OnlineEndpoint) (*apitypes.OnlineEndpoint, error) {
+	var out apitypes.OnlineEndpoint
 	return &out, c.do(ctx, "POST", "/v1/online-endpoints", e, &out)
 }
 
 // ListOnlineEndpoints lists the online endpoints.
-func (c *Client) ListOnlineEndpoints(ctx context.Context) ([]*workspace.OnlineEndpoint, error) {
-	var out []*workspace.OnlineEndpoint
+func (c *Client) ListOnlineEndpoints(ctx context.Context) ([]*apitypes.OnlineEndpoint, error) {
+	var out []*apitypes.OnlineEndpoint
 	return out, c.do(ctx, "GET", "/v1/online-endpoints", nil, &out)
 }
 
 // GetOnlineEndpoint shows an online endpoint.
-func (c *Client) GetOnlineEndpoint(ctx context.Context, name string) (*workspace.OnlineEndpoint, error) {
-	var out workspace.OnlineEndpoint
+func (c *Client) GetOnlineEndpoint(ctx context.Context, name string) (*apitypes.OnlineEndpoint, error) {
+	var out apitypes.OnlineEndpoint
 	return &out, c.do(ctx, "GET", endpointPath(name), nil, &out)
 }
 
 // UpdateOnlineEndpoint changes an online endpoint.
-func (c *Client) UpdateOnlineEndpoint(ctx context.Context, name string, u workspace.EndpointUpdate) (*workspace.OnlineEndpoint, error) {
-	var out workspace.OnlineEndpoint
+func (c *Client) UpdateOnlineEndpoint(ctx context.Context, name string, u apitypes.EndpointUpdate) (*apitypes.OnlineEndpoint, error) {
+	var out apitypes.OnlineEndpoint
 	return &out, c.do(ctx, "PATCH", endpointPath(name), u, &out)
 }
 
@@ -45,15 +45,15 @@ func (c *Client) DeleteOnlineEndpoint(ctx context.Context, name string) error {
 }
 
 // GetEndpointCredentials returns an endpoint's keys.
-func (c *Client) GetEndpointCredentials(ctx context.Context, name string) (*workspace.EndpointKeys, error) {
-	var out workspace.EndpointKeys
+func (c *Client) GetEndpointCredentials(ctx context.Context, name string) (*apitypes.EndpointKeys, error) {
+	var out apitypes.EndpointKeys
 	return &out, c.do(ctx, "POST", endpointPath(name)+"/list-keys", nil, &out)
 }
 
 // RegenerateEndpointKey replaces an endpoint's primary or secondary key.
-func (c *Client) RegenerateEndpointKey(ctx context.Context, name, keyType string) (*workspace.OnlineEndpoint, error) {
-	var out workspace.OnlineEndpoint
-	return &out, c.do(ctx, "POST", endpointPath(name)+"/regenerate-keys", api.RegenerateKeysRequest{KeyType: keyType}, &out)
+func (c *Client) RegenerateEndpointKey(ctx context.Context, name, keyType string) (*apitypes.OnlineEndpoint, error) {
+	var out apitypes.OnlineEndpoint
+	return &out, c.do(ctx, "POST", endpointPath(name)+"/regenerate-keys", apitypes.RegenerateKeysRequest{KeyType: keyType}, &out)
 }
 
 // ScoreError is an answer of an endpoint other than 2xx: its status and

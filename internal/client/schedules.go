@@ -1,38 +1,37 @@
 package client
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"net/url"
-
-	"github.com/ferry-ml/ferry/internal/api"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // CreateSchedule creates a job schedule, or updates the one of its name.
-func (c *Client) CreateSchedule(ctx context.Context, req api.ScheduleRequest) (*workspace.Schedule, error) {
-	var out workspace.Schedule
+func (c *Client) CreateSchedule(ctx context.Context, req apitypes.ScheduleRequest) (*apitypes.Schedule, error) {
+	var out apitypes.Schedule
 	return &out, c.do(ctx, "POST", "/v1/schedules", req, &out)
 }
 
 // ListSchedules lists the job schedules.
-func (c *Client) ListSchedules(ctx context.Context) ([]*workspace.Schedule, error) {
-	var out []*workspace.Schedule
+func (c *Client) ListSchedules(ctx context.Context) ([]*apitypes.Schedule, error) {
+	var out []*apitypes.Schedule
 	return out, c.do(ctx, "GET", "/v1/schedules", nil, &out)
 }
 
 // GetSchedule shows one job schedule.
-func (c *Client) GetSchedule(ctx context.Context, name string) (*workspace.Schedule, error) {
-	var out workspace.Schedule
+func (c *Client) GetSchedule(ctx context.Context, name string) (*apitypes.Schedule, error) {
+	var out apitypes.Schedule
 	return &out, c.do(ctx, "GET", "/v1/schedules/"+url.PathEscape(name), nil, &out)
 }
 
 // SetScheduleEnabled enables or disables a job schedule.
-func (c *Client) SetScheduleEnabled(ctx context.Context, name string, enabled bool) (*workspace.Schedule, error) {
+func (c *Client) SetScheduleEnabled(ctx context.Context, name string, enabled bool) (*apitypes.Schedule, error) {
 	op := "disable"
 	if enabled {
 		op = "enable"
 	}
-	var out workspace.Schedule
+	var out apitypes.Schedule
 	return &out, c.do(ctx, "POST", "/v1/schedules/"+url.PathEscape(name)+"/"+op, nil, &out)
 }
 
@@ -43,7 +42,7 @@ func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
 
 // CheckReferences asks the workspace whether it has what refs name; the
 // answer lists the problems, none when every reference resolves.
-func (c *Client) CheckReferences(ctx context.Context, refs []workspace.Reference) ([]workspace.ReferenceProblem, error) {
-	var out api.ReferencesAnswer
-	return out.Problems, c.do(ctx, "POST", "/v1/references/check", api.ReferencesRequest{References: refs}, &out)
+func (c *Client) CheckReferences(ctx context.Context, refs []apitypes.Reference) ([]apitypes.ReferenceProblem, error) {
+	var out apitypes.ReferencesAnswer
+	return out.Problems, c.do(ctx, "POST", "/v1/references/check", apitypes.ReferencesRequest{References: refs}, &out)
 }

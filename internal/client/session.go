@@ -1,6 +1,8 @@
 package client
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +12,6 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/session"
 )
 
@@ -36,7 +37,7 @@ func (c *Client) DialSession(ctx context.Context, compute, kind string) (*Sessio
 	case errors.As(err, &re):
 		ae := &APIError{}
 		if json.Unmarshal(re.Body, &ae.Problem) != nil || ae.Detail == "" {
-			ae.Problem = api.Problem{Status: re.Status, Title: http.StatusText(re.Status),
+			ae.Problem = apitypes.Problem{Status: re.Status, Title: http.StatusText(re.Status),
 				Detail: fmt.Sprintf("GET %s: %d %s: %s", path, re.Status, http.StatusText(re.Status), strings.TrimSpace(string(re.Body)))}
 		}
 		ae.Status = re.Status

@@ -1,6 +1,8 @@
 package client
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"archive/tar"
 	"context"
 	"encoding/json"
@@ -11,15 +13,13 @@ import (
 	"net/url"
 	"os"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/snapshot"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // Missing returns which digests the server lacks.
 func (c *Client) Missing(ctx context.Context, digests []string) ([]string, error) {
-	var out api.DigestList
-	err := c.do(ctx, "POST", "/v1/blobs/missing", api.DigestList{Digests: digests}, &out)
+	var out apitypes.DigestList
+	err := c.do(ctx, "POST", "/v1/blobs/missing", apitypes.DigestList{Digests: digests}, &out)
 	return out.Digests, err
 }
 
@@ -63,7 +63,7 @@ func (c *Client) GetBlob(ctx context.Context, digest string) (io.ReadCloser, err
 
 // CreateSnapshot stores a manifest and returns its id.
 func (c *Client) CreateSnapshot(ctx context.Context, m *snapshot.Manifest) (string, error) {
-	var out api.SnapshotID
+	var out apitypes.SnapshotID
 	return out.ID, c.do(ctx, "POST", "/v1/snapshots", m, &out)
 }
 
@@ -177,7 +177,7 @@ func (c *Client) UploadOutputs(ctx context.Context, p snapshot.OutputSource, pro
 		return "", sent, fmt.Errorf("upload %d files: %w", p.Len(), err)
 	}
 	defer resp.Body.Close()
-	var out workspace.StreamedSnapshot
+	var out apitypes.StreamedSnapshot
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		return "", sent, fmt.Errorf("upload %d files: the reply: %w", p.Len(), err)
 	}

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,7 +18,6 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/compute/computetest"
 	"github.com/ferry-ml/ferry/internal/testutil"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // The server is killed with SIGKILL while a local job runs under a runner
@@ -231,10 +232,10 @@ for step in range(21, 41):
 print("logged 40")
 `})
 	name := strings.TrimSpace(s.mustFerry("job", "create", "-f", file).stdout)
-	metrics := func() []workspace.Metric {
+	metrics := func() []apitypes.Metric {
 		t.Helper()
 		code, body := s.call("GET", "/v1/jobs/"+name+"/metrics", s.token, nil)
-		var ms []workspace.Metric
+		var ms []apitypes.Metric
 		if code != 200 || json.Unmarshal(body, &ms) != nil {
 			t.Fatalf("GET metrics: %d %s", code, body)
 		}

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,7 +14,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ferry-ml/ferry/internal/testutil"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // A job in an image environment logs with mlflow as on the host: the
@@ -69,10 +70,10 @@ mlflow.end_run()
 print("logged 20")
 `})
 	name := strings.TrimSpace(s.mustFerry("job", "create", "-f", file).stdout)
-	metrics := func() []workspace.Metric {
+	metrics := func() []apitypes.Metric {
 		t.Helper()
 		code, body := s.call("GET", "/v1/jobs/"+name+"/metrics", s.token, nil)
-		var ms []workspace.Metric
+		var ms []apitypes.Metric
 		if code != 200 || json.Unmarshal(body, &ms) != nil {
 			t.Fatalf("GET metrics: %d %s", code, body)
 		}

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -8,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // deadRunner starts `ferry runner` for a server that is not there, with
@@ -46,13 +46,13 @@ func waitExit(t *testing.T, cmd *exec.Cmd, out *syncBuffer) {
 }
 
 // finalReport reads the report a runner kept on disk.
-func finalReport(t *testing.T, dir string) workspace.Report {
+func finalReport(t *testing.T, dir string) apitypes.Report {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(dir, "final-report.json"))
 	if err != nil {
 		t.Fatalf("no final report kept: %v", err)
 	}
-	var rep workspace.Report
+	var rep apitypes.Report
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatalf("final report: %v\n%s", err, data)
 	}
@@ -65,7 +65,7 @@ func TestRunnerGivesUpOnSilentServer(t *testing.T) {
 	cmd, dir, out := deadRunner(t, "--give-up-after", "2s")
 	waitExit(t, cmd, out)
 	rep := finalReport(t, dir)
-	if rep.Status != workspace.StatusFailed || rep.Reason != "runner gave up on the server" {
+	if rep.Status != apitypes.StatusFailed || rep.Reason != "runner gave up on the server" {
 		t.Fatalf("final report = %+v", rep)
 	}
 	mustContain(t, "runner output", out.String(), "final-report.json")

@@ -14,6 +14,8 @@
 package executor
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bufio"
 	"context"
 	"encoding/json"
@@ -34,7 +36,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/compute/local"
 	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/runner"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // DefaultIdle is how long an executor with no attempt waits for one.
@@ -283,7 +284,7 @@ func (e *executor) take(req local.ExecutorRequest) local.ExecutorReply {
 		return local.ExecutorReply{Error: err.Error()}
 	}
 	if len(req.Assignment) > 0 {
-		a := &workspace.Assignment{}
+		a := &apitypes.Assignment{}
 		if err := json.Unmarshal(req.Assignment, a); err != nil {
 			logf.Close()
 			return local.ExecutorReply{Error: "assignment: " + err.Error()}

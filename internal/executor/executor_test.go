@@ -1,6 +1,8 @@
 package executor
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bufio"
 	"bytes"
 	"encoding/json"
@@ -28,7 +30,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/runner/invocation"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/timerslack"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // TestMain answers the executor's commands, as the ferry binary does: the
@@ -73,15 +74,15 @@ func runAttempt(t *testing.T, dir, command string) {
 	var once sync.Once
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		var rep workspace.Report
-		if strings.HasSuffix(r.URL.Path, "/status") && json.Unmarshal(body, &rep) == nil && workspace.IsTerminal(rep.Status) {
+		var rep apitypes.Report
+		if strings.HasSuffix(r.URL.Path, "/status") && json.Unmarshal(body, &rep) == nil && apitypes.IsTerminal(rep.Status) {
 			once.Do(func() { close(ended) })
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{}`))
 	}))
 	defer srv.Close()
-	a, err := json.Marshal(&workspace.Assignment{Job: "job", Attempt: 1, Spec: &spec.Job{Command: command}})
+	a, err := json.Marshal(&apitypes.Assignment{Job: "job", Attempt: 1, Spec: &spec.Job{Command: command}})
 	if err != nil {
 		t.Fatal(err)
 	}

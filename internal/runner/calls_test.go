@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"io"
@@ -17,7 +19,6 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // apiRecorder is a workspace API that hands out one assignment and
@@ -25,10 +26,10 @@ import (
 // only at the HTTP boundary, so that a server of another version (or one
 // that refuses the assignment) can be played.
 type apiRecorder struct {
-	assignment *workspace.Assignment // nil: the assignment is refused (409)
+	assignment *apitypes.Assignment // nil: the assignment is refused (409)
 	mu         sync.Mutex
-	reports    []workspace.Report // in the order received
-	setOutputs []workspace.Outputs
+	reports    []apitypes.Report // in the order received
+	setOutputs []apitypes.Outputs
 }
 
 func (a *apiRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -46,12 +47,12 @@ func (a *apiRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		_ = json.NewEncoder(w).Encode(a.assignment)
 	case "status":
-		var rep workspace.Report
+		var rep apitypes.Report
 		_ = json.Unmarshal(body, &rep)
 		a.reports = append(a.reports, rep)
 		_, _ = w.Write([]byte(`{}`))
 	case "outputs":
-		var out workspace.Outputs
+		var out apitypes.Outputs
 		_ = json.Unmarshal(body, &out)
 		a.setOutputs = append(a.setOutputs, out)
 		_, _ = w.Write([]byte(`{}`))
@@ -70,13 +71,13 @@ func runAgainst(t *testing.T, api *apiRecorder, dir string) error {
 
 // runHanded runs an attempt against api, handed the assignment a when it
 // is not nil.
-func runHanded(t *testing.T, api *apiRecorder, dir string, a *workspace.Assignment) error {
+func runHanded(t *testing.T, api *apiRecorder, dir string, a *apitypes.Assignment) error {
 	t.Helper()
 	return runHolding(t, api, dir, a, 0)
 }
 
 // runHolding is runHanded with the runner's HoldRunning.
-func runHolding(t *testing.T, api *apiRecorder, dir string, a *workspace.Assignment, hold time.Duration) error {
+func runHolding(t *testing.T, api *apiRecorder, dir string, a *apitypes.Assignment, hold time.Duration) error {
 	t.Helper()
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
@@ -87,15 +88,15 @@ func runHolding(t *testing.T, api *apiRecorder, dir string, a *workspace.Assignm
 		Assignment: a, HoldRunning: hold})
 }
 
-func statuses(reps []workspace.Report) []string {
+func statuses(reps []apitypes.Report) []string {
 	var out []string
 	for _, r := range reps {
 		s := r.Status
 		if r.Running != "" {
-			s += "+" + workspace.StatusRunning
+			s += "+" + apitypes.StatusRunning
 		}
 		if r.Finalizing != "" {
-			s += "+" + workspace.StatusFinalizing
+			s += "+" + apitypes.StatusFinalizing
 		}
 		if r.Outputs != nil {
 			s += "+outputs"
@@ -109,11 +110,11 @@ func statuses(reps []workspace.Report) []string {
 // Finalizing report and the outputs call of their own, and a final report
 // without them, which it would not know.
 func TestRunnerMakesTheSeparateCallsForAnOlderServer(t *testing.T) {
-	api := &apiRecorder{assignment: &workspace.Assignment{Job: "j", Attempt: 1, Spec: &spec.Job{Command: "true"}}}
+	api := &apiRecorder{assignment: &apitypes.Assignment{Job: "j", Attempt: 1, Spec: &spec.Job{Command: "true"}}}
 	if err := runAgainst(t, api, filepath.Join(t.TempDir(), "attempt")); err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff([]string{workspace.StatusRunning, workspace.StatusFinalizing, workspace.StatusCompleted}, statuses(api.reports)); d != "" {
+	if d := cmp.Diff([]string{apitypes.StatusRunning, apitypes.StatusFinalizing, apitypes.StatusCompleted}, statuses(api.reports)); d != "" {
 		t.Errorf("reports to an older server (-want +got):\n%s", d)
 	}
 	if len(api.setOutputs) != 1 {
@@ -126,11 +127,11 @@ func TestRunnerMakesTheSeparateCallsForAnOlderServer(t *testing.T) {
 // with outputs to upload reports Finalizing before the upload, and its
 // outputs reach the job: e2e's TestHelloJobStreamsShowsAndDownloads.)
 func TestRunnerCarriesOutputsInTheFinalReport(t *testing.T) {
-	api := &apiRecorder{assignment: &workspace.Assignment{Job: "j", Attempt: 1, Spec: &spec.Job{Command: "true"}, FinalOutputs: true}}
+	api := &apiRecorder{assignment: &apitypes.Assignment{Job: "j", Attempt: 1, Spec: &spec.Job{Command: "true"}, FinalOutputs: true}}
 	if err := runAgainst(t, api, filepath.Join(t.TempDir(), "attempt")); err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff([]string{workspace.StatusRunning, workspace.StatusCompleted + "+Finalizing+outputs"}, statuses(api.reports)); d != "" {
+	if d := cmp.Diff([]string{apitypes.StatusRunning, apitypes.StatusCompleted + "+Finalizing+outputs"}, statuses(api.reports)); d != "" {
 		t.Errorf("reports (-want +got):\n%s", d)
 	}
 	if len(api.setOutputs) != 0 {
@@ -151,7 +152,7 @@ func TestRefusedAssignmentIsReportedBeforeASetUpFailure(t *testing.T) {
 	if err := runAgainst(t, api, dir); err != nil {
 		t.Fatal(err)
 	}
-	if len(api.reports) != 1 || api.reports[0].Status != workspace.StatusFailed || api.reports[0].Reason != "runner could not get its assignment" {
+	if len(api.reports) != 1 || api.reports[0].Status != apitypes.StatusFailed || api.reports[0].Reason != "runner could not get its assignment" {
 		t.Errorf("reports with a refused assignment and a set-up failure: %+v", api.reports)
 	}
 	// With the set-up done (and the job's metrics endpoint started beside
@@ -163,7 +164,7 @@ func TestRefusedAssignmentIsReportedBeforeASetUpFailure(t *testing.T) {
 	if len(api.reports) != 1 || api.reports[0].Reason != "runner could not get its assignment" {
 		t.Errorf("reports with a refused assignment alone: %+v", api.reports)
 	}
-	api = &apiRecorder{assignment: &workspace.Assignment{Job: "j", Attempt: 1, Spec: &spec.Job{Command: "true"}, FinalOutputs: true}}
+	api = &apiRecorder{assignment: &apitypes.Assignment{Job: "j", Attempt: 1, Spec: &spec.Job{Command: "true"}, FinalOutputs: true}}
 	if err := runAgainst(t, api, dir); err != nil {
 		t.Fatal(err)
 	}
@@ -176,11 +177,11 @@ func TestRefusedAssignmentIsReportedBeforeASetUpFailure(t *testing.T) {
 // the server would refuse the fetch, and the job still runs.
 func TestHandedAssignmentIsNotFetched(t *testing.T) {
 	api := &apiRecorder{}
-	a := &workspace.Assignment{Job: "j", Attempt: 1, Spec: &spec.Job{Command: "true"}, FinalOutputs: true}
+	a := &apitypes.Assignment{Job: "j", Attempt: 1, Spec: &spec.Job{Command: "true"}, FinalOutputs: true}
 	if err := runHanded(t, api, filepath.Join(t.TempDir(), "attempt"), a); err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff([]string{workspace.StatusRunning, workspace.StatusCompleted + "+Finalizing+outputs"}, statuses(api.reports)); d != "" {
+	if d := cmp.Diff([]string{apitypes.StatusRunning, apitypes.StatusCompleted + "+Finalizing+outputs"}, statuses(api.reports)); d != "" {
 		t.Errorf("reports of a runner handed its assignment (-want +got):\n%s", d)
 	}
 }
@@ -196,19 +197,19 @@ func TestRunnerCarriesRunningInTheFinalReport(t *testing.T) {
 		want          []string
 	}{
 		{"ended within the hold", "true", time.Minute,
-			[]string{workspace.StatusCompleted + "+Running+Finalizing+outputs"}},
+			[]string{apitypes.StatusCompleted + "+Running+Finalizing+outputs"}},
 		{"outlived the hold", "sleep 1", time.Millisecond,
-			[]string{workspace.StatusRunning, workspace.StatusCompleted + "+Finalizing+outputs"}},
+			[]string{apitypes.StatusRunning, apitypes.StatusCompleted + "+Finalizing+outputs"}},
 		{"no hold", "true", -1,
-			[]string{workspace.StatusRunning, workspace.StatusCompleted + "+Finalizing+outputs"}},
+			[]string{apitypes.StatusRunning, apitypes.StatusCompleted + "+Finalizing+outputs"}},
 		// The recorder takes no blobs, so the upload fails; what counts
 		// is that Running comes first.
 		{"outputs to upload", "echo x > outputs/f", time.Minute,
-			[]string{workspace.StatusRunning, workspace.StatusFinalizing, workspace.StatusFailed + "+outputs"}},
+			[]string{apitypes.StatusRunning, apitypes.StatusFinalizing, apitypes.StatusFailed + "+outputs"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			api := &apiRecorder{}
-			a := &workspace.Assignment{Job: "j", Attempt: 1, Spec: &spec.Job{Command: c.command}, FinalOutputs: true, FinalRunning: true}
+			a := &apitypes.Assignment{Job: "j", Attempt: 1, Spec: &spec.Job{Command: c.command}, FinalOutputs: true, FinalRunning: true}
 			if err := runHolding(t, api, filepath.Join(t.TempDir(), "attempt"), a, c.hold); err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -21,7 +23,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/environment/docker"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/testutil"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 func TestNodeFromEnv(t *testing.T) {
@@ -255,7 +256,7 @@ func testRunner(t *testing.T) (*runner, *os.File) {
 		log:     log,
 		wd:      filepath.Join(dir, WorkDirName),
 		spool:   filepath.Join(dir, LogName),
-		reports: make(chan workspace.Report, 16),
+		reports: make(chan apitypes.Report, 16),
 	}
 	if err := os.MkdirAll(r.wd, 0o755); err != nil {
 		t.Fatal(err)
@@ -288,16 +289,16 @@ func setNodeEnv(t *testing.T, env map[string]string) {
 const guard = 2 * time.Minute
 
 // execute runs j through the runner's execute loop and returns its report.
-func execute(t *testing.T, ctx context.Context, r *runner, spool *os.File, j *spec.Job, rt *environment.Runtime) workspace.Report {
+func execute(t *testing.T, ctx context.Context, r *runner, spool *os.File, j *spec.Job, rt *environment.Runtime) apitypes.Report {
 	t.Helper()
-	done := make(chan workspace.Report, 1)
+	done := make(chan apitypes.Report, 1)
 	go func() { done <- r.execute(ctx, j, &paths{}, rt, spool) }()
 	select {
 	case rep := <-done:
 		return rep
 	case <-time.After(guard):
 		t.Fatalf("the job did not end within %v: its processes were not all stopped", guard)
-		return workspace.Report{}
+		return apitypes.Report{}
 	}
 }
 
@@ -351,7 +352,7 @@ func TestExecutePyTorchRanks(t *testing.T) {
 				EnvironmentVariables: map[string]string{"SHARED": "yes"},
 				Distribution:         &spec.Distribution{Type: "pytorch", ProcessCountPerInstance: 3}}
 			rep := execute(t, t.Context(), r, spool, j, &environment.Runtime{})
-			if rep.Status != workspace.StatusCompleted {
+			if rep.Status != apitypes.StatusCompleted {
 				t.Fatalf("report %+v", rep)
 			}
 			var port string
@@ -382,7 +383,7 @@ func TestExecuteMPIRanksAndHostfile(t *testing.T) {
 		"MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29500"})
 	r, spool := testRunner(t)
 	j := &spec.Job{Command: `env -0 > "env.$OMPI_COMM_WORLD_RANK"`, Distribution: &spec.Distribution{Type: "mpi", ProcessCountPerInstance: 2}}
-	if rep := execute(t, t.Context(), r, spool, j, &environment.Runtime{}); rep.Status != workspace.StatusCompleted {
+	if rep := execute(t, t.Context(), r, spool, j, &environment.Runtime{}); rep.Status != apitypes.StatusCompleted {
 		t.Fatalf("report %+v", rep)
 	}
 	hostfile := filepath.Join(r.cfg.Dir, HostfileName)
@@ -412,7 +413,7 @@ func TestExecuteTensorFlow(t *testing.T) {
 		setNodeEnv(t, node)
 		r, spool := testRunner(t)
 		j := &spec.Job{Command: `env -0 > env`, Distribution: &spec.Distribution{Type: "tensorflow", ParameterServerCount: 1, WorkerCount: 2}}
-		if rep := execute(t, t.Context(), r, spool, j, &environment.Runtime{}); rep.Status != workspace.StatusCompleted {
+		if rep := execute(t, t.Context(), r, spool, j, &environment.Runtime{}); rep.Status != apitypes.StatusCompleted {
 			t.Fatalf("report %+v", rep)
 		}
 		want := `{"cluster":{"ps":["10.0.0.1:29500"],"worker":["10.0.0.2:29501","10.0.0.3:29502"]},"task":{"type":"worker","index":1},"environment":"cloud"}`
@@ -425,7 +426,7 @@ func TestExecuteTensorFlow(t *testing.T) {
 		r, spool := testRunner(t)
 		j := &spec.Job{Command: `touch ran`, Distribution: &spec.Distribution{Type: "tensorflow", ParameterServerCount: 1, WorkerCount: 3}}
 		rep := execute(t, t.Context(), r, spool, j, &environment.Runtime{})
-		if rep.Status != workspace.StatusFailed || !strings.HasPrefix(rep.Error, "distribution.worker_count 3 does not fit") {
+		if rep.Status != apitypes.StatusFailed || !strings.HasPrefix(rep.Error, "distribution.worker_count 3 does not fit") {
 			t.Errorf("report %+v", rep)
 		}
 		if _, err := os.Stat(filepath.Join(r.wd, "ran")); err == nil {
@@ -584,13 +585,13 @@ func TestExecuteDistributedFailureCancelAndTimeout(t *testing.T) {
 		script string
 		cancel bool
 		limit  int64
-		want   workspace.Report
+		want   apitypes.Report
 	}{
-		{name: "a rank fails", script: stoppable(3, 1, 2), want: workspace.Report{Status: workspace.StatusFailed,
+		{name: "a rank fails", script: stoppable(3, 1, 2), want: apitypes.Report{Status: apitypes.StatusFailed,
 			Reason: "rank 1 exited with code 3", Error: "rank 1 exited with code 3; the other processes were stopped; the job's log has its output"}},
 		{name: "cancel", script: stoppable(3, -1, 2), cancel: true,
-			want: workspace.Report{Status: workspace.StatusCanceled, Reason: "canceled on request"}},
-		{name: "timeout", script: stoppable(3, -1, -1), limit: 1, want: workspace.Report{Status: workspace.StatusFailed,
+			want: apitypes.Report{Status: apitypes.StatusCanceled, Reason: "canceled on request"}},
+		{name: "timeout", script: stoppable(3, -1, -1), limit: 1, want: apitypes.Report{Status: apitypes.StatusFailed,
 			Reason: "timeout", Error: "the job ran past limits.timeout of 1s and was stopped"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -667,7 +668,7 @@ func TestExecuteDistributedInContainers(t *testing.T) {
 		r, spool := testRunner(t)
 		r.docker = d
 		j := &spec.Job{Command: `env -0 > "env.$RANK"`, Distribution: &spec.Distribution{Type: "pytorch", ProcessCountPerInstance: 2}}
-		if rep := execute(t, t.Context(), r, spool, j, rt); rep.Status != workspace.StatusCompleted {
+		if rep := execute(t, t.Context(), r, spool, j, rt); rep.Status != apitypes.StatusCompleted {
 			log, _ := os.ReadFile(r.spool)
 			t.Fatalf("report %+v\nlog: %s", rep, log)
 		}
@@ -686,7 +687,7 @@ func TestExecuteDistributedInContainers(t *testing.T) {
 		j := &spec.Job{Command: `if [ "$RANK" = 1 ]; then exit 4; fi; sleep 300`,
 			Distribution: &spec.Distribution{Type: "pytorch", ProcessCountPerInstance: 2}}
 		rep := execute(t, t.Context(), r, spool, j, rt)
-		if rep.Status != workspace.StatusFailed || rep.Reason != "rank 1 exited with code 4" {
+		if rep.Status != apitypes.StatusFailed || rep.Reason != "rank 1 exited with code 4" {
 			t.Errorf("report %+v", rep)
 		}
 	})
@@ -716,7 +717,7 @@ dist.destroy_process_group()
 	j := &spec.Job{Command: python + " train.py", Distribution: &spec.Distribution{Type: "pytorch", ProcessCountPerInstance: 2}}
 	rep := execute(t, t.Context(), r, spool, j, &environment.Runtime{})
 	log, _ := os.ReadFile(r.spool)
-	if rep.Status != workspace.StatusCompleted {
+	if rep.Status != apitypes.StatusCompleted {
 		t.Fatalf("report %+v\nlog: %s", rep, log)
 	}
 	for i := range 2 {

@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,8 +11,6 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"time"
-
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // A runner does not live forever. It gives up when its server has not
@@ -80,20 +80,20 @@ func (r *runner) lifetime(ctx context.Context, end context.CancelCauseFunc, h *h
 
 // gaveUp is the final report of a runner that gave up on its server: the
 // job was stopped because of it, whatever it would have reported.
-func gaveUp(final workspace.Report, cause error) workspace.Report {
+func gaveUp(final apitypes.Report, cause error) apitypes.Report {
 	if !errors.Is(cause, errServerSilent) {
 		return final
 	}
 	// The outputs it uploaded are kept with the report, for the server to
 	// record when it collects it.
-	return workspace.Report{Status: workspace.StatusFailed, Reason: "runner gave up on the server", ExitCode: final.ExitCode,
+	return apitypes.Report{Status: apitypes.StatusFailed, Reason: "runner gave up on the server", ExitCode: final.ExitCode,
 		Error:   fmt.Sprintf("the runner stopped the job and ended: %v; the job had reached: %s (%s)", cause, final.Status, final.Reason),
 		Outputs: final.Outputs, Finalizing: final.Finalizing}
 }
 
 // keepFinalReport writes the final report to FinalReportName, whole or
 // not at all (a temporary file renamed), for the server to collect.
-func (r *runner) keepFinalReport(rep workspace.Report) error {
+func (r *runner) keepFinalReport(rep apitypes.Report) error {
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err

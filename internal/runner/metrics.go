@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bufio"
 	"context"
 	"crypto/subtle"
@@ -20,10 +22,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/serverurl"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // A job logs metrics by POSTing them to FERRY_API_URL with its run token.
@@ -45,7 +45,7 @@ const MetricsQueueName = "metrics.jsonl"
 // queuedMetric is one line of the queue.
 type queuedMetric struct {
 	Seq int64 `json:"seq"`
-	workspace.Metric
+	apitypes.Metric
 }
 
 // metricQueue is the durable, numbered queue of an attempt's metrics.
@@ -83,7 +83,7 @@ func openMetricQueue(path string) (*metricQueue, error) {
 
 // add numbers ms and appends them to the queue, synced to disk, so that
 // once the job is told they are taken they survive the runner too.
-func (q *metricQueue) add(ms []workspace.Metric) error {
+func (q *metricQueue) add(ms []apitypes.Metric) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -172,7 +172,7 @@ const maxMetricBatch = 1000
 // of it is delivered, or when ctx is done (what is left stays in the file).
 // A batch the server refuses as such (4xx) is dropped and logged: sending
 // it again would not change the answer, and it must not hold up the rest.
-func (q *metricQueue) deliver(ctx context.Context, send func(ctx context.Context, first int64, ms []workspace.Metric) error, log *slog.Logger) error {
+func (q *metricQueue) deliver(ctx context.Context, send func(ctx context.Context, first int64, ms []apitypes.Metric) error, log *slog.Logger) error {
 	// The file is opened once there is a value to read: add makes it with
 	// the first.
 	var f *os.File
@@ -183,7 +183,7 @@ func (q *metricQueue) deliver(ctx context.Context, send func(ctx context.Context
 	}()
 	var br *bufio.Reader
 	var sent int64 // the number of the last value delivered
-	var batch []workspace.Metric
+	var batch []apitypes.Metric
 	var first int64
 	wait := 100 * time.Millisecond
 	for {
@@ -343,7 +343,7 @@ func (e *metricsEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(api.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: err.Error()})
+		_ = json.NewEncoder(w).Encode(apitypes.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: err.Error()})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -355,7 +355,7 @@ var errQueue = errors.New("the runner could not queue the metrics")
 
 // take checks a metrics request as the server would and queues its values.
 func (e *metricsEndpoint) take(r *http.Request) (int, error) {
-	var req api.MetricsRequest
+	var req apitypes.MetricsRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, 16<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
@@ -371,12 +371,12 @@ func (e *metricsEndpoint) take(r *http.Request) (int, error) {
 	if len(ms) == 0 {
 		return 0, errors.New("metrics: at least one metric is needed")
 	}
-	if len(ms) > workspace.MaxMetricsPerRequest {
-		return 0, fmt.Errorf("metrics: at most %d values per request (got %d)", workspace.MaxMetricsPerRequest, len(ms))
+	if len(ms) > apitypes.MaxMetricsPerRequest {
+		return 0, fmt.Errorf("metrics: at most %d values per request (got %d)", apitypes.MaxMetricsPerRequest, len(ms))
 	}
 	now := e.now()
 	for i := range ms {
-		if err := workspace.CheckMetric(ms[i]); err != nil {
+		if err := apitypes.CheckMetric(ms[i]); err != nil {
 			return 0, fmt.Errorf("metrics[%d].%w", i, err)
 		}
 		if ms[i].Time.IsZero() {
@@ -419,7 +419,7 @@ func (r *runner) startMetrics(ctx context.Context) (finish func(ctx context.Cont
 	r.jobAPI = u
 	delivered := make(chan error, 1)
 	go func() {
-		delivered <- q.deliver(ctx, func(ctx context.Context, first int64, ms []workspace.Metric) error {
+		delivered <- q.deliver(ctx, func(ctx context.Context, first int64, ms []apitypes.Metric) error {
 			return r.c.AddNumberedMetrics(ctx, r.cfg.Job, first, ms)
 		}, r.log)
 	}()

@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"io/fs"
@@ -14,8 +16,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // fakeServer records numbered metrics as the workspace does: a value is
@@ -29,7 +29,7 @@ type fakeServer struct {
 	sends     int
 }
 
-func (f *fakeServer) send(_ context.Context, first int64, ms []workspace.Metric) error {
+func (f *fakeServer) send(_ context.Context, first int64, ms []apitypes.Metric) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.sends++
@@ -54,12 +54,12 @@ func TestMetricQueueDeliversInOrderOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := int64(1); i <= 5; i++ {
-		if err := q.add([]workspace.Metric{{Name: "loss", Step: i}}); err != nil {
+		if err := q.add([]apitypes.Metric{{Name: "loss", Step: i}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	q.close()
-	if err := q.add([]workspace.Metric{{Name: "loss", Step: 99}}); err == nil {
+	if err := q.add([]apitypes.Metric{{Name: "loss", Step: 99}}); err == nil {
 		t.Error("a closed queue took a value")
 	}
 	f := &fakeServer{failFirst: 3}
@@ -72,7 +72,7 @@ func TestMetricQueueDeliversInOrderOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := q2.add([]workspace.Metric{{Name: "loss", Step: 6}}); err != nil {
+	if err := q2.add([]apitypes.Metric{{Name: "loss", Step: 6}}); err != nil {
 		t.Fatal(err)
 	}
 	q2.close()
@@ -164,7 +164,7 @@ func TestMetricQueueFileMadeWithTheFirstValue(t *testing.T) {
 	}
 	delivered := make(chan error, 1)
 	go func() { delivered <- q.deliver(context.Background(), f.send, slog.New(slog.DiscardHandler)) }()
-	if err := q.add([]workspace.Metric{{Name: "loss", Step: 1}}); err != nil {
+	if err := q.add([]apitypes.Metric{{Name: "loss", Step: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	again, err := openMetricQueue(path) // as a runner started again finds it
@@ -174,7 +174,7 @@ func TestMetricQueueFileMadeWithTheFirstValue(t *testing.T) {
 	if last, _ := again.state(); last != 1 {
 		t.Errorf("the file holds %d values, want 1", last)
 	}
-	if err := q.add([]workspace.Metric{{Name: "loss", Step: 2}}); err != nil {
+	if err := q.add([]apitypes.Metric{{Name: "loss", Step: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	q.close()

@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -15,7 +17,6 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // The hub serves every attempt's endpoint on one listener: a request goes
@@ -126,7 +127,7 @@ func TestDirectRunnersShareTheHubsEndpoint(t *testing.T) {
 		srv := httptest.NewServer(&apiRecorder{})
 		t.Cleanup(srv.Close)
 		file := filepath.Join(out, job)
-		a := &workspace.Assignment{Job: job, Attempt: 1, Spec: &spec.Job{Command: `printf %s "$FERRY_API_URL" > ` + file}, FinalOutputs: true}
+		a := &apitypes.Assignment{Job: job, Attempt: 1, Spec: &spec.Job{Command: `printf %s "$FERRY_API_URL" > ` + file}, FinalOutputs: true}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err := Run(ctx, Config{Client: client.New(srv.URL, "tok-"+job), Job: job, Attempt: 1, Dir: filepath.Join(t.TempDir(), "attempt"),
 			CacheDir: filepath.Join(t.TempDir(), "cache"), EnvCacheDir: filepath.Join(t.TempDir(), "env"), APIURL: "http://127.0.0.1:1",

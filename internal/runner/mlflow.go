@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,7 +17,6 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/client"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // The job's metrics endpoint also speaks the part of MLflow's tracking
@@ -54,7 +55,7 @@ type mlflowRun struct {
 	artifactURI     string // file:// URI of the job's ./outputs
 	started         time.Time
 	// setValues passes params and tags to the server.
-	setValues func(ctx context.Context, v workspace.RunValues) error
+	setValues func(ctx context.Context, v apitypes.RunValues) error
 
 	mu      sync.Mutex
 	status  string // RUNNING, or what runs/update last set
@@ -258,7 +259,7 @@ func (q *mlflowRequest) check() error {
 }
 
 func checkMLflowMetric(field string, m mlflowMetric) error {
-	if err := workspace.CheckMetric(workspace.Metric{Name: m.Key}); err != nil {
+	if err := apitypes.CheckMetric(apitypes.Metric{Name: m.Key}); err != nil {
 		return badParam("%skey: a metric needs a name of 1 to 255 characters", field)
 	}
 	if v := float64(m.Value); math.IsNaN(v) || math.IsInf(v, 0) {
@@ -268,8 +269,8 @@ func checkMLflowMetric(field string, m mlflowMetric) error {
 }
 
 // kv are the params and tags a request sets.
-func (q *mlflowRequest) kv() workspace.RunValues {
-	v := workspace.RunValues{Params: map[string]string{}, Tags: map[string]string{}}
+func (q *mlflowRequest) kv() apitypes.RunValues {
+	v := apitypes.RunValues{Params: map[string]string{}, Tags: map[string]string{}}
 	switch q.call {
 	case "runs/log-parameter":
 		v.Params[q.Key] = q.StrValue
@@ -286,26 +287,26 @@ func (q *mlflowRequest) kv() workspace.RunValues {
 	return v
 }
 
-func workspaceCheck(v workspace.RunValues) error {
-	if err := workspace.CheckRunValues(v); err != nil {
+func workspaceCheck(v apitypes.RunValues) error {
+	if err := apitypes.CheckRunValues(v); err != nil {
 		return badParam("%v", err)
 	}
 	return nil
 }
 
 // metricsOf turns a request's metrics into the queue's values.
-func (q *mlflowRequest) metricsOf(now time.Time) []workspace.Metric {
+func (q *mlflowRequest) metricsOf(now time.Time) []apitypes.Metric {
 	ms := q.Metrics
 	if q.call == "runs/log-metric" {
 		ms = []mlflowMetric{q.mlflowMetric}
 	}
-	out := make([]workspace.Metric, len(ms))
+	out := make([]apitypes.Metric, len(ms))
 	for i, m := range ms {
 		t := now
 		if m.Timestamp > 0 {
 			t = time.UnixMilli(int64(m.Timestamp))
 		}
-		out[i] = workspace.Metric{Name: m.Key, Value: float64(m.Value), Step: int64(m.Step), Time: t}
+		out[i] = apitypes.Metric{Name: m.Key, Value: float64(m.Value), Step: int64(m.Step), Time: t}
 	}
 	return out
 }

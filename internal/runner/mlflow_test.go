@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -21,7 +23,6 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // mlflowFixture is a metrics endpoint with an MLflow run, whose params and
@@ -31,13 +32,13 @@ type mlflowFixture struct {
 	q          *metricQueue
 	run        *mlflowRun
 	mu         sync.Mutex
-	values     workspace.RunValues
+	values     apitypes.RunValues
 	upstream   []string
 }
 
 func startMLflowEndpoint(t *testing.T) *mlflowFixture {
 	t.Helper()
-	f := &mlflowFixture{values: workspace.RunValues{Params: map[string]string{}, Tags: map[string]string{}}}
+	f := &mlflowFixture{values: apitypes.RunValues{Params: map[string]string{}, Tags: map[string]string{}}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.upstream = append(f.upstream, r.Method+" "+r.URL.Path)
@@ -55,7 +56,7 @@ func startMLflowEndpoint(t *testing.T) *mlflowFixture {
 	f.run = &mlflowRun{job: "j", experiment: "exp", status: "RUNNING", started: time.Unix(1700000000, 0),
 		artifactURI: "file://" + filepath.Join(dir, "outputs"),
 		params:      map[string]string{}, tags: map[string]string{}, metrics: map[string]mlflowMetric{},
-		setValues: func(_ context.Context, v workspace.RunValues) error {
+		setValues: func(_ context.Context, v apitypes.RunValues) error {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			for k, x := range v.Params {
@@ -144,7 +145,7 @@ func TestMLflowEndpoint(t *testing.T) {
 	if e := out["experiment"].(map[string]any); e["experiment_id"] != "1" || e["name"] != "anything" {
 		t.Errorf("get-by-name resolves a name to %v, want the job's experiment (id 1) under that name", e)
 	}
-	want := workspace.RunValues{
+	want := apitypes.RunValues{
 		Params: map[string]string{"epochs": "3", "lr": "0.01"},
 		Tags:   map[string]string{"mlflow.user": "me", "team": "ml", "model": "linear"},
 	}
@@ -272,7 +273,7 @@ func TestMLflowShimRunsAnAzureScript(t *testing.T) {
 	if strings.Count(stderr, "autolog is not supported here") != 1 {
 		t.Errorf("autolog should say once that it does nothing; stderr:\n%s", stderr)
 	}
-	want := workspace.RunValues{
+	want := apitypes.RunValues{
 		Params: map[string]string{"learning_rate": "0.01", "epochs": "3", "optimizer": "sgd"},
 		Tags:   map[string]string{"model": "linear", "team": "ml"},
 	}
@@ -402,14 +403,14 @@ func FuzzDecodeMLflow(f *testing.F) {
 			return
 		}
 		for _, m := range q.metricsOf(time.Unix(0, 0)) {
-			if workspace.CheckMetric(m) != nil {
+			if apitypes.CheckMetric(m) != nil {
 				t.Errorf("accepted a metric the server refuses: %+v", m)
 			}
 			if _, err := json.Marshal(queuedMetric{Metric: m}); err != nil {
 				t.Errorf("accepted a metric the queue cannot hold: %+v: %v", m, err)
 			}
 		}
-		if err := workspace.CheckRunValues(q.kv()); err != nil {
+		if err := apitypes.CheckRunValues(q.kv()); err != nil {
 			t.Errorf("accepted params and tags the server refuses: %v", err)
 		}
 	})

@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"cmp"
 	"context"
@@ -17,7 +19,6 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // mlflowShimSource is Ferry's stand-in for the mlflow package (standard
@@ -173,7 +174,7 @@ func (r *runner) newMLflowRun() *mlflowRun {
 	r.mlRun = &mlflowRun{
 		job: r.cfg.Job, experiment: "Default", status: "RUNNING", started: time.Now(),
 		artifactURI: (&url.URL{Scheme: "file", Path: filepath.Join(r.wd, "outputs")}).String(),
-		setValues: func(ctx context.Context, v workspace.RunValues) error {
+		setValues: func(ctx context.Context, v apitypes.RunValues) error {
 			return r.c.SetRunValues(ctx, r.cfg.Job, v)
 		},
 		params: map[string]string{}, tags: map[string]string{}, metrics: map[string]mlflowMetric{},

@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +18,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/fetch"
 	"github.com/ferry-ml/ferry/internal/isolation"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // RemoteCacheSuffix names the node's cache of fetched inputs beside its
@@ -37,7 +38,7 @@ const RemoteCacheMax = 20 << 30
 //     rw_mount and eval_mount link to it (a host job reads it in place;
 //     a container job, which would not see it, gets a copy), download
 //     and eval_download copy it.
-func (r *runner) remoteInput(ctx context.Context, name string, in spec.Input, ri workspace.RemoteInput, dir string, inContainer bool, logw io.Writer) (string, error) {
+func (r *runner) remoteInput(ctx context.Context, name string, in spec.Input, ri apitypes.RemoteInput, dir string, inContainer bool, logw io.Writer) (string, error) {
 	label := "input " + name
 	if in.Mode == "direct" {
 		fmt.Fprintf(logw, "ferry: %s: mode direct: the command gets %s as it is\n", label, fetch.Redact(ri.Where()))

@@ -1,10 +1,10 @@
 package runner
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"fmt"
-
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // Preemption, from the runner's side: when the server says the node is
@@ -16,7 +16,7 @@ import (
 
 // restoreOutputs writes the ./outputs snapshot of an earlier attempt into
 // dir, the fresh ./outputs of this attempt.
-func (r *runner) restoreOutputs(ctx context.Context, a *workspace.Assignment, dir string) error {
+func (r *runner) restoreOutputs(ctx context.Context, a *apitypes.Assignment, dir string) error {
 	if a.ResumeOutputs == "" {
 		return nil
 	}
@@ -30,11 +30,11 @@ func (r *runner) restoreOutputs(ctx context.Context, a *workspace.Assignment, di
 // preemptedReport is the final report of an attempt that was stopped
 // because its node was preempted. A command that ended by itself first
 // keeps its own report: a job that completed is done.
-func preemptedReport(res workspace.Report, outErr error) workspace.Report {
-	if res.Status == workspace.StatusCompleted {
+func preemptedReport(res apitypes.Report, outErr error) apitypes.Report {
+	if res.Status == apitypes.StatusCompleted {
 		return res
 	}
-	rep := workspace.Report{Status: workspace.StatusPreempted, Reason: "the node was preempted; the job was stopped and its outputs kept", ExitCode: res.ExitCode}
+	rep := apitypes.Report{Status: apitypes.StatusPreempted, Reason: "the node was preempted; the job was stopped and its outputs kept", ExitCode: res.ExitCode}
 	if outErr != nil {
 		rep.Reason = "the node was preempted; the job was stopped, but its outputs could not all be uploaded"
 		rep.Error = outErr.Error()

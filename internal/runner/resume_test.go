@@ -1,12 +1,12 @@
 package runner
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // An attempt stopped for a preemption reports Preempted whatever the
@@ -16,18 +16,18 @@ func TestPreemptedReport(t *testing.T) {
 	zero := 0
 	tests := []struct {
 		name   string
-		res    workspace.Report
+		res    apitypes.Report
 		outErr error
-		want   workspace.Report
+		want   apitypes.Report
 	}{
-		{"stopped", workspace.Report{Status: workspace.StatusCanceled, ExitCode: &code}, nil,
-			workspace.Report{Status: workspace.StatusPreempted, Reason: "the node was preempted; the job was stopped and its outputs kept", ExitCode: &code}},
-		{"stopped while the environment was built", workspace.Report{Status: workspace.StatusFailed, Reason: "environment build failed"}, nil,
-			workspace.Report{Status: workspace.StatusPreempted, Reason: "the node was preempted; the job was stopped and its outputs kept"}},
-		{"outputs not uploaded", workspace.Report{Status: workspace.StatusCanceled, ExitCode: &code}, errors.New("outputs: disk gone"),
-			workspace.Report{Status: workspace.StatusPreempted, Reason: "the node was preempted; the job was stopped, but its outputs could not all be uploaded", ExitCode: &code, Error: "outputs: disk gone"}},
-		{"completed first", workspace.Report{Status: workspace.StatusCompleted, ExitCode: &zero}, nil,
-			workspace.Report{Status: workspace.StatusCompleted, ExitCode: &zero}},
+		{"stopped", apitypes.Report{Status: apitypes.StatusCanceled, ExitCode: &code}, nil,
+			apitypes.Report{Status: apitypes.StatusPreempted, Reason: "the node was preempted; the job was stopped and its outputs kept", ExitCode: &code}},
+		{"stopped while the environment was built", apitypes.Report{Status: apitypes.StatusFailed, Reason: "environment build failed"}, nil,
+			apitypes.Report{Status: apitypes.StatusPreempted, Reason: "the node was preempted; the job was stopped and its outputs kept"}},
+		{"outputs not uploaded", apitypes.Report{Status: apitypes.StatusCanceled, ExitCode: &code}, errors.New("outputs: disk gone"),
+			apitypes.Report{Status: apitypes.StatusPreempted, Reason: "the node was preempted; the job was stopped, but its outputs could not all be uploaded", ExitCode: &code, Error: "outputs: disk gone"}},
+		{"completed first", apitypes.Report{Status: apitypes.StatusCompleted, ExitCode: &zero}, nil,
+			apitypes.Report{Status: apitypes.StatusCompleted, ExitCode: &zero}},
 	}
 	for _, tt := range tests {
 		if d := cmp.Diff(tt.want, preemptedReport(tt.res, tt.outErr)); d != "" {

@@ -12,6 +12,8 @@
 package runner
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"cmp"
 	"context"
 	"errors"
@@ -40,7 +42,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // Config is what one runner needs.
@@ -88,7 +89,7 @@ type Config struct {
 	// Assignment, when set, is the attempt's assignment as the server
 	// handed it over with the launch (the local executor): it is not
 	// fetched.
-	Assignment *workspace.Assignment
+	Assignment *apitypes.Assignment
 	// HoldRunning is how long the Running report waits, for a server that
 	// takes it with the final report (Assignment.FinalRunning): a command
 	// that ends by then has its Running step carried by the final report,
@@ -132,9 +133,9 @@ type runner struct {
 
 	warm <-chan *warmShim // started early, for the first host process (process.go); nil once taken
 
-	reports chan workspace.Report // sent in order by one goroutine
-	sent    chan struct{}         // closed when reports are all sent
-	lastErr error                 // of the last report sent, once sent is closed
+	reports chan apitypes.Report // sent in order by one goroutine
+	sent    chan struct{}        // closed when reports are all sent
+	lastErr error                // of the last report sent, once sent is closed
 
 	foldRunning bool      // the server takes the Running step with the final report
 	heldRunning time.Time // when the command started, while its Running report is held; zero once sent
@@ -163,7 +164,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	r := &runner{cfg: cfg, c: cfg.Client, log: cfg.Log.With("job", cfg.Job, "attempt", cfg.Attempt),
 		wd: filepath.Join(cfg.Dir, WorkDirName), spool: filepath.Join(cfg.Dir, LogName),
-		reports: make(chan workspace.Report, 8), sent: make(chan struct{})}
+		reports: make(chan apitypes.Report, 8), sent: make(chan struct{})}
 	ctx, end := context.WithCancelCause(ctx)
 	defer end(nil)
 	h := &heardClock{}
@@ -181,7 +182,7 @@ func Run(ctx context.Context, cfg Config) error {
 	go r.lifetime(ctx, end, h)
 	go r.sendReports(ctx)
 
-	var final workspace.Report
+	var final apitypes.Report
 	if release, err := r.leaseUID(); err != nil {
 		final = failed("no uid could be held for the attempt", err)
 	} else {
@@ -220,8 +221,8 @@ func (r *runner) sendReports(ctx context.Context) {
 	}
 }
 
-func failed(reason string, err error) workspace.Report {
-	return workspace.Report{Status: workspace.StatusFailed, Reason: reason, Error: err.Error()}
+func failed(reason string, err error) apitypes.Report {
+	return apitypes.Report{Status: apitypes.StatusFailed, Reason: reason, Error: err.Error()}
 }
 
 // leaseUID makes the attempt run as a uid of its own when the runner is
@@ -246,7 +247,7 @@ func (r *runner) leaseUID() (release func(), err error) {
 }
 
 // run does the attempt and returns its final report.
-func (r *runner) run(ctx context.Context) workspace.Report {
+func (r *runner) run(ctx context.Context) apitypes.Report {
 	// The shim starts now, beside the assignment's fetch and the job's
 	// preparation, not before them; one that cannot be started is started
 	// cold later.
@@ -275,7 +276,7 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 	// a small job's time from Preparing to Running (bench/dispatch). A
 	// failed fetch is still reported first, as when it came first.
 	type fetched struct {
-		a   *workspace.Assignment
+		a   *apitypes.Assignment
 		err error
 	}
 	assigned := make(chan fetched, 1)
@@ -337,8 +338,8 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 	}()
 
 	var outErr error
-	var out *workspace.Outputs // for the final report, to a server that takes them there
-	var finalizing string      // the Finalizing step, when the final report carries it
+	var out *apitypes.Outputs // for the final report, to a server that takes them there
+	var finalizing string     // the Finalizing step, when the final report carries it
 	if p != nil {
 		const why = "uploading outputs"
 		if a.FinalOutputs && r.nothingToUpload(p) {
@@ -348,15 +349,15 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 			finalizing = why
 		} else {
 			r.sendHeldRunning() // Running comes before Finalizing
-			r.reports <- workspace.Report{Status: workspace.StatusFinalizing, Reason: why}
+			r.reports <- apitypes.Report{Status: apitypes.StatusFinalizing, Reason: why}
 		}
-		var o workspace.Outputs
+		var o apitypes.Outputs
 		o, outErr = r.uploadOutputs(ctx, a, p, spool)
 		if a.FinalOutputs {
 			out = &o
 		}
 	}
-	final := func(rep workspace.Report) workspace.Report {
+	final := func(rep apitypes.Report) apitypes.Report {
 		rep.Outputs, rep.Finalizing = out, finalizing
 		if !r.heldRunning.IsZero() {
 			// The command ended before its Running report was sent.
@@ -371,7 +372,7 @@ func (r *runner) run(ctx context.Context) workspace.Report {
 	if r.preempted.Load() {
 		return final(preemptedReport(res, outErr))
 	}
-	if outErr != nil && res.Status == workspace.StatusCompleted {
+	if outErr != nil && res.Status == apitypes.StatusCompleted {
 		return final(failed("uploading outputs failed", outErr))
 	}
 	return final(res)
@@ -399,8 +400,8 @@ func (r *runner) emptyFolder(rel string) bool {
 // the log spool, and gives the job's account the attempt's directory. On
 // failure it returns the final report that says so, and the spool when it
 // was opened.
-func (r *runner) setUp() (*os.File, *workspace.Report) {
-	fail := func(reason string, err error) (*os.File, *workspace.Report) {
+func (r *runner) setUp() (*os.File, *apitypes.Report) {
+	fail := func(reason string, err error) (*os.File, *apitypes.Report) {
 		rep := failed(reason, err)
 		return nil, &rep
 	}
@@ -456,7 +457,7 @@ func (r *runner) watch(jobCtx context.Context, cancelJob context.CancelFunc) {
 // prepareAndExecute materialises the job, makes its environment and runs
 // it. It returns the job's paths once they exist, so outputs are uploaded
 // even when the command failed.
-func (r *runner) prepareAndExecute(ctx, jobCtx context.Context, a *workspace.Assignment, spool *os.File) (workspace.Report, *paths) {
+func (r *runner) prepareAndExecute(ctx, jobCtx context.Context, a *apitypes.Assignment, spool *os.File) (apitypes.Report, *paths) {
 	if e := a.Environment; e != nil && inEnvironmentImage(e, os.Getenv(invocation.EnvImageIsEnvironment)) {
 		// The runner already runs in the environment's image (a
 		// Kubernetes pod of it): the job runs right here, as in a
@@ -469,7 +470,7 @@ func (r *runner) prepareAndExecute(ctx, jobCtx context.Context, a *workspace.Ass
 	p, err := r.prepare(ctx, jobCtx, a, spool)
 	if err != nil {
 		if r.canceled.Load() {
-			return workspace.Report{Status: workspace.StatusCanceled, Reason: "canceled on request while the inputs were fetched"}, nil
+			return apitypes.Report{Status: apitypes.StatusCanceled, Reason: "canceled on request while the inputs were fetched"}, nil
 		}
 		fmt.Fprintf(spool, "ferry: preparing the job failed: %v\n", err)
 		return failed("preparing the job failed", err), nil
@@ -477,7 +478,7 @@ func (r *runner) prepareAndExecute(ctx, jobCtx context.Context, a *workspace.Ass
 	rt, err := r.prepareEnvironment(jobCtx, a.Environment, spool)
 	if err != nil {
 		if r.canceled.Load() {
-			return workspace.Report{Status: workspace.StatusCanceled, Reason: "canceled on request while the environment was prepared"}, p
+			return apitypes.Report{Status: apitypes.StatusCanceled, Reason: "canceled on request while the environment was prepared"}, p
 		}
 		// Said once, whether or not err's own text begins with it.
 		msg := strings.TrimPrefix(err.Error(), environment.ErrBuild.Error()+": ")
@@ -547,7 +548,7 @@ func inputFileName(dir, path string) (string, error) {
 // output directories.
 // Remote inputs are fetched under jobCtx, so a cancel stops a long
 // download as it stops an environment build.
-func (r *runner) prepare(ctx, jobCtx context.Context, a *workspace.Assignment, logw io.Writer) (*paths, error) {
+func (r *runner) prepare(ctx, jobCtx context.Context, a *apitypes.Assignment, logw io.Writer) (*paths, error) {
 	if a.CodeSnapshot != "" {
 		if err := r.extract(ctx, a.CodeSnapshot, r.wd); err != nil {
 			return nil, fmt.Errorf("code snapshot: %w", err)
@@ -708,7 +709,7 @@ func (r *runner) jobVars(j *spec.Job) []string {
 
 // execute runs the command to its end, honouring cancel and timeout, and
 // returns the report that describes how it ended.
-func (r *runner) execute(jobCtx context.Context, j *spec.Job, p *paths, rt *environment.Runtime, spool *os.File) workspace.Report {
+func (r *runner) execute(jobCtx context.Context, j *spec.Job, p *paths, rt *environment.Runtime, spool *os.File) apitypes.Report {
 	command := Command(j.Command, p.inputs, p.outputs)
 	procs, err := r.planJob(j)
 	if err != nil {
@@ -781,24 +782,24 @@ loop:
 	code := res.code
 	switch {
 	case why == "canceled":
-		return workspace.Report{Status: workspace.StatusCanceled, Reason: "canceled on request", ExitCode: &code}
+		return apitypes.Report{Status: apitypes.StatusCanceled, Reason: "canceled on request", ExitCode: &code}
 	case why == "timeout":
 		msg := fmt.Sprintf("the job ran past limits.timeout of %ds and was stopped", j.Limits.Timeout)
-		return workspace.Report{Status: workspace.StatusFailed, Reason: "timeout", ExitCode: &code, Error: msg}
+		return apitypes.Report{Status: apitypes.StatusFailed, Reason: "timeout", ExitCode: &code, Error: msg}
 	case code == 0:
-		return workspace.Report{Status: workspace.StatusCompleted, Reason: "exit code 0", ExitCode: &code}
+		return apitypes.Report{Status: apitypes.StatusCompleted, Reason: "exit code 0", ExitCode: &code}
 	}
 	if fe, ok := proc.(failureExplainer); ok && fe.failure() != nil {
 		f := fe.failure()
-		return workspace.Report{Status: workspace.StatusFailed, Reason: fmt.Sprintf("rank %d exited with code %d", f.Rank, f.Code), ExitCode: &code,
+		return apitypes.Report{Status: apitypes.StatusFailed, Reason: fmt.Sprintf("rank %d exited with code %d", f.Rank, f.Code), ExitCode: &code,
 			Error: f.String() + "; the job's log has its output"}
 	}
-	return workspace.Report{Status: workspace.StatusFailed, Reason: fmt.Sprintf("exit code %d", code), ExitCode: &code,
+	return apitypes.Report{Status: apitypes.StatusFailed, Reason: fmt.Sprintf("exit code %d", code), ExitCode: &code,
 		Error: fmt.Sprintf("the command exited with code %d; the job's log has its output", code)}
 }
 
 // runningReport is the report of a started command.
-var runningReport = workspace.Report{Status: workspace.StatusRunning, Reason: "command started"}
+var runningReport = apitypes.Report{Status: apitypes.StatusRunning, Reason: "command started"}
 
 // sendHeldRunning sends the Running report if it is held.
 func (r *runner) sendHeldRunning() {
@@ -918,8 +919,8 @@ func (r *runner) ship(ctx, stop context.Context) error {
 // out: each such entry gets a line in the job's log and is listed with the
 // outputs, and everything else is kept. It returns an error only when the
 // upload itself failed.
-func (r *runner) uploadOutputs(ctx context.Context, a *workspace.Assignment, p *paths, logw io.Writer) (workspace.Outputs, error) {
-	var out workspace.Outputs
+func (r *runner) uploadOutputs(ctx context.Context, a *apitypes.Assignment, p *paths, logw io.Writer) (apitypes.Outputs, error) {
+	var out apitypes.Outputs
 	var errs []error
 	dirs := []outputDir{{name: "outputs", dir: filepath.Join(r.wd, "outputs")}}
 	for _, name := range slices.Sorted(maps.Keys(p.outDirs)) {
@@ -961,8 +962,8 @@ func (r *runner) uploadOutputs(ctx context.Context, a *workspace.Assignment, p *
 		plan.Close()
 		for _, sk := range skipped {
 			fmt.Fprintf(logw, "ferry: skipped %s/%s: %s\n", d.label(), sk.Path, sk.Reason)
-			if len(out.Skipped) < workspace.MaxSkippedOutputs {
-				out.Skipped = append(out.Skipped, workspace.SkippedOutput{Output: d.name, Path: sk.Path, Reason: sk.Reason})
+			if len(out.Skipped) < apitypes.MaxSkippedOutputs {
+				out.Skipped = append(out.Skipped, apitypes.SkippedOutput{Output: d.name, Path: sk.Path, Reason: sk.Reason})
 			} else {
 				out.SkippedMore++
 			}

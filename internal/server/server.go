@@ -294,7 +294,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	apiServer := api.New(ws, st, cfg.Log)
 	apiServer.MountGateway(gw, gw.Metrics())
-	handler, err := withStudio(apiServer, st, cfg.Log)
+	handler, err := withStudio(apiServer, studioSessions{st}, cfg.Log)
 	if err != nil {
 		return err
 	}

@@ -1,9 +1,13 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"log/slog"
 	"net/http"
+	"time"
 
+	"github.com/ferry-ml/ferry/internal/store"
 	"github.com/ferry-ml/ferry/internal/studio"
 )
 
@@ -20,4 +24,29 @@ func withStudio(api http.Handler, sessions studio.Sessions, log *slog.Logger) (h
 	mux.Handle("GET /{$}", http.RedirectHandler(studio.Prefix, http.StatusSeeOther))
 	mux.Handle("/", api)
 	return mux, nil
+}
+
+// studioSessions keeps the studio's sessions in the workspace's store.
+type studioSessions struct{ st store.Store }
+
+var _ studio.Sessions = studioSessions{}
+
+func (s studioSessions) CreateSession(ctx context.Context, r studio.SessionRecord) error {
+	return s.st.CreateSession(ctx, store.Session(r))
+}
+
+func (s studioSessions) SessionByHash(ctx context.Context, hash string) (studio.SessionRecord, error) {
+	r, err := s.st.SessionByHash(ctx, hash)
+	if errors.Is(err, store.ErrNotFound) {
+		return studio.SessionRecord{}, studio.ErrNoSession
+	}
+	return studio.SessionRecord(r), err
+}
+
+func (s studioSessions) DeleteSession(ctx context.Context, hash string) error {
+	return s.st.DeleteSession(ctx, hash)
+}
+
+func (s studioSessions) DeleteExpiredSessions(ctx context.Context, now time.Time) error {
+	return s.st.DeleteExpiredSessions(ctx, now)
 }

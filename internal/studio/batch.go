@@ -1,6 +1,8 @@
 package studio
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"fmt"
 	"math"
@@ -11,19 +13,18 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // batchDeploymentRow is one of a batch endpoint's deployments as its page
 // shows it: the scoring settings `ferry batch-deployment show` has, with
 // the defaults the file left out filled in as the driver takes them.
 type batchDeploymentRow struct {
-	*workspace.BatchDeployment
+	*apitypes.BatchDeployment
 	Model, Compute, ErrorThreshold, OutputAction string
 	InstanceCount, MiniBatchSize, MaxConcurrency int
 }
 
-func batchDeploymentRowOf(d *workspace.BatchDeployment) batchDeploymentRow {
+func batchDeploymentRowOf(d *apitypes.BatchDeployment) batchDeploymentRow {
 	row := batchDeploymentRow{BatchDeployment: d, Model: "none", InstanceCount: 1, MiniBatchSize: 10, MaxConcurrency: 1,
 		ErrorThreshold: "-1 (no limit)", OutputAction: "append_row"}
 	s := d.BatchDeployment
@@ -72,12 +73,12 @@ func batchDeploymentRowOf(d *workspace.BatchDeployment) batchDeploymentRow {
 // the metrics its driver logs (mini_batches_done, _failed, _left); Progress
 // is empty before the driver logged any.
 type batchJobRow struct {
-	*workspace.Job
+	*apitypes.Job
 	Deployment string
 	Progress   string
 }
 
-func batchJobRowOf(endpoint string, j *workspace.Job) batchJobRow {
+func batchJobRowOf(endpoint string, j *apitypes.Job) batchJobRow {
 	// The job's display name is "ENDPOINT/DEPLOYMENT batch scoring"
 	// (InvokeBatchEndpoint), and the list has no spec to read its tags.
 	dep, ok := strings.CutPrefix(j.DisplayName, endpoint+"/")
@@ -105,7 +106,7 @@ func metricCount(m map[string]float64, name string) (int64, bool) {
 
 // batchView is a batch endpoint's page.
 type batchView struct {
-	*workspace.BatchEndpoint
+	*apitypes.BatchEndpoint
 	Default     string
 	Deployments []batchDeploymentRow
 	Jobs        []batchJobRow
@@ -193,7 +194,7 @@ func (s *Studio) batchInvoke(w http.ResponseWriter, r *http.Request, ss *session
 		v.InputType = "uri_folder"
 	}
 	if v.InputError = checkBatchInput(v.Input); v.InputError == "" && v.FormError == "" {
-		job, err := ss.api.InvokeBatchEndpoint(ctx, name, workspace.BatchInvocation{
+		job, err := ss.api.InvokeBatchEndpoint(ctx, name, apitypes.BatchInvocation{
 			Deployment: v.Deployment, Type: v.InputType, Path: v.Input, JobName: v.JobName})
 		if err == nil {
 			http.Redirect(w, r, "/studio/jobs/"+url.PathEscape(job.Name), http.StatusSeeOther)

@@ -1,6 +1,8 @@
 package studio_test
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"net/http"
 	"net/url"
@@ -9,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // batchScoreScript doubles the number in each file and raises on one
@@ -62,14 +62,14 @@ func batchApp(t *testing.T, s *testServer) {
 }
 
 // waitJob waits until the job ends and returns it.
-func waitJob(t *testing.T, s *testServer, name string) *workspace.Job {
+func waitJob(t *testing.T, s *testServer, name string) *apitypes.Job {
 	t.Helper()
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		j, err := s.client().GetJob(context.Background(), name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if workspace.IsTerminal(j.Status) {
+		if apitypes.IsTerminal(j.Status) {
 			return j
 		}
 		if time.Now().After(deadline) {
@@ -209,7 +209,7 @@ func TestStudioBatchEndpointPages(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/studio/jobs/from-form" {
 		t.Fatalf("invoke with azureml:numbers:1: %s to %q, want 303 to /studio/jobs/from-form\n%s", resp.Status, resp.Header.Get("Location"), body)
 	}
-	if j := waitJob(t, s, "from-form"); j.Status != workspace.StatusCompleted || j.Metrics["mini_batches_done"] != 2 {
+	if j := waitJob(t, s, "from-form"); j.Status != apitypes.StatusCompleted || j.Metrics["mini_batches_done"] != 2 {
 		t.Errorf("the form's job ended %s with metrics %v, want Completed with 2 mini-batches done", j.Status, j.Metrics)
 	}
 
@@ -233,7 +233,7 @@ func TestStudioBatchEndpointPages(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/studio/jobs/from-datastore" {
 		t.Fatalf("invoke with a datastore URI: %s to %q, want 303 to /studio/jobs/from-datastore\n%s", resp.Status, resp.Header.Get("Location"), body)
 	}
-	if j := waitJob(t, s, "from-datastore"); j.Status != workspace.StatusCompleted || j.Metrics["mini_batches_done"] != 2 || j.Metrics["mini_batches_failed"] != 0 {
+	if j := waitJob(t, s, "from-datastore"); j.Status != apitypes.StatusCompleted || j.Metrics["mini_batches_done"] != 2 || j.Metrics["mini_batches_failed"] != 0 {
 		t.Errorf("the datastore job ended %s with metrics %v, want Completed with 2 mini-batches done, none failed", j.Status, j.Metrics)
 	}
 

@@ -1,6 +1,8 @@
 package studio_test
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"net/http"
 	"net/url"
@@ -9,8 +11,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // follow runs actions that make the page navigate (a click on a link, a
@@ -82,11 +82,11 @@ func TestStudioBatchEndpointInBrowser(t *testing.T) {
 		t.Errorf("the job page's heading is %q", h)
 	}
 	j := waitJob(t, s, "browser-scored")
-	if j.Status != workspace.StatusCompleted || j.Metrics["mini_batches_done"] != 2 || j.Metrics["mini_batches_failed"] != 1 {
+	if j.Status != apitypes.StatusCompleted || j.Metrics["mini_batches_done"] != 2 || j.Metrics["mini_batches_failed"] != 1 {
 		t.Errorf("the invoked job ended %s with metrics %v, want Completed, 2 mini-batches done and 1 failed", j.Status, j.Metrics)
 	}
 	b.follow("reload the job page", chromedp.Reload())
-	if st := b.textOf("#job-status"); st != workspace.StatusCompleted {
+	if st := b.textOf("#job-status"); st != apitypes.StatusCompleted {
 		t.Errorf("the job page says %q, want Completed", st)
 	}
 	b.screenshot("batch-job")

@@ -1,13 +1,13 @@
 package studio
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"fmt"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // chart is one metric drawn as an SVG line chart on the server, so it
@@ -35,8 +35,8 @@ const (
 )
 
 // charts draws each metric of ms, by name, its values ordered by step.
-func charts(ms []workspace.Metric) []chart {
-	by := map[string][]workspace.Metric{}
+func charts(ms []apitypes.Metric) []chart {
+	by := map[string][]apitypes.Metric{}
 	for _, m := range ms {
 		by[m.Name] = append(by[m.Name], m)
 	}
@@ -52,9 +52,9 @@ func charts(ms []workspace.Metric) []chart {
 	return out
 }
 
-func drawChart(name string, series []workspace.Metric) chart {
+func drawChart(name string, series []apitypes.Metric) chart {
 	c := chart{Name: name}
-	pts := make([]workspace.Metric, 0, len(series))
+	pts := make([]apitypes.Metric, 0, len(series))
 	for _, m := range series {
 		if math.IsNaN(m.Value) || math.IsInf(m.Value, 0) {
 			c.Skipped++

@@ -1,6 +1,8 @@
 package studio
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,16 +15,15 @@ import (
 	"github.com/ferry-ml/ferry/internal/compute/amlcompute"
 	"github.com/ferry-ml/ferry/internal/sizes"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // computeRow is one compute target in the list.
 type computeRow struct {
-	*workspace.Compute
+	*apitypes.Compute
 	Tier, IdleShutdown, IdleScaleDown string
 }
 
-func rowOf(c *workspace.Compute) computeRow {
+func rowOf(c *apitypes.Compute) computeRow {
 	row := computeRow{Compute: c}
 	if sp := c.Spec; sp != nil {
 		row.Tier = sp.Tier
@@ -38,7 +39,7 @@ func rowOf(c *workspace.Compute) computeRow {
 
 // settling reports whether the compute is between states, so its page
 // shows the operation's progress and refreshes until it settles.
-func settling(c *workspace.Compute, nodes []*workspace.Node) bool {
+func settling(c *apitypes.Compute, nodes []*apitypes.Node) bool {
 	switch c.State {
 	case "Creating", "Resizing", "Deleting", "SettingUp", "Starting", "Stopping", "Restarting":
 		return true
@@ -66,9 +67,9 @@ func (s *Studio) computeList(w http.ResponseWriter, r *http.Request, ss *session
 
 type computeDetailView struct {
 	computeRow
-	Nodes      []*workspace.Node
-	Events     []workspace.ComputeEvent
-	Jobs       []*workspace.Job
+	Nodes      []*apitypes.Node
+	Events     []apitypes.ComputeEvent
+	Jobs       []*apitypes.Job
 	Settling   bool
 	NodesErr   string
 	Message    string
@@ -163,7 +164,7 @@ func (s *Studio) sizeOptions(r *http.Request, ss *session) ([]sizeOption, error)
 	if err != nil {
 		return nil, err
 	}
-	left := map[string]workspace.Quota{}
+	left := map[string]apitypes.Quota{}
 	for _, q := range qs {
 		left[q.Family] = q
 	}

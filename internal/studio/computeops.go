@@ -1,17 +1,17 @@
 package studio
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/compute/amlcompute"
 	"github.com/ferry-ml/ferry/internal/compute/computeinstance"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // resizeForm is the resize form on a cluster's page.
@@ -52,7 +52,7 @@ func (s *Studio) computeResize(w http.ResponseWriter, r *http.Request, ss *sessi
 		}
 		return &n
 	}
-	req := api.ResizeRequest{MinInstances: whole("min_instances", f.Min), MaxInstances: whole("max_instances", f.Max),
+	req := apitypes.ResizeRequest{MinInstances: whole("min_instances", f.Min), MaxInstances: whole("max_instances", f.Max),
 		IdleTimeBeforeScaleDown: whole("idle_time_before_scale_down", f.Idle)}
 	if len(f.Errors) == 0 {
 		_, err := ss.api.ResizeCompute(r.Context(), name, req)
@@ -117,7 +117,7 @@ func (s *Studio) computeDelete(w http.ResponseWriter, r *http.Request, ss *sessi
 // isAttached reports whether deleting the compute detaches something
 // that exists without Ferry (a machine, a Slurm cluster) rather than
 // giving back machines Ferry made.
-func isAttached(c *workspace.Compute) bool {
+func isAttached(c *apitypes.Compute) bool {
 	return c.Size == "attached" || c.Type == "slurm" || c.Type == "kubernetes"
 }
 

@@ -1,6 +1,8 @@
 package studio
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,11 +15,10 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/client"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 type endpointRow struct {
-	*workspace.OnlineEndpoint
+	*apitypes.OnlineEndpoint
 	Split string // "blue 90 %, green 10 %"
 }
 
@@ -60,13 +61,13 @@ func (s *Studio) endpointList(w http.ResponseWriter, r *http.Request, ss *sessio
 
 // batchEndpointRow is a batch endpoint in the endpoints list.
 type batchEndpointRow struct {
-	*workspace.BatchEndpoint
+	*apitypes.BatchEndpoint
 	DefaultName string
 }
 
 // trafficRow is one deployment in the traffic form.
 type trafficRow struct {
-	*workspace.OnlineDeployment
+	*apitypes.OnlineDeployment
 	Percent string
 	Ready   int
 }
@@ -94,7 +95,7 @@ func (s *Studio) endpointView(ctx context.Context, ss *session, name string) (*e
 	for _, d := range deps {
 		row := trafficRow{OnlineDeployment: d, Percent: strconv.Itoa(e.Traffic[d.Name])}
 		for _, rep := range d.Replicas {
-			if rep.State == workspace.ReplicaReady {
+			if rep.State == apitypes.ReplicaReady {
 				row.Ready++
 			}
 		}
@@ -136,7 +137,7 @@ func (s *Studio) endpointTraffic(w http.ResponseWriter, r *http.Request, ss *ses
 		traffic[d.Name] = n
 	}
 	if len(bad) == 0 {
-		_, err = ss.api.UpdateOnlineEndpoint(ctx, name, workspace.EndpointUpdate{Traffic: traffic})
+		_, err = ss.api.UpdateOnlineEndpoint(ctx, name, apitypes.EndpointUpdate{Traffic: traffic})
 		if err == nil {
 			http.Redirect(w, r, "/studio/endpoints/"+url.PathEscape(name)+"?msg="+url.QueryEscape("traffic set: "+splitText(traffic)), http.StatusSeeOther)
 			return nil

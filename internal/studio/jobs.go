@@ -1,6 +1,8 @@
 package studio
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -20,9 +22,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // jobPageSize is how many jobs a page of the list shows unless ?limit=
@@ -36,7 +36,7 @@ const (
 var jobStatuses = []string{"Queued", "Preparing", "Running", "Finalizing", "CancelRequested", "Completed", "Failed", "Canceled"}
 
 type jobListView struct {
-	Jobs                        []*workspace.Job
+	Jobs                        []*apitypes.Job
 	Status, Compute, Experiment string
 	Statuses                    []string
 	Computes                    []string
@@ -104,7 +104,7 @@ type outputFile struct {
 }
 
 type jobView struct {
-	*workspace.Job
+	*apitypes.Job
 	Terminal   bool
 	Log        string
 	LogOffset  int64
@@ -134,7 +134,7 @@ func rankOf(r *http.Request, instances int) (int, error) {
 	return n, nil
 }
 
-func instancesOf(j *workspace.Job) int {
+func instancesOf(j *apitypes.Job) int {
 	if j.Spec != nil && j.Spec.Resources != nil && j.Spec.Resources.InstanceCount > 1 {
 		return j.Spec.Resources.InstanceCount
 	}
@@ -166,7 +166,7 @@ func (s *Studio) jobDetail(w http.ResponseWriter, r *http.Request, ss *session) 
 	if err != nil {
 		return err
 	}
-	v := jobView{Job: j, Terminal: workspace.IsTerminal(j.Status), Message: r.URL.Query().Get("msg")}
+	v := jobView{Job: j, Terminal: apitypes.IsTerminal(j.Status), Message: r.URL.Query().Get("msg")}
 	n := instancesOf(j)
 	if v.Rank, err = rankOf(r, n); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -178,7 +178,7 @@ func (s *Studio) jobDetail(w http.ResponseWriter, r *http.Request, ss *session) 
 			v.Ranks = append(v.Ranks, i)
 		}
 	}
-	v.CanCancel = !v.Terminal && j.Status != workspace.StatusCancelRequested
+	v.CanCancel = !v.Terminal && j.Status != apitypes.StatusCancelRequested
 	if j.Started != nil {
 		end := time.Now()
 		if j.Ended != nil {
@@ -230,7 +230,7 @@ func (s *Studio) jobDetail(w http.ResponseWriter, r *http.Request, ss *session) 
 // maxOutputFiles bounds the files a job page lists.
 const maxOutputFiles = 500
 
-func (s *Studio) outputFiles(ctx context.Context, ss *session, o *workspace.Outputs) ([]outputFile, error) {
+func (s *Studio) outputFiles(ctx context.Context, ss *session, o *apitypes.Outputs) ([]outputFile, error) {
 	var out []outputFile
 	add := func(output, id string) error {
 		if id == "" {
@@ -441,7 +441,7 @@ func (s *Studio) jobResubmit(w http.ResponseWriter, r *http.Request, ss *session
 	if err != nil {
 		return err
 	}
-	req := api.JobRequest{Spec: data, CodeSnapshot: j.CodeSnapshot, InputSnapshots: j.InputSnapshots}
+	req := apitypes.JobRequest{Spec: data, CodeSnapshot: j.CodeSnapshot, InputSnapshots: j.InputSnapshots}
 	if sp.Environment != nil && sp.Environment.Ref == "" && j.Environment != nil {
 		req.EnvironmentSnapshot = j.Environment.Context
 	}

@@ -1,6 +1,8 @@
 package studio
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bufio"
 	"context"
 	"io"
@@ -16,11 +18,10 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 func TestChartsDrawEachMetricByStep(t *testing.T) {
-	ms := []workspace.Metric{
+	ms := []apitypes.Metric{
 		{Name: "loss", Value: 1, Step: 2},
 		{Name: "loss", Value: 3, Step: 0},
 		{Name: "acc", Value: 0.5, Step: 0},
@@ -46,7 +47,7 @@ func TestChartsDrawEachMetricByStep(t *testing.T) {
 }
 
 func TestChartOfOnlyNaNIsEmpty(t *testing.T) {
-	c := drawChart("x", []workspace.Metric{{Name: "x", Value: math.Inf(1)}})
+	c := drawChart("x", []apitypes.Metric{{Name: "x", Value: math.Inf(1)}})
 	if c.Count != 0 || c.Points != "" || c.Skipped != 1 {
 		t.Errorf("chart %+v, want no points and one skipped", c)
 	}

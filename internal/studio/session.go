@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/client"
-	"github.com/ferry-ml/ferry/internal/store"
 )
 
 // cookieName is the session cookie. It holds the session's id: random,
@@ -24,13 +24,31 @@ const cookieName = "ferry_studio"
 const sessionLife = 7 * 24 * time.Hour
 
 // Sessions is where the studio keeps its sessions: the workspace's store,
-// so that they outlive a restart of the server.
+// so that they outlive a restart of the server (the server adapts its
+// store to this; the studio links no store). SessionByHash answers
+// ErrNoSession when the store has no session of that hash.
 type Sessions interface {
-	CreateSession(ctx context.Context, s store.Session) error
-	SessionByHash(ctx context.Context, hash string) (store.Session, error)
+	CreateSession(ctx context.Context, s SessionRecord) error
+	SessionByHash(ctx context.Context, hash string) (SessionRecord, error)
 	DeleteSession(ctx context.Context, hash string) error
 	DeleteExpiredSessions(ctx context.Context, now time.Time) error
 }
+
+// SessionRecord is a stored session: the hashes of its id and of the
+// token it acts with, never either.
+type SessionRecord struct {
+	Hash      string // hex SHA-256 of the session's id, the cookie's value
+	TokenHash string // the auth.Hash of the workspace token it acts with
+	// CSRF is the session's CSRF token: random, made with the session,
+	// and put in the forms of its pages. Alone it grants nothing.
+	CSRF    string
+	Created time.Time
+	Expires time.Time
+}
+
+// ErrNoSession is what Sessions.SessionByHash answers for a hash it has
+// no session of.
+var ErrNoSession = errors.New("no such session")
 
 // randomID is 32 random bytes, base64url: a session's id or CSRF token.
 func randomID() string {
@@ -52,7 +70,7 @@ func (s *Studio) startSession(ctx context.Context, token string) (string, error)
 		s.log.Warn("studio: delete expired sessions", "err", err)
 	}
 	id := randomID()
-	err := s.sessions.CreateSession(ctx, store.Session{Hash: auth.Hash(id), TokenHash: auth.Hash(token), CSRF: randomID(),
+	err := s.sessions.CreateSession(ctx, SessionRecord{Hash: auth.Hash(id), TokenHash: auth.Hash(token), CSRF: randomID(),
 		Created: now, Expires: now.Add(sessionLife)})
 	if err != nil {
 		return "", fmt.Errorf("start a session: %w", err)

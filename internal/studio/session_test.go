@@ -1,6 +1,8 @@
 package studio_test
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,7 +16,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/ferry-ml/ferry/internal/api"
 	"github.com/ferry-ml/ferry/internal/client"
 )
 
@@ -261,13 +262,13 @@ func TestStudioJobListPages(t *testing.T) {
 	var want []string
 	for i := range 5 {
 		spec := fmt.Sprintf(`{"name": "page-job-%d", "command": "true", "compute": "local", "experiment_name": "paging"}`, i)
-		if _, err := c.SubmitJob(context.Background(), api.JobRequest{Spec: json.RawMessage(spec)}); err != nil {
+		if _, err := c.SubmitJob(context.Background(), apitypes.JobRequest{Spec: json.RawMessage(spec)}); err != nil {
 			t.Fatal(err)
 		}
 		want = append([]string{fmt.Sprintf("page-job-%d", i)}, want...) // newest first
 	}
 	other := `{"name": "other-job", "command": "true", "compute": "local", "experiment_name": "elsewhere"}`
-	if _, err := c.SubmitJob(context.Background(), api.JobRequest{Spec: json.RawMessage(other)}); err != nil {
+	if _, err := c.SubmitJob(context.Background(), apitypes.JobRequest{Spec: json.RawMessage(other)}); err != nil {
 		t.Fatal(err)
 	}
 	hc := noRedirects(t)

@@ -37,7 +37,6 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/client"
-	"github.com/ferry-ml/ferry/internal/store"
 )
 
 //go:embed templates/*.html
@@ -169,7 +168,7 @@ func (s *Studio) sessionOf(r *http.Request) (*session, error) {
 		return nil, nil
 	}
 	rec, err := s.sessions.SessionByHash(r.Context(), auth.Hash(c.Value))
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, ErrNoSession) {
 		return nil, nil
 	}
 	if err != nil {

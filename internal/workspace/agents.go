@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -171,7 +173,7 @@ func (s *Service) NodeHeartbeat(ctx context.Context, who auth.Principal, name st
 	reply := &nodeproto.HeartbeatReply{Drain: n.State == NodeDraining || n.State == NodeLost}
 	for _, r := range hb.Running {
 		j, err := s.st.GetJob(ctx, r.Job)
-		if err != nil || IsTerminal(j.Status) || j.Attempt != r.Attempt || !slices.ContainsFunc(placementOf(j).Ranks, func(p RankPlacement) bool { return p.Node == name }) {
+		if err != nil || apitypes.IsTerminal(j.Status) || j.Attempt != r.Attempt || !slices.ContainsFunc(placementOf(j).Ranks, func(p RankPlacement) bool { return p.Node == name }) {
 			reply.Stop = append(reply.Stop, r)
 		}
 	}
@@ -224,7 +226,7 @@ func (s *Service) pendingFor(ctx context.Context, name string) (*nodeproto.Assig
 	for _, j := range active {
 		pl := placementOf(j)
 		rank := slices.IndexFunc(pl.Ranks, func(r RankPlacement) bool { return r.Node == name })
-		if rank < 0 || j.Status == StatusCancelRequested {
+		if rank < 0 || j.Status == apitypes.StatusCancelRequested {
 			continue
 		}
 		key := fmt.Sprintf("%s/%s/%d", name, j.Name, j.Attempt)

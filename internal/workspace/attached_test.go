@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"testing"
 	"time"
@@ -31,15 +33,15 @@ func TestAttachedMachineRunsOneJobAtATime(t *testing.T) {
 	submitTo(t, s, "first", "box")
 	submitTo(t, s, "second", "box")
 	settle(t, s)
-	if got := status(t, s, "first").Status; got != StatusPreparing {
+	if got := status(t, s, "first").Status; got != apitypes.StatusPreparing {
 		t.Fatalf("first job on the attached machine is %s, want Preparing", got)
 	}
-	if got := status(t, s, "second").Status; got != StatusQueued {
+	if got := status(t, s, "second").Status; got != apitypes.StatusQueued {
 		t.Fatalf("second job on a busy attached machine is %s, want Queued", got)
 	}
 	finishJob(t, s, "first")
 	settle(t, s)
-	if got := status(t, s, "second").Status; got != StatusPreparing {
+	if got := status(t, s, "second").Status; got != apitypes.StatusPreparing {
 		t.Fatalf("second job once the machine is free is %s, want Preparing", got)
 	}
 }

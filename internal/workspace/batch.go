@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"cmp"
 	"context"
@@ -14,7 +16,6 @@ import (
 	"path"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/serving/batchdriver"
@@ -39,49 +40,16 @@ import (
 // maxBatchJobsKept bounds the jobs an endpoint remembers for list-jobs.
 const maxBatchJobsKept = 1000
 
-// BatchEndpoint is a batch endpoint as the API shows it.
-type BatchEndpoint struct {
-	*spec.BatchEndpoint
-	ProvisioningState string    `json:"provisioning_state"`
-	Deployments       []string  `json:"deployments"`
-	Created           time.Time `json:"created"`
-	Updated           time.Time `json:"updated"`
-}
-
 // BatchDeploymentUploads are the snapshots the CLI uploaded for a batch
 // deployment: its code folder, an inline model's files, and the files an
 // inline environment refers to.
-type BatchDeploymentUploads = DeploymentUploads
-
-// BatchDeployment is a batch deployment as the API shows it.
-type BatchDeployment struct {
-	*spec.BatchDeployment
-	// ModelID is the registered model it scores with; empty for an
-	// inline model.
-	ModelID           string    `json:"model_id,omitempty"`
-	Default           bool      `json:"default"`
-	ProvisioningState string    `json:"provisioning_state"`
-	Created           time.Time `json:"created"`
-	Updated           time.Time `json:"updated"`
-}
-
-// BatchInvocation is what an invocation scores: Path (a registered data
-// asset azureml:NAME:VERSION or NAME@latest, a URL) or Snapshot (a local
-// file or folder the CLI uploaded), of Type uri_folder or uri_file.
-type BatchInvocation struct {
-	Deployment string `json:"deployment_name,omitempty"`
-	Type       string `json:"type,omitempty"`
-	Path       string `json:"path,omitempty"`
-	Snapshot   string `json:"snapshot,omitempty"`
-	// JobName names the job; made up when empty.
-	JobName string `json:"job_name,omitempty"`
-}
+type BatchDeploymentUploads = apitypes.DeploymentUploads
 
 type batchDeploymentDoc struct {
 	Spec        *spec.BatchDeployment `json:"spec"`
 	ModelID     string                `json:"model_id,omitempty"`
 	ModelFolder string                `json:"model_folder,omitempty"`
-	DeploymentUploads
+	apitypes.DeploymentUploads
 }
 
 func (s *Service) getBatchEndpointRecord(ctx context.Context, name string) (store.BatchEndpoint, error) {
@@ -100,7 +68,7 @@ func batchEndpointSpec(rec store.BatchEndpoint) (*spec.BatchEndpoint, error) {
 	return &e, nil
 }
 
-func (s *Service) batchEndpointView(ctx context.Context, rec store.BatchEndpoint) (*BatchEndpoint, error) {
+func (s *Service) batchEndpointView(ctx context.Context, rec store.BatchEndpoint) (*apitypes.BatchEndpoint, error) {
 	e, err := batchEndpointSpec(rec)
 	if err != nil {
 		return nil, err
@@ -109,7 +77,7 @@ func (s *Service) batchEndpointView(ctx context.Context, rec store.BatchEndpoint
 	if err != nil {
 		return nil, err
 	}
-	v := &BatchEndpoint{BatchEndpoint: e, ProvisioningState: DeploymentSucceeded, Deployments: []string{}, Created: rec.Created, Updated: rec.Updated}
+	v := &apitypes.BatchEndpoint{BatchEndpoint: e, ProvisioningState: apitypes.DeploymentSucceeded, Deployments: []string{}, Created: rec.Created, Updated: rec.Updated}
 	for _, d := range ds {
 		v.Deployments = append(v.Deployments, d.Name)
 	}
@@ -119,7 +87,7 @@ func (s *Service) batchEndpointView(ctx context.Context, rec store.BatchEndpoint
 // CreateBatchEndpoint stores a batch endpoint. A default deployment it
 // names is made after it (batch-deployment create), as in Azure; until
 // then an invocation without a deployment is refused naming it.
-func (s *Service) CreateBatchEndpoint(ctx context.Context, who auth.Principal, e *spec.BatchEndpoint) (*BatchEndpoint, error) {
+func (s *Service) CreateBatchEndpoint(ctx context.Context, who auth.Principal, e *spec.BatchEndpoint) (*apitypes.BatchEndpoint, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot create batch endpoints")
 	}
@@ -147,7 +115,7 @@ func (s *Service) CreateBatchEndpoint(ctx context.Context, who auth.Principal, e
 
 // UpdateBatchEndpoint replaces an endpoint's file; a default deployment
 // it names must exist.
-func (s *Service) UpdateBatchEndpoint(ctx context.Context, who auth.Principal, e *spec.BatchEndpoint) (*BatchEndpoint, error) {
+func (s *Service) UpdateBatchEndpoint(ctx context.Context, who auth.Principal, e *spec.BatchEndpoint) (*apitypes.BatchEndpoint, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot change batch endpoints")
 	}
@@ -179,7 +147,7 @@ func (s *Service) UpdateBatchEndpoint(ctx context.Context, who auth.Principal, e
 }
 
 // GetBatchEndpoint shows a batch endpoint.
-func (s *Service) GetBatchEndpoint(ctx context.Context, name string) (*BatchEndpoint, error) {
+func (s *Service) GetBatchEndpoint(ctx context.Context, name string) (*apitypes.BatchEndpoint, error) {
 	rec, err := s.getBatchEndpointRecord(ctx, name)
 	if err != nil {
 		return nil, err
@@ -188,12 +156,12 @@ func (s *Service) GetBatchEndpoint(ctx context.Context, name string) (*BatchEndp
 }
 
 // ListBatchEndpoints lists the batch endpoints by name.
-func (s *Service) ListBatchEndpoints(ctx context.Context) ([]*BatchEndpoint, error) {
+func (s *Service) ListBatchEndpoints(ctx context.Context) ([]*apitypes.BatchEndpoint, error) {
 	recs, err := s.st.ListBatchEndpoints(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := []*BatchEndpoint{}
+	out := []*apitypes.BatchEndpoint{}
 	for _, rec := range recs {
 		v, err := s.batchEndpointView(ctx, rec)
 		if err != nil {
@@ -243,7 +211,7 @@ func decodeBatchDeployment(rec store.BatchDeployment) (*batchDeploymentDoc, erro
 
 // resolveBatchDeployment checks what a batch deployment refers to (its
 // endpoint, snapshots, model, environment and compute) and fills doc.
-func (s *Service) resolveBatchDeployment(ctx context.Context, d *spec.BatchDeployment, up DeploymentUploads, doc *batchDeploymentDoc) error {
+func (s *Service) resolveBatchDeployment(ctx context.Context, d *spec.BatchDeployment, up apitypes.DeploymentUploads, doc *batchDeploymentDoc) error {
 	if _, err := s.getBatchEndpointRecord(ctx, d.EndpointName); err != nil {
 		return err
 	}
@@ -326,17 +294,17 @@ func (s *Service) resolveBatchDeployment(ctx context.Context, d *spec.BatchDeplo
 
 // CreateBatchDeployment stores a batch deployment. setDefault makes it
 // the endpoint's default; so does being the endpoint's first.
-func (s *Service) CreateBatchDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up DeploymentUploads, setDefault bool) (*BatchDeployment, error) {
+func (s *Service) CreateBatchDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up apitypes.DeploymentUploads, setDefault bool) (*apitypes.BatchDeployment, error) {
 	return s.putBatchDeployment(ctx, who, d, up, setDefault, true)
 }
 
 // UpdateBatchDeployment replaces a batch deployment's file; jobs already
 // started keep what they were started with.
-func (s *Service) UpdateBatchDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up DeploymentUploads, setDefault bool) (*BatchDeployment, error) {
+func (s *Service) UpdateBatchDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up apitypes.DeploymentUploads, setDefault bool) (*apitypes.BatchDeployment, error) {
 	return s.putBatchDeployment(ctx, who, d, up, setDefault, false)
 }
 
-func (s *Service) putBatchDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up DeploymentUploads, setDefault, create bool) (*BatchDeployment, error) {
+func (s *Service) putBatchDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up apitypes.DeploymentUploads, setDefault, create bool) (*apitypes.BatchDeployment, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot change batch deployments")
 	}
@@ -398,17 +366,17 @@ func (s *Service) putBatchDeployment(ctx context.Context, who auth.Principal, d 
 	return s.batchDeploymentView(rec, e)
 }
 
-func (s *Service) batchDeploymentView(rec store.BatchDeployment, e *spec.BatchEndpoint) (*BatchDeployment, error) {
+func (s *Service) batchDeploymentView(rec store.BatchDeployment, e *spec.BatchEndpoint) (*apitypes.BatchDeployment, error) {
 	doc, err := decodeBatchDeployment(rec)
 	if err != nil {
 		return nil, err
 	}
-	return &BatchDeployment{BatchDeployment: doc.Spec, ModelID: doc.ModelID, Default: e.DefaultDeployment() == rec.Name,
-		ProvisioningState: DeploymentSucceeded, Created: rec.Created, Updated: rec.Updated}, nil
+	return &apitypes.BatchDeployment{BatchDeployment: doc.Spec, ModelID: doc.ModelID, Default: e.DefaultDeployment() == rec.Name,
+		ProvisioningState: apitypes.DeploymentSucceeded, Created: rec.Created, Updated: rec.Updated}, nil
 }
 
 // GetBatchDeployment shows a batch deployment.
-func (s *Service) GetBatchDeployment(ctx context.Context, endpoint, name string) (*BatchDeployment, error) {
+func (s *Service) GetBatchDeployment(ctx context.Context, endpoint, name string) (*apitypes.BatchDeployment, error) {
 	rec, err := s.getBatchDeploymentRecord(ctx, endpoint, name)
 	if err != nil {
 		return nil, err
@@ -425,7 +393,7 @@ func (s *Service) GetBatchDeployment(ctx context.Context, endpoint, name string)
 }
 
 // ListBatchDeployments lists a batch endpoint's deployments by name.
-func (s *Service) ListBatchDeployments(ctx context.Context, endpoint string) ([]*BatchDeployment, error) {
+func (s *Service) ListBatchDeployments(ctx context.Context, endpoint string) ([]*apitypes.BatchDeployment, error) {
 	erec, err := s.getBatchEndpointRecord(ctx, endpoint)
 	if err != nil {
 		return nil, err
@@ -438,7 +406,7 @@ func (s *Service) ListBatchDeployments(ctx context.Context, endpoint string) ([]
 	if err != nil {
 		return nil, err
 	}
-	out := []*BatchDeployment{}
+	out := []*apitypes.BatchDeployment{}
 	for _, rec := range recs {
 		v, err := s.batchDeploymentView(rec, e)
 		if err != nil {
@@ -498,7 +466,7 @@ func newBatchJobName(endpoint string) string {
 // InvokeBatchEndpoint starts a batch job on the deployment inv names (the
 // endpoint's default when it names none) over inv's input, and returns
 // the job.
-func (s *Service) InvokeBatchEndpoint(ctx context.Context, who auth.Principal, endpoint string, inv BatchInvocation) (*Job, error) {
+func (s *Service) InvokeBatchEndpoint(ctx context.Context, who auth.Principal, endpoint string, inv apitypes.BatchInvocation) (*apitypes.Job, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot invoke batch endpoints")
 	}
@@ -638,7 +606,7 @@ func (s *Service) addBatchJob(ctx context.Context, endpoint, job string) error {
 
 // ListBatchJobs lists the jobs of a batch endpoint's invocations, newest
 // first.
-func (s *Service) ListBatchJobs(ctx context.Context, endpoint string) ([]*Job, error) {
+func (s *Service) ListBatchJobs(ctx context.Context, endpoint string) ([]*apitypes.Job, error) {
 	rec, err := s.getBatchEndpointRecord(ctx, endpoint)
 	if err != nil {
 		return nil, err
@@ -649,7 +617,7 @@ func (s *Service) ListBatchJobs(ctx context.Context, endpoint string) ([]*Job, e
 			return nil, fmt.Errorf("batch endpoint %s: stored jobs: %w", endpoint, err)
 		}
 	}
-	out := []*Job{}
+	out := []*apitypes.Job{}
 	for i := len(names) - 1; i >= 0; i-- {
 		j, err := s.GetJob(ctx, names[i], false)
 		if CodeOf(err) == CodeNotFound {

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"archive/tar"
 	"bytes"
 	"context"
@@ -96,7 +98,7 @@ func TestRunTokenReadsOnlyItsOwnJobsContent(t *testing.T) {
 		t.Errorf("read back %q", b)
 	}
 	// Nor record it as its outputs, which would make it readable later.
-	if err := s.SetOutputs(ctx, run, "mine", 1, Outputs{Artifacts: theirs}); CodeOf(err) != CodeInvalid {
+	if err := s.SetOutputs(ctx, run, "mine", 1, apitypes.Outputs{Artifacts: theirs}); CodeOf(err) != CodeInvalid {
 		t.Errorf("another job's snapshot as outputs: %v, want refused", err)
 	}
 	s.scopes.forget("mine") // as after a server restart

@@ -1,32 +1,19 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
-
-// Component is a registered command component version as the API shows
-// it. A pipeline step names it as azureml:NAME:VERSION or
-// azureml:NAME@latest.
-type Component struct {
-	ID          string          `json:"id"` // azureml:NAME:VERSION
-	Name        string          `json:"name"`
-	Version     string          `json:"version"`
-	DisplayName string          `json:"display_name,omitempty"`
-	Description string          `json:"description,omitempty"`
-	Hash        string          `json:"hash"`
-	Created     time.Time       `json:"created"`
-	Spec        *spec.Component `json:"spec"`
-}
 
 func (s *Service) components() registry[store.Component] {
 	return registry[store.Component]{what: "component", plural: "components", command: "component",
@@ -34,12 +21,12 @@ func (s *Service) components() registry[store.Component] {
 		key: func(c store.Component) (string, string, bool) { return c.Name, c.Version, false }}
 }
 
-func componentView(rec store.Component) (*Component, error) {
+func componentView(rec store.Component) (*apitypes.Component, error) {
 	var c spec.Component
 	if err := json.Unmarshal(rec.Spec, &c); err != nil {
 		return nil, fmt.Errorf("component %s:%s: stored spec: %w", rec.Name, rec.Version, err)
 	}
-	return &Component{ID: "azureml:" + rec.Name + ":" + rec.Version, Name: rec.Name, Version: rec.Version,
+	return &apitypes.Component{ID: "azureml:" + rec.Name + ":" + rec.Version, Name: rec.Name, Version: rec.Version,
 		DisplayName: c.DisplayName, Description: rec.Description, Hash: rec.Hash, Created: rec.Created, Spec: &c}, nil
 }
 
@@ -72,7 +59,7 @@ func ComponentDigest(c *spec.Component) string {
 // follow the rules of data assets: a version never changes; the same
 // content with no version given is the latest version; a new content
 // with no version gets the next number.
-func (s *Service) CreateComponent(ctx context.Context, who auth.Principal, c *spec.Component) (*Component, error) {
+func (s *Service) CreateComponent(ctx context.Context, who auth.Principal, c *spec.Component) (*apitypes.Component, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot register components")
 	}
@@ -150,7 +137,7 @@ func (s *Service) checkComponentUploads(c *spec.Component, f string) error {
 
 // GetComponent returns one version of a component; version "" or
 // "latest" is the newest.
-func (s *Service) GetComponent(ctx context.Context, name, version string) (*Component, error) {
+func (s *Service) GetComponent(ctx context.Context, name, version string) (*apitypes.Component, error) {
 	rec, err := s.components().lookup(ctx, name, version)
 	if err != nil {
 		return nil, err
@@ -160,12 +147,12 @@ func (s *Service) GetComponent(ctx context.Context, name, version string) (*Comp
 
 // ListComponents returns the versions of every component, or of one, in
 // registration order.
-func (s *Service) ListComponents(ctx context.Context, name string) ([]*Component, error) {
+func (s *Service) ListComponents(ctx context.Context, name string) ([]*apitypes.Component, error) {
 	recs, err := s.st.ListComponents(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	out := []*Component{}
+	out := []*apitypes.Component{}
 	for _, r := range recs {
 		v, err := componentView(r)
 		if err != nil {

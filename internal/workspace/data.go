@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,32 +11,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
-
-// DataAsset is a registered data asset version as the API shows it. Its
-// files are the snapshot Snapshot; `ferry data download` fetches them,
-// and a job input `path: azureml:NAME:VERSION` gets them.
-type DataAsset struct {
-	ID          string            `json:"id"` // azureml:NAME:VERSION, what job inputs name
-	Name        string            `json:"name"`
-	Version     string            `json:"version"`
-	Type        string            `json:"type"` // uri_file | uri_folder
-	Description string            `json:"description,omitempty"`
-	Tags        map[string]string `json:"tags,omitempty"`
-	Snapshot    string            `json:"snapshot,omitempty"`
-	// Path is the remote path (a URL, a blob container's path, a
-	// datastore path) of an asset kept as a reference, which has no
-	// snapshot: jobs fetch it on their nodes.
-	Path     string    `json:"path,omitempty"`
-	Hash     string    `json:"hash"`
-	Archived bool      `json:"archived,omitempty"`
-	Created  time.Time `json:"created"`
-}
 
 // dataSpec is what the store keeps of a data file beside its columns.
 type dataSpec struct {
@@ -42,14 +23,14 @@ type dataSpec struct {
 	Path string            `json:"path,omitempty"` // a remote asset's path
 }
 
-func dataView(rec store.DataAsset) (*DataAsset, error) {
+func dataView(rec store.DataAsset) (*apitypes.DataAsset, error) {
 	var ds dataSpec
 	if len(rec.Spec) > 0 {
 		if err := json.Unmarshal(rec.Spec, &ds); err != nil {
 			return nil, fmt.Errorf("data asset %s:%s: stored spec: %w", rec.Name, rec.Version, err)
 		}
 	}
-	return &DataAsset{ID: "azureml:" + rec.Name + ":" + rec.Version, Name: rec.Name, Version: rec.Version,
+	return &apitypes.DataAsset{ID: "azureml:" + rec.Name + ":" + rec.Version, Name: rec.Name, Version: rec.Version,
 		Type: rec.Type, Description: rec.Description, Tags: ds.Tags, Snapshot: rec.Snapshot, Path: ds.Path,
 		Hash: rec.Hash, Archived: rec.Archived, Created: rec.Created}, nil
 }
@@ -71,7 +52,7 @@ func dataHash(f *spec.DataFile, snap string) string {
 // immutable, the same content under the same version (or under no
 // version, when it is the latest's) is that version, and other content
 // under an existing version is refused.
-func (s *Service) CreateData(ctx context.Context, who auth.Principal, f *spec.DataFile, snap string) (*DataAsset, error) {
+func (s *Service) CreateData(ctx context.Context, who auth.Principal, f *spec.DataFile, snap string) (*apitypes.DataAsset, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot register data assets")
 	}
@@ -153,7 +134,7 @@ func (s *Service) CreateData(ctx context.Context, who auth.Principal, f *spec.Da
 
 // GetData returns one version of a data asset, archived or not; version
 // "" or "latest" is the newest one not archived.
-func (s *Service) GetData(ctx context.Context, name, version string) (*DataAsset, error) {
+func (s *Service) GetData(ctx context.Context, name, version string) (*apitypes.DataAsset, error) {
 	rec, err := s.dataAssets().lookup(ctx, name, version)
 	if err != nil {
 		return nil, err
@@ -163,12 +144,12 @@ func (s *Service) GetData(ctx context.Context, name, version string) (*DataAsset
 
 // ListData returns the versions of every data asset, or of one, in
 // registration order; archived versions only when includeArchived.
-func (s *Service) ListData(ctx context.Context, name string, includeArchived bool) ([]*DataAsset, error) {
+func (s *Service) ListData(ctx context.Context, name string, includeArchived bool) ([]*apitypes.DataAsset, error) {
 	recs, err := s.st.ListData(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	out := []*DataAsset{}
+	out := []*apitypes.DataAsset{}
 	for _, r := range s.dataAssets().visible(recs, includeArchived) {
 		v, err := dataView(r)
 		if err != nil {
@@ -182,7 +163,7 @@ func (s *Service) ListData(ctx context.Context, name string, includeArchived boo
 // ArchiveData archives (archived true) or restores one version. An
 // archived version keeps its files and can still be shown, downloaded and
 // named by its version, but is no longer listed or the latest.
-func (s *Service) ArchiveData(ctx context.Context, who auth.Principal, name, version string, archived bool) (*DataAsset, error) {
+func (s *Service) ArchiveData(ctx context.Context, who auth.Principal, name, version string, archived bool) (*apitypes.DataAsset, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot archive data assets")
 	}

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"testing"
 
@@ -11,7 +13,7 @@ func dataFile(name, version, typ string) *spec.DataFile {
 	return &spec.DataFile{Name: name, Version: version, Type: typ, Path: "./data", Tags: map[string]string{"stage": "dev"}}
 }
 
-func mustCreateData(t *testing.T, s *Service, f *spec.DataFile, snap string) *DataAsset {
+func mustCreateData(t *testing.T, s *Service, f *spec.DataFile, snap string) *apitypes.DataAsset {
 	t.Helper()
 	d, err := s.CreateData(context.Background(), owner, f, snap)
 	if err != nil {

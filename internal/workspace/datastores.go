@@ -1,13 +1,14 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -20,37 +21,21 @@ import (
 // host (the local target, process nodes) can read.
 const DefaultDatastore = "workspaceblobstore"
 
-// Datastore is a datastore as the API shows it: its file less its
-// credentials, which are never kept.
-type Datastore struct {
-	Name string              `json:"name"`
-	Type string              `json:"type"`
-	Spec *spec.DatastoreFile `json:"spec"`
-	// BuiltIn marks the default workspaceblobstore while none of that
-	// name was created.
-	BuiltIn bool `json:"built_in,omitempty"`
-	// CredentialsNotKept names the credentials the file gave, in the
-	// answer to its creation only: Ferry reads storage anonymously.
-	CredentialsNotKept []string   `json:"credentials_not_kept,omitempty"`
-	Created            *time.Time `json:"created,omitempty"`
-	Updated            *time.Time `json:"updated,omitempty"`
-}
-
-func datastoreView(rec store.Datastore) (*Datastore, error) {
+func datastoreView(rec store.Datastore) (*apitypes.Datastore, error) {
 	var f spec.DatastoreFile
 	if err := json.Unmarshal(rec.Spec, &f); err != nil {
 		return nil, fmt.Errorf("datastore %s: stored spec: %w", rec.Name, err)
 	}
-	return &Datastore{Name: rec.Name, Type: rec.Type, Spec: &f, Created: timePtr(rec.Created), Updated: timePtr(rec.Updated)}, nil
+	return &apitypes.Datastore{Name: rec.Name, Type: rec.Type, Spec: &f, Created: timePtr(rec.Created), Updated: timePtr(rec.Updated)}, nil
 }
 
 // builtinDatastore is workspaceblobstore before one is created, or nil
 // when the server has no folder for it.
-func (s *Service) builtinDatastore() *Datastore {
+func (s *Service) builtinDatastore() *apitypes.Datastore {
 	if s.cfg.DefaultDatastoreDir == "" {
 		return nil
 	}
-	return &Datastore{Name: DefaultDatastore, Type: "local_folder", BuiltIn: true, Spec: &spec.DatastoreFile{
+	return &apitypes.Datastore{Name: DefaultDatastore, Type: "local_folder", BuiltIn: true, Spec: &spec.DatastoreFile{
 		Name: DefaultDatastore, Type: "local_folder", Path: s.cfg.DefaultDatastoreDir,
 		Description: "Ferry's default datastore: a folder in the server's work directory, readable by the jobs of its host; create a datastore named workspaceblobstore to point it elsewhere",
 	}}
@@ -58,7 +43,7 @@ func (s *Service) builtinDatastore() *Datastore {
 
 // CreateDatastore stores a datastore, or replaces the one of that name
 // (as `az ml datastore create` updates). Its credentials are not kept.
-func (s *Service) CreateDatastore(ctx context.Context, who auth.Principal, f *spec.DatastoreFile) (*Datastore, error) {
+func (s *Service) CreateDatastore(ctx context.Context, who auth.Principal, f *spec.DatastoreFile) (*apitypes.Datastore, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot create datastores")
 	}
@@ -92,7 +77,7 @@ func (s *Service) CreateDatastore(ctx context.Context, who auth.Principal, f *sp
 }
 
 // GetDatastore returns a datastore by name.
-func (s *Service) GetDatastore(ctx context.Context, name string) (*Datastore, error) {
+func (s *Service) GetDatastore(ctx context.Context, name string) (*apitypes.Datastore, error) {
 	rec, err := s.st.GetDatastore(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		if name == DefaultDatastore {
@@ -111,12 +96,12 @@ func (s *Service) GetDatastore(ctx context.Context, name string) (*Datastore, er
 
 // ListDatastores returns every datastore by name, the built-in
 // workspaceblobstore among them while none of that name was created.
-func (s *Service) ListDatastores(ctx context.Context) ([]*Datastore, error) {
+func (s *Service) ListDatastores(ctx context.Context) ([]*apitypes.Datastore, error) {
 	recs, err := s.st.ListDatastores(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := []*Datastore{}
+	out := []*apitypes.Datastore{}
 	builtin := s.builtinDatastore()
 	for _, r := range recs {
 		v, err := datastoreView(r)
@@ -130,7 +115,7 @@ func (s *Service) ListDatastores(ctx context.Context) ([]*Datastore, error) {
 	}
 	if builtin != nil {
 		out = append(out, builtin)
-		slices.SortFunc(out, func(a, b *Datastore) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortFunc(out, func(a, b *apitypes.Datastore) int { return strings.Compare(a.Name, b.Name) })
 	}
 	return out, nil
 }

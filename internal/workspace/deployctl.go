@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"cmp"
 	"context"
@@ -180,11 +182,11 @@ func (c *deployCtl) endedJobs(endpoint, name string) []string {
 	return slices.Clone(c.ended[endpoint+"/"+name])
 }
 
-func (c *deployCtl) replicaView(ctx context.Context, s *Service, r replicaRec) DeploymentReplica {
-	v := DeploymentReplica{Job: r.Job, Generation: r.Generation, State: ReplicaPreparing}
+func (c *deployCtl) replicaView(ctx context.Context, s *Service, r replicaRec) apitypes.DeploymentReplica {
+	v := apitypes.DeploymentReplica{Job: r.Job, Generation: r.Generation, State: apitypes.ReplicaPreparing}
 	if j, err := s.st.GetJob(ctx, r.Job); err == nil {
 		v.JobStatus = j.Status
-		if j.Status == StatusQueued || j.Status == StatusPreparing {
+		if j.Status == apitypes.StatusQueued || j.Status == apitypes.StatusPreparing {
 			v.Reason = j.StatusReason
 		}
 	} else {
@@ -196,11 +198,11 @@ func (c *deployCtl) replicaView(ctx context.Context, s *Service, r replicaRec) D
 		v.Address, v.Socket, v.WorkerSockets = l.address, l.socket, l.workers
 		switch {
 		case !l.draining.IsZero():
-			v.State = ReplicaDraining
+			v.State = apitypes.ReplicaDraining
 		case l.ready:
-			v.State = ReplicaReady
+			v.State = apitypes.ReplicaReady
 		case l.everUp:
-			v.State = ReplicaNotReady
+			v.State = apitypes.ReplicaNotReady
 		}
 	}
 	return v
@@ -224,9 +226,9 @@ func (s *Service) ColdStart(ctx context.Context, endpoint, deployment string) er
 		return fmt.Errorf("deployment %s: %w", deployment, err)
 	}
 	switch rec.State {
-	case DeploymentFailed:
+	case apitypes.DeploymentFailed:
 		return fmt.Errorf("deployment %s failed: %s", deployment, firstLine(rec.Reason))
-	case DeploymentDeleting:
+	case apitypes.DeploymentDeleting:
 		return fmt.Errorf("deployment %s is being deleted", deployment)
 	}
 	key := endpoint + "/" + deployment
@@ -405,7 +407,7 @@ func (s *Service) reconcileDeployment(ctx context.Context, endpoint, name string
 	}
 	key := endpoint + "/" + name
 	_, hasEndpoint := endpoints[endpoint]
-	deleting := rec.State == DeploymentDeleting || !hasEndpoint
+	deleting := rec.State == apitypes.DeploymentDeleting || !hasEndpoint
 	if doc.Kube {
 		return s.reconcileKubeDeployment(ctx, rec, doc, set, deleting)
 	}
@@ -431,8 +433,8 @@ func (s *Service) reconcileDeployment(ctx context.Context, endpoint, name string
 		r.Submitted = true
 		c.mu.Lock()
 		l := c.live(r.Job, key)
-		if IsTerminal(j.Status) {
-			if !l.everUp && l.draining.IsZero() && !l.canceled && r.Generation == doc.Generation && j.Status != StatusCanceled {
+		if apitypes.IsTerminal(j.Status) {
+			if !l.everUp && l.draining.IsZero() && !l.canceled && r.Generation == doc.Generation && j.Status != apitypes.StatusCanceled {
 				set.Failures++
 				lastFailure = s.replicaFailure(j)
 			}
@@ -461,15 +463,15 @@ func (s *Service) reconcileDeployment(ctx context.Context, endpoint, name string
 	set.Replicas = kept
 
 	// 2. Failures.
-	if lastFailure != "" && !deleting && rec.State != DeploymentFailed &&
-		(rec.State == DeploymentCreating || rec.State == DeploymentUpdating || set.Failures >= replicaFailuresToFail) {
-		rec.State, rec.Reason = DeploymentFailed, lastFailure
+	if lastFailure != "" && !deleting && rec.State != apitypes.DeploymentFailed &&
+		(rec.State == apitypes.DeploymentCreating || rec.State == apitypes.DeploymentUpdating || set.Failures >= replicaFailuresToFail) {
+		rec.State, rec.Reason = apitypes.DeploymentFailed, lastFailure
 		s.log.Error("deployment failed", "endpoint", endpoint, "deployment", name, "reason", firstLine(lastFailure))
 	}
 
 	// 3. How many it wants, and of which generation.
 	want := 0
-	if !deleting && rec.State != DeploymentFailed {
+	if !deleting && rec.State != apitypes.DeploymentFailed {
 		want = s.wantReplicas(key, doc, set, rec.Updated, now)
 	}
 	var cur, old []replicaRec
@@ -497,7 +499,7 @@ func (s *Service) reconcileDeployment(ctx context.Context, endpoint, name string
 		}
 	}
 	switch {
-	case rec.State == DeploymentFailed:
+	case rec.State == apitypes.DeploymentFailed:
 		// A failed generation stops; what serves keeps serving.
 		for _, r := range cur {
 			if !c.live(r.Job, key).ready {
@@ -520,7 +522,7 @@ func (s *Service) reconcileDeployment(ctx context.Context, endpoint, name string
 			drain(r)
 		}
 	}
-	if deleting || (rec.State != DeploymentFailed && readyCur >= want) {
+	if deleting || (rec.State != apitypes.DeploymentFailed && readyCur >= want) {
 		for _, r := range old {
 			drain(r)
 		}
@@ -539,11 +541,11 @@ func (s *Service) reconcileDeployment(ctx context.Context, endpoint, name string
 
 	// 5. State.
 	switch rec.State {
-	case DeploymentCreating, DeploymentUpdating:
+	case apitypes.DeploymentCreating, apitypes.DeploymentUpdating:
 		// Succeeded once the old generation's replicas are gone, not only
 		// out of routing: a client told Succeeded gets the new version.
 		if readyCur >= want && oldLeft == 0 {
-			rec.State = DeploymentSucceeded
+			rec.State = apitypes.DeploymentSucceeded
 			s.log.Info("deployment succeeded", "endpoint", endpoint, "deployment", name, "replicas", readyCur, "generation", doc.Generation)
 		}
 	}
@@ -585,7 +587,7 @@ func (s *Service) reconcileDeployment(ctx context.Context, endpoint, name string
 	for _, r := range pending {
 		if err := s.submitReplica(ctx, rec, doc, r); err != nil {
 			s.log.Error("replica not started", "endpoint", endpoint, "deployment", name, "job", r.Job, "err", err)
-			rec.State, rec.Reason = DeploymentFailed, fmt.Sprintf("replica %s could not be started: %v", r.Job, err)
+			rec.State, rec.Reason = apitypes.DeploymentFailed, fmt.Sprintf("replica %s could not be started: %v", r.Job, err)
 			set.Replicas = slices.DeleteFunc(set.Replicas, func(x replicaRec) bool { return x.Job == r.Job })
 			continue
 		}

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,7 +13,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/environment"
@@ -31,87 +32,8 @@ import (
 // count the deployment wants, probes them, routes the ready ones, rolls
 // updates and scales.
 
-// Provisioning states of a deployment, as Azure names them.
-const (
-	DeploymentCreating  = "Creating"
-	DeploymentUpdating  = "Updating"
-	DeploymentSucceeded = "Succeeded"
-	DeploymentFailed    = "Failed"
-	DeploymentDeleting  = "Deleting"
-)
-
-// DeploymentUploads are the snapshots the CLI uploaded for a deployment:
-// its code folder, an inline model's files, and the files an inline
-// environment refers to.
-type DeploymentUploads struct {
-	CodeSnapshot        string `json:"code_snapshot"`
-	ModelSnapshot       string `json:"model_snapshot,omitempty"`
-	EnvironmentSnapshot string `json:"environment_snapshot,omitempty"`
-}
-
-// OnlineDeployment is a deployment as the API shows it: its file, where
-// its replicas run, its state and its replicas.
-type OnlineDeployment struct {
-	*spec.OnlineDeployment
-	// ModelID is the registered model it serves (azureml:NAME:VERSION);
-	// empty for an inline model.
-	ModelID           string `json:"model_id,omitempty"`
-	Compute           string `json:"compute"`
-	Local             bool   `json:"local,omitempty"`
-	ProvisioningState string `json:"provisioning_state"`
-	// Reason says why the deployment failed (for example the traceback
-	// of the scoring script's init()).
-	Reason   string              `json:"reason,omitempty"`
-	Replicas []DeploymentReplica `json:"replicas"`
-	Stats    *DeploymentStats    `json:"stats,omitempty"`
-	Created  time.Time           `json:"created"`
-	Updated  time.Time           `json:"updated"`
-}
-
-// The states of a replica.
-const (
-	// ReplicaPreparing: its job is queued or preparing, or its server
-	// has not answered yet.
-	ReplicaPreparing = "Preparing"
-	// ReplicaReady: it takes requests.
-	ReplicaReady = "Ready"
-	// ReplicaNotReady: it was ready, and its readiness probe now fails;
-	// it takes no requests until it passes again.
-	ReplicaNotReady = "NotReady"
-	// ReplicaDraining: it takes no new requests, finishes those it has,
-	// then stops (scaled down, replaced by an update, or deleted).
-	ReplicaDraining = "Draining"
-)
-
-// DeploymentReplica is one replica: its job and where it stands.
-type DeploymentReplica struct {
-	Job        string `json:"job"`
-	Generation int    `json:"generation"`
-	State      string `json:"state"` // Replica*
-	Address    string `json:"address,omitempty"`
-	// Socket is the Unix socket the gateway reaches the replica at, when
-	// the replica runs on the server's host; otherwise it uses Address.
-	Socket string `json:"socket,omitempty"`
-	// WorkerSockets are its workers' own sockets, where the gateway sends
-	// its requests when it has them (balancing across the workers
-	// itself); otherwise requests go to Socket or Address.
-	WorkerSockets []string `json:"worker_sockets,omitempty"`
-	// JobStatus is its job's status and, while it waits, why.
-	JobStatus string `json:"job_status"`
-	Reason    string `json:"reason,omitempty"`
-}
-
-// DeploymentStats are a deployment's request counts and latencies at the
-// gateway since the server started.
-type DeploymentStats struct {
-	Requests int64   `json:"requests"`
-	Errors   int64   `json:"errors"`
-	P50MS    float64 `json:"p50_ms"`
-	P99MS    float64 `json:"p99_ms"`
-}
-
-func statsOf(l DeploymentLoad) *DeploymentStats {
-	return &DeploymentStats{Requests: l.Requests, Errors: l.Errors,
+func statsOf(l DeploymentLoad) *apitypes.DeploymentStats {
+	return &apitypes.DeploymentStats{Requests: l.Requests, Errors: l.Errors,
 		P50MS: float64(l.P50.Microseconds()) / 1000, P99MS: float64(l.P99.Microseconds()) / 1000}
 }
 
@@ -130,7 +52,7 @@ type deploymentDoc struct {
 	// does; empty for a model that is a file, which is there by its own
 	// name.
 	ModelFolder string `json:"model_folder,omitempty"`
-	DeploymentUploads
+	apitypes.DeploymentUploads
 	// Generation counts the deployment's specs: an update that changes
 	// what replicas run makes a new generation, rolled out beside the old.
 	Generation int `json:"generation"`
@@ -166,7 +88,7 @@ type replicaRec struct {
 
 // DeploymentChange is an update's options beyond the file.
 type DeploymentChange struct {
-	Uploads DeploymentUploads
+	Uploads apitypes.DeploymentUploads
 }
 
 func decodeDeployment(rec store.Deployment) (*deploymentDoc, *replicaSet, error) {
@@ -202,7 +124,7 @@ func newDeploymentID() string {
 // model, its environment, its snapshots, where it runs) and fills doc.
 // prev is the deployment's current doc when d updates it (nil on
 // create): an update keeps it on the kind of node it runs on.
-func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeployment, up DeploymentUploads, local bool, prev, doc *deploymentDoc) error {
+func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeployment, up apitypes.DeploymentUploads, local bool, prev, doc *deploymentDoc) error {
 	erec, err := s.getEndpointRecord(ctx, d.EndpointName)
 	if err != nil {
 		return err
@@ -294,7 +216,7 @@ func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeploymen
 // controller starts its replicas and moves it to Succeeded once they are
 // ready, or Failed with the reason. local runs one replica on this
 // machine's local target instead of pool nodes of its instance_type.
-func (s *Service) CreateOnlineDeployment(ctx context.Context, who auth.Principal, d *spec.OnlineDeployment, up DeploymentUploads, local bool) (*OnlineDeployment, error) {
+func (s *Service) CreateOnlineDeployment(ctx context.Context, who auth.Principal, d *spec.OnlineDeployment, up apitypes.DeploymentUploads, local bool) (*apitypes.OnlineDeployment, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot create deployments")
 	}
@@ -315,7 +237,7 @@ func (s *Service) CreateOnlineDeployment(ctx context.Context, who auth.Principal
 		return nil, err
 	}
 	now := s.now()
-	rec := store.Deployment{Endpoint: d.EndpointName, Name: d.Name, State: DeploymentCreating, Created: now, Updated: now}
+	rec := store.Deployment{Endpoint: d.EndpointName, Name: d.Name, State: apitypes.DeploymentCreating, Created: now, Updated: now}
 	if err := encodeDeployment(&rec, doc, &replicaSet{Next: 1}); err != nil {
 		return nil, err
 	}
@@ -338,7 +260,7 @@ func (s *Service) CreateOnlineDeployment(ctx context.Context, who auth.Principal
 // drain (take no new requests, finish theirs, stop) only once every new
 // one is ready, so no request fails. A deployment that is not Succeeded
 // or Failed cannot be changed until it is.
-func (s *Service) UpdateOnlineDeployment(ctx context.Context, who auth.Principal, d *spec.OnlineDeployment, ch DeploymentChange) (*OnlineDeployment, error) {
+func (s *Service) UpdateOnlineDeployment(ctx context.Context, who auth.Principal, d *spec.OnlineDeployment, ch DeploymentChange) (*apitypes.OnlineDeployment, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot change deployments")
 	}
@@ -360,7 +282,7 @@ func (s *Service) UpdateOnlineDeployment(ctx context.Context, who auth.Principal
 		return nil, err
 	}
 	switch rec.State {
-	case DeploymentSucceeded, DeploymentFailed:
+	case apitypes.DeploymentSucceeded, apitypes.DeploymentFailed:
 	default:
 		return nil, Conflict("deployment %s is %s; wait until it is Succeeded or Failed (ferry online-deployment show), then update it", d.Name, rec.State)
 	}
@@ -371,14 +293,14 @@ func (s *Service) UpdateOnlineDeployment(ctx context.Context, who auth.Principal
 	if err := s.resolveDeployment(ctx, d, ch.Uploads, doc.Local, doc, next); err != nil {
 		return nil, err
 	}
-	if rollingChange(doc, next) || rec.State == DeploymentFailed {
+	if rollingChange(doc, next) || rec.State == apitypes.DeploymentFailed {
 		next.Generation++
 		set.Failures = 0
 	}
 	if !sameScale(doc.Spec, d) {
 		set.Target = nil
 	}
-	rec.State, rec.Reason, rec.Updated = DeploymentUpdating, "", s.now()
+	rec.State, rec.Reason, rec.Updated = apitypes.DeploymentUpdating, "", s.now()
 	if err := encodeDeployment(&rec, next, set); err != nil {
 		return nil, err
 	}
@@ -433,7 +355,7 @@ func (s *Service) getDeploymentRecord(ctx context.Context, endpoint, name string
 }
 
 // GetOnlineDeployment shows a deployment.
-func (s *Service) GetOnlineDeployment(ctx context.Context, endpoint, name string) (*OnlineDeployment, error) {
+func (s *Service) GetOnlineDeployment(ctx context.Context, endpoint, name string) (*apitypes.OnlineDeployment, error) {
 	rec, err := s.getDeploymentRecord(ctx, endpoint, name)
 	if err != nil {
 		return nil, err
@@ -442,7 +364,7 @@ func (s *Service) GetOnlineDeployment(ctx context.Context, endpoint, name string
 }
 
 // ListOnlineDeployments lists an endpoint's deployments by name.
-func (s *Service) ListOnlineDeployments(ctx context.Context, endpoint string) ([]*OnlineDeployment, error) {
+func (s *Service) ListOnlineDeployments(ctx context.Context, endpoint string) ([]*apitypes.OnlineDeployment, error) {
 	if _, err := s.getEndpointRecord(ctx, endpoint); err != nil {
 		return nil, err
 	}
@@ -450,7 +372,7 @@ func (s *Service) ListOnlineDeployments(ctx context.Context, endpoint string) ([
 	if err != nil {
 		return nil, err
 	}
-	out := []*OnlineDeployment{}
+	out := []*apitypes.OnlineDeployment{}
 	for _, rec := range recs {
 		v, err := s.deploymentView(rec)
 		if err != nil {
@@ -485,7 +407,7 @@ func (s *Service) DeleteOnlineDeployment(ctx context.Context, who auth.Principal
 	if p := e.Traffic[name]; p > 0 {
 		return Conflict("deployment %s takes %d%% of endpoint %s's traffic; move it first (ferry online-endpoint update --name %s --traffic \"%s\"), then delete the deployment", name, p, endpoint, endpoint, spec.FormatTraffic(withoutKey(e.Traffic, name)))
 	}
-	if rec.State == DeploymentDeleting {
+	if rec.State == apitypes.DeploymentDeleting {
 		return nil
 	}
 	// The endpoint forgets the deployment: its mirror and a traffic
@@ -502,7 +424,7 @@ func (s *Service) DeleteOnlineDeployment(ctx context.Context, who auth.Principal
 			return err
 		}
 	}
-	rec.State, rec.Updated = DeploymentDeleting, s.now()
+	rec.State, rec.Updated = apitypes.DeploymentDeleting, s.now()
 	if err := s.writeDeployment(ctx, rec); err != nil {
 		return err
 	}
@@ -575,14 +497,14 @@ func lastLines(text string, n int) string {
 	return strings.Join(parts, "\n") + "\n"
 }
 
-func (s *Service) deploymentView(rec store.Deployment) (*OnlineDeployment, error) {
+func (s *Service) deploymentView(rec store.Deployment) (*apitypes.OnlineDeployment, error) {
 	doc, set, err := decodeDeployment(rec)
 	if err != nil {
 		return nil, err
 	}
-	v := &OnlineDeployment{
+	v := &apitypes.OnlineDeployment{
 		OnlineDeployment: doc.Spec, ModelID: doc.ModelID, Compute: doc.Compute, Local: doc.Local,
-		ProvisioningState: rec.State, Reason: rec.Reason, Replicas: []DeploymentReplica{},
+		ProvisioningState: rec.State, Reason: rec.Reason, Replicas: []apitypes.DeploymentReplica{},
 		Created: rec.Created, Updated: rec.Updated,
 	}
 	for _, r := range set.Replicas {
@@ -621,7 +543,7 @@ func (s *Service) checkTrafficTargets(ctx context.Context, e *spec.OnlineEndpoin
 				return Invalid("%s.%s: endpoint %s has no deployment %s (it has none yet); deployments come first (ferry online-deployment create), then the traffic that goes to them", field.name, d, e.Name, d)
 			case !ok:
 				return Invalid("%s.%s: endpoint %s has no deployment %s; it has %s", field.name, d, e.Name, d, strings.Join(slices.Sorted(maps.Keys(have)), ", "))
-			case state == DeploymentDeleting && field.t[d] > 0:
+			case state == apitypes.DeploymentDeleting && field.t[d] > 0:
 				return Invalid("%s.%s: deployment %s is being deleted", field.name, d, d)
 			}
 		}

@@ -1,7 +1,8 @@
 package workspace
 
 import (
-	"cmp"
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -55,47 +56,6 @@ type RoutedEndpoint struct {
 	Deployments map[string]RoutedDeployment
 }
 
-// OnlineEndpoint is an online endpoint as the API shows it: never its
-// keys (GetEndpointCredentials is the one place they are given).
-type OnlineEndpoint struct {
-	Name                string            `json:"name"`
-	Description         string            `json:"description,omitempty"`
-	Tags                map[string]string `json:"tags,omitempty"`
-	Properties          map[string]string `json:"properties,omitempty"`
-	AuthMode            string            `json:"auth_mode"`
-	Traffic             map[string]int    `json:"traffic"`
-	MirrorTraffic       map[string]int    `json:"mirror_traffic"`
-	ScoringURI          string            `json:"scoring_uri"`
-	ProvisioningState   string            `json:"provisioning_state"`
-	PublicNetworkAccess string            `json:"public_network_access,omitempty"`
-	Identity            *spec.Identity    `json:"identity,omitempty"`
-	// Compute is the kubernetes compute the endpoint's deployments run on
-	// (azureml:NAME), but for managedOnlineDeployments; "" for a managed
-	// endpoint.
-	Compute string `json:"compute,omitempty"`
-	// Deployments are the gateway's counts of each deployment's requests
-	// since the server started; those that had none are left out.
-	Deployments map[string]*DeploymentStats `json:"deployment_stats,omitempty"`
-	Created     time.Time                   `json:"created"`
-	Updated     time.Time                   `json:"updated"`
-}
-
-// EndpointKeys are an endpoint's credentials, named as `az ml
-// online-endpoint get-credentials` prints them: the two keys of an
-// endpoint with auth_mode key, or a token (and when it expires) of one
-// with auth_mode aml_token.
-type EndpointKeys struct {
-	PrimaryKey          string `json:"primaryKey,omitempty"`
-	SecondaryKey        string `json:"secondaryKey,omitempty"`
-	AccessToken         string `json:"accessToken,omitempty"`
-	TokenType           string `json:"tokenType,omitempty"`
-	ExpiryTimeUTC       int64  `json:"expiryTimeUtc,omitempty"`
-	RefreshAfterTimeUTC int64  `json:"refreshAfterTimeUtc,omitempty"`
-}
-
-// Credential is what a client sends: the primary key, or the token.
-func (k *EndpointKeys) Credential() string { return cmp.Or(k.PrimaryKey, k.AccessToken) }
-
 // EndpointTokenLifetime is how long an aml_token endpoint's token is
 // good for, as Azure's are.
 const EndpointTokenLifetime = 24 * time.Hour
@@ -108,7 +68,7 @@ func tokenLabel(endpoint string) string { return "endpoint/" + endpoint + "/aml_
 // sealed (authenticated encryption) with the workspace key, so only this
 // workspace can make one and a changed one does not open. Like Azure's,
 // it cannot be revoked: it ends when it expires.
-func (s *Service) newEndpointToken(endpoint string) (*EndpointKeys, error) {
+func (s *Service) newEndpointToken(endpoint string) (*apitypes.EndpointKeys, error) {
 	if s.cfg.Secrets == nil {
 		return nil, Invalid("this server has no workspace key to sign endpoint tokens with")
 	}
@@ -118,7 +78,7 @@ func (s *Service) newEndpointToken(endpoint string) (*EndpointKeys, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &EndpointKeys{AccessToken: tok, TokenType: "Bearer", ExpiryTimeUTC: exp.Unix(),
+	return &apitypes.EndpointKeys{AccessToken: tok, TokenType: "Bearer", ExpiryTimeUTC: exp.Unix(),
 		RefreshAfterTimeUTC: now.Add(EndpointTokenLifetime / 2).Unix()}, nil
 }
 
@@ -134,17 +94,6 @@ func (s *Service) CheckEndpointToken(endpoint, token string) bool {
 	}
 	exp, err := strconv.ParseInt(string(raw), 10, 64)
 	return err == nil && s.now().Unix() < exp
-}
-
-// EndpointUpdate changes an endpoint: a nil field keeps what the endpoint
-// has; an empty, non-nil map clears it. AuthMode, when given, must be the
-// endpoint's (it cannot change).
-type EndpointUpdate struct {
-	Description   *string           `json:"description,omitempty"`
-	Tags          map[string]string `json:"tags"`
-	Traffic       map[string]int    `json:"traffic"`
-	MirrorTraffic map[string]int    `json:"mirror_traffic"`
-	AuthMode      string            `json:"auth_mode,omitempty"`
 }
 
 // keyLabel binds a sealed key to its endpoint and slot, so that a sealed
@@ -194,7 +143,7 @@ func endpointSpecOf(rec store.Endpoint) (*spec.OnlineEndpoint, error) {
 	return &e, nil
 }
 
-func (s *Service) endpointView(rec store.Endpoint) (*OnlineEndpoint, error) {
+func (s *Service) endpointView(rec store.Endpoint) (*apitypes.OnlineEndpoint, error) {
 	e, err := endpointSpecOf(rec)
 	if err != nil {
 		return nil, err
@@ -205,7 +154,7 @@ func (s *Service) endpointView(rec store.Endpoint) (*OnlineEndpoint, error) {
 		}
 		return m
 	}
-	v := &OnlineEndpoint{
+	v := &apitypes.OnlineEndpoint{
 		Name: rec.Name, Description: e.Description, Tags: e.Tags, Properties: e.Properties,
 		AuthMode: e.AuthMode, Traffic: orEmpty(e.Traffic), MirrorTraffic: orEmpty(e.MirrorTraffic),
 		ScoringURI:        s.cfg.APIURL + "/endpoints/" + rec.Name + "/score",
@@ -218,7 +167,7 @@ func (s *Service) endpointView(rec store.Endpoint) (*OnlineEndpoint, error) {
 				continue
 			}
 			if v.Deployments == nil {
-				v.Deployments = map[string]*DeploymentStats{}
+				v.Deployments = map[string]*apitypes.DeploymentStats{}
 			}
 			v.Deployments[name] = statsOf(l)
 		}
@@ -273,7 +222,7 @@ func (s *Service) routeEndpoints(ctx context.Context) error {
 
 // CreateOnlineEndpoint stores an endpoint from its file and makes its
 // primary and secondary keys.
-func (s *Service) CreateOnlineEndpoint(ctx context.Context, who auth.Principal, e *spec.OnlineEndpoint) (*OnlineEndpoint, error) {
+func (s *Service) CreateOnlineEndpoint(ctx context.Context, who auth.Principal, e *spec.OnlineEndpoint) (*apitypes.OnlineEndpoint, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot create endpoints")
 	}
@@ -327,7 +276,7 @@ func (s *Service) getEndpointRecord(ctx context.Context, name string) (store.End
 }
 
 // GetOnlineEndpoint shows an endpoint.
-func (s *Service) GetOnlineEndpoint(ctx context.Context, name string) (*OnlineEndpoint, error) {
+func (s *Service) GetOnlineEndpoint(ctx context.Context, name string) (*apitypes.OnlineEndpoint, error) {
 	rec, err := s.getEndpointRecord(ctx, name)
 	if err != nil {
 		return nil, err
@@ -336,12 +285,12 @@ func (s *Service) GetOnlineEndpoint(ctx context.Context, name string) (*OnlineEn
 }
 
 // ListOnlineEndpoints lists the endpoints by name.
-func (s *Service) ListOnlineEndpoints(ctx context.Context) ([]*OnlineEndpoint, error) {
+func (s *Service) ListOnlineEndpoints(ctx context.Context) ([]*apitypes.OnlineEndpoint, error) {
 	recs, err := s.st.ListEndpoints(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := []*OnlineEndpoint{}
+	out := []*apitypes.OnlineEndpoint{}
 	for _, rec := range recs {
 		v, err := s.endpointView(rec)
 		if err != nil {
@@ -354,7 +303,7 @@ func (s *Service) ListOnlineEndpoints(ctx context.Context) ([]*OnlineEndpoint, e
 
 // UpdateOnlineEndpoint changes an endpoint's description, tags, traffic
 // and mirror traffic; the split is checked as a new endpoint's is.
-func (s *Service) UpdateOnlineEndpoint(ctx context.Context, who auth.Principal, name string, u EndpointUpdate) (*OnlineEndpoint, error) {
+func (s *Service) UpdateOnlineEndpoint(ctx context.Context, who auth.Principal, name string, u apitypes.EndpointUpdate) (*apitypes.OnlineEndpoint, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot change endpoints")
 	}
@@ -432,8 +381,8 @@ func (s *Service) DeleteOnlineEndpoint(ctx context.Context, who auth.Principal, 
 	// Its deployments go with it: the controller stops their replicas
 	// and removes them.
 	for _, d := range deps {
-		if d.State != DeploymentDeleting {
-			d.State, d.Updated = DeploymentDeleting, s.now()
+		if d.State != apitypes.DeploymentDeleting {
+			d.State, d.Updated = apitypes.DeploymentDeleting, s.now()
 			if err := s.st.UpdateDeployment(ctx, d); err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
 			}
@@ -449,7 +398,7 @@ func (s *Service) DeleteOnlineEndpoint(ctx context.Context, who auth.Principal, 
 
 // GetEndpointCredentials returns an endpoint's keys: the one place they
 // leave the server. Owner only.
-func (s *Service) GetEndpointCredentials(ctx context.Context, who auth.Principal, name string) (*EndpointKeys, error) {
+func (s *Service) GetEndpointCredentials(ctx context.Context, who auth.Principal, name string) (*apitypes.EndpointKeys, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("only the workspace owner may read an endpoint's keys")
 	}
@@ -468,13 +417,13 @@ func (s *Service) GetEndpointCredentials(ctx context.Context, who auth.Principal
 	if err != nil {
 		return nil, err
 	}
-	return &EndpointKeys{PrimaryKey: keys[0].Reveal(), SecondaryKey: keys[1].Reveal()}, nil
+	return &apitypes.EndpointKeys{PrimaryKey: keys[0].Reveal(), SecondaryKey: keys[1].Reveal()}, nil
 }
 
 // RegenerateEndpointKey replaces an endpoint's primary or secondary key:
 // the old one stops working at once, the other key goes on working (so
 // clients move to it first, as with Azure's).
-func (s *Service) RegenerateEndpointKey(ctx context.Context, who auth.Principal, name, keyType string) (*OnlineEndpoint, error) {
+func (s *Service) RegenerateEndpointKey(ctx context.Context, who auth.Principal, name, keyType string) (*apitypes.OnlineEndpoint, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("only the workspace owner may regenerate an endpoint's keys")
 	}

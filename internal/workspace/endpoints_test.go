@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -135,14 +137,14 @@ func TestEndpointLifecycleAndKeys(t *testing.T) {
 
 	// Update: description and tags change; a nil field keeps.
 	desc := "second"
-	ep, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", EndpointUpdate{Description: &desc})
+	ep, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{Description: &desc})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ep.Description != "second" || ep.Tags["team"] != "ml" {
 		t.Errorf("after update: %+v", ep)
 	}
-	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", EndpointUpdate{AuthMode: "aml_token"})
+	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{AuthMode: "aml_token"})
 	wantCode(t, "auth_mode change", err, CodeInvalid, "auth_mode", "does not change")
 
 	// Regenerating the primary key replaces it, keeps the secondary, and
@@ -227,16 +229,16 @@ func TestEndpointTrafficNeedsDeployments(t *testing.T) {
 	if _, err := s.CreateOnlineEndpoint(ctx, owner, endpointFile(t, "name: iris-ep\n")); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", EndpointUpdate{Traffic: map[string]int{"blue": 90, "green": 10}})
+	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{Traffic: map[string]int{"blue": 90, "green": 10}})
 	wantCode(t, "update traffic", err, CodeInvalid, "traffic.blue", "no deployment blue", "deployments come first")
-	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", EndpointUpdate{MirrorTraffic: map[string]int{"green": 10}})
+	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{MirrorTraffic: map[string]int{"green": 10}})
 	wantCode(t, "update mirror", err, CodeInvalid, "mirror_traffic.green", "no deployment green")
-	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", EndpointUpdate{Traffic: map[string]int{"blue": 90, "green": 20}})
+	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{Traffic: map[string]int{"blue": 90, "green": 20}})
 	wantCode(t, "traffic over 100", err, CodeInvalid, "traffic", "add up to 110")
-	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", EndpointUpdate{MirrorTraffic: map[string]int{"green": 60}})
+	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{MirrorTraffic: map[string]int{"green": 60}})
 	wantCode(t, "mirror over 50", err, CodeInvalid, "mirror_traffic.green", "0 to 50")
 	// An empty split is allowed (and is what there is).
-	ep, err := s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", EndpointUpdate{Traffic: map[string]int{}})
+	ep, err := s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{Traffic: map[string]int{}})
 	if err != nil || len(ep.Traffic) != 0 {
 		t.Errorf("empty traffic: %+v, %v", ep, err)
 	}
@@ -257,7 +259,7 @@ func TestEndpointsAreTheOwners(t *testing.T) {
 	wantCode(t, "run token reads keys", err, CodeForbidden)
 	_, err = s.RegenerateEndpointKey(ctx, run, "iris-ep", "primary")
 	wantCode(t, "run token regenerates", err, CodeForbidden)
-	_, err = s.UpdateOnlineEndpoint(ctx, run, "iris-ep", EndpointUpdate{})
+	_, err = s.UpdateOnlineEndpoint(ctx, run, "iris-ep", apitypes.EndpointUpdate{})
 	wantCode(t, "run token updates", err, CodeForbidden)
 	wantCode(t, "run token deletes", s.DeleteOnlineEndpoint(ctx, run, "iris-ep"), CodeForbidden)
 
@@ -315,7 +317,7 @@ func TestEndpointRouterFollowsTheStore(t *testing.T) {
 				t.Error(err)
 			}
 			d := fmt.Sprint("writer ", i)
-			if _, err := s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", EndpointUpdate{Description: &d}); err != nil {
+			if _, err := s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{Description: &d}); err != nil {
 				t.Error(err)
 			}
 		}()

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"sync/atomic"
 	"testing"
@@ -32,13 +34,13 @@ func TestFinalReportOwingNoRegistrationReadsNoRecord(t *testing.T) {
 	dispatch(t, s)
 	zero := 0
 	before := cs.gets.Load()
-	if err := s.ReportStatus(ctx, runPrincipal("plain", 1), "plain", 1, Report{Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero, Running: "command started"}); err != nil {
+	if err := s.ReportStatus(ctx, runPrincipal("plain", 1), "plain", 1, apitypes.Report{Status: apitypes.StatusCompleted, Reason: "exit code 0", ExitCode: &zero, Running: "command started"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := cs.gets.Load() - before; n != 0 {
 		t.Errorf("the final report read the job's record %d times; want 0 (nothing is owed)", n)
 	}
-	if j := status(t, s, "plain"); j.Status != StatusCompleted {
+	if j := status(t, s, "plain"); j.Status != apitypes.StatusCompleted {
 		t.Fatalf("status %s, want Completed", j.Status)
 	}
 }
@@ -66,7 +68,7 @@ func TestSlotEndWakesTheDispatcherAlone(t *testing.T) {
 	submit(t, s, "b")
 	dispatch(t, s)
 	zero := 0
-	end := Report{Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero}
+	end := apitypes.Report{Status: apitypes.StatusCompleted, Reason: "exit code 0", ExitCode: &zero}
 
 	drained(s.kick)
 	drained(s.kickPools)
@@ -137,7 +139,7 @@ func TestSubmitToAFullComputeWakesNothing(t *testing.T) {
 		t.Error("a submit to a compute whose slots were all taken woke a loop")
 	}
 	zero := 0
-	if err := s.ReportStatus(ctx, runPrincipal("first", 1), "first", 1, Report{Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero}); err != nil {
+	if err := s.ReportStatus(ctx, runPrincipal("first", 1), "first", 1, apitypes.Report{Status: apitypes.StatusCompleted, Reason: "exit code 0", ExitCode: &zero}); err != nil {
 		t.Fatal(err)
 	}
 	if !drained(s.kick) {
@@ -148,7 +150,7 @@ func TestSubmitToAFullComputeWakesNothing(t *testing.T) {
 		t.Error("a submit after an end, before the next pass, did not wake the dispatcher")
 	}
 	dispatch(t, s) // second starts
-	if j := status(t, s, "second"); j.Status != StatusPreparing {
+	if j := status(t, s, "second"); j.Status != apitypes.StatusPreparing {
 		t.Errorf("second is %s after the pass, want Preparing", j.Status)
 	}
 	dispatch(t, s) // second holds the slot

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"fmt"
@@ -49,7 +51,7 @@ func (s *Service) inEngineQueue(ctx context.Context, computeName string, t compu
 			s.retaken[computeName] = true
 		}
 	}
-	js, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}, Compute: computeName, Handle: store.HandleSet})
+	js, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{apitypes.StatusQueued}, Compute: computeName, Handle: store.HandleSet})
 	return len(js), err
 }
 
@@ -59,7 +61,7 @@ func (s *Service) inEngineQueue(ctx context.Context, computeName string, t compu
 func (s *Service) runnerStarted(ctx context.Context, name string, attempt int) error {
 	moved := false
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		if j.Status != StatusQueued || j.Attempt != attempt {
+		if j.Status != apitypes.StatusQueued || j.Attempt != attempt {
 			return nil, nil
 		}
 		if j.Handle == "" {
@@ -68,8 +70,8 @@ func (s *Service) runnerStarted(ctx context.Context, name string, attempt int) e
 			return nil, Conflict("attempt %d of job %s was taken back from compute %s; a new attempt replaces it", attempt, name, j.Compute)
 		}
 		now := s.now()
-		j.Status, j.StatusReason, j.Heartbeat, moved = StatusPreparing, "runner started by compute "+j.Compute+"'s engine", now, true
-		return &store.Event{Job: name, Time: now, From: StatusQueued, To: j.Status, Reason: j.StatusReason}, nil
+		j.Status, j.StatusReason, j.Heartbeat, moved = apitypes.StatusPreparing, "runner started by compute "+j.Compute+"'s engine", now, true
+		return &store.Event{Job: name, Time: now, From: apitypes.StatusQueued, To: j.Status, Reason: j.StatusReason}, nil
 	})
 	if moved {
 		s.changed(name)
@@ -85,7 +87,7 @@ func (s *Service) runnerStarted(ctx context.Context, name string, attempt int) e
 // engine starts it.
 func (s *Service) cancelInEngine(ctx context.Context, name string) error {
 	j, err := s.st.GetJob(ctx, name)
-	if err != nil || j.Status != StatusQueued || j.Handle == "" || isHandOffMark(j.Handle) {
+	if err != nil || j.Status != apitypes.StatusQueued || j.Handle == "" || isHandOffMark(j.Handle) {
 		// The cancel's own update reports a missing job; one being
 		// handed over is canceled through its engine when its handle
 		// comes (launched).
@@ -134,7 +136,7 @@ func (s *Service) cancelAskedNow(name string) {
 
 // engineStates are the job statuses whose attempts the reconcile asks the
 // engine about: waiting in its queue, or spoken for by a runner.
-var engineStates = append([]string{StatusQueued}, activeStatuses...)
+var engineStates = append([]string{apitypes.StatusQueued}, activeStatuses...)
 
 // reconcileEngines asks each target with an Inspector, in one call, what
 // its engine did with the handles of the workspace's unfinished attempts,
@@ -208,7 +210,7 @@ func (s *Service) inspect(ctx context.Context, computeName string, insp compute.
 // j (each change is made again under the job's update, against its state
 // then, so a runner that reported meanwhile wins).
 func (s *Service) applyEngineState(ctx context.Context, computeName string, j store.Job, st compute.EngineState) error {
-	waiting := j.Status == StatusQueued // no runner has spoken for it
+	waiting := j.Status == apitypes.StatusQueued // no runner has spoken for it
 	switch st.Phase {
 	case compute.PhasePending:
 		if waiting {
@@ -229,19 +231,19 @@ func (s *Service) applyEngineState(ctx context.Context, computeName string, j st
 		if s.collectFinalReport(ctx, j) {
 			return nil
 		}
-		if st.Requeue && j.Status != StatusCancelRequested {
+		if st.Requeue && j.Status != apitypes.StatusCancelRequested {
 			why := fmt.Sprintf("compute %s's engine took it back (%s)", computeName, orUnsaid(st.Reason))
 			return s.requeuePreempted(ctx, j.Name, j.Attempt, "", why)
 		}
 		status := st.Outcome
-		if j.Status == StatusCancelRequested {
-			status = StatusCanceled
-		} else if !IsTerminal(status) {
-			status = StatusFailed
+		if j.Status == apitypes.StatusCancelRequested {
+			status = apitypes.StatusCanceled
+		} else if !apitypes.IsTerminal(status) {
+			status = apitypes.StatusFailed
 		}
 		why := fmt.Sprintf("compute %s's engine ended the attempt without its runner's report: %s", computeName, orUnsaid(st.Reason))
 		msg := ""
-		if status == StatusFailed {
+		if status == apitypes.StatusFailed {
 			msg = why
 		}
 		return s.finishUnreported(ctx, j, status, why, st.ExitCode, msg)
@@ -253,7 +255,7 @@ func (s *Service) applyEngineState(ctx context.Context, computeName string, j st
 			return nil
 		}
 		why := fmt.Sprintf("runner lost: compute %s's engine no longer knows attempt %d (engine handle %s) and its runner never reported", computeName, j.Attempt, j.Handle)
-		return s.finishUnreported(ctx, j, StatusFailed, why, nil, why)
+		return s.finishUnreported(ctx, j, apitypes.StatusFailed, why, nil, why)
 	}
 	return nil
 }
@@ -281,11 +283,11 @@ func (s *Service) engineReason(ctx context.Context, j store.Job, computeName, re
 	_, err := s.st.UpdateJob(ctx, j.Name, func(cur *store.Job) (*store.Event, error) {
 		// Checked again here: a runner that reported since the read is
 		// never demoted by an older Pending answer.
-		if cur.Status != StatusQueued || cur.Attempt != j.Attempt || cur.Handle != j.Handle || cur.StatusReason == text {
+		if cur.Status != apitypes.StatusQueued || cur.Attempt != j.Attempt || cur.Handle != j.Handle || cur.StatusReason == text {
 			return nil, nil
 		}
 		cur.StatusReason, changed = text, true
-		return &store.Event{Job: j.Name, Time: s.now(), From: StatusQueued, To: StatusQueued, Reason: text}, nil
+		return &store.Event{Job: j.Name, Time: s.now(), From: apitypes.StatusQueued, To: apitypes.StatusQueued, Reason: text}, nil
 	})
 	if changed {
 		s.changed(j.Name)
@@ -305,7 +307,7 @@ const cancelGraceSlack = 5 * time.Second
 func (s *Service) cancelAfterGrace(ctx context.Context, computeName string, c compute.Canceller, js []store.Job) {
 	now := s.now()
 	for _, j := range js {
-		if j.Status != StatusCancelRequested {
+		if j.Status != apitypes.StatusCancelRequested {
 			continue
 		}
 		s.mu.Lock()

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"fmt"
@@ -108,7 +110,7 @@ func (f *fakeEngine) Cancel(_ context.Context, h compute.Handle) error {
 	}
 	f.canceled = append(f.canceled, h)
 	if st, ok := f.states[h]; ok && st.Phase != compute.PhaseEnded {
-		f.states[h] = compute.EngineState{Phase: compute.PhaseEnded, Reason: "CANCELLED", Outcome: StatusCanceled}
+		f.states[h] = compute.EngineState{Phase: compute.PhaseEnded, Reason: "CANCELLED", Outcome: apitypes.StatusCanceled}
 	}
 	return nil
 }
@@ -205,10 +207,10 @@ func reconcile(t *testing.T, s *Service) {
 
 // queuedEvents are a job's status changes from Queued to Queued: the
 // engine's reasons as they changed.
-func queuedEvents(j *Job) []string {
+func queuedEvents(j *apitypes.Job) []string {
 	var out []string
 	for _, e := range j.History {
-		if e.From == StatusQueued && e.To == StatusQueued {
+		if e.From == apitypes.StatusQueued && e.To == apitypes.StatusQueued {
 			out = append(out, e.Reason)
 		}
 	}
@@ -221,7 +223,7 @@ func TestSelfQueueingAttemptIsQueuedWithTheEnginesReason(t *testing.T) {
 	submit(t, s, "a")
 	dispatch(t, s)
 	j := status(t, s, "a")
-	if j.Status != StatusQueued || j.Attempt != 1 || j.Handle != "4001" || !strings.Contains(j.StatusReason, "waiting in its queue") {
+	if j.Status != apitypes.StatusQueued || j.Attempt != 1 || j.Handle != "4001" || !strings.Contains(j.StatusReason, "waiting in its queue") {
 		t.Fatalf("after the launch: status %s, attempt %d, handle %q, reason %q; want Queued, 1, 4001, waiting in its queue", j.Status, j.Attempt, j.Handle, j.StatusReason)
 	}
 	dispatch(t, s)
@@ -235,7 +237,7 @@ func TestSelfQueueingAttemptIsQueuedWithTheEnginesReason(t *testing.T) {
 	reconcile(t, s)
 	reconcile(t, s) // the same answer again changes nothing
 	j = status(t, s, "a")
-	if j.Status != StatusQueued || !strings.HasSuffix(j.StatusReason, ": Resources") {
+	if j.Status != apitypes.StatusQueued || !strings.HasSuffix(j.StatusReason, ": Resources") {
 		t.Errorf("status %s (%s), want Queued with the engine's reason Resources", j.Status, j.StatusReason)
 	}
 	want := []string{
@@ -262,12 +264,12 @@ func TestSelfQueueingAttemptsCountAgainstCapacity(t *testing.T) {
 	if got := len(e.launches()); got != 2 {
 		t.Fatalf("%d attempts handed to an engine of capacity 2", got)
 	}
-	if c := status(t, s, "c"); c.Status != StatusQueued || c.Handle != "" || c.Attempt != 0 {
+	if c := status(t, s, "c"); c.Status != apitypes.StatusQueued || c.Handle != "" || c.Attempt != 0 {
 		t.Fatalf("c: %s, handle %q, attempt %d; want Queued, not launched", c.Status, c.Handle, c.Attempt)
 	}
 	// One ends in the engine: its slot goes to c.
 	zero := 0
-	e.set("4001", compute.EngineState{Phase: compute.PhaseEnded, Reason: "COMPLETED", Outcome: StatusCompleted, ExitCode: &zero})
+	e.set("4001", compute.EngineState{Phase: compute.PhaseEnded, Reason: "COMPLETED", Outcome: apitypes.StatusCompleted, ExitCode: &zero})
 	reconcile(t, s)
 	dispatch(t, s)
 	if got := e.launches(); len(got) != 3 || got[2].Job != "c" {
@@ -290,7 +292,7 @@ func TestEngineQueuedAttemptIsNotLeased(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"a", "b"} {
-		if j := status(t, s, n); j.Status != StatusQueued {
+		if j := status(t, s, n); j.Status != apitypes.StatusQueued {
 			t.Fatalf("%s after an hour in the engine's queue: %s (%s)", n, j.Status, j.StatusReason)
 		}
 	}
@@ -299,15 +301,15 @@ func TestEngineQueuedAttemptIsNotLeased(t *testing.T) {
 	if _, err := s.Assignment(ctx, runPrincipal("a", 1), "a", 1); err != nil {
 		t.Fatal(err)
 	}
-	if j := status(t, s, "a"); j.Status != StatusPreparing {
+	if j := status(t, s, "a"); j.Status != apitypes.StatusPreparing {
 		t.Fatalf("a after its runner took its assignment: %s", j.Status)
 	}
-	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, Report{Status: StatusRunning}); err != nil {
+	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, apitypes.Report{Status: apitypes.StatusRunning}); err != nil {
 		t.Fatal(err)
 	}
 	e.set("4001", compute.EngineState{Phase: compute.PhasePending, Reason: "Resources"}) // a stale answer
 	reconcile(t, s)
-	if j := status(t, s, "a"); j.Status != StatusRunning {
+	if j := status(t, s, "a"); j.Status != apitypes.StatusRunning {
 		t.Fatalf("a Pending answer demoted a running attempt to %s (%s)", j.Status, j.StatusReason)
 	}
 
@@ -319,7 +321,7 @@ func TestEngineQueuedAttemptIsNotLeased(t *testing.T) {
 	if err := s.expireLeases(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if j := status(t, s, "b"); j.Status != StatusFailed || !strings.Contains(j.StatusReason, "runner lost") {
+	if j := status(t, s, "b"); j.Status != apitypes.StatusFailed || !strings.Contains(j.StatusReason, "runner lost") {
 		t.Errorf("b, silent after its runner started: %s (%s), want Failed as lost", j.Status, j.StatusReason)
 	}
 }
@@ -338,7 +340,7 @@ func TestRunnerFasterThanItsLaunchStaysStarted(t *testing.T) {
 	submit(t, s, "a")
 	dispatch(t, s)
 	j := status(t, s, "a")
-	if j.Status != StatusPreparing || j.Handle != "4001" {
+	if j.Status != apitypes.StatusPreparing || j.Handle != "4001" {
 		t.Errorf("a whose runner called during its launch: %s with handle %q, want Preparing with 4001", j.Status, j.Handle)
 	}
 }
@@ -350,14 +352,14 @@ func TestEngineEndWithoutRunnerReport(t *testing.T) {
 	submit(t, s, "b")
 	dispatch(t, s)
 	code := 137
-	e.set("4001", compute.EngineState{Phase: compute.PhaseEnded, Reason: "TIMEOUT", Outcome: StatusFailed, ExitCode: &code})
-	e.set("4002", compute.EngineState{Phase: compute.PhaseEnded, Reason: "CANCELLED by 0", Outcome: StatusCanceled})
+	e.set("4001", compute.EngineState{Phase: compute.PhaseEnded, Reason: "TIMEOUT", Outcome: apitypes.StatusFailed, ExitCode: &code})
+	e.set("4002", compute.EngineState{Phase: compute.PhaseEnded, Reason: "CANCELLED by 0", Outcome: apitypes.StatusCanceled})
 	reconcile(t, s)
 	a := status(t, s, "a")
-	if a.Status != StatusFailed || a.ExitCode == nil || *a.ExitCode != 137 || !strings.Contains(a.StatusReason, "TIMEOUT") || a.Error == "" {
+	if a.Status != apitypes.StatusFailed || a.ExitCode == nil || *a.ExitCode != 137 || !strings.Contains(a.StatusReason, "TIMEOUT") || a.Error == "" {
 		t.Errorf("a: %s, exit %v, reason %q, error %q; want Failed, 137, the engine's TIMEOUT, an error", a.Status, a.ExitCode, a.StatusReason, a.Error)
 	}
-	if b := status(t, s, "b"); b.Status != StatusCanceled || !strings.Contains(b.StatusReason, "CANCELLED") {
+	if b := status(t, s, "b"); b.Status != apitypes.StatusCanceled || !strings.Contains(b.StatusReason, "CANCELLED") {
 		t.Errorf("b: %s (%s), want Canceled as the engine says", b.Status, b.StatusReason)
 	}
 }
@@ -373,13 +375,13 @@ func TestEngineRequeueMakesANewAttempt(t *testing.T) {
 	if _, err := s.Assignment(ctx, runPrincipal("a", 1), "a", 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, Report{Status: StatusRunning}); err != nil {
+	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, apitypes.Report{Status: apitypes.StatusRunning}); err != nil {
 		t.Fatal(err)
 	}
 	e.set("4001", compute.EngineState{Phase: compute.PhaseEnded, Reason: "PREEMPTED", Requeue: true})
 	reconcile(t, s)
 	j := status(t, s, "a")
-	if j.Status != StatusQueued || j.Handle != "" || !strings.Contains(j.StatusReason, "PREEMPTED") {
+	if j.Status != apitypes.StatusQueued || j.Handle != "" || !strings.Contains(j.StatusReason, "PREEMPTED") {
 		t.Fatalf("after the engine took attempt 1 back: %s, handle %q (%s); want Queued without a handle", j.Status, j.Handle, j.StatusReason)
 	}
 	if len(j.Preemptions) != 1 || j.Preemptions[0].Attempt != 1 {
@@ -390,7 +392,7 @@ func TestEngineRequeueMakesANewAttempt(t *testing.T) {
 	if len(got) != 2 || got[1].Job != "a" || got[1].Attempt != 2 {
 		t.Fatalf("launches %+v, want a's attempt 2 second", got)
 	}
-	if j := status(t, s, "a"); j.Attempt != 2 || j.Handle != "4002" || j.Status != StatusQueued {
+	if j := status(t, s, "a"); j.Attempt != 2 || j.Handle != "4002" || j.Status != apitypes.StatusQueued {
 		t.Errorf("a: attempt %d, handle %q, %s; want attempt 2 waiting as 4002", j.Attempt, j.Handle, j.Status)
 	}
 }
@@ -410,10 +412,10 @@ func TestEngineGoneIsLost(t *testing.T) {
 	e.forget("4002")
 	reconcile(t, s)
 	a := status(t, s, "a")
-	if a.Status != StatusFailed || !strings.Contains(a.StatusReason, "runner lost") || !strings.Contains(a.StatusReason, "4001") {
+	if a.Status != apitypes.StatusFailed || !strings.Contains(a.StatusReason, "runner lost") || !strings.Contains(a.StatusReason, "4001") {
 		t.Errorf("a, unknown to its engine: %s (%s), want Failed as lost naming the handle", a.Status, a.StatusReason)
 	}
-	if b := status(t, s, "b"); b.Status != StatusPreparing {
+	if b := status(t, s, "b"); b.Status != apitypes.StatusPreparing {
 		t.Errorf("b, whose runner spoke: %s (%s), want Preparing", b.Status, b.StatusReason)
 	}
 }
@@ -429,13 +431,13 @@ func TestCancelWhilePendingGoesThroughTheEngine(t *testing.T) {
 	if _, err := s.CancelJob(ctx, owner, "a"); CodeOf(err) != CodeUnavailable || !strings.Contains(err.Error(), "try again") {
 		t.Fatalf("cancel the engine refused: %v, want an Unavailable error saying to try again", err)
 	}
-	if j := status(t, s, "a"); j.Status != StatusQueued {
+	if j := status(t, s, "a"); j.Status != apitypes.StatusQueued {
 		t.Fatalf("a after a failed engine cancel: %s, want still Queued", j.Status)
 	}
 
 	e.cancelErr = nil
 	j, err := s.CancelJob(ctx, owner, "a")
-	if err != nil || j.Status != StatusCanceled {
+	if err != nil || j.Status != apitypes.StatusCanceled {
 		t.Fatalf("cancel: %+v %v; want Canceled at once", j, err)
 	}
 	if d := cmp.Diff([]compute.Handle{"4001"}, e.cancels()); d != "" {
@@ -473,11 +475,11 @@ func TestCancelRunningAttemptThroughTheEngineAfterTheGrace(t *testing.T) {
 	if _, err := s.Assignment(ctx, who, "a", 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusRunning}); err != nil {
+	if err := s.ReportStatus(ctx, who, "a", 1, apitypes.Report{Status: apitypes.StatusRunning}); err != nil {
 		t.Fatal(err)
 	}
 	e.set("4001", compute.EngineState{Phase: compute.PhaseRunning})
-	if j, err := s.CancelJob(ctx, owner, "a"); err != nil || j.Status != StatusCancelRequested {
+	if j, err := s.CancelJob(ctx, owner, "a"); err != nil || j.Status != apitypes.StatusCancelRequested {
 		t.Fatalf("cancel: %+v %v", j, err)
 	}
 	if n := len(e.cancels()); n != 0 {
@@ -505,9 +507,9 @@ func TestCancelRunningAttemptThroughTheEngineAfterTheGrace(t *testing.T) {
 		t.Errorf("%d engine cancels, want 1: it is told once", n)
 	}
 	// The engine ends it (the runner never reports): Canceled, by the owner.
-	e.set("4001", compute.EngineState{Phase: compute.PhaseEnded, Reason: "CANCELLED", Outcome: StatusFailed})
+	e.set("4001", compute.EngineState{Phase: compute.PhaseEnded, Reason: "CANCELLED", Outcome: apitypes.StatusFailed})
 	reconcile(t, s)
-	if j := status(t, s, "a"); j.Status != StatusCanceled || j.StatusReason != "canceled by owner" {
+	if j := status(t, s, "a"); j.Status != apitypes.StatusCanceled || j.StatusReason != "canceled by owner" {
 		t.Errorf("a after the engine ended it: %s (%s), want Canceled by owner", j.Status, j.StatusReason)
 	}
 }
@@ -528,7 +530,7 @@ func TestEngineReconcileAfterRestart(t *testing.T) {
 	again := newFakeEngine(4)
 	zero := 0
 	again.set("4001", compute.EngineState{Phase: compute.PhasePending, Reason: "QOSMaxJobsPerUserLimit"})
-	again.set("4002", compute.EngineState{Phase: compute.PhaseEnded, Reason: "COMPLETED", Outcome: StatusCompleted, ExitCode: &zero})
+	again.set("4002", compute.EngineState{Phase: compute.PhaseEnded, Reason: "COMPLETED", Outcome: apitypes.StatusCompleted, ExitCode: &zero})
 	clk.advance(time.Hour)
 	s2 := engineService(t, st, dir, again, clk)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -538,7 +540,7 @@ func TestEngineReconcileAfterRestart(t *testing.T) {
 	// The reconcile's first pass runs at once; wait for c's end.
 	for {
 		changed := s2.Changes("c")
-		if j := status(t, s2, "c"); IsTerminal(j.Status) {
+		if j := status(t, s2, "c"); apitypes.IsTerminal(j.Status) {
 			break
 		}
 		select {
@@ -547,13 +549,13 @@ func TestEngineReconcileAfterRestart(t *testing.T) {
 			t.Fatal("the restarted server did not reconcile c")
 		}
 	}
-	if a := status(t, s2, "a"); a.Status != StatusQueued || !strings.HasSuffix(a.StatusReason, "QOSMaxJobsPerUserLimit") {
+	if a := status(t, s2, "a"); a.Status != apitypes.StatusQueued || !strings.HasSuffix(a.StatusReason, "QOSMaxJobsPerUserLimit") {
 		t.Errorf("a: %s (%s), want Queued with the engine's reason", a.Status, a.StatusReason)
 	}
-	if b := status(t, s2, "b"); b.Status != StatusCompleted || b.ExitCode == nil || *b.ExitCode != 0 {
+	if b := status(t, s2, "b"); b.Status != apitypes.StatusCompleted || b.ExitCode == nil || *b.ExitCode != 0 {
 		t.Errorf("b: %s, exit %v; want Completed, 0", b.Status, b.ExitCode)
 	}
-	if c := status(t, s2, "c"); c.Status != StatusFailed || !strings.Contains(c.StatusReason, "runner lost") {
+	if c := status(t, s2, "c"); c.Status != apitypes.StatusFailed || !strings.Contains(c.StatusReason, "runner lost") {
 		t.Errorf("c, unknown to the engine: %s (%s), want Failed as lost", c.Status, c.StatusReason)
 	}
 	calls := again.inspectCalls()
@@ -586,7 +588,7 @@ func TestCancelDuringTheLaunchGoesThroughTheEngine(t *testing.T) {
 		t.Fatalf("engine cancels (-want +got):\n%s", d)
 	}
 	reconcile(t, s)
-	if j := status(t, s, "a"); j.Status != StatusCanceled || j.StatusReason != "canceled by owner before it started" || j.Handle != "4001" {
+	if j := status(t, s, "a"); j.Status != apitypes.StatusCanceled || j.StatusReason != "canceled by owner before it started" || j.Handle != "4001" {
 		t.Errorf("a: %s (%s), handle %q; want Canceled by owner before it started, with the handle the engine gave", j.Status, j.StatusReason, j.Handle)
 	}
 	if n := len(e.cancels()); n != 1 {
@@ -616,7 +618,7 @@ func TestEngineStartedRunnerThatHasNotReachedTheServer(t *testing.T) {
 	reconcile(t, s) // said once
 	j := status(t, s, "a")
 	want := "queued: the runner in pod a-1-0-x7k2q has not reached the server at http://test for 60 s; check that it can reach that address, which the server advertises (--advertise-url)"
-	if j.Status != StatusQueued || j.StatusReason != want {
+	if j.Status != apitypes.StatusQueued || j.StatusReason != want {
 		t.Fatalf("a's runner silent past the grace: %s (%s), want Queued (%s)", j.Status, j.StatusReason, want)
 	}
 	if got := queuedEvents(j); len(got) != 2 || got[1] != want {
@@ -627,7 +629,7 @@ func TestEngineStartedRunnerThatHasNotReachedTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	reconcile(t, s)
-	if j := status(t, s, "a"); j.Status != StatusPreparing || strings.Contains(j.StatusReason, "has not reached") {
+	if j := status(t, s, "a"); j.Status != apitypes.StatusPreparing || strings.Contains(j.StatusReason, "has not reached") {
 		t.Errorf("after its runner called: %s (%s), want Preparing", j.Status, j.StatusReason)
 	}
 }
@@ -651,10 +653,10 @@ func TestLeaseOfARunnerThatNeverReachedTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	never, once := status(t, s, "never"), status(t, s, "once")
-	if want := "runner lost: the runner on compute local has not reached the server at http://test for 11 s; check that it can reach that address, which the server advertises (--advertise-url)"; never.Status != StatusFailed || never.StatusReason != want {
+	if want := "runner lost: the runner on compute local has not reached the server at http://test for 11 s; check that it can reach that address, which the server advertises (--advertise-url)"; never.Status != apitypes.StatusFailed || never.StatusReason != want {
 		t.Errorf("never: %s (%s), want Failed (%s)", never.Status, never.StatusReason, want)
 	}
-	if once.Status != StatusFailed || once.StatusReason != "runner lost: no word from it for 11s" {
+	if once.Status != apitypes.StatusFailed || once.StatusReason != "runner lost: no word from it for 11s" {
 		t.Errorf("once: %s (%s), want Failed as silent", once.Status, once.StatusReason)
 	}
 }

@@ -1,13 +1,14 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/envcatalog"
@@ -16,22 +17,12 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-// Environment is a registered environment version as the API shows it.
-type Environment struct {
-	Name        string            `json:"name"`
-	Version     string            `json:"version"`
-	Description string            `json:"description,omitempty"`
-	Hash        string            `json:"hash"`
-	Created     time.Time         `json:"created"`
-	Spec        *environment.Spec `json:"spec"`
-}
-
-func environmentView(rec store.Environment) (*Environment, error) {
+func environmentView(rec store.Environment) (*apitypes.Environment, error) {
 	var es environment.Spec
 	if err := json.Unmarshal(rec.Spec, &es); err != nil {
 		return nil, fmt.Errorf("environment %s:%s: stored spec: %w", rec.Name, rec.Version, err)
 	}
-	return &Environment{Name: rec.Name, Version: rec.Version, Description: rec.Description,
+	return &apitypes.Environment{Name: rec.Name, Version: rec.Version, Description: rec.Description,
 		Hash: rec.Hash, Created: rec.Created, Spec: &es}, nil
 }
 
@@ -41,7 +32,7 @@ func environmentView(rec store.Environment) (*Environment, error) {
 // existing one, with other content it is refused. With no version, the
 // next whole number is taken, unless the latest version has the same
 // content, which is then returned.
-func (s *Service) CreateEnvironment(ctx context.Context, who auth.Principal, f *spec.EnvironmentFile, snap string) (*Environment, error) {
+func (s *Service) CreateEnvironment(ctx context.Context, who auth.Principal, f *spec.EnvironmentFile, snap string) (*apitypes.Environment, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot register environments")
 	}
@@ -100,7 +91,7 @@ func (s *Service) CreateEnvironment(ctx context.Context, who auth.Principal, f *
 
 // GetEnvironment returns one version of an environment; version "" or
 // "latest" is the one registered last.
-func (s *Service) GetEnvironment(ctx context.Context, name, version string) (*Environment, error) {
+func (s *Service) GetEnvironment(ctx context.Context, name, version string) (*apitypes.Environment, error) {
 	rec, err := s.lookupEnvironment(ctx, name, version)
 	if err != nil {
 		return nil, err
@@ -109,12 +100,12 @@ func (s *Service) GetEnvironment(ctx context.Context, name, version string) (*En
 }
 
 // ListEnvironments returns every version of every environment, or of one.
-func (s *Service) ListEnvironments(ctx context.Context, name string) ([]*Environment, error) {
+func (s *Service) ListEnvironments(ctx context.Context, name string) ([]*apitypes.Environment, error) {
 	recs, err := s.st.ListEnvironments(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	out := []*Environment{}
+	out := []*apitypes.Environment{}
 	for _, r := range recs {
 		v, err := environmentView(r)
 		if err != nil {

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,16 +23,16 @@ import (
 // times) and its outputs.
 type seenByUser struct {
 	Status, Reason string
-	History        []Event
-	Outputs        *Outputs
+	History        []apitypes.Event
+	Outputs        *apitypes.Outputs
 }
 
 func seen(t *testing.T, s *Service, name string) seenByUser {
 	t.Helper()
 	j := status(t, s, name)
-	h := make([]Event, len(j.History))
+	h := make([]apitypes.Event, len(j.History))
 	for i, e := range j.History {
-		h[i] = Event{From: e.From, To: e.To, Reason: e.Reason}
+		h[i] = apitypes.Event{From: e.From, To: e.To, Reason: e.Reason}
 	}
 	return seenByUser{Status: j.Status, Reason: j.StatusReason, History: h, Outputs: j.Outputs}
 }
@@ -69,12 +71,12 @@ func TestFinalReportWithOutputsMatchesSeparateCalls(t *testing.T) {
 			t.Fatalf("run token of %s after its start: %v", name, err)
 		}
 	}
-	out := Outputs{Skipped: []SkippedOutput{{Output: "outputs", Path: "link", Reason: "a symlink out of the directory"}}}
+	out := apitypes.Outputs{Skipped: []apitypes.SkippedOutput{{Output: "outputs", Path: "link", Reason: "a symlink out of the directory"}}}
 	zero := 0
-	end := Report{Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero}
+	end := apitypes.Report{Status: apitypes.StatusCompleted, Reason: "exit code 0", ExitCode: &zero}
 
 	old := runPrincipal("old", 1)
-	for _, r := range []Report{{Status: StatusRunning, Reason: "command started"}, {Status: StatusFinalizing, Reason: "uploading outputs"}} {
+	for _, r := range []apitypes.Report{{Status: apitypes.StatusRunning, Reason: "command started"}, {Status: apitypes.StatusFinalizing, Reason: "uploading outputs"}} {
 		if err := s.ReportStatus(ctx, old, "old", 1, r); err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +89,7 @@ func TestFinalReportWithOutputsMatchesSeparateCalls(t *testing.T) {
 	}
 
 	nw := runPrincipal("new", 1)
-	if err := s.ReportStatus(ctx, nw, "new", 1, Report{Status: StatusRunning, Reason: "command started"}); err != nil {
+	if err := s.ReportStatus(ctx, nw, "new", 1, apitypes.Report{Status: apitypes.StatusRunning, Reason: "command started"}); err != nil {
 		t.Fatal(err)
 	}
 	merged := end
@@ -97,7 +99,7 @@ func TestFinalReportWithOutputsMatchesSeparateCalls(t *testing.T) {
 	}
 
 	want := seen(t, s, "old")
-	if want.Status != StatusCompleted || want.Outputs == nil || len(want.History) != 5 {
+	if want.Status != apitypes.StatusCompleted || want.Outputs == nil || len(want.History) != 5 {
 		t.Fatalf("the job reported with separate calls: %+v", want)
 	}
 	if d := cmp.Diff(want, seen(t, s, "new")); d != "" {
@@ -125,12 +127,12 @@ func TestFinalReportWithRefusedOutputsFailsTheJob(t *testing.T) {
 	submit(t, s, "a")
 	dispatch(t, s)
 	zero := 0
-	r := Report{Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero, Outputs: &Outputs{Named: map[string]string{"nope": "abc"}}}
+	r := apitypes.Report{Status: apitypes.StatusCompleted, Reason: "exit code 0", ExitCode: &zero, Outputs: &apitypes.Outputs{Named: map[string]string{"nope": "abc"}}}
 	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, r); err != nil {
 		t.Fatalf("a final report with refused outputs is still taken: %v", err)
 	}
 	j := status(t, s, "a")
-	if j.Status != StatusFailed || j.StatusReason != "uploading outputs failed" || !strings.Contains(j.Error, "named.nope") || j.Outputs != nil {
+	if j.Status != apitypes.StatusFailed || j.StatusReason != "uploading outputs failed" || !strings.Contains(j.Error, "named.nope") || j.Outputs != nil {
 		t.Errorf("job after refused outputs: status %s, reason %q, error %q, outputs %+v", j.Status, j.StatusReason, j.Error, j.Outputs)
 	}
 }
@@ -143,14 +145,14 @@ func TestFinalReportFinalizingAfterCancelRequest(t *testing.T) {
 	submit(t, s, "a")
 	dispatch(t, s)
 	who := runPrincipal("a", 1)
-	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusRunning}); err != nil {
+	if err := s.ReportStatus(ctx, who, "a", 1, apitypes.Report{Status: apitypes.StatusRunning}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.CancelJob(ctx, owner, "a"); err != nil {
 		t.Fatal(err)
 	}
 	code := 143
-	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusCanceled, Reason: "canceled on request", ExitCode: &code, Outputs: &Outputs{}, Finalizing: "uploading outputs"}); err != nil {
+	if err := s.ReportStatus(ctx, who, "a", 1, apitypes.Report{Status: apitypes.StatusCanceled, Reason: "canceled on request", ExitCode: &code, Outputs: &apitypes.Outputs{}, Finalizing: "uploading outputs"}); err != nil {
 		t.Fatal(err)
 	}
 	var tos []string
@@ -173,7 +175,7 @@ func TestKeptFinalReportCarriesItsOutputs(t *testing.T) {
 	s, clk := newService(t, target)
 	submit(t, s, "a")
 	dispatch(t, s)
-	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, Report{Status: StatusRunning}); err != nil {
+	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, apitypes.Report{Status: apitypes.StatusRunning}); err != nil {
 		t.Fatal(err)
 	}
 	clk.advance(11 * time.Second)
@@ -200,12 +202,12 @@ func TestRankFinalReportOfAMultiNodeAttempt(t *testing.T) {
 	// Rank 0's outputs are checked against the record read first; with no
 	// outputs its end is fenced in the end's transaction, which finds the
 	// ranks and leaves the end to the ranks' bookkeeping all the same.
-	for _, rank0 := range []Outputs{{Skipped: []SkippedOutput{{Output: "outputs", Path: "rank0", Reason: "r"}}}, {}} {
+	for _, rank0 := range []apitypes.Outputs{{Skipped: []apitypes.SkippedOutput{{Output: "outputs", Path: "rank0", Reason: "r"}}}, {}} {
 		t.Run(fmt.Sprintf("skipped=%d", len(rank0.Skipped)), func(t *testing.T) { rankFinalReportOfAMultiNodeAttempt(t, rank0) })
 	}
 }
 
-func rankFinalReportOfAMultiNodeAttempt(t *testing.T, rank0 Outputs) {
+func rankFinalReportOfAMultiNodeAttempt(t *testing.T, rank0 apitypes.Outputs) {
 	ctx := context.Background()
 	s, _ := newService(t, &fakeTarget{capacity: 1})
 	submit(t, s, "a")
@@ -221,19 +223,19 @@ func rankFinalReportOfAMultiNodeAttempt(t *testing.T, rank0 Outputs) {
 		t.Fatal(err)
 	}
 	who := runPrincipal("a", 1)
-	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusRunning, Reason: "command started"}); err != nil {
+	if err := s.ReportStatus(ctx, who, "a", 1, apitypes.Report{Status: apitypes.StatusRunning, Reason: "command started"}); err != nil {
 		t.Fatal(err)
 	}
 	zero := 0
-	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero, Outputs: &rank0, Finalizing: "uploading outputs"}); err != nil {
+	if err := s.ReportStatus(ctx, who, "a", 1, apitypes.Report{Status: apitypes.StatusCompleted, Reason: "exit code 0", ExitCode: &zero, Outputs: &rank0, Finalizing: "uploading outputs"}); err != nil {
 		t.Fatal(err)
 	}
 	j := status(t, s, "a")
-	if j.Status != StatusFinalizing || j.Outputs == nil || !cmp.Equal(*j.Outputs, rank0, cmpopts.EquateEmpty()) {
+	if j.Status != apitypes.StatusFinalizing || j.Outputs == nil || !cmp.Equal(*j.Outputs, rank0, cmpopts.EquateEmpty()) {
 		t.Fatalf("after rank 0's end, with rank 1 running: status %s, outputs %+v; want Finalizing with rank 0's outputs", j.Status, j.Outputs)
 	}
-	rank1 := Outputs{Skipped: []SkippedOutput{{Output: "outputs", Path: "rank1", Reason: "r"}}}
-	if err := s.ReportStatus(ctx, who, "a", 1, Report{Rank: 1, Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero, Outputs: &rank1, Finalizing: "uploading outputs"}); err != nil {
+	rank1 := apitypes.Outputs{Skipped: []apitypes.SkippedOutput{{Output: "outputs", Path: "rank1", Reason: "r"}}}
+	if err := s.ReportStatus(ctx, who, "a", 1, apitypes.Report{Rank: 1, Status: apitypes.StatusCompleted, Reason: "exit code 0", ExitCode: &zero, Outputs: &rank1, Finalizing: "uploading outputs"}); err != nil {
 		t.Fatal(err)
 	}
 	j = status(t, s, "a")
@@ -241,7 +243,7 @@ func rankFinalReportOfAMultiNodeAttempt(t *testing.T, rank0 Outputs) {
 	for _, e := range j.History {
 		tos = append(tos, e.To)
 	}
-	if got := strings.Join(tos, ","); j.Status != StatusCompleted || got != "Queued,Preparing,Running,Finalizing,Completed" {
+	if got := strings.Join(tos, ","); j.Status != apitypes.StatusCompleted || got != "Queued,Preparing,Running,Finalizing,Completed" {
 		t.Errorf("after both ranks ended: status %s, history %s", j.Status, got)
 	}
 	if j.Outputs == nil || !cmp.Equal(*j.Outputs, rank0, cmpopts.EquateEmpty()) {
@@ -268,7 +270,7 @@ func TestHandedAssignmentIsTheFetchedOne(t *testing.T) {
 			}
 			continue
 		}
-		var got Assignment
+		var got apitypes.Assignment
 		if err := json.Unmarshal(handed, &got); err != nil {
 			t.Fatalf("handed assignment %q: %v", handed, err)
 		}
@@ -303,10 +305,10 @@ func TestFinalReportCarriesRunning(t *testing.T) {
 		t.Fatal("the assignment does not offer FinalRunning")
 	}
 	zero := 0
-	end := Report{Status: StatusCompleted, Reason: "exit code 0", ExitCode: &zero, Outputs: &Outputs{}, Finalizing: "uploading outputs"}
+	end := apitypes.Report{Status: apitypes.StatusCompleted, Reason: "exit code 0", ExitCode: &zero, Outputs: &apitypes.Outputs{}, Finalizing: "uploading outputs"}
 
 	clk.advance(10 * time.Millisecond)
-	if err := s.ReportStatus(ctx, runPrincipal("old", 1), "old", 1, Report{Status: StatusRunning, Reason: "command started"}); err != nil {
+	if err := s.ReportStatus(ctx, runPrincipal("old", 1), "old", 1, apitypes.Report{Status: apitypes.StatusRunning, Reason: "command started"}); err != nil {
 		t.Fatal(err)
 	}
 	clk.advance(3 * time.Millisecond)
@@ -323,7 +325,7 @@ func TestFinalReportCarriesRunning(t *testing.T) {
 		}
 	}
 	want := seen(t, s, "old")
-	if len(want.History) != 5 || want.History[2].To != StatusRunning {
+	if len(want.History) != 5 || want.History[2].To != apitypes.StatusRunning {
 		t.Fatalf("the job reported Running apart: %+v", want)
 	}
 	wantRunning := map[string]time.Time{

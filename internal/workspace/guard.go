@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -102,15 +104,15 @@ func (s *Service) failCompute(ctx context.Context, name, why string) {
 // would otherwise wait for its lease to run out.
 func (s *Service) failBroken(ctx context.Context, name string, err error) {
 	j, gerr := s.st.GetJob(ctx, name)
-	if gerr != nil || IsTerminal(j.Status) {
+	if gerr != nil || apitypes.IsTerminal(j.Status) {
 		return
 	}
 	why := "it could not be started: " + err.Error()
-	if j.Status == StatusQueued {
+	if j.Status == apitypes.StatusQueued {
 		s.failQueued(ctx, name, why)
 		return
 	}
-	if ferr := s.finish(ctx, name, j.Attempt, StatusFailed, why, nil, why); ferr != nil {
+	if ferr := s.finish(ctx, name, j.Attempt, apitypes.StatusFailed, why, nil, why); ferr != nil {
 		s.log.Error("fail job", "job", name, "err", ferr)
 	}
 }

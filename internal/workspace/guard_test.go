@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,8 +26,8 @@ func storeRawJob(t *testing.T, s *Service, name, computeName string, js *spec.Jo
 		t.Fatal(err)
 	}
 	now := s.now()
-	if _, err := s.st.CreateJob(context.Background(), store.Job{Name: name, Compute: computeName, Status: StatusQueued, Spec: raw, Created: now},
-		store.Event{Job: name, Time: now, To: StatusQueued, Reason: "submitted"}); err != nil {
+	if _, err := s.st.CreateJob(context.Background(), store.Job{Name: name, Compute: computeName, Status: apitypes.StatusQueued, Spec: raw, Created: now},
+		store.Event{Job: name, Time: now, To: apitypes.StatusQueued, Reason: "submitted"}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -87,11 +89,11 @@ func TestOutOfBoundsRecordsAreFailedNotFatal(t *testing.T) {
 	if len(events) == 0 || !strings.Contains(events[len(events)-1].Message, "max_instances") {
 		t.Errorf("the cluster's events do not say max_instances is out of bounds: %+v", events)
 	}
-	if j := status(t, s, "huge"); j.Status != StatusQueued || !strings.Contains(j.StatusReason, "unusable") {
+	if j := status(t, s, "huge"); j.Status != apitypes.StatusQueued || !strings.Contains(j.StatusReason, "unusable") {
 		t.Errorf("job on the failed cluster: %s (%s), want Queued saying the compute is unusable", j.Status, j.StatusReason)
 	}
 	for name, field := range map[string]string{"many-procs": "distribution.process_count_per_instance", "unreadable": "cannot be read"} {
-		if j := status(t, s, name); j.Status != StatusFailed || !strings.Contains(j.StatusReason, field) {
+		if j := status(t, s, name); j.Status != apitypes.StatusFailed || !strings.Contains(j.StatusReason, field) {
 			t.Errorf("job %s: %s (%s), want Failed naming %q", name, j.Status, j.StatusReason, field)
 		}
 	}
@@ -112,7 +114,7 @@ func TestOutOfBoundsRecordsAreFailedNotFatal(t *testing.T) {
 	pass(t, s)
 	joinAll(t, s)
 	pass(t, s)
-	if j := status(t, s, "ok"); j.Status != StatusPreparing {
+	if j := status(t, s, "ok"); j.Status != apitypes.StatusPreparing {
 		t.Errorf("job on the good cluster: %s (%s), want Preparing", j.Status, j.StatusReason)
 	}
 }
@@ -147,12 +149,12 @@ func TestPanicOnOneRecordFailsOnlyThatRecord(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		if status(t, s, "bad").Status == StatusFailed && len(target.jobs()) == 1 {
+		if status(t, s, "bad").Status == apitypes.StatusFailed && len(target.jobs()) == 1 {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if j := status(t, s, "bad"); j.Status != StatusFailed || !strings.Contains(j.StatusReason, "internal error") {
+	if j := status(t, s, "bad"); j.Status != apitypes.StatusFailed || !strings.Contains(j.StatusReason, "internal error") {
 		t.Errorf("job bad: %s (%s), want Failed with an internal error", j.Status, j.StatusReason)
 	}
 	if got := target.jobs(); len(got) != 1 || got[0] != "good" {
@@ -211,7 +213,7 @@ func TestHangingProviderDoesNotHoldTheDispatcher(t *testing.T) {
 	if _, err := s.CancelJob(ctx, owner, "pooled"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.finish(ctx, "pooled", 1, StatusCanceled, "canceled on request", nil, ""); err != nil {
+	if err := s.finish(ctx, "pooled", 1, apitypes.StatusCanceled, "canceled on request", nil, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteCompute(ctx, "cpu"); err != nil {
@@ -255,7 +257,7 @@ func TestOutOfBoundsLocalJobIsFailedAtStart(t *testing.T) {
 	s, _ := newService(t, target)
 	storeRawJob(t, s, "overflow", "local", &spec.Job{Type: "command", Command: "true", Limits: &spec.Limits{Timeout: 9300000000}})
 	dispatch(t, s)
-	if j := status(t, s, "overflow"); j.Status != StatusFailed || !strings.Contains(j.StatusReason, "limits.timeout") {
+	if j := status(t, s, "overflow"); j.Status != apitypes.StatusFailed || !strings.Contains(j.StatusReason, "limits.timeout") {
 		t.Errorf("job overflow: %s (%s), want Failed naming limits.timeout", j.Status, j.StatusReason)
 	}
 	if got := target.jobs(); len(got) != 0 {

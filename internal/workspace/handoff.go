@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -146,7 +148,7 @@ func (s *Service) markHandOffs(ctx context.Context, computeName string, names []
 	damaged := map[string]error{}
 	_, errs, err := s.st.UpdateJobs(ctx, names, func(j *store.Job) (store.JobChange, error) {
 		delete(launches, j.Name)
-		if j.Status != StatusQueued || j.Handle != "" {
+		if j.Status != apitypes.StatusQueued || j.Handle != "" {
 			return store.JobChange{}, errNotQueued
 		}
 		js, env, bad := nextAttempt(j)
@@ -285,14 +287,14 @@ func (s *Service) handOffFailed(ctx context.Context, ls []compute.Launch, whys m
 	failed := map[string]bool{}
 	_, _, err := s.st.UpdateJobs(ctx, names, func(j *store.Job) (store.JobChange, error) {
 		delete(failed, j.Name)
-		if j.Attempt != attempts[j.Name] || j.Handle != mark || j.Status != StatusQueued {
+		if j.Attempt != attempts[j.Name] || j.Handle != mark || j.Status != apitypes.StatusQueued {
 			return store.JobChange{}, nil
 		}
 		now, why := s.now(), whys[j.Name]
-		j.Status, j.StatusReason, j.Error, j.Ended, j.Handle = StatusFailed, why, why, now, ""
+		j.Status, j.StatusReason, j.Error, j.Ended, j.Handle = apitypes.StatusFailed, why, why, now, ""
 		failed[j.Name] = true
 		return store.JobChange{
-			Events:       []store.Event{{Job: j.Name, Time: now, From: StatusQueued, To: StatusFailed, Reason: why}},
+			Events:       []store.Event{{Job: j.Name, Time: now, From: apitypes.StatusQueued, To: apitypes.StatusFailed, Reason: why}},
 			DeleteTokens: auth.KindRun,
 		}, nil
 	})
@@ -337,15 +339,15 @@ func (s *Service) launched(ctx context.Context, t compute.Target, computeName st
 			return store.JobChange{}, nil
 		}
 		j.Handle = string(h) // kept for the record, whatever became of the job
-		if IsTerminal(j.Status) {
+		if apitypes.IsTerminal(j.Status) {
 			giveUp[j.Name] = true
 			return store.JobChange{}, nil
 		}
-		if j.Status != StatusQueued {
+		if j.Status != apitypes.StatusQueued {
 			return store.JobChange{}, nil // its runner spoke first
 		}
 		j.StatusReason = fmt.Sprintf("queued: handed to compute %s (engine handle %s); waiting in its queue", computeName, h)
-		return store.JobChange{Events: []store.Event{{Job: j.Name, Time: s.now(), From: StatusQueued, To: StatusQueued, Reason: j.StatusReason}}}, nil
+		return store.JobChange{Events: []store.Event{{Job: j.Name, Time: s.now(), From: apitypes.StatusQueued, To: apitypes.StatusQueued, Reason: j.StatusReason}}}, nil
 	})
 	if err != nil {
 		return err
@@ -421,11 +423,11 @@ func (s *Service) adoptHandOff(ctx context.Context, computeName string, j store.
 			return nil, nil
 		}
 		cur.Handle = string(h)
-		if cur.Status != StatusQueued {
+		if cur.Status != apitypes.StatusQueued {
 			return nil, nil // its runner speaks for it
 		}
 		cur.StatusReason = fmt.Sprintf("queued: handed to compute %s (engine handle %s) by the server before a restart; waiting in its queue", computeName, h)
-		return &store.Event{Job: j.Name, Time: s.now(), From: StatusQueued, To: StatusQueued, Reason: cur.StatusReason}, nil
+		return &store.Event{Job: j.Name, Time: s.now(), From: apitypes.StatusQueued, To: apitypes.StatusQueued, Reason: cur.StatusReason}, nil
 	})
 	if err == nil {
 		s.log.Info("adopted the handle of an attempt handed over before a restart", "job", j.Name, "attempt", j.Attempt, "handle", h)
@@ -448,13 +450,13 @@ func (s *Service) retakeHandOff(ctx context.Context, computeName string, j store
 			return store.JobChange{}, nil
 		}
 		cur.Handle = ""
-		if cur.Status != StatusQueued {
+		if cur.Status != apitypes.StatusQueued {
 			return store.JobChange{}, nil
 		}
 		requeued = true
 		cur.StatusReason = fmt.Sprintf("queued: a server restart cut short handing attempt %d to compute %s; it is handed over again as a new attempt", cur.Attempt, computeName)
 		return store.JobChange{
-			Events:       []store.Event{{Job: j.Name, Time: s.now(), From: StatusQueued, To: StatusQueued, Reason: cur.StatusReason}},
+			Events:       []store.Event{{Job: j.Name, Time: s.now(), From: apitypes.StatusQueued, To: apitypes.StatusQueued, Reason: cur.StatusReason}},
 			DeleteTokens: auth.KindRun,
 		}, nil
 	})

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"fmt"
@@ -17,7 +19,7 @@ import (
 )
 
 // history is a job's status changes as "From -> To: reason".
-func history(j *Job) []string {
+func history(j *apitypes.Job) []string {
 	var out []string
 	for _, e := range j.History {
 		out = append(out, fmt.Sprintf("%s -> %s: %s", e.From, e.To, e.Reason))
@@ -32,7 +34,7 @@ func TestHandOffIsNoStatus(t *testing.T) {
 	ctx := context.Background()
 	e := newFakeEngine(2)
 	s, _ := newEngineService(t, e)
-	var during *Job
+	var during *apitypes.Job
 	e.onLaunch = func(l compute.Launch, _ compute.Handle) {
 		j, err := s.GetJob(ctx, l.Job, true)
 		if err != nil {
@@ -46,7 +48,7 @@ func TestHandOffIsNoStatus(t *testing.T) {
 	if during == nil {
 		t.Fatal("no launch")
 	}
-	if during.Status != StatusQueued || during.Handle != "" || during.Attempt != 1 || !strings.Contains(during.StatusReason, "being handed to compute local's queue") {
+	if during.Status != apitypes.StatusQueued || during.Handle != "" || during.Attempt != 1 || !strings.Contains(during.StatusReason, "being handed to compute local's queue") {
 		t.Errorf("during the hand-off: %s, handle %q, attempt %d, reason %q; want Queued, no handle, attempt 1, being handed over", during.Status, during.Handle, during.Attempt, during.StatusReason)
 	}
 	if _, err := s.Assignment(ctx, runPrincipal("a", 1), "a", 1); err != nil {
@@ -76,7 +78,7 @@ func TestBurstIsHandedOverInBatches(t *testing.T) {
 	}
 	for i, l := range e.launches() {
 		j := status(t, s, l.Job)
-		if want := fmt.Sprint(4001 + i); j.Handle != want || j.Status != StatusQueued {
+		if want := fmt.Sprint(4001 + i); j.Handle != want || j.Status != apitypes.StatusQueued {
 			t.Errorf("%s: %s with handle %q, want Queued with %s (the handle its launch got)", l.Job, j.Status, j.Handle, want)
 		}
 	}
@@ -159,7 +161,7 @@ func TestHandOffToATargetWithoutBatches(t *testing.T) {
 	}
 	for _, l := range e.launches() {
 		j := status(t, s, l.Job)
-		if j.Status != StatusQueued || j.Handle == "" || !strings.Contains(j.StatusReason, "engine handle "+j.Handle) {
+		if j.Status != apitypes.StatusQueued || j.Handle == "" || !strings.Contains(j.StatusReason, "engine handle "+j.Handle) {
 			t.Errorf("%s: %s, handle %q (%s)", l.Job, j.Status, j.Handle, j.StatusReason)
 		}
 	}
@@ -184,14 +186,14 @@ func TestFailedHandOffFailsTheJob(t *testing.T) {
 	submit(t, s, "b")
 	dispatch(t, s)
 	a := status(t, s, "a")
-	if a.Status != StatusFailed || !strings.Contains(a.StatusReason, "compute local could not take the attempt: sbatch: error: invalid partition") || a.Handle != "" {
+	if a.Status != apitypes.StatusFailed || !strings.Contains(a.StatusReason, "compute local could not take the attempt: sbatch: error: invalid partition") || a.Handle != "" {
 		t.Fatalf("a: %s (%s), handle %q; want Failed with the engine's words", a.Status, a.StatusReason, a.Handle)
 	}
 	if _, err := s.st.TokenByHash(ctx, auth.Hash(tokens["a"])); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a's run token after its failed hand-off: %v, want revoked", err)
 	}
 	dispatch(t, s) // a's slot is free
-	if b := status(t, s, "b"); b.Status != StatusQueued || b.Handle != "4001" {
+	if b := status(t, s, "b"); b.Status != apitypes.StatusQueued || b.Handle != "4001" {
 		t.Fatalf("b: %s, handle %q; want handed over in a's freed slot", b.Status, b.Handle)
 	}
 	if _, err := s.st.TokenByHash(ctx, auth.Hash(tokens["b"])); err != nil {
@@ -205,7 +207,7 @@ func TestFailedHandOffFailsTheJob(t *testing.T) {
 	s2 := engineService(t, st, dir, noHandle{e}, &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)})
 	submit(t, s2, "c")
 	dispatch(t, s2)
-	if c := status(t, s2, "c"); c.Status != StatusFailed || !strings.Contains(c.StatusReason, "returned no handle") {
+	if c := status(t, s2, "c"); c.Status != apitypes.StatusFailed || !strings.Contains(c.StatusReason, "returned no handle") {
 		t.Errorf("c: %s (%s), want Failed: no handle", c.Status, c.StatusReason)
 	}
 }
@@ -253,7 +255,7 @@ func TestInterruptedHandOffIsTakenBackByTheNextServer(t *testing.T) {
 	}
 	for _, n := range []string{"a", "b"} {
 		j, err := st.GetJob(context.Background(), n)
-		if err != nil || j.Status != StatusQueued || j.Attempt != 1 || !isHandOffMark(j.Handle) {
+		if err != nil || j.Status != apitypes.StatusQueued || j.Attempt != 1 || !isHandOffMark(j.Handle) {
 			t.Fatalf("%s after an interrupted hand-off: %s, attempt %d, handle %q, %v; want Queued (not failed), attempt 1, marked", n, j.Status, j.Attempt, j.Handle, err)
 		}
 	}
@@ -267,7 +269,7 @@ func TestInterruptedHandOffIsTakenBackByTheNextServer(t *testing.T) {
 	}
 	dispatch(t, s2)
 	a := status(t, s2, "a")
-	if a.Status != StatusQueued || a.Attempt != 2 || a.Handle != "4001" {
+	if a.Status != apitypes.StatusQueued || a.Attempt != 2 || a.Handle != "4001" {
 		t.Fatalf("a on the new server: %s, attempt %d, handle %q; want Queued as attempt 2 with handle 4001", a.Status, a.Attempt, a.Handle)
 	}
 	if !strings.Contains(strings.Join(history(a), "\n"), "a server restart cut short handing attempt 1 to compute local; it is handed over again as a new attempt") {
@@ -276,7 +278,7 @@ func TestInterruptedHandOffIsTakenBackByTheNextServer(t *testing.T) {
 	if _, err := s2.Assignment(context.Background(), runPrincipal("a", 1), "a", 1); err == nil {
 		t.Error("attempt 1's runner was given an assignment after the retake")
 	}
-	if b := status(t, s2, "b"); b.Status != StatusPreparing || b.Attempt != 1 || b.Handle != "" {
+	if b := status(t, s2, "b"); b.Status != apitypes.StatusPreparing || b.Attempt != 1 || b.Handle != "" {
 		t.Errorf("b: %s, attempt %d, handle %q; want Preparing, attempt 1, no handle", b.Status, b.Attempt, b.Handle)
 	}
 	if got := again.launches(); len(got) != 1 || got[0].Job != "a" || got[0].Attempt != 2 {
@@ -303,9 +305,9 @@ func TestTakenBackAttemptsRunnerIsRefused(t *testing.T) {
 	submit(t, s, "a")
 	dispatch(t, s)
 	zero := 0
-	e.set("4001", compute.EngineState{Phase: compute.PhaseEnded, Reason: "PREEMPTED", Outcome: StatusFailed, Requeue: true, ExitCode: &zero})
+	e.set("4001", compute.EngineState{Phase: compute.PhaseEnded, Reason: "PREEMPTED", Outcome: apitypes.StatusFailed, Requeue: true, ExitCode: &zero})
 	reconcile(t, s)
-	if j := status(t, s, "a"); j.Status != StatusQueued || j.Handle != "" {
+	if j := status(t, s, "a"); j.Status != apitypes.StatusQueued || j.Handle != "" {
 		t.Fatalf("a after its engine took it back: %s, handle %q", j.Status, j.Handle)
 	}
 	if _, err := s.Assignment(ctx, runPrincipal("a", 1), "a", 1); CodeOf(err) != CodeConflict {
@@ -344,10 +346,10 @@ func TestInterruptedHandOffIsAdoptedWhenTheTargetFindsIt(t *testing.T) {
 	s2 := engineService(t, st, dir, again, clk)
 	dispatch(t, s2)
 	a := status(t, s2, "a")
-	if a.Status != StatusQueued || a.Attempt != 1 || a.Handle != "4999" || !strings.Contains(a.StatusReason, "by the server before a restart") {
+	if a.Status != apitypes.StatusQueued || a.Attempt != 1 || a.Handle != "4999" || !strings.Contains(a.StatusReason, "by the server before a restart") {
 		t.Fatalf("a: %s, attempt %d, handle %q (%s); want Queued, attempt 1, the handle found", a.Status, a.Attempt, a.Handle, a.StatusReason)
 	}
-	if b := status(t, s2, "b"); b.Status != StatusQueued || b.Attempt != 2 {
+	if b := status(t, s2, "b"); b.Status != apitypes.StatusQueued || b.Attempt != 2 {
 		t.Errorf("b, not found: %s, attempt %d; want handed over again as attempt 2", b.Status, b.Attempt)
 	}
 	if got := again.launches(); len(got) != 1 || got[0].Job != "b" {

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -286,22 +288,22 @@ func (s *Service) moveInstance(ctx context.Context, name, from, to, why string, 
 
 // StartInstance, StopInstance and RestartInstance act on a compute instance
 // as `az ml compute start|stop|restart` do.
-func (s *Service) StartInstance(ctx context.Context, who auth.Principal, name string) (*Compute, error) {
+func (s *Service) StartInstance(ctx context.Context, who auth.Principal, name string) (*apitypes.Compute, error) {
 	return s.instanceAction(ctx, who, name, "start")
 }
 
 // StopInstance stops a compute instance: its node is given back, and jobs
 // cannot be submitted to it until it is started again.
-func (s *Service) StopInstance(ctx context.Context, who auth.Principal, name string) (*Compute, error) {
+func (s *Service) StopInstance(ctx context.Context, who auth.Principal, name string) (*apitypes.Compute, error) {
 	return s.instanceAction(ctx, who, name, "stop")
 }
 
 // RestartInstance gives the instance a fresh node.
-func (s *Service) RestartInstance(ctx context.Context, who auth.Principal, name string) (*Compute, error) {
+func (s *Service) RestartInstance(ctx context.Context, who auth.Principal, name string) (*apitypes.Compute, error) {
 	return s.instanceAction(ctx, who, name, "restart")
 }
 
-func (s *Service) instanceAction(ctx context.Context, who auth.Principal, name, action string) (*Compute, error) {
+func (s *Service) instanceAction(ctx context.Context, who auth.Principal, name, action string) (*apitypes.Compute, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("only an owner may %s compute instances", action)
 	}

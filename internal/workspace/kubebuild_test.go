@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"path/filepath"
@@ -116,11 +118,11 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 	}
 	_, code := putFile(t, s, "def init(): pass\ndef run(x): return x\n")
 	_, envFiles := putFile(t, s, "FROM ferry-base:bookworm\n")
-	dep := func(name, endpoint string) (*spec.OnlineDeployment, DeploymentUploads) {
+	dep := func(name, endpoint string) (*spec.OnlineDeployment, apitypes.DeploymentUploads) {
 		return &spec.OnlineDeployment{Name: name, EndpointName: endpoint, InstanceCount: 1,
 				CodeConfiguration: &spec.CodeConfiguration{Code: "code", ScoringScript: "f.txt"},
 				Environment:       &spec.Environment{Build: &spec.Build{Path: "env", DockerfilePath: "f.txt"}}},
-			DeploymentUploads{CodeSnapshot: code, EnvironmentSnapshot: envFiles}
+			apitypes.DeploymentUploads{CodeSnapshot: code, EnvironmentSnapshot: envFiles}
 	}
 	pass := func(s *Service) {
 		t.Helper()
@@ -128,7 +130,7 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	get := func(s *Service, endpoint, name string) *OnlineDeployment {
+	get := func(s *Service, endpoint, name string) *apitypes.OnlineDeployment {
 		t.Helper()
 		d, err := s.GetOnlineDeployment(ctx, endpoint, name)
 		if err != nil {
@@ -150,7 +152,7 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 		t.Errorf("a conda file on an image on a compute without a registry: %v", err)
 	}
 	d.EndpointName = "kep"
-	if got, err := s.CreateOnlineDeployment(ctx, owner, d, up, false); err != nil || got.ProvisioningState != DeploymentCreating {
+	if got, err := s.CreateOnlineDeployment(ctx, owner, d, up, false); err != nil || got.ProvisioningState != apitypes.DeploymentCreating {
 		t.Errorf("a conda file on an image on a compute with a registry: %+v %v", got, err)
 	}
 	if err := s.DeleteOnlineDeployment(ctx, owner, "kep", "conda"); err != nil {
@@ -168,13 +170,13 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if created.ProvisioningState != DeploymentCreating || kube.buildCount() != 0 {
+	if created.ProvisioningState != apitypes.DeploymentCreating || kube.buildCount() != 0 {
 		t.Fatalf("create: %s with %d builds, want Creating and none", created.ProvisioningState, kube.buildCount())
 	}
 	pass(s)
 	kube.waitBuilds(t, 1)
 	pass(s) // the build goes on: not started twice, nothing applied
-	if got := get(s, "kep", "blue"); got.ProvisioningState != DeploymentCreating || !strings.Contains(got.Reason, "building the environment's image") ||
+	if got := get(s, "kep", "blue"); got.ProvisioningState != apitypes.DeploymentCreating || !strings.Contains(got.Reason, "building the environment's image") ||
 		kube.buildCount() != 1 || len(kube.calls) != 0 {
 		t.Fatalf("during the build: %s (%s), %d builds, calls %v", got.ProvisioningState, got.Reason, kube.buildCount(), kube.calls)
 	}
@@ -186,7 +188,7 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 	kube.answers <- buildAnswer{ref: ref}
 	waitBuilt(t, s, "kep/blue")
 	pass(s)
-	if got := get(s, "kep", "blue"); got.ProvisioningState != DeploymentSucceeded || kube.applied.Image != ref ||
+	if got := get(s, "kep", "blue"); got.ProvisioningState != apitypes.DeploymentSucceeded || kube.applied.Image != ref ||
 		kube.applied.Registry == nil || kube.applied.Registry.Username != "u" || kube.applied.Registry.Password != "pw" {
 		t.Fatalf("built: %s (%s), applied image %q registry %+v", got.ProvisioningState, got.Reason, kube.applied.Image, kube.applied.Registry)
 	}
@@ -198,7 +200,7 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	pass(s2)
-	if got := get(s2, "kep", "blue"); got.ProvisioningState != DeploymentSucceeded || got.Reason != "" {
+	if got := get(s2, "kep", "blue"); got.ProvisioningState != apitypes.DeploymentSucceeded || got.Reason != "" {
 		t.Errorf("a Succeeded deployment during its image's look-up after a restart: %s (%s)", got.ProvisioningState, got.Reason)
 	}
 	kube.answers <- buildAnswer{ref: ref}
@@ -219,7 +221,7 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 	waitBuilt(t, s2, "kep/red")
 	pass(s2)
 	pass(s2)
-	if got := get(s2, "kep", "red"); got.ProvisioningState != DeploymentFailed || !strings.Contains(got.Reason, "RUN false: returned a non-zero code") ||
+	if got := get(s2, "kep", "red"); got.ProvisioningState != apitypes.DeploymentFailed || !strings.Contains(got.Reason, "RUN false: returned a non-zero code") ||
 		!strings.Contains(got.Reason, "kubernetes compute k8s") {
 		t.Errorf("a failed build: %s (%s)", got.ProvisioningState, got.Reason)
 	}

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -267,15 +269,15 @@ func (s *Service) reconcileKubeDeployment(ctx context.Context, rec store.Deploym
 		kl.statusAt = now.Add(kubeStatusEvery)
 		if st.Generation == doc.Generation {
 			switch st.State {
-			case DeploymentSucceeded:
-				rec.State, rec.Reason = DeploymentSucceeded, ""
-			case DeploymentFailed:
-				rec.State, rec.Reason = DeploymentFailed, st.Reason
+			case apitypes.DeploymentSucceeded:
+				rec.State, rec.Reason = apitypes.DeploymentSucceeded, ""
+			case apitypes.DeploymentFailed:
+				rec.State, rec.Reason = apitypes.DeploymentFailed, st.Reason
 			default:
 				// Creating or Updating, as this deployment's own history
 				// says (a scale of a Succeeded one is Updating).
-				if rec.State != DeploymentCreating {
-					rec.State = DeploymentUpdating
+				if rec.State != apitypes.DeploymentCreating {
+					rec.State = apitypes.DeploymentUpdating
 				}
 				rec.Reason = st.Reason
 			}
@@ -285,7 +287,7 @@ func (s *Service) reconcileKubeDeployment(ctx context.Context, rec store.Deploym
 		return err
 	}
 	if string(rec.Replicas)+rec.State+rec.Reason != before {
-		if rec.State != DeploymentSucceeded || !strings.Contains(before, DeploymentSucceeded) {
+		if rec.State != apitypes.DeploymentSucceeded || !strings.Contains(before, apitypes.DeploymentSucceeded) {
 			s.log.Info("kubernetes deployment", "endpoint", rec.Endpoint, "deployment", rec.Name, "state", rec.State, "reason", firstLine(rec.Reason))
 		}
 		rec.Updated = now
@@ -362,7 +364,7 @@ func kubeRegistry(c *spec.Compute) *KubeRegistry {
 // kubeBuilding says, on a deployment being created or updated, that its
 // image is being built.
 func (s *Service) kubeBuilding(ctx context.Context, rec store.Deployment, doc *deploymentDoc, set *replicaSet, doing string) error {
-	if (rec.State != DeploymentCreating && rec.State != DeploymentUpdating) || rec.Reason == doing {
+	if (rec.State != apitypes.DeploymentCreating && rec.State != apitypes.DeploymentUpdating) || rec.Reason == doing {
 		return nil
 	}
 	rec.Reason = doing
@@ -401,8 +403,8 @@ func (s *Service) kubeFailed(ctx context.Context, rec store.Deployment, doc *dep
 	if deleting {
 		rec.Reason = "cannot delete yet: " + why
 	} else {
-		if rec.State != DeploymentSucceeded {
-			rec.State = DeploymentFailed
+		if rec.State != apitypes.DeploymentSucceeded {
+			rec.State = apitypes.DeploymentFailed
 		}
 		rec.Reason = why
 	}
@@ -542,10 +544,10 @@ func (c *deployCtl) kubeRouted(key string) []string {
 // kubeReplicaViews shows a Kubernetes deployment's ready pods (which
 // have no job: `kubectl get pods -l ferry.ml/deployment=NAME` shows the
 // others).
-func (c *deployCtl) kubeReplicaViews(key string) []DeploymentReplica {
-	out := []DeploymentReplica{}
+func (c *deployCtl) kubeReplicaViews(key string) []apitypes.DeploymentReplica {
+	out := []apitypes.DeploymentReplica{}
 	for _, u := range c.kubeRouted(key) {
-		out = append(out, DeploymentReplica{State: ReplicaReady, Address: u})
+		out = append(out, apitypes.DeploymentReplica{State: apitypes.ReplicaReady, Address: u})
 	}
 	return out
 }

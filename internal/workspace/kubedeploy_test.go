@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"path/filepath"
 	"slices"
@@ -43,7 +45,7 @@ func (k *recordingKube) Scale(_ context.Context, _ KubeTarget, _, _ string, n in
 func (k *recordingKube) Status(context.Context, KubeTarget, string, string) (KubeState, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return KubeState{State: DeploymentSucceeded, Generation: k.applied.Generation, Desired: *k.applied.Replicas, Ready: *k.applied.Replicas}, nil
+	return KubeState{State: apitypes.DeploymentSucceeded, Generation: k.applied.Generation, Desired: *k.applied.Replicas, Ready: *k.applied.Replicas}, nil
 }
 
 func (k *recordingKube) WatchReady(_ context.Context, _ KubeTarget, _, _ string, onChange func([]string)) (func(), error) {
@@ -106,10 +108,10 @@ func TestKubernetesDeploymentController(t *testing.T) {
 			CodeConfiguration: &spec.CodeConfiguration{Code: "code", ScoringScript: "f.txt"}}
 	}
 	local := dep(1)
-	if _, err := s.CreateOnlineDeployment(ctx, owner, local, DeploymentUploads{CodeSnapshot: code}, true); CodeOf(err) != CodeInvalid {
+	if _, err := s.CreateOnlineDeployment(ctx, owner, local, apitypes.DeploymentUploads{CodeSnapshot: code}, true); CodeOf(err) != CodeInvalid {
 		t.Errorf("--local on a kubernetes endpoint: %v", err)
 	}
-	if _, err := s.CreateOnlineDeployment(ctx, owner, dep(2), DeploymentUploads{CodeSnapshot: code}, false); err != nil {
+	if _, err := s.CreateOnlineDeployment(ctx, owner, dep(2), apitypes.DeploymentUploads{CodeSnapshot: code}, false); err != nil {
 		t.Fatal(err)
 	}
 	pass := func(s *Service) {
@@ -123,7 +125,7 @@ func TestKubernetesDeploymentController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.ProvisioningState != DeploymentSucceeded || d.Compute != "k8s" || *kube.applied.Replicas != 2 || kube.applied.Image != "img:1" ||
+	if d.ProvisioningState != apitypes.DeploymentSucceeded || d.Compute != "k8s" || *kube.applied.Replicas != 2 || kube.applied.Image != "img:1" ||
 		kube.applied.InstanceType.Requests["cpu"] != "100m" || string(kube.applied.Code["f.txt"]) == "" || kube.applied.Target.Namespace != "ns" {
 		t.Fatalf("after create: %+v, applied %+v", d, kube.applied)
 	}
@@ -139,7 +141,7 @@ func TestKubernetesDeploymentController(t *testing.T) {
 	if len(secret.Reveal()) < 40 || routed["blue"].Secrets["http://10.0.0.1:5001"] != secret {
 		t.Errorf("applied with a secret of %d bytes; routed with %v", len(secret.Reveal()), routed["blue"].Secrets)
 	}
-	if _, err := s.UpdateOnlineDeployment(ctx, owner, dep(3), DeploymentChange{Uploads: DeploymentUploads{CodeSnapshot: code}}); err != nil {
+	if _, err := s.UpdateOnlineDeployment(ctx, owner, dep(3), DeploymentChange{Uploads: apitypes.DeploymentUploads{CodeSnapshot: code}}); err != nil {
 		t.Fatal(err)
 	}
 	pass(s)
@@ -152,13 +154,13 @@ func TestKubernetesDeploymentController(t *testing.T) {
 	green := dep(1)
 	green.Name, green.InstanceType = "green", ""
 	green.Schema = "https://azuremlschemas.azureedge.net/latest/managedOnlineDeployment.schema.json"
-	g, err := s.CreateOnlineDeployment(ctx, owner, green, DeploymentUploads{CodeSnapshot: code}, true)
+	g, err := s.CreateOnlineDeployment(ctx, owner, green, apitypes.DeploymentUploads{CodeSnapshot: code}, true)
 	if err != nil || g.Compute != "local" {
 		t.Fatalf("a managedOnlineDeployment on a kubernetes endpoint: %+v, %v", g, err)
 	}
 	toManaged := dep(3)
 	toManaged.Schema, toManaged.InstanceType = green.Schema, "Standard_DS1_v2"
-	if _, err := s.UpdateOnlineDeployment(ctx, owner, toManaged, DeploymentChange{Uploads: DeploymentUploads{CodeSnapshot: code}}); CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), "$schema") {
+	if _, err := s.UpdateOnlineDeployment(ctx, owner, toManaged, DeploymentChange{Uploads: apitypes.DeploymentUploads{CodeSnapshot: code}}); CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), "$schema") {
 		t.Errorf("an update moving blue off the cluster: %v", err)
 	}
 	pass(s)
@@ -192,7 +194,7 @@ func TestKubernetesDeploymentController(t *testing.T) {
 		t.Errorf("after delete: %d watches left", kube.watching)
 	}
 	// Made again under the same name, it has a secret of its own.
-	if _, err := s2.CreateOnlineDeployment(ctx, owner, dep(1), DeploymentUploads{CodeSnapshot: code}, false); err != nil {
+	if _, err := s2.CreateOnlineDeployment(ctx, owner, dep(1), apitypes.DeploymentUploads{CodeSnapshot: code}, false); err != nil {
 		t.Fatal(err)
 	}
 	pass(s2)

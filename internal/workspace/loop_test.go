@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"sync"
 	"testing"
@@ -53,7 +55,7 @@ func TestSubmitJobAnswersTheJobAsSubmitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Name != "a" || v.Status != StatusQueued || v.Created == nil || v.Spec == nil || v.Spec.Command != "echo hi" || v.Attempt != 0 {
+	if v.Name != "a" || v.Status != apitypes.StatusQueued || v.Created == nil || v.Spec == nil || v.Spec.Command != "echo hi" || v.Attempt != 0 {
 		t.Errorf("SubmitJob = %+v, want job a Queued with its creation time and spec", v)
 	}
 }

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,32 +13,11 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"time"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
-
-// Model is a registered model version as the API shows it. Its files are
-// the snapshot Snapshot; `ferry model download` fetches them.
-type Model struct {
-	ID          string            `json:"id"` // azureml:NAME:VERSION, what deployments name
-	Name        string            `json:"name"`
-	Version     string            `json:"version"`
-	Type        string            `json:"type"`
-	Description string            `json:"description,omitempty"`
-	Tags        map[string]string `json:"tags,omitempty"`
-	Properties  map[string]string `json:"properties,omitempty"`
-	Snapshot    string            `json:"snapshot"`
-	// PathName is the name of the file or folder registered: a
-	// deployment's AZUREML_MODEL_DIR holds the model under it, as
-	// Azure's does.
-	PathName string    `json:"path_name,omitempty"`
-	Hash     string    `json:"hash"`
-	Archived bool      `json:"archived,omitempty"`
-	Created  time.Time `json:"created"`
-}
 
 // modelSpec is what the store keeps of a model file beside its columns.
 type modelSpec struct {
@@ -45,14 +26,14 @@ type modelSpec struct {
 	PathName   string            `json:"path_name,omitempty"`
 }
 
-func modelView(rec store.Model) (*Model, error) {
+func modelView(rec store.Model) (*apitypes.Model, error) {
 	var ms modelSpec
 	if len(rec.Spec) > 0 {
 		if err := json.Unmarshal(rec.Spec, &ms); err != nil {
 			return nil, fmt.Errorf("model %s:%s: stored spec: %w", rec.Name, rec.Version, err)
 		}
 	}
-	return &Model{ID: "azureml:" + rec.Name + ":" + rec.Version, Name: rec.Name, Version: rec.Version,
+	return &apitypes.Model{ID: "azureml:" + rec.Name + ":" + rec.Version, Name: rec.Name, Version: rec.Version,
 		Type: rec.Type, Description: rec.Description, Tags: ms.Tags, Properties: ms.Properties,
 		Snapshot: rec.Snapshot, PathName: ms.PathName, Hash: rec.Hash, Archived: rec.Archived, Created: rec.Created}, nil
 }
@@ -76,7 +57,7 @@ func modelHash(f *spec.ModelFile, snap string) string {
 // with other content it is refused. With no version, the next whole
 // number is taken, unless the latest version has the same content, which
 // is then returned: creating an unchanged model twice is one version.
-func (s *Service) CreateModel(ctx context.Context, who auth.Principal, f *spec.ModelFile, snap string) (*Model, error) {
+func (s *Service) CreateModel(ctx context.Context, who auth.Principal, f *spec.ModelFile, snap string) (*apitypes.Model, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot register models")
 	}
@@ -142,7 +123,7 @@ func (s *Service) CreateModel(ctx context.Context, who auth.Principal, f *spec.M
 
 // GetModel returns one version of a model, archived or not; version ""
 // or "latest" is the newest one not archived.
-func (s *Service) GetModel(ctx context.Context, name, version string) (*Model, error) {
+func (s *Service) GetModel(ctx context.Context, name, version string) (*apitypes.Model, error) {
 	rec, err := s.models().lookup(ctx, name, version)
 	if err != nil {
 		return nil, err
@@ -154,7 +135,7 @@ func (s *Service) GetModel(ctx context.Context, name, version string) (*Model, e
 // azureml:NAME@latest or NAME@latest (spec.ParseModelRef). It is how
 // deployments find their model. A bad reference is CodeInvalid, a model
 // that is not registered CodeNotFound; both messages say what to do.
-func (s *Service) ResolveModel(ctx context.Context, ref string) (*Model, error) {
+func (s *Service) ResolveModel(ctx context.Context, ref string) (*apitypes.Model, error) {
 	name, version, err := spec.ParseModelRef(ref)
 	if err != nil {
 		return nil, Invalid("%v", err)
@@ -164,12 +145,12 @@ func (s *Service) ResolveModel(ctx context.Context, ref string) (*Model, error) 
 
 // ListModels returns the versions of every model, or of one, in
 // registration order; archived versions only when includeArchived.
-func (s *Service) ListModels(ctx context.Context, name string, includeArchived bool) ([]*Model, error) {
+func (s *Service) ListModels(ctx context.Context, name string, includeArchived bool) ([]*apitypes.Model, error) {
 	recs, err := s.st.ListModels(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	out := []*Model{}
+	out := []*apitypes.Model{}
 	for _, r := range s.models().visible(recs, includeArchived) {
 		v, err := modelView(r)
 		if err != nil {
@@ -183,7 +164,7 @@ func (s *Service) ListModels(ctx context.Context, name string, includeArchived b
 // ArchiveModel archives (archived true) or restores one version. An
 // archived version keeps its files and can still be shown and downloaded
 // by its version, but is no longer listed or the latest.
-func (s *Service) ArchiveModel(ctx context.Context, who auth.Principal, name, version string, archived bool) (*Model, error) {
+func (s *Service) ArchiveModel(ctx context.Context, who auth.Principal, name, version string, archived bool) (*apitypes.Model, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot archive models")
 	}

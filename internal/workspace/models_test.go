@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"strings"
 	"testing"
@@ -15,7 +17,7 @@ func modelFile(name, version string) *spec.ModelFile {
 		Tags: map[string]string{"stage": "dev"}, Properties: map[string]string{"acc": "0.9"}}
 }
 
-func mustCreateModel(t *testing.T, s *Service, f *spec.ModelFile, snap string) *Model {
+func mustCreateModel(t *testing.T, s *Service, f *spec.ModelFile, snap string) *apitypes.Model {
 	t.Helper()
 	m, err := s.CreateModel(context.Background(), owner, f, snap)
 	if err != nil {

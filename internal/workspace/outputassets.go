@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -163,11 +165,11 @@ func (s *Service) registerOwedLocked(ctx context.Context, job string) error {
 		return nil
 	}
 	declared := assetOutputs(rec.Spec)
-	var got Outputs
+	var got apitypes.Outputs
 	if err := json.Unmarshal(rec.Outputs, &got); err != nil {
 		// Not to be fixed by trying again: said once, and dropped.
 		s.log.Error("register outputs: the job's stored outputs cannot be read", "job", job, "err", err)
-		got = Outputs{}
+		got = apitypes.Outputs{}
 	}
 	var lines []string
 	var done []string
@@ -283,7 +285,7 @@ func (s *Service) reconcileRegistrations(ctx context.Context) error {
 	jobs := slices.Sorted(maps.Keys(s.regs.retry))
 	s.regs.mu.Unlock()
 	if !scanned {
-		recs, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusCompleted}})
+		recs, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{apitypes.StatusCompleted}})
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -98,14 +100,14 @@ func TestOutputRegistersAfterCrash(t *testing.T) {
 	}
 	dispatch(t, s)
 	_, snap := putFile(t, s, "rows")
-	raw, err := json.Marshal(Outputs{Named: map[string]string{"cleaned": snap, "auto": snap, "clash": snap, "plain": snap}})
+	raw, err := json.Marshal(apitypes.Outputs{Named: map[string]string{"cleaned": snap, "auto": snap, "clash": snap, "plain": snap}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	zero := 0
 	// The end's transaction alone: the server dies before the rest of
 	// endAttempt.
-	if owes, _, err := s.recordEnd(ctx, "reg", 1, attemptEnd{status: StatusCompleted, exit: &zero, outputs: raw}, nil); err != nil || !owes {
+	if owes, _, err := s.recordEnd(ctx, "reg", 1, attemptEnd{status: apitypes.StatusCompleted, exit: &zero, outputs: raw}, nil); err != nil || !owes {
 		t.Fatalf("recordEnd: %v, %v", owes, err)
 	}
 	if got := dataVersions(t, s, "cleaned-rows"); len(got) != 0 {
@@ -212,8 +214,8 @@ func TestOutputRegistersOnTheEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	zero := 0
-	if err := s.ReportStatus(ctx, runPrincipal("reg", 1), "reg", 1, Report{Status: StatusCompleted, ExitCode: &zero,
-		Outputs: &Outputs{Named: map[string]string{"cleaned": snap}}}); err != nil {
+	if err := s.ReportStatus(ctx, runPrincipal("reg", 1), "reg", 1, apitypes.Report{Status: apitypes.StatusCompleted, ExitCode: &zero,
+		Outputs: &apitypes.Outputs{Named: map[string]string{"cleaned": snap}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := dataVersions(t, s, "cleaned-rows"); len(got) != 1 || got[0] != "1 reg/cleaned" {
@@ -238,10 +240,10 @@ func TestOutputRegistrationInHistory(t *testing.T) {
 	_, snap := putFile(t, s, "model")
 	outputs := withPending([]byte(`{"named":{"best":"`+snap+`"}}`), []string{"best", "gone"})
 	now := s.now()
-	rec := store.Job{Name: "pipe", Compute: "local", Status: StatusCompleted, CreatedBy: "owner",
+	rec := store.Job{Name: "pipe", Compute: "local", Status: apitypes.StatusCompleted, CreatedBy: "owner",
 		Spec:    []byte(`{"name":"pipe","outputs":{"best":{"name":"best-model","version":"1"},"gone":{"name":"gone-model"}}}`),
 		Outputs: outputs, Created: now, Started: now, Ended: now}
-	if _, err := s.st.CreateJob(ctx, rec, store.Event{Job: "pipe", Time: now, To: StatusCompleted}); err != nil {
+	if _, err := s.st.CreateJob(ctx, rec, store.Event{Job: "pipe", Time: now, To: apitypes.StatusCompleted}); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -259,7 +261,7 @@ func TestOutputRegistrationInHistory(t *testing.T) {
 	}
 	var reasons []string
 	for _, e := range evs[1:] {
-		if e.From != StatusCompleted || e.To != StatusCompleted {
+		if e.From != apitypes.StatusCompleted || e.To != apitypes.StatusCompleted {
 			t.Errorf("a registration's event %s -> %s, want Completed -> Completed", e.From, e.To)
 		}
 		reasons = append(reasons, e.Reason)

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,7 +16,7 @@ import (
 )
 
 // SetOutputs records the snapshots of an attempt's outputs.
-func (s *Service) SetOutputs(ctx context.Context, who auth.Principal, name string, attempt int, out Outputs) error {
+func (s *Service) SetOutputs(ctx context.Context, who auth.Principal, name string, attempt int, out apitypes.Outputs) error {
 	rec, err := s.fence(ctx, who, name, attempt)
 	if err != nil {
 		return err
@@ -30,8 +32,8 @@ func (s *Service) SetOutputs(ctx context.Context, who auth.Principal, name strin
 
 // checkOutputs checks a runner's outputs for the job rec and returns them
 // as they are stored.
-func (s *Service) checkOutputs(ctx context.Context, who auth.Principal, rec store.Job, out Outputs) (json.RawMessage, error) {
-	if out.empty() {
+func (s *Service) checkOutputs(ctx context.Context, who auth.Principal, rec store.Job, out apitypes.Outputs) (json.RawMessage, error) {
+	if out.Empty() {
 		// Nothing to check (most small jobs' outputs): the spec is not
 		// read for its declared outputs (bench/dispatch).
 		return json.Marshal(out)
@@ -64,16 +66,10 @@ func (s *Service) checkOutputs(ctx context.Context, who auth.Principal, rec stor
 	return json.Marshal(out)
 }
 
-// empty says whether o names no output and skipped none: there is nothing
-// in it to check against the job's spec or the quota.
-func (o Outputs) empty() bool {
-	return o.Artifacts == "" && len(o.Named) == 0 && len(o.Skipped) == 0 && o.SkippedMore == 0
-}
-
 // storeOutputs records checked outputs of a job that has not ended.
 func (s *Service) storeOutputs(ctx context.Context, name string, raw json.RawMessage) error {
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		if IsTerminal(j.Status) {
+		if apitypes.IsTerminal(j.Status) {
 			return nil, Conflict("job %s is already %s; outputs must be uploaded before the final status", name, j.Status)
 		}
 		j.Outputs = raw
@@ -87,12 +83,12 @@ func (s *Service) storeOutputs(ctx context.Context, name string, raw json.RawMes
 // and a completed attempt fails, as when a runner's own outputs call is
 // refused; a rank other than 0 has both ignored, as the outputs call and
 // its progress reports are.
-func (s *Service) checkFinalOutputs(ctx context.Context, who auth.Principal, rec store.Job, r Report, end *attemptEnd) error {
+func (s *Service) checkFinalOutputs(ctx context.Context, who auth.Principal, rec store.Job, r apitypes.Report, end *attemptEnd) error {
 	if r.Rank > 0 {
 		return nil
 	}
 	end.finalizing = r.Finalizing
-	end.running, end.runningFor = r.Running, r.runningFor()
+	end.running, end.runningFor = r.Running, runningFor(r)
 	if r.Outputs == nil {
 		return nil
 	}
@@ -100,8 +96,8 @@ func (s *Service) checkFinalOutputs(ctx context.Context, who auth.Principal, rec
 	switch CodeOf(err) {
 	case CodeInvalid, CodeNotFound, CodeConflict, CodeForbidden, CodeTooLarge:
 		s.log.Warn("outputs of a final report refused", "job", rec.Name, "attempt", rec.Attempt, "err", err)
-		if end.status == StatusCompleted {
-			end.status, end.reason, end.msg = StatusFailed, "uploading outputs failed", "outputs refused: "+err.Error()
+		if end.status == apitypes.StatusCompleted {
+			end.status, end.reason, end.msg = apitypes.StatusFailed, "uploading outputs failed", "outputs refused: "+err.Error()
 		}
 		return nil
 	}
@@ -118,13 +114,13 @@ func (s *Service) checkFinalOutputs(ctx context.Context, who auth.Principal, rec
 // preemption).
 func (s *Service) recordApart(ctx context.Context, who auth.Principal, name string, attempt, rank int, end *attemptEnd) error {
 	if end.running != "" {
-		if err := s.ReportStatus(ctx, who, name, attempt, Report{Rank: rank, Status: StatusRunning, Reason: end.running}); err != nil {
+		if err := s.ReportStatus(ctx, who, name, attempt, apitypes.Report{Rank: rank, Status: apitypes.StatusRunning, Reason: end.running}); err != nil {
 			return err
 		}
 		end.running = ""
 	}
 	if end.finalizing != "" {
-		if err := s.ReportStatus(ctx, who, name, attempt, Report{Rank: rank, Status: StatusFinalizing, Reason: end.finalizing}); err != nil {
+		if err := s.ReportStatus(ctx, who, name, attempt, apitypes.Report{Rank: rank, Status: apitypes.StatusFinalizing, Reason: end.finalizing}); err != nil {
 			return err
 		}
 		end.finalizing = ""
@@ -140,9 +136,9 @@ func (s *Service) recordApart(ctx context.Context, who auth.Principal, name stri
 
 // checkSkipped bounds a runner's list of skipped outputs: it is shown to
 // users as it is.
-func checkSkipped(out Outputs, declared map[string]json.RawMessage) error {
-	if len(out.Skipped) > MaxSkippedOutputs {
-		return Invalid("skipped: at most %d entries (got %d); count the rest in skipped_more", MaxSkippedOutputs, len(out.Skipped))
+func checkSkipped(out apitypes.Outputs, declared map[string]json.RawMessage) error {
+	if len(out.Skipped) > apitypes.MaxSkippedOutputs {
+		return Invalid("skipped: at most %d entries (got %d); count the rest in skipped_more", apitypes.MaxSkippedOutputs, len(out.Skipped))
 	}
 	if out.SkippedMore < 0 {
 		return Invalid("skipped_more: %d is negative", out.SkippedMore)
@@ -163,7 +159,7 @@ func checkSkipped(out Outputs, declared map[string]json.RawMessage) error {
 // runner that ignores its assignment gets here. It also refuses, to a run
 // token, snapshots its job did not make or receive: recorded as outputs
 // they would become readable to it (blobscope.go).
-func (s *Service) checkOutputQuota(ctx context.Context, who auth.Principal, out Outputs) error {
+func (s *Service) checkOutputQuota(ctx context.Context, who auth.Principal, out apitypes.Outputs) error {
 	limit := s.outputLimits().JobBytes
 	var total int64
 	for _, id := range append(slices.Collect(maps.Values(out.Named)), out.Artifacts) {

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,18 +16,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
-)
-
-// StatusNotStarted is a pipeline job's status before its first step is
-// made (Azure's name). A pipeline job then goes Running, and ends
-// Completed, Failed or Canceled; CancelRequested while its steps stop.
-const StatusNotStarted = "NotStarted"
-
-// States of a step that never got a job of its own.
-const (
-	StepSkipped  = "Skipped"  // a step it depends on did not complete
-	StepCanceled = "Canceled" // the pipeline was canceled or failed first
-	StepFailed   = "Failed"   // the step's job could not be made
 )
 
 // PipelineSubmission is a pipeline job to create: its spec, with the
@@ -43,24 +33,6 @@ type PipelineSubmission struct {
 	dryRun bool
 }
 
-// PipelineStep is a step of a pipeline job as the API shows it.
-type PipelineStep struct {
-	Name   string `json:"name"`
-	Job    string `json:"job,omitempty"` // the step's own job
-	Status string `json:"status"`
-	Reason string `json:"reason,omitempty"`
-	// Compute is where the step runs (or would have).
-	Compute string `json:"compute,omitempty"`
-	// ReusedFrom is the job whose outputs the step took instead of
-	// running: same component, inputs and environment.
-	ReusedFrom string `json:"reused_from,omitempty"`
-	// DependsOn are the steps whose outputs it takes.
-	DependsOn []string `json:"depends_on,omitempty"`
-	// Sweep says the step is a sweep (type: sweep): its job is a sweep
-	// job, whose reason tells its trials' progress and best trial.
-	Sweep bool `json:"sweep,omitempty"`
-}
-
 // stepJobName is the name of a step's job: deterministic, so that a step
 // made twice (a server killed between making its job and recording it)
 // is made once.
@@ -68,7 +40,7 @@ func stepJobName(pipeline, step string) string { return pipeline + "-" + step }
 
 // SubmitPipeline validates and stores a pipeline job; the pipeline loop
 // then makes each step's job once its inputs exist.
-func (s *Service) SubmitPipeline(ctx context.Context, who auth.Principal, sub PipelineSubmission) (*Job, error) {
+func (s *Service) SubmitPipeline(ctx context.Context, who auth.Principal, sub PipelineSubmission) (*apitypes.Job, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot submit jobs")
 	}
@@ -134,13 +106,13 @@ func (s *Service) SubmitPipeline(ctx context.Context, who auth.Principal, sub Pi
 	}
 	now := s.now()
 	rec := store.Job{Name: name, DisplayName: p.DisplayName, ExperimentName: p.ExperimentName,
-		Status: StatusNotStarted, StatusReason: "waiting for its first steps", CreatedBy: who.Subject,
+		Status: apitypes.StatusNotStarted, StatusReason: "waiting for its first steps", CreatedBy: who.Subject,
 		Spec: specJSON, Inputs: inputsJSON, Created: now}
 	var rows []store.PipelineStep
 	for _, st := range steps {
 		rows = append(rows, store.PipelineStep{Step: st})
 	}
-	first := store.Event{Job: name, Time: now, To: StatusNotStarted, Reason: fmt.Sprintf("pipeline of %s submitted", count(len(steps), "step"))}
+	first := store.Event{Job: name, Time: now, To: apitypes.StatusNotStarted, Reason: fmt.Sprintf("pipeline of %s submitted", count(len(steps), "step"))}
 	var created store.Job
 	switch {
 	case sub.dryRun:
@@ -321,7 +293,7 @@ func (s *Service) reconcilePipelines(ctx context.Context) error {
 		if err := s.guard("pipeline "+name, func() error { return s.advancePipeline(ctx, name, watch) }); err != nil {
 			s.log.Error("pipeline", "job", name, "err", err)
 			if errors.Is(err, errInternal) {
-				s.endPipeline(ctx, name, StatusFailed, "the pipeline could not be advanced: "+err.Error(), nil)
+				s.endPipeline(ctx, name, apitypes.StatusFailed, "the pipeline could not be advanced: "+err.Error(), nil)
 			}
 		}
 	}
@@ -338,7 +310,7 @@ type stepState struct {
 }
 
 func (st stepState) ended() bool {
-	return st.status == StepSkipped || IsTerminal(st.status)
+	return st.status == apitypes.StepSkipped || apitypes.IsTerminal(st.status)
 }
 
 // advancePipeline moves one pipeline on: makes the steps whose inputs
@@ -353,12 +325,12 @@ func (s *Service) advancePipeline(ctx context.Context, name string, watch map[st
 	watch[name] = rec.Status
 	var p spec.PipelineJob
 	if err := json.Unmarshal(rec.Spec, &p); err != nil {
-		return s.endPipeline(ctx, name, StatusFailed, "its stored spec cannot be read: "+err.Error(), nil)
+		return s.endPipeline(ctx, name, apitypes.StatusFailed, "its stored spec cannot be read: "+err.Error(), nil)
 	}
 	snaps := map[string]string{}
 	if len(rec.Inputs) > 0 {
 		if err := json.Unmarshal(rec.Inputs, &snaps); err != nil {
-			return s.endPipeline(ctx, name, StatusFailed, "its stored inputs cannot be read: "+err.Error(), nil)
+			return s.endPipeline(ctx, name, apitypes.StatusFailed, "its stored inputs cannot be read: "+err.Error(), nil)
 		}
 	}
 	rows, err := s.st.ListPipelineSteps(ctx, name)
@@ -377,15 +349,15 @@ func (s *Service) advancePipeline(ctx context.Context, name string, watch map[st
 				watch[r.Job] = j.Status
 				st.job, st.status, st.reason = &j, j.Status, j.StatusReason
 			} else {
-				st.status, st.reason = StepFailed, "its job "+r.Job+" no longer exists"
+				st.status, st.reason = apitypes.StepFailed, "its job "+r.Job+" no longer exists"
 			}
 		}
 		states[r.Step] = st
 	}
-	canceling := rec.Status == StatusCancelRequested
+	canceling := rec.Status == apitypes.StatusCancelRequested
 	var failed []string
 	for _, n := range slices.Sorted(maps.Keys(states)) {
-		if st := states[n]; st.status == StatusFailed || (st.status == StatusCanceled && !canceling) {
+		if st := states[n]; st.status == apitypes.StatusFailed || (st.status == apitypes.StatusCanceled && !canceling) {
 			failed = append(failed, n)
 		}
 	}
@@ -422,11 +394,11 @@ func (s *Service) stopStep(ctx context.Context, rec store.Job, st *stepState, ca
 		if !canceling {
 			why = "not started: step " + strings.Join(failed, ", ") + " failed (settings.continue_on_step_failure is false)"
 		}
-		st.row.State, st.row.Reason = StepCanceled, why
-		st.status, st.reason = StepCanceled, why
+		st.row.State, st.row.Reason = apitypes.StepCanceled, why
+		st.status, st.reason = apitypes.StepCanceled, why
 		return s.st.UpdatePipelineStep(ctx, st.row)
 	}
-	if st.status == StatusCancelRequested {
+	if st.status == apitypes.StatusCancelRequested {
 		return nil
 	}
 	who := rec.CancelBy
@@ -450,10 +422,10 @@ func (s *Service) maybeStartStep(ctx context.Context, rec store.Job, p *spec.Pip
 			continue
 		}
 		switch {
-		case ds.status == StatusCompleted:
+		case ds.status == apitypes.StatusCompleted:
 		case ds.ended():
-			st.row.State, st.row.Reason = StepSkipped, fmt.Sprintf("not started: step %s it takes inputs from did not complete (%s)", d, ds.status)
-			st.status, st.reason = StepSkipped, st.row.Reason
+			st.row.State, st.row.Reason = apitypes.StepSkipped, fmt.Sprintf("not started: step %s it takes inputs from did not complete (%s)", d, ds.status)
+			st.status, st.reason = apitypes.StepSkipped, st.row.Reason
 			return s.st.UpdatePipelineStep(ctx, st.row)
 		default:
 			return nil // waits for d
@@ -464,8 +436,8 @@ func (s *Service) maybeStartStep(ctx context.Context, rec store.Job, p *spec.Pip
 		if CodeOf(err) == CodeInternal {
 			return err
 		}
-		st.row.State, st.row.Reason = StepFailed, "could not be submitted: "+err.Error()
-		st.status, st.reason = StepFailed, st.row.Reason
+		st.row.State, st.row.Reason = apitypes.StepFailed, "could not be submitted: "+err.Error()
+		st.status, st.reason = apitypes.StepFailed, st.row.Reason
 		return s.st.UpdatePipelineStep(ctx, st.row)
 	}
 	st.row.Job, st.row.ReuseKey, st.row.ReusedFrom = job.Name, job.reuseKey, reused
@@ -489,19 +461,19 @@ func (s *Service) settlePipeline(ctx context.Context, rec store.Job, p *spec.Pip
 		}
 		if !st.ended() {
 			allEnded = false
-		} else if st.status != StatusCompleted {
+		} else if st.status != apitypes.StatusCompleted {
 			notCompleted = append(notCompleted, n)
 		}
 	}
 	if !allEnded {
-		if anyStarted && rec.Status == StatusNotStarted {
+		if anyStarted && rec.Status == apitypes.StatusNotStarted {
 			return s.pipelineRunning(ctx, rec.Name)
 		}
 		return nil
 	}
 	switch {
 	case canceling:
-		return s.endPipeline(ctx, rec.Name, StatusCanceled, "canceled by "+rec.CancelBy, nil)
+		return s.endPipeline(ctx, rec.Name, apitypes.StatusCanceled, "canceled by "+rec.CancelBy, nil)
 	case len(notCompleted) > 0:
 		var parts []string
 		for _, n := range notCompleted {
@@ -512,21 +484,21 @@ func (s *Service) settlePipeline(ctx context.Context, rec store.Job, p *spec.Pip
 		if first.reason != "" {
 			why += " (" + notCompleted[0] + ": " + first.reason + ")"
 		}
-		return s.endPipeline(ctx, rec.Name, StatusFailed, why, pipelineOutputs(p, states))
+		return s.endPipeline(ctx, rec.Name, apitypes.StatusFailed, why, pipelineOutputs(p, states))
 	}
-	return s.endPipeline(ctx, rec.Name, StatusCompleted, fmt.Sprintf("all %s completed", count(len(states), "step")), pipelineOutputs(p, states))
+	return s.endPipeline(ctx, rec.Name, apitypes.StatusCompleted, fmt.Sprintf("all %s completed", count(len(states), "step")), pipelineOutputs(p, states))
 }
 
 // pipelineOutputs are the pipeline's named outputs: each the output of
 // the step bound to it, where that step completed.
-func pipelineOutputs(p *spec.PipelineJob, states map[string]*stepState) *Outputs {
-	out := &Outputs{Named: map[string]string{}}
+func pipelineOutputs(p *spec.PipelineJob, states map[string]*stepState) *apitypes.Outputs {
+	out := &apitypes.Outputs{Named: map[string]string{}}
 	for _, n := range slices.Sorted(maps.Keys(p.Jobs)) {
 		st := states[n]
-		if st == nil || st.job == nil || st.status != StatusCompleted || len(st.job.Outputs) == 0 {
+		if st == nil || st.job == nil || st.status != apitypes.StatusCompleted || len(st.job.Outputs) == 0 {
 			continue
 		}
-		var o Outputs
+		var o apitypes.Outputs
 		if json.Unmarshal(st.job.Outputs, &o) != nil {
 			continue
 		}
@@ -541,29 +513,29 @@ func pipelineOutputs(p *spec.PipelineJob, states map[string]*stepState) *Outputs
 
 func (s *Service) pipelineRunning(ctx context.Context, name string) error {
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		if j.Status != StatusNotStarted {
+		if j.Status != apitypes.StatusNotStarted {
 			return nil, nil
 		}
 		now := s.now()
-		j.Status, j.StatusReason, j.Started = StatusRunning, "its steps are running", now
-		return &store.Event{Job: name, Time: now, From: StatusNotStarted, To: StatusRunning, Reason: j.StatusReason}, nil
+		j.Status, j.StatusReason, j.Started = apitypes.StatusRunning, "its steps are running", now
+		return &store.Event{Job: name, Time: now, From: apitypes.StatusNotStarted, To: apitypes.StatusRunning, Reason: j.StatusReason}, nil
 	})
 	s.changed(name)
 	return err
 }
 
 // endPipeline ends a pipeline job with its outputs (nil: none).
-func (s *Service) endPipeline(ctx context.Context, name, status, reason string, out *Outputs) error {
+func (s *Service) endPipeline(ctx context.Context, name, status, reason string, out *apitypes.Outputs) error {
 	completed := false // the outputs it owes a registration are to register
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
 		completed = false
-		if IsTerminal(j.Status) {
+		if apitypes.IsTerminal(j.Status) {
 			return nil, nil
 		}
 		now := s.now()
 		from := j.Status
 		j.Status, j.StatusReason, j.Ended = status, reason, now
-		if status == StatusFailed {
+		if status == apitypes.StatusFailed {
 			j.Error = reason
 		}
 		if j.Started.IsZero() {
@@ -576,7 +548,7 @@ func (s *Service) endPipeline(ctx context.Context, name, status, reason string, 
 			}
 			j.Outputs = raw
 		}
-		completed = status == StatusCompleted
+		completed = status == apitypes.StatusCompleted
 		j.Outputs = owedOutputs(j.Outputs, j.Spec, completed)
 		return &store.Event{Job: name, Time: now, From: from, To: status, Reason: reason}, nil
 	})
@@ -612,7 +584,7 @@ func isPipeline(rec store.Job) bool {
 
 // pipelineView adds a pipeline's spec and steps to the view of its
 // parent job.
-func (s *Service) pipelineView(ctx context.Context, rec store.Job, v *Job) error {
+func (s *Service) pipelineView(ctx context.Context, rec store.Job, v *apitypes.Job) error {
 	p := v.Pipeline
 	rows, err := s.st.ListPipelineSteps(ctx, rec.Name)
 	if err != nil {
@@ -625,7 +597,7 @@ func (s *Service) pipelineView(ctx context.Context, rec store.Job, v *Job) error
 		return err
 	}
 	for _, r := range rows {
-		ps := PipelineStep{Name: r.Step, Job: r.Job, Status: r.State, Reason: r.Reason, ReusedFrom: r.ReusedFrom,
+		ps := apitypes.PipelineStep{Name: r.Step, Job: r.Job, Status: r.State, Reason: r.Reason, ReusedFrom: r.ReusedFrom,
 			Compute: p.StepCompute(r.Step)}
 		if ps.Compute == "" {
 			ps.Compute = "local"
@@ -640,7 +612,7 @@ func (s *Service) pipelineView(ctx context.Context, rec store.Job, v *Job) error
 			}
 		}
 		if ps.Status == "" {
-			ps.Status = StatusNotStarted
+			ps.Status = apitypes.StatusNotStarted
 		}
 		v.Steps = append(v.Steps, ps)
 	}

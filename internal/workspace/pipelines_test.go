@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"strings"
 	"testing"
 
@@ -55,7 +57,7 @@ jobs:
 		t.Fatal(err)
 	}
 	rec := store.Job{Name: "pipe"}
-	states := map[string]*stepState{"a": {job: &store.Job{Name: "pipe-a", Outputs: []byte(`{"named":{"o":"aaaa"}}`)}, status: StatusCompleted}}
+	states := map[string]*stepState{"a": {job: &store.Job{Name: "pipe-a", Outputs: []byte(`{"named":{"o":"aaaa"}}`)}, status: apitypes.StatusCompleted}}
 	comp := p.StepComponent("b")
 	in, err := bindStepInputs(p, nil, "b", comp, states)
 	if err != nil {

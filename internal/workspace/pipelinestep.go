@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -89,7 +91,7 @@ func bindStepInputs(p *spec.PipelineJob, snaps map[string]string, n string, comp
 			}
 		case si.Binding != nil && si.Binding.Kind == spec.BindStepOutput:
 			from := states[si.Binding.Step]
-			var o Outputs
+			var o apitypes.Outputs
 			if from != nil && from.job != nil && len(from.job.Outputs) > 0 {
 				if err := json.Unmarshal(from.job.Outputs, &o); err != nil {
 					return out, Invalid("inputs.%s: the outputs of step %s cannot be read: %v", k, si.Binding.Step, err)
@@ -320,10 +322,10 @@ func (s *Service) reuseStep(ctx context.Context, rec store.Job, j *spec.Job, com
 	now := s.now()
 	zero := 0
 	made := store.Job{Name: j.Name, DisplayName: j.DisplayName, ExperimentName: j.ExperimentName,
-		Compute: computeName, Status: StatusCompleted, StatusReason: why, Attempt: 1, ExitCode: &zero,
+		Compute: computeName, Status: apitypes.StatusCompleted, StatusReason: why, Attempt: 1, ExitCode: &zero,
 		CreatedBy: rec.CreatedBy, Spec: specJSON, CodeSnapshot: comp.CodeSnapshot, Inputs: inputsJSON,
 		Outputs: owedOutputs(orig.Outputs, specJSON, true), Environment: env, Created: now, Started: now, Ended: now}
-	created, err := s.st.CreateJob(ctx, made, store.Event{Job: j.Name, Time: now, To: StatusCompleted, Reason: why})
+	created, err := s.st.CreateJob(ctx, made, store.Event{Job: j.Name, Time: now, To: apitypes.StatusCompleted, Reason: why})
 	if errors.Is(err, store.ErrConflict) {
 		return store.Job{}, Conflict("job %s exists", j.Name)
 	}

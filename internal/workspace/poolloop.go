@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"fmt"
@@ -252,7 +254,7 @@ func (l *poolLoop) leases(ctx context.Context, pools map[string]*poolCompute, br
 // wait. It returns the queued jobs as the scheduler saw them and which of
 // them were placed, for scaling.
 func (l *poolLoop) place(ctx context.Context, pools map[string]*poolCompute, broken map[string]string, live []store.Node, onNode map[string][]store.Job) ([]scheduler.Job, map[string]bool, error) {
-	queued, err := l.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}})
+	queued, err := l.st.ListJobs(ctx, store.JobFilter{Statuses: []string{apitypes.StatusQueued}})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"slices"
 	"strings"
@@ -61,11 +63,11 @@ func finishJob(t *testing.T, s *Service, name string) {
 	t.Helper()
 	j := mustJob(t, s, name)
 	for rank := range placementOf(j).Ranks {
-		if err := s.ReportStatus(context.Background(), runPrincipal(name, j.Attempt), name, j.Attempt, Report{Rank: rank, Status: StatusCompleted, ExitCode: new(int)}); err != nil {
+		if err := s.ReportStatus(context.Background(), runPrincipal(name, j.Attempt), name, j.Attempt, apitypes.Report{Rank: rank, Status: apitypes.StatusCompleted, ExitCode: new(int)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := status(t, s, name).Status; got != StatusCompleted {
+	if got := status(t, s, name).Status; got != apitypes.StatusCompleted {
 		t.Fatalf("job %s is %s after every rank reported Completed", name, got)
 	}
 }
@@ -99,7 +101,7 @@ func TestClusterScalesWithItsQueue(t *testing.T) {
 	if n := len(liveMachines(prov)); n != 2 {
 		t.Fatalf("with a quota of 8 cores: %d machines, want 2", n)
 	}
-	if n := countStatus(t, s, jobs, StatusPreparing); n != 2 {
+	if n := countStatus(t, s, jobs, apitypes.StatusPreparing); n != 2 {
 		t.Fatalf("%d jobs placed on 2 nodes, want 2", n)
 	}
 	if r := status(t, s, "d").StatusReason; !strings.Contains(r, "quota") {
@@ -113,7 +115,7 @@ func TestClusterScalesWithItsQueue(t *testing.T) {
 	if n := len(liveMachines(prov)); n != 3 {
 		t.Fatalf("with room in the quota: %d machines, want max_instances 3", n)
 	}
-	if n := countStatus(t, s, jobs, StatusPreparing); n != 3 {
+	if n := countStatus(t, s, jobs, apitypes.StatusPreparing); n != 3 {
 		t.Fatalf("%d jobs placed on 3 nodes, want 3", n)
 	}
 	if r := status(t, s, "d").StatusReason; !strings.Contains(r, "max_instances") {
@@ -123,14 +125,14 @@ func TestClusterScalesWithItsQueue(t *testing.T) {
 	// A finished job frees its node, and the waiting job takes it: no launch.
 	var done string
 	for _, j := range jobs[:3] {
-		if status(t, s, j).Status == StatusPreparing {
+		if status(t, s, j).Status == apitypes.StatusPreparing {
 			done = j
 			break
 		}
 	}
 	finishJob(t, s, done)
 	settle(t, s)
-	if j := status(t, s, "d"); j.Status != StatusPreparing {
+	if j := status(t, s, "d"); j.Status != apitypes.StatusPreparing {
 		t.Fatalf("after %s finished, d is %s (%s)", done, j.Status, j.StatusReason)
 	}
 	if n := len(prov.launched); n != 3 {
@@ -139,7 +141,7 @@ func TestClusterScalesWithItsQueue(t *testing.T) {
 
 	// All done: the nodes go after the idle time, down to min_instances.
 	for _, j := range jobs {
-		if status(t, s, j).Status == StatusPreparing {
+		if status(t, s, j).Status == apitypes.StatusPreparing {
 			finishJob(t, s, j)
 		}
 	}
@@ -182,7 +184,7 @@ func TestResizeDownRemovesIdleNodesFirst(t *testing.T) {
 	if got := liveMachines(prov); !slices.Equal(got, []string{busy}) {
 		t.Fatalf("after resizing to 1: machines %v, want the busy one %s alone", got, busy)
 	}
-	if j := status(t, s, "c"); j.Status != StatusPreparing {
+	if j := status(t, s, "c"); j.Status != apitypes.StatusPreparing {
 		t.Errorf("the job on the busy node is %s", j.Status)
 	}
 }
@@ -262,7 +264,7 @@ func TestServerlessJobGetsNodesAndGivesThemBack(t *testing.T) {
 		t.Fatalf("implicit cluster min %v max %v, want 0 and the job's 2", c.Spec.MinInstances, c.Spec.MaxInstances)
 	}
 	settle(t, s)
-	if got := status(t, s, "pair"); got.Status != StatusPreparing {
+	if got := status(t, s, "pair"); got.Status != apitypes.StatusPreparing {
 		t.Fatalf("the serverless job is %s (%s)", got.Status, got.StatusReason)
 	}
 	if n := len(placementOf(mustJob(t, s, "pair")).Ranks); n != 2 {
@@ -296,7 +298,7 @@ func TestLostNodeFailsItsJobAndIsReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := status(t, s, "a")
-	if j.Status != StatusFailed || !strings.Contains(j.Error, "lost") {
+	if j.Status != apitypes.StatusFailed || !strings.Contains(j.Error, "lost") {
 		t.Fatalf("the job of a lost node is %s (%s); want Failed, node lost", j.Status, j.Error)
 	}
 	settle(t, s)
@@ -309,7 +311,7 @@ func TestLostNodeFailsItsJobAndIsReplaced(t *testing.T) {
 	if _, err := s.st.GetNode(ctx, node); err == nil {
 		t.Errorf("the lost node %s is still stored", node)
 	}
-	if j := status(t, s, "b"); j.Status != StatusPreparing {
+	if j := status(t, s, "b"); j.Status != apitypes.StatusPreparing {
 		t.Fatalf("the next job is %s (%s); want it on a new node", j.Status, j.StatusReason)
 	}
 	if n := len(prov.launched); n != 2 {
@@ -348,7 +350,7 @@ func TestNodeThatNeverJoinsIsReplaced(t *testing.T) {
 		t.Errorf("the node that never joined is still stored")
 	}
 	settle(t, s)
-	if j := status(t, s, "a"); j.Status != StatusPreparing {
+	if j := status(t, s, "a"); j.Status != apitypes.StatusPreparing {
 		t.Errorf("the job is %s on the replacement", j.Status)
 	}
 }

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -118,7 +120,7 @@ func (l *poolLoop) loseNode(ctx context.Context, n store.Node, jobs []store.Job,
 	}
 	l.event(ctx, n.Compute, "node_lost", fmt.Sprintf("node %s: %s", n.Name, why))
 	for _, j := range jobs {
-		_ = l.ws.finish(ctx, j.Name, j.Attempt, StatusFailed, "node lost", nil, fmt.Sprintf("node %s was lost (%s) while it ran this job", n.Name, why))
+		_ = l.ws.finish(ctx, j.Name, j.Attempt, apitypes.StatusFailed, "node lost", nil, fmt.Sprintf("node %s was lost (%s) while it ran this job", n.Name, why))
 	}
 	return u
 }

@@ -1,16 +1,16 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"net"
 	"strings"
-	"time"
 
 	"github.com/ferry-ml/ferry/internal/compute"
-	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/scheduler"
 	"github.com/ferry-ml/ferry/internal/sizes"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -71,32 +71,6 @@ type RankPlacement struct {
 	ExitCode *int   `json:"exit_code,omitempty"`
 }
 
-// Node is a node of a pool compute as the API shows it.
-type Node struct {
-	Name      string           `json:"name"`
-	Compute   string           `json:"compute"`
-	State     string           `json:"state"`
-	Reason    string           `json:"reason,omitempty"`
-	Size      string           `json:"size"`
-	Address   string           `json:"address,omitempty"`
-	Facts     *nodeproto.Facts `json:"facts,omitempty"`
-	Jobs      []string         `json:"jobs"`
-	Created   time.Time        `json:"created"`
-	Joined    *time.Time       `json:"joined"`
-	Heartbeat *time.Time       `json:"heartbeat"`
-	IdleSince *time.Time       `json:"idle_since,omitempty"`
-	// Warning says how the node has less than its size promises, and what
-	// that means for the jobs placed on it.
-	Warning string `json:"warning,omitempty"`
-}
-
-// ComputeEvent is a scaling or health event of a compute.
-type ComputeEvent struct {
-	Time    time.Time `json:"time"`
-	Kind    string    `json:"kind"`
-	Message string    `json:"message"`
-}
-
 func instancesOf(j *spec.Job) int {
 	if j.Resources != nil && j.Resources.InstanceCount > 0 {
 		return j.Resources.InstanceCount
@@ -153,7 +127,7 @@ func (s *Service) setQueuedReason(ctx context.Context, name, reason string) {
 	}
 	changed := false
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		if j.Status != StatusQueued || j.StatusReason == reason {
+		if j.Status != apitypes.StatusQueued || j.StatusReason == reason {
 			return nil, errNotQueued
 		}
 		j.StatusReason, changed = reason, true
@@ -184,14 +158,14 @@ func (s *Service) startPool(ctx context.Context, p scheduler.Placement) error {
 	}
 	attempt := 0
 	_, err = s.st.UpdateJob(ctx, p.Job, func(j *store.Job) (*store.Event, error) {
-		if j.Status != StatusQueued {
+		if j.Status != apitypes.StatusQueued {
 			return nil, errNotQueued
 		}
 		j.Attempt++
 		attempt = j.Attempt
 		now := s.now()
-		j.Status, j.StatusReason, j.Heartbeat, j.Placement = StatusPreparing, "placed on "+strings.Join(nodes, ", "), now, raw
-		return &store.Event{Job: p.Job, Time: now, From: StatusQueued, To: j.Status, Reason: j.StatusReason}, nil
+		j.Status, j.StatusReason, j.Heartbeat, j.Placement = apitypes.StatusPreparing, "placed on "+strings.Join(nodes, ", "), now, raw
+		return &store.Event{Job: p.Job, Time: now, From: apitypes.StatusQueued, To: j.Status, Reason: j.StatusReason}, nil
 	})
 	if errors.Is(err, errNotQueued) {
 		return nil

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,7 +19,7 @@ import (
 // People's view of pools: nodes, events and bounds of a pool compute.
 
 // ListNodes returns the nodes of a pool compute (as az ml compute list-nodes).
-func (s *Service) ListNodes(ctx context.Context, compute string) ([]*Node, error) {
+func (s *Service) ListNodes(ctx context.Context, compute string) ([]*apitypes.Node, error) {
 	rec, err := s.st.GetCompute(ctx, compute)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, s.unknownCompute(ctx, compute)
@@ -36,9 +38,9 @@ func (s *Service) ListNodes(ctx context.Context, compute string) ([]*Node, error
 	var c spec.Compute
 	_ = json.Unmarshal(rec.Spec, &c) // a spec it cannot read gives reasons without the idle time
 	now := s.now()
-	out := []*Node{}
+	out := []*apitypes.Node{}
 	for _, n := range nodes {
-		v := &Node{Name: n.Name, Compute: n.Compute, State: n.State, Reason: n.Reason, Size: n.Size, Address: n.Address,
+		v := &apitypes.Node{Name: n.Name, Compute: n.Compute, State: n.State, Reason: n.Reason, Size: n.Size, Address: n.Address,
 			Jobs: []string{}, Created: n.Created, Joined: timePtr(n.Joined), Heartbeat: timePtr(n.Heartbeat), IdleSince: timePtr(n.IdleSince)}
 		if len(n.Facts) > 0 {
 			v.Facts = &nodeproto.Facts{}
@@ -129,20 +131,20 @@ func (s *Service) nodeShortfall(n store.Node) string {
 }
 
 // ComputeEvents returns the newest limit events of a compute, oldest first.
-func (s *Service) ComputeEvents(ctx context.Context, compute string, limit int) ([]ComputeEvent, error) {
+func (s *Service) ComputeEvents(ctx context.Context, compute string, limit int) ([]apitypes.ComputeEvent, error) {
 	evs, err := s.st.ListComputeEvents(ctx, compute, limit)
 	if err != nil {
 		return nil, err
 	}
-	out := []ComputeEvent{}
+	out := []apitypes.ComputeEvent{}
 	for _, e := range evs {
-		out = append(out, ComputeEvent{Time: e.Time, Kind: e.Kind, Message: e.Message})
+		out = append(out, apitypes.ComputeEvent{Time: e.Time, Kind: e.Kind, Message: e.Message})
 	}
 	return out, nil
 }
 
 // ResizeCompute changes a cluster's bounds live.
-func (s *Service) ResizeCompute(ctx context.Context, name string, minN, maxN *int, idle *int) (*Compute, error) {
+func (s *Service) ResizeCompute(ctx context.Context, name string, minN, maxN *int, idle *int) (*apitypes.Compute, error) {
 	_, err := s.st.UpdateCompute(ctx, name, func(rec *store.Compute) error {
 		if s.poolType(rec.Type) == nil {
 			return Invalid("compute %s is of type %s; only clusters (amlcompute) are resized", name, rec.Type)
@@ -185,7 +187,7 @@ func (s *Service) ResizeCompute(ctx context.Context, name string, minN, maxN *in
 }
 
 // poolView adds a cluster's nodes and newest events to its view.
-func (s *Service) poolView(ctx context.Context, pt *compute.Pool, v *Compute) error {
+func (s *Service) poolView(ctx context.Context, pt *compute.Pool, v *apitypes.Compute) error {
 	nodes, err := s.st.ListNodes(ctx, v.Name)
 	if err != nil {
 		return err

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"slices"
 	"strings"
@@ -159,7 +161,7 @@ func TestNodeShortOfItsSizeIsWarnedAndStillUsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	pass(t, s)
-	if j, err := s.GetJob(ctx, "on-short", false); err != nil || j.Status != StatusPreparing {
+	if j, err := s.GetJob(ctx, "on-short", false); err != nil || j.Status != apitypes.StatusPreparing {
 		t.Errorf("a job on the short node: %+v %v, want it placed", j, err)
 	}
 }

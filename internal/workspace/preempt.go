@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,25 +37,12 @@ import (
 // NodePreempted is the state of a node its provider took back.
 const NodePreempted = "Preempted"
 
-// StatusPreempted is what a runner reports when it stopped its attempt
-// because the node was preempted. It is an attempt's end, never a job's
-// status: the job goes back to Queued.
-const StatusPreempted = "Preempted"
-
-// Preemption is an attempt of a job that its node's preemption ended.
-type Preemption struct {
-	Attempt int       `json:"attempt"`
-	Node    string    `json:"node"`
-	Time    time.Time `json:"time"`
-	Reason  string    `json:"reason,omitempty"`
-}
-
 func lowPriority(c *spec.Compute) bool { return c.Tier == "low_priority" }
 
 // PreemptNode preempts a node of a low-priority cluster now, as its cloud
 // would: the provider is asked to take the machine back where it can, and
 // the node's jobs are stopped and queued again.
-func (s *Service) PreemptNode(ctx context.Context, who auth.Principal, compute, node string) (*Node, error) {
+func (s *Service) PreemptNode(ctx context.Context, who auth.Principal, compute, node string) (*apitypes.Node, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("only an owner may preempt nodes")
 	}
@@ -222,25 +211,25 @@ func (s *Service) requeuePreempted(ctx context.Context, name string, attempt int
 	canceled, moved := false, false
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
 		// Queued with a handle: it waited in its engine's queue.
-		if IsTerminal(j.Status) || (j.Status == StatusQueued && j.Handle == "") || j.Attempt != attempt {
+		if apitypes.IsTerminal(j.Status) || (j.Status == apitypes.StatusQueued && j.Handle == "") || j.Attempt != attempt {
 			return nil, nil
 		}
-		if j.Status == StatusCancelRequested {
+		if j.Status == apitypes.StatusCancelRequested {
 			canceled = true
 			return nil, nil
 		}
 		from := j.Status
 		now := s.now()
-		j.Status = StatusQueued
+		j.Status = apitypes.StatusQueued
 		j.StatusReason = fmt.Sprintf("queued: attempt %d was preempted (%s); it runs again as attempt %d", attempt, why, attempt+1)
 		j.Placement, j.Handle, j.ExitCode, j.Heartbeat, moved = nil, "", nil, now, true
-		return &store.Event{Job: name, Time: now, From: from, To: StatusQueued, Reason: j.StatusReason}, nil
+		return &store.Event{Job: name, Time: now, From: from, To: apitypes.StatusQueued, Reason: j.StatusReason}, nil
 	})
 	if err != nil {
 		return err
 	}
 	if canceled {
-		return s.finish(ctx, name, attempt, StatusCanceled, "canceled", nil, "")
+		return s.finish(ctx, name, attempt, apitypes.StatusCanceled, "canceled", nil, "")
 	}
 	if !moved {
 		return nil
@@ -262,14 +251,14 @@ func (s *Service) requeuePreempted(ctx context.Context, name string, attempt int
 }
 
 // preemptionsOf lists a job's preemptions for its view.
-func (s *Service) preemptionsOf(ctx context.Context, name string) ([]Preemption, error) {
+func (s *Service) preemptionsOf(ctx context.Context, name string) ([]apitypes.Preemption, error) {
 	ps, err := s.st.ListPreemptions(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	var out []Preemption
+	var out []apitypes.Preemption
 	for _, p := range ps {
-		out = append(out, Preemption{Attempt: p.Attempt, Node: p.Node, Time: p.Time, Reason: p.Reason})
+		out = append(out, apitypes.Preemption{Attempt: p.Attempt, Node: p.Node, Time: p.Time, Reason: p.Reason})
 	}
 	return out, nil
 }

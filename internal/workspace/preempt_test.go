@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"os"
@@ -129,7 +131,7 @@ func placedOn(t *testing.T, s *Service, job string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rec.Status == StatusPreparing {
+		if rec.Status == apitypes.StatusPreparing {
 			return placementOf(rec).Ranks[0].Node
 		}
 	}
@@ -163,7 +165,7 @@ func TestPreemptedAttemptIsRequeuedWithItsOutputs(t *testing.T) {
 	if a1.ResumeOutputs != "" {
 		t.Errorf("attempt 1 resumes from %q; want nothing", a1.ResumeOutputs)
 	}
-	if err := s.ReportStatus(ctx, runPrincipal("train", 1), "train", 1, Report{Status: StatusRunning}); err != nil {
+	if err := s.ReportStatus(ctx, runPrincipal("train", 1), "train", 1, apitypes.Report{Status: apitypes.StatusRunning}); err != nil {
 		t.Fatal(err)
 	}
 	if hb, err := s.Heartbeat(ctx, runPrincipal("train", 1), "train", 1); err != nil || hb.Preempt || hb.Cancel {
@@ -192,14 +194,14 @@ func TestPreemptedAttemptIsRequeuedWithItsOutputs(t *testing.T) {
 	}
 
 	ckpt := outputsSnapshot(t, s, runPrincipal("train", 1), "step.txt", "41")
-	if err := s.SetOutputs(ctx, runPrincipal("train", 1), "train", 1, Outputs{Artifacts: ckpt}); err != nil {
+	if err := s.SetOutputs(ctx, runPrincipal("train", 1), "train", 1, apitypes.Outputs{Artifacts: ckpt}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReportStatus(ctx, runPrincipal("train", 1), "train", 1, Report{Status: StatusPreempted, Reason: "node preempted"}); err != nil {
+	if err := s.ReportStatus(ctx, runPrincipal("train", 1), "train", 1, apitypes.Report{Status: apitypes.StatusPreempted, Reason: "node preempted"}); err != nil {
 		t.Fatal(err)
 	}
 	j := status(t, s, "train")
-	if j.Status != StatusQueued || j.Attempt != 1 {
+	if j.Status != apitypes.StatusQueued || j.Attempt != 1 {
 		t.Fatalf("after the preempted report: %s attempt %d (%s); want Queued", j.Status, j.Attempt, j.StatusReason)
 	}
 
@@ -218,30 +220,30 @@ func TestPreemptedAttemptIsRequeuedWithItsOutputs(t *testing.T) {
 	if a2.ResumeOutputs != ckpt {
 		t.Errorf("attempt 2 resumes from %q; want the outputs of attempt 1, %q", a2.ResumeOutputs, ckpt)
 	}
-	if err := s.ReportStatus(ctx, runPrincipal("train", 2), "train", 2, Report{Status: StatusCompleted, ExitCode: new(int)}); err != nil {
+	if err := s.ReportStatus(ctx, runPrincipal("train", 2), "train", 2, apitypes.Report{Status: apitypes.StatusCompleted, ExitCode: new(int)}); err != nil {
 		t.Fatal(err)
 	}
 	j = status(t, s, "train")
-	if j.Status != StatusCompleted || j.Attempt != 2 {
+	if j.Status != apitypes.StatusCompleted || j.Attempt != 2 {
 		t.Fatalf("at the end: %s attempt %d; want Completed on attempt 2", j.Status, j.Attempt)
 	}
-	want := []Preemption{{Attempt: 1, Node: node}}
+	want := []apitypes.Preemption{{Attempt: 1, Node: node}}
 	if d := cmp.Diff(want, j.Preemptions, cmpPreemption); d != "" {
 		t.Errorf("preemptions (-want +got):\n%s", d)
 	}
 	var queuedAgain bool
 	for _, e := range j.History {
-		if e.To == StatusFailed {
+		if e.To == apitypes.StatusFailed {
 			t.Errorf("the history has a failure: %+v", e)
 		}
-		queuedAgain = queuedAgain || (e.From == StatusRunning && e.To == StatusQueued)
+		queuedAgain = queuedAgain || (e.From == apitypes.StatusRunning && e.To == apitypes.StatusQueued)
 	}
 	if !queuedAgain {
 		t.Errorf("the history does not show the requeue: %+v", j.History)
 	}
 }
 
-var cmpPreemption = cmp.Comparer(func(a, b Preemption) bool { return a.Attempt == b.Attempt && a.Node == b.Node })
+var cmpPreemption = cmp.Comparer(func(a, b apitypes.Preemption) bool { return a.Attempt == b.Attempt && a.Node == b.Node })
 
 // A machine its provider lists as preempted makes its node Preempted; an
 // attempt whose runner does not report within the grace is queued again
@@ -265,7 +267,7 @@ func TestProviderPreemptionAndSilentRunner(t *testing.T) {
 	if n, _ := s.st.GetNode(ctx, node); n.State != NodePreempted {
 		t.Fatalf("node listed preempted by its provider is %s", n.State)
 	}
-	if j := status(t, s, "train"); j.Status != StatusPreparing {
+	if j := status(t, s, "train"); j.Status != apitypes.StatusPreparing {
 		t.Fatalf("within the grace the job is %s; want it left to its runner", j.Status)
 	}
 	// The runner, told to stop, heartbeats no more: past its lease, the
@@ -274,13 +276,13 @@ func TestProviderPreemptionAndSilentRunner(t *testing.T) {
 	if err := s.expireLeases(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if j := status(t, s, "train"); j.Status != StatusPreparing {
+	if j := status(t, s, "train"); j.Status != apitypes.StatusPreparing {
 		t.Fatalf("past the runner's lease, within the grace: %s (%s); want it left to its runner", j.Status, j.StatusReason)
 	}
 	clk.advance(s.pools.preemptGrace - s.cfg.LeaseTimeout)
 	pass(t, s)
 	j := status(t, s, "train")
-	if j.Status != StatusQueued || len(j.Preemptions) != 1 {
+	if j.Status != apitypes.StatusQueued || len(j.Preemptions) != 1 {
 		t.Fatalf("after the grace: %s, preemptions %+v; want Queued with one", j.Status, j.Preemptions)
 	}
 	node2 := placedOn(t, s, "train")
@@ -330,11 +332,11 @@ func TestLowPriorityQuotaIsSeparate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]Quota{}
+	got := map[string]apitypes.Quota{}
 	for _, q := range qs {
 		got[q.Family] = q
 	}
-	want := map[string]Quota{
+	want := map[string]apitypes.Quota{
 		"standardDSv2Family": {Family: "standardDSv2Family", Limit: 100, Used: 4},
 		LowPriorityQuota:     {Family: LowPriorityQuota, Limit: 4, Used: 4, Set: true, LowPriority: true},
 	}
@@ -346,7 +348,7 @@ func TestLowPriorityQuotaIsSeparate(t *testing.T) {
 	if n := len(mustNodes(t, s, "spot")); n != 1 {
 		t.Errorf("the low-priority cluster has %d nodes; its quota of 4 cores allows one", n)
 	}
-	if j := status(t, s, "b"); j.Status != StatusQueued {
+	if j := status(t, s, "b"); j.Status != apitypes.StatusQueued {
 		t.Errorf("job b is %s; want it queued for quota", j.Status)
 	}
 }
@@ -388,9 +390,9 @@ func TestPreemptedReportOffAClusterIsRefused(t *testing.T) {
 	s, _ := newService(t, &fakeTarget{capacity: 1})
 	submit(t, s, "j")
 	dispatch(t, s)
-	err := s.ReportStatus(context.Background(), runPrincipal("j", 1), "j", 1, Report{Status: StatusPreempted})
+	err := s.ReportStatus(context.Background(), runPrincipal("j", 1), "j", 1, apitypes.Report{Status: apitypes.StatusPreempted})
 	wantCode(t, "a Preempted report of a local job", err, CodeInvalid, "no cluster node")
-	if j := status(t, s, "j"); j.Status != StatusPreparing || len(j.Preemptions) != 0 {
+	if j := status(t, s, "j"); j.Status != apitypes.StatusPreparing || len(j.Preemptions) != 0 {
 		t.Errorf("job after the refused report: %s, preemptions %+v", j.Status, j.Preemptions)
 	}
 }

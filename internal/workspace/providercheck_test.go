@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"path/filepath"
@@ -96,7 +98,7 @@ func TestStoredBadProviderBlockFailsTheCompute(t *testing.T) {
 	}
 	joinAll(t, s)
 	pass(t, s)
-	if j := status(t, s, "on-good"); j.Status != StatusPreparing {
+	if j := status(t, s, "on-good"); j.Status != apitypes.StatusPreparing {
 		t.Errorf("job on the good cluster: %s (%s), want Preparing", j.Status, j.StatusReason)
 	}
 }

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,24 +15,12 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-// Quota is a family's core quota as the API shows it. The low-priority
-// quota is one more row, Family LowPriorityQuota: as in Azure, the cores
-// of low-priority nodes of every family count against it and against no
-// family's dedicated quota.
-type Quota struct {
-	Family      string `json:"family"`
-	Limit       int    `json:"limit"`
-	Used        int    `json:"used"`
-	Set         bool   `json:"set"` // set by an owner rather than the default
-	LowPriority bool   `json:"low_priority,omitempty"`
-}
-
 // LowPriorityQuota is the name of the quota of low-priority cores, all
 // families together: `ferry quota set lowPriority 48`.
 const LowPriorityQuota = "lowPriority"
 
 // ListQuotas returns the core quota and use of every family the catalog has.
-func (s *Service) ListQuotas(ctx context.Context) ([]Quota, error) {
+func (s *Service) ListQuotas(ctx context.Context) ([]apitypes.Quota, error) {
 	q, err := loadQuotas(ctx, s.st)
 	if err != nil {
 		return nil, err
@@ -44,7 +34,7 @@ func (s *Service) ListQuotas(ctx context.Context) ([]Quota, error) {
 		return nil, err
 	}
 	seen := map[string]bool{}
-	var out []Quota
+	var out []apitypes.Quota
 	for _, sz := range s.cfg.Sizes.List() {
 		if seen[sz.Family] {
 			continue
@@ -52,11 +42,11 @@ func (s *Service) ListQuotas(ctx context.Context) ([]Quota, error) {
 		seen[sz.Family] = true
 		limit, used := q.Limit(usage, sz, false)
 		_, isSet := set[sz.Family]
-		out = append(out, Quota{Family: sz.Family, Limit: limit, Used: used, Set: isSet})
+		out = append(out, apitypes.Quota{Family: sz.Family, Limit: limit, Used: used, Set: isSet})
 	}
-	slices.SortFunc(out, func(a, b Quota) int { return strings.Compare(a.Family, b.Family) })
+	slices.SortFunc(out, func(a, b apitypes.Quota) int { return strings.Compare(a.Family, b.Family) })
 	_, isSet := set[LowPriorityQuota]
-	out = append(out, Quota{Family: LowPriorityQuota, Limit: q.LowPriorityCores, Used: usage.LowPriorityCores, Set: isSet, LowPriority: true})
+	out = append(out, apitypes.Quota{Family: LowPriorityQuota, Limit: q.LowPriorityCores, Used: usage.LowPriorityCores, Set: isSet, LowPriority: true})
 	return out, nil
 }
 

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"fmt"
 	"sync"
@@ -24,17 +26,17 @@ func TestCancelRacingCompletionEndsTheJobOnce(t *testing.T) {
 	for i := range n {
 		name := fmt.Sprintf("r%02d", i)
 		who := runPrincipal(name, 1)
-		if err := s.ReportStatus(ctx, who, name, 1, Report{Status: StatusRunning}); err != nil {
+		if err := s.ReportStatus(ctx, who, name, 1, apitypes.Report{Status: apitypes.StatusRunning}); err != nil {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
 		var cancelErr, reportErr, lostErr error
 		wg.Go(func() { _, cancelErr = s.CancelJob(ctx, owner, name) })
 		wg.Go(func() {
-			reportErr = s.ReportStatus(ctx, who, name, 1, Report{Status: StatusCompleted, ExitCode: &zero})
+			reportErr = s.ReportStatus(ctx, who, name, 1, apitypes.Report{Status: apitypes.StatusCompleted, ExitCode: &zero})
 		})
 		if i%2 == 0 {
-			wg.Go(func() { lostErr = s.finish(ctx, name, 1, StatusFailed, "runner lost", nil, "runner lost") })
+			wg.Go(func() { lostErr = s.finish(ctx, name, 1, apitypes.StatusFailed, "runner lost", nil, "runner lost") })
 		}
 		wg.Wait()
 		if reportErr != nil || lostErr != nil {
@@ -44,15 +46,15 @@ func TestCancelRacingCompletionEndsTheJobOnce(t *testing.T) {
 			t.Fatalf("%s: cancel neither taken nor refused as too late: %v", name, cancelErr)
 		}
 		j := status(t, s, name)
-		if !IsTerminal(j.Status) {
+		if !apitypes.IsTerminal(j.Status) {
 			t.Fatalf("%s is %s after its final report", name, j.Status)
 		}
 		ends := 0
 		for k, e := range j.History {
-			if IsTerminal(e.From) {
+			if apitypes.IsTerminal(e.From) {
 				t.Errorf("%s: transition %d leaves the end state %s: %+v", name, k, e.From, j.History)
 			}
-			if IsTerminal(e.To) {
+			if apitypes.IsTerminal(e.To) {
 				ends++
 				if e.To != j.Status {
 					t.Errorf("%s: history ends in %s, the job says %s", name, e.To, j.Status)
@@ -62,11 +64,11 @@ func TestCancelRacingCompletionEndsTheJobOnce(t *testing.T) {
 		if ends != 1 {
 			t.Errorf("%s: %d terminal transitions, want 1: %+v", name, ends, j.History)
 		}
-		if j.Status == StatusCompleted && (j.ExitCode == nil || *j.ExitCode != 0) {
+		if j.Status == apitypes.StatusCompleted && (j.ExitCode == nil || *j.ExitCode != 0) {
 			t.Errorf("%s: Completed without the runner's exit code: %+v", name, j)
 		}
 		// A report that comes after the end changes nothing.
-		if err := s.ReportStatus(ctx, who, name, 1, Report{Status: StatusCanceled}); err != nil {
+		if err := s.ReportStatus(ctx, who, name, 1, apitypes.Report{Status: apitypes.StatusCanceled}); err != nil {
 			t.Fatal(err)
 		}
 		if again := status(t, s, name); again.Status != j.Status || len(again.History) != len(j.History) {

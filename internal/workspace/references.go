@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"errors"
 	"slices"
@@ -9,24 +11,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
-
-// Reference is something a job file names that the workspace must have:
-// an environment, a data asset, a compute. Field is where the file names
-// it (environment, inputs.train.path, compute), Kind one of
-// ReferenceKinds, Ref the reference as written.
-type Reference struct {
-	Field string `json:"field"`
-	Kind  string `json:"kind"`
-	Ref   string `json:"ref"`
-}
-
-// ReferenceProblem is a reference the workspace cannot resolve, and why,
-// in words that say what to do.
-type ReferenceProblem struct {
-	Field   string `json:"field"`
-	Ref     string `json:"ref"`
-	Message string `json:"message"`
-}
 
 // referenceCheckers check one reference of each kind: nil when the
 // workspace can resolve it, else an error whose message says what to do.
@@ -54,12 +38,12 @@ func (s *Service) ReferenceKinds() []string {
 // the order of refs; none when all resolve. The CLI asks before it
 // uploads anything, so that a job naming a missing environment is refused
 // without sending its code first; the submission checks them again.
-func (s *Service) CheckReferences(ctx context.Context, refs []Reference) ([]ReferenceProblem, error) {
+func (s *Service) CheckReferences(ctx context.Context, refs []apitypes.Reference) ([]apitypes.ReferenceProblem, error) {
 	if len(refs) > 1000 {
 		return nil, Invalid("references: at most 1000 at a time, got %d", len(refs))
 	}
 	checkers := s.referenceCheckers()
-	out := []ReferenceProblem{}
+	out := []apitypes.ReferenceProblem{}
 	for _, r := range refs {
 		check, ok := checkers[r.Kind]
 		if !ok {
@@ -77,7 +61,7 @@ func (s *Service) CheckReferences(ctx context.Context, refs []Reference) ([]Refe
 		for _, prefix := range []string{"environment: ", r.Field + ": "} {
 			msg = strings.TrimPrefix(msg, prefix)
 		}
-		out = append(out, ReferenceProblem{Field: r.Field, Ref: r.Ref, Message: msg})
+		out = append(out, apitypes.ReferenceProblem{Field: r.Field, Ref: r.Ref, Message: msg})
 	}
 	return out, nil
 }

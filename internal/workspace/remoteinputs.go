@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,57 +15,11 @@ import (
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
-// RemoteInput is where the runner gets a job's input that the workspace
-// does not hold: an http(s) file, a blob container's file or folder, or a
-// folder every node reads. The workspace resolves it when the job is
-// submitted (datastores and data assets included), so the job gets what
-// they named then, and the runner needs nothing but this to fetch it.
-type RemoteInput struct {
-	// From is what the job or its data asset names, as written.
-	From string `json:"from"`
-	// URL is an http(s) file.
-	URL string `json:"url,omitempty"`
-	// Blob is a file or folder of an Azure blob container, read
-	// anonymously.
-	Blob *BlobSource `json:"blob,omitempty"`
-	// Folder is a file or folder at this absolute path on every node (a
-	// local_folder datastore).
-	Folder string `json:"folder,omitempty"`
-}
-
-// BlobSource is a path in a blob container of the blob service at Base.
-type BlobSource struct {
-	Base      string `json:"base"`
-	Container string `json:"container"`
-	Path      string `json:"path,omitempty"`
-}
-
-// URLOf is the https URL of the blob path (a folder's is its prefix).
-func (b *BlobSource) URLOf() string {
-	u := b.Base + "/" + b.Container
-	if b.Path != "" {
-		u += "/" + spec.EscapeURLPath(b.Path)
-	}
-	return u
-}
-
-// Where is what a job with mode direct gets as the input's value, and
-// what the log and messages name.
-func (r RemoteInput) Where() string {
-	switch {
-	case r.URL != "":
-		return r.URL
-	case r.Blob != nil:
-		return r.Blob.URLOf()
-	}
-	return r.Folder
-}
-
 // resolveRemoteInputs resolves each of a job's inputs whose path is a URL,
 // a blob container's path, a datastore path or a registered data asset
 // kept as a reference, naming the field of any that cannot be.
-func (s *Service) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[string]RemoteInput, error) {
-	var out map[string]RemoteInput
+func (s *Service) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[string]apitypes.RemoteInput, error) {
+	var out map[string]apitypes.RemoteInput
 	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
 		in := j.Inputs[name]
 		if in.IsLiteral() {
@@ -98,7 +54,7 @@ func (s *Service) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[str
 			return nil, Invalid("%s: %v", field, err)
 		}
 		if out == nil {
-			out = map[string]RemoteInput{}
+			out = map[string]apitypes.RemoteInput{}
 		}
 		r.From = in.Path
 		out[name] = r
@@ -107,57 +63,57 @@ func (s *Service) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[str
 }
 
 // resolveRemote resolves one remote path (not an asset reference).
-func (s *Service) resolveRemote(ctx context.Context, p string) (RemoteInput, error) {
+func (s *Service) resolveRemote(ctx context.Context, p string) (apitypes.RemoteInput, error) {
 	u, err := spec.ParseDataURI(p)
 	if err != nil {
-		return RemoteInput{}, err
+		return apitypes.RemoteInput{}, err
 	}
 	switch u.Kind {
 	case spec.URIHTTP:
-		return RemoteInput{URL: u.URL}, nil
+		return apitypes.RemoteInput{URL: u.URL}, nil
 	case spec.URIBlob:
-		return RemoteInput{Blob: &BlobSource{Base: spec.BlobBase(u.Account, u.Host, s.cfg.BlobEndpoints), Container: u.Container, Path: u.Path}}, nil
+		return apitypes.RemoteInput{Blob: &apitypes.BlobSource{Base: spec.BlobBase(u.Account, u.Host, s.cfg.BlobEndpoints), Container: u.Container, Path: u.Path}}, nil
 	case spec.URIDatastore:
 		ds, err := s.GetDatastore(ctx, u.Store)
 		if err != nil {
-			return RemoteInput{}, err
+			return apitypes.RemoteInput{}, err
 		}
 		return s.inDatastore(ds, u.Path)
 	}
-	return RemoteInput{}, fmt.Errorf("%q is not a remote path", p)
+	return apitypes.RemoteInput{}, fmt.Errorf("%q is not a remote path", p)
 }
 
 // inDatastore is where the path p of datastore ds is.
-func (s *Service) inDatastore(ds *Datastore, p string) (RemoteInput, error) {
+func (s *Service) inDatastore(ds *apitypes.Datastore, p string) (apitypes.RemoteInput, error) {
 	f := ds.Spec
 	switch ds.Type {
 	case "local_folder":
-		return RemoteInput{Folder: path.Join(f.Path, p)}, nil
+		return apitypes.RemoteInput{Folder: path.Join(f.Path, p)}, nil
 	case "http":
 		u := strings.TrimRight(f.URL, "/")
 		if p != "" {
 			u += "/" + spec.EscapeURLPath(p)
 		}
-		return RemoteInput{URL: u}, nil
+		return apitypes.RemoteInput{URL: u}, nil
 	case "azure_blob", "azure_data_lake_gen2":
 		container := f.ContainerName
 		if ds.Type == "azure_data_lake_gen2" {
 			container = f.Filesystem
 		}
 		host := f.AccountName + ".blob." + f.Endpoint
-		return RemoteInput{Blob: &BlobSource{Base: spec.BlobBase(f.AccountName, host, s.cfg.BlobEndpoints), Container: container, Path: p}}, nil
+		return apitypes.RemoteInput{Blob: &apitypes.BlobSource{Base: spec.BlobBase(f.AccountName, host, s.cfg.BlobEndpoints), Container: container, Path: p}}, nil
 	case "azure_file":
-		return RemoteInput{}, Invalid("datastore %s is an azure_file share, which has no anonymous reads: mount the share on every node and create a local_folder datastore for the mount", ds.Name)
+		return apitypes.RemoteInput{}, Invalid("datastore %s is an azure_file share, which has no anonymous reads: mount the share on every node and create a local_folder datastore for the mount", ds.Name)
 	case "azure_data_lake_gen1", "one_lake":
-		return RemoteInput{}, Invalid("datastore %s is %s storage, which Ferry cannot read (no anonymous reads): copy the data to a blob container that allows public reads or to a folder every node mounts (a local_folder datastore)", ds.Name, ds.Type)
+		return apitypes.RemoteInput{}, Invalid("datastore %s is %s storage, which Ferry cannot read (no anonymous reads): copy the data to a blob container that allows public reads or to a folder every node mounts (a local_folder datastore)", ds.Name, ds.Type)
 	}
-	return RemoteInput{}, Invalid("datastore %s has type %s, which inputs cannot read", ds.Name, ds.Type)
+	return apitypes.RemoteInput{}, Invalid("datastore %s has type %s, which inputs cannot read", ds.Name, ds.Type)
 }
 
 // storedInputs is the jobs.inputs column: a JSON object whose values are
 // snapshot ids (strings, as every job stored before remote inputs) or
 // remote inputs (objects).
-func storedInputs(snaps map[string]string, remote map[string]RemoteInput) (json.RawMessage, error) {
+func storedInputs(snaps map[string]string, remote map[string]apitypes.RemoteInput) (json.RawMessage, error) {
 	if len(remote) == 0 {
 		return json.Marshal(snaps)
 	}
@@ -172,19 +128,19 @@ func storedInputs(snaps map[string]string, remote map[string]RemoteInput) (json.
 }
 
 // readStoredInputs reads the jobs.inputs column into v.
-func readStoredInputs(raw json.RawMessage, v *Job) error {
+func readStoredInputs(raw json.RawMessage, v *apitypes.Job) error {
 	var all map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &all); err != nil {
 		return err
 	}
 	for k, r := range all {
 		if len(r) > 0 && r[0] == '{' {
-			var ri RemoteInput
+			var ri apitypes.RemoteInput
 			if err := json.Unmarshal(r, &ri); err != nil {
 				return fmt.Errorf("input %s: %w", k, err)
 			}
 			if v.RemoteInputs == nil {
-				v.RemoteInputs = map[string]RemoteInput{}
+				v.RemoteInputs = map[string]apitypes.RemoteInput{}
 			}
 			v.RemoteInputs[k] = ri
 			continue

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"testing"
 
@@ -9,7 +11,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
-func mustDatastore(t *testing.T, s *Service, yaml string) *Datastore {
+func mustDatastore(t *testing.T, s *Service, yaml string) *apitypes.Datastore {
 	t.Helper()
 	f, err := spec.ParseDatastore([]byte(yaml), nil)
 	if err != nil {
@@ -57,14 +59,14 @@ func TestRemoteInputsResolvedAtSubmit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]RemoteInput{
+	want := map[string]apitypes.RemoteInput{
 		"url":   {From: "https://example.com/a/b.csv", URL: "https://example.com/a/b.csv"},
-		"wasbs": {From: "wasbs://data@mirrored.blob.core.windows.net/mnist/", Blob: &BlobSource{Base: "http://127.0.0.1:9/blob", Container: "data", Path: "mnist"}},
-		"pub":   {From: "https://azuremlexamples.blob.core.windows.net/datasets/iris", Blob: &BlobSource{Base: "https://azuremlexamples.blob.core.windows.net", Container: "datasets", Path: "iris"}},
+		"wasbs": {From: "wasbs://data@mirrored.blob.core.windows.net/mnist/", Blob: &apitypes.BlobSource{Base: "http://127.0.0.1:9/blob", Container: "data", Path: "mnist"}},
+		"pub":   {From: "https://azuremlexamples.blob.core.windows.net/datasets/iris", Blob: &apitypes.BlobSource{Base: "https://azuremlexamples.blob.core.windows.net", Container: "datasets", Path: "iris"}},
 		"nfs":   {From: "azureml://datastores/nfs/paths/sets/one", Folder: "/mnt/nfs/data/sets/one"},
 		"web":   {From: "azureml://datastores/web/paths/x y.csv", URL: "https://example.com/sets/x%20y.csv"},
-		"blob":  {From: "azureml://datastores/blobs/paths/m", Blob: &BlobSource{Base: "http://127.0.0.1:9/blob", Container: "data", Path: "m"}},
-		"gen2":  {From: "azureml://datastores/gen2/paths/", Blob: &BlobSource{Base: "https://lake01.blob.core.windows.net", Container: "fs1"}},
+		"blob":  {From: "azureml://datastores/blobs/paths/m", Blob: &apitypes.BlobSource{Base: "http://127.0.0.1:9/blob", Container: "data", Path: "m"}},
+		"gen2":  {From: "azureml://datastores/gen2/paths/", Blob: &apitypes.BlobSource{Base: "https://lake01.blob.core.windows.net", Container: "fs1"}},
 	}
 	if d := cmp.Diff(want, got.RemoteInputs); d != "" {
 		t.Errorf("RemoteInputs (-want +got):\n%s", d)
@@ -139,7 +141,7 @@ func TestRemoteDataAsset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]RemoteInput{"d": {From: "azureml:iris@latest", URL: "https://example.com/iris.csv"}}
+	want := map[string]apitypes.RemoteInput{"d": {From: "azureml:iris@latest", URL: "https://example.com/iris.csv"}}
 	if d := cmp.Diff(want, got.RemoteInputs); d != "" || got.Spec.Inputs["d"].Type != "uri_file" {
 		t.Errorf("RemoteInputs (-want +got):\n%s; type %q", d, got.Spec.Inputs["d"].Type)
 	}

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -212,7 +214,7 @@ func (s *Service) candidates(ctx context.Context, computes []store.Compute, free
 		if free[name] == 0 {
 			continue
 		}
-		queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}, Compute: name, Handle: store.HandleUnset, ByPriority: true, Limit: free[name]})
+		queued, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{apitypes.StatusQueued}, Compute: name, Handle: store.HandleUnset, ByPriority: true, Limit: free[name]})
 		if err != nil {
 			return nil, err
 		}
@@ -227,7 +229,7 @@ func (s *Service) candidates(ctx context.Context, computes []store.Compute, free
 // queue, of computes that are not in free (gone, or their target
 // unusable) and not placed by the pool loop.
 func (s *Service) failQueuedOfGoneComputes(ctx context.Context, computes []store.Compute, free map[string]int) error {
-	queued, err := s.st.CountJobs(ctx, []string{StatusQueued})
+	queued, err := s.st.CountJobs(ctx, []string{apitypes.StatusQueued})
 	if err != nil {
 		return err
 	}
@@ -240,7 +242,7 @@ func (s *Service) failQueuedOfGoneComputes(ctx context.Context, computes []store
 			continue
 		}
 		// Attempts waiting in an engine's queue are Queued too, but launched.
-		jobs, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{StatusQueued}, Compute: name, Handle: store.HandleUnset})
+		jobs, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: []string{apitypes.StatusQueued}, Compute: name, Handle: store.HandleUnset})
 		if err != nil {
 			return err
 		}
@@ -268,7 +270,7 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 	// commit per start, not two: bench/dispatch).
 	tok := store.Token{Hash: hash, Kind: auth.KindRun, Subject: name}
 	started, err := s.st.UpdateJobWith(ctx, name, creatingToken(&tok, func(j *store.Job) (*store.Event, error) {
-		if j.Status != StatusQueued {
+		if j.Status != apitypes.StatusQueued {
 			return nil, errNotQueued
 		}
 		if js, env, damaged = nextAttempt(j); damaged != nil {
@@ -276,9 +278,9 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 		}
 		attempt = j.Attempt
 		now := s.now()
-		j.Status, j.StatusReason, j.Heartbeat = StatusPreparing, "runner starting on compute "+computeName, now
+		j.Status, j.StatusReason, j.Heartbeat = apitypes.StatusPreparing, "runner starting on compute "+computeName, now
 		tok.Attempt, tok.Created = attempt, now
-		return &store.Event{Job: name, Time: now, From: StatusQueued, To: j.Status, Reason: j.StatusReason}, nil
+		return &store.Event{Job: name, Time: now, From: apitypes.StatusQueued, To: j.Status, Reason: j.StatusReason}, nil
 	}))
 	if damaged != nil {
 		s.failQueued(ctx, name, damaged.Error())
@@ -295,7 +297,7 @@ func (s *Service) start(ctx context.Context, name, computeName string) error {
 	l.Assignment = s.handedAssignment(t, started)
 	h, err := t.Launch(ctx, l)
 	if err != nil {
-		s.finish(ctx, name, attempt, StatusFailed, "runner could not be started", nil, err.Error())
+		s.finish(ctx, name, attempt, apitypes.StatusFailed, "runner could not be started", nil, err.Error())
 		return err
 	}
 	if h != "" {
@@ -331,7 +333,7 @@ func nextAttempt(j *store.Job) (*spec.Job, *environment.Spec, error) {
 // queue itself.
 func (s *Service) recordHandle(ctx context.Context, name string, attempt int, h compute.Handle) error {
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		if j.Attempt == attempt && !IsTerminal(j.Status) {
+		if j.Attempt == attempt && !apitypes.IsTerminal(j.Status) {
 			j.Handle = string(h)
 		}
 		return nil, nil
@@ -359,12 +361,12 @@ func creatingToken(tok *store.Token, fn func(*store.Job) (*store.Event, error)) 
 
 func (s *Service) failQueued(ctx context.Context, name, why string) {
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		if j.Status != StatusQueued {
+		if j.Status != apitypes.StatusQueued {
 			return nil, errNotQueued
 		}
 		now := s.now()
-		j.Status, j.StatusReason, j.Error, j.Ended = StatusFailed, why, why, now
-		return &store.Event{Job: name, Time: now, From: StatusQueued, To: StatusFailed, Reason: why}, nil
+		j.Status, j.StatusReason, j.Error, j.Ended = apitypes.StatusFailed, why, why, now
+		return &store.Event{Job: name, Time: now, From: apitypes.StatusQueued, To: apitypes.StatusFailed, Reason: why}, nil
 	})
 	if err != nil && !errors.Is(err, errNotQueued) {
 		s.log.Error("fail queued job", "job", name, "err", err)
@@ -417,7 +419,7 @@ func (s *Service) expireLeases(ctx context.Context) error {
 		if u, ok := s.unreachedFor(j); ok {
 			why = "runner lost: " + s.unreachedText(u, now.Sub(u.since))
 		}
-		s.finish(ctx, j.Name, j.Attempt, StatusFailed, why, nil, why)
+		s.finish(ctx, j.Name, j.Attempt, apitypes.StatusFailed, why, nil, why)
 	}
 	return nil
 }
@@ -438,8 +440,8 @@ func (s *Service) collectFinalReport(ctx context.Context, j store.Job) bool {
 	if !ok {
 		return false
 	}
-	var rep Report
-	if err := json.Unmarshal(data, &rep); err != nil || !IsTerminal(rep.Status) {
+	var rep apitypes.Report
+	if err := json.Unmarshal(data, &rep); err != nil || !apitypes.IsTerminal(rep.Status) {
 		s.log.Warn("a runner's kept final report is not one; the attempt is failed as lost", "job", j.Name, "attempt", j.Attempt, "err", err)
 		return false
 	}
@@ -515,7 +517,7 @@ func (s *Service) fencedUpdate(ctx context.Context, who auth.Principal, name str
 }
 
 // Assignment returns what the runner of an attempt needs.
-func (s *Service) Assignment(ctx context.Context, who auth.Principal, name string, attempt int) (*Assignment, error) {
+func (s *Service) Assignment(ctx context.Context, who auth.Principal, name string, attempt int) (*apitypes.Assignment, error) {
 	rec, err := s.fence(ctx, who, name, attempt)
 	if err != nil {
 		return nil, err
@@ -527,11 +529,11 @@ func (s *Service) Assignment(ctx context.Context, who auth.Principal, name strin
 	}
 	if len(v.Unreadable) > 0 {
 		why := "its stored record is damaged (" + strings.Join(v.Unreadable, "; ") + "); submit it again"
-		s.finish(ctx, name, attempt, StatusFailed, why, nil, why)
+		s.finish(ctx, name, attempt, apitypes.StatusFailed, why, nil, why)
 		return nil, Conflict("job %s: %s", name, why)
 	}
 	s.heard(name)
-	if v.Status == StatusQueued {
+	if v.Status == apitypes.StatusQueued {
 		if err := s.runnerStarted(ctx, name, attempt); err != nil {
 			return nil, err
 		}
@@ -540,8 +542,8 @@ func (s *Service) Assignment(ctx context.Context, who auth.Principal, name strin
 }
 
 // assignmentOf is the assignment of the attempt of the job v.
-func (s *Service) assignmentOf(v *Job, attempt int) *Assignment {
-	a := &Assignment{Job: v.Name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, RemoteInputs: v.RemoteInputs, Environment: v.Environment,
+func (s *Service) assignmentOf(v *apitypes.Job, attempt int) *apitypes.Assignment {
+	a := &apitypes.Assignment{Job: v.Name, Attempt: attempt, Spec: v.Spec, CodeSnapshot: v.CodeSnapshot, InputSnapshots: v.InputSnapshots, RemoteInputs: v.RemoteInputs, Environment: v.Environment,
 		OutputLimits: s.outputLimits(), FinalOutputs: true, FinalRunning: true}
 	if v.Outputs != nil && attempt > 1 {
 		a.ResumeOutputs = v.Outputs.Artifacts
@@ -577,13 +579,13 @@ func (s *Service) handedAssignment(t compute.Target, rec store.Job) json.RawMess
 }
 
 // Heartbeat renews an attempt's lease and says whether it should stop.
-func (s *Service) Heartbeat(ctx context.Context, who auth.Principal, name string, attempt int) (*HeartbeatReply, error) {
+func (s *Service) Heartbeat(ctx context.Context, who auth.Principal, name string, attempt int) (*apitypes.HeartbeatReply, error) {
 	rec, err := s.fence(ctx, who, name, attempt)
 	if err != nil {
 		return nil, err
 	}
 	s.heard(name)
-	reply := &HeartbeatReply{Cancel: rec.Status == StatusCancelRequested || IsTerminal(rec.Status)}
+	reply := &apitypes.HeartbeatReply{Cancel: rec.Status == apitypes.StatusCancelRequested || apitypes.IsTerminal(rec.Status)}
 	reply.Preempt = !reply.Cancel && s.onPreemptedNode(ctx, rec) != ""
 	return reply, nil
 }
@@ -591,8 +593,8 @@ func (s *Service) Heartbeat(ctx context.Context, who auth.Principal, name string
 // ReportStatus records a runner's report. Running and Finalizing are
 // progress; Completed, Failed and Canceled end the job, revoke its run
 // token, and are idempotent so a runner may resend them.
-func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name string, attempt int, r Report) error {
-	if r.Rank > 0 && (r.Status == StatusRunning || r.Status == StatusFinalizing) {
+func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name string, attempt int, r apitypes.Report) error {
+	if r.Rank > 0 && (r.Status == apitypes.StatusRunning || r.Status == apitypes.StatusFinalizing) {
 		// Rank 0 speaks for a multi-node job's progress.
 		if _, err := s.fence(ctx, who, name, attempt); err != nil {
 			return err
@@ -601,15 +603,15 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 		return nil
 	}
 	switch r.Status {
-	case StatusRunning, StatusFinalizing:
+	case apitypes.StatusRunning, apitypes.StatusFinalizing:
 		_, err := s.fencedUpdate(ctx, who, name, attempt, func(j *store.Job) (*store.Event, error) {
-			if IsTerminal(j.Status) || j.Status == StatusCancelRequested || j.Status == r.Status {
+			if apitypes.IsTerminal(j.Status) || j.Status == apitypes.StatusCancelRequested || j.Status == r.Status {
 				return nil, nil // a cancel in flight or a resend: keep what we have
 			}
 			from := j.Status
 			now := s.now()
 			j.Status, j.StatusReason, j.Heartbeat = r.Status, r.Reason, now
-			if r.Status == StatusRunning {
+			if r.Status == apitypes.StatusRunning {
 				j.Started = now
 			}
 			return &store.Event{Job: name, Time: now, From: from, To: r.Status, Reason: r.Reason}, nil
@@ -619,8 +621,8 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 		}
 		s.heard(name)
 		s.changed(name)
-	case StatusCompleted, StatusFailed, StatusCanceled:
-		if r.Rank == 0 && (r.Outputs == nil || r.Outputs.empty()) {
+	case apitypes.StatusCompleted, apitypes.StatusFailed, apitypes.StatusCanceled:
+		if r.Rank == 0 && (r.Outputs == nil || r.Outputs.Empty()) {
 			// The end of a single-node attempt with no outputs to
 			// check, the most common one, is fenced inside its own
 			// transaction, without a read before it (bench/dispatch).
@@ -653,7 +655,7 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 			end.reason = fmt.Sprintf("node rank %d: %s", r.Rank, end.reason)
 		}
 		return s.finishWith(ctx, name, attempt, end)
-	case StatusPreempted:
+	case apitypes.StatusPreempted:
 		rec, err := s.fence(ctx, who, name, attempt)
 		if err != nil {
 			return err
@@ -717,12 +719,12 @@ var errSeveralRanks = errors.New("the attempt has several node ranks")
 // store call, not a read and then a transaction. It returns
 // errSeveralRanks, having changed nothing, when the attempt has several
 // node ranks.
-func (s *Service) fencedFinish(ctx context.Context, who auth.Principal, name string, attempt int, r Report) error {
+func (s *Service) fencedFinish(ctx context.Context, who auth.Principal, name string, attempt int, r apitypes.Report) error {
 	if err := mayWriteAttempt(who, name, attempt); err != nil {
 		return err
 	}
 	end := attemptEnd{status: r.Status, reason: r.Reason, exit: r.ExitCode, msg: r.Error, finalizing: r.Finalizing,
-		running: r.Running, runningFor: r.runningFor()}
+		running: r.Running, runningFor: runningFor(r)}
 	if r.Outputs != nil {
 		raw, err := json.Marshal(*r.Outputs)
 		if err != nil {
@@ -807,7 +809,7 @@ func (s *Service) recordEnd(ctx context.Context, name string, attempt int, end a
 			}
 		}
 		ch := store.JobChange{DeleteTokens: auth.KindRun}
-		if IsTerminal(j.Status) || j.Attempt != attempt {
+		if apitypes.IsTerminal(j.Status) || j.Attempt != attempt {
 			return ch, nil
 		}
 		from := j.Status
@@ -815,7 +817,7 @@ func (s *Service) recordEnd(ctx context.Context, name string, attempt int, end a
 		if end.outputs != nil {
 			j.Outputs = end.outputs
 		}
-		if end.running != "" && from == StatusPreparing {
+		if end.running != "" && from == apitypes.StatusPreparing {
 			// As ReportStatus records Running, at the time the command
 			// started (never before the attempt's start).
 			at := now.Add(-end.runningFor)
@@ -825,23 +827,23 @@ func (s *Service) recordEnd(ctx context.Context, name string, attempt int, end a
 			if at.After(now) {
 				at = now
 			}
-			ch.Events = append(ch.Events, store.Event{Job: name, Time: at, From: from, To: StatusRunning, Reason: end.running})
-			j.Started, from = at, StatusRunning
+			ch.Events = append(ch.Events, store.Event{Job: name, Time: at, From: from, To: apitypes.StatusRunning, Reason: end.running})
+			j.Started, from = at, apitypes.StatusRunning
 		}
-		if end.finalizing != "" && from != StatusCancelRequested && from != StatusFinalizing {
-			ch.Events = append(ch.Events, store.Event{Job: name, Time: now, From: from, To: StatusFinalizing, Reason: end.finalizing})
-			from = StatusFinalizing
+		if end.finalizing != "" && from != apitypes.StatusCancelRequested && from != apitypes.StatusFinalizing {
+			ch.Events = append(ch.Events, store.Event{Job: name, Time: now, From: from, To: apitypes.StatusFinalizing, Reason: end.finalizing})
+			from = apitypes.StatusFinalizing
 		}
 		reason := end.reason
-		if end.status == StatusCanceled && j.CancelBy != "" {
+		if end.status == apitypes.StatusCanceled && j.CancelBy != "" {
 			reason = "canceled by " + j.CancelBy
 		}
 		j.Status, j.StatusReason, j.ExitCode, j.Error, j.Ended, j.Heartbeat = end.status, reason, end.exit, end.msg, now, now
-		if j.Started.IsZero() && end.status != StatusCanceled {
+		if j.Started.IsZero() && end.status != apitypes.StatusCanceled {
 			j.Started = now
 		}
 		ch.Events = append(ch.Events, store.Event{Job: name, Time: now, From: from, To: end.status, Reason: reason})
-		j.Outputs = owedOutputs(j.Outputs, j.Spec, end.status == StatusCompleted)
+		j.Outputs = owedOutputs(j.Outputs, j.Spec, end.status == apitypes.StatusCompleted)
 		owes = len(pendingOutputs(j.Outputs)) > 0
 		return ch, nil
 	})
@@ -852,7 +854,7 @@ func (s *Service) recordEnd(ctx context.Context, name string, attempt int, end a
 // says whether the attempt is over: at the first rank that did not
 // complete (the others are then stopped through their agents), or when the
 // last rank completed. A single-node attempt is over at once.
-func (s *Service) rankEnded(ctx context.Context, name string, attempt int, r Report) (bool, error) {
+func (s *Service) rankEnded(ctx context.Context, name string, attempt int, r apitypes.Report) (bool, error) {
 	over := true
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
 		pl := placementOf(*j)
@@ -864,8 +866,8 @@ func (s *Service) rankEnded(ctx context.Context, name string, attempt int, r Rep
 		}
 		pl.Ranks[r.Rank].Status, pl.Ranks[r.Rank].ExitCode = r.Status, r.ExitCode
 		for _, rp := range pl.Ranks {
-			if rp.Status != StatusCompleted {
-				over = r.Status != StatusCompleted
+			if rp.Status != apitypes.StatusCompleted {
+				over = r.Status != apitypes.StatusCompleted
 				break
 			}
 		}

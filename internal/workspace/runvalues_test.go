@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"strings"
 	"testing"
@@ -18,7 +20,7 @@ func TestRunValues(t *testing.T) {
 	submit(t, s, "b")
 	dispatch(t, s)
 	run := runPrincipal("a", 1)
-	for _, v := range []RunValues{
+	for _, v := range []apitypes.RunValues{
 		{Params: map[string]string{"lr": "0.1", "epochs": "3"}, Tags: map[string]string{"model": "linear"}},
 		{Params: map[string]string{"lr": "0.01"}},
 	} {
@@ -33,26 +35,26 @@ func TestRunValues(t *testing.T) {
 	if d := cmp.Diff(map[string]string{"model": "linear"}, j.RunTags); d != "" {
 		t.Errorf("tags (-want +got):\n%s", d)
 	}
-	if err := s.SetRunValues(ctx, run, "b", RunValues{Params: map[string]string{"x": "1"}}); CodeOf(err) != CodeForbidden {
+	if err := s.SetRunValues(ctx, run, "b", apitypes.RunValues{Params: map[string]string{"x": "1"}}); CodeOf(err) != CodeForbidden {
 		t.Errorf("params of another job: %v", err)
 	}
-	if err := s.SetRunValues(ctx, run, "a", RunValues{Tags: map[string]string{"": "1"}}); CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), "tags:") {
+	if err := s.SetRunValues(ctx, run, "a", apitypes.RunValues{Tags: map[string]string{"": "1"}}); CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), "tags:") {
 		t.Errorf("an empty key: %v", err)
 	}
-	if err := s.SetRunValues(ctx, run, "a", RunValues{Params: map[string]string{"k": strings.Repeat("v", MaxRunValue+1)}}); CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), "params.k") {
+	if err := s.SetRunValues(ctx, run, "a", apitypes.RunValues{Params: map[string]string{"k": strings.Repeat("v", apitypes.MaxRunValue+1)}}); CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), "params.k") {
 		t.Errorf("a value over the limit: %v", err)
 	}
-	if err := s.SetRunValues(ctx, owner, "nope", RunValues{Params: map[string]string{"x": "1"}}); CodeOf(err) != CodeNotFound {
+	if err := s.SetRunValues(ctx, owner, "nope", apitypes.RunValues{Params: map[string]string{"x": "1"}}); CodeOf(err) != CodeNotFound {
 		t.Errorf("a job that does not exist: %v", err)
 	}
 	submit(t, s, "c") // queued: canceled at once
 	if _, err := s.CancelJob(ctx, owner, "c"); err != nil {
 		t.Fatal(err)
 	}
-	if j := status(t, s, "c"); !IsTerminal(j.Status) {
+	if j := status(t, s, "c"); !apitypes.IsTerminal(j.Status) {
 		t.Fatalf("a canceled queued job is %s", j.Status)
 	}
-	if err := s.SetRunValues(ctx, owner, "c", RunValues{Params: map[string]string{"x": "1"}}); CodeOf(err) != CodeConflict {
+	if err := s.SetRunValues(ctx, owner, "c", apitypes.RunValues{Params: map[string]string{"x": "1"}}); CodeOf(err) != CodeConflict {
 		t.Errorf("params of an ended job: %v", err)
 	}
 }

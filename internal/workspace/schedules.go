@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,27 +80,6 @@ type ScheduleRequest struct {
 	Overrides map[string]any
 }
 
-// Schedule is a job schedule as the API shows it.
-type Schedule struct {
-	Name        string            `json:"name"`
-	DisplayName string            `json:"display_name,omitempty"`
-	Description string            `json:"description,omitempty"`
-	Tags        map[string]string `json:"tags,omitempty"`
-	Enabled     bool              `json:"enabled"`
-	// Trigger describes when it fires ("cron 0 * * * * (UTC)").
-	Trigger   string             `json:"trigger"`
-	Spec      *spec.ScheduleFile `json:"spec,omitempty"`
-	NextFire  *time.Time         `json:"next_fire,omitempty"`
-	LastFired *time.Time         `json:"last_fired,omitempty"`
-	LastJob   string             `json:"last_job,omitempty"`
-	LastError string             `json:"last_error,omitempty"`
-	// JobType and Compute are the fired job's.
-	JobType string    `json:"job_type,omitempty"`
-	Compute string    `json:"compute,omitempty"`
-	Created time.Time `json:"created"`
-	Updated time.Time `json:"updated"`
-}
-
 // storedSubmission is the Job of a stored schedule: a command or sweep
 // job (Spec) or a pipeline job (Pipeline, with InputSnapshots keyed as
 // PipelineSubmission's are).
@@ -118,7 +99,7 @@ func (s *Service) scheduleClock() schedule.Clock { return schedule.Clock{Minute:
 // occurrence from now. A new schedule without start_time starts now and
 // fires its first job at once, as Azure's does. The job is checked as a
 // submission would be.
-func (s *Service) CreateSchedule(ctx context.Context, who auth.Principal, req ScheduleRequest) (*Schedule, error) {
+func (s *Service) CreateSchedule(ctx context.Context, who auth.Principal, req ScheduleRequest) (*apitypes.Schedule, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot create schedules")
 	}
@@ -373,7 +354,7 @@ func firedJobName(schedule string, occurrence time.Time) string {
 }
 
 // GetSchedule returns one schedule.
-func (s *Service) GetSchedule(ctx context.Context, name string) (*Schedule, error) {
+func (s *Service) GetSchedule(ctx context.Context, name string) (*apitypes.Schedule, error) {
 	rec, err := s.st.GetSchedule(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, NotFound("schedule %s does not exist; `ferry schedule list` shows the schedules", name)
@@ -385,12 +366,12 @@ func (s *Service) GetSchedule(ctx context.Context, name string) (*Schedule, erro
 }
 
 // ListSchedules returns every schedule, by name.
-func (s *Service) ListSchedules(ctx context.Context) ([]*Schedule, error) {
+func (s *Service) ListSchedules(ctx context.Context) ([]*apitypes.Schedule, error) {
 	recs, err := s.st.ListSchedules(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*Schedule, 0, len(recs))
+	out := make([]*apitypes.Schedule, 0, len(recs))
 	for _, rec := range recs {
 		v, err := scheduleView(rec)
 		if err != nil {
@@ -404,7 +385,7 @@ func (s *Service) ListSchedules(ctx context.Context) ([]*Schedule, error) {
 // SetScheduleEnabled enables or disables a schedule. A schedule enabled
 // again fires from its next occurrence after now: what it missed while
 // disabled is not fired.
-func (s *Service) SetScheduleEnabled(ctx context.Context, who auth.Principal, name string, enabled bool) (*Schedule, error) {
+func (s *Service) SetScheduleEnabled(ctx context.Context, who auth.Principal, name string, enabled bool) (*apitypes.Schedule, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot change schedules")
 	}
@@ -461,12 +442,12 @@ func storedTrigger(rec store.Schedule) (instance.Trigger, error) {
 	return schedule.Trigger(f)
 }
 
-func scheduleView(rec store.Schedule) (*Schedule, error) {
+func scheduleView(rec store.Schedule) (*apitypes.Schedule, error) {
 	f, err := storedFile(rec)
 	if err != nil {
 		return nil, fmt.Errorf("schedule %s: %w", rec.Name, err)
 	}
-	v := &Schedule{
+	v := &apitypes.Schedule{
 		Name: rec.Name, DisplayName: f.DisplayName, Description: f.Description, Tags: f.Tags,
 		Enabled: rec.Enabled, Spec: f, NextFire: timePtr(rec.NextFire), LastFired: timePtr(rec.LastFired),
 		LastJob: rec.LastJob, LastError: rec.LastError, Created: rec.Created, Updated: rec.Updated,

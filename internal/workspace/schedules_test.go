@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"slices"
 	"strings"
@@ -177,7 +179,7 @@ func TestScheduleCopiesJobAndRefusesBadOnes(t *testing.T) {
 func TestCheckReferences(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newService(t, &fakeTarget{capacity: 1})
-	ps, err := s.CheckReferences(ctx, []Reference{
+	ps, err := s.CheckReferences(ctx, []apitypes.Reference{
 		{Field: "environment", Kind: "environment", Ref: "azureml:nope@latest"},
 		{Field: "compute", Kind: "compute", Ref: "azureml:local"},
 		{Field: "compute", Kind: "compute", Ref: "azureml:gpu"},
@@ -199,7 +201,7 @@ func TestCheckReferences(t *testing.T) {
 	if !slices.Equal(fields, want) {
 		t.Errorf("problems %v, want %v", fields, want)
 	}
-	if _, err := s.CheckReferences(ctx, []Reference{{Field: "x", Kind: "widget", Ref: "y"}}); CodeOf(err) != CodeInvalid {
+	if _, err := s.CheckReferences(ctx, []apitypes.Reference{{Field: "x", Kind: "widget", Ref: "y"}}); CodeOf(err) != CodeInvalid {
 		t.Errorf("unknown kind: %v, want invalid", err)
 	}
 }

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -311,8 +313,8 @@ func (s *Service) APIURL() string { return s.cfg.APIURL }
 const DefaultOutputQuota = 10 << 30
 
 // outputLimits are the limits a runner applies to its attempt's outputs.
-func (s *Service) outputLimits() OutputLimits {
-	return OutputLimits{JobBytes: max(s.cfg.OutputQuota, 0), SnapshotBytes: s.cfg.MaxSnapshotSize}
+func (s *Service) outputLimits() apitypes.OutputLimits {
+	return apitypes.OutputLimits{JobBytes: max(s.cfg.OutputQuota, 0), SnapshotBytes: s.cfg.MaxSnapshotSize}
 }
 
 // MaxSnapshotSize is the largest total size of one snapshot.
@@ -420,7 +422,7 @@ func (s *Service) Changes(job string) <-chan struct{} {
 // ---- compute targets ----
 
 // CreateCompute adds a compute target.
-func (s *Service) CreateCompute(ctx context.Context, c *spec.Compute) (*Compute, error) {
+func (s *Service) CreateCompute(ctx context.Context, c *spec.Compute) (*apitypes.Compute, error) {
 	if err := c.Validate(); err != nil {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
 	}
@@ -512,7 +514,7 @@ func (s *Service) checkTarget(ctx context.Context, c *spec.Compute) error {
 }
 
 // GetCompute returns one target with its current load.
-func (s *Service) GetCompute(ctx context.Context, name string) (*Compute, error) {
+func (s *Service) GetCompute(ctx context.Context, name string) (*apitypes.Compute, error) {
 	rec, err := s.st.GetCompute(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, s.unknownCompute(ctx, name)
@@ -523,13 +525,13 @@ func (s *Service) GetCompute(ctx context.Context, name string) (*Compute, error)
 	return s.computeView(ctx, rec)
 }
 
-func (s *Service) computeView(ctx context.Context, rec store.Compute) (*Compute, error) {
+func (s *Service) computeView(ctx context.Context, rec store.Compute) (*apitypes.Compute, error) {
 	var c spec.Compute
 	if err := json.Unmarshal(rec.Spec, &c); err != nil {
 		return nil, fmt.Errorf("compute %s: stored spec: %w", rec.Name, err)
 	}
 	redactCompute(&c)
-	v := &Compute{Name: rec.Name, Type: rec.Type, State: rec.State, Created: rec.Created, Spec: &c}
+	v := &apitypes.Compute{Name: rec.Name, Type: rec.Type, State: rec.State, Created: rec.Created, Spec: &c}
 	if pt := s.poolType(rec.Type); pt != nil {
 		if err := s.poolView(ctx, pt, v); err != nil {
 			return nil, err
@@ -545,7 +547,7 @@ func (s *Service) computeView(ctx context.Context, rec store.Compute) (*Compute,
 	if err != nil {
 		return nil, err
 	}
-	queued, err := s.st.CountJobs(ctx, []string{StatusQueued})
+	queued, err := s.st.CountJobs(ctx, []string{apitypes.StatusQueued})
 	if err != nil {
 		return nil, err
 	}
@@ -554,12 +556,12 @@ func (s *Service) computeView(ctx context.Context, rec store.Compute) (*Compute,
 }
 
 // ListComputes returns every target.
-func (s *Service) ListComputes(ctx context.Context) ([]*Compute, error) {
+func (s *Service) ListComputes(ctx context.Context) ([]*apitypes.Compute, error) {
 	recs, err := s.st.ListComputes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*Compute, 0, len(recs))
+	out := make([]*apitypes.Compute, 0, len(recs))
 	for _, r := range recs {
 		v, err := s.computeView(ctx, r)
 		if err != nil {
@@ -581,7 +583,7 @@ func (s *Service) DeleteCompute(ctx context.Context, name string) error {
 	} else if err != nil {
 		return err
 	}
-	busy, err := s.st.ListJobs(ctx, store.JobFilter{Compute: name, Statuses: append([]string{StatusQueued}, activeStatuses...)})
+	busy, err := s.st.ListJobs(ctx, store.JobFilter{Compute: name, Statuses: append([]string{apitypes.StatusQueued}, activeStatuses...)})
 	if err != nil {
 		return err
 	}
@@ -680,7 +682,7 @@ func isUnusable(err error) bool {
 
 // SubmitJob validates and stores a job, which then waits in Queued for a
 // free slot on its target.
-func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submission) (*Job, error) {
+func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submission) (*apitypes.Job, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot submit jobs")
 	}
@@ -703,9 +705,9 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 		name = newJobName()
 	}
 	now := s.now()
-	rec.Name, rec.Status, rec.CreatedBy, rec.Created = name, StatusQueued, who.Subject, now
+	rec.Name, rec.Status, rec.CreatedBy, rec.Created = name, apitypes.StatusQueued, who.Subject, now
 	reason := "waiting for a free slot on compute " + rec.Compute
-	created, err := s.createJobRecord(ctx, sub, rec, store.Event{Job: name, Time: now, To: StatusQueued, Reason: reason})
+	created, err := s.createJobRecord(ctx, sub, rec, store.Event{Job: name, Time: now, To: apitypes.StatusQueued, Reason: reason})
 	if errors.Is(err, errDryRun) {
 		return s.jobViewWith(rec, nil)
 	}
@@ -854,7 +856,7 @@ func newJobName() string {
 }
 
 // GetJob returns one job; with history, its status changes too.
-func (s *Service) GetJob(ctx context.Context, name string, history bool) (*Job, error) {
+func (s *Service) GetJob(ctx context.Context, name string, history bool) (*apitypes.Job, error) {
 	rec, err := s.st.GetJob(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, NotFound("job %q does not exist (see `ferry job list`)", name)
@@ -877,7 +879,7 @@ func (s *Service) GetJob(ctx context.Context, name string, history bool) (*Job, 
 			return nil, err
 		}
 		for _, e := range evs {
-			v.History = append(v.History, Event{Time: e.Time, From: e.From, To: e.To, Reason: e.Reason})
+			v.History = append(v.History, apitypes.Event{Time: e.Time, From: e.From, To: e.To, Reason: e.Reason})
 		}
 		if v.Preemptions, err = s.preemptionsOf(ctx, name); err != nil {
 			return nil, err
@@ -903,7 +905,7 @@ func timePtr(t time.Time) *time.Time {
 	return &t
 }
 
-func (s *Service) jobView(ctx context.Context, rec store.Job) (*Job, error) {
+func (s *Service) jobView(ctx context.Context, rec store.Job) (*apitypes.Job, error) {
 	latest, err := s.st.LatestMetrics(ctx, rec.Name)
 	if err != nil {
 		return nil, err
@@ -912,8 +914,8 @@ func (s *Service) jobView(ctx context.Context, rec store.Job) (*Job, error) {
 }
 
 // jobViewWith is the view of a stored job whose latest metrics are known.
-func (s *Service) jobViewWith(rec store.Job, latest map[string]store.Metric) (*Job, error) {
-	v := &Job{
+func (s *Service) jobViewWith(rec store.Job, latest map[string]store.Metric) (*apitypes.Job, error) {
+	v := &apitypes.Job{
 		Name: rec.Name, DisplayName: rec.DisplayName, ExperimentName: rec.ExperimentName,
 		Status: rec.Status, StatusReason: rec.StatusReason, Compute: rec.Compute,
 		ExitCode: rec.ExitCode, Error: rec.Error, CancelRequestedBy: rec.CancelBy,
@@ -950,13 +952,13 @@ func (s *Service) jobViewWith(rec store.Job, latest map[string]store.Metric) (*J
 		v.Environment = env
 	}
 	if len(rec.Outputs) > 0 {
-		v.Outputs = &Outputs{}
+		v.Outputs = &apitypes.Outputs{}
 		if err := json.Unmarshal(rec.Outputs, v.Outputs); err != nil {
 			v.Outputs = nil
 			unreadable("outputs", err)
 		}
 	}
-	if why := s.diskFullReason(rec.Name); why != "" && !IsTerminal(v.Status) {
+	if why := s.diskFullReason(rec.Name); why != "" && !apitypes.IsTerminal(v.Status) {
 		v.StatusReason = why
 	}
 	for k, m := range latest {
@@ -967,7 +969,7 @@ func (s *Service) jobViewWith(rec store.Job, latest map[string]store.Metric) (*J
 
 // ListJobs returns jobs, newest first, with their latest metrics read in
 // one go rather than a query per job.
-func (s *Service) ListJobs(ctx context.Context, f store.JobFilter) ([]*Job, error) {
+func (s *Service) ListJobs(ctx context.Context, f store.JobFilter) ([]*apitypes.Job, error) {
 	f.Newest = true
 	recs, err := s.st.ListJobs(ctx, f)
 	if err != nil {
@@ -981,7 +983,7 @@ func (s *Service) ListJobs(ctx context.Context, f store.JobFilter) ([]*Job, erro
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*Job, 0, len(recs))
+	out := make([]*apitypes.Job, 0, len(recs))
 	for _, r := range recs {
 		v, err := s.jobViewWith(r, latest[r.Name])
 		if err != nil {
@@ -997,7 +999,7 @@ func (s *Service) ListJobs(ctx context.Context, f store.JobFilter) ([]*Job, erro
 // waiting in its engine's queue through the engine first); a running one
 // is stopped by its runner (SIGTERM, then SIGKILL), or through its engine
 // when the runner has not ended it after the grace (engine.go).
-func (s *Service) CancelJob(ctx context.Context, who auth.Principal, name string) (*Job, error) {
+func (s *Service) CancelJob(ctx context.Context, who auth.Principal, name string) (*apitypes.Job, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot cancel jobs")
 	}
@@ -1007,22 +1009,22 @@ func (s *Service) CancelJob(ctx context.Context, who auth.Principal, name string
 	var inEngine, asked bool
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
 		inEngine, asked = false, false
-		if IsTerminal(j.Status) {
+		if apitypes.IsTerminal(j.Status) {
 			return nil, Conflict("job %s is already %s; only queued or running jobs can be canceled", name, j.Status)
 		}
-		if j.Status == StatusCancelRequested {
+		if j.Status == apitypes.StatusCancelRequested {
 			return nil, nil
 		}
 		from := j.Status
 		j.CancelBy = who.Subject
-		if j.Status == StatusQueued {
+		if j.Status == apitypes.StatusQueued {
 			now := s.now()
 			inEngine = j.Handle != ""
-			j.Status, j.StatusReason, j.Ended = StatusCanceled, "canceled by "+who.Subject+" before it started", now
+			j.Status, j.StatusReason, j.Ended = apitypes.StatusCanceled, "canceled by "+who.Subject+" before it started", now
 			return &store.Event{Job: name, Time: now, From: from, To: j.Status, Reason: j.StatusReason}, nil
 		}
 		asked = true
-		j.Status, j.StatusReason = StatusCancelRequested, "cancel requested by "+who.Subject
+		j.Status, j.StatusReason = apitypes.StatusCancelRequested, "cancel requested by "+who.Subject
 		return &store.Event{Job: name, Time: s.now(), From: from, To: j.Status, Reason: j.StatusReason}, nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
@@ -1061,11 +1063,11 @@ func (s *Service) ReadLog(ctx context.Context, name string, rank int, offset, ma
 	}
 	n, err := s.logs.ReadAt(name, rec.Attempt, rank, offset, max, w)
 	status := rec.Status
-	if IsTerminal(status) && pendingOutputs(rec.Outputs) != nil {
+	if apitypes.IsTerminal(status) && pendingOutputs(rec.Outputs) != nil {
 		// Its outputs are being registered as data assets, which the
 		// log says once done: a reader following the log waits for
 		// that line as it would for the job's own last lines.
-		status = StatusFinalizing
+		status = apitypes.StatusFinalizing
 	}
 	return n, status, err
 }
@@ -1106,7 +1108,7 @@ func (s *Service) LogSize(ctx context.Context, who auth.Principal, name string, 
 }
 
 // AddMetrics records metric values for a job.
-func (s *Service) AddMetrics(ctx context.Context, who auth.Principal, name string, ms []Metric) error {
+func (s *Service) AddMetrics(ctx context.Context, who auth.Principal, name string, ms []apitypes.Metric) error {
 	_, err := s.addMetrics(ctx, who, name, 0, 0, ms)
 	return err
 }
@@ -1116,7 +1118,7 @@ func (s *Service) AddMetrics(ctx context.Context, who auth.Principal, name strin
 // under their numbers are skipped, so a batch sent again after a lost
 // answer or a server restart is recorded once. It returns the highest
 // number recorded. Only a run token numbers metrics.
-func (s *Service) AddNumberedMetrics(ctx context.Context, who auth.Principal, name string, rank int, first int64, ms []Metric) (int64, error) {
+func (s *Service) AddNumberedMetrics(ctx context.Context, who auth.Principal, name string, rank int, first int64, ms []apitypes.Metric) (int64, error) {
 	if who.Kind != auth.KindRun {
 		return 0, Invalid("seq: only a job's run token numbers its metrics; leave seq out")
 	}
@@ -1128,20 +1130,20 @@ func (s *Service) AddNumberedMetrics(ctx context.Context, who auth.Principal, na
 
 // addMetrics records ms, numbered from first in the sequence of the runner
 // of node rank of the caller's attempt when first is not 0.
-func (s *Service) addMetrics(ctx context.Context, who auth.Principal, name string, rank int, first int64, ms []Metric) (int64, error) {
+func (s *Service) addMetrics(ctx context.Context, who auth.Principal, name string, rank int, first int64, ms []apitypes.Metric) (int64, error) {
 	if !who.MayWriteJob(name) {
 		return 0, Forbidden("this token may not write metrics of job %s", name)
 	}
 	if len(ms) == 0 {
 		return 0, Invalid("metrics: at least one metric is needed")
 	}
-	if len(ms) > MaxMetricsPerRequest {
-		return 0, Invalid("metrics: at most %d values per request (got %d)", MaxMetricsPerRequest, len(ms))
+	if len(ms) > apitypes.MaxMetricsPerRequest {
+		return 0, Invalid("metrics: at most %d values per request (got %d)", apitypes.MaxMetricsPerRequest, len(ms))
 	}
 	now := s.now()
 	recs := make([]store.Metric, len(ms))
 	for i, m := range ms {
-		if err := CheckMetric(m); err != nil {
+		if err := apitypes.CheckMetric(m); err != nil {
 			return 0, Invalid("metrics[%d].%v", i, err)
 		}
 		if m.Time.IsZero() {
@@ -1156,7 +1158,7 @@ func (s *Service) addMetrics(ctx context.Context, who auth.Principal, name strin
 	if err != nil {
 		return 0, err
 	}
-	if IsTerminal(rec.Status) {
+	if apitypes.IsTerminal(rec.Status) {
 		return 0, Conflict("job %s is %s; metrics can only be logged while it runs", name, rec.Status)
 	}
 	var high int64
@@ -1172,21 +1174,8 @@ func (s *Service) addMetrics(ctx context.Context, who auth.Principal, name strin
 	return high, nil
 }
 
-// MaxMetricsPerRequest bounds the values of one request to log metrics.
-const MaxMetricsPerRequest = 10000
-
-// CheckMetric says what is wrong with a metric value a job logs, naming
-// the field; nil if nothing is. The runner checks with it too, before it
-// queues a value for a server that would refuse it.
-func CheckMetric(m Metric) error {
-	if strings.TrimSpace(m.Name) == "" || len(m.Name) > 255 {
-		return errors.New("name: a metric needs a name of 1 to 255 characters")
-	}
-	return nil
-}
-
 // ListMetrics returns a job's metric series (all metrics if metric is "").
-func (s *Service) ListMetrics(ctx context.Context, name, metric string) ([]Metric, error) {
+func (s *Service) ListMetrics(ctx context.Context, name, metric string) ([]apitypes.Metric, error) {
 	if _, err := s.GetJob(ctx, name, false); err != nil {
 		return nil, err
 	}
@@ -1194,9 +1183,9 @@ func (s *Service) ListMetrics(ctx context.Context, name, metric string) ([]Metri
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Metric, len(recs))
+	out := make([]apitypes.Metric, len(recs))
 	for i, m := range recs {
-		out[i] = Metric{Name: m.Name, Value: m.Value, Step: m.Step, Time: m.Time}
+		out[i] = apitypes.Metric{Name: m.Name, Value: m.Value, Step: m.Step, Time: m.Time}
 	}
 	return out, nil
 }

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"context"
 	"errors"
@@ -125,7 +127,7 @@ func dispatch(t *testing.T, s *Service) {
 	s.handOffs.Wait()
 }
 
-func status(t *testing.T, s *Service, name string) *Job {
+func status(t *testing.T, s *Service, name string) *apitypes.Job {
 	t.Helper()
 	j, err := s.GetJob(context.Background(), name, true)
 	if err != nil {
@@ -149,11 +151,11 @@ func TestDispatchFillsCapacityInSubmitOrder(t *testing.T) {
 	if got := target.jobs(); len(got) != 2 || got[0] != "j1" || got[1] != "j2" {
 		t.Fatalf("launched %v, want j1 j2", got)
 	}
-	if st := status(t, s, "j3").Status; st != StatusQueued {
+	if st := status(t, s, "j3").Status; st != apitypes.StatusQueued {
 		t.Fatalf("j3 is %s", st)
 	}
 	zero := 0
-	if err := s.ReportStatus(ctx, runPrincipal("j1", 1), "j1", 1, Report{Status: StatusCompleted, ExitCode: &zero}); err != nil {
+	if err := s.ReportStatus(ctx, runPrincipal("j1", 1), "j1", 1, apitypes.Report{Status: apitypes.StatusCompleted, ExitCode: &zero}); err != nil {
 		t.Fatal(err)
 	}
 	dispatch(t, s)
@@ -169,21 +171,21 @@ func TestRunnerWritesAreFenced(t *testing.T) {
 	submit(t, s, "a")
 	submit(t, s, "b")
 	dispatch(t, s)
-	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 2, Report{Status: StatusRunning}); CodeOf(err) != CodeForbidden {
+	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 2, apitypes.Report{Status: apitypes.StatusRunning}); CodeOf(err) != CodeForbidden {
 		t.Errorf("token of attempt 1 writing attempt 2: %v", err)
 	}
-	if err := s.ReportStatus(ctx, runPrincipal("b", 1), "a", 1, Report{Status: StatusRunning}); CodeOf(err) != CodeForbidden {
+	if err := s.ReportStatus(ctx, runPrincipal("b", 1), "a", 1, apitypes.Report{Status: apitypes.StatusRunning}); CodeOf(err) != CodeForbidden {
 		t.Errorf("b's token writing a: %v", err)
 	}
 	// Progress and an end with nothing to check are fenced inside their
 	// store update, an end with outputs by a read first: each refuses a
 	// stale attempt and a job that does not exist.
-	for _, r := range []Report{
-		{Status: StatusRunning},
-		{Status: StatusFinalizing},
-		{Status: StatusCompleted},
-		{Status: StatusCompleted, Outputs: &Outputs{}, Finalizing: "uploading outputs"},
-		{Status: StatusCompleted, Outputs: &Outputs{Skipped: []SkippedOutput{{Output: "outputs", Path: "x", Reason: "r"}}}},
+	for _, r := range []apitypes.Report{
+		{Status: apitypes.StatusRunning},
+		{Status: apitypes.StatusFinalizing},
+		{Status: apitypes.StatusCompleted},
+		{Status: apitypes.StatusCompleted, Outputs: &apitypes.Outputs{}, Finalizing: "uploading outputs"},
+		{Status: apitypes.StatusCompleted, Outputs: &apitypes.Outputs{Skipped: []apitypes.SkippedOutput{{Output: "outputs", Path: "x", Reason: "r"}}}},
 	} {
 		if err := s.ReportStatus(ctx, owner, "a", 7, r); CodeOf(err) != CodeConflict {
 			t.Errorf("%+v of a stale attempt: %v", r, err)
@@ -198,13 +200,13 @@ func TestRunnerWritesAreFenced(t *testing.T) {
 	}
 	if j, err := s.GetJob(ctx, "a", false); err != nil {
 		t.Fatal(err)
-	} else if j.Status != StatusPreparing {
-		t.Errorf("after refused reports job a is %s, want %s", j.Status, StatusPreparing)
+	} else if j.Status != apitypes.StatusPreparing {
+		t.Errorf("after refused reports job a is %s, want %s", j.Status, apitypes.StatusPreparing)
 	}
-	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, Report{Status: "Paused"}); CodeOf(err) != CodeInvalid {
+	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, apitypes.Report{Status: "Paused"}); CodeOf(err) != CodeInvalid {
 		t.Errorf("unknown status: %v", err)
 	}
-	if err := s.AddMetrics(ctx, runPrincipal("b", 1), "a", []Metric{{Name: "x", Value: 1}}); CodeOf(err) != CodeForbidden {
+	if err := s.AddMetrics(ctx, runPrincipal("b", 1), "a", []apitypes.Metric{{Name: "x", Value: 1}}); CodeOf(err) != CodeForbidden {
 		t.Errorf("metrics into another job: %v", err)
 	}
 }
@@ -217,13 +219,13 @@ func TestNumberedMetricsAreRecordedOnce(t *testing.T) {
 	submit(t, s, "a")
 	dispatch(t, s)
 	run := runPrincipal("a", 1)
-	batch := []Metric{{Name: "loss", Value: 1, Step: 1}, {Name: "loss", Value: 2, Step: 2}}
+	batch := []apitypes.Metric{{Name: "loss", Value: 1, Step: 1}, {Name: "loss", Value: 2, Step: 2}}
 	for range 2 {
 		if high, err := s.AddNumberedMetrics(ctx, run, "a", 0, 1, batch); err != nil || high != 2 {
 			t.Fatalf("AddNumberedMetrics = %d, %v; want 2", high, err)
 		}
 	}
-	if _, err := s.AddNumberedMetrics(ctx, run, "a", 0, 2, []Metric{batch[1], {Name: "loss", Value: 3, Step: 3}}); err != nil {
+	if _, err := s.AddNumberedMetrics(ctx, run, "a", 0, 2, []apitypes.Metric{batch[1], {Name: "loss", Value: 3, Step: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.ListMetrics(ctx, "a", "loss")
@@ -290,7 +292,7 @@ func TestSilentRunnerLosesItsLease(t *testing.T) {
 	if err := s.expireLeases(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st := status(t, s, "a").Status; st != StatusPreparing {
+	if st := status(t, s, "a").Status; st != apitypes.StatusPreparing {
 		t.Fatalf("job with a fresh heartbeat is %s", st)
 	}
 	clk.advance(2 * time.Second)
@@ -298,7 +300,7 @@ func TestSilentRunnerLosesItsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := status(t, s, "a")
-	if j.Status != StatusFailed || j.Ended == nil {
+	if j.Status != apitypes.StatusFailed || j.Ended == nil {
 		t.Fatalf("silent runner: %+v", j)
 	}
 	// A runner that comes back late is told to stop.
@@ -324,10 +326,10 @@ func TestSilentRunnerFinalReportIsCollected(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := status(t, s, "a")
-	if a.Status != StatusCompleted || a.ExitCode == nil || *a.ExitCode != 0 || !strings.Contains(a.StatusReason, "final report") {
+	if a.Status != apitypes.StatusCompleted || a.ExitCode == nil || *a.ExitCode != 0 || !strings.Contains(a.StatusReason, "final report") {
 		t.Errorf("a with a kept report: %+v", a)
 	}
-	if b := status(t, s, "b"); b.Status != StatusFailed || !strings.Contains(b.StatusReason, "runner lost") {
+	if b := status(t, s, "b"); b.Status != apitypes.StatusFailed || !strings.Contains(b.StatusReason, "runner lost") {
 		t.Errorf("b with a kept non-final report: %+v", b)
 	}
 }
@@ -338,28 +340,28 @@ func TestCancelRunningJobGoesThroughTheRunner(t *testing.T) {
 	submit(t, s, "a")
 	dispatch(t, s)
 	who := runPrincipal("a", 1)
-	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusRunning}); err != nil {
+	if err := s.ReportStatus(ctx, who, "a", 1, apitypes.Report{Status: apitypes.StatusRunning}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.CancelJob(ctx, who, "a"); CodeOf(err) != CodeForbidden {
 		t.Fatalf("run token canceled a job: %v", err)
 	}
 	j, err := s.CancelJob(ctx, owner, "a")
-	if err != nil || j.Status != StatusCancelRequested || j.CancelRequestedBy != "owner" {
+	if err != nil || j.Status != apitypes.StatusCancelRequested || j.CancelRequestedBy != "owner" {
 		t.Fatalf("cancel: %+v %v", j, err)
 	}
 	// A late Running report does not undo the cancel request.
-	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusFinalizing}); err != nil {
+	if err := s.ReportStatus(ctx, who, "a", 1, apitypes.Report{Status: apitypes.StatusFinalizing}); err != nil {
 		t.Fatal(err)
 	}
 	hb, err := s.Heartbeat(ctx, who, "a", 1)
 	if err != nil || !hb.Cancel {
 		t.Fatalf("heartbeat after cancel: %+v %v", hb, err)
 	}
-	if err := s.ReportStatus(ctx, who, "a", 1, Report{Status: StatusCanceled, Reason: "canceled on request"}); err != nil {
+	if err := s.ReportStatus(ctx, who, "a", 1, apitypes.Report{Status: apitypes.StatusCanceled, Reason: "canceled on request"}); err != nil {
 		t.Fatal(err)
 	}
-	if j := status(t, s, "a"); j.Status != StatusCanceled {
+	if j := status(t, s, "a"); j.Status != apitypes.StatusCanceled {
 		t.Fatalf("after the runner's report: %s", j.Status)
 	}
 	if _, err := s.CancelJob(ctx, owner, "a"); CodeOf(err) != CodeConflict {
@@ -372,7 +374,7 @@ func TestLaunchFailureFailsTheJob(t *testing.T) {
 	submit(t, s, "a")
 	dispatch(t, s)
 	j := status(t, s, "a")
-	if j.Status != StatusFailed || j.Error != "no such binary" {
+	if j.Status != apitypes.StatusFailed || j.Error != "no such binary" {
 		t.Fatalf("job = %+v", j)
 	}
 }
@@ -385,10 +387,10 @@ func TestListJobsShowsEachJobsLatestMetrics(t *testing.T) {
 	for _, n := range []string{"a", "b", "c"} {
 		submit(t, s, n)
 	}
-	if err := s.AddMetrics(ctx, owner, "a", []Metric{{Name: "loss", Value: 2}, {Name: "acc", Value: 0.5}, {Name: "loss", Value: 1}}); err != nil {
+	if err := s.AddMetrics(ctx, owner, "a", []apitypes.Metric{{Name: "loss", Value: 2}, {Name: "acc", Value: 0.5}, {Name: "loss", Value: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddMetrics(ctx, owner, "c", []Metric{{Name: "loss", Value: 7}}); err != nil {
+	if err := s.AddMetrics(ctx, owner, "c", []apitypes.Metric{{Name: "loss", Value: 7}}); err != nil {
 		t.Fatal(err)
 	}
 	list, err := s.ListJobs(ctx, store.JobFilter{})
@@ -423,7 +425,7 @@ func TestDispatchBetweenFullScansTakesPriorityFirst(t *testing.T) {
 	}
 	zero := 0
 	for _, done := range []string{"a", "c"} {
-		if err := s.ReportStatus(ctx, runPrincipal(done, 1), done, 1, Report{Status: StatusCompleted, ExitCode: &zero}); err != nil {
+		if err := s.ReportStatus(ctx, runPrincipal(done, 1), done, 1, apitypes.Report{Status: apitypes.StatusCompleted, ExitCode: &zero}); err != nil {
 			t.Fatal(err)
 		}
 		dispatch(t, s) // within fullScanEvery of the first
@@ -455,11 +457,11 @@ func TestDispatchFailsTheJobsOfAGoneCompute(t *testing.T) {
 	if diff := cmp.Diff([]string{"a"}, target.jobs()); diff != "" {
 		t.Errorf("launched (-want +got):\n%s", diff)
 	}
-	if j := status(t, s, "b"); j.Status != StatusQueued {
+	if j := status(t, s, "b"); j.Status != apitypes.StatusQueued {
 		t.Errorf("b, waiting for a busy compute: %s (%s)", j.Status, j.StatusReason)
 	}
 	for _, n := range []string{"c", "d"} {
-		if j := status(t, s, n); j.Status != StatusFailed || !strings.Contains(j.StatusReason, "compute gone no longer exists") {
+		if j := status(t, s, n); j.Status != apitypes.StatusFailed || !strings.Contains(j.StatusReason, "compute gone no longer exists") {
 			t.Errorf("%s, of a gone compute: %s (%s)", n, j.Status, j.StatusReason)
 		}
 	}

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"context"
 	"errors"
@@ -13,13 +15,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/snapshot"
 )
 
-// StreamedSnapshot is what PutSnapshotStream stored.
-type StreamedSnapshot struct {
-	ID    string `json:"id"`
-	Files int    `json:"files"`
-	Bytes int64  `json:"bytes"`
-}
-
 // PutSnapshotStream stores a whole folder sent as one snapshot stream
 // (snapshot.StreamReader): every file is checked by the snapshot path
 // rules, bounded by the snapshot size limit and the run token's output
@@ -31,22 +26,22 @@ type StreamedSnapshot struct {
 // It is how runners send a job's outputs: one request, one pass and one
 // disk sync for a folder of any number of files, with no round trips to
 // ask which blobs are missing or to send the manifest.
-func (s *Service) PutSnapshotStream(ctx context.Context, who auth.Principal, r io.Reader) (StreamedSnapshot, error) {
+func (s *Service) PutSnapshotStream(ctx context.Context, who auth.Principal, r io.Reader) (apitypes.StreamedSnapshot, error) {
 	sc, err := s.scopeOf(ctx, who)
 	if err != nil {
-		return StreamedSnapshot{}, err
+		return apitypes.StreamedSnapshot{}, err
 	}
 	q := s.meter(sc, nil)
 	m, id, err := s.putSnapshotStream(r, q)
 	if errors.Is(err, errUploadQuota) {
-		return StreamedSnapshot{}, s.uploadQuotaError()
+		return apitypes.StreamedSnapshot{}, s.uploadQuotaError()
 	}
 	if err != nil {
-		return StreamedSnapshot{}, s.noteNoSpace(who, err)
+		return apitypes.StreamedSnapshot{}, s.noteNoSpace(who, err)
 	}
 	s.grantSnapshot(sc, id, m)
 	s.charge(sc, q)
-	return StreamedSnapshot{ID: id, Files: len(m.Files), Bytes: m.TotalSize()}, s.noteNoSpace(who, nil)
+	return apitypes.StreamedSnapshot{ID: id, Files: len(m.Files), Bytes: m.TotalSize()}, s.noteNoSpace(who, nil)
 }
 
 func (s *Service) putSnapshotStream(r io.Reader, q *meteredReader) (*snapshot.Manifest, string, error) {

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -55,7 +57,7 @@ func TestSnapshotStreamIsScopedAndMetered(t *testing.T) {
 		{Path: "b/loss.txt", Mode: 0o644, Size: 300, Digest: digestOf(strings.Repeat("a", 300))},
 		{Path: "copy.txt", Mode: 0o644, Size: 5, Digest: digestOf("hello")},
 	}}
-	if got != (StreamedSnapshot{ID: want.ID(), Files: 3, Bytes: 310}) {
+	if got != (apitypes.StreamedSnapshot{ID: want.ID(), Files: 3, Bytes: 310}) {
 		t.Errorf("PutSnapshotStream = %+v, want id %s, 3 files, 310 bytes", got, want.ID())
 	}
 	m, err := s.GetSnapshot(ctx, run, got.ID)

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,7 +87,7 @@ func sweepRunner(why string) auth.Principal {
 // command job trial 0 would be (compute, environment, inputs, snapshots),
 // picks the seed when the file gives none, and stores the sweep Running.
 // Its trials are created by the sweep loop.
-func (s *Service) submitSweep(ctx context.Context, who auth.Principal, sub Submission) (*Job, error) {
+func (s *Service) submitSweep(ctx context.Context, who auth.Principal, sub Submission) (*apitypes.Job, error) {
 	j := sub.Spec.Clone()
 	if j.IsComponentTrial() {
 		var err error
@@ -120,7 +122,7 @@ func (s *Service) submitSweep(ctx context.Context, who auth.Principal, sub Submi
 	now := s.now()
 	rec := store.Job{
 		Name: name, DisplayName: j.DisplayName, ExperimentName: j.ExperimentName,
-		Status: StatusRunning, CreatedBy: who.Subject, Spec: specJSON,
+		Status: apitypes.StatusRunning, CreatedBy: who.Subject, Spec: specJSON,
 		CodeSnapshot: trial.CodeSnapshot, Inputs: trial.Inputs, Environment: trial.Environment,
 		Created: now, Started: now, Heartbeat: now,
 	}
@@ -138,7 +140,7 @@ func (s *Service) submitSweep(ctx context.Context, who auth.Principal, sub Submi
 	total, conc := j.TrialLimits()
 	reason := fmt.Sprintf("sweep of %d trials (%d at once) on compute %s", total, conc, trial.Compute)
 	// A schedule's firing stores the job with the occurrence it fires.
-	created, err := s.createJobRecord(ctx, sub, rec, store.Event{Job: name, Time: now, To: StatusRunning, Reason: reason})
+	created, err := s.createJobRecord(ctx, sub, rec, store.Event{Job: name, Time: now, To: apitypes.StatusRunning, Reason: reason})
 	if err != nil {
 		_ = s.st.SweepDone(ctx, name) // the name belongs to another job
 		if errors.Is(err, store.ErrConflict) {
@@ -202,7 +204,7 @@ func (s *Service) driveSweep(ctx context.Context, name string) error {
 	if err := json.Unmarshal(rec.Spec, &j); err != nil || j.Type != "sweep" {
 		return s.st.SweepDone(ctx, name) // not a sweep's record: leave it
 	}
-	if IsTerminal(rec.Status) {
+	if apitypes.IsTerminal(rec.Status) {
 		return s.st.SweepDone(ctx, name)
 	}
 	trials, err := s.trialStates(ctx, rec, &j)
@@ -212,15 +214,15 @@ func (s *Service) driveSweep(ctx context.Context, name string) error {
 	total, conc := j.TrialLimits()
 	active := 0
 	for _, t := range trials {
-		if !IsTerminal(t.status) {
+		if !apitypes.IsTerminal(t.status) {
 			active++
 		}
 	}
 
 	// A cancel or the sweep's timeout stops every trial, then the sweep.
-	stop, stopStatus := "", StatusCanceled
+	stop, stopStatus := "", apitypes.StatusCanceled
 	switch {
-	case rec.Status == StatusCancelRequested:
+	case rec.Status == apitypes.StatusCancelRequested:
 		stop = "canceled by " + rec.CancelBy
 		if rec.CancelBy == "" {
 			stop = "canceled"
@@ -230,7 +232,7 @@ func (s *Service) driveSweep(ctx context.Context, name string) error {
 	}
 	if stop != "" {
 		for _, t := range trials {
-			if !IsTerminal(t.status) && t.status != StatusCancelRequested {
+			if !apitypes.IsTerminal(t.status) && t.status != apitypes.StatusCancelRequested {
 				s.cancelTrial(ctx, t.row.Job, "sweep "+name+": "+stop)
 			}
 		}
@@ -244,7 +246,7 @@ func (s *Service) driveSweep(ctx context.Context, name string) error {
 	if j.EarlyTermination != nil {
 		var ts []sweep.Trial
 		for _, t := range trials {
-			ts = append(ts, sweep.Trial{Name: t.row.Job, Running: t.status == StatusRunning, Values: t.values})
+			ts = append(ts, sweep.Trial{Name: t.row.Job, Running: t.status == apitypes.StatusRunning, Values: t.values})
 		}
 		for _, c := range sweep.Terminate(j.EarlyTermination, j.Objective.Goal, ts) {
 			s.cancelTrial(ctx, c.Trial, "sweep "+name+"'s "+c.Reason)
@@ -272,14 +274,14 @@ func (s *Service) driveSweep(ctx context.Context, name string) error {
 		if err := s.createTrial(ctx, rec, &j, row, params); err != nil {
 			return s.failSweep(ctx, name, trials, &j, err)
 		}
-		trials = append(trials, trialState{row: row, params: params, status: StatusQueued})
+		trials = append(trials, trialState{row: row, params: params, status: apitypes.StatusQueued})
 		active++
 	}
 	if (len(trials) >= total || exhausted) && active == 0 {
-		status := StatusFailed
+		status := apitypes.StatusFailed
 		for _, t := range trials {
-			if t.status == StatusCompleted {
-				status = StatusCompleted
+			if t.status == apitypes.StatusCompleted {
+				status = apitypes.StatusCompleted
 			}
 		}
 		out, err := s.bestTrialOutputs(ctx, &j, trials)
@@ -298,7 +300,7 @@ func (s *Service) sweepProgress(ctx context.Context, rec store.Job, reason strin
 		return nil
 	}
 	_, err := s.st.UpdateJob(ctx, rec.Name, func(j *store.Job) (*store.Event, error) {
-		if j.Status == StatusRunning {
+		if j.Status == apitypes.StatusRunning {
 			j.StatusReason = reason
 		}
 		return nil, nil
@@ -341,7 +343,7 @@ func (s *Service) trialStates(ctx context.Context, rec store.Job, j *spec.Job) (
 			if err := s.createTrial(ctx, rec, j, row, t.params); err != nil {
 				return nil, err
 			}
-			t.status = StatusQueued
+			t.status = apitypes.StatusQueued
 			out = append(out, t)
 			continue
 		}
@@ -354,7 +356,7 @@ func (s *Service) trialStates(ctx context.Context, rec store.Job, j *spec.Job) (
 			return nil, err
 		}
 		t.values = finiteValues(ms)
-		if IsTerminal(tr.Status) {
+		if apitypes.IsTerminal(tr.Status) {
 			s.sweeps.mu.Lock()
 			s.sweeps.ended[row.Job] = endedTrial{status: t.status, reason: t.reason, values: t.values}
 			s.sweeps.mu.Unlock()
@@ -384,7 +386,7 @@ func sweepHistory(j *spec.Job, trials []trialState) []sweep.Observation {
 	}
 	var out []sweep.Observation
 	for _, t := range trials {
-		if v, ok := sweep.Best(t.values, j.Objective.Goal); ok && IsTerminal(t.status) {
+		if v, ok := sweep.Best(t.values, j.Objective.Goal); ok && apitypes.IsTerminal(t.status) {
 			out = append(out, sweep.Observation{Params: t.params, Value: v})
 		}
 	}
@@ -450,12 +452,12 @@ func (s *Service) createTrial(ctx context.Context, parent store.Job, j *spec.Job
 	now := s.now()
 	rec := store.Job{
 		Name: row.Job, DisplayName: tj.DisplayName, ExperimentName: tj.ExperimentName,
-		Compute: computeName, Status: StatusQueued, Priority: priorityOf(tj), CreatedBy: parent.CreatedBy,
+		Compute: computeName, Status: apitypes.StatusQueued, Priority: priorityOf(tj), CreatedBy: parent.CreatedBy,
 		Spec: specJSON, CodeSnapshot: parent.CodeSnapshot, Inputs: parent.Inputs, Environment: parent.Environment,
 		Created: now,
 	}
 	reason := fmt.Sprintf("trial %d of sweep %s (%s); waiting for a free slot on compute %s", row.Index, parent.Name, paramsText(params), computeName)
-	_, err = s.st.CreateJob(ctx, rec, store.Event{Job: row.Job, Time: now, To: StatusQueued, Reason: reason})
+	_, err = s.st.CreateJob(ctx, rec, store.Event{Job: row.Job, Time: now, To: apitypes.StatusQueued, Reason: reason})
 	if errors.Is(err, store.ErrConflict) {
 		return s.ownTrial(ctx, parent.Name, row)
 	}
@@ -515,11 +517,11 @@ func (s *Service) failSweep(ctx context.Context, name string, trials []trialStat
 		return cause // the store's trouble: the next pass tries again
 	}
 	for _, t := range trials {
-		if !IsTerminal(t.status) {
+		if !apitypes.IsTerminal(t.status) {
 			s.cancelTrial(ctx, t.row.Job, "sweep "+name+" failed")
 		}
 	}
-	return s.endSweep(ctx, name, StatusFailed, "a trial could not be created: "+cause.Error(), nil)
+	return s.endSweep(ctx, name, apitypes.StatusFailed, "a trial could not be created: "+cause.Error(), nil)
 }
 
 // bestTrialOutputs are the outputs of the best trial that completed (by
@@ -531,7 +533,7 @@ func (s *Service) bestTrialOutputs(ctx context.Context, j *spec.Job, trials []tr
 		if t.Objective == nil {
 			break
 		}
-		if t.Status != StatusCompleted {
+		if t.Status != apitypes.StatusCompleted {
 			continue
 		}
 		rec, err := s.st.GetJob(ctx, t.Name)
@@ -549,7 +551,7 @@ func (s *Service) endSweep(ctx context.Context, name, status, reason string, out
 	completed := false // the outputs it owes a registration are to register
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
 		completed = false
-		if IsTerminal(j.Status) {
+		if apitypes.IsTerminal(j.Status) {
 			return nil, nil
 		}
 		from, now := j.Status, s.now()
@@ -557,7 +559,7 @@ func (s *Service) endSweep(ctx context.Context, name, status, reason string, out
 		if len(outputs) > 0 {
 			j.Outputs = outputs
 		}
-		completed = status == StatusCompleted
+		completed = status == apitypes.StatusCompleted
 		j.Outputs = owedOutputs(j.Outputs, j.Spec, completed)
 		return &store.Event{Job: name, Time: now, From: from, To: status, Reason: reason}, nil
 	})

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"strings"
@@ -12,7 +14,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/sweep"
 )
 
-func submitSweep(t *testing.T, s *Service, doc string) *Job {
+func submitSweep(t *testing.T, s *Service, doc string) *apitypes.Job {
 	t.Helper()
 	j, err := spec.ParseJob([]byte(doc))
 	if err != nil {
@@ -51,12 +53,12 @@ func TestSweepTrialStoredWithoutJobIsCreatedOnce(t *testing.T) {
 	s, _ := newService(t, &fakeTarget{capacity: 4})
 	ctx := context.Background()
 	v := submitSweep(t, s, gridSweep)
-	if v.Status != StatusRunning || v.Compute != "" {
+	if v.Status != apitypes.StatusRunning || v.Compute != "" {
 		t.Fatalf("sweep submitted as %s on %q; want Running on no compute", v.Status, v.Compute)
 	}
 	sweepPass(t, s)
 	for _, n := range []string{"sw_0", "sw_1"} {
-		if j := status(t, s, n); j.Status != StatusQueued || !strings.HasPrefix(j.Spec.Command, "echo ") {
+		if j := status(t, s, n); j.Status != apitypes.StatusQueued || !strings.HasPrefix(j.Spec.Command, "echo ") {
 			t.Fatalf("trial %s: %s %q", n, j.Status, j.Spec.Command)
 		}
 	}
@@ -74,7 +76,7 @@ func TestSweepTrialStoredWithoutJobIsCreatedOnce(t *testing.T) {
 	}
 	sweepPass(t, s)
 	sweepPass(t, s)
-	if j := status(t, s, "sw_2"); j.Spec.Command != "echo 30" || j.Status != StatusQueued {
+	if j := status(t, s, "sw_2"); j.Spec.Command != "echo 30" || j.Status != apitypes.StatusQueued {
 		t.Fatalf("trial 2: %s %q; want Queued, echo 30", j.Status, j.Spec.Command)
 	}
 	rows, err := s.st.ListSweepTrials(ctx, "sw")
@@ -103,13 +105,13 @@ func TestSweepTimeoutCancelsTrials(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"sw_0", "sw_1"} {
-		if j := status(t, s, n); j.Status != StatusCanceled || !strings.Contains(j.StatusReason, "limits.timeout of 60s reached") {
+		if j := status(t, s, n); j.Status != apitypes.StatusCanceled || !strings.Contains(j.StatusReason, "limits.timeout of 60s reached") {
 			t.Fatalf("trial %s: %s (%s)", n, j.Status, j.StatusReason)
 		}
 	}
 	sweepPass(t, s)
 	j := status(t, s, "sw")
-	if j.Status != StatusCanceled || !strings.Contains(j.StatusReason, "limits.timeout of 60s reached; 2 trials (2 canceled)") {
+	if j.Status != apitypes.StatusCanceled || !strings.Contains(j.StatusReason, "limits.timeout of 60s reached; 2 trials (2 canceled)") {
 		t.Fatalf("sweep: %s (%s)", j.Status, j.StatusReason)
 	}
 	if open, _ := s.st.ListOpenSweeps(ctx); len(open) != 0 {
@@ -125,13 +127,13 @@ func TestSweepTrialNameTakenFailsTheSweep(t *testing.T) {
 	submitSweep(t, s, gridSweep)
 	sweepPass(t, s)
 	j := status(t, s, "sw")
-	if j.Status != StatusFailed || !strings.Contains(j.StatusReason, "would be job sw_1, but a job of that name exists already") {
+	if j.Status != apitypes.StatusFailed || !strings.Contains(j.StatusReason, "would be job sw_1, but a job of that name exists already") {
 		t.Fatalf("sweep: %s (%s)", j.Status, j.StatusReason)
 	}
-	if tr := status(t, s, "sw_0"); tr.Status != StatusCanceled || !strings.Contains(tr.StatusReason, "sweep sw failed") {
+	if tr := status(t, s, "sw_0"); tr.Status != apitypes.StatusCanceled || !strings.Contains(tr.StatusReason, "sweep sw failed") {
 		t.Fatalf("trial 0: %s (%s); want Canceled by the failed sweep", tr.Status, tr.StatusReason)
 	}
-	if own := status(t, s, "sw_1"); own.Spec.Command != "true" || own.Status != StatusQueued {
+	if own := status(t, s, "sw_1"); own.Spec.Command != "true" || own.Status != apitypes.StatusQueued {
 		t.Fatalf("the user's job sw_1 changed: %s %q", own.Status, own.Spec.Command)
 	}
 }

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"github.com/ferry-ml/ferry/internal/apitypes"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,7 +25,7 @@ func (s *Service) sweepSummary(j *spec.Job, trials []trialState) string {
 		counts[t.status]++
 	}
 	var parts []string
-	for _, st := range []string{StatusCompleted, StatusFailed, StatusCanceled} {
+	for _, st := range []string{apitypes.StatusCompleted, apitypes.StatusFailed, apitypes.StatusCanceled} {
 		if counts[st] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[st], strings.ToLower(st)))
 		}
@@ -41,45 +43,16 @@ func bestSoFar(j *spec.Job, trials []trialState) string {
 	return fmt.Sprintf("; best trial %s: %s = %.6g", ranked[0].Name, j.Objective.PrimaryMetric, *ranked[0].Objective)
 }
 
-// SweepView is what `job show` adds for a sweep job: its objective and
-// its trials ranked by it.
-type SweepView struct {
-	PrimaryMetric       string `json:"primary_metric"`
-	Goal                string `json:"goal"`
-	Sampling            string `json:"sampling_algorithm"`
-	MaxTotalTrials      int    `json:"max_total_trials"`
-	MaxConcurrentTrials int    `json:"max_concurrent_trials"`
-	// TrialCompute is the compute the trials run on ("" before the first).
-	TrialCompute string `json:"trial_compute,omitempty"`
-	// Best is the name of the trial with the best value of the primary
-	// metric, "" while none has logged it.
-	Best string `json:"best_trial,omitempty"`
-	// Trials are ranked: those with a value best first (the best value
-	// each logged), then the others by index.
-	Trials []SweepTrialView `json:"trials"`
-}
-
-// SweepTrialView is one trial of a sweep.
-type SweepTrialView struct {
-	Name         string         `json:"name"`
-	Index        int            `json:"index"`
-	Status       string         `json:"status"`
-	StatusReason string         `json:"status_reason,omitempty"`
-	Params       map[string]any `json:"params"`
-	Objective    *float64       `json:"objective,omitempty"`
-	Rank         int            `json:"rank,omitempty"` // 1 for the best; 0 without a value
-}
-
-func rankTrials(j *spec.Job, trials []trialState) []SweepTrialView {
-	out := make([]SweepTrialView, 0, len(trials))
+func rankTrials(j *spec.Job, trials []trialState) []apitypes.SweepTrialView {
+	out := make([]apitypes.SweepTrialView, 0, len(trials))
 	for _, t := range trials {
-		v := SweepTrialView{Name: t.row.Job, Index: t.row.Index, Status: t.status, StatusReason: t.reason, Params: t.params}
+		v := apitypes.SweepTrialView{Name: t.row.Job, Index: t.row.Index, Status: t.status, StatusReason: t.reason, Params: t.params}
 		if b, ok := sweep.Best(t.values, j.Objective.Goal); ok {
 			v.Objective = &b
 		}
 		out = append(out, v)
 	}
-	slices.SortStableFunc(out, func(a, b SweepTrialView) int {
+	slices.SortStableFunc(out, func(a, b apitypes.SweepTrialView) int {
 		switch {
 		case a.Objective != nil && b.Objective == nil:
 			return -1
@@ -103,7 +76,7 @@ func rankTrials(j *spec.Job, trials []trialState) []SweepTrialView {
 }
 
 // sweepView reads a sweep's trials for its view.
-func (s *Service) sweepView(ctx context.Context, rec store.Job, j *spec.Job) (*SweepView, error) {
+func (s *Service) sweepView(ctx context.Context, rec store.Job, j *spec.Job) (*apitypes.SweepView, error) {
 	rows, err := s.st.ListSweepTrials(ctx, rec.Name)
 	if err != nil {
 		return nil, err
@@ -111,7 +84,7 @@ func (s *Service) sweepView(ctx context.Context, rec store.Job, j *spec.Job) (*S
 	var trials []trialState
 	computeName := ""
 	for _, row := range rows {
-		t := trialState{row: row, status: StatusQueued, reason: "being created"}
+		t := trialState{row: row, status: apitypes.StatusQueued, reason: "being created"}
 		_ = json.Unmarshal(row.Params, &t.params)
 		tr, err := s.st.GetJob(ctx, row.Job)
 		if err == nil {
@@ -128,7 +101,7 @@ func (s *Service) sweepView(ctx context.Context, rec store.Job, j *spec.Job) (*S
 		trials = append(trials, t)
 	}
 	total, conc := j.TrialLimits()
-	v := &SweepView{
+	v := &apitypes.SweepView{
 		PrimaryMetric: j.Objective.PrimaryMetric, Goal: j.Objective.Goal, Sampling: j.Sampling().Type,
 		MaxTotalTrials: total, MaxConcurrentTrials: conc, Trials: rankTrials(j, trials),
 		TrialCompute: computeName,
