@@ -47,7 +47,7 @@ func jobsArg(e store.BatchEndpoint) string {
 	return string(e.Jobs)
 }
 
-// CreateBatchEndpoint implements store.Store.
+// CreateBatchEndpoint implements store.BatchEndpoints.
 func (s *Store) CreateBatchEndpoint(ctx context.Context, e store.BatchEndpoint) error {
 	_, err := s.w.ExecContext(ctx, `INSERT INTO batch_endpoints (`+batchEndpointColumns+`) VALUES (?, ?, ?, ?, ?)`,
 		e.Name, string(e.Spec), jobsArg(e), timeArg(e.Created), timeArg(e.Updated))
@@ -60,7 +60,7 @@ func (s *Store) CreateBatchEndpoint(ctx context.Context, e store.BatchEndpoint) 
 	return nil
 }
 
-// GetBatchEndpoint implements store.Store.
+// GetBatchEndpoint implements store.BatchEndpoints.
 func (s *Store) GetBatchEndpoint(ctx context.Context, name string) (store.BatchEndpoint, error) {
 	e, err := scanBatchEndpoint(s.r.QueryRowContext(ctx, `SELECT `+batchEndpointColumns+` FROM batch_endpoints WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -72,7 +72,7 @@ func (s *Store) GetBatchEndpoint(ctx context.Context, name string) (store.BatchE
 	return e, nil
 }
 
-// ListBatchEndpoints implements store.Store.
+// ListBatchEndpoints implements store.BatchEndpoints.
 func (s *Store) ListBatchEndpoints(ctx context.Context) ([]store.BatchEndpoint, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT `+batchEndpointColumns+` FROM batch_endpoints ORDER BY name`)
 	if err != nil {
@@ -90,7 +90,7 @@ func (s *Store) ListBatchEndpoints(ctx context.Context) ([]store.BatchEndpoint, 
 	return out, rows.Err()
 }
 
-// UpdateBatchEndpoint implements store.Store.
+// UpdateBatchEndpoint implements store.BatchEndpoints.
 func (s *Store) UpdateBatchEndpoint(ctx context.Context, e store.BatchEndpoint) error {
 	res, err := s.w.ExecContext(ctx, `UPDATE batch_endpoints SET spec = ?, jobs = ?, updated = ? WHERE name = ?`,
 		string(e.Spec), jobsArg(e), timeArg(e.Updated), e.Name)
@@ -100,7 +100,7 @@ func (s *Store) UpdateBatchEndpoint(ctx context.Context, e store.BatchEndpoint) 
 	return batchAffected(res, "batch endpoint "+e.Name)
 }
 
-// DeleteBatchEndpoint implements store.Store.
+// DeleteBatchEndpoint implements store.BatchEndpoints.
 func (s *Store) DeleteBatchEndpoint(ctx context.Context, name string) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM batch_deployments WHERE endpoint = ?`, name); err != nil {
@@ -114,7 +114,7 @@ func (s *Store) DeleteBatchEndpoint(ctx context.Context, name string) error {
 	})
 }
 
-// CreateBatchDeployment implements store.Store.
+// CreateBatchDeployment implements store.BatchEndpoints.
 func (s *Store) CreateBatchDeployment(ctx context.Context, d store.BatchDeployment) error {
 	_, err := s.w.ExecContext(ctx, `INSERT INTO batch_deployments (`+batchDeploymentColumns+`) VALUES (?, ?, ?, ?, ?)`,
 		d.Endpoint, d.Name, string(d.Spec), timeArg(d.Created), timeArg(d.Updated))
@@ -127,7 +127,7 @@ func (s *Store) CreateBatchDeployment(ctx context.Context, d store.BatchDeployme
 	return nil
 }
 
-// GetBatchDeployment implements store.Store.
+// GetBatchDeployment implements store.BatchEndpoints.
 func (s *Store) GetBatchDeployment(ctx context.Context, endpoint, name string) (store.BatchDeployment, error) {
 	d, err := scanBatchDeployment(s.r.QueryRowContext(ctx, `SELECT `+batchDeploymentColumns+` FROM batch_deployments WHERE endpoint = ? AND name = ?`, endpoint, name))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -139,7 +139,7 @@ func (s *Store) GetBatchDeployment(ctx context.Context, endpoint, name string) (
 	return d, nil
 }
 
-// ListBatchDeployments implements store.Store.
+// ListBatchDeployments implements store.BatchEndpoints.
 func (s *Store) ListBatchDeployments(ctx context.Context, endpoint string) ([]store.BatchDeployment, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT `+batchDeploymentColumns+` FROM batch_deployments WHERE endpoint = ? ORDER BY name`, endpoint)
 	if err != nil {
@@ -157,7 +157,7 @@ func (s *Store) ListBatchDeployments(ctx context.Context, endpoint string) ([]st
 	return out, rows.Err()
 }
 
-// UpdateBatchDeployment implements store.Store.
+// UpdateBatchDeployment implements store.BatchEndpoints.
 func (s *Store) UpdateBatchDeployment(ctx context.Context, d store.BatchDeployment) error {
 	res, err := s.w.ExecContext(ctx, `UPDATE batch_deployments SET spec = ?, updated = ? WHERE endpoint = ? AND name = ?`,
 		string(d.Spec), timeArg(d.Updated), d.Endpoint, d.Name)
@@ -167,7 +167,7 @@ func (s *Store) UpdateBatchDeployment(ctx context.Context, d store.BatchDeployme
 	return batchAffected(res, "batch deployment "+d.Endpoint+"/"+d.Name)
 }
 
-// DeleteBatchDeployment implements store.Store.
+// DeleteBatchDeployment implements store.BatchEndpoints.
 func (s *Store) DeleteBatchDeployment(ctx context.Context, endpoint, name string) error {
 	res, err := s.w.ExecContext(ctx, `DELETE FROM batch_deployments WHERE endpoint = ? AND name = ?`, endpoint, name)
 	if err != nil {

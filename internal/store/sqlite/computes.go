@@ -109,7 +109,7 @@ func cloneComputes(cs []store.Compute) []store.Compute {
 	return out
 }
 
-// CreateCompute implements store.Store.
+// CreateCompute implements store.Computes.
 func (s *Store) CreateCompute(ctx context.Context, c store.Compute) error {
 	defer s.computes.changed()
 	_, err := s.w.ExecContext(ctx, `INSERT INTO computes (`+computeColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
@@ -123,7 +123,7 @@ func (s *Store) CreateCompute(ctx context.Context, c store.Compute) error {
 	return nil
 }
 
-// GetCompute implements store.Store.
+// GetCompute implements store.Computes.
 func (s *Store) GetCompute(ctx context.Context, name string) (store.Compute, error) {
 	c, err := scanCompute(s.readRow(ctx, `SELECT `+computeColumns+` FROM computes WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -135,7 +135,7 @@ func (s *Store) GetCompute(ctx context.Context, name string) (store.Compute, err
 	return c, nil
 }
 
-// ListComputes implements store.Store. The result is empty, not nil, when
+// ListComputes implements store.Computes. The result is empty, not nil, when
 // there are no targets.
 func (s *Store) ListComputes(ctx context.Context) ([]store.Compute, error) {
 	cached, gen, ok := s.computes.get()
@@ -162,7 +162,7 @@ func (s *Store) ListComputes(ctx context.Context) ([]store.Compute, error) {
 	return cs, nil
 }
 
-// UpdateCompute implements store.Store. A change fn makes to Name is
+// UpdateCompute implements store.Computes. A change fn makes to Name is
 // ignored: the target keeps its name.
 func (s *Store) UpdateCompute(ctx context.Context, name string, fn func(*store.Compute) error) (store.Compute, error) {
 	defer s.computes.changed()
@@ -192,7 +192,7 @@ func (s *Store) UpdateCompute(ctx context.Context, name string, fn func(*store.C
 	return out, nil
 }
 
-// DeleteCompute implements store.Store.
+// DeleteCompute implements store.Computes.
 func (s *Store) DeleteCompute(ctx context.Context, name string) error {
 	defer s.computes.changed()
 	res, err := s.w.ExecContext(ctx, `DELETE FROM computes WHERE name = ?`, name)

@@ -24,7 +24,7 @@ func scanData(s scanner) (store.DataAsset, error) {
 	return d, nil
 }
 
-// CreateData implements store.Store.
+// CreateData implements store.Assets.
 func (s *Store) CreateData(ctx context.Context, d store.DataAsset) error {
 	_, err := s.w.ExecContext(ctx, `INSERT INTO data_assets (`+dataColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		d.Name, d.Version, d.Type, d.Description, jsonArg(d.Spec), d.Snapshot, d.Hash, boolArg(d.Archived), timeArg(d.Created))
@@ -37,17 +37,17 @@ func (s *Store) CreateData(ctx context.Context, d store.DataAsset) error {
 	return nil
 }
 
-// GetData implements store.Store.
+// GetData implements store.Assets.
 func (s *Store) GetData(ctx context.Context, name, version string) (store.DataAsset, error) {
 	return dataTable.get(ctx, s.r, name, version)
 }
 
-// ListData implements store.Store.
+// ListData implements store.Assets.
 func (s *Store) ListData(ctx context.Context, name string) ([]store.DataAsset, error) {
 	return dataTable.list(ctx, s.r, name)
 }
 
-// SetDataArchived implements store.Store.
+// SetDataArchived implements store.Assets.
 func (s *Store) SetDataArchived(ctx context.Context, name, version string, archived bool) (store.DataAsset, error) {
 	var out store.DataAsset
 	err := s.write(ctx, func(tx *sql.Tx) error {

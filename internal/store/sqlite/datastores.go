@@ -24,7 +24,7 @@ func scanDatastore(s scanner) (store.Datastore, error) {
 	return d, nil
 }
 
-// PutDatastore implements store.Store.
+// PutDatastore implements store.Datastores.
 func (s *Store) PutDatastore(ctx context.Context, d store.Datastore) error {
 	_, err := s.w.ExecContext(ctx, `INSERT INTO datastores (`+datastoreColumns+`) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET type = excluded.type, spec = excluded.spec, updated = excluded.updated`,
@@ -35,7 +35,7 @@ func (s *Store) PutDatastore(ctx context.Context, d store.Datastore) error {
 	return nil
 }
 
-// GetDatastore implements store.Store.
+// GetDatastore implements store.Datastores.
 func (s *Store) GetDatastore(ctx context.Context, name string) (store.Datastore, error) {
 	d, err := scanDatastore(s.r.QueryRowContext(ctx, `SELECT `+datastoreColumns+` FROM datastores WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -47,7 +47,7 @@ func (s *Store) GetDatastore(ctx context.Context, name string) (store.Datastore,
 	return d, nil
 }
 
-// ListDatastores implements store.Store.
+// ListDatastores implements store.Datastores.
 func (s *Store) ListDatastores(ctx context.Context) ([]store.Datastore, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT `+datastoreColumns+` FROM datastores ORDER BY name`)
 	if err != nil {
@@ -65,7 +65,7 @@ func (s *Store) ListDatastores(ctx context.Context) ([]store.Datastore, error) {
 	return out, rows.Err()
 }
 
-// DeleteDatastore implements store.Store.
+// DeleteDatastore implements store.Datastores.
 func (s *Store) DeleteDatastore(ctx context.Context, name string) error {
 	res, err := s.w.ExecContext(ctx, `DELETE FROM datastores WHERE name = ?`, name)
 	if err != nil {

@@ -31,7 +31,7 @@ func replicasArg(d store.Deployment) string {
 	return string(d.Replicas)
 }
 
-// CreateDeployment implements store.Store.
+// CreateDeployment implements store.Endpoints.
 func (s *Store) CreateDeployment(ctx context.Context, d store.Deployment) error {
 	_, err := s.w.ExecContext(ctx, `INSERT INTO deployments (`+deploymentColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 		d.Endpoint, d.Name, string(d.Spec), d.State, d.Reason, replicasArg(d), timeArg(d.Created), timeArg(d.Updated))
@@ -44,7 +44,7 @@ func (s *Store) CreateDeployment(ctx context.Context, d store.Deployment) error 
 	return nil
 }
 
-// GetDeployment implements store.Store.
+// GetDeployment implements store.Endpoints.
 func (s *Store) GetDeployment(ctx context.Context, endpoint, name string) (store.Deployment, error) {
 	d, err := scanDeployment(s.readRow(ctx, `SELECT `+deploymentColumns+` FROM deployments WHERE endpoint = ? AND name = ?`, endpoint, name))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -56,7 +56,7 @@ func (s *Store) GetDeployment(ctx context.Context, endpoint, name string) (store
 	return d, nil
 }
 
-// ListDeployments implements store.Store.
+// ListDeployments implements store.Endpoints.
 func (s *Store) ListDeployments(ctx context.Context, endpoint string) ([]store.Deployment, error) {
 	q, args := `SELECT `+deploymentColumns+` FROM deployments ORDER BY endpoint, name`, []any{}
 	if endpoint != "" {
@@ -78,7 +78,7 @@ func (s *Store) ListDeployments(ctx context.Context, endpoint string) ([]store.D
 	return out, rows.Err()
 }
 
-// UpdateDeployment implements store.Store.
+// UpdateDeployment implements store.Endpoints.
 func (s *Store) UpdateDeployment(ctx context.Context, d store.Deployment) error {
 	res, err := s.w.ExecContext(ctx, `UPDATE deployments SET spec = ?, state = ?, reason = ?, replicas = ?, updated = ? WHERE endpoint = ? AND name = ?`,
 		string(d.Spec), d.State, d.Reason, replicasArg(d), timeArg(d.Updated), d.Endpoint, d.Name)
@@ -88,7 +88,7 @@ func (s *Store) UpdateDeployment(ctx context.Context, d store.Deployment) error 
 	return deploymentAffected(res, d.Endpoint, d.Name)
 }
 
-// DeleteDeployment implements store.Store.
+// DeleteDeployment implements store.Endpoints.
 func (s *Store) DeleteDeployment(ctx context.Context, endpoint, name string) error {
 	res, err := s.w.ExecContext(ctx, `DELETE FROM deployments WHERE endpoint = ? AND name = ?`, endpoint, name)
 	if err != nil {

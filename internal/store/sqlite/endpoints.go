@@ -24,7 +24,7 @@ func scanEndpoint(s scanner) (store.Endpoint, error) {
 	return e, nil
 }
 
-// CreateEndpoint implements store.Store.
+// CreateEndpoint implements store.Endpoints.
 func (s *Store) CreateEndpoint(ctx context.Context, e store.Endpoint) error {
 	_, err := s.w.ExecContext(ctx, `INSERT INTO endpoints (`+endpointColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		e.Name, string(e.Spec), e.State, e.PrimaryKey, e.SecondaryKey, timeArg(e.Created), timeArg(e.Updated))
@@ -37,7 +37,7 @@ func (s *Store) CreateEndpoint(ctx context.Context, e store.Endpoint) error {
 	return nil
 }
 
-// GetEndpoint implements store.Store.
+// GetEndpoint implements store.Endpoints.
 func (s *Store) GetEndpoint(ctx context.Context, name string) (store.Endpoint, error) {
 	e, err := scanEndpoint(s.readRow(ctx, `SELECT `+endpointColumns+` FROM endpoints WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -49,7 +49,7 @@ func (s *Store) GetEndpoint(ctx context.Context, name string) (store.Endpoint, e
 	return e, nil
 }
 
-// ListEndpoints implements store.Store.
+// ListEndpoints implements store.Endpoints.
 func (s *Store) ListEndpoints(ctx context.Context) ([]store.Endpoint, error) {
 	rows, err := s.query(ctx, s.r, `SELECT `+endpointColumns+` FROM endpoints ORDER BY name`)
 	if err != nil {
@@ -67,7 +67,7 @@ func (s *Store) ListEndpoints(ctx context.Context) ([]store.Endpoint, error) {
 	return out, rows.Err()
 }
 
-// UpdateEndpoint implements store.Store.
+// UpdateEndpoint implements store.Endpoints.
 func (s *Store) UpdateEndpoint(ctx context.Context, e store.Endpoint) error {
 	res, err := s.w.ExecContext(ctx, `UPDATE endpoints SET spec = ?, state = ?, primary_key = ?, secondary_key = ?, updated = ? WHERE name = ?`,
 		string(e.Spec), e.State, e.PrimaryKey, e.SecondaryKey, timeArg(e.Updated), e.Name)
@@ -77,7 +77,7 @@ func (s *Store) UpdateEndpoint(ctx context.Context, e store.Endpoint) error {
 	return endpointAffected(res, e.Name)
 }
 
-// DeleteEndpoint implements store.Store.
+// DeleteEndpoint implements store.Endpoints.
 func (s *Store) DeleteEndpoint(ctx context.Context, name string) error {
 	res, err := s.w.ExecContext(ctx, `DELETE FROM endpoints WHERE name = ?`, name)
 	if err != nil {

@@ -23,7 +23,7 @@ func scanEnvironment(s scanner) (store.Environment, error) {
 	return e, nil
 }
 
-// CreateEnvironment implements store.Store.
+// CreateEnvironment implements store.Assets.
 func (s *Store) CreateEnvironment(ctx context.Context, e store.Environment) error {
 	_, err := s.w.ExecContext(ctx, `INSERT INTO environments (`+environmentColumns+`) VALUES (?, ?, ?, ?, ?, ?)`,
 		e.Name, e.Version, e.Description, jsonArg(e.Spec), e.Hash, timeArg(e.Created))
@@ -36,12 +36,12 @@ func (s *Store) CreateEnvironment(ctx context.Context, e store.Environment) erro
 	return nil
 }
 
-// GetEnvironment implements store.Store.
+// GetEnvironment implements store.Assets.
 func (s *Store) GetEnvironment(ctx context.Context, name, version string) (store.Environment, error) {
 	return environmentTable.get(ctx, s.r, name, version)
 }
 
-// ListEnvironments implements store.Store.
+// ListEnvironments implements store.Assets.
 func (s *Store) ListEnvironments(ctx context.Context, name string) ([]store.Environment, error) {
 	return environmentTable.list(ctx, s.r, name)
 }

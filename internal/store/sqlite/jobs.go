@@ -103,7 +103,7 @@ func (s *Store) insertEvent(ctx context.Context, tx *sql.Tx, job string, e store
 	return err
 }
 
-// CreateJob implements store.Store. j.Seq is ignored, and first is stored as
+// CreateJob implements store.Jobs. j.Seq is ignored, and first is stored as
 // an event of j whatever its Job field says.
 func (s *Store) CreateJob(ctx context.Context, j store.Job, first store.Event) (store.Job, error) {
 	err := s.write(ctx, func(tx *sql.Tx) error { return s.insertJob(ctx, tx, &j, first) })
@@ -129,7 +129,7 @@ func (s *Store) insertJob(ctx context.Context, tx *sql.Tx, j *store.Job, first s
 	return nil
 }
 
-// GetJob implements store.Store.
+// GetJob implements store.Jobs.
 func (s *Store) GetJob(ctx context.Context, name string) (store.Job, error) {
 	j, err := scanJob(s.readRow(ctx, qGetJob, name))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -141,7 +141,7 @@ func (s *Store) GetJob(ctx context.Context, name string) (store.Job, error) {
 	return j, nil
 }
 
-// ListJobs implements store.Store. A Limit below zero means no limit, like
+// ListJobs implements store.Jobs. A Limit below zero means no limit, like
 // zero. The result is empty, not nil, when no job matches.
 func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, error) {
 	var (
@@ -207,7 +207,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 	return js, nil
 }
 
-// CountJobs implements store.Store.
+// CountJobs implements store.Jobs.
 func (s *Store) CountJobs(ctx context.Context, statuses []string) (map[string]int, error) {
 	q := `SELECT compute, count(*) FROM jobs`
 	args := make([]any, len(statuses))
@@ -237,14 +237,14 @@ func (s *Store) CountJobs(ctx context.Context, statuses []string) (map[string]in
 	return out, nil
 }
 
-// UpdateJob implements store.Store. Changes fn makes to Name and Seq are
+// UpdateJob implements store.Jobs. Changes fn makes to Name and Seq are
 // ignored, and the event it returns is stored as an event of this job
 // whatever its Job field says.
 func (s *Store) UpdateJob(ctx context.Context, name string, fn func(*store.Job) (*store.Event, error)) (store.Job, error) {
 	return s.UpdateJobWith(ctx, name, func(j *store.Job) (store.JobChange, error) { return oneEvent(fn(j)) })
 }
 
-// UpdateJobWith implements store.Store. Its events are stored as events
+// UpdateJobWith implements store.Jobs. Its events are stored as events
 // of this job whatever their Job fields say.
 func (s *Store) UpdateJobWith(ctx context.Context, name string, fn func(*store.Job) (store.JobChange, error)) (store.Job, error) {
 	var revoke string // the kind of tokens deleted, dropped from the cache
@@ -278,7 +278,7 @@ func (s *Store) UpdateJobWith(ctx context.Context, name string, fn func(*store.J
 	return out, nil
 }
 
-// UpdateJobs implements store.Store, as UpdateJobWith does for each job.
+// UpdateJobs implements store.Jobs, as UpdateJobWith does for each job.
 func (s *Store) UpdateJobs(ctx context.Context, names []string, fn func(*store.Job) (store.JobChange, error)) ([]store.Job, []error, error) {
 	jobs := make([]store.Job, len(names))
 	errs := make([]error, len(names))
@@ -395,7 +395,7 @@ func (s *Store) jobExists(ctx context.Context, tx *sql.Tx, db *sql.DB, job strin
 	return nil
 }
 
-// ListEvents implements store.Store. It returns ErrNotFound if there is no
+// ListEvents implements store.Jobs. It returns ErrNotFound if there is no
 // such job, and an empty, non-nil slice for a job without events.
 func (s *Store) ListEvents(ctx context.Context, job string) ([]store.Event, error) {
 	es := []store.Event{}

@@ -10,7 +10,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-// AddMetrics implements store.Store. All of ms are stored, or none.
+// AddMetrics implements store.Metrics. All of ms are stored, or none.
 func (s *Store) AddMetrics(ctx context.Context, job string, ms []store.Metric) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		if err := s.jobExists(ctx, tx, s.w, job); err != nil {
@@ -29,7 +29,7 @@ func (s *Store) AddMetrics(ctx context.Context, job string, ms []store.Metric) e
 	})
 }
 
-// AddNumberedMetrics implements store.Store.
+// AddNumberedMetrics implements store.Metrics.
 func (s *Store) AddNumberedMetrics(ctx context.Context, job string, attempt, rank int, first int64, ms []store.Metric) (int64, error) {
 	if first < 1 {
 		return 0, fmt.Errorf("add metrics to job %q: sequence numbers start at 1, not %d", job, first)
@@ -85,7 +85,7 @@ func scanMetric(s scanner) (store.Metric, error) {
 	return m, nil
 }
 
-// ListMetrics implements store.Store. It returns ErrNotFound if there is no
+// ListMetrics implements store.Metrics. It returns ErrNotFound if there is no
 // such job, and an empty, non-nil slice when the job has no such values. A
 // NaN value reads back as NaN.
 func (s *Store) ListMetrics(ctx context.Context, job, name string) ([]store.Metric, error) {
@@ -121,7 +121,7 @@ func (s *Store) ListMetrics(ctx context.Context, job, name string) ([]store.Metr
 	return ms, nil
 }
 
-// LatestMetrics implements store.Store. It returns ErrNotFound if there is no
+// LatestMetrics implements store.Metrics. It returns ErrNotFound if there is no
 // such job, and an empty, non-nil map for a job without metrics.
 func (s *Store) LatestMetrics(ctx context.Context, job string) (map[string]store.Metric, error) {
 	latest := map[string]store.Metric{}
@@ -158,7 +158,7 @@ func (s *Store) LatestMetrics(ctx context.Context, job string) (map[string]store
 // SQLite's limit on host parameters.
 const latestChunk = 500
 
-// LatestMetricsOf implements store.Store: one read transaction, one query
+// LatestMetricsOf implements store.Metrics: one read transaction, one query
 // per latestChunk jobs.
 func (s *Store) LatestMetricsOf(ctx context.Context, jobs []string) (map[string]map[string]store.Metric, error) {
 	out := map[string]map[string]store.Metric{}

@@ -31,7 +31,7 @@ func boolArg(b bool) int {
 	return 0
 }
 
-// CreateModel implements store.Store.
+// CreateModel implements store.Assets.
 func (s *Store) CreateModel(ctx context.Context, m store.Model) error {
 	_, err := s.w.ExecContext(ctx, `INSERT INTO models (`+modelColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		m.Name, m.Version, m.Type, m.Description, jsonArg(m.Spec), m.Snapshot, m.Hash, boolArg(m.Archived), timeArg(m.Created))
@@ -44,17 +44,17 @@ func (s *Store) CreateModel(ctx context.Context, m store.Model) error {
 	return nil
 }
 
-// GetModel implements store.Store.
+// GetModel implements store.Assets.
 func (s *Store) GetModel(ctx context.Context, name, version string) (store.Model, error) {
 	return modelTable.get(ctx, s.r, name, version)
 }
 
-// ListModels implements store.Store.
+// ListModels implements store.Assets.
 func (s *Store) ListModels(ctx context.Context, name string) ([]store.Model, error) {
 	return modelTable.list(ctx, s.r, name)
 }
 
-// SetModelArchived implements store.Store.
+// SetModelArchived implements store.Assets.
 func (s *Store) SetModelArchived(ctx context.Context, name, version string, archived bool) (store.Model, error) {
 	var out store.Model
 	err := s.write(ctx, func(tx *sql.Tx) error {

@@ -52,7 +52,7 @@ func normNode(n store.Node) store.Node {
 	return n
 }
 
-// CreateNode implements store.Store.
+// CreateNode implements store.Computes.
 func (s *Store) CreateNode(ctx context.Context, n store.Node) error {
 	vals := nodeValues(n)
 	_, err := s.w.ExecContext(ctx, `INSERT INTO nodes (`+nodeColumns+`) VALUES (?`+strings.Repeat(", ?", len(vals))+`)`,
@@ -66,7 +66,7 @@ func (s *Store) CreateNode(ctx context.Context, n store.Node) error {
 	return nil
 }
 
-// GetNode implements store.Store.
+// GetNode implements store.Computes.
 func (s *Store) GetNode(ctx context.Context, name string) (store.Node, error) {
 	n, err := scanNode(s.readRow(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -78,7 +78,7 @@ func (s *Store) GetNode(ctx context.Context, name string) (store.Node, error) {
 	return n, nil
 }
 
-// ListNodes implements store.Store. A node whose Created is zero (NULL)
+// ListNodes implements store.Computes. A node whose Created is zero (NULL)
 // sorts first, as the zero time is the earliest. The result is empty, not
 // nil, when there are no nodes.
 func (s *Store) ListNodes(ctx context.Context, compute string) ([]store.Node, error) {
@@ -107,7 +107,7 @@ func (s *Store) ListNodes(ctx context.Context, compute string) ([]store.Node, er
 	return ns, nil
 }
 
-// UpdateNode implements store.Store. A change fn makes to Name is ignored:
+// UpdateNode implements store.Computes. A change fn makes to Name is ignored:
 // the node keeps its name. Updates are serialised by the single write
 // connection.
 func (s *Store) UpdateNode(ctx context.Context, name string, fn func(*store.Node) error) (store.Node, error) {
@@ -136,7 +136,7 @@ func (s *Store) UpdateNode(ctx context.Context, name string, fn func(*store.Node
 	return out, nil
 }
 
-// DeleteNode implements store.Store.
+// DeleteNode implements store.Computes.
 func (s *Store) DeleteNode(ctx context.Context, name string) error {
 	res, err := s.w.ExecContext(ctx, `DELETE FROM nodes WHERE name = ?`, name)
 	if err != nil {
@@ -152,7 +152,7 @@ func (s *Store) DeleteNode(ctx context.Context, name string) error {
 	return nil
 }
 
-// AddComputeEvent implements store.Store.
+// AddComputeEvent implements store.Computes.
 func (s *Store) AddComputeEvent(ctx context.Context, e store.ComputeEvent) error {
 	if _, err := s.w.ExecContext(ctx, `INSERT INTO compute_events (compute, time, kind, message) VALUES (?, ?, ?, ?)`,
 		e.Compute, timeArg(e.Time), e.Kind, e.Message); err != nil {
@@ -161,7 +161,7 @@ func (s *Store) AddComputeEvent(ctx context.Context, e store.ComputeEvent) error
 	return nil
 }
 
-// ListComputeEvents implements store.Store. Events with a zero Time (NULL)
+// ListComputeEvents implements store.Computes. Events with a zero Time (NULL)
 // are the oldest. The newest limit are picked in descending order and
 // reversed, so the LIMIT can use the index.
 func (s *Store) ListComputeEvents(ctx context.Context, compute string, limit int) ([]store.ComputeEvent, error) {

@@ -9,46 +9,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-const componentColumns = `name, version, description, spec, code_snapshot, hash, created`
-
-func scanComponent(s scanner) (store.Component, error) {
-	var (
-		c       store.Component
-		spec    []byte
-		created sql.NullInt64
-	)
-	if err := s.Scan(&c.Name, &c.Version, &c.Description, &spec, &c.CodeSnapshot, &c.Hash, &created); err != nil {
-		return store.Component{}, err
-	}
-	c.Spec, c.Created = spec, timeOf(created)
-	return c, nil
-}
-
-var componentTable = versioned[store.Component]{"components", componentColumns, "component", scanComponent}
-
-// CreateComponent implements store.Store.
-func (s *Store) CreateComponent(ctx context.Context, c store.Component) error {
-	_, err := s.w.ExecContext(ctx, `INSERT INTO components (`+componentColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		c.Name, c.Version, c.Description, jsonArg(c.Spec), c.CodeSnapshot, c.Hash, timeArg(c.Created))
-	if isUnique(err) {
-		return fmt.Errorf("component %s:%s: %w", c.Name, c.Version, store.ErrConflict)
-	}
-	if err != nil {
-		return full(fmt.Errorf("create component %s:%s: %w", c.Name, c.Version, err))
-	}
-	return nil
-}
-
-// GetComponent implements store.Store.
-func (s *Store) GetComponent(ctx context.Context, name, version string) (store.Component, error) {
-	return componentTable.get(ctx, s.r, name, version)
-}
-
-// ListComponents implements store.Store.
-func (s *Store) ListComponents(ctx context.Context, name string) ([]store.Component, error) {
-	return componentTable.list(ctx, s.r, name)
-}
-
 const stepColumns = `pipeline, step, job, reuse_key, reused_from, state, reason`
 
 func scanStep(s scanner) (store.PipelineStep, error) {
@@ -57,7 +17,7 @@ func scanStep(s scanner) (store.PipelineStep, error) {
 	return p, err
 }
 
-// CreatePipelineJob implements store.Store.
+// CreatePipelineJob implements store.Pipelines.
 func (s *Store) CreatePipelineJob(ctx context.Context, j store.Job, first store.Event, steps []store.PipelineStep) (store.Job, error) {
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		if err := s.insertJob(ctx, tx, &j, first); err != nil {
@@ -83,7 +43,7 @@ func insertSteps(ctx context.Context, tx *sql.Tx, pipeline string, steps []store
 	return nil
 }
 
-// ListPipelineSteps implements store.Store.
+// ListPipelineSteps implements store.Pipelines.
 func (s *Store) ListPipelineSteps(ctx context.Context, pipeline string) ([]store.PipelineStep, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT `+stepColumns+` FROM pipeline_steps WHERE pipeline = ? ORDER BY seq`, pipeline)
 	if err != nil {
@@ -101,7 +61,7 @@ func (s *Store) ListPipelineSteps(ctx context.Context, pipeline string) ([]store
 	return out, rows.Err()
 }
 
-// PipelineStepJobs implements store.Store.
+// PipelineStepJobs implements store.Pipelines.
 func (s *Store) PipelineStepJobs(ctx context.Context, pipeline string) (map[string]store.Job, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE name IN
 		(SELECT job FROM pipeline_steps WHERE pipeline = ? AND job != '')`, pipeline)
@@ -120,7 +80,7 @@ func (s *Store) PipelineStepJobs(ctx context.Context, pipeline string) (map[stri
 	return out, rows.Err()
 }
 
-// UpdatePipelineStep implements store.Store.
+// UpdatePipelineStep implements store.Pipelines.
 func (s *Store) UpdatePipelineStep(ctx context.Context, st store.PipelineStep) error {
 	res, err := s.w.ExecContext(ctx, `UPDATE pipeline_steps SET job = ?, reuse_key = ?, reused_from = ?, state = ?, reason = ?
 		WHERE pipeline = ? AND step = ?`, st.Job, st.ReuseKey, st.ReusedFrom, st.State, st.Reason, st.Pipeline, st.Step)
@@ -135,7 +95,7 @@ func (s *Store) UpdatePipelineStep(ctx context.Context, st store.PipelineStep) e
 	return nil
 }
 
-// ActivePipelines implements store.Store.
+// ActivePipelines implements store.Pipelines.
 func (s *Store) ActivePipelines(ctx context.Context) ([]string, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT j.name FROM jobs j
 		WHERE j.name IN (SELECT DISTINCT pipeline FROM pipeline_steps)
@@ -155,7 +115,7 @@ func (s *Store) ActivePipelines(ctx context.Context) ([]string, error) {
 	return out, rows.Err()
 }
 
-// ReusableStep implements store.Store.
+// ReusableStep implements store.Pipelines.
 func (s *Store) ReusableStep(ctx context.Context, key string) (string, error) {
 	var job string
 	err := s.r.QueryRowContext(ctx, `SELECT ps.job FROM pipeline_steps ps JOIN jobs j ON j.name = ps.job

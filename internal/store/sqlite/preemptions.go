@@ -8,7 +8,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-// AddPreemption implements store.Store.
+// AddPreemption implements store.Jobs.
 func (s *Store) AddPreemption(ctx context.Context, p store.Preemption) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		if err := s.jobExists(ctx, tx, s.w, p.Job); err != nil {
@@ -22,7 +22,7 @@ func (s *Store) AddPreemption(ctx context.Context, p store.Preemption) error {
 	})
 }
 
-// ListPreemptions implements store.Store.
+// ListPreemptions implements store.Jobs.
 func (s *Store) ListPreemptions(ctx context.Context, job string) ([]store.Preemption, error) {
 	ps := []store.Preemption{}
 	err := s.read(ctx, func(tx *sql.Tx) error {

@@ -7,7 +7,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-// SetQuota implements store.Store.
+// SetQuota implements store.Quotas.
 func (s *Store) SetQuota(ctx context.Context, family string, cores int) error {
 	if _, err := s.w.ExecContext(ctx, `INSERT INTO quotas (family, cores) VALUES (?, ?)
 		ON CONFLICT (family) DO UPDATE SET cores = excluded.cores`, family, cores); err != nil {
@@ -16,7 +16,7 @@ func (s *Store) SetQuota(ctx context.Context, family string, cores int) error {
 	return nil
 }
 
-// DeleteQuota implements store.Store.
+// DeleteQuota implements store.Quotas.
 func (s *Store) DeleteQuota(ctx context.Context, family string) error {
 	res, err := s.w.ExecContext(ctx, `DELETE FROM quotas WHERE family = ?`, family)
 	if err != nil {
@@ -32,7 +32,7 @@ func (s *Store) DeleteQuota(ctx context.Context, family string) error {
 	return nil
 }
 
-// ListQuotas implements store.Store. The map is empty, not nil, when no
+// ListQuotas implements store.Quotas. The map is empty, not nil, when no
 // quota is set.
 func (s *Store) ListQuotas(ctx context.Context) (map[string]int, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT family, cores FROM quotas`)
@@ -57,7 +57,7 @@ func (s *Store) ListQuotas(ctx context.Context) (map[string]int, error) {
 	return qs, nil
 }
 
-// SetSizeEnabled implements store.Store.
+// SetSizeEnabled implements store.Quotas.
 func (s *Store) SetSizeEnabled(ctx context.Context, size string, enabled bool) error {
 	q := `DELETE FROM enabled_sizes WHERE size = ?`
 	if enabled {
@@ -69,7 +69,7 @@ func (s *Store) SetSizeEnabled(ctx context.Context, size string, enabled bool) e
 	return nil
 }
 
-// ListEnabledSizes implements store.Store. SQLite's default BINARY
+// ListEnabledSizes implements store.Quotas. SQLite's default BINARY
 // collation orders the names as Go's sort.Strings does. The result is empty,
 // not nil, when no size is enabled.
 func (s *Store) ListEnabledSizes(ctx context.Context) ([]string, error) {

@@ -8,7 +8,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-// SetRunValues implements store.Store. All of vs are stored, or none.
+// SetRunValues implements store.Metrics. All of vs are stored, or none.
 func (s *Store) SetRunValues(ctx context.Context, job string, vs []store.RunValue) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		if err := s.jobExists(ctx, tx, s.w, job); err != nil {
@@ -25,7 +25,7 @@ func (s *Store) SetRunValues(ctx context.Context, job string, vs []store.RunValu
 	})
 }
 
-// ListRunValues implements store.Store.
+// ListRunValues implements store.Metrics.
 func (s *Store) ListRunValues(ctx context.Context, job string) ([]store.RunValue, error) {
 	vs := []store.RunValue{}
 	err := s.read(ctx, func(tx *sql.Tx) error {

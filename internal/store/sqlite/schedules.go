@@ -27,7 +27,7 @@ func scanSchedule(s scanner) (store.Schedule, error) {
 	return sc, nil
 }
 
-// CreateSchedule implements store.Store.
+// CreateSchedule implements store.Schedules.
 func (s *Store) CreateSchedule(ctx context.Context, sc store.Schedule) error {
 	_, err := s.w.ExecContext(ctx, `INSERT INTO schedules (`+scheduleColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sc.Name, jsonArg(sc.Spec), jsonArg(sc.Job), boolArg(sc.Enabled), timeArg(sc.NextFire), timeArg(sc.LastFired),
@@ -41,7 +41,7 @@ func (s *Store) CreateSchedule(ctx context.Context, sc store.Schedule) error {
 	return nil
 }
 
-// GetSchedule implements store.Store.
+// GetSchedule implements store.Schedules.
 func (s *Store) GetSchedule(ctx context.Context, name string) (store.Schedule, error) {
 	return getSchedule(ctx, s.r, name)
 }
@@ -61,7 +61,7 @@ func getSchedule(ctx context.Context, q queryRower, name string) (store.Schedule
 	return sc, nil
 }
 
-// ListSchedules implements store.Store.
+// ListSchedules implements store.Schedules.
 func (s *Store) ListSchedules(ctx context.Context) ([]store.Schedule, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT `+scheduleColumns+` FROM schedules ORDER BY name`)
 	if err != nil {
@@ -94,7 +94,7 @@ func putSchedule(ctx context.Context, tx *sql.Tx, sc store.Schedule) error {
 	return nil
 }
 
-// UpdateSchedule implements store.Store.
+// UpdateSchedule implements store.Schedules.
 func (s *Store) UpdateSchedule(ctx context.Context, name string, fn func(*store.Schedule) error) (store.Schedule, error) {
 	var out store.Schedule
 	err := s.write(ctx, func(tx *sql.Tx) error {
@@ -122,7 +122,7 @@ func (s *Store) UpdateSchedule(ctx context.Context, name string, fn func(*store.
 	return out, nil
 }
 
-// DeleteSchedule implements store.Store.
+// DeleteSchedule implements store.Schedules.
 func (s *Store) DeleteSchedule(ctx context.Context, name string) error {
 	res, err := s.w.ExecContext(ctx, `DELETE FROM schedules WHERE name = ?`, name)
 	if err != nil {
@@ -136,7 +136,7 @@ func (s *Store) DeleteSchedule(ctx context.Context, name string) error {
 	return nil
 }
 
-// FireSchedule implements store.Store.
+// FireSchedule implements store.Schedules.
 func (s *Store) FireSchedule(ctx context.Context, schedule string, occurrence, next time.Time, j store.Job, first store.Event, steps []store.PipelineStep) (store.Job, error) {
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		sc, err := getSchedule(ctx, tx, schedule)

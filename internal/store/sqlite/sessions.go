@@ -10,7 +10,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-// CreateSession implements store.Store.
+// CreateSession implements store.Sessions.
 func (s *Store) CreateSession(ctx context.Context, ss store.Session) error {
 	if ss.Created.IsZero() || ss.Expires.IsZero() {
 		return errors.New("create session: its created and expires times are needed")
@@ -27,7 +27,7 @@ func (s *Store) CreateSession(ctx context.Context, ss store.Session) error {
 	return nil
 }
 
-// SessionByHash implements store.Store.
+// SessionByHash implements store.Sessions.
 func (s *Store) SessionByHash(ctx context.Context, hash string) (store.Session, error) {
 	var ss store.Session
 	var created, expires sql.NullInt64
@@ -43,7 +43,7 @@ func (s *Store) SessionByHash(ctx context.Context, hash string) (store.Session, 
 	return ss, nil
 }
 
-// DeleteSession implements store.Store.
+// DeleteSession implements store.Sessions.
 func (s *Store) DeleteSession(ctx context.Context, hash string) error {
 	if _, err := s.exec(ctx, s.w, `DELETE FROM sessions WHERE hash = ?`, hash); err != nil {
 		return fmt.Errorf("delete session: %w", err)
@@ -51,7 +51,7 @@ func (s *Store) DeleteSession(ctx context.Context, hash string) error {
 	return nil
 }
 
-// DeleteExpiredSessions implements store.Store.
+// DeleteExpiredSessions implements store.Sessions.
 func (s *Store) DeleteExpiredSessions(ctx context.Context, now time.Time) error {
 	if _, err := s.exec(ctx, s.w, `DELETE FROM sessions WHERE expires <= ?`, now.UnixMicro()); err != nil {
 		return fmt.Errorf("delete expired sessions: %w", err)

@@ -9,7 +9,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-// CreateSweep implements store.Store.
+// CreateSweep implements store.Sweeps.
 func (s *Store) CreateSweep(ctx context.Context, name string, created time.Time) error {
 	_, err := s.w.ExecContext(ctx, `INSERT INTO sweeps (name, done, created) VALUES (?, 0, ?)`, name, timeArg(created))
 	if isUnique(err) {
@@ -21,7 +21,7 @@ func (s *Store) CreateSweep(ctx context.Context, name string, created time.Time)
 	return nil
 }
 
-// ListOpenSweeps implements store.Store.
+// ListOpenSweeps implements store.Sweeps.
 func (s *Store) ListOpenSweeps(ctx context.Context) ([]string, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT name FROM sweeps WHERE done = 0 ORDER BY rowid`)
 	if err != nil {
@@ -39,7 +39,7 @@ func (s *Store) ListOpenSweeps(ctx context.Context) ([]string, error) {
 	return out, rows.Err()
 }
 
-// SweepDone implements store.Store.
+// SweepDone implements store.Sweeps.
 func (s *Store) SweepDone(ctx context.Context, name string) error {
 	res, err := s.w.ExecContext(ctx, `UPDATE sweeps SET done = 1 WHERE name = ?`, name)
 	if err != nil {
@@ -53,7 +53,7 @@ func (s *Store) SweepDone(ctx context.Context, name string) error {
 	return nil
 }
 
-// AddSweepTrial implements store.Store.
+// AddSweepTrial implements store.Sweeps.
 func (s *Store) AddSweepTrial(ctx context.Context, t store.SweepTrial) error {
 	_, err := s.w.ExecContext(ctx, `INSERT INTO sweep_trials (sweep, idx, job, params, created) VALUES (?, ?, ?, ?, ?)`,
 		t.Sweep, t.Index, t.Job, string(t.Params), timeArg(t.Created))
@@ -66,7 +66,7 @@ func (s *Store) AddSweepTrial(ctx context.Context, t store.SweepTrial) error {
 	return nil
 }
 
-// ListSweepTrials implements store.Store.
+// ListSweepTrials implements store.Sweeps.
 func (s *Store) ListSweepTrials(ctx context.Context, sweep string) ([]store.SweepTrial, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT sweep, idx, job, params, created FROM sweep_trials WHERE sweep = ? ORDER BY idx`, sweep)
 	if err != nil {

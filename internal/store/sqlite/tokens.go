@@ -95,7 +95,7 @@ func (c *tokenCache) revoke(kind, subject string) {
 	}
 }
 
-// CreateToken implements store.Store.
+// CreateToken implements store.Tokens.
 func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
 	gen := s.tokens.generation()
 	_, err := s.exec(ctx, s.w, qCreateToken, t.Hash, t.Kind, t.Subject, t.Attempt, timeArg(t.Created))
@@ -119,7 +119,7 @@ func createTokenErr(t store.Token, err error) error {
 	return nil
 }
 
-// TokenByHash implements store.Store. A token deleted by DeleteTokens is
+// TokenByHash implements store.Tokens. A token deleted by DeleteTokens is
 // not found from the moment DeleteTokens returns, though lookups are cached.
 func (s *Store) TokenByHash(ctx context.Context, hash string) (store.Token, error) {
 	now := time.Now()
@@ -141,7 +141,7 @@ func (s *Store) TokenByHash(ctx context.Context, hash string) (store.Token, erro
 	return t, nil
 }
 
-// DeleteTokens implements store.Store. Deleting no tokens is not an error.
+// DeleteTokens implements store.Tokens. Deleting no tokens is not an error.
 func (s *Store) DeleteTokens(ctx context.Context, kind, subject string) error {
 	// Dropped from the cache after the delete (even a failed one): a lookup
 	// between the two would otherwise cache the token again.

@@ -10,11 +10,19 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
+// RunBatchEndpoints runs the suite of store.BatchEndpoints: batch endpoints
+// and their deployments. open is as for Run.
+func RunBatchEndpoints[S store.BatchEndpoints](t *testing.T, open func(t *testing.T) S) {
+	run(t, func(t *testing.T) store.BatchEndpoints { return open(t) }, []test[store.BatchEndpoints]{
+		{"BatchEndpoint/Lifecycle", testBatchEndpointLifecycle},
+	})
+}
+
 // testBatchEndpointLifecycle: batch endpoints and their deployments are
 // created, read, listed, changed and deleted; deleting an endpoint takes
 // its deployments with it; missing ones are ErrNotFound and taken names
 // ErrConflict.
-func testBatchEndpointLifecycle(t *testing.T, s store.Store) {
+func testBatchEndpointLifecycle(t *testing.T, s store.BatchEndpoints) {
 	ctx := context.Background()
 	ep := store.BatchEndpoint{Name: "scorer", Spec: json.RawMessage(`{"name": "scorer"}`), Jobs: json.RawMessage(`[]`), Created: t0, Updated: t0}
 	if err := s.CreateBatchEndpoint(ctx, ep); err != nil {

@@ -21,7 +21,7 @@ func testData(name, version string) store.DataAsset {
 	}
 }
 
-func testDataCreateGet(t *testing.T, s store.Store) {
+func testDataCreateGet(t *testing.T, s store.Assets) {
 	ctx := context.Background()
 	want := testData("cifar", "1")
 	if err := s.CreateData(ctx, want); err != nil {
@@ -49,7 +49,7 @@ func testDataCreateGet(t *testing.T, s store.Store) {
 	}
 }
 
-func testDataConflictNotFound(t *testing.T, s store.Store) {
+func testDataConflictNotFound(t *testing.T, s store.Assets) {
 	ctx := context.Background()
 	if err := s.CreateData(ctx, testData("cifar", "1")); err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func testDataConflictNotFound(t *testing.T, s store.Store) {
 // testDataListArchive registers versions out of their lexical order (the
 // list keeps registration order within a name) and archives and restores
 // one: only that version changes and it stays listed.
-func testDataListArchive(t *testing.T, s store.Store) {
+func testDataListArchive(t *testing.T, s store.Assets) {
 	ctx := context.Background()
 	for _, d := range []store.DataAsset{testData("cifar", "10"), testData("alpha", "1"), testData("cifar", "9")} {
 		if err := s.CreateData(ctx, d); err != nil {

@@ -10,7 +10,14 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-func testDatastoreLifecycle(t *testing.T, s store.Store) {
+// RunDatastores runs the suite of store.Datastores. open is as for Run.
+func RunDatastores[S store.Datastores](t *testing.T, open func(t *testing.T) S) {
+	run(t, func(t *testing.T) store.Datastores { return open(t) }, []test[store.Datastores]{
+		{"Datastore/Lifecycle", testDatastoreLifecycle},
+	})
+}
+
+func testDatastoreLifecycle(t *testing.T, s store.Datastores) {
 	ctx := context.Background()
 	if _, err := s.GetDatastore(ctx, "nfs"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("GetDatastore before any: %v, want ErrNotFound", err)

@@ -24,7 +24,7 @@ func testDeployment(endpoint, name string) store.Deployment {
 
 // testDeploymentLifecycle: create, get, conflict, update, list per
 // endpoint and in all, delete; and the errors of a missing one.
-func testDeploymentLifecycle(t *testing.T, s store.Store) {
+func testDeploymentLifecycle(t *testing.T, s store.Endpoints) {
 	ctx := context.Background()
 	blue := testDeployment("ep-one", "blue")
 	for _, d := range []store.Deployment{blue, testDeployment("ep-one", "green"), testDeployment("ep-two", "blue")} {

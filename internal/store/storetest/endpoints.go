@@ -10,6 +10,20 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
+// RunEndpoints runs the suite of store.Endpoints: online endpoints and their
+// deployments. open is as for Run.
+func RunEndpoints[S store.Endpoints](t *testing.T, open func(t *testing.T) S) {
+	run(t, func(t *testing.T) store.Endpoints { return open(t) }, []test[store.Endpoints]{
+		{"Endpoint/CreateGet", testEndpointCreateGet},
+		{"Endpoint/Conflict", testEndpointConflict},
+		{"Endpoint/NotFound", testEndpointNotFound},
+		{"Endpoint/Update", testEndpointUpdate},
+		{"Endpoint/ListDelete", testEndpointListDelete},
+
+		{"Deployment/Lifecycle", testDeploymentLifecycle},
+	})
+}
+
 func testEndpoint(name string) store.Endpoint {
 	return store.Endpoint{
 		Name:         name,
@@ -22,7 +36,7 @@ func testEndpoint(name string) store.Endpoint {
 	}
 }
 
-func testEndpointCreateGet(t *testing.T, s store.Store) {
+func testEndpointCreateGet(t *testing.T, s store.Endpoints) {
 	ctx := context.Background()
 	want := testEndpoint("iris-ep")
 	if err := s.CreateEndpoint(ctx, want); err != nil {
@@ -37,7 +51,7 @@ func testEndpointCreateGet(t *testing.T, s store.Store) {
 	}
 }
 
-func testEndpointConflict(t *testing.T, s store.Store) {
+func testEndpointConflict(t *testing.T, s store.Endpoints) {
 	ctx := context.Background()
 	if err := s.CreateEndpoint(ctx, testEndpoint("iris-ep")); err != nil {
 		t.Fatal(err)
@@ -52,7 +66,7 @@ func testEndpointConflict(t *testing.T, s store.Store) {
 	}
 }
 
-func testEndpointNotFound(t *testing.T, s store.Store) {
+func testEndpointNotFound(t *testing.T, s store.Endpoints) {
 	ctx := context.Background()
 	if _, err := s.GetEndpoint(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetEndpoint(nope) = %v, want ErrNotFound", err)
@@ -67,7 +81,7 @@ func testEndpointNotFound(t *testing.T, s store.Store) {
 
 // An update replaces spec, state, keys and updated time, and keeps the
 // created time whatever the record says.
-func testEndpointUpdate(t *testing.T, s store.Store) {
+func testEndpointUpdate(t *testing.T, s store.Endpoints) {
 	ctx := context.Background()
 	if err := s.CreateEndpoint(ctx, testEndpoint("iris-ep")); err != nil {
 		t.Fatal(err)
@@ -90,7 +104,7 @@ func testEndpointUpdate(t *testing.T, s store.Store) {
 	}
 }
 
-func testEndpointListDelete(t *testing.T, s store.Store) {
+func testEndpointListDelete(t *testing.T, s store.Endpoints) {
 	ctx := context.Background()
 	if got, err := s.ListEndpoints(ctx); err != nil || len(got) != 0 {
 		t.Fatalf("ListEndpoints on an empty store = %v, %v; want none", got, err)

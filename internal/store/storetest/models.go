@@ -21,7 +21,7 @@ func testModel(name, version string) store.Model {
 	}
 }
 
-func testModelCreateGet(t *testing.T, s store.Store) {
+func testModelCreateGet(t *testing.T, s store.Assets) {
 	ctx := context.Background()
 	want := testModel("iris", "1")
 	if err := s.CreateModel(ctx, want); err != nil {
@@ -46,7 +46,7 @@ func testModelCreateGet(t *testing.T, s store.Store) {
 	}
 }
 
-func testModelConflict(t *testing.T, s store.Store) {
+func testModelConflict(t *testing.T, s store.Assets) {
 	ctx := context.Background()
 	if err := s.CreateModel(ctx, testModel("iris", "1")); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func testModelConflict(t *testing.T, s store.Store) {
 	}
 }
 
-func testModelNotFound(t *testing.T, s store.Store) {
+func testModelNotFound(t *testing.T, s store.Assets) {
 	ctx := context.Background()
 	if err := s.CreateModel(ctx, testModel("iris", "1")); err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func modelVersions(ms []store.Model) []string {
 
 // testModelListOrder registers versions out of their lexical order: the
 // list keeps registration order within a name.
-func testModelListOrder(t *testing.T, s store.Store) {
+func testModelListOrder(t *testing.T, s store.Assets) {
 	ctx := context.Background()
 	for _, m := range []store.Model{
 		testModel("iris", "10"), testModel("alpha", "1"),
@@ -124,7 +124,7 @@ func testModelListOrder(t *testing.T, s store.Store) {
 // testModelArchive archives and restores a version: only that version
 // changes, it stays listed (hiding is the workspace's choice), and doing
 // it twice is not an error.
-func testModelArchive(t *testing.T, s store.Store) {
+func testModelArchive(t *testing.T, s store.Assets) {
 	ctx := context.Background()
 	for _, v := range []string{"1", "2"} {
 		if err := s.CreateModel(ctx, testModel("iris", v)); err != nil {

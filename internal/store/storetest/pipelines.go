@@ -9,45 +9,28 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-func testComponentCreateGetList(t *testing.T, s store.Store) {
-	ctx := context.Background()
-	c := store.Component{Name: "train", Version: "1", Description: "trains", Spec: json.RawMessage(`{"command":"x"}`),
-		CodeSnapshot: "ab", Hash: "cd", Created: t0}
-	if err := s.CreateComponent(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CreateComponent(ctx, c); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("second CreateComponent: %v, want ErrConflict", err)
-	}
-	c2 := c
-	c2.Version, c2.Spec = "2", nil
-	if err := s.CreateComponent(ctx, c2); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.GetComponent(ctx, "train", "1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := diff(c, got); d != "" {
-		t.Errorf("GetComponent (-want +got):\n%s", d)
-	}
-	if _, err := s.GetComponent(ctx, "train", "3"); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("GetComponent of a missing version: %v, want ErrNotFound", err)
-	}
-	all, err := s.ListComponents(ctx, "train")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(all) != 2 || all[0].Version != "1" || all[1].Version != "2" {
-		t.Errorf("ListComponents = %+v", all)
-	}
+// RunPipelines runs the suite of store.Pipelines. It needs store.Jobs too: a
+// pipeline and its steps' jobs are jobs, and whether a step can be reused
+// depends on its job's status. open is as for Run.
+func RunPipelines[S pipelineStore](t *testing.T, open func(t *testing.T) S) {
+	run(t, func(t *testing.T) pipelineStore { return open(t) }, []test[pipelineStore]{
+		{"Pipeline/Steps", testPipelineSteps},
+		{"Pipeline/Reuse", testPipelineReuse},
+	})
+}
+
+// pipelineStore is what RunPipelines needs: the steps, and the jobs they
+// and their pipelines are.
+type pipelineStore interface {
+	store.Jobs
+	store.Pipelines
 }
 
 func pipelineJob(name, status string) store.Job {
 	return store.Job{Name: name, Status: status, Spec: json.RawMessage(`{"type":"pipeline"}`), Created: t0}
 }
 
-func testPipelineSteps(t *testing.T, s store.Store) {
+func testPipelineSteps(t *testing.T, s pipelineStore) {
 	ctx := context.Background()
 	steps := []store.PipelineStep{{Step: "prep"}, {Step: "train"}}
 	p, err := s.CreatePipelineJob(ctx, pipelineJob("pipe1", "NotStarted"), store.Event{Time: t0, To: "NotStarted"}, steps)
@@ -97,7 +80,7 @@ func testPipelineSteps(t *testing.T, s store.Store) {
 	}
 }
 
-func testPipelineReuse(t *testing.T, s store.Store) {
+func testPipelineReuse(t *testing.T, s pipelineStore) {
 	ctx := context.Background()
 	if _, err := s.ReusableStep(ctx, "k"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("ReusableStep with none: %v, want ErrNotFound", err)

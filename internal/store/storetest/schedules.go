@@ -13,6 +13,25 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
+// RunSchedules runs the suite of store.Schedules. It needs store.Jobs and
+// store.Pipelines too, to read the job and the steps a firing stores. open is
+// as for Run.
+func RunSchedules[S scheduleStore](t *testing.T, open func(t *testing.T) S) {
+	run(t, func(t *testing.T) scheduleStore { return open(t) }, []test[scheduleStore]{
+		{"Schedule/CRUD", testScheduleCRUD},
+		{"Schedule/FireOnce", testScheduleFireOnce},
+		{"Schedule/FirePipeline", testScheduleFirePipeline},
+	})
+}
+
+// scheduleStore is what RunSchedules needs: the schedules, and the jobs and
+// pipeline steps their firings store.
+type scheduleStore interface {
+	store.Schedules
+	store.Jobs
+	store.Pipelines
+}
+
 func testSchedule(name string) store.Schedule {
 	return store.Schedule{
 		Name: name, Spec: json.RawMessage(`{"name": "` + name + `"}`), Job: json.RawMessage(`{"spec": {}}`),
@@ -20,7 +39,7 @@ func testSchedule(name string) store.Schedule {
 	}
 }
 
-func testScheduleCRUD(t *testing.T, s store.Store) {
+func testScheduleCRUD(t *testing.T, s scheduleStore) {
 	ctx := context.Background()
 	want := testSchedule("nightly")
 	if err := s.CreateSchedule(ctx, want); err != nil {
@@ -78,7 +97,7 @@ func testScheduleCRUD(t *testing.T, s store.Store) {
 // testScheduleFireOnce checks that an occurrence fires one job however
 // many firings of it race, that LastFired only moves forward, and that a
 // disabled schedule does not fire.
-func testScheduleFireOnce(t *testing.T, s store.Store) {
+func testScheduleFireOnce(t *testing.T, s scheduleStore) {
 	ctx := context.Background()
 	if err := s.CreateSchedule(ctx, testSchedule("hourly")); err != nil {
 		t.Fatal(err)
@@ -143,7 +162,7 @@ func testScheduleFireOnce(t *testing.T, s store.Store) {
 
 // testScheduleFirePipeline checks that a firing of a pipeline job stores
 // its steps with it, and that a refused firing stores none.
-func testScheduleFirePipeline(t *testing.T, s store.Store) {
+func testScheduleFirePipeline(t *testing.T, s scheduleStore) {
 	ctx := context.Background()
 	if err := s.CreateSchedule(ctx, testSchedule("daily")); err != nil {
 		t.Fatal(err)

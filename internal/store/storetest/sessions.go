@@ -9,9 +9,16 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
+// RunSessions runs the suite of store.Sessions. open is as for Run.
+func RunSessions[S store.Sessions](t *testing.T, open func(t *testing.T) S) {
+	run(t, func(t *testing.T) store.Sessions { return open(t) }, []test[store.Sessions]{
+		{"Session/Lifecycle", testSessionLifecycle},
+	})
+}
+
 // A session reads back as stored; a second with its hash conflicts; one
 // deleted, or expired and swept, is not found; deleting none is no error.
-func testSessionLifecycle(t *testing.T, s store.Store) {
+func testSessionLifecycle(t *testing.T, s store.Sessions) {
 	ctx := context.Background()
 	a := store.Session{Hash: "session-a", TokenHash: "token-1", CSRF: "csrf-a", Created: t0, Expires: t0.Add(time.Hour)}
 	b := store.Session{Hash: "session-b", TokenHash: "token-1", CSRF: "csrf-b", Created: t0, Expires: t0.Add(48 * time.Hour)}

@@ -9,7 +9,15 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-func testSweepLifecycle(t *testing.T, s store.Store) {
+// RunSweeps runs the suite of store.Sweeps. open is as for Run.
+func RunSweeps[S store.Sweeps](t *testing.T, open func(t *testing.T) S) {
+	run(t, func(t *testing.T) store.Sweeps { return open(t) }, []test[store.Sweeps]{
+		{"Sweep/Lifecycle", testSweepLifecycle},
+		{"Sweep/Trials", testSweepTrials},
+	})
+}
+
+func testSweepLifecycle(t *testing.T, s store.Sweeps) {
 	ctx := context.Background()
 	for _, n := range []string{"s1", "s2", "s3"} {
 		if err := s.CreateSweep(ctx, n, t0); err != nil {
@@ -34,7 +42,7 @@ func testSweepLifecycle(t *testing.T, s store.Store) {
 	}
 }
 
-func testSweepTrials(t *testing.T, s store.Store) {
+func testSweepTrials(t *testing.T, s store.Sweeps) {
 	ctx := context.Background()
 	none, err := s.ListSweepTrials(ctx, "s1")
 	if err != nil || none == nil || len(none) != 0 {
