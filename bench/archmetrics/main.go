@@ -256,7 +256,10 @@ func printArrows(w io.Writer, pkgs []pkg, rel func(string) (string, bool)) {
 		}
 	}
 	names := slices.Sorted(maps.Keys(unclassified))
-	fmt.Fprintf(w, "unclassified packages (add a row to layers.go): %d %s\n", len(names), strings.Join(names, " "))
+	fmt.Fprintf(w, "unclassified packages (add a row to layers.go): %d\n", len(names))
+	for _, n := range names {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
 }
 
 func printRunnerDeps(w io.Writer, root string, rel func(string) (string, bool)) error {
