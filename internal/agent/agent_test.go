@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/ferry-ml/ferry/internal/nodeproto"
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // fastClock runs the agent's time a hundred times faster than the wall
@@ -133,7 +134,7 @@ func runDir(nodeDir, job string, attempt int) string {
 func runnerPID(t *testing.T, rd string) int {
 	t.Helper()
 	var pid int
-	waitFor(t, "the runner in "+rd, func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the runner in "+rd, func() bool {
 		data, err := os.ReadFile(filepath.Join(rd, "pid"))
 		if err != nil {
 			return false
@@ -150,7 +151,7 @@ func runnerPID(t *testing.T, rd string) int {
 func killAndWait(t *testing.T, pid int) {
 	t.Helper()
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	waitFor(t, "process "+strconv.Itoa(pid)+" to end", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "process "+strconv.Itoa(pid)+" to end", func() bool {
 		st, _, err := procStat(pid)
 		return err != nil || st == 'Z' || st == 'X'
 	})
@@ -168,7 +169,7 @@ func assertNotSignaled(t *testing.T, rd string) {
 		_, err := os.Stat(filepath.Join(rd, name))
 		return err == nil
 	}
-	waitFor(t, "the runner to answer", func() bool { return exists("pong") || exists("terminated") })
+	testutil.WaitFor(t, 30*time.Second, "the runner to answer", func() bool { return exists("pong") || exists("terminated") })
 	if exists("terminated") {
 		t.Errorf("the runner in %s got SIGTERM", rd)
 	}
@@ -230,7 +231,7 @@ func TestAgentRunsAssignments(t *testing.T) {
 		c.CancelGrace = 7 * time.Second
 	})
 
-	waitFor(t, "the join", func() bool { return get(fs, func(fs *fakeServer) int { return len(fs.joins) }) == 1 })
+	testutil.WaitFor(t, 30*time.Second, "the join", func() bool { return get(fs, func(fs *fakeServer) int { return len(fs.joins) }) == 1 })
 	join := get(fs, func(fs *fakeServer) nodeproto.JoinRequest { return fs.joins[0] })
 	if join.Name != "node-a" || join.Facts.CPUs < 1 || join.Facts.MemoryBytes <= 0 {
 		t.Errorf("join request = %+v", join)
@@ -295,7 +296,7 @@ func TestAgentRunsAssignments(t *testing.T) {
 
 	// The server keeps listing both; each runs once.
 	polls := get(fs, func(fs *fakeServer) int { return fs.polls })
-	waitFor(t, "more polls", func() bool { return get(fs, func(fs *fakeServer) int { return fs.polls }) >= polls+5 })
+	testutil.WaitFor(t, 30*time.Second, "more polls", func() bool { return get(fs, func(fs *fakeServer) int { return fs.polls }) >= polls+5 })
 	for _, rd := range []string{trainDir, cpuDir} {
 		if n := len(readLines(t, filepath.Join(rd, "starts"))); n != 1 {
 			t.Errorf("%s started %d times, want once", rd, n)
@@ -309,9 +310,9 @@ func TestAgentRunsAssignments(t *testing.T) {
 	}
 	n := fs.numBeats()
 	fs.beatAfter(n, "a heartbeat without the ended attempt", runningIs(nodeproto.Running{Job: "train", Attempt: 1, Rank: 1}))
-	waitFor(t, "the ended runner to be reaped", func() bool { return !running(cpuPID) })
+	testutil.WaitFor(t, 30*time.Second, "the ended runner to be reaped", func() bool { return !running(cpuPID) })
 	polls = get(fs, func(fs *fakeServer) int { return fs.polls })
-	waitFor(t, "more polls", func() bool { return get(fs, func(fs *fakeServer) int { return fs.polls }) >= polls+5 })
+	testutil.WaitFor(t, 30*time.Second, "more polls", func() bool { return get(fs, func(fs *fakeServer) int { return fs.polls }) >= polls+5 })
 	if n := len(readLines(t, filepath.Join(cpuDir, "starts"))); n != 1 {
 		t.Errorf("an ended attempt was started %d times, want once", n)
 	}
@@ -348,13 +349,13 @@ func TestStopFromHeartbeat(t *testing.T) {
 	fs.beatAfter(0, "the attempt in a heartbeat", runningIs(nodeproto.Running{Job: "j", Attempt: 2}))
 
 	fs.set(func(fs *fakeServer) { fs.reply.Stop = []nodeproto.Running{{Job: "j", Attempt: 2}} })
-	waitFor(t, "the runner to get SIGTERM", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the runner to get SIGTERM", func() bool {
 		_, err := os.Stat(filepath.Join(rd, "terminated"))
 		return err == nil
 	})
 	n := fs.numBeats()
 	fs.beatAfter(n, "a heartbeat without the stopped attempt", runningIs())
-	waitFor(t, "the stopped runner to be reaped", func() bool { return !running(pid) })
+	testutil.WaitFor(t, 30*time.Second, "the stopped runner to be reaped", func() bool { return !running(pid) })
 	if n := len(readLines(t, filepath.Join(rd, "starts"))); n != 1 {
 		t.Errorf("a stopped attempt still listed by the server was started %d times, want once", n)
 	}
@@ -374,12 +375,12 @@ func TestDrain(t *testing.T) {
 	// The agent sends a heartbeat after it has applied the last reply: two
 	// more heartbeats, and it has heard of the drain.
 	n := fs.numBeats()
-	waitFor(t, "heartbeats after the drain", func() bool { return fs.numBeats() >= n+2 })
+	testutil.WaitFor(t, 30*time.Second, "heartbeats after the drain", func() bool { return fs.numBeats() >= n+2 })
 	fs.set(func(fs *fakeServer) {
 		fs.assign = append(fs.assign, nodeproto.Assignment{Job: "late", Attempt: 1, RunToken: "run-secret-2"})
 	})
 	n = fs.numBeats()
-	waitFor(t, "heartbeats after the late assignment", func() bool { return fs.numBeats() >= n+5 })
+	testutil.WaitFor(t, 30*time.Second, "heartbeats after the late assignment", func() bool { return fs.numBeats() >= n+5 })
 	if ta.exited() {
 		t.Fatal("the agent exited while a runner was running")
 	}
@@ -418,7 +419,7 @@ func TestServerOutage(t *testing.T) {
 	fs.beatAfter(0, "the attempt in a heartbeat", runningIs(nodeproto.Running{Job: "j", Attempt: 1}))
 
 	fs.set(func(fs *fakeServer) { fs.down = true })
-	waitFor(t, "retries during the outage", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "retries during the outage", func() bool {
 		return get(fs, func(fs *fakeServer) int { return fs.refused }) >= 20
 	})
 	if ta.exited() {
@@ -434,7 +435,7 @@ func TestServerOutage(t *testing.T) {
 	if n := len(readLines(t, filepath.Join(rd, "starts"))); n != 1 {
 		t.Errorf("the runner was started %d times, want once", n)
 	}
-	waitFor(t, "the end of the outage in the log", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the end of the outage in the log", func() bool {
 		return strings.Contains(ta.logs.String(), "server reachable again")
 	})
 	// One warning per kind of call and outage, not one per retry.
@@ -484,7 +485,7 @@ func TestJoinWaitsForTheServer(t *testing.T) {
 	ln.Close()
 	ta := startAgent(t, &fakeServer{URL: "http://" + addr, joinToken: "join-secret-7f3a", nodeToken: "node-secret-91c2"},
 		t.TempDir(), nil)
-	waitFor(t, "the agent to find the server unreachable", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the agent to find the server unreachable", func() bool {
 		return strings.Contains(ta.logs.String(), "cannot reach the server")
 	})
 	if ln, err = net.Listen("tcp", addr); err != nil {
@@ -492,7 +493,7 @@ func TestJoinWaitsForTheServer(t *testing.T) {
 	}
 	fs := newFakeServer(t, ln)
 	fs.set(func(fs *fakeServer) { fs.down = true })
-	waitFor(t, "joins refused with 503", func() bool { return get(fs, func(fs *fakeServer) int { return fs.refused }) >= 3 })
+	testutil.WaitFor(t, 30*time.Second, "joins refused with 503", func() bool { return get(fs, func(fs *fakeServer) int { return fs.refused }) >= 3 })
 	fs.set(func(fs *fakeServer) { fs.down = false })
 	fs.beatAfter(0, "a heartbeat", runningIs())
 	if n := get(fs, func(fs *fakeServer) int { return len(fs.joins) }); n != 1 {
@@ -597,7 +598,7 @@ func TestRestartAdoptsLiveRunners(t *testing.T) {
 	second := startAgent(t, fs, dir, nil)
 	fs.beatAfter(n, "the adopted attempt in the second agent's heartbeat", runningIs(nodeproto.Running{Job: "j", Attempt: 1}))
 	polls := get(fs, func(fs *fakeServer) int { return fs.polls })
-	waitFor(t, "more polls", func() bool { return get(fs, func(fs *fakeServer) int { return fs.polls }) >= polls+5 })
+	testutil.WaitFor(t, 30*time.Second, "more polls", func() bool { return get(fs, func(fs *fakeServer) int { return fs.polls }) >= polls+5 })
 	if n := len(readLines(t, filepath.Join(rd, "starts"))); n != 1 {
 		t.Errorf("the adopted attempt was started %d times, want once", n)
 	}
@@ -612,7 +613,7 @@ func TestRestartAdoptsLiveRunners(t *testing.T) {
 	// A Stop reaches an adopted runner too, and its end is noticed
 	// though it is not the agent's child.
 	fs.set(func(fs *fakeServer) { fs.reply.Stop = []nodeproto.Running{{Job: "j", Attempt: 1}} })
-	waitFor(t, "the adopted runner to get SIGTERM", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the adopted runner to get SIGTERM", func() bool {
 		_, err := os.Stat(filepath.Join(rd, "terminated"))
 		return err == nil
 	})
@@ -645,7 +646,7 @@ func TestRefusesUnsafeJobNames(t *testing.T) {
 		fs.assign = []nodeproto.Assignment{{Job: "../escape", Attempt: 1, RunToken: "run-secret-1"},
 			{Job: "..", Attempt: 1, RunToken: "run-secret-1"}}
 	})
-	waitFor(t, "the refusals in the log", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the refusals in the log", func() bool {
 		return strings.Count(ta.logs.String(), "cannot be a directory name") == 2
 	})
 	if entries, _ := os.ReadDir(filepath.Join(dir, "runs")); len(entries) != 0 {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/testutil"
@@ -87,14 +88,14 @@ func TestFerryAgentCommand(t *testing.T) {
 		<-exited
 	})
 
-	waitFor(t, "the runner's first call", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the runner's first call", func() bool {
 		return get(fs, func(fs *fakeServer) int { return len(fs.runnerAuth) }) > 0
 	})
 	if auth := get(fs, func(fs *fakeServer) string { return fs.runnerAuth[0] }); auth != "Bearer run-secret-cli" {
 		t.Errorf("the runner called with %q, want its run token", auth)
 	}
 	var pid int
-	waitFor(t, "the runner in the state file", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the runner in the state file", func() bool {
 		data, err := os.ReadFile(filepath.Join(dir, StateFile))
 		if err != nil {
 			return false

@@ -4,10 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ferry-ml/ferry/internal/nodeproto"
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // With RunAs, runners are told to start jobs as that account, and the
@@ -38,5 +40,5 @@ func TestRunAsReachesRunnersAndTheWayIsPassable(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(rd, "exit"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the runner to end", func() bool { return !running(pid) })
+	testutil.WaitFor(t, 30*time.Second, "the runner to end", func() bool { return !running(pid) })
 }

@@ -209,7 +209,7 @@ func (fs *fakeServer) numBeats() int {
 func (fs *fakeServer) beatAfter(n int, what string, ok func(nodeproto.Heartbeat) bool) nodeproto.Heartbeat {
 	fs.t.Helper()
 	var found nodeproto.Heartbeat
-	waitFor(fs.t, what, func() bool {
+	testutil.WaitFor(fs.t, 30*time.Second, what, func() bool {
 		fs.mu.Lock()
 		defer fs.mu.Unlock()
 		for _, hb := range fs.beats[min(n, len(fs.beats)):] {
@@ -221,19 +221,6 @@ func (fs *fakeServer) beatAfter(n int, what string, ok func(nodeproto.Heartbeat)
 		return false
 	})
 	return found
-}
-
-// waitFor waits until cond holds. The timeout is only an upper bound for
-// a broken agent; nothing asserts how fast it is.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // syncBuffer is a buffer a logger writes while a test reads.

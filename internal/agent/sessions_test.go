@@ -11,9 +11,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/session"
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // TestAgentServesSessions: a session in the answer to a poll is connected
@@ -98,7 +100,7 @@ func TestAgentServesSessions(t *testing.T) {
 		t.Errorf("the session ran with %q, want %q", got, want)
 	}
 	// A poll after the last offer means the agent has read them all.
-	waitFor(t, "the agent to read the repeated offers", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the agent to read the repeated offers", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return polls > 3

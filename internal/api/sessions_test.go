@@ -27,6 +27,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 	"github.com/ferry-ml/ferry/internal/store/sqlite"
+	"github.com/ferry-ml/ferry/internal/testutil"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
@@ -159,7 +160,7 @@ func TestSessionRelay(t *testing.T) {
 		t.Fatalf("create: %d", code)
 	}
 	var node, join string
-	waitUntil(t, "a node launched", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "a node launched", func() bool {
 		prov.mu.Lock()
 		defer prov.mu.Unlock()
 		for n, tok := range prov.tokens {
@@ -172,7 +173,7 @@ func TestSessionRelay(t *testing.T) {
 	if code := call(t, srv, "POST", "/v1/nodes/join", join, strings.NewReader(string(jb)), nil, &jr); code != 200 {
 		t.Fatalf("join: %d", code)
 	}
-	waitUntil(t, "dev-box Running", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "dev-box Running", func() bool {
 		var c apitypes.Compute
 		call(t, srv, "GET", "/v1/computes/dev-box", owner, nil, nil, &c)
 		return c.State == workspace.InstanceRunning
@@ -235,7 +236,7 @@ func TestSessionRelay(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the agent's side goes on after the client closed")
 	}
-	waitUntil(t, "the session to close", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the session to close", func() bool {
 		var v apitypes.Compute
 		call(t, srv, "GET", "/v1/computes/dev-box", owner, nil, nil, &v)
 		return v.Sessions == 0
@@ -260,15 +261,4 @@ func pollAssignments(ctx context.Context, srv *httptest.Server, node, token stri
 	}
 	var as nodeproto.Assignments
 	return &as, json.NewDecoder(resp.Body).Decode(&as)
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // scoreScript is a scoring script as Azure's inference server runs it:
@@ -204,7 +206,7 @@ func TestOnlineDeploymentLocal(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("delete --no-wait: %s", r)
 	}
-	waitFor(t, 60*time.Second, "blue gone", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "blue gone", func() bool {
 		r := s.ferry(t, "online-deployment", "list", "-e", "iris-ep", "-o", "json")
 		var ds []apitypes.OnlineDeployment
 		mustJSON(t, r, &ds)
@@ -231,18 +233,6 @@ func TestOnlineDeploymentFailedInit(t *testing.T) {
 		t.Fatalf("show: %s", r)
 	}
 	mustContain(t, "show", r.stdout, "Failed", "reason:", "no model here")
-}
-
-// waitFor polls cond until it holds, failing the test after limit.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, limit)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // update uploads what changed (here the inline model's file), rolls the
@@ -305,7 +295,7 @@ def run(raw_data):
 	// The old replica leaves routing in the controller's pass that makes
 	// the deployment Succeeded, just after its state is written: an
 	// answer or two may still come from it, never an error.
-	waitFor(t, 10*time.Second, "answers of the new model", func() bool { return strings.Contains(invoke(), `"greeting": "bonjour"`) })
+	testutil.WaitFor(t, 10*time.Second, "answers of the new model", func() bool { return strings.Contains(invoke(), `"greeting": "bonjour"`) })
 
 	r = s.ferry(t, "online-deployment", "update", "-f", blue, "--local")
 	if r.code == 0 {

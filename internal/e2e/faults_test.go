@@ -92,7 +92,7 @@ func TestStreamSurvivesServerRestart(t *testing.T) {
 	// server dies: a `job stream` started while no server answers says
 	// so and exits, which is not what this test is about.
 	b := s.ferryBackground("job", "stream", name)
-	eventually(t, "the stream's first line", func() bool { return strings.Contains(b.out.String(), "first\n") })
+	testutil.WaitFor(t, 60*time.Second, "the stream's first line", func() bool { return strings.Contains(b.out.String(), "first\n") })
 	s.kill9()
 	time.Sleep(300 * time.Millisecond)
 	s.start()

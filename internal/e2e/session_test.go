@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/ferry-ml/ferry/internal/testutil"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -82,18 +83,6 @@ func (b *background) stop(t *testing.T, sig syscall.Signal) int {
 		t.Fatalf("%v did not exit after %v", b.cmd.Args, sig)
 	}
 	return b.cmd.ProcessState.ExitCode()
-}
-
-// eventually polls cond until it holds, failing the test at the deadline.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // sessionCounts are the open sessions and port-forwards compute show reports.
@@ -186,15 +175,15 @@ func TestSessionExecAndSSH(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "the open session in compute show", func() bool { n, _ := s.sessionCounts("dev-box"); return n == 1 })
+	testutil.WaitFor(t, 60*time.Second, "the open session in compute show", func() bool { n, _ := s.sessionCounts("dev-box"); return n == 1 })
 	// The echo of the typed line has the quotes; only output matches.
 	first := regexp.MustCompile(`tty=/dev/pts/\d+ term=xterm-256color size=30 100`)
 	typeLine(`echo "tty=$(tty) term=$TERM size=$(stty size)"`)
-	eventually(t, "the remote terminal's name, type and size", func() bool { return first.MatchString(screen.String()) })
+	testutil.WaitFor(t, 60*time.Second, "the remote terminal's name, type and size", func() bool { return first.MatchString(screen.String()) })
 	if err := pty.Setsize(tty, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the resize to reach the remote terminal", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "the resize to reach the remote terminal", func() bool {
 		typeLine(`echo "size=$(stty size)"`)
 		return strings.Contains(screen.String(), "size=40 120")
 	})
@@ -207,7 +196,7 @@ func TestSessionExecAndSSH(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != 5 {
 		t.Errorf("ferry compute ssh exited %d, want 5; screen:\n%s", code, screen)
 	}
-	eventually(t, "no open session in compute show", func() bool { n, _ := s.sessionCounts("dev-box"); return n == 0 })
+	testutil.WaitFor(t, 60*time.Second, "no open session in compute show", func() bool { n, _ := s.sessionCounts("dev-box"); return n == 0 })
 	mustContain(t, "compute show", s.mustFerry("compute", "show", "dev-box").stdout, "open sessions:")
 
 	r = s.ferry("compute", "exec", "local", "--", "true")
@@ -227,13 +216,13 @@ func TestSessionPortForwardAndStoppedInstance(t *testing.T) {
 	web := s.ferryBackground("compute", "exec", "web-box", "--", "/usr/bin/python3", "-m", "http.server", remote, "--bind", "127.0.0.1")
 	fwd := s.ferryBackground("compute", "port-forward", "web-box", local+":"+remote)
 	want := fmt.Sprintf("forwarding 127.0.0.1:%s -> web-box:%s", local, remote)
-	eventually(t, "port-forward's first line", func() bool { return strings.Contains(fwd.out.String(), want) })
+	testutil.WaitFor(t, 60*time.Second, "port-forward's first line", func() bool { return strings.Contains(fwd.out.String(), want) })
 
 	// The web server may still be starting: the forward reports refused
 	// connections and goes on, so ask until it answers.
 	url := "http://127.0.0.1:" + local + "/forward-probe.txt"
 	var body string
-	eventually(t, "the web server through the forward", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "the web server through the forward", func() bool {
 		resp, err := http.Get(url)
 		if err != nil {
 			return false
@@ -253,7 +242,7 @@ func TestSessionPortForwardAndStoppedInstance(t *testing.T) {
 	if code := fwd.stop(t, syscall.SIGINT); code != 0 {
 		t.Errorf("port-forward after Ctrl-C exited %d: %s", code, fwd.errout)
 	}
-	eventually(t, "no port-forward in compute show", func() bool { _, f := s.sessionCounts("web-box"); return f == 0 })
+	testutil.WaitFor(t, 60*time.Second, "no port-forward in compute show", func() bool { _, f := s.sessionCounts("web-box"); return f == 0 })
 	if c, err := net.Dial("tcp", "127.0.0.1:"+local); err == nil {
 		c.Close()
 		t.Error("the local port still listens after port-forward exited")
@@ -261,14 +250,14 @@ func TestSessionPortForwardAndStoppedInstance(t *testing.T) {
 
 	// The client of the exec going away kills the web server with it.
 	web.stop(t, syscall.SIGKILL)
-	eventually(t, "the web server to be killed with its session", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "the web server to be killed with its session", func() bool {
 		c, err := net.Dial("tcp", "127.0.0.1:"+remote)
 		if err == nil {
 			c.Close()
 		}
 		return err != nil
 	})
-	eventually(t, "no session in compute show", func() bool { n, _ := s.sessionCounts("web-box"); return n == 0 })
+	testutil.WaitFor(t, 60*time.Second, "no session in compute show", func() bool { n, _ := s.sessionCounts("web-box"); return n == 0 })
 
 	// A stopped instance takes no session, and says how to start it.
 	s.mustFerry("compute", "stop", "web-box")

@@ -162,22 +162,6 @@ func TestShellWithoutTerminal(t *testing.T) {
 	}
 }
 
-// waitFor polls until cond holds, trying again (say, retyping a command)
-// with retry between polls.
-func waitFor(t *testing.T, what string, cond func() bool, retry func()) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		if retry != nil {
-			retry()
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func TestPTYShell(t *testing.T) {
 	c := connect(t, ServerConfig{})
 	s, err := c.NewSession()
@@ -200,13 +184,20 @@ func TestPTYShell(t *testing.T) {
 	// The echo of what is typed has the quotes; only the output matches.
 	fmt.Fprintln(in, `echo "tty=$(tty) term=$TERM size=$(stty size)"`)
 	first := regexp.MustCompile(`tty=/dev/pts/\d+ term=xterm-ferry-test size=24 80`)
-	waitFor(t, "the terminal's name, type and size", func() bool { return first.MatchString(out.String()) }, nil)
+	testutil.WaitFor(t, 15*time.Second, "the terminal's name, type and size", func() bool { return first.MatchString(out.String()) })
 
 	if err := s.WindowChange(40, 120); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the new size", func() bool { return strings.Contains(out.String(), "size=40 120") },
-		func() { fmt.Fprintln(in, `echo "size=$(stty size)"`) })
+	// The resize may reach the shell after it ran the line: type it again
+	// until the new size shows.
+	testutil.WaitFor(t, 15*time.Second, "the new size", func() bool {
+		if strings.Contains(out.String(), "size=40 120") {
+			return true
+		}
+		fmt.Fprintln(in, `echo "size=$(stty size)"`)
+		return false
+	})
 
 	fmt.Fprintln(in, "exit 4")
 	err = s.Wait()
@@ -262,7 +253,7 @@ func TestClientGoneKillsProcessGroup(t *testing.T) {
 				t.Fatalf("sleep %d is not running", pid)
 			}
 			c.Close() // the client goes away
-			waitFor(t, fmt.Sprintf("sleep %d to be killed", pid), func() bool { return gone(pid) }, nil)
+			testutil.WaitFor(t, 15*time.Second, fmt.Sprintf("sleep %d to be killed", pid), func() bool { return gone(pid) })
 		})
 	}
 }

@@ -129,7 +129,7 @@ func TestSlurmPendingBehindFullPartitionCancels(t *testing.T) {
 
 	// RUNNING is set when the job is allocated, a moment before slurmd
 	// has started its script.
-	waitFor(t, "a process of running job "+filler, func() (bool, string) {
+	WaitForReason(t, 30*time.Second, "a process of running job "+filler, func() (bool, string) {
 		return len(jobProcs(filler)) > 0, "none has SLURM_JOB_ID=" + filler
 	})
 	for _, id := range []string{waiting, filler} {
@@ -139,7 +139,7 @@ func TestSlurmPendingBehindFullPartitionCancels(t *testing.T) {
 		s.WaitJob(t, id, "CANCELLED", func(f map[string]string) bool { return f["JobState"] == "CANCELLED" })
 	}
 	// The running job's sleep ends with it (after KillWait at most).
-	waitFor(t, "no process of cancelled job "+filler, func() (bool, string) {
+	WaitForReason(t, 30*time.Second, "no process of cancelled job "+filler, func() (bool, string) {
 		left := jobProcs(filler)
 		return len(left) == 0, fmt.Sprintf("still running: %v", left)
 	})
@@ -155,21 +155,4 @@ func jobProcs(id string) []string {
 		}
 	}
 	return out
-}
-
-// waitFor polls cond until it holds and fails the test with cond's last
-// description after 30 seconds, which only a broken cluster takes.
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: %s", what, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

@@ -95,17 +95,6 @@ func left(t *testing.T, tg *Target) []string {
 	return out
 }
 
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 60s for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func inspectOne(t *testing.T, tg *Target, h compute.Handle) (compute.EngineState, bool) {
 	t.Helper()
 	m, err := tg.Inspect(context.Background(), []compute.Handle{h})
@@ -130,7 +119,7 @@ func TestClusterPendingFoundAndCanceled(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st compute.EngineState
-	waitFor(t, "the scheduler's message", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "the scheduler's message", func() bool {
 		st, _ = inspectOne(t, tg, h)
 		return st.Phase == compute.PhasePending && strings.Contains(st.Reason, "Insufficient nvidia.com/gpu")
 	})
@@ -147,7 +136,7 @@ func TestClusterPendingFoundAndCanceled(t *testing.T) {
 	if st, ok := inspectOne(t, tg, h); !ok || st.Phase != compute.PhaseEnded || st.Outcome != "Canceled" {
 		t.Errorf("after the cancel: %+v, %v; want Ended Canceled", st, ok)
 	}
-	waitFor(t, "nothing left", func() bool { return len(left(t, tg)) == 0 })
+	testutil.WaitFor(t, 60*time.Second, "nothing left", func() bool { return len(left(t, tg)) == 0 })
 }
 
 // An attempt whose runner fails ends Failed with the pod's reason, and
@@ -160,14 +149,14 @@ func TestClusterFailedAttemptIsSettled(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st compute.EngineState
-	waitFor(t, "the attempt's end", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "the attempt's end", func() bool {
 		st, _ = inspectOne(t, tg, h)
 		return st.Phase == compute.PhaseEnded
 	})
 	if st.Outcome != "Failed" || !strings.Contains(st.Reason, "exit 7") || st.ExitCode == nil || *st.ExitCode != 7 {
 		t.Errorf("ended %+v; want Failed with the runner's exit", st)
 	}
-	waitFor(t, "nothing left", func() bool { return len(left(t, tg)) == 0 })
+	testutil.WaitFor(t, 60*time.Second, "nothing left", func() bool { return len(left(t, tg)) == 0 })
 	// A new target (a restarted server) no longer finds it: Gone.
 	tg2, err := New(tg.cfg)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // The replicas in these tests are real HTTP servers on loopback, each
@@ -210,7 +211,7 @@ func TestMirrorPercent(t *testing.T) {
 			t.Fatalf("status %d", code)
 		}
 	}
-	waitFor(t, "the mirror's copies to settle", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the mirror's copies to settle", func() bool {
 		n := shadow.got.Load()
 		time.Sleep(100 * time.Millisecond)
 		return shadow.got.Load() == n
@@ -242,7 +243,7 @@ func TestTimeoutAndOverload(t *testing.T) {
 		code, _, _ := score(t, base, "ep", key1, "first", nil)
 		first <- code
 	}()
-	waitFor(t, "the first request to reach the replica", func() bool { return slow.got.Load() == 2 })
+	testutil.WaitFor(t, 10*time.Second, "the first request to reach the replica", func() bool { return slow.got.Load() == 2 })
 	if code, body, _ := score(t, base, "ep", key1, "x", nil); code != 429 || !strings.Contains(body, "max_queue_wait_ms") {
 		t.Errorf("a request with the only slot busy: %d %s, want 429", code, body)
 	}
@@ -392,17 +393,6 @@ func TestMetricsPage(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // Every request to a replica carries that replica's secret (its own, not
 // another replica's), mirrored copies too; a client's own replica-secret
 // header is never passed on, so it can stand in for none, and a replica
@@ -423,7 +413,7 @@ func TestReplicaSecrets(t *testing.T) {
 			t.Fatalf("request %d: %d %s", i, code, body)
 		}
 	}
-	waitFor(t, "the mirrored copies", func() bool { return open.got.Load() == 4 })
+	testutil.WaitFor(t, 10*time.Second, "the mirrored copies", func() bool { return open.got.Load() == 4 })
 	for _, c := range []struct {
 		r    *replica
 		want string

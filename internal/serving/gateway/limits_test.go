@@ -37,7 +37,7 @@ func TestHeldBodiesAreBounded(t *testing.T) {
 		holdBody(c, mib)
 		held = append(held, c)
 	}
-	waitFor(t, "the two held bodies to be read", func() bool { _, a := g.buffers.inUse("127.0.0.2"); return a == 2*mib })
+	testutil.WaitFor(t, 10*time.Second, "the two held bodies to be read", func() bool { _, a := g.buffers.inUse("127.0.0.2"); return a == 2*mib })
 	over := testutil.DialFrom(t, "127.0.0.2", strings.TrimPrefix(base, "http://"))
 	holdBody(over, mib)
 	if code, body := testutil.ReadAnswer(t, over); code != http.StatusTooManyRequests || !strings.Contains(body, "for one client address") {
@@ -53,7 +53,7 @@ func TestHeldBodiesAreBounded(t *testing.T) {
 	third := testutil.DialFrom(t, "127.0.0.3", strings.TrimPrefix(base, "http://"))
 	holdBody(third, mib)
 	held = append(held, third)
-	waitFor(t, "the third held body to be read", func() bool { all, _ := g.buffers.inUse(""); return all == 3*(mib-smallBody) })
+	testutil.WaitFor(t, 10*time.Second, "the third held body to be read", func() bool { all, _ := g.buffers.inUse(""); return all == 3*(mib-smallBody) })
 	if code, body := testutil.ReadAnswer(t, func() net.Conn {
 		c := testutil.DialFrom(t, "127.0.0.4", strings.TrimPrefix(base, "http://"))
 		holdBody(c, 256<<10)
@@ -70,7 +70,7 @@ func TestHeldBodiesAreBounded(t *testing.T) {
 	for _, c := range held {
 		c.Close()
 	}
-	waitFor(t, "the held bodies' bytes to come back", func() bool { all, _ := g.buffers.inUse(""); return all == 0 })
+	testutil.WaitFor(t, 10*time.Second, "the held bodies' bytes to come back", func() bool { all, _ := g.buffers.inUse(""); return all == 0 })
 }
 
 // A body declared over the limit is answered 413 before any of it is
@@ -147,7 +147,7 @@ func TestRequestsPerEndpoint(t *testing.T) {
 			codes <- code
 		}()
 	}
-	waitFor(t, "two requests at the replica", func() bool { return slow.got.Load() == 2 })
+	testutil.WaitFor(t, 10*time.Second, "two requests at the replica", func() bool { return slow.got.Load() == 2 })
 	if code, body, _ := score(t, base, "ep", key1, "third", nil); code != http.StatusTooManyRequests || !strings.Contains(body, "requests under way") {
 		t.Errorf("a third request to the endpoint: %d %s, want 429", code, body)
 	}

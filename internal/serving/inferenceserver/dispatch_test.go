@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/testutil"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -97,7 +98,7 @@ func TestRequestsSpreadPerRequest(t *testing.T) {
 		}
 		heldPid <- b
 	}()
-	waitFor(t, exists("held"))
+	testutil.WaitFor(t, time.Minute, "the held request in run()", exists("held"))
 
 	conns := make([]*keptConn, 4)
 	other := ""
@@ -133,7 +134,7 @@ func TestRequestsSpreadPerRequest(t *testing.T) {
 			pids <- b
 		}()
 	}
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, time.Minute, "both requests of the pair in run()", func() bool {
 		m, _ := filepath.Glob(filepath.Join(rep.dir, "pair-*"))
 		return len(m) == 2
 	})
@@ -172,7 +173,7 @@ func TestStopClosesKeptConnections(t *testing.T) {
 		}
 		answer <- b
 	}()
-	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(rep.dir, "held")); return err == nil })
+	testutil.WaitFor(t, time.Minute, "the held request in run()", func() bool { _, err := os.Stat(filepath.Join(rep.dir, "held")); return err == nil })
 	if err := rep.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

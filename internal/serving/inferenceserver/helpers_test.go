@@ -193,16 +193,6 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// waitFor polls cond until it holds, failing the test after a minute.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within a minute")
-		}
-	}
-}
-
 // socketDir is a folder for a replica's Unix socket: private (0700), as
 // the replica requires (t.TempDir's folders may be open to others).
 func socketDir(t testing.TB) string {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/serving/probe"
+	"github.com/ferry-ml/ferry/internal/testutil"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -180,9 +181,9 @@ def run(raw_data):
 	// worker must leave its connection to the idle one, or it would wait
 	// behind the first and never arrive.
 	go send()
-	waitFor(t, arrived(1))
+	testutil.WaitFor(t, time.Minute, "the first request in run()", arrived(1))
 	go send()
-	waitFor(t, arrived(2))
+	testutil.WaitFor(t, time.Minute, "the second request in run()", arrived(2))
 	if err := os.WriteFile(filepath.Join(rep.dir, "gate"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +293,7 @@ def run(raw_data):
 		b, _ := io.ReadAll(resp.Body)
 		answer <- fmt.Sprintf("%d %s", resp.StatusCode, b)
 	}()
-	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(rep.dir, "arrived")); return err == nil })
+	testutil.WaitFor(t, time.Minute, "the request in run()", func() bool { _, err := os.Stat(filepath.Join(rep.dir, "arrived")); return err == nil })
 	if err := rep.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +347,7 @@ def run(raw_data):
 		b, _ := io.ReadAll(resp.Body)
 		done <- string(b)
 	}()
-	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(rep.dir, "arrived")); return err == nil })
+	testutil.WaitFor(t, time.Minute, "the request in run()", func() bool { _, err := os.Stat(filepath.Join(rep.dir, "arrived")); return err == nil })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := probe.Probe(ctx, prober, base, ""); err != nil {

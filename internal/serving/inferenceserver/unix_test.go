@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ferry-ml/ferry/internal/testutil"
 )
 
 // A replica asked for a Unix socket answers there as on TCP (a gateway on
@@ -186,7 +188,7 @@ func TestWorkerSockets(t *testing.T) {
 		}
 		held <- fmt.Sprintf("%d %s close=%v", resp.StatusCode, b, resp.Close)
 	}()
-	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(rep.dir, "held")); return err == nil })
+	testutil.WaitFor(t, time.Minute, "the held request in run()", func() bool { _, err := os.Stat(filepath.Join(rep.dir, "held")); return err == nil })
 	_ = syscall.Kill(rep.cmd.Process.Pid, syscall.SIGTERM)
 	rep.waitLog(t, "worker stopping: its own socket takes no more connections")
 	if err := os.WriteFile(filepath.Join(rep.dir, "release"), nil, 0o644); err != nil {

@@ -79,12 +79,12 @@ func kubeTest(t *testing.T) *Client {
 			t.Errorf("delete namespace %s: %v", ns, err)
 			return
 		}
-		waitFor(t, 2*time.Minute, "namespace "+ns+" gone", func() (bool, error) {
+		testutil.WaitFor(t, 2*time.Minute, "namespace "+ns+" gone", func() bool {
 			_, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return true, nil
+			if err != nil && !apierrors.IsNotFound(err) {
+				t.Fatalf("waiting for namespace %s to go: %v", ns, err)
 			}
-			return false, err
+			return apierrors.IsNotFound(err)
 		})
 	})
 	return New(cs, ns, slog.New(slog.NewTextHandler(t.Output(), nil)))
@@ -97,27 +97,6 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(strings.Fields(string(b))[:3], " ")
-}
-
-// waitFor calls cond until it says true, fails the test on its error or
-// after limit. It watches the cluster by asking it again: what the test
-// waits for is the package's effect, not something it gets told.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		ok, err := cond()
-		if err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, limit)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
 }
 
 func harnessSpec(t *testing.T, endpoint, deployment string, generation int, env map[string]string) Spec {
@@ -205,16 +184,17 @@ func score(client *http.Client, url string) (answer, error) {
 func waitState(t *testing.T, c *Client, limit time.Duration, want string, generation int) State {
 	t.Helper()
 	var st State
-	waitFor(t, limit, fmt.Sprintf("deployment ep/blue %s at generation %d", want, generation), func() (bool, error) {
+	what := fmt.Sprintf("deployment ep/blue %s at generation %d", want, generation)
+	testutil.WaitFor(t, limit, what, func() bool {
 		var err error
 		st, err = c.Status(context.Background(), "ep", "blue")
 		if err != nil {
-			return false, err
+			t.Fatalf("waiting for %s: %v", what, err)
 		}
 		if st.State == StateFailed && want != StateFailed {
-			return false, fmt.Errorf("deployment failed: %s", st.Reason)
+			t.Fatalf("waiting for %s: deployment failed: %s", what, st.Reason)
 		}
-		return st.State == want && st.Generation == generation, nil
+		return st.State == want && st.Generation == generation
 	})
 	return st
 }
@@ -245,7 +225,7 @@ func TestServeScaleRollDelete(t *testing.T) {
 
 	// 1. Ready, and answering through the gateway.
 	st := waitState(t, c, 3*time.Minute, StateSucceeded, 1)
-	waitFor(t, 30*time.Second, "one replica routed", func() (bool, error) { return len(feed.replicas()) == 1, nil })
+	testutil.WaitFor(t, 30*time.Second, "one replica routed", func() bool { return len(feed.replicas()) == 1 })
 	t.Logf("created → Succeeded and routed in %v: %s, routed %v (load: %s)", time.Since(created).Round(time.Millisecond), st.Reason, feed.replicas(), loadAverage())
 	a, err := score(client, srv.URL)
 	if err != nil || a.Version != "v1" {
@@ -256,7 +236,7 @@ func TestServeScaleRollDelete(t *testing.T) {
 	if err := c.Scale(ctx, "ep", "blue", 2); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Minute, "two replicas routed", func() (bool, error) { return len(feed.replicas()) == 2, nil })
+	testutil.WaitFor(t, 2*time.Minute, "two replicas routed", func() bool { return len(feed.replicas()) == 2 })
 	if st := waitState(t, c, time.Minute, StateSucceeded, 1); st.Ready != 2 || st.Desired != 2 {
 		t.Errorf("after Scale(2): %d of %d ready", st.Ready, st.Desired)
 	}
@@ -274,7 +254,7 @@ func TestServeScaleRollDelete(t *testing.T) {
 	if err := c.Scale(ctx, "ep", "blue", 1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "one replica routed", func() (bool, error) { return len(feed.replicas()) == 1, nil })
+	testutil.WaitFor(t, time.Minute, "one replica routed", func() bool { return len(feed.replicas()) == 1 })
 	if st := waitState(t, c, 2*time.Minute, StateSucceeded, 1); st.Desired != 1 {
 		t.Errorf("after Scale(1): %d wanted", st.Desired)
 	}
@@ -314,9 +294,9 @@ func TestServeScaleRollDelete(t *testing.T) {
 	}
 	waitState(t, c, 3*time.Minute, StateSucceeded, 2)
 	rolled := time.Since(updated)
-	waitFor(t, time.Minute, "the new replica alone routed", func() (bool, error) {
+	testutil.WaitFor(t, time.Minute, "the new replica alone routed", func() bool {
 		r := feed.replicas()
-		return len(r) == 1 && !slices.Equal(r, before), nil
+		return len(r) == 1 && !slices.Equal(r, before)
 	})
 	time.Sleep(time.Second) // load on the new version alone
 	stopLoad()
@@ -338,12 +318,14 @@ func TestServeScaleRollDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	var left []string
-	waitFor(t, 2*time.Minute, "every object of ep/blue gone", func() (bool, error) {
+	testutil.WaitFor(t, 2*time.Minute, "every object of ep/blue gone", func() bool {
 		var err error
-		left, err = c.Remaining(ctx, "ep", "blue")
-		return len(left) == 0, err
+		if left, err = c.Remaining(ctx, "ep", "blue"); err != nil {
+			t.Fatalf("waiting for every object of ep/blue gone: %v", err)
+		}
+		return len(left) == 0
 	})
-	waitFor(t, 30*time.Second, "no replica routed", func() (bool, error) { return len(feed.replicas()) == 0, nil })
+	testutil.WaitFor(t, 30*time.Second, "no replica routed", func() bool { return len(feed.replicas()) == 0 })
 	if _, err := c.Status(ctx, "ep", "blue"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Status after Delete: %v, want ErrNotFound", err)
 	}
@@ -387,18 +369,24 @@ func TestFailedDeployments(t *testing.T) {
 			if err := c.Delete(ctx, "ep", k.deployment); err != nil {
 				t.Error(err)
 			}
-			waitFor(t, 2*time.Minute, "ep/"+k.deployment+" gone", func() (bool, error) {
+			testutil.WaitFor(t, 2*time.Minute, "ep/"+k.deployment+" gone", func() bool {
 				left, err := c.Remaining(ctx, "ep", k.deployment)
-				return len(left) == 0, err
+				if err != nil {
+					t.Fatalf("waiting for ep/%s gone: %v", k.deployment, err)
+				}
+				return len(left) == 0
 			})
 		}()
 	}
 	for _, k := range cases {
 		var st State
-		waitFor(t, 3*time.Minute, fmt.Sprintf("ep/%s %s with a reason naming %q", k.deployment, k.state, k.want[0]), func() (bool, error) {
+		what := fmt.Sprintf("ep/%s %s with a reason naming %q", k.deployment, k.state, k.want[0])
+		testutil.WaitFor(t, 3*time.Minute, what, func() bool {
 			var err error
-			st, err = c.Status(ctx, "ep", k.deployment)
-			return st.State == k.state && strings.Contains(st.Reason, k.want[0]), err
+			if st, err = c.Status(ctx, "ep", k.deployment); err != nil {
+				t.Fatalf("waiting for %s: %v", what, err)
+			}
+			return st.State == k.state && strings.Contains(st.Reason, k.want[0])
 		})
 		t.Logf("%s: %s: %s", k.deployment, st.State, st.Reason)
 		for _, want := range k.want {
@@ -432,9 +420,12 @@ func TestOldConfigMapsPruned(t *testing.T) {
 		if err := c.Apply(ctx, s); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, time.Minute, fmt.Sprintf("generation %d rolled out", generation), func() (bool, error) {
+		testutil.WaitFor(t, time.Minute, fmt.Sprintf("generation %d rolled out", generation), func() bool {
 			st, err := c.Status(ctx, "ep", "blue")
-			return st.State == StateSucceeded && st.Generation == generation, err
+			if err != nil {
+				t.Fatalf("waiting for generation %d rolled out: %v", generation, err)
+			}
+			return st.State == StateSucceeded && st.Generation == generation
 		})
 		return s
 	}
@@ -452,15 +443,18 @@ func TestOldConfigMapsPruned(t *testing.T) {
 	}
 	// The controller trims the ReplicaSets after the rollout; the Apply
 	// after that prunes their ConfigMaps.
-	waitFor(t, time.Minute, "old ReplicaSets trimmed to the history", func() (bool, error) {
+	testutil.WaitFor(t, time.Minute, "old ReplicaSets trimmed to the history", func() bool {
 		left, err := c.Remaining(ctx, "ep", "blue")
+		if err != nil {
+			t.Fatalf("waiting for old ReplicaSets trimmed to the history: %v", err)
+		}
 		n := 0
 		for _, s := range left {
 			if strings.HasPrefix(s, "replicaset/") {
 				n++
 			}
 		}
-		return n <= revisionHistory+1, err
+		return n <= revisionHistory+1
 	})
 	if err := c.Apply(ctx, last); err != nil {
 		t.Fatal(err)
@@ -523,8 +517,11 @@ func TestSecretsOwnedUpdatedDeleted(t *testing.T) {
 	if err := c.Delete(ctx, "ep", "blue"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "nothing left", func() (bool, error) {
+	testutil.WaitFor(t, time.Minute, "nothing left", func() bool {
 		left, err := c.Remaining(ctx, "ep", "blue")
-		return len(left) == 0, err
+		if err != nil {
+			t.Fatalf("waiting for nothing left: %v", err)
+		}
+		return len(left) == 0
 	})
 }
