@@ -292,6 +292,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	registerWorkloads(ws, st, cfg.Log)
 	apiServer := api.New(ws, st, cfg.Log)
 	apiServer.MountGateway(gw, gw.Metrics())
 	handler, err := withStudio(apiServer, studioSessions{st}, cfg.Log)

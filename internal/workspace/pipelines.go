@@ -26,11 +26,11 @@ type PipelineSubmission struct {
 	Spec           *spec.PipelineJob
 	InputSnapshots map[string]string
 
-	// firing and dryRun are Submission's: a schedule's firing, stored
-	// with the schedule's record in one transaction, or a check that
-	// stores nothing (schedules.go).
+	// firing is a schedule's firing, stored with the schedule's record in
+	// one transaction (schedules.go); DryRun, Submission's, checks and
+	// stores nothing.
 	firing *firing
-	dryRun bool
+	DryRun bool
 }
 
 // stepJobName is the name of a step's job: deterministic, so that a step
@@ -115,7 +115,7 @@ func (s *Service) SubmitPipeline(ctx context.Context, who auth.Principal, sub Pi
 	first := store.Event{Job: name, Time: now, To: apitypes.StatusNotStarted, Reason: fmt.Sprintf("pipeline of %s submitted", count(len(steps), "step"))}
 	var created store.Job
 	switch {
-	case sub.dryRun:
+	case sub.DryRun:
 		return s.jobViewWith(rec, nil)
 	case sub.firing != nil:
 		f := sub.firing

@@ -52,11 +52,13 @@ func (s *Service) Run(ctx context.Context) {
 		defer tick.Stop()
 		s.loop(ctx, s.kickDeploy, tick.C, loopPass{name: "deployments", run: s.reconcileDeployments})
 	})
-	wg.Go(func() {
-		tick := time.NewTicker(sweepTick)
-		defer tick.Stop()
-		s.loop(ctx, s.sweeps.kick, tick.C, loopPass{name: "sweeps", run: s.reconcileSweeps})
-	})
+	for _, c := range s.controllers {
+		wg.Go(func() {
+			tick := time.NewTicker(c.Interval())
+			defer tick.Stop()
+			s.loop(ctx, c.Wake(), tick.C, loopPass{name: c.Name(), run: c.Reconcile})
+		})
+	}
 	wg.Go(func() {
 		tick := time.NewTicker(scheduleTick)
 		defer tick.Stop()

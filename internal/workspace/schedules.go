@@ -42,26 +42,10 @@ const (
 	TagMissed     = "ferry.schedule.missed"
 )
 
-// errDryRun is what createJobRecord answers a dry run with.
-var errDryRun = errors.New("dry run")
-
 // firing is the occurrence of a schedule a submission fires.
 type firing struct {
 	schedule         string
 	occurrence, next time.Time
-}
-
-// createJobRecord stores a submitted job: with its schedule's record when
-// the submission is a firing, not at all for a dry run.
-func (s *Service) createJobRecord(ctx context.Context, sub Submission, rec store.Job, first store.Event) (store.Job, error) {
-	switch {
-	case sub.dryRun:
-		return store.Job{}, errDryRun
-	case sub.firing != nil:
-		f := sub.firing
-		return s.st.FireSchedule(ctx, f.schedule, f.occurrence, f.next, rec, first, nil)
-	}
-	return s.st.CreateJob(ctx, rec, first)
 }
 
 // ScheduleRequest creates or updates a schedule: its file, and the job
@@ -205,7 +189,7 @@ func (s *Service) checkScheduledJob(ctx context.Context, who auth.Principal, nam
 	j := sub.Spec.Clone()
 	j.Name = firedJobName(name, s.now())
 	check := sub
-	check.Spec, check.dryRun, check.firing = j, true, nil
+	check.Spec, check.DryRun, check.Create = j, true, nil
 	if _, err := s.SubmitJob(ctx, who, check); err != nil {
 		var e *Error
 		if errors.As(err, &e) {
@@ -241,7 +225,7 @@ func (s *Service) checkScheduledPipeline(ctx context.Context, who auth.Principal
 		return storedSubmission{}, &Error{Code: CodeInvalid, Msg: "create_job: " + err.Error(), Err: err}
 	}
 	p.Name = firedJobName(name, s.now())
-	check := PipelineSubmission{Spec: p, InputSnapshots: sub.InputSnapshots, dryRun: true}
+	check := PipelineSubmission{Spec: p, InputSnapshots: sub.InputSnapshots, DryRun: true}
 	if _, err := s.SubmitPipeline(ctx, who, check); err != nil {
 		var e *Error
 		if errors.As(err, &e) {
@@ -545,7 +529,9 @@ func (s *Service) fireSchedule(ctx context.Context, rec store.Schedule, now time
 	j.Tags = firedTags(j.Tags, rec.Name, fr)
 	sub := Submission{
 		Spec: j, CodeSnapshot: stored.CodeSnapshot, InputSnapshots: stored.InputSnapshots, EnvironmentSnapshot: stored.EnvironmentSnapshot,
-		firing: &firing{schedule: rec.Name, occurrence: fr.Occurrence, next: fr.Next},
+		Create: func(ctx context.Context, job store.Job, first store.Event) (store.Job, error) {
+			return s.st.FireSchedule(ctx, rec.Name, fr.Occurrence, fr.Next, job, first, nil)
+		},
 	}
 	owner := auth.Principal{Kind: auth.KindOwner, Subject: rec.CreatedBy}
 	job, err := s.SubmitJob(ctx, owner, sub)

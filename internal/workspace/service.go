@@ -199,7 +199,12 @@ type Service struct {
 
 	pools *poolLoop // the pool loop (poolloop.go) and its memory
 
-	sweeps *sweepMemory // the sweep loop's memory (sweeps.go)
+	// The workloads registered before Run (jobcore.go): the job types
+	// they drive, their loops, and those of their loops that hear of
+	// every job's change.
+	jobTypes    map[string]JobType
+	controllers []Controller
+	watchers    []JobWatcher
 
 	regs *registrations // outputs owed a data asset registration (outputassets.go)
 
@@ -286,7 +291,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	s.deployCtl = newDeployCtl(s.started)
 	s.instance = newInstanceID()
 	s.pools = newPoolLoop(cfg, s, s.started)
-	s.sweeps = newSweepMemory()
+	s.jobTypes = map[string]JobType{}
 	s.regs = newRegistrations()
 	if _, err := s.st.GetCompute(ctx, "local"); errors.Is(err, store.ErrNotFound) {
 		local := &spec.Compute{Name: "local", Type: "local"}
@@ -337,7 +342,9 @@ func (s *Service) notify(job string, deploy bool) {
 	if deploy {
 		s.kickDeployments()
 	}
-	s.kickSweeps()
+	for _, w := range s.watchers {
+		w.JobChanged(job)
+	}
 	s.pipelineJobChanged(job)
 }
 
@@ -678,6 +685,15 @@ func isUnusable(err error) bool {
 	return errors.As(err, &u)
 }
 
+// jobType is the type of the job v shows: its file's (a pipeline's has
+// none of a command job's).
+func jobType(v *apitypes.Job) string {
+	if v.Spec == nil {
+		return ""
+	}
+	return v.Spec.Type
+}
+
 // ---- jobs ----
 
 // SubmitJob validates and stores a job, which then waits in Queued for a
@@ -693,8 +709,8 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 	if err := j.Validate(); err != nil {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	if j.Type == "sweep" {
-		return s.submitSweep(ctx, who, sub)
+	if t, ok := s.jobTypes[j.Type]; ok {
+		return t.Submit(ctx, who, sub)
 	}
 	rec, err := s.prepareJob(ctx, j, sub)
 	if err != nil {
@@ -708,7 +724,7 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 	rec.Name, rec.Status, rec.CreatedBy, rec.Created = name, apitypes.StatusQueued, who.Subject, now
 	reason := "waiting for a free slot on compute " + rec.Compute
 	created, err := s.createJobRecord(ctx, sub, rec, store.Event{Job: name, Time: now, To: apitypes.StatusQueued, Reason: reason})
-	if errors.Is(err, errDryRun) {
+	if errors.Is(err, ErrDryRun) {
 		return s.jobViewWith(rec, nil)
 	}
 	if err != nil {
@@ -890,8 +906,8 @@ func (s *Service) GetJob(ctx context.Context, name string, history bool) (*apity
 		}
 		v.Params, v.RunTags = rv.Params, rv.Tags
 	}
-	if v.Spec != nil && v.Spec.Type == "sweep" {
-		if v.Sweep, err = s.sweepView(ctx, rec, v.Spec); err != nil {
+	if t, ok := s.jobTypes[jobType(v)]; ok {
+		if err := t.Decorate(ctx, rec, v); err != nil {
 			return nil, err
 		}
 	}

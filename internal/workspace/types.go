@@ -1,7 +1,10 @@
 package workspace
 
 import (
+	"context"
+
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/store"
 
 	"time"
 
@@ -20,11 +23,12 @@ type Submission struct {
 	// EnvironmentSnapshot holds the files an inline environment refers to.
 	EnvironmentSnapshot string
 
-	// firing, when set, makes the job a schedule's firing: stored with
-	// the schedule's record in one transaction (schedules.go).
-	firing *firing
-	// dryRun checks the submission as SubmitJob would and stores nothing.
-	dryRun bool
+	// DryRun checks the submission as SubmitJob would and stores nothing.
+	DryRun bool
+	// Create, when set, stores the job's record in place of the store's
+	// CreateJob: a schedule's firing stores it with the schedule's record
+	// in one transaction.
+	Create func(ctx context.Context, rec store.Job, first store.Event) (store.Job, error)
 }
 
 // maxRunningFor bounds the Running step's age a final report may claim

@@ -1,7 +1,10 @@
-package workspace
+package sweeps
 
 import (
+	"log/slog"
+
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/workspace"
 
 	"context"
 	"encoding/json"
@@ -41,38 +44,97 @@ import (
 // slot of a target; it is Running from submit, and has no lease to renew
 // (expireLeases passes over jobs without a compute).
 
-// sweepTick is how often the sweep loop runs without being woken.
-const sweepTick = time.Second
+// Store is the part of the workspace's store the sweep loop reads and
+// writes: the sweeps and their trials, the trials' jobs and metrics.
+type Store interface {
+	store.Sweeps
+	store.Jobs
+	store.Metrics
+}
 
-// sweepMemory is what the sweep loop keeps between passes: the primary
+// Controller is the sweep loop and the sweep job type (type: sweep):
+// register it with Register. What it keeps between passes is the primary
 // metric of trials that ended, which never changes again, and whether any
 // sweep is open (a job's change wakes the loop only then).
-type sweepMemory struct {
+type Controller struct {
+	jobs workspace.Jobs
+	st   Store
+	log  *slog.Logger
+
 	mu    sync.Mutex
 	ended map[string]endedTrial // by trial job name
 	open  atomic.Int64
-	kick  chan struct{}
+	wake  chan struct{}
 	// lastPass is when the last pass began (real time: it only spaces
 	// passes out); only the loop's goroutine uses it.
 	lastPass time.Time
 }
+
+var (
+	_ workspace.JobType    = (*Controller)(nil)
+	_ workspace.Controller = (*Controller)(nil)
+	_ workspace.JobWatcher = (*Controller)(nil)
+)
 
 type endedTrial struct {
 	status, reason string
 	values         []float64
 }
 
-func newSweepMemory() *sweepMemory {
-	return &sweepMemory{ended: map[string]endedTrial{}, kick: make(chan struct{}, 1)}
+// New makes the sweep loop of a workspace.
+func New(jobs workspace.Jobs, st Store, log *slog.Logger) *Controller {
+	return &Controller{jobs: jobs, st: st, log: log, ended: map[string]endedTrial{}, wake: make(chan struct{}, 1)}
 }
 
-// kickSweeps wakes the sweep loop when a sweep is open.
-func (s *Service) kickSweeps() {
-	if s.sweeps.open.Load() == 0 {
+// Registry is where the server registers a workload: the workspace.
+type Registry interface {
+	RegisterJobType(typ string, t workspace.JobType)
+	RegisterController(c workspace.Controller)
+}
+
+// Register makes sweep jobs c's to submit, show and drive.
+func Register(r Registry, c *Controller) {
+	r.RegisterJobType("sweep", c)
+	r.RegisterController(c)
+}
+
+// Name implements workspace.Controller.
+func (sw *Controller) Name() string { return "sweeps" }
+
+// Interval implements workspace.Controller: the loop runs every second
+// without being woken.
+func (sw *Controller) Interval() time.Duration { return time.Second }
+
+// Wake implements workspace.Controller.
+func (sw *Controller) Wake() <-chan struct{} { return sw.wake }
+
+// Reconcile implements workspace.Controller.
+func (sw *Controller) Reconcile(ctx context.Context) error { return sw.reconcileSweeps(ctx) }
+
+// Submit implements workspace.JobType.
+func (sw *Controller) Submit(ctx context.Context, who auth.Principal, sub workspace.Submission) (*apitypes.Job, error) {
+	return sw.submitSweep(ctx, who, sub)
+}
+
+// Decorate implements workspace.JobType: a sweep's view holds its
+// objective and trials, ranked.
+func (sw *Controller) Decorate(ctx context.Context, rec store.Job, v *apitypes.Job) error {
+	var err error
+	v.Sweep, err = sw.sweepView(ctx, rec, v.Spec)
+	return err
+}
+
+// JobChanged implements workspace.JobWatcher: it wakes the loop when a
+// sweep is open.
+func (sw *Controller) JobChanged(string) { sw.kick() }
+
+// kick wakes the sweep loop when a sweep is open.
+func (sw *Controller) kick() {
+	if sw.open.Load() == 0 {
 		return
 	}
 	select {
-	case s.sweeps.kick <- struct{}{}:
+	case sw.wake <- struct{}{}:
 	default:
 	}
 }
@@ -87,11 +149,11 @@ func sweepRunner(why string) auth.Principal {
 // command job trial 0 would be (compute, environment, inputs, snapshots),
 // picks the seed when the file gives none, and stores the sweep Running.
 // Its trials are created by the sweep loop.
-func (s *Service) submitSweep(ctx context.Context, who auth.Principal, sub Submission) (*apitypes.Job, error) {
+func (sw *Controller) submitSweep(ctx context.Context, who auth.Principal, sub workspace.Submission) (*apitypes.Job, error) {
 	j := sub.Spec.Clone()
 	if j.IsComponentTrial() {
 		var err error
-		if sub, err = s.componentTrial(ctx, j, sub); err != nil {
+		if sub, err = sw.componentTrial(ctx, j, sub); err != nil {
 			return nil, err
 		}
 	}
@@ -103,11 +165,11 @@ func (s *Service) submitSweep(ctx context.Context, who auth.Principal, sub Submi
 	}
 	first, err := sweep.NewSampler(j).Sample(0, nil)
 	if err != nil {
-		return nil, Invalid("search_space: %v", err)
+		return nil, workspace.Invalid("search_space: %v", err)
 	}
 	trialSub := sub
 	trialSub.Spec = j.TrialJob(first)
-	trial, err := s.prepareJob(ctx, trialSub.Spec, trialSub)
+	trial, err := sw.jobs.PrepareJob(ctx, trialSub)
 	if err != nil {
 		return nil, err
 	}
@@ -117,41 +179,41 @@ func (s *Service) submitSweep(ctx context.Context, who auth.Principal, sub Submi
 	}
 	name := j.Name
 	if name == "" {
-		name = newJobName()
+		name = workspace.NewJobName()
 	}
-	now := s.now()
+	now := sw.jobs.Now()
 	rec := store.Job{
 		Name: name, DisplayName: j.DisplayName, ExperimentName: j.ExperimentName,
 		Status: apitypes.StatusRunning, CreatedBy: who.Subject, Spec: specJSON,
 		CodeSnapshot: trial.CodeSnapshot, Inputs: trial.Inputs, Environment: trial.Environment,
 		Created: now, Started: now, Heartbeat: now,
 	}
-	if sub.dryRun { // a schedule's check of what it will fire
-		return s.jobViewWith(rec, nil)
+	if sub.DryRun { // a schedule's check of what it will fire
+		return sw.jobs.JobView(rec)
 	}
 	// The sweep is recorded before its job: a server killed in between
 	// leaves a record the loop skips while no job has its name.
-	if err := s.st.CreateSweep(ctx, name, now); err != nil {
+	if err := sw.st.CreateSweep(ctx, name, now); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil, Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)
+			return nil, workspace.Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)
 		}
 		return nil, err
 	}
 	total, conc := j.TrialLimits()
 	reason := fmt.Sprintf("sweep of %d trials (%d at once) on compute %s", total, conc, trial.Compute)
 	// A schedule's firing stores the job with the occurrence it fires.
-	created, err := s.createJobRecord(ctx, sub, rec, store.Event{Job: name, Time: now, To: apitypes.StatusRunning, Reason: reason})
+	created, err := sw.jobs.CreateJob(ctx, sub, rec, store.Event{Job: name, Time: now, To: apitypes.StatusRunning, Reason: reason})
 	if err != nil {
-		_ = s.st.SweepDone(ctx, name) // the name belongs to another job
+		_ = sw.st.SweepDone(ctx, name) // the name belongs to another job
 		if errors.Is(err, store.ErrConflict) {
-			return nil, Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)
+			return nil, workspace.Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)
 		}
 		return nil, err
 	}
-	s.sweeps.open.Add(1)
-	s.kickSweeps()
-	s.changed(name)
-	return s.jobViewWith(created, nil)
+	sw.open.Add(1)
+	sw.kick()
+	sw.jobs.Changed(name)
+	return sw.jobs.JobView(created)
 }
 
 // sweepPassGap is the least time between two passes of the sweep loop:
@@ -160,23 +222,23 @@ func (s *Service) submitSweep(ctx context.Context, who auth.Principal, sub Submi
 const sweepPassGap = 200 * time.Millisecond
 
 // reconcileSweeps is one pass of the sweep loop over every open sweep.
-func (s *Service) reconcileSweeps(ctx context.Context) error {
-	if wait := sweepPassGap - time.Since(s.sweeps.lastPass); wait > 0 {
+func (sw *Controller) reconcileSweeps(ctx context.Context) error {
+	if wait := sweepPassGap - time.Since(sw.lastPass); wait > 0 {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
 		}
 	}
-	s.sweeps.lastPass = time.Now()
-	names, err := s.st.ListOpenSweeps(ctx)
+	sw.lastPass = time.Now()
+	names, err := sw.st.ListOpenSweeps(ctx)
 	if err != nil {
 		return err
 	}
-	s.sweeps.open.Store(int64(len(names)))
+	sw.open.Store(int64(len(names)))
 	for _, name := range names {
-		if err := s.guard("sweep "+name, func() error { return s.driveSweep(ctx, name) }); err != nil && ctx.Err() == nil {
-			s.log.Error("sweep", "sweep", name, "err", err)
+		if err := sw.jobs.Guard("sweep "+name, func() error { return sw.driveSweep(ctx, name) }); err != nil && ctx.Err() == nil {
+			sw.log.Error("sweep", "sweep", name, "err", err)
 		}
 	}
 	return nil
@@ -192,8 +254,8 @@ type trialState struct {
 }
 
 // driveSweep is one pass over one sweep.
-func (s *Service) driveSweep(ctx context.Context, name string) error {
-	rec, err := s.st.GetJob(ctx, name)
+func (sw *Controller) driveSweep(ctx context.Context, name string) error {
+	rec, err := sw.st.GetJob(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // submitted this moment, or lost before its job: nothing to drive
 	}
@@ -202,12 +264,12 @@ func (s *Service) driveSweep(ctx context.Context, name string) error {
 	}
 	var j spec.Job
 	if err := json.Unmarshal(rec.Spec, &j); err != nil || j.Type != "sweep" {
-		return s.st.SweepDone(ctx, name) // not a sweep's record: leave it
+		return sw.st.SweepDone(ctx, name) // not a sweep's record: leave it
 	}
 	if apitypes.IsTerminal(rec.Status) {
-		return s.st.SweepDone(ctx, name)
+		return sw.st.SweepDone(ctx, name)
 	}
-	trials, err := s.trialStates(ctx, rec, &j)
+	trials, err := sw.trialStates(ctx, rec, &j)
 	if err != nil {
 		return err
 	}
@@ -227,17 +289,17 @@ func (s *Service) driveSweep(ctx context.Context, name string) error {
 		if rec.CancelBy == "" {
 			stop = "canceled"
 		}
-	case j.Limits != nil && j.Limits.Timeout > 0 && s.now().Sub(rec.Started) >= time.Duration(j.Limits.Timeout)*time.Second:
+	case j.Limits != nil && j.Limits.Timeout > 0 && sw.jobs.Now().Sub(rec.Started) >= time.Duration(j.Limits.Timeout)*time.Second:
 		stop = fmt.Sprintf("limits.timeout of %ds reached", j.Limits.Timeout)
 	}
 	if stop != "" {
 		for _, t := range trials {
 			if !apitypes.IsTerminal(t.status) && t.status != apitypes.StatusCancelRequested {
-				s.cancelTrial(ctx, t.row.Job, "sweep "+name+": "+stop)
+				sw.cancelTrial(ctx, t.row.Job, "sweep "+name+": "+stop)
 			}
 		}
 		if active == 0 {
-			return s.endSweep(ctx, name, stopStatus, stop+"; "+s.sweepSummary(&j, trials), nil)
+			return sw.endSweep(ctx, name, stopStatus, stop+"; "+sw.sweepSummary(&j, trials), nil)
 		}
 		return nil
 	}
@@ -249,7 +311,7 @@ func (s *Service) driveSweep(ctx context.Context, name string) error {
 			ts = append(ts, sweep.Trial{Name: t.row.Job, Running: t.status == apitypes.StatusRunning, Values: t.values})
 		}
 		for _, c := range sweep.Terminate(j.EarlyTermination, j.Objective.Goal, ts) {
-			s.cancelTrial(ctx, c.Trial, "sweep "+name+"'s "+c.Reason)
+			sw.cancelTrial(ctx, c.Trial, "sweep "+name+"'s "+c.Reason)
 		}
 	}
 
@@ -267,12 +329,12 @@ func (s *Service) driveSweep(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		row := store.SweepTrial{Sweep: name, Index: idx, Job: trialName(name, idx), Params: raw, Created: s.now()}
-		if err := s.st.AddSweepTrial(ctx, row); err != nil {
+		row := store.SweepTrial{Sweep: name, Index: idx, Job: trialName(name, idx), Params: raw, Created: sw.jobs.Now()}
+		if err := sw.st.AddSweepTrial(ctx, row); err != nil {
 			return err
 		}
-		if err := s.createTrial(ctx, rec, &j, row, params); err != nil {
-			return s.failSweep(ctx, name, trials, &j, err)
+		if err := sw.createTrial(ctx, rec, &j, row, params); err != nil {
+			return sw.failSweep(ctx, name, trials, &j, err)
 		}
 		trials = append(trials, trialState{row: row, params: params, status: apitypes.StatusQueued})
 		active++
@@ -284,29 +346,29 @@ func (s *Service) driveSweep(ctx context.Context, name string) error {
 				status = apitypes.StatusCompleted
 			}
 		}
-		out, err := s.bestTrialOutputs(ctx, &j, trials)
+		out, err := sw.bestTrialOutputs(ctx, &j, trials)
 		if err != nil {
 			return err
 		}
-		return s.endSweep(ctx, name, status, s.sweepSummary(&j, trials), out)
+		return sw.endSweep(ctx, name, status, sw.sweepSummary(&j, trials), out)
 	}
-	return s.sweepProgress(ctx, rec, fmt.Sprintf("%d of %d trials started, %d unfinished", len(trials), total, active)+bestSoFar(&j, trials))
+	return sw.sweepProgress(ctx, rec, fmt.Sprintf("%d of %d trials started, %d unfinished", len(trials), total, active)+bestSoFar(&j, trials))
 }
 
 // sweepProgress keeps a running sweep's status reason up to date, with a
 // write only when it changes.
-func (s *Service) sweepProgress(ctx context.Context, rec store.Job, reason string) error {
+func (sw *Controller) sweepProgress(ctx context.Context, rec store.Job, reason string) error {
 	if rec.StatusReason == reason {
 		return nil
 	}
-	_, err := s.st.UpdateJob(ctx, rec.Name, func(j *store.Job) (*store.Event, error) {
+	_, err := sw.st.UpdateJob(ctx, rec.Name, func(j *store.Job) (*store.Event, error) {
 		if j.Status == apitypes.StatusRunning {
 			j.StatusReason = reason
 		}
 		return nil, nil
 	})
 	if err == nil {
-		s.changed(rec.Name)
+		sw.jobs.Changed(rec.Name)
 	}
 	return err
 }
@@ -318,8 +380,8 @@ func trialName(sweepName string, idx int) string { return sweepName + "_" + strc
 // trialStates reads a sweep's trials with their status and primary
 // metric, creating the job of any stored trial that has none yet (the
 // server was killed between the two writes).
-func (s *Service) trialStates(ctx context.Context, rec store.Job, j *spec.Job) ([]trialState, error) {
-	rows, err := s.st.ListSweepTrials(ctx, rec.Name)
+func (sw *Controller) trialStates(ctx context.Context, rec store.Job, j *spec.Job) ([]trialState, error) {
+	rows, err := sw.st.ListSweepTrials(ctx, rec.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -330,17 +392,17 @@ func (s *Service) trialStates(ctx context.Context, rec store.Job, j *spec.Job) (
 		if err := json.Unmarshal(row.Params, &t.params); err != nil {
 			return nil, fmt.Errorf("trial %s: parameters: %w", row.Job, err)
 		}
-		s.sweeps.mu.Lock()
-		e, ended := s.sweeps.ended[row.Job]
-		s.sweeps.mu.Unlock()
+		sw.mu.Lock()
+		e, ended := sw.ended[row.Job]
+		sw.mu.Unlock()
 		if ended {
 			t.status, t.reason, t.values = e.status, e.reason, e.values
 			out = append(out, t)
 			continue
 		}
-		tr, err := s.st.GetJob(ctx, row.Job)
+		tr, err := sw.st.GetJob(ctx, row.Job)
 		if errors.Is(err, store.ErrNotFound) {
-			if err := s.createTrial(ctx, rec, j, row, t.params); err != nil {
+			if err := sw.createTrial(ctx, rec, j, row, t.params); err != nil {
 				return nil, err
 			}
 			t.status = apitypes.StatusQueued
@@ -351,15 +413,15 @@ func (s *Service) trialStates(ctx context.Context, rec store.Job, j *spec.Job) (
 			return nil, err
 		}
 		t.status, t.reason = tr.Status, tr.StatusReason
-		ms, err := s.st.ListMetrics(ctx, row.Job, metric)
+		ms, err := sw.st.ListMetrics(ctx, row.Job, metric)
 		if err != nil {
 			return nil, err
 		}
 		t.values = finiteValues(ms)
 		if apitypes.IsTerminal(tr.Status) {
-			s.sweeps.mu.Lock()
-			s.sweeps.ended[row.Job] = endedTrial{status: t.status, reason: t.reason, values: t.values}
-			s.sweeps.mu.Unlock()
+			sw.mu.Lock()
+			sw.ended[row.Job] = endedTrial{status: t.status, reason: t.reason, values: t.values}
+			sw.mu.Unlock()
 		}
 		out = append(out, t)
 	}
@@ -398,28 +460,28 @@ func sweepHistory(j *spec.Job, trials []trialState) []sweep.Observation {
 // and environment, with the search space bound through the sweep's
 // inputs. A component file is the client's to read: `ferry job create`
 // sends its trial inline.
-func (s *Service) componentTrial(ctx context.Context, j *spec.Job, sub Submission) (Submission, error) {
+func (sw *Controller) componentTrial(ctx context.Context, j *spec.Job, sub workspace.Submission) (workspace.Submission, error) {
 	ref := j.Trial.Ref
 	if !strings.HasPrefix(ref, "azureml:") {
-		return sub, Invalid("trial: %q is a file on the client's machine; `ferry job create` reads it and sends the trial inline", ref)
+		return sub, workspace.Invalid("trial: %q is a file on the client's machine; `ferry job create` reads it and sends the trial inline", ref)
 	}
 	name, version, err := spec.ParseComponentRef(ref)
 	if err != nil {
-		return sub, Invalid("trial: %v", err)
+		return sub, workspace.Invalid("trial: %v", err)
 	}
-	c, err := s.GetComponent(ctx, name, version)
+	c, err := sw.jobs.GetComponent(ctx, name, version)
 	if err != nil {
-		var e *Error
-		if errors.As(err, &e) && e.Code == CodeNotFound {
-			return sub, NotFound("trial: %s", spec.RegistryMiss(ref, e.Msg))
+		var e *workspace.Error
+		if errors.As(err, &e) && e.Code == workspace.CodeNotFound {
+			return sub, workspace.NotFound("trial: %s", spec.RegistryMiss(ref, e.Msg))
 		}
 		return sub, err
 	}
 	if err := j.UseComponentTrial(c.Spec); err != nil {
-		return sub, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return sub, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	if err := j.Validate(); err != nil {
-		return sub, &Error{Code: CodeInvalid, Msg: fmt.Sprintf("with the trial of component %s: %v", ref, err), Err: err}
+		return sub, &workspace.Error{Code: workspace.CodeInvalid, Msg: fmt.Sprintf("with the trial of component %s: %v", ref, err), Err: err}
 	}
 	if sub.CodeSnapshot == "" {
 		sub.CodeSnapshot = c.Spec.CodeSnapshot
@@ -433,7 +495,7 @@ func (s *Service) componentTrial(ctx context.Context, j *spec.Job, sub Submissio
 
 // createTrial creates the job of a stored trial; a job of that name
 // already there is that trial's.
-func (s *Service) createTrial(ctx context.Context, parent store.Job, j *spec.Job, row store.SweepTrial, params sweep.Params) error {
+func (sw *Controller) createTrial(ctx context.Context, parent store.Job, j *spec.Job, row store.SweepTrial, params sweep.Params) error {
 	tj := j.TrialJob(params)
 	tj.Name = row.Job
 	tj.DisplayName = fmt.Sprintf("%s trial %d", firstOf(j.DisplayName, parent.Name), row.Index)
@@ -441,7 +503,7 @@ func (s *Service) createTrial(ctx context.Context, parent store.Job, j *spec.Job
 		tj.Tags = map[string]string{}
 	}
 	tj.Tags["ferry.sweep"], tj.Tags["ferry.trial"] = parent.Name, strconv.Itoa(row.Index)
-	computeName, err := s.jobCompute(ctx, tj)
+	computeName, err := sw.jobs.JobCompute(ctx, tj)
 	if err != nil {
 		return err
 	}
@@ -449,31 +511,31 @@ func (s *Service) createTrial(ctx context.Context, parent store.Job, j *spec.Job
 	if err != nil {
 		return err
 	}
-	now := s.now()
+	now := sw.jobs.Now()
 	rec := store.Job{
 		Name: row.Job, DisplayName: tj.DisplayName, ExperimentName: tj.ExperimentName,
-		Compute: computeName, Status: apitypes.StatusQueued, Priority: priorityOf(tj), CreatedBy: parent.CreatedBy,
+		Compute: computeName, Status: apitypes.StatusQueued, Priority: workspace.PriorityOf(tj), CreatedBy: parent.CreatedBy,
 		Spec: specJSON, CodeSnapshot: parent.CodeSnapshot, Inputs: parent.Inputs, Environment: parent.Environment,
 		Created: now,
 	}
 	reason := fmt.Sprintf("trial %d of sweep %s (%s); waiting for a free slot on compute %s", row.Index, parent.Name, paramsText(params), computeName)
-	_, err = s.st.CreateJob(ctx, rec, store.Event{Job: row.Job, Time: now, To: apitypes.StatusQueued, Reason: reason})
+	_, err = sw.st.CreateJob(ctx, rec, store.Event{Job: row.Job, Time: now, To: apitypes.StatusQueued, Reason: reason})
 	if errors.Is(err, store.ErrConflict) {
-		return s.ownTrial(ctx, parent.Name, row)
+		return sw.ownTrial(ctx, parent.Name, row)
 	}
 	if err != nil {
 		return err
 	}
-	s.changed(row.Job)
-	s.wakeDispatcher()
+	sw.jobs.Changed(row.Job)
+	sw.jobs.WakeDispatcher()
 	return nil
 }
 
 // ownTrial checks that the job that has a trial's name is that trial
 // (created by an earlier pass), not a job of the user's that happens to be
 // named SWEEP_N.
-func (s *Service) ownTrial(ctx context.Context, sweepName string, row store.SweepTrial) error {
-	rec, err := s.st.GetJob(ctx, row.Job)
+func (sw *Controller) ownTrial(ctx context.Context, sweepName string, row store.SweepTrial) error {
+	rec, err := sw.st.GetJob(ctx, row.Job)
 	if err != nil {
 		return err
 	}
@@ -481,7 +543,7 @@ func (s *Service) ownTrial(ctx context.Context, sweepName string, row store.Swee
 	if json.Unmarshal(rec.Spec, &j) == nil && j.Tags["ferry.sweep"] == sweepName && j.Tags["ferry.trial"] == strconv.Itoa(row.Index) {
 		return nil
 	}
-	return Conflict("trial %d of sweep %s would be job %s, but a job of that name exists already; submit the sweep under another name", row.Index, sweepName, row.Job)
+	return workspace.Conflict("trial %d of sweep %s would be job %s, but a job of that name exists already; submit the sweep under another name", row.Index, sweepName, row.Job)
 }
 
 // paramsText writes parameters as name=value, by name.
@@ -504,31 +566,31 @@ func firstOf(ss ...string) string {
 }
 
 // cancelTrial cancels a trial, why being who canceled it.
-func (s *Service) cancelTrial(ctx context.Context, job, why string) {
-	if _, err := s.CancelJob(ctx, sweepRunner(why), job); err != nil && CodeOf(err) != CodeConflict {
-		s.log.Error("cancel trial", "job", job, "err", err)
+func (sw *Controller) cancelTrial(ctx context.Context, job, why string) {
+	if _, err := sw.jobs.CancelJob(ctx, sweepRunner(why), job); err != nil && workspace.CodeOf(err) != workspace.CodeConflict {
+		sw.log.Error("cancel trial", "job", job, "err", err)
 	}
 }
 
 // failSweep ends a sweep whose trial could not be created (its compute
 // went, say): the trials running go on to their end, none is added.
-func (s *Service) failSweep(ctx context.Context, name string, trials []trialState, j *spec.Job, cause error) error {
-	if CodeOf(cause) == CodeInternal {
+func (sw *Controller) failSweep(ctx context.Context, name string, trials []trialState, j *spec.Job, cause error) error {
+	if workspace.CodeOf(cause) == workspace.CodeInternal {
 		return cause // the store's trouble: the next pass tries again
 	}
 	for _, t := range trials {
 		if !apitypes.IsTerminal(t.status) {
-			s.cancelTrial(ctx, t.row.Job, "sweep "+name+" failed")
+			sw.cancelTrial(ctx, t.row.Job, "sweep "+name+" failed")
 		}
 	}
-	return s.endSweep(ctx, name, apitypes.StatusFailed, "a trial could not be created: "+cause.Error(), nil)
+	return sw.endSweep(ctx, name, apitypes.StatusFailed, "a trial could not be created: "+cause.Error(), nil)
 }
 
 // bestTrialOutputs are the outputs of the best trial that completed (by
 // the primary metric), which become the sweep's own, as in Azure ML: a
 // pipeline step after a sweep step takes them. nil when no completed
 // trial logged the metric.
-func (s *Service) bestTrialOutputs(ctx context.Context, j *spec.Job, trials []trialState) (json.RawMessage, error) {
+func (sw *Controller) bestTrialOutputs(ctx context.Context, j *spec.Job, trials []trialState) (json.RawMessage, error) {
 	for _, t := range rankTrials(j, trials) {
 		if t.Objective == nil {
 			break
@@ -536,7 +598,7 @@ func (s *Service) bestTrialOutputs(ctx context.Context, j *spec.Job, trials []tr
 		if t.Status != apitypes.StatusCompleted {
 			continue
 		}
-		rec, err := s.st.GetJob(ctx, t.Name)
+		rec, err := sw.st.GetJob(ctx, t.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -547,31 +609,9 @@ func (s *Service) bestTrialOutputs(ctx context.Context, j *spec.Job, trials []tr
 
 // endSweep records the end of a sweep, with the outputs of its best
 // trial (nil: none), and stops driving it.
-func (s *Service) endSweep(ctx context.Context, name, status, reason string, outputs json.RawMessage) error {
-	completed := false // the outputs it owes a registration are to register
-	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		completed = false
-		if apitypes.IsTerminal(j.Status) {
-			return nil, nil
-		}
-		from, now := j.Status, s.now()
-		j.Status, j.StatusReason, j.Ended = status, reason, now
-		if len(outputs) > 0 {
-			j.Outputs = outputs
-		}
-		completed = status == apitypes.StatusCompleted
-		j.Outputs = owedOutputs(j.Outputs, j.Spec, completed)
-		return &store.Event{Job: name, Time: now, From: from, To: status, Reason: reason}, nil
-	})
-	if err != nil {
+func (sw *Controller) endSweep(ctx context.Context, name, status, reason string, outputs json.RawMessage) error {
+	if err := sw.jobs.EndJob(ctx, name, status, reason, outputs); err != nil {
 		return err
 	}
-	if completed {
-		s.registerOwed(ctx, name)
-	}
-	s.mu.Lock()
-	delete(s.heartbeats, name)
-	s.mu.Unlock()
-	s.changed(name)
-	return s.st.SweepDone(ctx, name)
+	return sw.st.SweepDone(ctx, name)
 }

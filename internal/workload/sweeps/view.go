@@ -1,4 +1,4 @@
-package workspace
+package sweeps
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
@@ -19,7 +19,7 @@ import (
 // the summary its status reason carries.
 
 // sweepSummary says how a sweep's trials ended and which is best.
-func (s *Service) sweepSummary(j *spec.Job, trials []trialState) string {
+func (sw *Controller) sweepSummary(j *spec.Job, trials []trialState) string {
 	counts := map[string]int{}
 	for _, t := range trials {
 		counts[t.status]++
@@ -76,8 +76,8 @@ func rankTrials(j *spec.Job, trials []trialState) []apitypes.SweepTrialView {
 }
 
 // sweepView reads a sweep's trials for its view.
-func (s *Service) sweepView(ctx context.Context, rec store.Job, j *spec.Job) (*apitypes.SweepView, error) {
-	rows, err := s.st.ListSweepTrials(ctx, rec.Name)
+func (sw *Controller) sweepView(ctx context.Context, rec store.Job, j *spec.Job) (*apitypes.SweepView, error) {
+	rows, err := sw.st.ListSweepTrials(ctx, rec.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -86,11 +86,11 @@ func (s *Service) sweepView(ctx context.Context, rec store.Job, j *spec.Job) (*a
 	for _, row := range rows {
 		t := trialState{row: row, status: apitypes.StatusQueued, reason: "being created"}
 		_ = json.Unmarshal(row.Params, &t.params)
-		tr, err := s.st.GetJob(ctx, row.Job)
+		tr, err := sw.st.GetJob(ctx, row.Job)
 		if err == nil {
 			computeName = firstOf(computeName, tr.Compute)
 			t.status, t.reason = tr.Status, tr.StatusReason
-			ms, err := s.st.ListMetrics(ctx, row.Job, j.Objective.PrimaryMetric)
+			ms, err := sw.st.ListMetrics(ctx, row.Job, j.Objective.PrimaryMetric)
 			if err != nil {
 				return nil, err
 			}

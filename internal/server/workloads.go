@@ -1,0 +1,15 @@
+package server
+
+import (
+	"log/slog"
+
+	"github.com/ferry-ml/ferry/internal/store"
+	"github.com/ferry-ml/ferry/internal/workload/sweeps"
+	"github.com/ferry-ml/ferry/internal/workspace"
+)
+
+// registerWorkloads plugs what is built from jobs into the job core, each
+// workload a package of its own under internal/workload: one line each.
+func registerWorkloads(ws *workspace.Service, st store.Store, log *slog.Logger) {
+	sweeps.Register(ws, sweeps.New(ws, st, log))
+}

@@ -1,0 +1,218 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/store"
+)
+
+// The job core and the workloads around it. The Service keeps computes,
+// jobs, their dispatch, runs, logs and metrics; what is built from jobs
+// (sweeps, and in time schedules, pipelines and endpoints) lives in a
+// package of its own, sees the core through Jobs, and plugs into it in
+// three ways, all registered by the server before Run:
+//
+//   - a JobType takes the submits of the job type it drives and adds its
+//     view to the job's (GetJob);
+//   - a Controller is one reconcile loop, with its own state, run by Run
+//     on its tick and whenever its wake channel fires;
+//   - a controller that is also a JobWatcher hears of every job's change.
+//
+// The core names none of them: a new workload is a package and one
+// registration in the server.
+
+// Jobs is what the core offers a workload. The Service is one; every
+// method is safe for concurrent use.
+type Jobs interface {
+	// PrepareJob checks a command job as SubmitJob would (compute,
+	// environment, inputs, snapshots) and returns its record, unstored and
+	// unnamed.
+	PrepareJob(ctx context.Context, sub Submission) (store.Job, error)
+	// CreateJob stores rec, a job record a workload made, with its first
+	// event, as sub says (sub.Create; ErrDryRun for a dry run). It wakes
+	// nobody: the caller calls Changed, and WakeDispatcher for a job that
+	// needs a slot.
+	CreateJob(ctx context.Context, sub Submission, rec store.Job, first store.Event) (store.Job, error)
+	// EndJob ends a job that has no runner (a workload's own record) with
+	// status and reason, and outputs when not nil; the outputs it owes a
+	// data asset are registered when it completed. A job already ended
+	// is left as it is.
+	EndJob(ctx context.Context, name, status, reason string, outputs json.RawMessage) error
+	// CancelJob asks for a job's end, who being who asked.
+	CancelJob(ctx context.Context, who auth.Principal, name string) (*apitypes.Job, error)
+	// JobView is a stored job as the API shows it.
+	JobView(rec store.Job) (*apitypes.Job, error)
+	// JobCompute is the compute a job runs on: its own, or the serverless
+	// cluster of its resources.
+	JobCompute(ctx context.Context, j *spec.Job) (string, error)
+	// GetComponent reads a registered component ("" version: the latest).
+	GetComponent(ctx context.Context, name, version string) (*apitypes.Component, error)
+	// Changed wakes those waiting on job, and the JobWatchers.
+	Changed(job string)
+	// WakeDispatcher asks for a dispatch pass: a job was queued.
+	WakeDispatcher()
+	// Guard runs fn and turns a panic into an error naming what: a bad
+	// record costs its own pass, never the server.
+	Guard(what string, fn func() error) error
+	// Now is the workspace's clock.
+	Now() time.Time
+}
+
+var _ Jobs = (*Service)(nil)
+
+// JobType is a type of job a workload drives (type: sweep): the core
+// validates the job file and hands the submit over.
+type JobType interface {
+	// Submit stores a valid job of this type, as sub says (a dry run
+	// stores nothing).
+	Submit(ctx context.Context, who auth.Principal, sub Submission) (*apitypes.Job, error)
+	// Decorate adds to v, the job as GetJob shows it, what the type
+	// shows of it (a sweep's trials).
+	Decorate(ctx context.Context, rec store.Job, v *apitypes.Job) error
+}
+
+// Controller is a reconcile loop of a workload. Reconcile is one pass,
+// run every Interval and whenever Wake fires (a nil channel never does);
+// a pass's error is logged and the loop goes on, a panic costs the pass.
+type Controller interface {
+	Name() string
+	Interval() time.Duration
+	Wake() <-chan struct{}
+	Reconcile(ctx context.Context) error
+}
+
+// JobWatcher is a controller's optional power: it hears of every job's
+// change (status, logs, metrics), on the changer's goroutine, so it only
+// notes the change or wakes its loop.
+type JobWatcher interface {
+	JobChanged(job string)
+}
+
+// ErrDryRun is what CreateJob answers a dry run with: the submission
+// was checked, nothing was stored.
+var ErrDryRun = errors.New("dry run")
+
+// RegisterJobType makes typ's submits and views the workload's. Call it
+// before Run and before the API serves.
+func (s *Service) RegisterJobType(typ string, t JobType) {
+	s.jobTypes[typ] = t
+}
+
+// RegisterController adds a workload's loop to those Run runs, and to
+// the JobWatchers when it is one. Call it before Run and before the API
+// serves.
+func (s *Service) RegisterController(c Controller) {
+	s.controllers = append(s.controllers, c)
+	if w, ok := c.(JobWatcher); ok {
+		s.watchers = append(s.watchers, w)
+	}
+}
+
+// PrepareJob implements Jobs.
+func (s *Service) PrepareJob(ctx context.Context, sub Submission) (store.Job, error) {
+	return s.prepareJob(ctx, sub.Spec, sub)
+}
+
+// CreateJob implements Jobs.
+func (s *Service) CreateJob(ctx context.Context, sub Submission, rec store.Job, first store.Event) (store.Job, error) {
+	return s.createJobRecord(ctx, sub, rec, first)
+}
+
+// createJobRecord stores a submitted job: through the submission's own
+// Create when it has one (a schedule's firing), not at all for a dry run.
+func (s *Service) createJobRecord(ctx context.Context, sub Submission, rec store.Job, first store.Event) (store.Job, error) {
+	switch {
+	case sub.DryRun:
+		return store.Job{}, ErrDryRun
+	case sub.Create != nil:
+		return sub.Create(ctx, rec, first)
+	}
+	return s.st.CreateJob(ctx, rec, first)
+}
+
+// EndJob implements Jobs.
+func (s *Service) EndJob(ctx context.Context, name, status, reason string, outputs json.RawMessage) error {
+	completed := false // the outputs it owes a registration are to register
+	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+		completed = false
+		if apitypes.IsTerminal(j.Status) {
+			return nil, nil
+		}
+		from, now := j.Status, s.now()
+		j.Status, j.StatusReason, j.Ended = status, reason, now
+		if len(outputs) > 0 {
+			j.Outputs = outputs
+		}
+		completed = status == apitypes.StatusCompleted
+		j.Outputs = owedOutputs(j.Outputs, j.Spec, completed)
+		return &store.Event{Job: name, Time: now, From: from, To: status, Reason: reason}, nil
+	})
+	if err != nil {
+		return err
+	}
+	if completed {
+		s.registerOwed(ctx, name)
+	}
+	s.mu.Lock()
+	delete(s.heartbeats, name)
+	s.mu.Unlock()
+	s.changed(name)
+	return nil
+}
+
+// JobView implements Jobs.
+func (s *Service) JobView(rec store.Job) (*apitypes.Job, error) { return s.jobViewWith(rec, nil) }
+
+// JobCompute implements Jobs.
+func (s *Service) JobCompute(ctx context.Context, j *spec.Job) (string, error) {
+	return s.jobCompute(ctx, j)
+}
+
+// Changed implements Jobs.
+func (s *Service) Changed(job string) { s.changed(job) }
+
+// WakeDispatcher implements Jobs.
+func (s *Service) WakeDispatcher() { s.wakeDispatcher() }
+
+// Guard implements Jobs.
+func (s *Service) Guard(what string, fn func() error) error { return s.guard(what, fn) }
+
+// Now implements Jobs.
+func (s *Service) Now() time.Time { return s.now() }
+
+// NewJobName is a fresh job name, as a job submitted without one gets.
+func NewJobName() string { return newJobName() }
+
+// PriorityOf is the priority a job's file gives it (queue_settings).
+func PriorityOf(j *spec.Job) int { return priorityOf(j) }
+
+// RunPass runs one pass of one of the core's loops now, as its tick
+// would ("dispatch", "lease check", "pools", "engine reconcile") or of a
+// registered controller by its Name: for the tests of workloads, which
+// drive the loops by hand on a fake clock.
+func (s *Service) RunPass(ctx context.Context, name string) error {
+	switch name {
+	case "dispatch":
+		err := s.dispatch(ctx)
+		s.handOffs.Wait()
+		return err
+	case "lease check":
+		return s.expireLeases(ctx)
+	case "pools":
+		return s.reconcilePools(ctx)
+	case "engine reconcile":
+		return s.reconcileEngines(ctx)
+	}
+	for _, c := range s.controllers {
+		if c.Name() == name {
+			return c.Reconcile(ctx)
+		}
+	}
+	return errors.New("no loop named " + name)
+}
