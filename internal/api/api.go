@@ -34,6 +34,7 @@ const (
 // Server is the HTTP API of one workspace.
 type Server struct {
 	ws     *workspace.Service
+	wl     Workloads
 	tokens store.Store
 	log    *slog.Logger
 	mux    *http.ServeMux
@@ -52,9 +53,13 @@ type route struct {
 	upgrade               bool                                                                   // answers 101 and carries a session stream (raw)
 }
 
+// Workloads are the workloads built on the job core whose routes the API
+// serves beside the core's, each through its own package (internal/workload).
+type Workloads struct{}
+
 // New makes the API server. tokens is where API tokens are looked up.
-func New(ws *workspace.Service, tokens store.Store, log *slog.Logger) *Server {
-	s := &Server{ws: ws, tokens: tokens, log: log, mux: http.NewServeMux()}
+func New(ws *workspace.Service, wl Workloads, tokens store.Store, log *slog.Logger) *Server {
+	s := &Server{ws: ws, wl: wl, tokens: tokens, log: log, mux: http.NewServeMux()}
 	s.routes = []route{
 		{method: "GET", path: "/healthz", summary: "Liveness check", public: true, handle: s.healthz},
 		{method: "GET", path: "/openapi.json", summary: "This API's OpenAPI document", public: true, handle: s.openapi},

@@ -81,7 +81,7 @@ func TestEndpointRoutesAreForOwners(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	api := New(ws, st, slog.New(slog.DiscardHandler))
+	api := New(ws, Workloads{}, st, slog.New(slog.DiscardHandler))
 	api.MountGateway(gw, gw.Metrics())
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)

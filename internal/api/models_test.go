@@ -52,7 +52,7 @@ func TestModelRoutesAreForOwners(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	srv := httptest.NewServer(New(ws, st, slog.New(slog.DiscardHandler)))
+	srv := httptest.NewServer(New(ws, Workloads{}, st, slog.New(slog.DiscardHandler)))
 	t.Cleanup(srv.Close)
 
 	for _, r := range [][2]string{

@@ -92,7 +92,7 @@ func testServer(t *testing.T, prov *paperProvider) (*httptest.Server, string) {
 	if err := st.CreateToken(ctx, store.Token{Hash: auth.Hash(secret), Kind: auth.KindOwner, Subject: "owner", Created: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(ws, st, slog.New(slog.DiscardHandler)))
+	srv := httptest.NewServer(New(ws, Workloads{}, st, slog.New(slog.DiscardHandler)))
 	t.Cleanup(srv.Close)
 	return srv, secret
 }

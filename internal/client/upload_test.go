@@ -53,7 +53,7 @@ func testWorkspace(t *testing.T, requests *atomic.Int64) (string, string, *blob.
 	if err := st.CreateToken(context.Background(), store.Token{Hash: auth.Hash(secret), Kind: auth.KindOwner, Subject: "owner", Created: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	h := api.New(ws, st, slog.New(slog.DiscardHandler))
+	h := api.New(ws, api.Workloads{}, st, slog.New(slog.DiscardHandler))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/v1/blobs/") && r.URL.Path != "/v1/blobs/missing" && r.Method != "GET" {
 			requests.Add(1)

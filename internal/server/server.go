@@ -293,7 +293,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	registerWorkloads(ws, st, cfg.Log)
-	apiServer := api.New(ws, st, cfg.Log)
+	apiServer := api.New(ws, api.Workloads{}, st, cfg.Log)
 	apiServer.MountGateway(gw, gw.Metrics())
 	handler, err := withStudio(apiServer, studioSessions{st}, cfg.Log)
 	if err != nil {
