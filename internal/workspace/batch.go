@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/workload/serving"
 
 	"bytes"
 	"cmp"
@@ -638,9 +639,9 @@ func (s *Service) ListBatchJobs(ctx context.Context, endpoint string) ([]*apityp
 // batchdriver.MLflowScript) and settings. AZUREML_MODEL_DIR is as for an online
 // deployment's replica (modelDir).
 func batchCommand(d *spec.BatchDeployment, hasModel bool, modelFolder string) string {
-	q := shellQuote
+	q := serving.ShellQuote
 	var b strings.Builder
-	setup, dir := modelDir(hasModel, modelFolder)
+	setup, dir := serving.ModelDir(hasModel, modelFolder)
 	b.WriteString(setup)
 	b.WriteString(`export AML_APP_ROOT="$PWD"` + dir)
 	script := `"${{inputs.ferry_batch_driver}}/` + batchdriver.MLflowScript + `"`

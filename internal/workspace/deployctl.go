@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/workload/serving"
 
 	"bytes"
 	"cmp"
@@ -803,9 +804,9 @@ func (s *Service) replicaFailure(j store.Job) string {
 // socket and the port alike, and refuses to start without one.
 // AZUREML_MODEL_DIR is as modelDir lays it out.
 func replicaCommand(d *spec.OnlineDeployment, hasModel bool, modelFolder string) string {
-	q := shellQuote
+	q := serving.ShellQuote
 	var b strings.Builder
-	setup, dir := modelDir(hasModel, modelFolder)
+	setup, dir := serving.ModelDir(hasModel, modelFolder)
 	b.WriteString(setup)
 	b.WriteString("export AZUREML_ENTRY_SCRIPT=" + q(d.CodeConfiguration.ScoringScript) + ` AML_APP_ROOT="$PWD"` + dir)
 	if _, ok := d.EnvironmentVariables["WORKER_COUNT"]; !ok {
@@ -814,34 +815,6 @@ func replicaCommand(d *spec.OnlineDeployment, hasModel bool, modelFolder string)
 	b.WriteString(`; exec python3 -u "${{inputs.ferry_inference_server}}/` + inferenceserver.Program + `" --script ` + q(d.CodeConfiguration.ScoringScript) +
 		` --host "${MASTER_ADDR:-127.0.0.1}" --port 0 --unix "$PWD/` + ReplicaSocket + `" ` + inferenceserver.RequireSecretFlag)
 	return b.String()
-}
-
-// modelDir is the shell that lays out AZUREML_MODEL_DIR as Azure does
-// (setup, which ends in "&& " when not empty) and the variable's
-// assignment (" AZUREML_MODEL_DIR=..."), for a job with the model as its
-// input model: a model that is a file is in the input's folder by its
-// name, so that folder is the variable; a model that is a folder is a
-// folder under its own name in .azureml-models, the variable.
-//
-// That folder must be a real one, not a link to the input: a scoring
-// script that walks the variable with os.walk, which does not follow
-// links, would find nothing. The input is moved there, not copied nor
-// linked: the runner extracts each attempt's inputs as copies of their
-// own (the node's blob cache is never hard-linked into a job), in the
-// attempt's folder, on one file system (and one mount, in a container)
-// with its working directory, so the move is a rename that costs
-// nothing, and a replica writing into its model changes no other
-// replica's files, nor the cache.
-func modelDir(hasModel bool, modelFolder string) (setup, assign string) {
-	switch {
-	case hasModel && modelFolder != "":
-		dest := ".azureml-models/" + shellQuote(modelFolder)
-		return `mkdir -p .azureml-models && rm -rf ` + dest + ` && mv "${{inputs.model}}" ` + dest + " && ",
-			` AZUREML_MODEL_DIR="$PWD/.azureml-models"`
-	case hasModel:
-		return "", ` AZUREML_MODEL_DIR="${{inputs.model}}"`
-	}
-	return "", ""
 }
 
 // ReplicaSocketDir is the folder, in a replica job's working directory,
@@ -853,10 +826,6 @@ const ReplicaSocketDir = ".ferry-replica"
 // ReplicaSocket is the path of a replica's Unix socket in its job's
 // working directory (its workers' are beside it, ReplicaSocket.wN).
 const ReplicaSocket = ReplicaSocketDir + "/replica.sock"
-
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
 
 // submitReplica creates a replica's job.
 func (s *Service) submitReplica(ctx context.Context, rec store.Deployment, doc *deploymentDoc, r replicaRec) error {
