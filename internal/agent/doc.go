@@ -3,7 +3,7 @@
 // joins the workspace with the compute's join token, reports what the node
 // is (CPUs, memory, GPUs), renews the node's lease with heartbeats that say
 // which attempts run there, long-polls for assignments and starts one
-// `ferry runner` per assignment (DESIGN.md sections 3 and 4). It also
+// `ferry runner` per assignment (docs/architecture.md, "How a job runs"). It also
 // serves the exec, shell and port-forward sessions of its instance
 // (package session), which its polls ask for. It speaks only the wire
 // protocols of packages nodeproto and session and links no server code.

@@ -87,7 +87,7 @@ type Outputs struct {
 	Artifacts string            `json:"artifacts,omitempty"`
 	Named     map[string]string `json:"named,omitempty"`
 	// Skipped lists the entries the runner left out because they were
-	// unsafe or over a limit (DESIGN.md section 7: outputs are never lost
+	// unsafe or over a limit (docs/architecture.md, "Failure": outputs are never lost
 	// wholesale); SkippedMore counts those past MaxSkippedOutputs.
 	Skipped     []SkippedOutput `json:"skipped,omitempty"`
 	SkippedMore int             `json:"skipped_more,omitempty"`

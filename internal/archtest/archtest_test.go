@@ -1,4 +1,5 @@
-// Package archtest guards the dependency direction of DESIGN.md section 9:
+// Package archtest guards the dependency direction of docs/architecture.md
+// ("Packages and the direction of dependencies"):
 // api → workspace → (store, scheduler, compute …); drivers never import the
 // api; cmd/ only wires.
 package archtest
@@ -155,7 +156,7 @@ func TestDependencyDirection(t *testing.T) {
 					target = mod + b
 				}
 				if dep == target || (strings.HasSuffix(target, "/") && strings.HasPrefix(dep, target)) {
-					t.Errorf("%s depends on %s, which DESIGN.md's layering forbids", pkg, dep)
+					t.Errorf("%s depends on %s, which the layering of docs/architecture.md forbids", pkg, dep)
 				}
 			}
 		}

@@ -1,6 +1,6 @@
 // Package compute defines compute targets: the places where job attempts run.
 //
-// A Target only knows how to get a runner onto compute (DESIGN.md section 3):
+// A Target only knows how to get a runner onto compute (docs/architecture.md, "How a job runs"):
 // the local target starts `ferry runner` processes on this machine, pool
 // targets will hand assignments to agents, Slurm and Kubernetes will start
 // the runner through their own schedulers. Everything a job does once it runs

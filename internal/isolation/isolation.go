@@ -1,6 +1,6 @@
 // Package isolation keeps the jobs that run on the server's own host (the
 // local target and process-provider nodes) away from the workspace's data
-// directory, tokens and keys (DESIGN.md section 7, docs/security.md).
+// directory, tokens and keys (docs/security.md).
 //
 // A server that runs as root starts its jobs' commands as an unprivileged
 // account, DefaultUser unless told otherwise, which it makes when the host

@@ -3,7 +3,7 @@
 // sends when it joins, heartbeats and asks for work, and what it gets back.
 // It imports nothing of Ferry's, so the agent links no server code.
 //
-// The calls, all JSON over the REST API (DESIGN.md section 4):
+// The calls, all JSON over the REST API (docs/architecture.md, "How a job runs"):
 //
 //	POST /v1/nodes/join                  bearer: the compute's join token
 //	     JoinRequest -> JoinReply          (the reply's NodeToken is the agent's credential from then on)

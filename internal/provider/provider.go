@@ -1,5 +1,5 @@
 // Package provider defines node providers: how a cluster or a compute
-// instance gets the machines its nodes run on (DESIGN.md section 2).
+// instance gets the machines its nodes run on (docs/architecture.md, "Seams").
 //
 // A provider only makes, lists and removes machines. Each machine it makes
 // runs `ferry agent`, which joins the workspace by itself; what a node does

@@ -19,8 +19,8 @@ import (
 
 // A job with a distribution runs as several processes on each of its
 // nodes, and Ferry starts them itself: one runner per node starts its
-// node's share, each process with the variables of its rank (DESIGN.md
-// section 3, "Variables every job gets"). torchrun and mpirun are not
+// node's share, each process with the variables of its rank (docs/architecture.md,
+// "How a job runs"). torchrun and mpirun are not
 // needed (Debian's torchrun is broken, and mpirun would need ssh between
 // nodes, which Ferry does not set up).
 //

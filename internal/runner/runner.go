@@ -2,7 +2,7 @@
 // materialises the snapshot and inputs, runs the command in its own process
 // group (one group per process of a distributed job: distributed.go),
 // ships the combined stdout/stderr to the workspace as it is written,
-// uploads the outputs and reports the end (DESIGN.md section 3).
+// uploads the outputs and reports the end (docs/architecture.md, "How a job runs").
 //
 // The runner is built to outlive its server: the job writes its output
 // straight into a spool file, and the runner ships that file from the

@@ -23,7 +23,7 @@ func (r Resources) fitsIn(free Resources) bool {
 	return r.MilliCPU <= free.MilliCPU && r.Memory <= free.Memory && r.GPUs <= free.GPUs
 }
 
-// NodeState is where a node is in its life (DESIGN.md section 5).
+// NodeState is where a node is in its life (docs/architecture.md, "State machines").
 type NodeState string
 
 // The node states. Only Idle and Busy nodes take new work: a Busy node may

@@ -92,7 +92,7 @@ type RetrySettings struct {
 	Timeout    int  `yaml:"timeout,omitempty" json:"timeout,omitempty"`
 }
 
-// Azure's defaults for a batch deployment (AZUREML-REFERENCE.md), and
+// Azure's documented defaults for a batch deployment, and
 // Ferry's bounds.
 const (
 	DefaultMiniBatchSize       = 10

@@ -110,7 +110,7 @@ type ScaleSettings struct {
 	ScaleToZeroAfter            int    `yaml:"scale_to_zero_after,omitempty" json:"scale_to_zero_after,omitempty"`
 }
 
-// Defaults Azure gives a deployment (AZUREML-REFERENCE.md).
+// Defaults Azure documents for a deployment.
 const (
 	DefaultRequestTimeoutMS = 5000
 	MaxRequestTimeoutMS     = 180000

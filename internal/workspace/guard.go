@@ -14,7 +14,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-// One bad stored record must never stop the server (DESIGN.md section 7):
+// One bad stored record must never stop the server (docs/architecture.md, "Failure"):
 // records are checked again when a loop reads them, a record that fails the
 // check is marked Failed with the reason, and a panic while one record is
 // handled becomes that record's error instead of the process's end.

@@ -23,7 +23,7 @@ import (
 // scales the pools; this file holds what the rest of the workspace shares
 // with it: node states, placements, and the job side of a placement.
 
-// Node states, as DESIGN.md section 5 names them.
+// Node states (docs/architecture.md, "State machines").
 const (
 	NodeProvisioning = "Provisioning"
 	NodeIdle         = "Idle"

@@ -1,8 +1,8 @@
 // Package computetest is the conformance suite every compute target
 // passes: the same Azure ML v2 job files, run through a real Ferry server,
 // give the same logs, exit codes, outputs, inputs, variables, cancels and
-// timeouts, and survive a server crash, whatever runs them (DESIGN.md
-// section 3: one runner, many launchers).
+// timeouts, and survive a server crash, whatever runs them (docs/architecture.md,
+// "How a job runs": one runner, many launchers).
 //
 // A target's test gives Run a Harness that starts a server with the target
 // ready and says where the target's job processes can be seen. The suite

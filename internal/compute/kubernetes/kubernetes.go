@@ -1,6 +1,6 @@
 // Package kubernetes is the `kubernetes` compute target: an existing
-// Kubernetes cluster runs each job attempt as one Indexed Job (DESIGN.md
-// section 3). Ferry places nothing itself; the cluster's scheduler does,
+// Kubernetes cluster runs each job attempt as one Indexed Job (docs/architecture.md,
+// "How a job runs"). Ferry places nothing itself; the cluster's scheduler does,
 // and each pod starts the ordinary `ferry runner`, so logs, outputs,
 // metrics and environments go through the runner as on every other
 // target.

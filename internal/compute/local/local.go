@@ -1,7 +1,7 @@
 // Package local is the `local` compute target: job attempts run on the
 // server's own machine, each under a `ferry runner` process that is started
 // in its own session, so that stopping or killing the server does not stop
-// the jobs (DESIGN.md section 3).
+// the jobs (docs/architecture.md, "How a job runs").
 package local
 
 import (

@@ -1,5 +1,5 @@
 // Package slurm is the `slurm` compute target: an existing Slurm cluster
-// runs each job attempt as one batch job (DESIGN.md section 3). Ferry does
+// runs each job attempt as one batch job (docs/architecture.md, "How a job runs"). Ferry does
 // not place anything itself; sbatch hands the attempt to Slurm's queue, and
 // the batch script starts the ordinary `ferry runner`, once per node
 // through srun, so logs, outputs, metrics and environments go through the
