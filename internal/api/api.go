@@ -55,7 +55,10 @@ type route struct {
 
 // Workloads are the workloads built on the job core whose routes the API
 // serves beside the core's, each through its own package (internal/workload).
-type Workloads struct{}
+type Workloads struct {
+	// Batch is batch endpoints; nil: their routes are not served.
+	Batch BatchEndpoints
+}
 
 // New makes the API server. tokens is where API tokens are looked up.
 func New(ws *workspace.Service, wl Workloads, tokens store.Store, log *slog.Logger) *Server {
@@ -118,7 +121,9 @@ func New(ws *workspace.Service, wl Workloads, tokens store.Store, log *slog.Logg
 	s.routes = append(s.routes, s.endpointRoutes()...)
 	s.routes = append(s.routes, s.deploymentRoutes()...)
 	s.routes = append(s.routes, s.scheduleRoutes()...)
-	s.routes = append(s.routes, s.batchRoutes()...)
+	if wl.Batch != nil {
+		s.routes = append(s.routes, s.batchRoutes()...)
+	}
 	for _, rt := range s.routes {
 		s.mux.HandleFunc(rt.method+" "+rt.path, s.wrap(rt))
 	}

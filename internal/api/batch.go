@@ -3,6 +3,7 @@ package api
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
 
+	"context"
 	"io"
 	"net/http"
 
@@ -10,6 +11,23 @@ import (
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
+
+// BatchEndpoints is what the batch routes ask of batch endpoints'
+// workload (internal/workload/batch).
+type BatchEndpoints interface {
+	CreateEndpoint(ctx context.Context, who auth.Principal, e *spec.BatchEndpoint) (*apitypes.BatchEndpoint, error)
+	UpdateEndpoint(ctx context.Context, who auth.Principal, e *spec.BatchEndpoint) (*apitypes.BatchEndpoint, error)
+	GetEndpoint(ctx context.Context, name string) (*apitypes.BatchEndpoint, error)
+	ListEndpoints(ctx context.Context) ([]*apitypes.BatchEndpoint, error)
+	DeleteEndpoint(ctx context.Context, who auth.Principal, name string) error
+	Invoke(ctx context.Context, who auth.Principal, endpoint string, inv apitypes.BatchInvocation) (*apitypes.Job, error)
+	ListJobs(ctx context.Context, endpoint string) ([]*apitypes.Job, error)
+	CreateDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up apitypes.DeploymentUploads, setDefault bool) (*apitypes.BatchDeployment, error)
+	UpdateDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up apitypes.DeploymentUploads, setDefault bool) (*apitypes.BatchDeployment, error)
+	GetDeployment(ctx context.Context, endpoint, name string) (*apitypes.BatchDeployment, error)
+	ListDeployments(ctx context.Context, endpoint string) ([]*apitypes.BatchDeployment, error)
+	DeleteDeployment(ctx context.Context, who auth.Principal, endpoint, name string) error
+}
 
 // batchRoutes are the batch endpoints' and deployments' operations, for
 // owner tokens only, as the online endpoints' are.
@@ -54,7 +72,7 @@ func (s *Server) createBatchEndpoint(r *http.Request, who auth.Principal) (any, 
 	if err != nil {
 		return nil, err
 	}
-	return s.ws.CreateBatchEndpoint(r.Context(), who, e)
+	return s.wl.Batch.CreateEndpoint(r.Context(), who, e)
 }
 
 func (s *Server) updateBatchEndpoint(r *http.Request, who auth.Principal) (any, error) {
@@ -62,19 +80,19 @@ func (s *Server) updateBatchEndpoint(r *http.Request, who auth.Principal) (any, 
 	if err != nil {
 		return nil, err
 	}
-	return s.ws.UpdateBatchEndpoint(r.Context(), who, e)
+	return s.wl.Batch.UpdateEndpoint(r.Context(), who, e)
 }
 
 func (s *Server) listBatchEndpoints(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.ListBatchEndpoints(r.Context())
+	return s.wl.Batch.ListEndpoints(r.Context())
 }
 
 func (s *Server) getBatchEndpoint(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.GetBatchEndpoint(r.Context(), r.PathValue("name"))
+	return s.wl.Batch.GetEndpoint(r.Context(), r.PathValue("name"))
 }
 
 func (s *Server) deleteBatchEndpoint(r *http.Request, who auth.Principal) (any, error) {
-	if err := s.ws.DeleteBatchEndpoint(r.Context(), who, r.PathValue("name")); err != nil {
+	if err := s.wl.Batch.DeleteEndpoint(r.Context(), who, r.PathValue("name")); err != nil {
 		return nil, err
 	}
 	return map[string]string{"deleted": r.PathValue("name")}, nil
@@ -85,11 +103,11 @@ func (s *Server) invokeBatchEndpoint(r *http.Request, who auth.Principal) (any, 
 	if err := decode(r, &inv); err != nil {
 		return nil, err
 	}
-	return s.ws.InvokeBatchEndpoint(r.Context(), who, r.PathValue("name"), inv)
+	return s.wl.Batch.Invoke(r.Context(), who, r.PathValue("name"), inv)
 }
 
 func (s *Server) listBatchJobs(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.ListBatchJobs(r.Context(), r.PathValue("name"))
+	return s.wl.Batch.ListJobs(r.Context(), r.PathValue("name"))
 }
 
 // batchDeploymentOf reads the request's batch deployment (specOf).
@@ -106,7 +124,7 @@ func (s *Server) createBatchDeployment(r *http.Request, who auth.Principal) (any
 	if err != nil {
 		return nil, err
 	}
-	return s.ws.CreateBatchDeployment(r.Context(), who, d, req.Uploads, req.SetDefault)
+	return s.wl.Batch.CreateDeployment(r.Context(), who, d, req.Uploads, req.SetDefault)
 }
 
 func (s *Server) updateBatchDeployment(r *http.Request, who auth.Principal) (any, error) {
@@ -118,19 +136,19 @@ func (s *Server) updateBatchDeployment(r *http.Request, who auth.Principal) (any
 	if err != nil {
 		return nil, err
 	}
-	return s.ws.UpdateBatchDeployment(r.Context(), who, d, req.Uploads, req.SetDefault)
+	return s.wl.Batch.UpdateDeployment(r.Context(), who, d, req.Uploads, req.SetDefault)
 }
 
 func (s *Server) listBatchDeployments(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.ListBatchDeployments(r.Context(), r.PathValue("endpoint"))
+	return s.wl.Batch.ListDeployments(r.Context(), r.PathValue("endpoint"))
 }
 
 func (s *Server) getBatchDeployment(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.GetBatchDeployment(r.Context(), r.PathValue("endpoint"), r.PathValue("name"))
+	return s.wl.Batch.GetDeployment(r.Context(), r.PathValue("endpoint"), r.PathValue("name"))
 }
 
 func (s *Server) deleteBatchDeployment(r *http.Request, who auth.Principal) (any, error) {
-	if err := s.ws.DeleteBatchDeployment(r.Context(), who, r.PathValue("endpoint"), r.PathValue("name")); err != nil {
+	if err := s.wl.Batch.DeleteDeployment(r.Context(), who, r.PathValue("endpoint"), r.PathValue("name")); err != nil {
 		return nil, err
 	}
 	return map[string]string{"deleted": r.PathValue("name")}, nil

@@ -76,6 +76,11 @@ var forbidden = map[string][]string{
 	// records its URL in needs nothing of Ferry's.
 	"internal/serverurl": {"internal/"},
 
+	// A workload is built on the job core: the API reaches it, never the
+	// other way round, and the store it reads is the core's, whatever
+	// the driver.
+	"internal/workload/batch": {"internal/api", "internal/server", "internal/store/sqlite", "internal/compute/", "internal/cli", "net/http"},
+
 	// The studio's pages get their data from the REST API only, never
 	// from the store, the domain or a driver.
 	"internal/studio": {"internal/workspace", "internal/api", "internal/store", "internal/server", "internal/cli", "internal/compute/local", "internal/compute/slurm", "internal/compute/kubernetes", "internal/provider/", "internal/runner", "internal/scheduler", "internal/autoscale"},

@@ -292,8 +292,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	registerWorkloads(ws, st, cfg.Log)
-	apiServer := api.New(ws, api.Workloads{}, st, cfg.Log)
+	workloads := registerWorkloads(ws, st, cfg.Log)
+	apiServer := api.New(ws, workloads, st, cfg.Log)
 	apiServer.MountGateway(gw, gw.Metrics())
 	handler, err := withStudio(apiServer, studioSessions{st}, cfg.Log)
 	if err != nil {

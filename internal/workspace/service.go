@@ -175,11 +175,6 @@ type Service struct {
 	// jobs take as an input, made once (inferenceServerSnapshot).
 	isMu   sync.Mutex
 	isSnap string
-	// batchMu orders the writes of batch endpoints and deployments;
-	// batchSnap is the snapshot of Ferry's batch driver that batch jobs
-	// take as an input (batch.go).
-	batchMu   sync.Mutex
-	batchSnap string
 
 	mu         sync.Mutex
 	targets    map[string]compute.Target

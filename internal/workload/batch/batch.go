@@ -1,10 +1,9 @@
-package workspace
+package batch
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
 	"github.com/ferry-ml/ferry/internal/workload/serving"
 
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -12,39 +11,70 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
-	"os"
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/serving/batchdriver"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
+	"github.com/ferry-ml/ferry/internal/workspace"
 )
-
-// Batch endpoints (Azure ML v2 batchEndpoint and modelBatchDeployment).
-// An endpoint names its deployments and the default one; a deployment is
-// a scoring script, a model, an environment and a compute, with how its
-// jobs share and retry the work. Nothing runs until an invocation: each
-// is one ordinary job (experiment batch-ENDPOINT) on the deployment's
-// compute, over resources.instance_count nodes like any multi-node job,
-// whose command runs Ferry's batch driver (internal/serving/batchdriver,
-// embedded in the binary and stored once as a snapshot the job takes as
-// its input ferry_batch_driver) with the deployment's script. So batch
-// jobs get what jobs have: agents, runners, environments, logs, metrics,
-// cancel, `ferry job show|stream|download`; the driver reports its
-// progress as the job's metrics.
 
 // maxBatchJobsKept bounds the jobs an endpoint remembers for list-jobs.
 const maxBatchJobsKept = 1000
 
-// BatchDeploymentUploads are the snapshots the CLI uploaded for a batch
-// deployment: its code folder, an inline model's files, and the files an
-// inline environment refers to.
-type BatchDeploymentUploads = apitypes.DeploymentUploads
+// Store is the part of the workspace's store batch endpoints read and
+// write: the endpoints, with the jobs of their invocations, and their
+// deployments.
+type Store interface {
+	store.BatchEndpoints
+}
+
+// Workspace is what batch endpoints need of the job core: jobs to submit
+// and show, and the models, environments, computes and snapshots a
+// deployment refers to. *workspace.Service is one.
+type Workspace interface {
+	workspace.Jobs
+	// SubmitJob submits an invocation's job as any job is submitted.
+	SubmitJob(ctx context.Context, who auth.Principal, sub workspace.Submission) (*apitypes.Job, error)
+	// GetJob reads a job as `ferry job show` does.
+	GetJob(ctx context.Context, name string, history bool) (*apitypes.Job, error)
+	GetCompute(ctx context.Context, name string) (*apitypes.Compute, error)
+	ResolveModel(ctx context.Context, ref string) (*apitypes.Model, error)
+	ResolveEnvironment(ctx context.Context, e *spec.Environment, snap string) (*environment.Spec, error)
+	RequireSnapshot(id, field string) error
+	GetSnapshot(ctx context.Context, who auth.Principal, id string) (*snapshot.Manifest, error)
+	HasBlob(digest string) bool
+	PutBuiltSnapshot(m *snapshot.Manifest, files map[string]string, what string) (string, error)
+}
+
+var _ Workspace = (*workspace.Service)(nil)
+
+// Endpoints are a workspace's batch endpoints, their deployments and the
+// jobs of their invocations: what the API's batch routes call.
+type Endpoints struct {
+	ws  Workspace
+	st  Store
+	log *slog.Logger
+
+	// mu orders the writes of batch endpoints and deployments, and the
+	// making of driverSnap, the snapshot of Ferry's batch driver that
+	// batch jobs take as an input (driver.go).
+	mu         sync.Mutex
+	driverSnap string
+}
+
+// New makes the batch endpoints of a workspace.
+func New(ws Workspace, st Store, log *slog.Logger) *Endpoints {
+	return &Endpoints{ws: ws, st: st, log: log}
+}
 
 type batchDeploymentDoc struct {
 	Spec        *spec.BatchDeployment `json:"spec"`
@@ -53,10 +83,10 @@ type batchDeploymentDoc struct {
 	apitypes.DeploymentUploads
 }
 
-func (s *Service) getBatchEndpointRecord(ctx context.Context, name string) (store.BatchEndpoint, error) {
+func (s *Endpoints) getBatchEndpointRecord(ctx context.Context, name string) (store.BatchEndpoint, error) {
 	rec, err := s.st.GetBatchEndpoint(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return rec, NotFound("batch endpoint %s does not exist; ferry batch-endpoint list shows those that do", name)
+		return rec, workspace.NotFound("batch endpoint %s does not exist; ferry batch-endpoint list shows those that do", name)
 	}
 	return rec, err
 }
@@ -69,7 +99,7 @@ func batchEndpointSpec(rec store.BatchEndpoint) (*spec.BatchEndpoint, error) {
 	return &e, nil
 }
 
-func (s *Service) batchEndpointView(ctx context.Context, rec store.BatchEndpoint) (*apitypes.BatchEndpoint, error) {
+func (s *Endpoints) batchEndpointView(ctx context.Context, rec store.BatchEndpoint) (*apitypes.BatchEndpoint, error) {
 	e, err := batchEndpointSpec(rec)
 	if err != nil {
 		return nil, err
@@ -85,70 +115,70 @@ func (s *Service) batchEndpointView(ctx context.Context, rec store.BatchEndpoint
 	return v, nil
 }
 
-// CreateBatchEndpoint stores a batch endpoint. A default deployment it
+// CreateEndpoint stores a batch endpoint. A default deployment it
 // names is made after it (batch-deployment create), as in Azure; until
 // then an invocation without a deployment is refused naming it.
-func (s *Service) CreateBatchEndpoint(ctx context.Context, who auth.Principal, e *spec.BatchEndpoint) (*apitypes.BatchEndpoint, error) {
+func (s *Endpoints) CreateEndpoint(ctx context.Context, who auth.Principal, e *spec.BatchEndpoint) (*apitypes.BatchEndpoint, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("a run token cannot create batch endpoints")
+		return nil, workspace.Forbidden("a run token cannot create batch endpoints")
 	}
 	if e == nil {
-		return nil, Invalid("the batch endpoint is missing")
+		return nil, workspace.Invalid("the batch endpoint is missing")
 	}
 	if err := e.Validate(); err != nil {
-		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	raw, err := json.Marshal(e)
 	if err != nil {
 		return nil, err
 	}
-	now := s.now()
+	now := s.ws.Now()
 	rec := store.BatchEndpoint{Name: e.Name, Spec: raw, Jobs: json.RawMessage("[]"), Created: now, Updated: now}
 	if err := s.st.CreateBatchEndpoint(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil, Conflict("batch endpoint %s exists; change it with ferry batch-endpoint update, or pick another name", e.Name)
+			return nil, workspace.Conflict("batch endpoint %s exists; change it with ferry batch-endpoint update, or pick another name", e.Name)
 		}
-		return nil, noSpace(err, "batch endpoint "+e.Name)
+		return nil, workspace.NoSpace(err, "batch endpoint "+e.Name)
 	}
 	s.log.Info("batch endpoint created", "endpoint", e.Name)
 	return s.batchEndpointView(ctx, rec)
 }
 
-// UpdateBatchEndpoint replaces an endpoint's file; a default deployment
+// UpdateEndpoint replaces an endpoint's file; a default deployment
 // it names must exist.
-func (s *Service) UpdateBatchEndpoint(ctx context.Context, who auth.Principal, e *spec.BatchEndpoint) (*apitypes.BatchEndpoint, error) {
+func (s *Endpoints) UpdateEndpoint(ctx context.Context, who auth.Principal, e *spec.BatchEndpoint) (*apitypes.BatchEndpoint, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("a run token cannot change batch endpoints")
+		return nil, workspace.Forbidden("a run token cannot change batch endpoints")
 	}
 	if e == nil {
-		return nil, Invalid("the batch endpoint is missing")
+		return nil, workspace.Invalid("the batch endpoint is missing")
 	}
 	if err := e.Validate(); err != nil {
-		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	s.batchMu.Lock()
-	defer s.batchMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	rec, err := s.getBatchEndpointRecord(ctx, e.Name)
 	if err != nil {
 		return nil, err
 	}
 	if d := e.DefaultDeployment(); d != "" {
 		if _, err := s.getBatchDeploymentRecord(ctx, e.Name, d); err != nil {
-			return nil, Invalid("defaults.deployment_name: %v", err)
+			return nil, workspace.Invalid("defaults.deployment_name: %v", err)
 		}
 	}
 	if rec.Spec, err = json.Marshal(e); err != nil {
 		return nil, err
 	}
-	rec.Updated = s.now()
+	rec.Updated = s.ws.Now()
 	if err := s.st.UpdateBatchEndpoint(ctx, rec); err != nil {
-		return nil, noSpace(err, "batch endpoint "+e.Name)
+		return nil, workspace.NoSpace(err, "batch endpoint "+e.Name)
 	}
 	return s.batchEndpointView(ctx, rec)
 }
 
-// GetBatchEndpoint shows a batch endpoint.
-func (s *Service) GetBatchEndpoint(ctx context.Context, name string) (*apitypes.BatchEndpoint, error) {
+// GetEndpoint shows a batch endpoint.
+func (s *Endpoints) GetEndpoint(ctx context.Context, name string) (*apitypes.BatchEndpoint, error) {
 	rec, err := s.getBatchEndpointRecord(ctx, name)
 	if err != nil {
 		return nil, err
@@ -156,8 +186,8 @@ func (s *Service) GetBatchEndpoint(ctx context.Context, name string) (*apitypes.
 	return s.batchEndpointView(ctx, rec)
 }
 
-// ListBatchEndpoints lists the batch endpoints by name.
-func (s *Service) ListBatchEndpoints(ctx context.Context) ([]*apitypes.BatchEndpoint, error) {
+// ListEndpoints lists the batch endpoints by name.
+func (s *Endpoints) ListEndpoints(ctx context.Context) ([]*apitypes.BatchEndpoint, error) {
 	recs, err := s.st.ListBatchEndpoints(ctx)
 	if err != nil {
 		return nil, err
@@ -173,17 +203,17 @@ func (s *Service) ListBatchEndpoints(ctx context.Context) ([]*apitypes.BatchEndp
 	return out, nil
 }
 
-// DeleteBatchEndpoint removes a batch endpoint and its deployments. Jobs
+// DeleteEndpoint removes a batch endpoint and its deployments. Jobs
 // it started keep running and are kept, as every job is.
-func (s *Service) DeleteBatchEndpoint(ctx context.Context, who auth.Principal, name string) error {
+func (s *Endpoints) DeleteEndpoint(ctx context.Context, who auth.Principal, name string) error {
 	if !who.IsOwner() {
-		return Forbidden("a run token cannot delete batch endpoints")
+		return workspace.Forbidden("a run token cannot delete batch endpoints")
 	}
-	s.batchMu.Lock()
-	defer s.batchMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	err := s.st.DeleteBatchEndpoint(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return NotFound("batch endpoint %s does not exist; ferry batch-endpoint list shows those that do", name)
+		return workspace.NotFound("batch endpoint %s does not exist; ferry batch-endpoint list shows those that do", name)
 	}
 	if err == nil {
 		s.log.Info("batch endpoint deleted", "endpoint", name)
@@ -191,13 +221,13 @@ func (s *Service) DeleteBatchEndpoint(ctx context.Context, who auth.Principal, n
 	return err
 }
 
-func (s *Service) getBatchDeploymentRecord(ctx context.Context, endpoint, name string) (store.BatchDeployment, error) {
+func (s *Endpoints) getBatchDeploymentRecord(ctx context.Context, endpoint, name string) (store.BatchDeployment, error) {
 	rec, err := s.st.GetBatchDeployment(ctx, endpoint, name)
 	if errors.Is(err, store.ErrNotFound) {
 		if _, eerr := s.getBatchEndpointRecord(ctx, endpoint); eerr != nil {
 			return rec, eerr
 		}
-		return rec, NotFound("batch endpoint %s has no deployment %s; ferry batch-deployment list --endpoint-name %s shows those it has", endpoint, name, endpoint)
+		return rec, workspace.NotFound("batch endpoint %s has no deployment %s; ferry batch-deployment list --endpoint-name %s shows those it has", endpoint, name, endpoint)
 	}
 	return rec, err
 }
@@ -212,18 +242,20 @@ func decodeBatchDeployment(rec store.BatchDeployment) (*batchDeploymentDoc, erro
 
 // resolveBatchDeployment checks what a batch deployment refers to (its
 // endpoint, snapshots, model, environment and compute) and fills doc.
-func (s *Service) resolveBatchDeployment(ctx context.Context, d *spec.BatchDeployment, up apitypes.DeploymentUploads, doc *batchDeploymentDoc) error {
+// who is the owner (putBatchDeployment checks), who reads every
+// snapshot.
+func (s *Endpoints) resolveBatchDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up apitypes.DeploymentUploads, doc *batchDeploymentDoc) error {
 	if _, err := s.getBatchEndpointRecord(ctx, d.EndpointName); err != nil {
 		return err
 	}
 	switch {
 	case d.CodeConfiguration == nil && up.CodeSnapshot != "":
-		return Invalid("code_snapshot: the deployment has no code_configuration, but code was uploaded")
+		return workspace.Invalid("code_snapshot: the deployment has no code_configuration, but code was uploaded")
 	case d.CodeConfiguration == nil:
 	case up.CodeSnapshot == "":
-		return Invalid("code_configuration.code: %q was not uploaded with the deployment (ferry batch-deployment create uploads it)", d.CodeConfiguration.Code)
+		return workspace.Invalid("code_configuration.code: %q was not uploaded with the deployment (ferry batch-deployment create uploads it)", d.CodeConfiguration.Code)
 	default:
-		if err := s.requireSnapshot(up.CodeSnapshot, "code_configuration.code"); err != nil {
+		if err := s.ws.RequireSnapshot(up.CodeSnapshot, "code_configuration.code"); err != nil {
 			return err
 		}
 	}
@@ -231,12 +263,12 @@ func (s *Service) resolveBatchDeployment(ctx context.Context, d *spec.BatchDeplo
 	switch m := d.Model; {
 	case m == nil:
 		if up.ModelSnapshot != "" {
-			return Invalid("model_snapshot: the deployment has no model, but model files were uploaded")
+			return workspace.Invalid("model_snapshot: the deployment has no model, but model files were uploaded")
 		}
 	case m.Ref != "":
-		model, err := s.ResolveModel(ctx, m.Ref)
+		model, err := s.ws.ResolveModel(ctx, m.Ref)
 		if err != nil {
-			var we *Error
+			var we *workspace.Error
 			if errors.As(err, &we) {
 				we.Msg = "model: " + we.Msg
 			}
@@ -246,17 +278,17 @@ func (s *Service) resolveBatchDeployment(ctx context.Context, d *spec.BatchDeplo
 		doc.ModelID, modelName, modelType = model.ID, model.PathName, model.Type
 	default:
 		if up.ModelSnapshot == "" {
-			return Invalid("model.path: %q was not uploaded with the deployment (ferry batch-deployment create uploads it)", m.Path)
+			return workspace.Invalid("model.path: %q was not uploaded with the deployment (ferry batch-deployment create uploads it)", m.Path)
 		}
-		if err := s.requireSnapshot(up.ModelSnapshot, "model.path"); err != nil {
+		if err := s.ws.RequireSnapshot(up.ModelSnapshot, "model.path"); err != nil {
 			return err
 		}
-		modelName, modelType = modelPathName(m.Path), m.Type
+		modelName, modelType = workspace.ModelPathName(m.Path), m.Type
 	}
 	if d.CodeConfiguration == nil && modelType == "" && up.ModelSnapshot != "" {
 		// An inline model without a type is an MLflow model when it
 		// has an MLmodel file, as Azure decides.
-		if m, err := s.readSnapshot(up.ModelSnapshot); err == nil {
+		if m, err := s.ws.GetSnapshot(ctx, who, up.ModelSnapshot); err == nil {
 			for _, f := range m.Files {
 				if path.Base(f.Path) == "MLmodel" {
 					modelType = "mlflow_model"
@@ -268,10 +300,10 @@ func (s *Service) resolveBatchDeployment(ctx context.Context, d *spec.BatchDeplo
 	if d.CodeConfiguration == nil && modelType != "mlflow_model" {
 		// What makes it an MLflow model is its MLmodel file, which the
 		// registry's type says; Ferry's script finds it at init().
-		return Invalid("code_configuration: is required: the model is %s, and only an mlflow_model is scored without a scoring script", cmp.Or(modelType, "custom_model"))
+		return workspace.Invalid("code_configuration: is required: the model is %s, and only an mlflow_model is scored without a scoring script", cmp.Or(modelType, "custom_model"))
 	}
 	if up.ModelSnapshot != "" && modelName != "" {
-		m, err := s.readSnapshot(up.ModelSnapshot)
+		m, err := s.ws.GetSnapshot(ctx, who, up.ModelSnapshot)
 		if err != nil {
 			return err
 		}
@@ -279,11 +311,11 @@ func (s *Service) resolveBatchDeployment(ctx context.Context, d *spec.BatchDeplo
 			doc.ModelFolder = modelName
 		}
 	}
-	if _, err := s.resolveEnvironment(ctx, d.Environment, up.EnvironmentSnapshot); err != nil {
+	if _, err := s.ws.ResolveEnvironment(ctx, d.Environment, up.EnvironmentSnapshot); err != nil {
 		return err
 	}
-	if _, err := s.GetCompute(ctx, d.ComputeName()); err != nil {
-		var we *Error
+	if _, err := s.ws.GetCompute(ctx, d.ComputeName()); err != nil {
+		var we *workspace.Error
 		if errors.As(err, &we) {
 			we.Msg = "compute: " + we.Msg
 		}
@@ -293,47 +325,47 @@ func (s *Service) resolveBatchDeployment(ctx context.Context, d *spec.BatchDeplo
 	return nil
 }
 
-// CreateBatchDeployment stores a batch deployment. setDefault makes it
+// CreateDeployment stores a batch deployment. setDefault makes it
 // the endpoint's default; so does being the endpoint's first.
-func (s *Service) CreateBatchDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up apitypes.DeploymentUploads, setDefault bool) (*apitypes.BatchDeployment, error) {
+func (s *Endpoints) CreateDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up apitypes.DeploymentUploads, setDefault bool) (*apitypes.BatchDeployment, error) {
 	return s.putBatchDeployment(ctx, who, d, up, setDefault, true)
 }
 
-// UpdateBatchDeployment replaces a batch deployment's file; jobs already
+// UpdateDeployment replaces a batch deployment's file; jobs already
 // started keep what they were started with.
-func (s *Service) UpdateBatchDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up apitypes.DeploymentUploads, setDefault bool) (*apitypes.BatchDeployment, error) {
+func (s *Endpoints) UpdateDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up apitypes.DeploymentUploads, setDefault bool) (*apitypes.BatchDeployment, error) {
 	return s.putBatchDeployment(ctx, who, d, up, setDefault, false)
 }
 
-func (s *Service) putBatchDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up apitypes.DeploymentUploads, setDefault, create bool) (*apitypes.BatchDeployment, error) {
+func (s *Endpoints) putBatchDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up apitypes.DeploymentUploads, setDefault, create bool) (*apitypes.BatchDeployment, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("a run token cannot change batch deployments")
+		return nil, workspace.Forbidden("a run token cannot change batch deployments")
 	}
 	if d == nil {
-		return nil, Invalid("the batch deployment is missing")
+		return nil, workspace.Invalid("the batch deployment is missing")
 	}
 	if err := d.Validate(); err != nil {
-		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	d.ApplyDefaults()
 	doc := &batchDeploymentDoc{Spec: d}
-	if err := s.resolveBatchDeployment(ctx, d, up, doc); err != nil {
+	if err := s.resolveBatchDeployment(ctx, who, d, up, doc); err != nil {
 		return nil, err
 	}
 	raw, err := json.Marshal(doc)
 	if err != nil {
 		return nil, err
 	}
-	s.batchMu.Lock()
-	defer s.batchMu.Unlock()
-	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.ws.Now()
 	rec := store.BatchDeployment{Endpoint: d.EndpointName, Name: d.Name, Spec: raw, Created: now, Updated: now}
 	if create {
 		if err := s.st.CreateBatchDeployment(ctx, rec); err != nil {
 			if errors.Is(err, store.ErrConflict) {
-				return nil, Conflict("batch endpoint %s has a deployment %s; change it with ferry batch-deployment update, or pick another name", d.EndpointName, d.Name)
+				return nil, workspace.Conflict("batch endpoint %s has a deployment %s; change it with ferry batch-deployment update, or pick another name", d.EndpointName, d.Name)
 			}
-			return nil, noSpace(err, "batch deployment "+d.Name)
+			return nil, workspace.NoSpace(err, "batch deployment "+d.Name)
 		}
 	} else {
 		old, err := s.getBatchDeploymentRecord(ctx, d.EndpointName, d.Name)
@@ -342,7 +374,7 @@ func (s *Service) putBatchDeployment(ctx context.Context, who auth.Principal, d 
 		}
 		rec.Created = old.Created
 		if err := s.st.UpdateBatchDeployment(ctx, rec); err != nil {
-			return nil, noSpace(err, "batch deployment "+d.Name)
+			return nil, workspace.NoSpace(err, "batch deployment "+d.Name)
 		}
 	}
 	erec, err := s.getBatchEndpointRecord(ctx, d.EndpointName)
@@ -360,14 +392,14 @@ func (s *Service) putBatchDeployment(ctx context.Context, who auth.Principal, d 
 		}
 		erec.Updated = now
 		if err := s.st.UpdateBatchEndpoint(ctx, erec); err != nil {
-			return nil, noSpace(err, "batch endpoint "+erec.Name)
+			return nil, workspace.NoSpace(err, "batch endpoint "+erec.Name)
 		}
 	}
 	s.log.Info("batch deployment stored", "endpoint", d.EndpointName, "deployment", d.Name, "compute", d.ComputeName(), "default", e.DefaultDeployment() == d.Name)
 	return s.batchDeploymentView(rec, e)
 }
 
-func (s *Service) batchDeploymentView(rec store.BatchDeployment, e *spec.BatchEndpoint) (*apitypes.BatchDeployment, error) {
+func (s *Endpoints) batchDeploymentView(rec store.BatchDeployment, e *spec.BatchEndpoint) (*apitypes.BatchDeployment, error) {
 	doc, err := decodeBatchDeployment(rec)
 	if err != nil {
 		return nil, err
@@ -376,8 +408,8 @@ func (s *Service) batchDeploymentView(rec store.BatchDeployment, e *spec.BatchEn
 		ProvisioningState: apitypes.DeploymentSucceeded, Created: rec.Created, Updated: rec.Updated}, nil
 }
 
-// GetBatchDeployment shows a batch deployment.
-func (s *Service) GetBatchDeployment(ctx context.Context, endpoint, name string) (*apitypes.BatchDeployment, error) {
+// GetDeployment shows a batch deployment.
+func (s *Endpoints) GetDeployment(ctx context.Context, endpoint, name string) (*apitypes.BatchDeployment, error) {
 	rec, err := s.getBatchDeploymentRecord(ctx, endpoint, name)
 	if err != nil {
 		return nil, err
@@ -393,8 +425,8 @@ func (s *Service) GetBatchDeployment(ctx context.Context, endpoint, name string)
 	return s.batchDeploymentView(rec, e)
 }
 
-// ListBatchDeployments lists a batch endpoint's deployments by name.
-func (s *Service) ListBatchDeployments(ctx context.Context, endpoint string) ([]*apitypes.BatchDeployment, error) {
+// ListDeployments lists a batch endpoint's deployments by name.
+func (s *Endpoints) ListDeployments(ctx context.Context, endpoint string) ([]*apitypes.BatchDeployment, error) {
 	erec, err := s.getBatchEndpointRecord(ctx, endpoint)
 	if err != nil {
 		return nil, err
@@ -418,15 +450,15 @@ func (s *Service) ListBatchDeployments(ctx context.Context, endpoint string) ([]
 	return out, nil
 }
 
-// DeleteBatchDeployment removes a batch deployment. The endpoint's
+// DeleteDeployment removes a batch deployment. The endpoint's
 // default is refused while it has others (make another the default
 // first); the last one goes, and the endpoint has no default then.
-func (s *Service) DeleteBatchDeployment(ctx context.Context, who auth.Principal, endpoint, name string) error {
+func (s *Endpoints) DeleteDeployment(ctx context.Context, who auth.Principal, endpoint, name string) error {
 	if !who.IsOwner() {
-		return Forbidden("a run token cannot delete batch deployments")
+		return workspace.Forbidden("a run token cannot delete batch deployments")
 	}
-	s.batchMu.Lock()
-	defer s.batchMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if _, err := s.getBatchDeploymentRecord(ctx, endpoint, name); err != nil {
 		return err
 	}
@@ -444,15 +476,15 @@ func (s *Service) DeleteBatchDeployment(ctx context.Context, who auth.Principal,
 			return err
 		}
 		if len(ds) > 1 {
-			return Conflict("deployment %s is batch endpoint %s's default; make another the default first (ferry batch-deployment update ... --set-default), then delete it", name, endpoint)
+			return workspace.Conflict("deployment %s is batch endpoint %s's default; make another the default first (ferry batch-deployment update ... --set-default), then delete it", name, endpoint)
 		}
 		e.Defaults = nil
 		if erec.Spec, err = json.Marshal(e); err != nil {
 			return err
 		}
-		erec.Updated = s.now()
+		erec.Updated = s.ws.Now()
 		if err := s.st.UpdateBatchEndpoint(ctx, erec); err != nil {
-			return noSpace(err, "batch endpoint "+endpoint)
+			return workspace.NoSpace(err, "batch endpoint "+endpoint)
 		}
 	}
 	return s.st.DeleteBatchDeployment(ctx, endpoint, name)
@@ -464,12 +496,12 @@ func newBatchJobName(endpoint string) string {
 	return endpoint + "-" + hex.EncodeToString(b)
 }
 
-// InvokeBatchEndpoint starts a batch job on the deployment inv names (the
+// Invoke starts a batch job on the deployment inv names (the
 // endpoint's default when it names none) over inv's input, and returns
 // the job.
-func (s *Service) InvokeBatchEndpoint(ctx context.Context, who auth.Principal, endpoint string, inv apitypes.BatchInvocation) (*apitypes.Job, error) {
+func (s *Endpoints) Invoke(ctx context.Context, who auth.Principal, endpoint string, inv apitypes.BatchInvocation) (*apitypes.Job, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("a run token cannot invoke batch endpoints")
+		return nil, workspace.Forbidden("a run token cannot invoke batch endpoints")
 	}
 	erec, err := s.getBatchEndpointRecord(ctx, endpoint)
 	if err != nil {
@@ -482,7 +514,7 @@ func (s *Service) InvokeBatchEndpoint(ctx context.Context, who auth.Principal, e
 	dep := inv.Deployment
 	if dep == "" {
 		if dep = e.DefaultDeployment(); dep == "" {
-			return nil, Invalid("deployment_name: batch endpoint %s has no default deployment; name one (--deployment-name) or create one (ferry batch-deployment create --set-default)", endpoint)
+			return nil, workspace.Invalid("deployment_name: batch endpoint %s has no default deployment; name one (--deployment-name) or create one (ferry batch-deployment create --set-default)", endpoint)
 		}
 	}
 	drec, err := s.getBatchDeploymentRecord(ctx, endpoint, dep)
@@ -496,18 +528,18 @@ func (s *Service) InvokeBatchEndpoint(ctx context.Context, who auth.Principal, e
 	in := spec.Input{Type: inv.Type, Mode: "download"}
 	switch {
 	case inv.Type != "" && inv.Type != "uri_folder" && inv.Type != "uri_file":
-		return nil, Invalid("input.type: %q is not uri_folder or uri_file", inv.Type)
+		return nil, workspace.Invalid("input.type: %q is not uri_folder or uri_file", inv.Type)
 	case inv.Snapshot != "" && inv.Path != "":
-		return nil, Invalid("input: give a path or an uploaded snapshot, not both")
+		return nil, workspace.Invalid("input: give a path or an uploaded snapshot, not both")
 	case inv.Snapshot != "":
-		if err := s.requireSnapshot(inv.Snapshot, "input.snapshot"); err != nil {
+		if err := s.ws.RequireSnapshot(inv.Snapshot, "input.snapshot"); err != nil {
 			return nil, err
 		}
 		in.Path = "input"
 	case inv.Path != "":
 		in.Path = inv.Path
 	default:
-		return nil, Invalid("input: is required: the file or folder to score (a local path the CLI uploads, azureml:NAME:VERSION of a data asset, or a URL)")
+		return nil, workspace.Invalid("input: is required: the file or folder to score (a local path the CLI uploads, azureml:NAME:VERSION of a data asset, or a URL)")
 	}
 	if in.Type == "" {
 		in.Type = "uri_folder"
@@ -551,7 +583,7 @@ func (s *Service) InvokeBatchEndpoint(ctx context.Context, who auth.Principal, e
 		inputs["model"] = doc.ModelSnapshot
 	}
 	if err := j.Validate(); err != nil {
-		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	// The job's name is recorded before the job is made, so that a
 	// server stopped in between lists a name whose job never came
@@ -559,8 +591,8 @@ func (s *Service) InvokeBatchEndpoint(ctx context.Context, who auth.Principal, e
 	if err := s.addBatchJob(ctx, endpoint, name); err != nil {
 		return nil, err
 	}
-	job, err := s.SubmitJob(ctx, auth.Principal{Kind: auth.KindOwner, Subject: who.Subject},
-		Submission{Spec: j, CodeSnapshot: doc.CodeSnapshot, InputSnapshots: inputs, EnvironmentSnapshot: doc.EnvironmentSnapshot})
+	job, err := s.ws.SubmitJob(ctx, auth.Principal{Kind: auth.KindOwner, Subject: who.Subject},
+		workspace.Submission{Spec: j, CodeSnapshot: doc.CodeSnapshot, InputSnapshots: inputs, EnvironmentSnapshot: doc.EnvironmentSnapshot})
 	if err != nil {
 		return nil, err
 	}
@@ -582,9 +614,9 @@ func batchJobVariables(vars map[string]string) map[string]string {
 	return out
 }
 
-func (s *Service) addBatchJob(ctx context.Context, endpoint, job string) error {
-	s.batchMu.Lock()
-	defer s.batchMu.Unlock()
+func (s *Endpoints) addBatchJob(ctx context.Context, endpoint, job string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	rec, err := s.getBatchEndpointRecord(ctx, endpoint)
 	if err != nil {
 		return err
@@ -602,12 +634,12 @@ func (s *Service) addBatchJob(ctx context.Context, endpoint, job string) error {
 	if rec.Jobs, err = json.Marshal(jobs); err != nil {
 		return err
 	}
-	return noSpace(s.st.UpdateBatchEndpoint(ctx, rec), "batch endpoint "+endpoint)
+	return workspace.NoSpace(s.st.UpdateBatchEndpoint(ctx, rec), "batch endpoint "+endpoint)
 }
 
-// ListBatchJobs lists the jobs of a batch endpoint's invocations, newest
+// ListJobs lists the jobs of a batch endpoint's invocations, newest
 // first.
-func (s *Service) ListBatchJobs(ctx context.Context, endpoint string) ([]*apitypes.Job, error) {
+func (s *Endpoints) ListJobs(ctx context.Context, endpoint string) ([]*apitypes.Job, error) {
 	rec, err := s.getBatchEndpointRecord(ctx, endpoint)
 	if err != nil {
 		return nil, err
@@ -620,8 +652,8 @@ func (s *Service) ListBatchJobs(ctx context.Context, endpoint string) ([]*apityp
 	}
 	out := []*apitypes.Job{}
 	for i := len(names) - 1; i >= 0; i-- {
-		j, err := s.GetJob(ctx, names[i], false)
-		if CodeOf(err) == CodeNotFound {
+		j, err := s.ws.GetJob(ctx, names[i], false)
+		if workspace.CodeOf(err) == workspace.CodeNotFound {
 			continue
 		}
 		if err != nil {
@@ -637,7 +669,7 @@ func (s *Service) ListBatchJobs(ctx context.Context, endpoint string) ([]*apityp
 // input ferry_batch_driver) over the input data with the deployment's
 // scoring script (or, for an MLflow model without one, the driver's
 // batchdriver.MLflowScript) and settings. AZUREML_MODEL_DIR is as for an online
-// deployment's replica (modelDir).
+// deployment's replica (serving.ModelDir).
 func batchCommand(d *spec.BatchDeployment, hasModel bool, modelFolder string) string {
 	q := serving.ShellQuote
 	var b strings.Builder
@@ -664,44 +696,4 @@ func batchCommand(d *spec.BatchDeployment, hasModel bool, modelFolder string) st
 	}
 	b.WriteString(`; exec python3 -u "${{inputs.ferry_batch_driver}}/` + batchdriver.Program + `" ` + strings.Join(args, " "))
 	return b.String()
-}
-
-// batchDriverSnapshot stores Ferry's batch driver (embedded in the
-// binary) as a snapshot, once per server, and returns its id: batch jobs
-// take it as an input, so nodes fetch it through their blob cache.
-func (s *Service) batchDriverSnapshot() (string, error) {
-	s.batchMu.Lock()
-	defer s.batchMu.Unlock()
-	if s.batchSnap != "" && s.blobs.Has(s.batchSnap) {
-		return s.batchSnap, nil
-	}
-	tmp, err := os.MkdirTemp("", "ferry-batch-driver-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	dir, err := batchdriver.Install(tmp)
-	if err != nil {
-		return "", err
-	}
-	m, files, err := snapshot.Build(dir, snapshot.BuildOptions{})
-	if err != nil {
-		return "", fmt.Errorf("batch driver snapshot: %w", err)
-	}
-	for digest, path := range files {
-		if s.blobs.Has(digest) {
-			continue
-		}
-		if _, _, err := s.blobs.PutFile(path); err != nil {
-			return "", noSpace(err, "the batch driver snapshot")
-		}
-	}
-	id := m.ID()
-	if !s.blobs.Has(id) {
-		if _, _, err := s.blobs.Put(bytes.NewReader(m.MarshalCanonical()), id); err != nil {
-			return "", noSpace(err, "the batch driver snapshot")
-		}
-	}
-	s.batchSnap = id
-	return id, nil
 }
