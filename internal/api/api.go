@@ -55,7 +55,10 @@ type route struct {
 
 // Workloads are the workloads built on the job core whose routes the API
 // serves beside the core's, each through its own package (internal/workload).
-type Workloads struct{}
+type Workloads struct {
+	Pipelines Pipelines
+	Schedules Schedules
+}
 
 // New makes the API server. tokens is where API tokens are looked up.
 func New(ws *workspace.Service, wl Workloads, tokens store.Store, log *slog.Logger) *Server {

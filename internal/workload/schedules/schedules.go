@@ -1,33 +1,26 @@
-package workspace
+package schedules
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/instance"
 	"github.com/ferry-ml/ferry/internal/schedule"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
+	"github.com/ferry-ml/ferry/internal/workload/pipelines"
+	"github.com/ferry-ml/ferry/internal/workspace"
 )
-
-// Job schedules: a schedule stores the submission each firing makes (a
-// job's spec and the snapshots uploaded once, at create time), and the
-// schedule loop submits it through SubmitJob, as the API does, when an
-// occurrence comes. The firing's job and the schedule's last fired
-// occurrence are written in one transaction (store.FireSchedule), which
-// refuses an occurrence at or before the last fired one: a server killed
-// at any moment fires each occurrence at most once, and one that was down
-// fires only the latest occurrence it missed (schedule.Clock.Due).
 
 // scheduleTick is how often the schedule loop looks for occurrences that
 // have come without being woken: firings are at most this late.
@@ -42,22 +35,89 @@ const (
 	TagMissed     = "ferry.schedule.missed"
 )
 
-// firing is the occurrence of a schedule a submission fires.
-type firing struct {
-	schedule         string
-	occurrence, next time.Time
+// Config is how the schedule loop is set up.
+type Config struct {
+	// Minute is how long the minute of job schedules' minute recurrences
+	// lasts: 0 means a minute; tests of the server shorten it to see a
+	// schedule fire every few seconds of real time.
+	Minute time.Duration
 }
 
-// ScheduleRequest creates or updates a schedule: its file, and the job
-// each firing submits, either Job (as `ferry job create` would submit it,
-// with its snapshots uploaded) or CopyJob, a job of the workspace whose
-// spec and snapshots are copied (create_job: azureml:JOB).
-type ScheduleRequest struct {
+// Store is the part of the workspace's store the schedule loop reads and
+// writes: the schedules, which store the jobs they fire (FireSchedule),
+// and the jobs a schedule copies.
+type Store interface {
+	store.Schedules
+	store.Jobs
+}
+
+// Core is what the schedule loop needs of the workspace: its firings of
+// command and sweep jobs are submitted as the API submits them. The
+// workspace's *Service is one.
+type Core interface {
+	workspace.Jobs
+	SubmitJob(ctx context.Context, who auth.Principal, sub workspace.Submission) (*apitypes.Job, error)
+}
+
+var _ Core = (*workspace.Service)(nil)
+
+// Pipelines is how the schedule loop submits the pipeline jobs it fires:
+// the pipeline workload's *pipelines.Controller.
+type Pipelines interface {
+	SubmitPipeline(ctx context.Context, who auth.Principal, sub pipelines.Submission) (*apitypes.Job, error)
+}
+
+var _ Pipelines = (*pipelines.Controller)(nil)
+
+// Controller is the schedule loop and the schedules' operations: register
+// it with Register.
+type Controller struct {
+	core  Core
+	st    Store
+	pipes Pipelines
+	cfg   Config
+	log   *slog.Logger
+	wake  chan struct{}
+}
+
+var _ workspace.Controller = (*Controller)(nil)
+
+// New makes the schedule loop of a workspace, which fires pipeline jobs
+// through pipes.
+func New(core Core, st Store, pipes Pipelines, cfg Config, log *slog.Logger) *Controller {
+	return &Controller{core: core, st: st, pipes: pipes, cfg: cfg, log: log, wake: make(chan struct{}, 1)}
+}
+
+// Registry is where the server registers a workload: the workspace.
+type Registry interface {
+	RegisterController(c workspace.Controller)
+}
+
+// Register makes c's loop one that Run runs.
+func Register(r Registry, c *Controller) { r.RegisterController(c) }
+
+// Name implements workspace.Controller.
+func (sl *Controller) Name() string { return "schedules" }
+
+// Interval implements workspace.Controller.
+func (sl *Controller) Interval() time.Duration { return scheduleTick }
+
+// Wake implements workspace.Controller.
+func (sl *Controller) Wake() <-chan struct{} { return sl.wake }
+
+// Reconcile implements workspace.Controller.
+func (sl *Controller) Reconcile(ctx context.Context) error { return sl.reconcileSchedules(ctx) }
+
+// Request creates or updates a schedule: its file, and the job each
+// firing submits, either Job (as `ferry job create` would submit it, with
+// its snapshots uploaded) or CopyJob, a job of the workspace whose spec
+// and snapshots are copied (create_job: azureml:JOB).
+type Request struct {
 	File *spec.ScheduleFile
-	Job  *Submission
+	Job  *workspace.Submission
 	// Pipeline is a pipeline job each firing submits, as `ferry job
 	// create` would submit it (components read, snapshots uploaded).
-	Pipeline *PipelineSubmission
+	Pipeline *pipelines.Submission
 	CopyJob  string
 	// Overrides are fields laid over the copied job's (create_job's
 	// other fields beside job: azureml:JOB), mapping into mapping.
@@ -66,7 +126,7 @@ type ScheduleRequest struct {
 
 // storedSubmission is the Job of a stored schedule: a command or sweep
 // job (Spec) or a pipeline job (Pipeline, with InputSnapshots keyed as
-// PipelineSubmission's are).
+// pipelines.Submission's are).
 type storedSubmission struct {
 	Spec                json.RawMessage   `json:"spec,omitempty"`
 	Pipeline            json.RawMessage   `json:"pipeline,omitempty"`
@@ -75,7 +135,7 @@ type storedSubmission struct {
 	EnvironmentSnapshot string            `json:"environment_snapshot,omitempty"`
 }
 
-func (s *Service) scheduleClock() schedule.Clock { return schedule.Clock{Minute: s.cfg.ScheduleMinute} }
+func (sl *Controller) scheduleClock() schedule.Clock { return schedule.Clock{Minute: sl.cfg.Minute} }
 
 // CreateSchedule stores a schedule, or updates the one of that name: its
 // file and job are replaced, it keeps its enabled state and the
@@ -83,18 +143,18 @@ func (s *Service) scheduleClock() schedule.Clock { return schedule.Clock{Minute:
 // occurrence from now. A new schedule without start_time starts now and
 // fires its first job at once, as Azure's does. The job is checked as a
 // submission would be.
-func (s *Service) CreateSchedule(ctx context.Context, who auth.Principal, req ScheduleRequest) (*apitypes.Schedule, error) {
+func (sl *Controller) CreateSchedule(ctx context.Context, who auth.Principal, req Request) (*apitypes.Schedule, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("a run token cannot create schedules")
+		return nil, workspace.Forbidden("a run token cannot create schedules")
 	}
 	f := req.File
 	if f == nil {
-		return nil, Invalid("spec: the schedule is missing")
+		return nil, workspace.Invalid("spec: the schedule is missing")
 	}
 	if err := f.Validate(); err != nil {
-		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	now := s.now()
+	now := sl.core.Now()
 	_, hasStart := f.Trigger["start_time"]
 	if !hasStart {
 		// Azure counts a schedule from its creation, and fires its first
@@ -104,36 +164,36 @@ func (s *Service) CreateSchedule(ctx context.Context, who auth.Principal, req Sc
 	}
 	t, err := schedule.Trigger(f)
 	if err != nil {
-		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	var (
-		sub    Submission
-		pipe   *PipelineSubmission
+		sub    workspace.Submission
+		pipe   *pipelines.Submission
 		stored storedSubmission
 	)
 	switch {
 	case btoi(req.CopyJob != "")+btoi(req.Job != nil)+btoi(req.Pipeline != nil) > 1:
-		return nil, Invalid("create_job: give one of a job, a pipeline job or a job to copy")
+		return nil, workspace.Invalid("create_job: give one of a job, a pipeline job or a job to copy")
 	case req.CopyJob != "":
-		if sub, pipe, err = s.copyJob(ctx, req.CopyJob, req.Overrides); err != nil {
+		if sub, pipe, err = sl.copyJob(ctx, req.CopyJob, req.Overrides); err != nil {
 			return nil, err
 		}
 	case len(req.Overrides) > 0:
-		return nil, Invalid("create_job: overrides go with a job to copy (azureml:JOB); the client lays them over a job file itself")
+		return nil, workspace.Invalid("create_job: overrides go with a job to copy (azureml:JOB); the client lays them over a job file itself")
 	case req.Job != nil:
 		sub = *req.Job
 	case req.Pipeline != nil:
 		pipe = req.Pipeline
 	default:
-		return nil, Invalid("create_job: the schedule names no job")
+		return nil, workspace.Invalid("create_job: the schedule names no job")
 	}
 	switch {
 	case pipe != nil:
-		stored, err = s.checkScheduledPipeline(ctx, who, f.Name, *pipe)
+		stored, err = sl.checkScheduledPipeline(ctx, who, f.Name, *pipe)
 	case sub.Spec == nil:
-		return nil, Invalid("create_job: the job spec is missing")
+		return nil, workspace.Invalid("create_job: the job spec is missing")
 	default:
-		stored, err = s.checkScheduledJob(ctx, who, f.Name, sub)
+		stored, err = sl.checkScheduledJob(ctx, who, f.Name, sub)
 	}
 	if err != nil {
 		return nil, err
@@ -146,7 +206,7 @@ func (s *Service) CreateSchedule(ctx context.Context, who auth.Principal, req Sc
 	if err != nil {
 		return nil, err
 	}
-	next := s.scheduleClock().Next(t, now)
+	next := sl.scheduleClock().Next(t, now)
 	if !hasStart {
 		next = t.StartTime
 	}
@@ -154,18 +214,18 @@ func (s *Service) CreateSchedule(ctx context.Context, who auth.Principal, req Sc
 		Name: f.Name, Spec: specJSON, Job: jobJSON, Enabled: true,
 		NextFire: next, CreatedBy: who.Subject, Created: now, Updated: now,
 	}
-	err = s.st.CreateSchedule(ctx, rec)
+	err = sl.st.CreateSchedule(ctx, rec)
 	if errors.Is(err, store.ErrConflict) {
-		rec, err = s.st.UpdateSchedule(ctx, f.Name, func(sc *store.Schedule) error {
+		rec, err = sl.st.UpdateSchedule(ctx, f.Name, func(sc *store.Schedule) error {
 			sc.Spec, sc.Job, sc.CreatedBy, sc.Updated = specJSON, jobJSON, who.Subject, now
-			sc.NextFire = s.scheduleClock().Next(t, latest(now, sc.LastFired))
+			sc.NextFire = sl.scheduleClock().Next(t, latest(now, sc.LastFired))
 			return nil
 		})
 	}
 	if err != nil {
 		return nil, err
 	}
-	s.kickScheduleLoop()
+	sl.kickScheduleLoop()
 	return scheduleView(rec)
 }
 
@@ -185,15 +245,15 @@ func latest(a, b time.Time) time.Time {
 
 // checkScheduledJob checks sub as SubmitJob would check a firing of it,
 // storing nothing, and returns it as the schedule keeps it.
-func (s *Service) checkScheduledJob(ctx context.Context, who auth.Principal, name string, sub Submission) (storedSubmission, error) {
+func (sl *Controller) checkScheduledJob(ctx context.Context, who auth.Principal, name string, sub workspace.Submission) (storedSubmission, error) {
 	j := sub.Spec.Clone()
-	j.Name = firedJobName(name, s.now())
+	j.Name = firedJobName(name, sl.core.Now())
 	check := sub
 	check.Spec, check.DryRun, check.Create = j, true, nil
-	if _, err := s.SubmitJob(ctx, who, check); err != nil {
-		var e *Error
+	if _, err := sl.core.SubmitJob(ctx, who, check); err != nil {
+		var e *workspace.Error
 		if errors.As(err, &e) {
-			return storedSubmission{}, &Error{Code: e.Code, Msg: "create_job: " + e.Msg, Err: err}
+			return storedSubmission{}, &workspace.Error{Code: e.Code, Msg: "create_job: " + e.Msg, Err: err}
 		}
 		return storedSubmission{}, err
 	}
@@ -210,9 +270,9 @@ func (s *Service) checkScheduledJob(ctx context.Context, who auth.Principal, nam
 // firing of it, storing nothing, and returns it as the schedule keeps
 // it: the spec as the client sent it, so that each firing resolves its
 // registered components (azureml:NAME@latest) again, as Azure does.
-func (s *Service) checkScheduledPipeline(ctx context.Context, who auth.Principal, name string, sub PipelineSubmission) (storedSubmission, error) {
+func (sl *Controller) checkScheduledPipeline(ctx context.Context, who auth.Principal, name string, sub pipelines.Submission) (storedSubmission, error) {
 	if sub.Spec == nil {
-		return storedSubmission{}, Invalid("create_job: the pipeline job spec is missing")
+		return storedSubmission{}, workspace.Invalid("create_job: the pipeline job spec is missing")
 	}
 	clean := *sub.Spec
 	clean.Name = "" // each firing names its job
@@ -222,14 +282,14 @@ func (s *Service) checkScheduledPipeline(ctx context.Context, who auth.Principal
 	}
 	p, err := spec.DecodePipelineJobJSON(raw)
 	if err != nil {
-		return storedSubmission{}, &Error{Code: CodeInvalid, Msg: "create_job: " + err.Error(), Err: err}
+		return storedSubmission{}, &workspace.Error{Code: workspace.CodeInvalid, Msg: "create_job: " + err.Error(), Err: err}
 	}
-	p.Name = firedJobName(name, s.now())
-	check := PipelineSubmission{Spec: p, InputSnapshots: sub.InputSnapshots, DryRun: true}
-	if _, err := s.SubmitPipeline(ctx, who, check); err != nil {
-		var e *Error
+	p.Name = firedJobName(name, sl.core.Now())
+	check := pipelines.Submission{Spec: p, InputSnapshots: sub.InputSnapshots, DryRun: true}
+	if _, err := sl.pipes.SubmitPipeline(ctx, who, check); err != nil {
+		var e *workspace.Error
 		if errors.As(err, &e) {
-			return storedSubmission{}, &Error{Code: e.Code, Msg: "create_job: " + e.Msg, Err: err}
+			return storedSubmission{}, &workspace.Error{Code: e.Code, Msg: "create_job: " + e.Msg, Err: err}
 		}
 		return storedSubmission{}, err
 	}
@@ -240,24 +300,24 @@ func (s *Service) checkScheduledPipeline(ctx context.Context, who auth.Principal
 // azureml:NAME: its spec and the snapshots it was given (not those the
 // workspace looked up for registered data, which a firing looks up
 // again). A pipeline job is copied whole, with its components.
-func (s *Service) copyJob(ctx context.Context, name string, overrides map[string]any) (Submission, *PipelineSubmission, error) {
-	rec, err := s.st.GetJob(ctx, name)
+func (sl *Controller) copyJob(ctx context.Context, name string, overrides map[string]any) (workspace.Submission, *pipelines.Submission, error) {
+	rec, err := sl.st.GetJob(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return Submission{}, nil, NotFound("create_job: there is no job %s to copy; `ferry job list` shows the jobs, or name a job file (create_job: ./job.yml)", name)
+		return workspace.Submission{}, nil, workspace.NotFound("create_job: there is no job %s to copy; `ferry job list` shows the jobs, or name a job file (create_job: ./job.yml)", name)
 	}
 	if err != nil {
-		return Submission{}, nil, err
+		return workspace.Submission{}, nil, err
 	}
-	if isPipeline(rec) {
+	if pipelines.IsPipeline(rec) {
 		p, err := copyPipeline(rec, overrides)
-		return Submission{}, p, err
+		return workspace.Submission{}, p, err
 	}
 	sub, err := copyCommandJob(rec, overrides)
 	return sub, nil, err
 }
 
 // copyPipeline is copyJob for a pipeline job.
-func copyPipeline(rec store.Job, overrides map[string]any) (*PipelineSubmission, error) {
+func copyPipeline(rec store.Job, overrides map[string]any) (*pipelines.Submission, error) {
 	raw := rec.Spec
 	if len(overrides) > 0 {
 		var m map[string]any
@@ -272,7 +332,7 @@ func copyPipeline(rec store.Job, overrides map[string]any) (*PipelineSubmission,
 	p, err := spec.DecodePipelineJobJSON(raw)
 	if err != nil {
 		if len(overrides) > 0 {
-			return nil, Invalid("create_job: pipeline job %s with create_job's fields laid over it: %v", rec.Name, err)
+			return nil, workspace.Invalid("create_job: pipeline job %s with create_job's fields laid over it: %v", rec.Name, err)
 		}
 		return nil, fmt.Errorf("job %s: stored spec: %w", rec.Name, err)
 	}
@@ -282,49 +342,49 @@ func copyPipeline(rec store.Job, overrides map[string]any) (*PipelineSubmission,
 			return nil, fmt.Errorf("job %s: stored inputs: %w", rec.Name, err)
 		}
 	}
-	maps.DeleteFunc(inputs, func(k, _ string) bool { return !knownInputKey(p, k) })
-	return &PipelineSubmission{Spec: p, InputSnapshots: inputs}, nil
+	maps.DeleteFunc(inputs, func(k, _ string) bool { return !pipelines.KnownInputKey(p, k) })
+	return &pipelines.Submission{Spec: p, InputSnapshots: inputs}, nil
 }
 
 // copyCommandJob is copyJob for a command or sweep job.
-func copyCommandJob(rec store.Job, overrides map[string]any) (Submission, error) {
+func copyCommandJob(rec store.Job, overrides map[string]any) (workspace.Submission, error) {
 	name := rec.Name
 	raw := rec.Spec
 	if len(overrides) > 0 {
 		if _, ok := overrides["code"]; ok {
-			return Submission{}, Invalid("create_job.code: a copied job keeps the code it was given; to change it, write the job's file and name it in create_job.job")
+			return workspace.Submission{}, workspace.Invalid("create_job.code: a copied job keeps the code it was given; to change it, write the job's file and name it in create_job.job")
 		}
 		var m map[string]any
 		if err := json.Unmarshal(raw, &m); err != nil {
-			return Submission{}, fmt.Errorf("job %s: stored spec: %w", name, err)
+			return workspace.Submission{}, fmt.Errorf("job %s: stored spec: %w", name, err)
 		}
 		var err error
 		if raw, err = json.Marshal(spec.MergeFields(m, overrides)); err != nil {
-			return Submission{}, err
+			return workspace.Submission{}, err
 		}
 	}
 	j, err := spec.DecodeJobJSON(raw)
 	if err != nil {
 		if len(overrides) > 0 {
-			return Submission{}, Invalid("create_job: job %s with create_job's fields laid over it: %v", name, err)
+			return workspace.Submission{}, workspace.Invalid("create_job: job %s with create_job's fields laid over it: %v", name, err)
 		}
-		return Submission{}, fmt.Errorf("job %s: stored spec: %w", name, err)
+		return workspace.Submission{}, fmt.Errorf("job %s: stored spec: %w", name, err)
 	}
 	var inputs map[string]string
 	if len(rec.Inputs) > 0 {
 		if err := json.Unmarshal(rec.Inputs, &inputs); err != nil {
-			return Submission{}, fmt.Errorf("job %s: stored inputs: %w", name, err)
+			return workspace.Submission{}, fmt.Errorf("job %s: stored inputs: %w", name, err)
 		}
 	}
 	maps.DeleteFunc(inputs, func(k, _ string) bool {
 		in, ok := j.Inputs[k]
 		return !ok || in.IsLiteral() || spec.IsDataRef(in.Path)
 	})
-	sub := Submission{Spec: j, CodeSnapshot: rec.CodeSnapshot, InputSnapshots: inputs}
+	sub := workspace.Submission{Spec: j, CodeSnapshot: rec.CodeSnapshot, InputSnapshots: inputs}
 	if j.Environment != nil && j.Environment.Ref == "" && len(rec.Environment) > 0 {
 		var es environment.Spec
 		if err := json.Unmarshal(rec.Environment, &es); err != nil {
-			return Submission{}, fmt.Errorf("job %s: stored environment: %w", name, err)
+			return workspace.Submission{}, fmt.Errorf("job %s: stored environment: %w", name, err)
 		}
 		sub.EnvironmentSnapshot = es.Context
 	}
@@ -338,10 +398,10 @@ func firedJobName(schedule string, occurrence time.Time) string {
 }
 
 // GetSchedule returns one schedule.
-func (s *Service) GetSchedule(ctx context.Context, name string) (*apitypes.Schedule, error) {
-	rec, err := s.st.GetSchedule(ctx, name)
+func (sl *Controller) GetSchedule(ctx context.Context, name string) (*apitypes.Schedule, error) {
+	rec, err := sl.st.GetSchedule(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, NotFound("schedule %s does not exist; `ferry schedule list` shows the schedules", name)
+		return nil, workspace.NotFound("schedule %s does not exist; `ferry schedule list` shows the schedules", name)
 	}
 	if err != nil {
 		return nil, err
@@ -350,8 +410,8 @@ func (s *Service) GetSchedule(ctx context.Context, name string) (*apitypes.Sched
 }
 
 // ListSchedules returns every schedule, by name.
-func (s *Service) ListSchedules(ctx context.Context) ([]*apitypes.Schedule, error) {
-	recs, err := s.st.ListSchedules(ctx)
+func (sl *Controller) ListSchedules(ctx context.Context) ([]*apitypes.Schedule, error) {
+	recs, err := sl.st.ListSchedules(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -369,12 +429,12 @@ func (s *Service) ListSchedules(ctx context.Context) ([]*apitypes.Schedule, erro
 // SetScheduleEnabled enables or disables a schedule. A schedule enabled
 // again fires from its next occurrence after now: what it missed while
 // disabled is not fired.
-func (s *Service) SetScheduleEnabled(ctx context.Context, who auth.Principal, name string, enabled bool) (*apitypes.Schedule, error) {
+func (sl *Controller) SetScheduleEnabled(ctx context.Context, who auth.Principal, name string, enabled bool) (*apitypes.Schedule, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("a run token cannot change schedules")
+		return nil, workspace.Forbidden("a run token cannot change schedules")
 	}
-	now := s.now()
-	rec, err := s.st.UpdateSchedule(ctx, name, func(sc *store.Schedule) error {
+	now := sl.core.Now()
+	rec, err := sl.st.UpdateSchedule(ctx, name, func(sc *store.Schedule) error {
 		if sc.Enabled == enabled {
 			return nil
 		}
@@ -382,30 +442,30 @@ func (s *Service) SetScheduleEnabled(ctx context.Context, who auth.Principal, na
 		if enabled {
 			t, err := storedTrigger(*sc)
 			if err != nil {
-				return Invalid("schedule %s: %v", name, err)
+				return workspace.Invalid("schedule %s: %v", name, err)
 			}
-			sc.NextFire = s.scheduleClock().Next(t, latest(now, sc.LastFired))
+			sc.NextFire = sl.scheduleClock().Next(t, latest(now, sc.LastFired))
 		}
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, NotFound("schedule %s does not exist; `ferry schedule list` shows the schedules", name)
+		return nil, workspace.NotFound("schedule %s does not exist; `ferry schedule list` shows the schedules", name)
 	}
 	if err != nil {
 		return nil, err
 	}
-	s.kickScheduleLoop()
+	sl.kickScheduleLoop()
 	return scheduleView(rec)
 }
 
 // DeleteSchedule removes a schedule; the jobs it fired stay.
-func (s *Service) DeleteSchedule(ctx context.Context, who auth.Principal, name string) error {
+func (sl *Controller) DeleteSchedule(ctx context.Context, who auth.Principal, name string) error {
 	if !who.IsOwner() {
-		return Forbidden("a run token cannot delete schedules")
+		return workspace.Forbidden("a run token cannot delete schedules")
 	}
-	err := s.st.DeleteSchedule(ctx, name)
+	err := sl.st.DeleteSchedule(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return NotFound("schedule %s does not exist; `ferry schedule list` shows the schedules", name)
+		return workspace.NotFound("schedule %s does not exist; `ferry schedule list` shows the schedules", name)
 	}
 	return err
 }
@@ -463,30 +523,31 @@ func scheduleView(rec store.Schedule) (*apitypes.Schedule, error) {
 	return v, nil
 }
 
-func (s *Service) kickScheduleLoop() {
+// kickScheduleLoop asks for a pass of the schedule loop.
+func (sl *Controller) kickScheduleLoop() {
 	select {
-	case s.kickSchedules <- struct{}{}:
+	case sl.wake <- struct{}{}:
 	default:
 	}
 }
 
 // reconcileSchedules is one pass of the schedule loop: every enabled
 // schedule whose next occurrence has come fires it.
-func (s *Service) reconcileSchedules(ctx context.Context) error {
-	recs, err := s.st.ListSchedules(ctx)
+func (sl *Controller) reconcileSchedules(ctx context.Context) error {
+	recs, err := sl.st.ListSchedules(ctx)
 	if err != nil {
 		return err
 	}
-	now := s.now()
+	now := sl.core.Now()
 	for _, rec := range recs {
 		if !rec.Enabled || rec.NextFire.IsZero() || rec.NextFire.After(now) {
 			continue
 		}
-		if err := s.guard("schedule "+rec.Name, func() error { return s.fireSchedule(ctx, rec, now) }); err != nil {
+		if err := sl.core.Guard("schedule "+rec.Name, func() error { return sl.fireSchedule(ctx, rec, now) }); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			s.log.Error("schedule", "schedule", rec.Name, "err", err)
+			sl.log.Error("schedule", "schedule", rec.Name, "err", err)
 		}
 	}
 	return nil
@@ -494,25 +555,25 @@ func (s *Service) reconcileSchedules(ctx context.Context) error {
 
 // fireSchedule fires the occurrence of rec that has come by now (the
 // latest, when the server missed several).
-func (s *Service) fireSchedule(ctx context.Context, rec store.Schedule, now time.Time) error {
+func (sl *Controller) fireSchedule(ctx context.Context, rec store.Schedule, now time.Time) error {
 	t, err := storedTrigger(rec)
 	if err != nil {
-		return s.scheduleFailed(ctx, rec.Name, time.Time{}, now, time.Time{}, fmt.Sprintf("its trigger can no longer be read: %v", err))
+		return sl.scheduleFailed(ctx, rec.Name, time.Time{}, now, time.Time{}, fmt.Sprintf("its trigger can no longer be read: %v", err))
 	}
-	fr, ok := s.scheduleClock().Due(t, rec.NextFire, now)
+	fr, ok := sl.scheduleClock().Due(t, rec.NextFire, now)
 	if !ok {
 		return nil
 	}
 	var stored storedSubmission
 	if err := json.Unmarshal(rec.Job, &stored); err != nil {
-		return s.scheduleFailed(ctx, rec.Name, fr.Occurrence, now, fr.Next, fmt.Sprintf("its stored job can no longer be read: %v", err))
+		return sl.scheduleFailed(ctx, rec.Name, fr.Occurrence, now, fr.Next, fmt.Sprintf("its stored job can no longer be read: %v", err))
 	}
 	if len(stored.Pipeline) > 0 {
-		return s.firePipeline(ctx, rec, fr, now, stored)
+		return sl.firePipeline(ctx, rec, fr, now, stored)
 	}
 	j, err := spec.DecodeJobJSON(stored.Spec)
 	if err != nil {
-		return s.scheduleFailed(ctx, rec.Name, fr.Occurrence, now, fr.Next, fmt.Sprintf("its stored job is no longer valid: %v", err))
+		return sl.scheduleFailed(ctx, rec.Name, fr.Occurrence, now, fr.Next, fmt.Sprintf("its stored job is no longer valid: %v", err))
 	}
 	j.Name = firedJobName(rec.Name, fr.Occurrence)
 	if j.ExperimentName == "" {
@@ -527,21 +588,21 @@ func (s *Service) fireSchedule(ctx context.Context, rec store.Schedule, now time
 		}
 	}
 	j.Tags = firedTags(j.Tags, rec.Name, fr)
-	sub := Submission{
+	sub := workspace.Submission{
 		Spec: j, CodeSnapshot: stored.CodeSnapshot, InputSnapshots: stored.InputSnapshots, EnvironmentSnapshot: stored.EnvironmentSnapshot,
 		Create: func(ctx context.Context, job store.Job, first store.Event) (store.Job, error) {
-			return s.st.FireSchedule(ctx, rec.Name, fr.Occurrence, fr.Next, job, first, nil)
+			return sl.st.FireSchedule(ctx, rec.Name, fr.Occurrence, fr.Next, job, first, nil)
 		},
 	}
 	owner := auth.Principal{Kind: auth.KindOwner, Subject: rec.CreatedBy}
-	job, err := s.SubmitJob(ctx, owner, sub)
+	job, err := sl.core.SubmitJob(ctx, owner, sub)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return s.scheduleFailed(ctx, rec.Name, fr.Occurrence, now, fr.Next, err.Error())
+		return sl.scheduleFailed(ctx, rec.Name, fr.Occurrence, now, fr.Next, err.Error())
 	}
-	s.log.Info("schedule fired", "schedule", rec.Name, "occurrence", fr.Occurrence, "job", job.Name, "skipped", fr.Skipped, "next", fr.Next)
+	sl.log.Info("schedule fired", "schedule", rec.Name, "occurrence", fr.Occurrence, "job", job.Name, "skipped", fr.Skipped, "next", fr.Next)
 	return nil
 }
 
@@ -569,10 +630,10 @@ func firedTags(own map[string]string, name string, fr schedule.Firing) map[strin
 // parent job and its steps are stored with the occurrence in one
 // transaction, and the pipeline loop makes the steps' jobs, as for a
 // pipeline job submitted through the API.
-func (s *Service) firePipeline(ctx context.Context, rec store.Schedule, fr schedule.Firing, now time.Time, stored storedSubmission) error {
+func (sl *Controller) firePipeline(ctx context.Context, rec store.Schedule, fr schedule.Firing, now time.Time, stored storedSubmission) error {
 	p, err := spec.DecodePipelineJobJSON(stored.Pipeline)
 	if err != nil {
-		return s.scheduleFailed(ctx, rec.Name, fr.Occurrence, now, fr.Next, fmt.Sprintf("its stored pipeline job is no longer valid: %v", err))
+		return sl.scheduleFailed(ctx, rec.Name, fr.Occurrence, now, fr.Next, fmt.Sprintf("its stored pipeline job is no longer valid: %v", err))
 	}
 	p.Name = firedJobName(rec.Name, fr.Occurrence)
 	if p.ExperimentName == "" {
@@ -587,17 +648,19 @@ func (s *Service) firePipeline(ctx context.Context, rec store.Schedule, fr sched
 		}
 	}
 	p.Tags = firedTags(p.Tags, rec.Name, fr)
-	sub := PipelineSubmission{Spec: p, InputSnapshots: stored.InputSnapshots,
-		firing: &firing{schedule: rec.Name, occurrence: fr.Occurrence, next: fr.Next}}
+	sub := pipelines.Submission{Spec: p, InputSnapshots: stored.InputSnapshots,
+		Create: func(ctx context.Context, job store.Job, first store.Event, steps []store.PipelineStep) (store.Job, error) {
+			return sl.st.FireSchedule(ctx, rec.Name, fr.Occurrence, fr.Next, job, first, steps)
+		}}
 	owner := auth.Principal{Kind: auth.KindOwner, Subject: rec.CreatedBy}
-	job, err := s.SubmitPipeline(ctx, owner, sub)
+	job, err := sl.pipes.SubmitPipeline(ctx, owner, sub)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return s.scheduleFailed(ctx, rec.Name, fr.Occurrence, now, fr.Next, err.Error())
+		return sl.scheduleFailed(ctx, rec.Name, fr.Occurrence, now, fr.Next, err.Error())
 	}
-	s.log.Info("schedule fired", "schedule", rec.Name, "occurrence", fr.Occurrence, "job", job.Name, "skipped", fr.Skipped, "next", fr.Next)
+	sl.log.Info("schedule fired", "schedule", rec.Name, "occurrence", fr.Occurrence, "job", job.Name, "skipped", fr.Skipped, "next", fr.Next)
 	return nil
 }
 
@@ -605,8 +668,8 @@ func (s *Service) firePipeline(ctx context.Context, rec store.Schedule, fr sched
 // why, and moves it on to next, unless the schedule was disabled or fired
 // the occurrence meanwhile (a conflict that is no failure). A zero
 // occurrence is a schedule that cannot fire any more: it ends.
-func (s *Service) scheduleFailed(ctx context.Context, name string, occurrence, now, next time.Time, why string) error {
-	_, err := s.st.UpdateSchedule(ctx, name, func(sc *store.Schedule) error {
+func (sl *Controller) scheduleFailed(ctx context.Context, name string, occurrence, now, next time.Time, why string) error {
+	_, err := sl.st.UpdateSchedule(ctx, name, func(sc *store.Schedule) error {
 		if !sc.Enabled || (!occurrence.IsZero() && !sc.LastFired.IsZero() && !sc.LastFired.Before(occurrence)) {
 			return errNoChange
 		}
@@ -621,9 +684,16 @@ func (s *Service) scheduleFailed(ctx context.Context, name string, occurrence, n
 		return nil
 	}
 	if err == nil {
-		s.log.Warn("schedule fired no job", "schedule", name, "reason", why)
+		sl.log.Warn("schedule fired no job", "schedule", name, "reason", why)
 	}
 	return err
 }
 
 var errNoChange = errors.New("no change")
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

@@ -1,36 +1,119 @@
-package workspace
+package pipelines
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
 	"github.com/ferry-ml/ferry/internal/auth"
+	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
+	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
-// PipelineSubmission is a pipeline job to create: its spec, with the
-// components that steps name by file already in it (Resolved), and the
-// snapshots the client uploaded for its local data inputs, keyed
-// "inputs.NAME" (a pipeline input) or "jobs.STEP.inputs.NAME" (a step's).
-type PipelineSubmission struct {
+// Store is the part of the workspace's store the pipeline workload reads
+// and writes: the pipelines and their steps, the steps' jobs, and the
+// computes the steps name.
+type Store interface {
+	store.Pipelines
+	store.Jobs
+	store.Computes
+}
+
+// Core is what the pipeline workload needs of the workspace beyond Jobs:
+// the submit of its steps' jobs (command and sweep jobs, as the API
+// submits them), the checks of what its steps name, and the end and the
+// reuse of its records. *workspace.Service is one.
+type Core interface {
+	workspace.Jobs
+	SubmitJob(ctx context.Context, who auth.Principal, sub workspace.Submission) (*apitypes.Job, error)
+	ResolveEnvironment(ctx context.Context, e *spec.Environment, snap string) (*environment.Spec, error)
+	RequireSnapshot(id, field string) error
+	CheckComponentUploads(c *spec.Component, field string) error
+	UnknownCompute(ctx context.Context, name string) error
+	EndJobWith(ctx context.Context, name, status, reason string, outputs json.RawMessage, edit func(j *store.Job)) error
+	CreateEndedJob(ctx context.Context, rec store.Job, first store.Event, line []byte) (store.Job, error)
+}
+
+var _ Core = (*workspace.Service)(nil)
+
+// Controller is the pipeline loop and the pipeline record type (type:
+// pipeline): register it with Register. Pipeline jobs are submitted
+// through SubmitPipeline (the API's POST /v1/pipeline-jobs, a schedule's
+// firing), and are then jobs like any other: GetJob shows their steps,
+// a cancel cascades to them.
+type Controller struct {
+	core Core
+	st   Store
+	log  *slog.Logger
+
+	wake  chan struct{}
+	pipes pipelineSteps // the jobs of pipelines under way
+}
+
+var (
+	_ workspace.RecordType = (*Controller)(nil)
+	_ workspace.Controller = (*Controller)(nil)
+	_ workspace.JobWatcher = (*Controller)(nil)
+)
+
+// New makes the pipeline loop of a workspace.
+func New(core Core, st Store, log *slog.Logger) *Controller {
+	return &Controller{core: core, st: st, log: log, wake: make(chan struct{}, 1)}
+}
+
+// Registry is where the server registers a workload: the workspace.
+type Registry interface {
+	RegisterRecordType(typ string, t workspace.RecordType)
+	RegisterController(c workspace.Controller)
+}
+
+// Register makes pipeline jobs' records c's to show and drive.
+func Register(r Registry, c *Controller) {
+	r.RegisterRecordType("pipeline", c)
+	r.RegisterController(c)
+}
+
+// Name implements workspace.Controller.
+func (pl *Controller) Name() string { return "pipelines" }
+
+// Interval implements workspace.Controller: a pass every second, besides
+// those a pipeline's or a step's change asks for.
+func (pl *Controller) Interval() time.Duration { return time.Second }
+
+// Wake implements workspace.Controller.
+func (pl *Controller) Wake() <-chan struct{} { return pl.wake }
+
+// Reconcile implements workspace.Controller.
+func (pl *Controller) Reconcile(ctx context.Context) error { return pl.reconcilePipelines(ctx) }
+
+// JobChanged implements workspace.JobWatcher.
+func (pl *Controller) JobChanged(job string) { pl.pipelineJobChanged(job) }
+
+// Submission is a pipeline job to create: its spec, with the components
+// that steps name by file already in it (Resolved), and the snapshots the
+// client uploaded for its local data inputs, keyed "inputs.NAME" (a
+// pipeline input) or "jobs.STEP.inputs.NAME" (a step's).
+type Submission struct {
 	Spec           *spec.PipelineJob
 	InputSnapshots map[string]string
 
-	// firing is a schedule's firing, stored with the schedule's record in
-	// one transaction (schedules.go); DryRun, Submission's, checks and
-	// stores nothing.
-	firing *firing
+	// DryRun checks the submission as SubmitPipeline would and stores
+	// nothing.
 	DryRun bool
+	// Create, when set, stores the parent job's record with its steps in
+	// place of the store's CreatePipelineJob: a schedule's firing stores
+	// them with the schedule's record in one transaction.
+	Create func(ctx context.Context, rec store.Job, first store.Event, steps []store.PipelineStep) (store.Job, error)
 }
 
 // stepJobName is the name of a step's job: deterministic, so that a step
@@ -40,59 +123,58 @@ func stepJobName(pipeline, step string) string { return pipeline + "-" + step }
 
 // SubmitPipeline validates and stores a pipeline job; the pipeline loop
 // then makes each step's job once its inputs exist.
-func (s *Service) SubmitPipeline(ctx context.Context, who auth.Principal, sub PipelineSubmission) (*apitypes.Job, error) {
+func (pl *Controller) SubmitPipeline(ctx context.Context, who auth.Principal, sub Submission) (*apitypes.Job, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("a run token cannot submit jobs")
+		return nil, workspace.Forbidden("a run token cannot submit jobs")
 	}
 	p := sub.Spec
 	if p == nil {
-		return nil, Invalid("spec: the pipeline job spec is missing")
+		return nil, workspace.Invalid("spec: the pipeline job spec is missing")
 	}
 	if err := p.Validate(); err != nil {
-		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	if err := s.resolveComponents(ctx, p); err != nil {
+	if err := pl.resolveComponents(ctx, p); err != nil {
 		return nil, err
 	}
 	// With every component known, the bindings and inputs are checked
 	// against them.
 	if err := p.Validate(); err != nil {
-		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	if err := s.serverlessSteps(ctx, p); err != nil {
+	if err := pl.serverlessSteps(ctx, p); err != nil {
 		return nil, err
 	}
 	name := p.Name
 	if name == "" {
-		name = newJobName()
+		name = workspace.NewJobName()
 	}
 	steps := slices.Sorted(maps.Keys(p.Jobs))
 	for _, st := range steps {
 		f := "jobs." + st + "."
 		if len(stepJobName(name, st)) > 255 {
-			return nil, Invalid("name: %q with step %s makes a job name over 255 characters; use a shorter name", name, st)
+			return nil, workspace.Invalid("name: %q with step %s makes a job name over 255 characters; use a shorter name", name, st)
 		}
 		comp := p.StepComponent(st)
-		if err := s.checkComponentUploads(comp, f); err != nil {
+		if err := pl.core.CheckComponentUploads(comp, f); err != nil {
 			return nil, err
 		}
 		if c := p.StepCompute(st); c != "" {
-			if _, err := s.st.GetCompute(ctx, c); errors.Is(err, store.ErrNotFound) {
-				e := s.unknownCompute(ctx, c)
-				return nil, NotFound("%scompute: %s", f, e.(*Error).Msg)
+			if _, err := pl.st.GetCompute(ctx, c); errors.Is(err, store.ErrNotFound) {
+				return nil, pl.unknownCompute(ctx, f, c)
 			} else if err != nil {
 				return nil, err
 			}
 		}
-		if _, err := s.resolveEnvironment(ctx, comp.Environment, comp.EnvironmentSnapshot); err != nil {
+		if _, err := pl.core.ResolveEnvironment(ctx, comp.Environment, comp.EnvironmentSnapshot); err != nil {
 			return nil, err
 		}
 	}
 	for key, id := range sub.InputSnapshots {
-		if !knownInputKey(p, key) {
-			return nil, Invalid("input_snapshots.%s: the pipeline has no data input by that name", key)
+		if !KnownInputKey(p, key) {
+			return nil, workspace.Invalid("input_snapshots.%s: the pipeline has no data input by that name", key)
 		}
-		if err := s.requireSnapshot(id, key); err != nil {
+		if err := pl.core.RequireSnapshot(id, key); err != nil {
 			return nil, err
 		}
 	}
@@ -104,7 +186,7 @@ func (s *Service) SubmitPipeline(ctx context.Context, who auth.Principal, sub Pi
 	if err != nil {
 		return nil, err
 	}
-	now := s.now()
+	now := pl.core.Now()
 	rec := store.Job{Name: name, DisplayName: p.DisplayName, ExperimentName: p.ExperimentName,
 		Status: apitypes.StatusNotStarted, StatusReason: "waiting for its first steps", CreatedBy: who.Subject,
 		Spec: specJSON, Inputs: inputsJSON, Created: now}
@@ -116,22 +198,32 @@ func (s *Service) SubmitPipeline(ctx context.Context, who auth.Principal, sub Pi
 	var created store.Job
 	switch {
 	case sub.DryRun:
-		return s.jobViewWith(rec, nil)
-	case sub.firing != nil:
-		f := sub.firing
-		created, err = s.st.FireSchedule(ctx, f.schedule, f.occurrence, f.next, rec, first, rows)
+		return pl.core.JobView(rec)
+	case sub.Create != nil:
+		created, err = sub.Create(ctx, rec, first, rows)
 	default:
-		created, err = s.st.CreatePipelineJob(ctx, rec, first, rows)
+		created, err = pl.st.CreatePipelineJob(ctx, rec, first, rows)
 	}
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil, Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)
+			return nil, workspace.Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)
 		}
-		return nil, noSpace(err, "job "+name)
+		return nil, workspace.NoSpace(err, "job "+name)
 	}
-	s.changed(name)
-	s.kickPipelines()
-	return s.jobViewWith(created, nil)
+	pl.core.Changed(name)
+	pl.kickPipelines()
+	return pl.core.JobView(created)
+}
+
+// unknownCompute is the error for compute c, which step field f names
+// and the workspace lacks.
+func (pl *Controller) unknownCompute(ctx context.Context, f, c string) error {
+	err := pl.core.UnknownCompute(ctx, c)
+	var e *workspace.Error
+	if !errors.As(err, &e) {
+		return err // the computes could not be listed
+	}
+	return workspace.NotFound("%scompute: %s", f, e.Msg)
 }
 
 // serverlessSteps reads Azure's compute name serverless (azureml:serverless,
@@ -139,7 +231,7 @@ func (s *Service) SubmitPipeline(ctx context.Context, who auth.Principal, sub Pi
 // compute: such a step runs where a command job without compute: does
 // (on the serverless cluster of its resources.instance_type, else on
 // local), unless the workspace has a compute of that name.
-func (s *Service) serverlessSteps(ctx context.Context, p *spec.PipelineJob) error {
+func (pl *Controller) serverlessSteps(ctx context.Context, p *spec.PipelineJob) error {
 	const name = "serverless"
 	isServerless := func(c string) bool { return strings.TrimPrefix(c, "azureml:") == name }
 	uses := isServerless(p.Compute) || (p.Settings != nil && isServerless(p.Settings.DefaultCompute))
@@ -149,7 +241,7 @@ func (s *Service) serverlessSteps(ctx context.Context, p *spec.PipelineJob) erro
 	if !uses {
 		return nil
 	}
-	if _, err := s.st.GetCompute(ctx, name); err == nil {
+	if _, err := pl.st.GetCompute(ctx, name); err == nil {
 		return nil
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return err
@@ -168,9 +260,9 @@ func (s *Service) serverlessSteps(ctx context.Context, p *spec.PipelineJob) erro
 	return nil
 }
 
-// knownInputKey says whether an input snapshot's key names a data input
+// KnownInputKey says whether an input snapshot's key names a data input
 // of the pipeline or of one of its steps.
-func knownInputKey(p *spec.PipelineJob, key string) bool {
+func KnownInputKey(p *spec.PipelineJob, key string) bool {
 	if name, ok := strings.CutPrefix(key, "inputs."); ok {
 		in, found := p.Inputs[name]
 		return found && !in.IsLiteral()
@@ -190,24 +282,24 @@ func knownInputKey(p *spec.PipelineJob, key string) bool {
 // resolveComponents puts the registered component that each step names
 // (azureml:NAME:VERSION, azureml:NAME@latest) into the pipeline, so the
 // stored pipeline says exactly what its steps run.
-func (s *Service) resolveComponents(ctx context.Context, p *spec.PipelineJob) error {
+func (pl *Controller) resolveComponents(ctx context.Context, p *spec.PipelineJob) error {
 	for _, st := range slices.Sorted(maps.Keys(p.Jobs)) {
 		ref := p.Jobs[st].Component
 		if ref == nil || !ref.IsRegistered() {
 			if ref != nil && ref.Resolved == nil {
-				return Invalid("jobs.%s.%s: %q is a file on the client's machine; `ferry job create` reads it and sends the component inline", st, componentField(p.Jobs[st]), ref.Ref)
+				return workspace.Invalid("jobs.%s.%s: %q is a file on the client's machine; `ferry job create` reads it and sends the component inline", st, componentField(p.Jobs[st]), ref.Ref)
 			}
 			continue
 		}
 		name, version, err := spec.ParseComponentRef(ref.Ref)
 		if err != nil {
-			return Invalid("jobs.%s.%s: %v", st, componentField(p.Jobs[st]), err)
+			return workspace.Invalid("jobs.%s.%s: %v", st, componentField(p.Jobs[st]), err)
 		}
-		c, err := s.GetComponent(ctx, name, version)
+		c, err := pl.core.GetComponent(ctx, name, version)
 		if err != nil {
-			var e *Error
-			if errors.As(err, &e) && e.Code == CodeNotFound {
-				return NotFound("jobs.%s.%s: %s", st, componentField(p.Jobs[st]), spec.RegistryMiss(ref.Ref, e.Msg))
+			var e *workspace.Error
+			if errors.As(err, &e) && e.Code == workspace.CodeNotFound {
+				return workspace.NotFound("jobs.%s.%s: %s", st, componentField(p.Jobs[st]), spec.RegistryMiss(ref.Ref, e.Msg))
 			}
 			return err
 		}
@@ -260,20 +352,20 @@ func (ps *pipelineSteps) add(job, status string) {
 
 // pipelineJobChanged wakes the pipeline loop when job, one it watches,
 // is in another status than the loop last saw.
-func (s *Service) pipelineJobChanged(job string) {
-	last, ok := s.pipes.seen(job)
+func (pl *Controller) pipelineJobChanged(job string) {
+	last, ok := pl.pipes.seen(job)
 	if !ok {
 		return
 	}
-	if rec, err := s.st.GetJob(context.Background(), job); err != nil || rec.Status != last {
-		s.kickPipelines()
+	if rec, err := pl.st.GetJob(context.Background(), job); err != nil || rec.Status != last {
+		pl.kickPipelines()
 	}
 }
 
 // kickPipelines asks for a pass of the pipeline loop.
-func (s *Service) kickPipelines() {
+func (pl *Controller) kickPipelines() {
 	select {
-	case s.kickPipe <- struct{}{}:
+	case pl.wake <- struct{}{}:
 	default:
 	}
 }
@@ -282,22 +374,22 @@ func (s *Service) kickPipelines() {
 // ended is moved on as far as its steps allow. Everything it decides from
 // is in the store, so a server started again goes on where the last one
 // stopped; a step's job has a fixed name, so it is never made twice.
-func (s *Service) reconcilePipelines(ctx context.Context) error {
-	names, err := s.st.ActivePipelines(ctx)
+func (pl *Controller) reconcilePipelines(ctx context.Context) error {
+	names, err := pl.st.ActivePipelines(ctx)
 	if err != nil {
 		return err
 	}
 	watch := map[string]string{}
 	for _, name := range names {
 		watch[name] = ""
-		if err := s.guard("pipeline "+name, func() error { return s.advancePipeline(ctx, name, watch) }); err != nil {
-			s.log.Error("pipeline", "job", name, "err", err)
-			if errors.Is(err, errInternal) {
-				s.endPipeline(ctx, name, apitypes.StatusFailed, "the pipeline could not be advanced: "+err.Error(), nil)
+		if err := pl.core.Guard("pipeline "+name, func() error { return pl.advancePipeline(ctx, name, watch) }); err != nil {
+			pl.log.Error("pipeline", "job", name, "err", err)
+			if workspace.Panicked(err) {
+				pl.endPipeline(ctx, name, apitypes.StatusFailed, "the pipeline could not be advanced: "+err.Error(), nil)
 			}
 		}
 	}
-	s.pipes.set(watch)
+	pl.pipes.set(watch)
 	return nil
 }
 
@@ -317,27 +409,27 @@ func (st stepState) ended() bool {
 // exist, skips those that can no longer run, stops the rest when a step
 // failed (unless continue_on_step_failure) or a cancel was asked, and ends
 // the pipeline when every step has ended.
-func (s *Service) advancePipeline(ctx context.Context, name string, watch map[string]string) error {
-	rec, err := s.st.GetJob(ctx, name)
+func (pl *Controller) advancePipeline(ctx context.Context, name string, watch map[string]string) error {
+	rec, err := pl.st.GetJob(ctx, name)
 	if err != nil {
 		return err
 	}
 	watch[name] = rec.Status
 	var p spec.PipelineJob
 	if err := json.Unmarshal(rec.Spec, &p); err != nil {
-		return s.endPipeline(ctx, name, apitypes.StatusFailed, "its stored spec cannot be read: "+err.Error(), nil)
+		return pl.endPipeline(ctx, name, apitypes.StatusFailed, "its stored spec cannot be read: "+err.Error(), nil)
 	}
 	snaps := map[string]string{}
 	if len(rec.Inputs) > 0 {
 		if err := json.Unmarshal(rec.Inputs, &snaps); err != nil {
-			return s.endPipeline(ctx, name, apitypes.StatusFailed, "its stored inputs cannot be read: "+err.Error(), nil)
+			return pl.endPipeline(ctx, name, apitypes.StatusFailed, "its stored inputs cannot be read: "+err.Error(), nil)
 		}
 	}
-	rows, err := s.st.ListPipelineSteps(ctx, name)
+	rows, err := pl.st.ListPipelineSteps(ctx, name)
 	if err != nil {
 		return err
 	}
-	jobs, err := s.st.PipelineStepJobs(ctx, name)
+	jobs, err := pl.st.PipelineStepJobs(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -368,7 +460,7 @@ func (s *Service) advancePipeline(ctx context.Context, name string, watch map[st
 			continue
 		}
 		if stopping {
-			if err := s.stopStep(ctx, rec, st, canceling, failed); err != nil {
+			if err := pl.stopStep(ctx, rec, st, canceling, failed); err != nil {
 				return err
 			}
 			continue
@@ -376,19 +468,19 @@ func (s *Service) advancePipeline(ctx context.Context, name string, watch map[st
 		if st.status != "" {
 			continue // its job is under way
 		}
-		if err := s.maybeStartStep(ctx, rec, &p, snaps, n, states); err != nil {
+		if err := pl.maybeStartStep(ctx, rec, &p, snaps, n, states); err != nil {
 			return err
 		}
 		if st := states[n]; st.job != nil {
 			watch[st.job.Name] = st.job.Status
 		}
 	}
-	return s.settlePipeline(ctx, rec, &p, states, canceling)
+	return pl.settlePipeline(ctx, rec, &p, states, canceling)
 }
 
 // stopStep stops a step of a pipeline that is being canceled or failed:
 // its job is canceled, or, when it has none, it never gets one.
-func (s *Service) stopStep(ctx context.Context, rec store.Job, st *stepState, canceling bool, failed []string) error {
+func (pl *Controller) stopStep(ctx context.Context, rec store.Job, st *stepState, canceling bool, failed []string) error {
 	if st.job == nil {
 		why := "not started: the pipeline was canceled"
 		if !canceling {
@@ -396,7 +488,7 @@ func (s *Service) stopStep(ctx context.Context, rec store.Job, st *stepState, ca
 		}
 		st.row.State, st.row.Reason = apitypes.StepCanceled, why
 		st.status, st.reason = apitypes.StepCanceled, why
-		return s.st.UpdatePipelineStep(ctx, st.row)
+		return pl.st.UpdatePipelineStep(ctx, st.row)
 	}
 	if st.status == apitypes.StatusCancelRequested {
 		return nil
@@ -405,8 +497,8 @@ func (s *Service) stopStep(ctx context.Context, rec store.Job, st *stepState, ca
 	if who == "" {
 		who = "pipeline " + rec.Name
 	}
-	_, err := s.CancelJob(ctx, auth.Principal{Kind: auth.KindOwner, Subject: who}, st.job.Name)
-	if CodeOf(err) == CodeConflict {
+	_, err := pl.core.CancelJob(ctx, auth.Principal{Kind: auth.KindOwner, Subject: who}, st.job.Name)
+	if workspace.CodeOf(err) == workspace.CodeConflict {
 		return nil // it ended meanwhile
 	}
 	return err
@@ -414,7 +506,7 @@ func (s *Service) stopStep(ctx context.Context, rec store.Job, st *stepState, ca
 
 // maybeStartStep makes step n's job when every step it depends on has
 // completed, or marks it skipped when one of them can no longer.
-func (s *Service) maybeStartStep(ctx context.Context, rec store.Job, p *spec.PipelineJob, snaps map[string]string, n string, states map[string]*stepState) error {
+func (pl *Controller) maybeStartStep(ctx context.Context, rec store.Job, p *spec.PipelineJob, snaps map[string]string, n string, states map[string]*stepState) error {
 	st := states[n]
 	for _, d := range p.Jobs[n].Dependencies() {
 		ds := states[d]
@@ -426,32 +518,32 @@ func (s *Service) maybeStartStep(ctx context.Context, rec store.Job, p *spec.Pip
 		case ds.ended():
 			st.row.State, st.row.Reason = apitypes.StepSkipped, fmt.Sprintf("not started: step %s it takes inputs from did not complete (%s)", d, ds.status)
 			st.status, st.reason = apitypes.StepSkipped, st.row.Reason
-			return s.st.UpdatePipelineStep(ctx, st.row)
+			return pl.st.UpdatePipelineStep(ctx, st.row)
 		default:
 			return nil // waits for d
 		}
 	}
-	job, reused, err := s.startStep(ctx, rec, p, snaps, n, states)
+	job, reused, err := pl.startStep(ctx, rec, p, snaps, n, states)
 	if err != nil {
-		if CodeOf(err) == CodeInternal {
+		if workspace.CodeOf(err) == workspace.CodeInternal {
 			return err
 		}
 		st.row.State, st.row.Reason = apitypes.StepFailed, "could not be submitted: "+err.Error()
 		st.status, st.reason = apitypes.StepFailed, st.row.Reason
-		return s.st.UpdatePipelineStep(ctx, st.row)
+		return pl.st.UpdatePipelineStep(ctx, st.row)
 	}
 	st.row.Job, st.row.ReuseKey, st.row.ReusedFrom = job.Name, job.reuseKey, reused
-	if err := s.st.UpdatePipelineStep(ctx, st.row); err != nil {
+	if err := pl.st.UpdatePipelineStep(ctx, st.row); err != nil {
 		return err
 	}
 	st.job, st.status, st.reason = &job.Job, job.Status, job.StatusReason
-	s.pipes.add(job.Name, job.Status)
+	pl.pipes.add(job.Name, job.Status)
 	return nil
 }
 
 // settlePipeline records what the steps' states make of the pipeline:
 // Running once a step has a job, and its end once every step has ended.
-func (s *Service) settlePipeline(ctx context.Context, rec store.Job, p *spec.PipelineJob, states map[string]*stepState, canceling bool) error {
+func (pl *Controller) settlePipeline(ctx context.Context, rec store.Job, p *spec.PipelineJob, states map[string]*stepState, canceling bool) error {
 	allEnded, anyStarted := true, false
 	var notCompleted []string
 	for _, n := range slices.Sorted(maps.Keys(states)) {
@@ -467,13 +559,13 @@ func (s *Service) settlePipeline(ctx context.Context, rec store.Job, p *spec.Pip
 	}
 	if !allEnded {
 		if anyStarted && rec.Status == apitypes.StatusNotStarted {
-			return s.pipelineRunning(ctx, rec.Name)
+			return pl.pipelineRunning(ctx, rec.Name)
 		}
 		return nil
 	}
 	switch {
 	case canceling:
-		return s.endPipeline(ctx, rec.Name, apitypes.StatusCanceled, "canceled by "+rec.CancelBy, nil)
+		return pl.endPipeline(ctx, rec.Name, apitypes.StatusCanceled, "canceled by "+rec.CancelBy, nil)
 	case len(notCompleted) > 0:
 		var parts []string
 		for _, n := range notCompleted {
@@ -484,9 +576,9 @@ func (s *Service) settlePipeline(ctx context.Context, rec store.Job, p *spec.Pip
 		if first.reason != "" {
 			why += " (" + notCompleted[0] + ": " + first.reason + ")"
 		}
-		return s.endPipeline(ctx, rec.Name, apitypes.StatusFailed, why, pipelineOutputs(p, states))
+		return pl.endPipeline(ctx, rec.Name, apitypes.StatusFailed, why, pipelineOutputs(p, states))
 	}
-	return s.endPipeline(ctx, rec.Name, apitypes.StatusCompleted, fmt.Sprintf("all %s completed", count(len(states), "step")), pipelineOutputs(p, states))
+	return pl.endPipeline(ctx, rec.Name, apitypes.StatusCompleted, fmt.Sprintf("all %s completed", count(len(states), "step")), pipelineOutputs(p, states))
 }
 
 // pipelineOutputs are the pipeline's named outputs: each the output of
@@ -511,68 +603,42 @@ func pipelineOutputs(p *spec.PipelineJob, states map[string]*stepState) *apitype
 	return out
 }
 
-func (s *Service) pipelineRunning(ctx context.Context, name string) error {
-	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
+func (pl *Controller) pipelineRunning(ctx context.Context, name string) error {
+	_, err := pl.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
 		if j.Status != apitypes.StatusNotStarted {
 			return nil, nil
 		}
-		now := s.now()
+		now := pl.core.Now()
 		j.Status, j.StatusReason, j.Started = apitypes.StatusRunning, "its steps are running", now
 		return &store.Event{Job: name, Time: now, From: apitypes.StatusNotStarted, To: apitypes.StatusRunning, Reason: j.StatusReason}, nil
 	})
-	s.changed(name)
+	pl.core.Changed(name)
 	return err
 }
 
-// endPipeline ends a pipeline job with its outputs (nil: none).
-func (s *Service) endPipeline(ctx context.Context, name, status, reason string, out *apitypes.Outputs) error {
-	completed := false // the outputs it owes a registration are to register
-	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		completed = false
-		if apitypes.IsTerminal(j.Status) {
-			return nil, nil
+// endPipeline ends a pipeline job with its outputs (nil: none); a failed
+// one's reason is its error too.
+func (pl *Controller) endPipeline(ctx context.Context, name, status, reason string, out *apitypes.Outputs) error {
+	var raw json.RawMessage
+	if out != nil {
+		var err error
+		if raw, err = json.Marshal(out); err != nil {
+			return err
 		}
-		now := s.now()
-		from := j.Status
-		j.Status, j.StatusReason, j.Ended = status, reason, now
+	}
+	return pl.core.EndJobWith(ctx, name, status, reason, raw, func(j *store.Job) {
 		if status == apitypes.StatusFailed {
 			j.Error = reason
 		}
 		if j.Started.IsZero() {
-			j.Started = now
+			j.Started = j.Ended
 		}
-		if out != nil {
-			raw, err := json.Marshal(out)
-			if err != nil {
-				return nil, err
-			}
-			j.Outputs = raw
-		}
-		completed = status == apitypes.StatusCompleted
-		j.Outputs = owedOutputs(j.Outputs, j.Spec, completed)
-		return &store.Event{Job: name, Time: now, From: from, To: status, Reason: reason}, nil
 	})
-	if err == nil && completed {
-		s.registerOwed(ctx, name)
-	}
-	s.mu.Lock()
-	delete(s.cancelAsked, name) // a cancel of the pipeline is done
-	s.mu.Unlock()
-	s.changed(name)
-	return err
 }
 
-// pipelineRun is the pipeline loop's own goroutine: a pass when kicked (a
-// pipeline or one of its steps changed) and every second.
-func (s *Service) pipelineRun(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	s.loop(ctx, s.kickPipe, tick.C, loopPass{name: "pipelines", run: s.reconcilePipelines})
-}
-
-// isPipeline says whether a stored job is a pipeline job's parent: it
+// IsPipeline says whether a stored job is a pipeline job's parent: it
 // runs on no compute, and its spec says pipeline.
-func isPipeline(rec store.Job) bool {
+func IsPipeline(rec store.Job) bool {
 	if rec.Compute != "" {
 		return false
 	}
@@ -582,39 +648,10 @@ func isPipeline(rec store.Job) bool {
 	return json.Unmarshal(rec.Spec, &t) == nil && t.Type == "pipeline"
 }
 
-// pipelineView adds a pipeline's spec and steps to the view of its
-// parent job.
-func (s *Service) pipelineView(ctx context.Context, rec store.Job, v *apitypes.Job) error {
-	p := v.Pipeline
-	rows, err := s.st.ListPipelineSteps(ctx, rec.Name)
-	if err != nil {
-		return err
+// count is "1 thing" or "n things", for messages.
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
 	}
-	order := p.StepOrder()
-	slices.SortStableFunc(rows, func(a, b store.PipelineStep) int { return order[a.Step] - order[b.Step] })
-	jobs, err := s.st.PipelineStepJobs(ctx, rec.Name)
-	if err != nil {
-		return err
-	}
-	for _, r := range rows {
-		ps := apitypes.PipelineStep{Name: r.Step, Job: r.Job, Status: r.State, Reason: r.Reason, ReusedFrom: r.ReusedFrom,
-			Compute: p.StepCompute(r.Step)}
-		if ps.Compute == "" {
-			ps.Compute = "local"
-		}
-		if st := p.Jobs[r.Step]; st != nil {
-			ps.DependsOn, ps.Sweep = st.Dependencies(), st.IsSweep()
-		}
-		if j, ok := jobs[r.Job]; ok && r.Job != "" {
-			ps.Status, ps.Reason = j.Status, j.StatusReason
-			if j.Compute != "" { // a sweep step's job has none: its trials have
-				ps.Compute = j.Compute
-			}
-		}
-		if ps.Status == "" {
-			ps.Status = apitypes.StatusNotStarted
-		}
-		v.Steps = append(v.Steps, ps)
-	}
-	return nil
+	return fmt.Sprintf("%d %ss", n, thing)
 }
