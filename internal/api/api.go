@@ -58,6 +58,9 @@ type route struct {
 type Workloads struct {
 	// Batch is batch endpoints; nil: their routes are not served.
 	Batch BatchEndpoints
+	// Pipelines and Schedules are pipeline jobs and job schedules.
+	Pipelines Pipelines
+	Schedules Schedules
 }
 
 // New makes the API server. tokens is where API tokens are looked up.

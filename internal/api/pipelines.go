@@ -3,12 +3,20 @@ package api
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
 
+	"context"
 	"net/http"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workload/pipelines"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
+
+// Pipelines is what the pipeline routes ask of the pipeline workload
+// (internal/workload/pipelines).
+type Pipelines interface {
+	SubmitPipeline(ctx context.Context, who auth.Principal, sub pipelines.Submission) (*apitypes.Job, error)
+}
 
 // pipelineRoutes are the component registry's operations and the
 // submission of pipeline jobs, which are then jobs like any other
@@ -57,5 +65,5 @@ func (s *Server) createPipelineJob(r *http.Request, who auth.Principal) (any, er
 	if err != nil {
 		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	return s.ws.SubmitPipeline(r.Context(), who, workspace.PipelineSubmission{Spec: p, InputSnapshots: req.InputSnapshots})
+	return s.wl.Pipelines.SubmitPipeline(r.Context(), who, pipelines.Submission{Spec: p, InputSnapshots: req.InputSnapshots})
 }

@@ -3,12 +3,25 @@ package api
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
 
+	"context"
 	"net/http"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workload/pipelines"
+	"github.com/ferry-ml/ferry/internal/workload/schedules"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
+
+// Schedules is what the schedule routes ask of the schedule workload
+// (internal/workload/schedules).
+type Schedules interface {
+	CreateSchedule(ctx context.Context, who auth.Principal, req schedules.Request) (*apitypes.Schedule, error)
+	ListSchedules(ctx context.Context) ([]*apitypes.Schedule, error)
+	GetSchedule(ctx context.Context, name string) (*apitypes.Schedule, error)
+	SetScheduleEnabled(ctx context.Context, who auth.Principal, name string, enabled bool) (*apitypes.Schedule, error)
+	DeleteSchedule(ctx context.Context, who auth.Principal, name string) error
+}
 
 // scheduleRoutes are job schedules' operations, and the reference check
 // the CLI makes before it uploads a job's files.
@@ -36,7 +49,7 @@ func (s *Server) createSchedule(r *http.Request, who auth.Principal) (any, error
 	if err != nil {
 		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	wreq := workspace.ScheduleRequest{File: f, CopyJob: req.CopyJob, Overrides: req.Overrides}
+	wreq := schedules.Request{File: f, CopyJob: req.CopyJob, Overrides: req.Overrides}
 	if req.Job != nil {
 		sub, err := submission(*req.Job)
 		if err != nil {
@@ -52,27 +65,27 @@ func (s *Server) createSchedule(r *http.Request, who auth.Principal) (any, error
 		if err != nil {
 			return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: "create_job: " + err.Error(), Err: err}
 		}
-		wreq.Pipeline = &workspace.PipelineSubmission{Spec: p, InputSnapshots: req.Pipeline.InputSnapshots}
+		wreq.Pipeline = &pipelines.Submission{Spec: p, InputSnapshots: req.Pipeline.InputSnapshots}
 	}
-	return s.ws.CreateSchedule(r.Context(), who, wreq)
+	return s.wl.Schedules.CreateSchedule(r.Context(), who, wreq)
 }
 
 func (s *Server) listSchedules(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.ListSchedules(r.Context())
+	return s.wl.Schedules.ListSchedules(r.Context())
 }
 
 func (s *Server) getSchedule(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.GetSchedule(r.Context(), r.PathValue("name"))
+	return s.wl.Schedules.GetSchedule(r.Context(), r.PathValue("name"))
 }
 
 func (s *Server) enableSchedule(enabled bool) func(*http.Request, auth.Principal) (any, error) {
 	return func(r *http.Request, who auth.Principal) (any, error) {
-		return s.ws.SetScheduleEnabled(r.Context(), who, r.PathValue("name"), enabled)
+		return s.wl.Schedules.SetScheduleEnabled(r.Context(), who, r.PathValue("name"), enabled)
 	}
 }
 
 func (s *Server) deleteSchedule(r *http.Request, who auth.Principal) (any, error) {
-	if err := s.ws.DeleteSchedule(r.Context(), who, r.PathValue("name")); err != nil {
+	if err := s.wl.Schedules.DeleteSchedule(r.Context(), who, r.PathValue("name")); err != nil {
 		return nil, err
 	}
 	return map[string]string{"deleted": r.PathValue("name")}, nil

@@ -16,6 +16,10 @@ const mod = "github.com/ferry-ml/ferry/"
 var forbidden = map[string][]string{
 	"internal/api":       {"internal/store/sqlite", "internal/compute/", "internal/server", "internal/cli", "internal/runner"},
 	"internal/workspace": {"internal/api", "internal/store/sqlite", "internal/compute/", "internal/provider/", "internal/server", "internal/cli", "net/http", "k8s.io/"},
+	// Workloads are domain code on the job core: no HTTP, no SQL, no
+	// driver; the api serves their routes, the server wires them.
+	"internal/workload/pipelines": {"internal/api", "internal/server", "internal/store/sqlite", "internal/compute/", "internal/cli", "net/http"},
+	"internal/workload/schedules": {"internal/api", "internal/server", "internal/store/sqlite", "internal/compute/", "internal/cli", "net/http"},
 	// The agent is what runs on nodes: no server code in it.
 	"internal/agent":         {"internal/workspace", "internal/api", "internal/store", "internal/server", "internal/scheduler", "internal/autoscale"},
 	"internal/provider/...":  {"internal/workspace", "internal/api", "internal/store", "internal/server"},

@@ -89,7 +89,8 @@ type Config struct {
 	// Version is the server's version, recorded in Info for `ferry server
 	// status`.
 	Version string
-	// ScheduleMinute is workspace.Config's (0 = a minute).
+	// ScheduleMinute is the length of job schedules' minute
+	// (schedules.Config.Minute; 0 = a minute).
 	ScheduleMinute time.Duration
 	// Limits bound what one client may hold of the listener (the API,
 	// the studio and the endpoints' gateway alike); a zero field is
@@ -286,13 +287,12 @@ func Run(ctx context.Context, cfg Config) error {
 		PreemptPoll: cfg.PreemptPoll, PreemptGrace: cfg.PreemptGrace,
 		JoinTimeout: cfg.NodeJoinTimeout, ServerlessIdle: cfg.ServerlessIdle,
 		Router: gatewayRouter{gw}, ProbeReplica: replicaProber(), KubeReplicas: newKubeReplicas(cfg.Log, images),
-		ScheduleMinute: cfg.ScheduleMinute,
-		BlobEndpoints:  blobEndpoints, DefaultDatastoreDir: defaultDatastore,
+		BlobEndpoints: blobEndpoints, DefaultDatastoreDir: defaultDatastore,
 	})
 	if err != nil {
 		return err
 	}
-	workloads := registerWorkloads(ws, st, cfg.Log)
+	workloads := registerWorkloads(ws, st, cfg)
 	apiServer := api.New(ws, workloads, st, cfg.Log)
 	apiServer.MountGateway(gw, gw.Metrics())
 	handler, err := withStudio(apiServer, studioSessions{st}, cfg.Log)

@@ -14,12 +14,14 @@ import (
 
 // The job core and the workloads around it. The Service keeps computes,
 // jobs, their dispatch, runs, logs and metrics; what is built from jobs
-// (sweeps, and in time schedules, pipelines and endpoints) lives in a
+// (sweeps, pipelines, schedules, and in time endpoints) lives in a
 // package of its own, sees the core through Jobs, and plugs into it in
-// three ways, all registered by the server before Run:
+// these ways, all registered by the server before Run:
 //
 //   - a JobType takes the submits of the job type it drives and adds its
 //     view to the job's (GetJob);
+//   - a RecordType shows the records of a type whose jobs the workload
+//     submits through a route of its own (a pipeline's spec and steps);
 //   - a Controller is one reconcile loop, with its own state, run by Run
 //     on its tick and whenever its wake channel fires;
 //   - a controller that is also a JobWatcher hears of every job's change.
@@ -138,32 +140,7 @@ func (s *Service) createJobRecord(ctx context.Context, sub Submission, rec store
 
 // EndJob implements Jobs.
 func (s *Service) EndJob(ctx context.Context, name, status, reason string, outputs json.RawMessage) error {
-	completed := false // the outputs it owes a registration are to register
-	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
-		completed = false
-		if apitypes.IsTerminal(j.Status) {
-			return nil, nil
-		}
-		from, now := j.Status, s.now()
-		j.Status, j.StatusReason, j.Ended = status, reason, now
-		if len(outputs) > 0 {
-			j.Outputs = outputs
-		}
-		completed = status == apitypes.StatusCompleted
-		j.Outputs = owedOutputs(j.Outputs, j.Spec, completed)
-		return &store.Event{Job: name, Time: now, From: from, To: status, Reason: reason}, nil
-	})
-	if err != nil {
-		return err
-	}
-	if completed {
-		s.registerOwed(ctx, name)
-	}
-	s.mu.Lock()
-	delete(s.heartbeats, name)
-	s.mu.Unlock()
-	s.changed(name)
-	return nil
+	return s.EndJobWith(ctx, name, status, reason, outputs, nil)
 }
 
 // JobView implements Jobs.

@@ -46,7 +46,6 @@ func (s *Service) Run(ctx context.Context) {
 		defer tick.Stop()
 		s.loop(ctx, nil, tick.C, loopPass{name: "engine reconcile", run: s.reconcileEngines})
 	})
-	wg.Go(func() { s.pipelineRun(ctx) })
 	wg.Go(func() {
 		tick := time.NewTicker(deployTick)
 		defer tick.Stop()
@@ -59,11 +58,6 @@ func (s *Service) Run(ctx context.Context) {
 			s.loop(ctx, c.Wake(), tick.C, loopPass{name: c.Name(), run: c.Reconcile})
 		})
 	}
-	wg.Go(func() {
-		tick := time.NewTicker(scheduleTick)
-		defer tick.Stop()
-		s.loop(ctx, s.kickSchedules, tick.C, loopPass{name: "schedules", run: s.reconcileSchedules})
-	})
 	wg.Go(func() {
 		tick := time.NewTicker(registerTick)
 		defer tick.Stop()
@@ -395,7 +389,7 @@ func (s *Service) expireLeases(ctx context.Context) error {
 	now := s.now()
 	for _, j := range active {
 		if j.Compute == "" {
-			continue // a pipeline or a sweep: its steps or trials have the runners
+			continue // a workload's own record: the jobs it made have the runners
 		}
 		s.mu.Lock()
 		last, ok := s.heartbeats[j.Name]

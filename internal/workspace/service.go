@@ -121,11 +121,6 @@ type Config struct {
 	KubeReplicas KubeReplicas
 	Now          func() time.Time // clock; nil means time.Now
 	Log          *slog.Logger
-
-	// ScheduleMinute is how long the minute of job schedules' minute
-	// recurrences lasts: 0 means a minute; tests of the server shorten it
-	// to see a schedule fire every few seconds of real time.
-	ScheduleMinute time.Duration
 }
 
 // Service is the workspace. It is safe for concurrent use.
@@ -166,11 +161,8 @@ type Service struct {
 	fullComputes atomic.Pointer[fullComputes]
 
 	kickDeploy chan struct{} // wakes the deployment controller (deployctl.go)
-	kickPipe   chan struct{} // wakes the pipeline loop (pipelines.go)
-	pipes      pipelineSteps // the jobs of pipelines under way (pipelines.go)
 	deployCtl  *deployCtl
 
-	kickSchedules chan struct{} // wakes the schedule loop (schedules.go)
 	// isSnap is the snapshot of Ferry's inference server that replica
 	// jobs take as an input, made once (inferenceServerSnapshot).
 	isMu   sync.Mutex
@@ -195,9 +187,10 @@ type Service struct {
 	pools *poolLoop // the pool loop (poolloop.go) and its memory
 
 	// The workloads registered before Run (jobcore.go): the job types
-	// they drive, their loops, and those of their loops that hear of
-	// every job's change.
+	// they drive, the record types they show, their loops, and those of
+	// their loops that hear of every job's change.
 	jobTypes    map[string]JobType
+	recordTypes map[string]RecordType
 	controllers []Controller
 	watchers    []JobWatcher
 
@@ -271,7 +264,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, st: cfg.Store, blobs: cfg.Blobs, logs: logs, log: cfg.Log, now: cfg.Now,
-		kick: make(chan struct{}, 1), kickPools: make(chan struct{}, 1), kickDeploy: make(chan struct{}, 1), kickPipe: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), kickPools: make(chan struct{}, 1), kickDeploy: make(chan struct{}, 1),
 		targets:    map[string]compute.Target{},
 		waiters:    map[string]chan struct{}{},
 		heartbeats: map[string]time.Time{},
@@ -281,12 +274,12 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		delivered: map[string]bool{}, nodeWait: map[string]chan struct{}{},
 		unusable: newUnusableLog(cfg.Log),
 	}
-	s.kickSchedules = make(chan struct{}, 1)
 	s.started = s.now()
 	s.deployCtl = newDeployCtl(s.started)
 	s.instance = newInstanceID()
 	s.pools = newPoolLoop(cfg, s, s.started)
 	s.jobTypes = map[string]JobType{}
+	s.recordTypes = map[string]RecordType{}
 	s.regs = newRegistrations()
 	if _, err := s.st.GetCompute(ctx, "local"); errors.Is(err, store.ErrNotFound) {
 		local := &spec.Compute{Name: "local", Type: "local"}
@@ -340,7 +333,6 @@ func (s *Service) notify(job string, deploy bool) {
 	for _, w := range s.watchers {
 		w.JobChanged(job)
 	}
-	s.pipelineJobChanged(job)
 }
 
 // wakeDispatcher asks for a dispatch pass: a job was queued or a slot freed.
@@ -680,8 +672,8 @@ func isUnusable(err error) bool {
 	return errors.As(err, &u)
 }
 
-// jobType is the type of the job v shows: its file's (a pipeline's has
-// none of a command job's).
+// jobType is the type of the job v shows: its file's (a RecordType's
+// record has none of a command job's).
 func jobType(v *apitypes.Job) string {
 	if v.Spec == nil {
 		return ""
@@ -879,11 +871,6 @@ func (s *Service) GetJob(ctx context.Context, name string, history bool) (*apity
 	if err != nil {
 		return nil, err
 	}
-	if v.Pipeline != nil {
-		if err := s.pipelineView(ctx, rec, v); err != nil {
-			return nil, err
-		}
-	}
 	if history {
 		evs, err := s.st.ListEvents(ctx, name)
 		if err != nil {
@@ -901,10 +888,8 @@ func (s *Service) GetJob(ctx context.Context, name string, history bool) (*apity
 		}
 		v.Params, v.RunTags = rv.Params, rv.Tags
 	}
-	if t, ok := s.jobTypes[jobType(v)]; ok {
-		if err := t.Decorate(ctx, rec, v); err != nil {
-			return nil, err
-		}
+	if err := s.decorate(ctx, rec, v); err != nil {
+		return nil, err
 	}
 	return v, nil
 }
@@ -926,6 +911,13 @@ func (s *Service) jobView(ctx context.Context, rec store.Job) (*apitypes.Job, er
 
 // jobViewWith is the view of a stored job whose latest metrics are known.
 func (s *Service) jobViewWith(rec store.Job, latest map[string]store.Metric) (*apitypes.Job, error) {
+	return s.viewOf(rec, latest, true)
+}
+
+// viewOf is jobViewWith, with the job's spec left out unless withSpec (a
+// list shows none); the spec is read all the same, so that one that
+// cannot be is named.
+func (s *Service) viewOf(rec store.Job, latest map[string]store.Metric, withSpec bool) (*apitypes.Job, error) {
 	v := &apitypes.Job{
 		Name: rec.Name, DisplayName: rec.DisplayName, ExperimentName: rec.ExperimentName,
 		Status: rec.Status, StatusReason: rec.StatusReason, Compute: rec.Compute,
@@ -939,18 +931,19 @@ func (s *Service) jobViewWith(rec store.Job, latest map[string]store.Metric) (*a
 	unreadable := func(part string, err error) {
 		v.Unreadable = append(v.Unreadable, part+": "+err.Error())
 	}
+	specView := v
+	if !withSpec {
+		specView = &apitypes.Job{} // read into a view of its own, and dropped
+	}
 	var j spec.Job
-	if isPipeline(rec) {
-		var p spec.PipelineJob
-		if err := json.Unmarshal(rec.Spec, &p); err != nil {
-			unreadable("pipeline spec", err)
-		} else {
-			v.Pipeline = &p
+	if typ, rt := s.recordType(rec); rt != nil {
+		if err := rt.ViewSpec(rec, specView); err != nil {
+			unreadable(typ+" spec", err)
 		}
 	} else if err := json.Unmarshal(rec.Spec, &j); err != nil {
 		unreadable("spec", err)
 	} else {
-		v.Spec = &j
+		specView.Spec = &j
 	}
 	if len(rec.Inputs) > 0 {
 		if err := readStoredInputs(rec.Inputs, v); err != nil {
@@ -996,11 +989,10 @@ func (s *Service) ListJobs(ctx context.Context, f store.JobFilter) ([]*apitypes.
 	}
 	out := make([]*apitypes.Job, 0, len(recs))
 	for _, r := range recs {
-		v, err := s.jobViewWith(r, latest[r.Name])
+		v, err := s.viewOf(r, latest[r.Name], false)
 		if err != nil {
 			return nil, err
 		}
-		v.Spec, v.Pipeline = nil, nil
 		out = append(out, v)
 	}
 	return out, nil

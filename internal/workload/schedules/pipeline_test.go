@@ -1,4 +1,4 @@
-package workspace
+package schedules
 
 import (
 	"context"
@@ -8,15 +8,18 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workload/pipelines"
+	"github.com/ferry-ml/ferry/internal/workspace"
+	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
 )
 
-func pipelineSubmission(t *testing.T, doc string) *PipelineSubmission {
+func pipelineSubmission(t *testing.T, doc string) *pipelines.Submission {
 	t.Helper()
 	p, err := spec.ParsePipelineJob([]byte(doc), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &PipelineSubmission{Spec: p}
+	return &pipelines.Submission{Spec: p}
 }
 
 // TestSchedulePipelineOnTheClock: a schedule of a pipeline job fires its
@@ -26,39 +29,37 @@ func pipelineSubmission(t *testing.T, doc string) *PipelineSubmission {
 // workspace lacks.
 func TestSchedulePipelineOnTheClock(t *testing.T) {
 	ctx := context.Background()
-	s, clk := newService(t, &fakeTarget{capacity: 1})
-	clk.now = time.Date(2026, 1, 1, 0, 30, 0, 0, time.UTC)
+	h, s := newHarness(t)
+	h.Clock.Advance(30 * time.Minute) // 00:30
 	f := hourlySchedule(t, "pipe")
 	f.Trigger["start_time"] = "2026-01-01T01:00:00Z"
 	pipe := pipelineSubmission(t, "type: pipeline\ninputs:\n  label: ${{name}}\njobs:\n  a:\n    command: echo ${{inputs.x}}\n    inputs:\n      x: ${{parent.inputs.label}}\n  b:\n    command: \"true\"\n")
-	sc, err := s.CreateSchedule(ctx, owner, ScheduleRequest{File: f, Pipeline: pipe})
+	sc, err := s.CreateSchedule(ctx, workspacetest.Owner, Request{File: f, Pipeline: pipe})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sc.JobType != "pipeline" {
 		t.Errorf("schedule's job type %q, want pipeline", sc.JobType)
 	}
-	if got := scheduledJobs(t, s, "pipe"); len(got) != 0 {
+	if got := scheduledJobs(t, h, "pipe"); len(got) != 0 {
 		t.Fatalf("creating the schedule stored jobs %v", got)
 	}
-	clk.advance(31 * time.Minute) // 01:01
+	h.Clock.Advance(31 * time.Minute) // 01:01
 	for range 2 {
-		if err := s.reconcileSchedules(ctx); err != nil {
-			t.Fatal(err)
-		}
+		schedulePass(t, h)
 	}
 	fired := "pipe-20260101T010000Z"
-	if got := scheduledJobs(t, s, "pipe"); !slices.Contains(got, fired) {
+	if got := scheduledJobs(t, h, "pipe"); !slices.Contains(got, fired) {
 		t.Fatalf("jobs %v, want the pipeline %s", got, fired)
 	}
-	steps, err := s.st.ListPipelineSteps(ctx, fired)
+	steps, err := h.Store.ListPipelineSteps(ctx, fired)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(steps) != 2 || steps[0].Step != "a" || steps[1].Step != "b" {
 		t.Errorf("steps of the fired pipeline %+v, want a and b", steps)
 	}
-	j, err := s.GetJob(ctx, fired, false)
+	j, err := h.WS.GetJob(ctx, fired, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,26 +73,24 @@ func TestSchedulePipelineOnTheClock(t *testing.T) {
 		t.Errorf("schedule after firing: last job %q, error %q", sc.LastJob, sc.LastError)
 	}
 
-	if _, err := s.CreateSchedule(ctx, owner, ScheduleRequest{File: hourlySchedule(t, "copied"), CopyJob: fired}); err != nil {
+	if _, err := s.CreateSchedule(ctx, workspacetest.Owner, Request{File: hourlySchedule(t, "copied"), CopyJob: fired}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.reconcileSchedules(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got := scheduledJobs(t, s, "copied")
+	schedulePass(t, h)
+	got := scheduledJobs(t, h, "copied")
 	if len(got) == 0 {
 		t.Fatal("the copy of a pipeline job fired nothing")
 	}
-	if steps, err := s.st.ListPipelineSteps(ctx, got[0]); err != nil || len(steps) != 2 {
+	if steps, err := h.Store.ListPipelineSteps(ctx, got[0]); err != nil || len(steps) != 2 {
 		t.Errorf("steps of the copied pipeline %s: %+v, %v", got[0], steps, err)
 	}
 
 	bad := pipelineSubmission(t, "type: pipeline\njobs:\n  a:\n    component: azureml:never:1\n")
-	_, err = s.CreateSchedule(ctx, owner, ScheduleRequest{File: hourlySchedule(t, "bad"), Pipeline: bad})
-	if CodeOf(err) != CodeNotFound || !strings.Contains(err.Error(), "create_job: jobs.a.component") {
+	_, err = s.CreateSchedule(ctx, workspacetest.Owner, Request{File: hourlySchedule(t, "bad"), Pipeline: bad})
+	if workspace.CodeOf(err) != workspace.CodeNotFound || !strings.Contains(err.Error(), "create_job: jobs.a.component") {
 		t.Errorf("a pipeline naming a missing component: %v, want not found naming create_job: jobs.a.component", err)
 	}
-	if _, err := s.GetSchedule(ctx, "bad"); CodeOf(err) != CodeNotFound {
+	if _, err := s.GetSchedule(ctx, "bad"); workspace.CodeOf(err) != workspace.CodeNotFound {
 		t.Errorf("the refused schedule was stored: %v", err)
 	}
 }

@@ -1,8 +1,6 @@
-package workspace
+package pipelines
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,9 +10,11 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
+	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // stepJob is a step's job as startStep made (or found) it.
@@ -94,15 +94,15 @@ func bindStepInputs(p *spec.PipelineJob, snaps map[string]string, n string, comp
 			var o apitypes.Outputs
 			if from != nil && from.job != nil && len(from.job.Outputs) > 0 {
 				if err := json.Unmarshal(from.job.Outputs, &o); err != nil {
-					return out, Invalid("inputs.%s: the outputs of step %s cannot be read: %v", k, si.Binding.Step, err)
+					return out, workspace.Invalid("inputs.%s: the outputs of step %s cannot be read: %v", k, si.Binding.Step, err)
 				}
 			}
 			snap := o.Named[si.Binding.Name]
 			if snap == "" && p.Jobs[si.Binding.Step].IsSweep() {
-				return out, Invalid("inputs.%s: sweep step %s completed without output %s: its outputs are its best trial's, and no completed trial logged the primary metric or wrote that output", k, si.Binding.Step, si.Binding.Name)
+				return out, workspace.Invalid("inputs.%s: sweep step %s completed without output %s: its outputs are its best trial's, and no completed trial logged the primary metric or wrote that output", k, si.Binding.Step, si.Binding.Name)
 			}
 			if snap == "" {
-				return out, Invalid("inputs.%s: step %s completed without its output %s (its command wrote nothing there)", k, si.Binding.Step, si.Binding.Name)
+				return out, workspace.Invalid("inputs.%s: step %s completed without its output %s (its command wrote nothing there)", k, si.Binding.Step, si.Binding.Name)
 			}
 			data(k, ci, si, si.Binding.String(), snap)
 		default:
@@ -201,7 +201,7 @@ func stepReuseKey(comp *spec.Component, j *spec.Job, snaps map[string]string, en
 		Snapshots map[string]string     `json:"snapshots,omitempty"`
 		Env       json.RawMessage       `json:"environment,omitempty"`
 		Sweep     *sweepPart            `json:"sweep,omitempty"`
-	}{ComponentDigest(comp), j.Command, j.Inputs, snaps, env, sw}
+	}{workspace.ComponentDigest(comp), j.Command, j.Inputs, snaps, env, sw}
 	raw, _ := json.Marshal(what) // plain data: cannot fail
 	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:])
@@ -221,10 +221,10 @@ func stepReusable(p *spec.PipelineJob, n string, j *spec.Job) bool {
 // the same thing and completed and reuse is not turned off, a job that
 // is Completed at once with that step's outputs. It returns the job and
 // the name of the job whose outputs were reused ("" when it runs).
-func (s *Service) startStep(ctx context.Context, rec store.Job, p *spec.PipelineJob, snaps map[string]string, n string, states map[string]*stepState) (stepJob, string, error) {
+func (pl *Controller) startStep(ctx context.Context, rec store.Job, p *spec.PipelineJob, snaps map[string]string, n string, states map[string]*stepState) (stepJob, string, error) {
 	comp := p.StepComponent(n)
 	if comp == nil {
-		return stepJob{}, "", Invalid("jobs.%s.component: not resolved", n)
+		return stepJob{}, "", workspace.Invalid("jobs.%s.component: not resolved", n)
 	}
 	in, err := bindStepInputs(p, snaps, n, comp, states)
 	if err != nil {
@@ -234,12 +234,12 @@ func (s *Service) startStep(ctx context.Context, rec store.Job, p *spec.Pipeline
 	if p.Jobs[n].IsSweep() {
 		sw, err := p.SweepStepJob(n, j, comp)
 		if err != nil {
-			return stepJob{}, "", &Error{Code: CodeInvalid, Msg: fmt.Sprintf("jobs.%s: %v", n, err), Err: err}
+			return stepJob{}, "", &workspace.Error{Code: workspace.CodeInvalid, Msg: fmt.Sprintf("jobs.%s: %v", n, err), Err: err}
 		}
 		j = sw
 	}
 	name := j.Name
-	env, err := s.resolveEnvironment(ctx, comp.Environment, comp.EnvironmentSnapshot)
+	env, err := pl.core.ResolveEnvironment(ctx, comp.Environment, comp.EnvironmentSnapshot)
 	if err != nil {
 		return stepJob{}, "", err
 	}
@@ -248,21 +248,21 @@ func (s *Service) startStep(ctx context.Context, rec store.Job, p *spec.Pipeline
 		return stepJob{}, "", err
 	}
 	key := stepReuseKey(comp, j, in.snaps, envJSON)
-	if existing, err := s.st.GetJob(ctx, name); err == nil {
+	if existing, err := pl.st.GetJob(ctx, name); err == nil {
 		// Made by a pass that ended (a server killed) before recording
 		// it, unless another job took the name first.
 		if !isStepOf(existing, rec.Name, n) {
-			return stepJob{}, "", Conflict("a job named %s exists that is not this pipeline's step %s; give the pipeline another name", name, n)
+			return stepJob{}, "", workspace.Conflict("a job named %s exists that is not this pipeline's step %s; give the pipeline another name", name, n)
 		}
 		return stepJob{Job: existing, reuseKey: key}, "", nil
 	}
 	if stepReusable(p, n, j) {
-		if from, err := s.st.ReusableStep(ctx, key); err == nil {
-			made, err := s.reuseStep(ctx, rec, j, comp, in, envJSON, from)
+		if from, err := pl.st.ReusableStep(ctx, key); err == nil {
+			made, err := pl.reuseStep(ctx, rec, j, comp, in, envJSON, from)
 			if err == nil {
 				return stepJob{Job: made, reuseKey: key}, from, nil
 			}
-			if CodeOf(err) != CodeConflict {
+			if workspace.CodeOf(err) != workspace.CodeConflict {
 				return stepJob{}, "", err
 			}
 		} else if !errors.Is(err, store.ErrNotFound) {
@@ -270,11 +270,11 @@ func (s *Service) startStep(ctx context.Context, rec store.Job, p *spec.Pipeline
 		}
 	}
 	owner := auth.Principal{Kind: auth.KindOwner, Subject: rec.CreatedBy}
-	_, err = s.SubmitJob(ctx, owner, Submission{Spec: j, CodeSnapshot: comp.CodeSnapshot, InputSnapshots: in.snaps, EnvironmentSnapshot: comp.EnvironmentSnapshot})
-	if err != nil && CodeOf(err) != CodeConflict {
+	_, err = pl.core.SubmitJob(ctx, owner, workspace.Submission{Spec: j, CodeSnapshot: comp.CodeSnapshot, InputSnapshots: in.snaps, EnvironmentSnapshot: comp.EnvironmentSnapshot})
+	if err != nil && workspace.CodeOf(err) != workspace.CodeConflict {
 		return stepJob{}, "", err
 	}
-	made, gerr := s.st.GetJob(ctx, name)
+	made, gerr := pl.st.GetJob(ctx, name)
 	if gerr != nil {
 		if err != nil {
 			return stepJob{}, "", err
@@ -282,7 +282,7 @@ func (s *Service) startStep(ctx context.Context, rec store.Job, p *spec.Pipeline
 		return stepJob{}, "", gerr
 	}
 	if !isStepOf(made, rec.Name, n) {
-		return stepJob{}, "", Conflict("a job named %s exists that is not this pipeline's step %s; give the pipeline another name", name, n)
+		return stepJob{}, "", workspace.Conflict("a job named %s exists that is not this pipeline's step %s; give the pipeline another name", name, n)
 	}
 	return stepJob{Job: made, reuseKey: key}, "", nil
 }
@@ -298,15 +298,12 @@ func isStepOf(j store.Job, pipeline, n string) bool {
 
 // reuseStep makes step j's job Completed at once with the outputs of job
 // from, and says so in its status, history and log.
-func (s *Service) reuseStep(ctx context.Context, rec store.Job, j *spec.Job, comp *spec.Component, in stepInputs, env json.RawMessage, from string) (store.Job, error) {
-	orig, err := s.st.GetJob(ctx, from)
+func (pl *Controller) reuseStep(ctx context.Context, rec store.Job, j *spec.Job, comp *spec.Component, in stepInputs, env json.RawMessage, from string) (store.Job, error) {
+	orig, err := pl.st.GetJob(ctx, from)
 	if err != nil {
 		return store.Job{}, err
 	}
 	why := fmt.Sprintf("reused the outputs of job %s: same component, inputs and environment (force_rerun: true runs it again)", from)
-	if _, err := s.logs.Append(j.Name, 1, 0, 0, []byte("ferry: step "+j.Tags["ferry.step"]+" "+why+"\n")); err != nil {
-		return store.Job{}, noSpace(err, "the log of job "+j.Name)
-	}
 	specJSON, err := json.Marshal(j)
 	if err != nil {
 		return store.Job{}, err
@@ -319,20 +316,16 @@ func (s *Service) reuseStep(ctx context.Context, rec store.Job, j *spec.Job, com
 	if computeName == "" {
 		computeName = "local"
 	}
-	now := s.now()
+	now := pl.core.Now()
 	zero := 0
 	made := store.Job{Name: j.Name, DisplayName: j.DisplayName, ExperimentName: j.ExperimentName,
 		Compute: computeName, Status: apitypes.StatusCompleted, StatusReason: why, Attempt: 1, ExitCode: &zero,
 		CreatedBy: rec.CreatedBy, Spec: specJSON, CodeSnapshot: comp.CodeSnapshot, Inputs: inputsJSON,
-		Outputs: owedOutputs(orig.Outputs, specJSON, true), Environment: env, Created: now, Started: now, Ended: now}
-	created, err := s.st.CreateJob(ctx, made, store.Event{Job: j.Name, Time: now, To: apitypes.StatusCompleted, Reason: why})
-	if errors.Is(err, store.ErrConflict) {
-		return store.Job{}, Conflict("job %s exists", j.Name)
-	}
+		Outputs: orig.Outputs, Environment: env, Created: now, Started: now, Ended: now}
+	line := []byte("ferry: step " + j.Tags["ferry.step"] + " " + why + "\n")
+	created, err := pl.core.CreateEndedJob(ctx, made, store.Event{Job: j.Name, Time: now, To: apitypes.StatusCompleted, Reason: why}, line)
 	if err != nil {
-		return store.Job{}, noSpace(err, "job "+j.Name)
+		return store.Job{}, err
 	}
-	s.registerOwed(ctx, created.Name)
-	s.changed(j.Name)
 	return created, nil
 }
