@@ -17,7 +17,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/testutil"
-	"github.com/ferry-ml/ferry/internal/workspace"
+	"github.com/ferry-ml/ferry/internal/workload/online"
 )
 
 // ferryServer is a `ferry server` process the bench started from a
@@ -191,5 +191,5 @@ func (s *ferryServer) replicaSecret(ctx context.Context, c *client.Client, job s
 	if err != nil {
 		return "", err
 	}
-	return workspace.ReplicaSecret(key, job, j.Attempt).Reveal(), nil
+	return online.ReplicaSecret(key, job, j.Attempt).Reveal(), nil
 }

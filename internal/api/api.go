@@ -22,6 +22,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
+	"github.com/ferry-ml/ferry/internal/workload/online"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
@@ -55,12 +56,15 @@ type route struct {
 
 // Workloads are the workloads built on the job core whose routes the API
 // serves beside the core's, each through its own package (internal/workload).
+// A workload left nil has no routes.
 type Workloads struct {
-	// Batch is batch endpoints; nil: their routes are not served.
+	// Batch is batch endpoints.
 	Batch BatchEndpoints
 	// Pipelines and Schedules are pipeline jobs and job schedules.
 	Pipelines Pipelines
 	Schedules Schedules
+	// Online is the online endpoints and their deployments.
+	Online *online.Service
 }
 
 // New makes the API server. tokens is where API tokens are looked up.
@@ -121,8 +125,10 @@ func New(ws *workspace.Service, wl Workloads, tokens store.Store, log *slog.Logg
 	s.routes = append(s.routes, s.dataRoutes()...)
 	s.routes = append(s.routes, s.pipelineRoutes()...)
 	s.routes = append(s.routes, s.datastoreRoutes()...)
-	s.routes = append(s.routes, s.endpointRoutes()...)
-	s.routes = append(s.routes, s.deploymentRoutes()...)
+	if wl.Online != nil {
+		s.routes = append(s.routes, s.endpointRoutes()...)
+		s.routes = append(s.routes, s.deploymentRoutes()...)
+	}
 	s.routes = append(s.routes, s.scheduleRoutes()...)
 	if wl.Batch != nil {
 		s.routes = append(s.routes, s.batchRoutes()...)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workload/online"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
@@ -86,7 +87,7 @@ func (s *Server) createDeployment(r *http.Request, who auth.Principal) (any, err
 	if err != nil {
 		return nil, err
 	}
-	return s.ws.CreateOnlineDeployment(r.Context(), who, d, req.Uploads, req.Local)
+	return s.wl.Online.CreateOnlineDeployment(r.Context(), who, d, req.Uploads, req.Local)
 }
 
 func (s *Server) updateDeployment(r *http.Request, who auth.Principal) (any, error) {
@@ -101,19 +102,19 @@ func (s *Server) updateDeployment(r *http.Request, who auth.Principal) (any, err
 	if err != nil {
 		return nil, err
 	}
-	return s.ws.UpdateOnlineDeployment(r.Context(), who, d, workspace.DeploymentChange{Uploads: req.Uploads})
+	return s.wl.Online.UpdateOnlineDeployment(r.Context(), who, d, online.DeploymentChange{Uploads: req.Uploads})
 }
 
 func (s *Server) listDeployments(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.ListOnlineDeployments(r.Context(), r.PathValue("endpoint"))
+	return s.wl.Online.ListOnlineDeployments(r.Context(), r.PathValue("endpoint"))
 }
 
 func (s *Server) getDeployment(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.GetOnlineDeployment(r.Context(), r.PathValue("endpoint"), r.PathValue("name"))
+	return s.wl.Online.GetOnlineDeployment(r.Context(), r.PathValue("endpoint"), r.PathValue("name"))
 }
 
 func (s *Server) deleteDeployment(r *http.Request, who auth.Principal) (any, error) {
-	if err := s.ws.DeleteOnlineDeployment(r.Context(), who, r.PathValue("endpoint"), r.PathValue("name")); err != nil {
+	if err := s.wl.Online.DeleteOnlineDeployment(r.Context(), who, r.PathValue("endpoint"), r.PathValue("name")); err != nil {
 		return nil, err
 	}
 	return map[string]string{"deleting": r.PathValue("name")}, nil
@@ -131,7 +132,7 @@ func (s *Server) deploymentLogs(w http.ResponseWriter, r *http.Request, _ auth.P
 	// Written whole once it is read, so that an error is still a problem
 	// document rather than a cut text.
 	var b bytes.Buffer
-	if err := s.ws.DeploymentLogs(r.Context(), r.PathValue("endpoint"), r.PathValue("name"), lines, &b); err != nil {
+	if err := s.wl.Online.DeploymentLogs(r.Context(), r.PathValue("endpoint"), r.PathValue("name"), lines, &b); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

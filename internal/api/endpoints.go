@@ -35,15 +35,15 @@ func (s *Server) createEndpoint(r *http.Request, who auth.Principal) (any, error
 	if err != nil {
 		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	return s.ws.CreateOnlineEndpoint(r.Context(), who, e)
+	return s.wl.Online.CreateOnlineEndpoint(r.Context(), who, e)
 }
 
 func (s *Server) listEndpoints(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.ListOnlineEndpoints(r.Context())
+	return s.wl.Online.ListOnlineEndpoints(r.Context())
 }
 
 func (s *Server) getEndpoint(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.GetOnlineEndpoint(r.Context(), r.PathValue("name"))
+	return s.wl.Online.GetOnlineEndpoint(r.Context(), r.PathValue("name"))
 }
 
 func (s *Server) updateEndpoint(r *http.Request, who auth.Principal) (any, error) {
@@ -51,18 +51,18 @@ func (s *Server) updateEndpoint(r *http.Request, who auth.Principal) (any, error
 	if err := decode(r, &u); err != nil {
 		return nil, err
 	}
-	return s.ws.UpdateOnlineEndpoint(r.Context(), who, r.PathValue("name"), u)
+	return s.wl.Online.UpdateOnlineEndpoint(r.Context(), who, r.PathValue("name"), u)
 }
 
 func (s *Server) deleteEndpoint(r *http.Request, who auth.Principal) (any, error) {
-	if err := s.ws.DeleteOnlineEndpoint(r.Context(), who, r.PathValue("name")); err != nil {
+	if err := s.wl.Online.DeleteOnlineEndpoint(r.Context(), who, r.PathValue("name")); err != nil {
 		return nil, err
 	}
 	return map[string]string{"deleted": r.PathValue("name")}, nil
 }
 
 func (s *Server) endpointKeys(r *http.Request, who auth.Principal) (any, error) {
-	return s.ws.GetEndpointCredentials(r.Context(), who, r.PathValue("name"))
+	return s.wl.Online.GetEndpointCredentials(r.Context(), who, r.PathValue("name"))
 }
 
 func (s *Server) regenerateEndpointKey(r *http.Request, who auth.Principal) (any, error) {
@@ -72,7 +72,7 @@ func (s *Server) regenerateEndpointKey(r *http.Request, who auth.Principal) (any
 			return nil, err
 		}
 	}
-	return s.ws.RegenerateEndpointKey(r.Context(), who, r.PathValue("name"), req.KeyType)
+	return s.wl.Online.RegenerateEndpointKey(r.Context(), who, r.PathValue("name"), req.KeyType)
 }
 
 // MountGateway serves scoring requests (POST /endpoints/NAME/score,

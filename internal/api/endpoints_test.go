@@ -21,6 +21,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 	"github.com/ferry-ml/ferry/internal/store/sqlite"
+	"github.com/ferry-ml/ferry/internal/workload/online"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
@@ -28,7 +29,7 @@ import (
 // cannot import the server.
 type endpointRouter struct{ g *gateway.Gateway }
 
-func (r endpointRouter) SetEndpoint(e workspace.RoutedEndpoint) {
+func (r endpointRouter) SetEndpoint(e online.RoutedEndpoint) {
 	var keys []string
 	for _, k := range e.Keys {
 		keys = append(keys, k.Reveal())
@@ -36,10 +37,10 @@ func (r endpointRouter) SetEndpoint(e workspace.RoutedEndpoint) {
 	r.g.Set(gateway.Endpoint{Name: e.Name, AuthMode: e.AuthMode, Keys: keys, Traffic: e.Traffic, Mirror: e.Mirror})
 }
 func (r endpointRouter) RemoveEndpoint(name string) { r.g.Remove(name) }
-func (r endpointRouter) Load(endpoint string) map[string]workspace.DeploymentLoad {
-	out := map[string]workspace.DeploymentLoad{}
+func (r endpointRouter) Load(endpoint string) map[string]online.DeploymentLoad {
+	out := map[string]online.DeploymentLoad{}
 	for name, l := range r.g.Load(endpoint) {
-		out[name] = workspace.DeploymentLoad{InFlight: l.InFlight, Requests: l.Requests, Errors: l.Errors}
+		out[name] = online.DeploymentLoad{InFlight: l.InFlight, Requests: l.Requests, Errors: l.Errors}
 	}
 	return out
 }
@@ -66,12 +67,17 @@ func TestEndpointRoutesAreForOwners(t *testing.T) {
 	ws, err := workspace.New(context.Background(), workspace.Config{
 		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: "http://unused",
 		Targets: func(*spec.Compute) (compute.Target, error) { return noTarget{}, nil },
-		Secrets: key, Router: endpointRouter{gw},
+		Secrets: key,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	eps, err := online.New(ctx, ws, st, online.Config{Secrets: key, Router: endpointRouter{gw}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	online.Register(ws, eps)
 	owner, run := "fry_owner", "fry_run"
 	for _, tok := range []store.Token{
 		{Hash: auth.Hash(owner), Kind: auth.KindOwner, Subject: "owner", Created: time.Now()},
@@ -81,7 +87,7 @@ func TestEndpointRoutesAreForOwners(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	api := New(ws, Workloads{}, st, slog.New(slog.DiscardHandler))
+	api := New(ws, Workloads{Online: eps}, st, slog.New(slog.DiscardHandler))
 	api.MountGateway(gw, gw.Metrics())
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)

@@ -72,6 +72,11 @@ var forbidden = map[string][]string{
 	// it knows nothing of the workspace's records, and the domain does
 	// not link client-go.
 	"internal/serving/kubereplicas": {"internal/workspace", "internal/api", "internal/store", "internal/server", "internal/compute/", "internal/cli"},
+	// The online endpoints are a workload on the job core: the API and
+	// the server wire it, it links neither, nor a driver or a Kubernetes
+	// client (the server gives it KubeReplicas), nor the gateway (the
+	// server gives it an EndpointRouter).
+	"internal/workload/online": {"internal/api", "internal/server", "internal/store/sqlite", "internal/compute/", "internal/serving/gateway", "internal/serving/kubereplicas", "internal/cli", "net/http", "k8s.io/"},
 	// The images Ferry builds for a cluster: the kubernetes target's jobs
 	// and the server's deployments share it; it knows neither.
 	"internal/envimage": {"internal/workspace", "internal/api", "internal/store", "internal/server", "internal/compute/", "internal/serving/", "internal/cli"},

@@ -11,20 +11,20 @@ import (
 	"github.com/ferry-ml/ferry/internal/serving/gateway"
 	"github.com/ferry-ml/ferry/internal/serving/probe"
 	"github.com/ferry-ml/ferry/internal/unixsock"
-	"github.com/ferry-ml/ferry/internal/workspace"
+	"github.com/ferry-ml/ferry/internal/workload/online"
 )
 
-// gatewayRouter feeds the workspace's endpoints to the gateway that
+// gatewayRouter feeds the online endpoints to the gateway that
 // serves them on the server's listener (/endpoints/NAME/score). The
 // gateway runs in the server, next to the API that owns its state: one
 // process to run, and no snapshot to push to another one (see the
 // gateway's package doc).
 type gatewayRouter struct{ g *gateway.Gateway }
 
-var _ workspace.EndpointRouter = gatewayRouter{}
+var _ online.EndpointRouter = gatewayRouter{}
 
 // SetEndpoint routes e and its deployments' ready replicas.
-func (r gatewayRouter) SetEndpoint(e workspace.RoutedEndpoint) {
+func (r gatewayRouter) SetEndpoint(e online.RoutedEndpoint) {
 	keys := make([]string, len(e.Keys))
 	for i, k := range e.Keys {
 		keys[i] = k.Reveal()
@@ -45,10 +45,10 @@ func (r gatewayRouter) SetEndpoint(e workspace.RoutedEndpoint) {
 }
 
 // Load is the gateway's traffic of an endpoint's deployments.
-func (r gatewayRouter) Load(endpoint string) map[string]workspace.DeploymentLoad {
-	out := map[string]workspace.DeploymentLoad{}
+func (r gatewayRouter) Load(endpoint string) map[string]online.DeploymentLoad {
+	out := map[string]online.DeploymentLoad{}
 	for name, l := range r.g.Load(endpoint) {
-		out[name] = workspace.DeploymentLoad{InFlight: l.InFlight, Waiting: l.Waiting, PerReplica: l.PerReplica,
+		out[name] = online.DeploymentLoad{InFlight: l.InFlight, Waiting: l.Waiting, PerReplica: l.PerReplica,
 			LastRequest: l.LastRequest, Requests: l.Requests, Errors: l.Errors, P50: l.P50, P99: l.P99}
 	}
 	return out

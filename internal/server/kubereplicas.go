@@ -14,13 +14,13 @@ import (
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/imagereg"
 	"github.com/ferry-ml/ferry/internal/serving/kubereplicas"
-	"github.com/ferry-ml/ferry/internal/workspace"
+	"github.com/ferry-ml/ferry/internal/workload/online"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// kubeReplicas is the workspace's KubeReplicas on package kubereplicas:
+// kubeReplicas is the online endpoints' KubeReplicas on package kubereplicas:
 // one client per cluster and namespace, made on first use. It builds the
 // images of environments Ferry builds with the pushers the kubernetes
 // target's jobs use (one per registry and login), so that a job and a
@@ -33,16 +33,16 @@ type kubeReplicas struct {
 }
 
 var (
-	_ workspace.KubeReplicas     = (*kubeReplicas)(nil)
-	_ workspace.KubeImageBuilder = (*kubeReplicas)(nil)
+	_ online.KubeReplicas     = (*kubeReplicas)(nil)
+	_ online.KubeImageBuilder = (*kubeReplicas)(nil)
 )
 
 func newKubeReplicas(log *slog.Logger, images *envimage.Pushers) *kubeReplicas {
 	return &kubeReplicas{log: log, images: images, clients: map[[32]byte]*kubereplicas.Client{}}
 }
 
-// EnvImage implements workspace.KubeImageBuilder.
-func (k *kubeReplicas) EnvImage(ctx context.Context, reg workspace.KubeRegistry, env *environment.Spec) (string, error) {
+// EnvImage implements online.KubeImageBuilder.
+func (k *kubeReplicas) EnvImage(ctx context.Context, reg online.KubeRegistry, env *environment.Spec) (string, error) {
 	p, err := k.images.For(reg.Address, reg.Username, reg.Password)
 	if err != nil {
 		return "", err
@@ -50,7 +50,7 @@ func (k *kubeReplicas) EnvImage(ctx context.Context, reg workspace.KubeRegistry,
 	return p.EnvImage(ctx, env)
 }
 
-func (k *kubeReplicas) client(at workspace.KubeTarget) (*kubereplicas.Client, error) {
+func (k *kubeReplicas) client(at online.KubeTarget) (*kubereplicas.Client, error) {
 	if at.Namespace == "" {
 		return nil, fmt.Errorf("kubernetes compute: namespace is empty")
 	}
@@ -70,7 +70,7 @@ func (k *kubeReplicas) client(at workspace.KubeTarget) (*kubereplicas.Client, er
 
 // Apply builds the inference server's pod for d and applies it, with
 // the Secret its replicas' secret comes from.
-func (k *kubeReplicas) Apply(ctx context.Context, d workspace.KubeDeployment) error {
+func (k *kubeReplicas) Apply(ctx context.Context, d online.KubeDeployment) error {
 	c, err := k.client(d.Target)
 	if err != nil {
 		return err
@@ -83,7 +83,7 @@ func (k *kubeReplicas) Apply(ctx context.Context, d workspace.KubeDeployment) er
 }
 
 // kubeSpec is d as package kubereplicas takes it.
-func kubeSpec(d workspace.KubeDeployment) (kubereplicas.Spec, error) {
+func kubeSpec(d online.KubeDeployment) (kubereplicas.Spec, error) {
 	if d.Spec == nil {
 		return kubereplicas.Spec{}, fmt.Errorf("deployment %s/%s: no deployment file", d.Endpoint, d.Deployment)
 	}
@@ -147,7 +147,7 @@ func kubeSpec(d workspace.KubeDeployment) (kubereplicas.Spec, error) {
 // pullSecret is the image pull Secret of a deployment on a compute whose
 // registry has a login (a .dockerconfigjson, as the kubernetes target's
 // jobs get), or nil.
-func pullSecret(d workspace.KubeDeployment) (*corev1.Secret, error) {
+func pullSecret(d online.KubeDeployment) (*corev1.Secret, error) {
 	r := d.Registry
 	if r == nil || r.Username == "" {
 		return nil, nil
@@ -169,7 +169,7 @@ func pullSecret(d workspace.KubeDeployment) (*corev1.Secret, error) {
 
 // kubeResources reads an instance type's quantities, naming the one that
 // is not a quantity.
-func kubeResources(id string, it workspace.KubeInstanceType) (corev1.ResourceRequirements, error) {
+func kubeResources(id string, it online.KubeInstanceType) (corev1.ResourceRequirements, error) {
 	var out corev1.ResourceRequirements
 	for _, part := range []struct {
 		field string
@@ -190,7 +190,7 @@ func kubeResources(id string, it workspace.KubeInstanceType) (corev1.ResourceReq
 	return out, nil
 }
 
-func (k *kubeReplicas) Scale(ctx context.Context, at workspace.KubeTarget, endpoint, deployment string, replicas int) error {
+func (k *kubeReplicas) Scale(ctx context.Context, at online.KubeTarget, endpoint, deployment string, replicas int) error {
 	c, err := k.client(at)
 	if err != nil {
 		return err
@@ -198,20 +198,20 @@ func (k *kubeReplicas) Scale(ctx context.Context, at workspace.KubeTarget, endpo
 	return c.Scale(ctx, endpoint, deployment, int32(replicas))
 }
 
-func (k *kubeReplicas) Status(ctx context.Context, at workspace.KubeTarget, endpoint, deployment string) (workspace.KubeState, error) {
+func (k *kubeReplicas) Status(ctx context.Context, at online.KubeTarget, endpoint, deployment string) (online.KubeState, error) {
 	c, err := k.client(at)
 	if err != nil {
-		return workspace.KubeState{}, err
+		return online.KubeState{}, err
 	}
 	st, err := c.Status(ctx, endpoint, deployment)
 	if err != nil {
-		return workspace.KubeState{}, err
+		return online.KubeState{}, err
 	}
-	return workspace.KubeState{State: st.State, Reason: st.Reason, Desired: int(st.Desired), Ready: int(st.Ready),
+	return online.KubeState{State: st.State, Reason: st.Reason, Desired: int(st.Desired), Ready: int(st.Ready),
 		Updated: int(st.Updated), Generation: st.Generation}, nil
 }
 
-func (k *kubeReplicas) WatchReady(ctx context.Context, at workspace.KubeTarget, endpoint, deployment string, onChange func([]string)) (func(), error) {
+func (k *kubeReplicas) WatchReady(ctx context.Context, at online.KubeTarget, endpoint, deployment string, onChange func([]string)) (func(), error) {
 	c, err := k.client(at)
 	if err != nil {
 		return nil, err
@@ -219,7 +219,7 @@ func (k *kubeReplicas) WatchReady(ctx context.Context, at workspace.KubeTarget, 
 	return c.WatchReady(ctx, endpoint, deployment, onChange)
 }
 
-func (k *kubeReplicas) Delete(ctx context.Context, at workspace.KubeTarget, endpoint, deployment string) error {
+func (k *kubeReplicas) Delete(ctx context.Context, at online.KubeTarget, endpoint, deployment string) error {
 	c, err := k.client(at)
 	if err != nil {
 		return err
@@ -227,7 +227,7 @@ func (k *kubeReplicas) Delete(ctx context.Context, at workspace.KubeTarget, endp
 	return c.Delete(ctx, endpoint, deployment)
 }
 
-func (k *kubeReplicas) Remaining(ctx context.Context, at workspace.KubeTarget, endpoint, deployment string) ([]string, error) {
+func (k *kubeReplicas) Remaining(ctx context.Context, at online.KubeTarget, endpoint, deployment string) ([]string, error) {
 	c, err := k.client(at)
 	if err != nil {
 		return nil, err

@@ -12,7 +12,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/envimage"
 	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
+	"github.com/ferry-ml/ferry/internal/workload/online"
 )
 
 // TestKubeSpec: a deployment file's instance_count, probes and
@@ -21,7 +21,7 @@ import (
 // the probes that send it, and a deployment without one is refused.
 func TestKubeSpec(t *testing.T) {
 	delay := 2
-	d := workspace.KubeDeployment{
+	d := online.KubeDeployment{
 		Endpoint: "ep", Deployment: "blue", Generation: 3, Image: "img:1", Replicas: new(2), ReplicaSecret: "the-replicas-secret",
 		Spec: &spec.OnlineDeployment{
 			Name:                 "blue",
@@ -32,11 +32,11 @@ func TestKubeSpec(t *testing.T) {
 			LivenessProbe:        &spec.Probe{InitialDelay: &delay, FailureThreshold: 4},
 		},
 		Code: map[string][]byte{"score.py": []byte("def init(): pass\n")},
-		InstanceType: workspace.KubeInstanceType{
+		InstanceType: online.KubeInstanceType{
 			NodeSelector: map[string]string{"pool": "gpu"},
 			Requests:     map[string]string{"cpu": "500m", "memory": "1Gi"},
 			Limits:       map[string]string{"nvidia.com/gpu": "1"},
-			Tolerations:  []workspace.KubeToleration{{Key: "gpu", Operator: "Exists", Effect: "NoSchedule"}},
+			Tolerations:  []online.KubeToleration{{Key: "gpu", Operator: "Exists", Effect: "NoSchedule"}},
 		},
 	}
 	s, err := kubeSpec(d)
@@ -75,7 +75,7 @@ func TestKubeSpec(t *testing.T) {
 	}
 	// A kubeconfig that is not one is refused without quoting it.
 	k := newKubeReplicas(nil, &envimage.Pushers{})
-	err = k.Apply(context.Background(), workspace.KubeDeployment{Target: workspace.KubeTarget{Kubeconfig: []byte("secret-token-xyz"), Namespace: "ns"}})
+	err = k.Apply(context.Background(), online.KubeDeployment{Target: online.KubeTarget{Kubeconfig: []byte("secret-token-xyz"), Namespace: "ns"}})
 	if err == nil || strings.Contains(err.Error(), "secret-token-xyz") {
 		t.Errorf("a bad kubeconfig: %v", err)
 	}
@@ -86,11 +86,11 @@ func TestKubeSpec(t *testing.T) {
 // registry's host), named in its pods; without a login, or a registry,
 // none.
 func TestKubeSpecPullSecret(t *testing.T) {
-	d := workspace.KubeDeployment{
+	d := online.KubeDeployment{
 		Endpoint: "ep", Deployment: "blue", Generation: 1, Image: "127.0.0.1:5000/ns/ferry-env@sha256:ab", Replicas: new(1), ReplicaSecret: "s",
 		Spec:     &spec.OnlineDeployment{Name: "blue", CodeConfiguration: &spec.CodeConfiguration{Code: "./src", ScoringScript: "score.py"}},
 		Code:     map[string][]byte{"score.py": []byte("def init(): pass\n")},
-		Registry: &workspace.KubeRegistry{Address: "127.0.0.1:5000/ns", Username: "u", Password: "pw"},
+		Registry: &online.KubeRegistry{Address: "127.0.0.1:5000/ns", Username: "u", Password: "pw"},
 	}
 	s, err := kubeSpec(d)
 	if err != nil {
@@ -112,7 +112,7 @@ func TestKubeSpecPullSecret(t *testing.T) {
 	if a := cfg.Auths["127.0.0.1:5000"]; a.Username != "u" || a.Password != "pw" || len(cfg.Auths) != 1 {
 		t.Errorf("dockerconfigjson auths %+v, want the registry's host with the login", cfg.Auths)
 	}
-	for _, r := range []*workspace.KubeRegistry{nil, {Address: "127.0.0.1:5000/ns"}} {
+	for _, r := range []*online.KubeRegistry{nil, {Address: "127.0.0.1:5000/ns"}} {
 		d.Registry = r
 		if s, err := kubeSpec(d); err != nil || len(s.Secrets) != 1 || s.Secrets[0].Type != corev1.SecretTypeOpaque || len(s.Template.Spec.ImagePullSecrets) != 0 {
 			t.Errorf("registry %+v: secrets %v, pull secrets %v, %v", r, s.Secrets, s.Template.Spec.ImagePullSecrets, err)

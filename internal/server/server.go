@@ -30,6 +30,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 	"github.com/ferry-ml/ferry/internal/store/sqlite"
+	"github.com/ferry-ml/ferry/internal/workload/online"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
@@ -259,15 +260,15 @@ func Run(ctx context.Context, cfg Config) error {
 	provs.serverAddr = dialable(ln.Addr().(*net.TCPAddr))
 	provs.loopbackOnly = ln.Addr().(*net.TCPAddr).IP.IsLoopback()
 	defer provs.tunnels.Close()
-	var ws *workspace.Service
+	var wl api.Workloads
 	gw := gateway.New(gateway.Options{Log: cfg.Log,
 		MaxBody: cfg.EndpointMaxBody, MaxBuffered: cfg.EndpointMaxBuffered, MaxBufferedPerAddr: cfg.EndpointMaxBufferedPerAddr,
 		MaxRequests: cfg.EndpointMaxRequests,
 		ColdStart: func(ctx context.Context, endpoint, deployment string) error {
-			return ws.ColdStart(ctx, endpoint, deployment)
+			return wl.Online.ColdStart(ctx, endpoint, deployment)
 		},
 		CheckToken: func(_ context.Context, endpoint, token string) bool {
-			return ws.CheckEndpointToken(endpoint, token)
+			return wl.Online.CheckEndpointToken(endpoint, token)
 		}})
 	blobEndpoints, err := spec.ParseBlobEndpoints(cfg.BlobEndpoints)
 	if err != nil {
@@ -278,7 +279,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(defaultDatastore, 0o755); err != nil {
 		return fmt.Errorf("the default datastore's folder: %w", err)
 	}
-	ws, err = workspace.New(ctx, workspace.Config{
+	ws, err := workspace.New(ctx, workspace.Config{
 		Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: url,
 		Targets: targets, PoolTypes: poolTypes,
 		MaxSnapshotSize: cfg.MaxSnapshotSize, OutputQuota: cfg.OutputQuota, LeaseTimeout: cfg.LeaseTimeout, CancelGrace: cfg.CancelGrace, Log: cfg.Log,
@@ -286,14 +287,17 @@ func Run(ctx context.Context, cfg Config) error {
 		NodeLease: cfg.NodeLease, NodeHeartbeat: nodeHeartbeat(cfg.NodeLease),
 		PreemptPoll: cfg.PreemptPoll, PreemptGrace: cfg.PreemptGrace,
 		JoinTimeout: cfg.NodeJoinTimeout, ServerlessIdle: cfg.ServerlessIdle,
-		Router: gatewayRouter{gw}, ProbeReplica: replicaProber(), KubeReplicas: newKubeReplicas(cfg.Log, images),
 		BlobEndpoints: blobEndpoints, DefaultDatastoreDir: defaultDatastore,
 	})
 	if err != nil {
 		return err
 	}
-	workloads := registerWorkloads(ws, st, cfg)
-	apiServer := api.New(ws, workloads, st, cfg.Log)
+	wl, err = registerWorkloads(ctx, ws, st, cfg, online.Config{Secrets: key, Router: gatewayRouter{gw},
+		ProbeReplica: replicaProber(), KubeReplicas: newKubeReplicas(cfg.Log, images), Log: cfg.Log})
+	if err != nil {
+		return err
+	}
+	apiServer := api.New(ws, wl, st, cfg.Log)
 	apiServer.MountGateway(gw, gw.Metrics())
 	handler, err := withStudio(apiServer, studioSessions{st}, cfg.Log)
 	if err != nil {

@@ -14,9 +14,11 @@ import (
 
 // The job core and the workloads around it. The Service keeps computes,
 // jobs, their dispatch, runs, logs and metrics; what is built from jobs
-// (sweeps, pipelines, schedules, and in time endpoints) lives in a
-// package of its own, sees the core through Jobs, and plugs into it in
-// these ways, all registered by the server before Run:
+// (sweeps, pipelines, schedules, batch and online endpoints) lives in a
+// package of its own under internal/workload, sees the core through Jobs
+// (and, for what only some workloads do, the methods of workloads.go),
+// and plugs into it in these ways, all registered by the server before
+// Run:
 //
 //   - a JobType takes the submits of the job type it drives and adds its
 //     view to the job's (GetJob);
@@ -24,7 +26,11 @@ import (
 //     submits through a route of its own (a pipeline's spec and steps);
 //   - a Controller is one reconcile loop, with its own state, run by Run
 //     on its tick and whenever its wake channel fires;
-//   - a controller that is also a JobWatcher hears of every job's change.
+//   - a controller that is also a JobWatcher hears of every job's change,
+//     and one that is also a LogWatcher hears of a log chunk as such;
+//   - a controller that is an AssignmentDecorator adds to an attempt's
+//     assignment what its runner needs of the workload (a replica's
+//     secret).
 //
 // The core names none of them: a new workload is a package and one
 // registration in the server.
@@ -192,4 +198,86 @@ func (s *Service) RunPass(ctx context.Context, name string) error {
 		}
 	}
 	return errors.New("no loop named " + name)
+}
+
+// RecordType is a type of job record a workload keeps whose spec is not
+// a command job's (type: pipeline): its jobs are submitted through the
+// workload's own route, never SubmitJob, and run on no compute. The core
+// shows such records through it.
+type RecordType interface {
+	// ViewSpec puts rec's spec into v, in place of Spec; its error is
+	// that of a spec that cannot be read, which the view names as
+	// unreadable.
+	ViewSpec(rec store.Job, v *apitypes.Job) error
+	// Decorate adds to v, the job as GetJob shows it, what the type
+	// shows of it beside its record (a pipeline's steps).
+	Decorate(ctx context.Context, rec store.Job, v *apitypes.Job) error
+}
+
+// RegisterRecordType makes t show the records of type typ. Call it before
+// Run and before the API serves.
+func (s *Service) RegisterRecordType(typ string, t RecordType) {
+	s.recordTypes[typ] = t
+}
+
+// recordType is the type of rec and its RecordType, when it is a record
+// of a registered one: such records run on no compute, so a job that has
+// one is read no further.
+func (s *Service) recordType(rec store.Job) (string, RecordType) {
+	if rec.Compute != "" {
+		return "", nil
+	}
+	var t struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(rec.Spec, &t) != nil {
+		return "", nil
+	}
+	rt, ok := s.recordTypes[t.Type]
+	if !ok {
+		return "", nil
+	}
+	return t.Type, rt
+}
+
+// decorate adds to v what the workload of the job's type shows of it.
+func (s *Service) decorate(ctx context.Context, rec store.Job, v *apitypes.Job) error {
+	if _, rt := s.recordType(rec); rt != nil {
+		return rt.Decorate(ctx, rec, v)
+	}
+	if t, ok := s.jobTypes[jobType(v)]; ok {
+		return t.Decorate(ctx, rec, v)
+	}
+	return nil
+}
+
+// LogWatcher is a JobWatcher's optional power: it hears of a chunk of an
+// attempt's log as such (JobLogged) instead of as a change (JobChanged),
+// so that it can pass over the chunks it has no use for. A serving
+// replica ships its access log all the time, and a deployment pass on
+// every chunk was over a quarter of ferry server's CPU under scoring load
+// (bench/endpoint). Like JobChanged, it is called on the appender's
+// goroutine, so it only notes the chunk or wakes its loop.
+type LogWatcher interface {
+	JobLogged(job string, attempt int)
+}
+
+// AssignmentDecorator is a controller's optional power: it adds to the
+// assignment of an attempt what the job's runner needs of the workload
+// that made the job (a replica of an online deployment gets the secret it
+// requires of every request). It is called for every attempt's
+// assignment, on the assigning goroutine: it is quick, and leaves the
+// assignments of other jobs as they are.
+type AssignmentDecorator interface {
+	DecorateAssignment(job *apitypes.Job, a *apitypes.Assignment)
+}
+
+// decorateAssignment lets the controllers that are AssignmentDecorators
+// add to a.
+func (s *Service) decorateAssignment(v *apitypes.Job, a *apitypes.Assignment) {
+	for _, c := range s.controllers {
+		if d, ok := c.(AssignmentDecorator); ok {
+			d.DecorateAssignment(v, a)
+		}
+	}
 }

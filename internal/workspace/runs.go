@@ -46,11 +46,6 @@ func (s *Service) Run(ctx context.Context) {
 		defer tick.Stop()
 		s.loop(ctx, nil, tick.C, loopPass{name: "engine reconcile", run: s.reconcileEngines})
 	})
-	wg.Go(func() {
-		tick := time.NewTicker(deployTick)
-		defer tick.Stop()
-		s.loop(ctx, s.kickDeploy, tick.C, loopPass{name: "deployments", run: s.reconcileDeployments})
-	})
 	for _, c := range s.controllers {
 		wg.Go(func() {
 			tick := time.NewTicker(c.Interval())
@@ -544,11 +539,7 @@ func (s *Service) assignmentOf(v *apitypes.Job, attempt int) *apitypes.Assignmen
 	if v.Outputs != nil && attempt > 1 {
 		a.ResumeOutputs = v.Outputs.Artifacts
 	}
-	if isReplicaJob(v.Spec) {
-		if secret, ok := s.replicaSecret(v.Name, attempt); ok {
-			a.ReplicaSecret = secret.Reveal()
-		}
-	}
+	s.decorateAssignment(v, a)
 	return a
 }
 

@@ -107,20 +107,8 @@ type Config struct {
 	// DefaultDatastoreDir is the folder of the built-in workspaceblobstore
 	// datastore; "" means there is none until one is created.
 	DefaultDatastoreDir string
-	// Router routes scoring requests to online endpoints (the gateway);
-	// nil routes nothing.
-	Router EndpointRouter
-	// ProbeReplica asks a deployment's replica at baseURL whether it is
-	// live and ready (GET / answers 200): nil when it is. secret is the
-	// replica's (the probe sends it, as the gateway does; the replica
-	// answers nothing without it). The server gives the HTTP one; nil
-	// takes a replica as ready once it listens.
-	ProbeReplica func(ctx context.Context, baseURL string, secret secrets.Secret) error
-	// KubeReplicas runs the deployments of endpoints on a Kubernetes
-	// compute (kubedeploy.go); nil refuses such deployments.
-	KubeReplicas KubeReplicas
-	Now          func() time.Time // clock; nil means time.Now
-	Log          *slog.Logger
+	Now                 func() time.Time // clock; nil means time.Now
+	Log                 *slog.Logger
 }
 
 // Service is the workspace. It is safe for concurrent use.
@@ -160,14 +148,6 @@ type Service struct {
 	freeingWakes atomic.Uint64
 	fullComputes atomic.Pointer[fullComputes]
 
-	kickDeploy chan struct{} // wakes the deployment controller (deployctl.go)
-	deployCtl  *deployCtl
-
-	// isSnap is the snapshot of Ferry's inference server that replica
-	// jobs take as an input, made once (inferenceServerSnapshot).
-	isMu   sync.Mutex
-	isSnap string
-
 	mu         sync.Mutex
 	targets    map[string]compute.Target
 	waiters    map[string]chan struct{}   // per job: closed on any change
@@ -202,10 +182,6 @@ type Service struct {
 
 	sessions sessionTable // exec, shell and port-forward sessions of instances (sessions.go)
 	scopes   runScopes    // what each job's run token may read (blobscope.go)
-
-	// epMu orders the writes of endpoints, so the router hears of them
-	// in the order the store has them (endpoints.go).
-	epMu sync.Mutex
 }
 
 // New makes a Service and makes sure the workspace has its `local` target.
@@ -264,7 +240,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, st: cfg.Store, blobs: cfg.Blobs, logs: logs, log: cfg.Log, now: cfg.Now,
-		kick: make(chan struct{}, 1), kickPools: make(chan struct{}, 1), kickDeploy: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), kickPools: make(chan struct{}, 1),
 		targets:    map[string]compute.Target{},
 		waiters:    map[string]chan struct{}{},
 		heartbeats: map[string]time.Time{},
@@ -275,7 +251,6 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		unusable: newUnusableLog(cfg.Log),
 	}
 	s.started = s.now()
-	s.deployCtl = newDeployCtl(s.started)
 	s.instance = newInstanceID()
 	s.pools = newPoolLoop(cfg, s, s.started)
 	s.jobTypes = map[string]JobType{}
@@ -288,9 +263,6 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		}
 	} else if err != nil {
 		return nil, err
-	}
-	if err := s.routeEndpoints(ctx); err != nil {
-		return nil, fmt.Errorf("route endpoints: %w", err)
 	}
 	return s, nil
 }
@@ -314,23 +286,23 @@ func (s *Service) outputLimits() apitypes.OutputLimits {
 func (s *Service) MaxSnapshotSize() int64 { return s.cfg.MaxSnapshotSize }
 
 // changed wakes everyone waiting on job.
-func (s *Service) changed(job string) {
-	s.notify(job, s.deployCtl.isReplica(job))
-}
+func (s *Service) changed(job string) { s.notify(job, 0) }
 
-// notify wakes those waiting on job, and the deployment controller when
-// deploy says that job's change concerns it.
-func (s *Service) notify(job string, deploy bool) {
+// notify wakes those waiting on job, and the JobWatchers; for a chunk of
+// the log of attempt logged (0 for any other change), those of them that
+// are LogWatchers hear of it as such.
+func (s *Service) notify(job string, logged int) {
 	s.mu.Lock()
 	if ch, ok := s.waiters[job]; ok {
 		close(ch)
 		delete(s.waiters, job)
 	}
 	s.mu.Unlock()
-	if deploy {
-		s.kickDeployments()
-	}
 	for _, w := range s.watchers {
+		if lw, ok := w.(LogWatcher); ok && logged > 0 {
+			lw.JobLogged(job, logged)
+			continue
+		}
 		w.JobChanged(job)
 	}
 }
@@ -1094,11 +1066,7 @@ func (s *Service) AppendLog(ctx context.Context, who auth.Principal, name string
 	}
 	s.setDiskFull(name, "")
 	s.heard(name)
-	// A serving replica ships its access log all the time; the
-	// controller reads a replica's log only until it finds its status
-	// line, and a pass on each chunk after that was over a quarter of
-	// ferry server's CPU under scoring load (bench/endpoint).
-	s.notify(name, s.deployCtl.readsLog(name, attempt))
+	s.notify(name, attempt)
 	return size, nil
 }
 

@@ -52,7 +52,7 @@ type Workspace interface {
 	RequireSnapshot(id, field string) error
 	GetSnapshot(ctx context.Context, who auth.Principal, id string) (*snapshot.Manifest, error)
 	HasBlob(digest string) bool
-	PutBuiltSnapshot(m *snapshot.Manifest, files map[string]string, what string) (string, error)
+	StoreSnapshot(m *snapshot.Manifest, files map[string]string, what string) (string, error)
 }
 
 var _ Workspace = (*workspace.Service)(nil)

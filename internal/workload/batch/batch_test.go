@@ -30,7 +30,7 @@ func upload(t *testing.T, h *workspacetest.Harness, files map[string]string) str
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := h.WS.PutBuiltSnapshot(m, blobs, "the test's files")
+	id, err := h.WS.StoreSnapshot(m, blobs, "the test's files")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func (s *Endpoints) batchDriverSnapshot() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("batch driver snapshot: %w", err)
 	}
-	id, err := s.ws.PutBuiltSnapshot(m, files, "the batch driver snapshot")
+	id, err := s.ws.StoreSnapshot(m, files, "the batch driver snapshot")
 	if err != nil {
 		return "", err
 	}

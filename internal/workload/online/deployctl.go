@@ -1,9 +1,6 @@
-package workspace
+package online
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/workload/serving"
-
 	"bytes"
 	"cmp"
 	"context"
@@ -12,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -20,12 +16,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
+	"github.com/ferry-ml/ferry/internal/workload/serving"
+	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // The deployment controller: one pass (reconcileDeployments) every
@@ -55,9 +54,6 @@ const (
 	// replicaFailuresToFail is how many replicas in a row may end before
 	// they were ever ready before a Succeeded deployment is Failed.
 	replicaFailuresToFail = 3
-	// scaleDownDelay is how long autoscale's need must stay below its
-	// target before the target comes down (Kubernetes' stabilization).
-	scaleDownDelay = 30 * time.Second
 )
 
 // DeploymentLoad is what the router says of a deployment's traffic.
@@ -97,15 +93,9 @@ type deployCtl struct {
 	// routedAny says, by "endpoint/deployment", whether the router was
 	// last given at least one replica of it (release keeps it).
 	routedAny map[string]bool
-	routed    map[string]string // endpoint → what was last routed
-	scale     map[string]*scaleState
-	kube      map[string]*kubeLive // Kubernetes deployments, by "endpoint/deployment"
-}
-
-type scaleState struct {
-	lastPoll time.Time
-	peak     int       // most requests in flight or waiting seen since lastPoll
-	highAt   time.Time // when the need last reached the target
+	routed    map[string]string       // endpoint → what was last routed
+	scale     map[string]*ScaleWindow // autoscale's, by "endpoint/deployment"
+	kube      map[string]*kubeLive    // Kubernetes deployments, by "endpoint/deployment"
 }
 
 type replicaLive struct {
@@ -140,7 +130,7 @@ type replicaLive struct {
 func newDeployCtl(now time.Time) *deployCtl {
 	return &deployCtl{started: now, reps: map[string]*replicaLive{}, ended: map[string][]string{},
 		demand: map[string]time.Time{}, waiters: map[string][]chan struct{}{}, routed: map[string]string{}, routedAny: map[string]bool{},
-		scale: map[string]*scaleState{}, kube: map[string]*kubeLive{}}
+		scale: map[string]*ScaleWindow{}, kube: map[string]*kubeLive{}}
 }
 
 func (c *deployCtl) isReplica(job string) bool {
@@ -207,13 +197,6 @@ func (c *deployCtl) replicaView(ctx context.Context, s *Service, r replicaRec) a
 		}
 	}
 	return v
-}
-
-func (s *Service) kickDeployments() {
-	select {
-	case s.kickDeploy <- struct{}{}:
-	default:
-	}
 }
 
 // ColdStart is the gateway's hook for a request to a deployment with no
@@ -637,74 +620,32 @@ func (s *Service) stopDrained(ctx context.Context, key, endpoint, name string, d
 }
 
 func (s *Service) cancelReplica(ctx context.Context, job string) {
-	if _, err := s.CancelJob(ctx, auth.Principal{Kind: auth.KindOwner, Subject: "deployment-controller"}, job); err != nil && CodeOf(err) != CodeNotFound {
+	if _, err := s.core.CancelJob(ctx, auth.Principal{Kind: auth.KindOwner, Subject: "deployment-controller"}, job); err != nil && workspace.CodeOf(err) != workspace.CodeNotFound {
 		s.log.Error("replica not cancelled", "job", job, "err", err)
 	}
 }
 
 // wantReplicas is how many replicas of the current generation the
-// deployment wants now: instance_count, or autoscale's target between
-// min_instances and max_instances by the requests in flight per replica,
-// 0 after scale_to_zero_after seconds without a request when
-// min_instances is 0, and at least 1 while a cold start waits.
-//
-// The idle time counts from the last request, or from when the deployment
-// was created or changed (since), or from the server's start, whichever
-// is latest.
+// deployment wants now (DecideScale), from its traffic, the cold starts
+// that asked for a replica and since, when it was created or last
+// changed; it keeps autoscale's target in set and its window in memory.
 func (s *Service) wantReplicas(key string, doc *deploymentDoc, set *replicaSet, since, now time.Time) int {
-	d := doc.Spec
-	ss := d.ScaleSettings
-	if ss == nil || ss.Type != "target_utilization" {
-		return d.InstanceCount
-	}
-	lo, hi := *ss.MinInstances, ss.MaxInstances
-	target := max(lo, 1)
-	if set.Target != nil {
-		target = *set.Target
-	}
+	// The gateway's Load takes a snapshot of every deployment of the
+	// endpoint (percentiles included): a fixed count goes without it.
 	var load DeploymentLoad
-	if s.cfg.Router != nil {
+	if s.cfg.Router != nil && autoscaled(doc.Spec) {
 		endpoint, name, _ := strings.Cut(key, "/")
 		load = s.cfg.Router.Load(endpoint)[name]
 	}
 	c := s.deployCtl
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := c.scale[key]
-	if st == nil {
-		st = &scaleState{lastPoll: now, highAt: now}
-		c.scale[key] = st
+	d := DecideScale(ScaleState{Deployment: doc.Spec, Target: set.Target, Window: c.scale[key], Load: load,
+		Demanded: c.demand[key], Started: c.started, Changed: since}, now)
+	if d.Window != nil {
+		c.scale[key], set.Target = d.Window, &d.Replicas
 	}
-	st.peak = max(st.peak, load.InFlight+load.Waiting)
-	demanded := !c.demand[key].IsZero() && now.Sub(c.demand[key]) < time.Duration(max(ss.ScaleToZeroAfter, 1))*time.Second
-	if now.Sub(st.lastPoll) >= time.Duration(max(ss.PollingInterval, 1))*time.Second {
-		perReplica := float64(max(d.RequestSettings.MaxConcurrentRequestsPerInstance, 1)) * float64(ss.TargetUtilizationPercentage) / 100
-		need := int(math.Ceil(float64(st.peak) / perReplica))
-		switch {
-		case need >= target:
-			target, st.highAt = min(need, hi), now
-		case now.Sub(st.highAt) >= scaleDownDelay:
-			target, st.highAt = max(need, lo, min(target, 1)), now
-		}
-		st.lastPoll, st.peak = now, 0
-	}
-	if lo == 0 {
-		last := load.LastRequest
-		for _, t := range []time.Time{c.started, since, c.demand[key]} {
-			if t.After(last) {
-				last = t
-			}
-		}
-		if load.InFlight+load.Waiting == 0 && now.Sub(last) >= time.Duration(ss.ScaleToZeroAfter)*time.Second {
-			target = 0
-		}
-	}
-	if demanded || load.Waiting > 0 {
-		target = max(target, 1)
-	}
-	target = min(max(target, lo), hi)
-	set.Target = &target
-	return target
+	return d.Replicas
 }
 
 // found takes where a replica's status line says it listens: its TCP
@@ -753,7 +694,7 @@ func (s *Service) readReplicaLog(j store.Job, l *replicaLive) {
 		return
 	}
 	var b bytes.Buffer
-	n, _ := s.logs.ReadAt(j.Name, j.Attempt, 0, l.offset, 256<<10, &b)
+	n, _ := s.core.ReadAttemptLog(j.Name, j.Attempt, 0, l.offset, 256<<10, &b)
 	l.offset += n
 	data := append(l.partial, b.Bytes()...)
 	for {
@@ -858,9 +799,9 @@ func (s *Service) submitReplica(ctx context.Context, rec store.Deployment, doc *
 	} else {
 		j.Resources = &spec.Resources{InstanceType: d.InstanceType}
 	}
-	_, err = s.SubmitJob(ctx, auth.Principal{Kind: auth.KindOwner, Subject: "deployment-controller"},
-		Submission{Spec: j, CodeSnapshot: doc.CodeSnapshot, InputSnapshots: inputs, EnvironmentSnapshot: doc.EnvironmentSnapshot})
-	if CodeOf(err) == CodeConflict {
+	_, err = s.core.SubmitJob(ctx, auth.Principal{Kind: auth.KindOwner, Subject: "deployment-controller"},
+		workspace.Submission{Spec: j, CodeSnapshot: doc.CodeSnapshot, InputSnapshots: inputs, EnvironmentSnapshot: doc.EnvironmentSnapshot})
+	if workspace.CodeOf(err) == workspace.CodeConflict {
 		return nil // made by a pass before a restart
 	}
 	return err
@@ -1011,7 +952,7 @@ func (c *deployCtl) release(endpoint string, deps map[string]RoutedDeployment) {
 func (s *Service) inferenceServerSnapshot() (string, error) {
 	s.isMu.Lock()
 	defer s.isMu.Unlock()
-	if s.isSnap != "" && s.blobs.Has(s.isSnap) {
+	if s.isSnap != "" && s.core.HasBlob(s.isSnap) {
 		return s.isSnap, nil
 	}
 	tmp, err := os.MkdirTemp("", "ferry-inference-server-")
@@ -1027,19 +968,9 @@ func (s *Service) inferenceServerSnapshot() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("inference server snapshot: %w", err)
 	}
-	for digest, path := range files {
-		if s.blobs.Has(digest) {
-			continue
-		}
-		if _, _, err := s.blobs.PutFile(path); err != nil {
-			return "", noSpace(err, "the inference server snapshot")
-		}
-	}
-	id := m.ID()
-	if !s.blobs.Has(id) {
-		if _, _, err := s.blobs.Put(bytes.NewReader(m.MarshalCanonical()), id); err != nil {
-			return "", noSpace(err, "the inference server snapshot")
-		}
+	id, err := s.core.StoreSnapshot(m, files, "the inference server snapshot")
+	if err != nil {
+		return "", err
 	}
 	s.isSnap = id
 	return id, nil

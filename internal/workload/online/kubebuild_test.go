@@ -1,19 +1,18 @@
-package workspace
+package online
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
 	"github.com/ferry-ml/ferry/internal/environment"
-	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
 )
 
 // buildingKube is a recordingKube that builds images: each EnvImage call
@@ -92,13 +91,9 @@ func waitBuilt(t *testing.T, s *Service, key string) {
 // deployment deleted during its build cancels it.
 func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 	ctx := context.Background()
-	s, _ := newService(t, &fakeTarget{capacity: 1})
-	key, err := secrets.LoadOrCreateKey(filepath.Join(t.TempDir(), "workspace.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := workspacetest.NewKeyed(t, 1)
 	kube := &buildingKube{recordingKube: &recordingKube{}, answers: make(chan buildAnswer)}
-	s.cfg.Secrets, s.cfg.KubeReplicas = key, kube
+	s := openOnline(t, h, kube)
 	for _, y := range []string{
 		"name: k8s-noreg\ntype: kubernetes\nnamespace: ns\nkubeconfig_content: 'apiVersion: v1'\nimage: img:1\n",
 		"name: k8s\ntype: kubernetes\nnamespace: ns\nkubeconfig_content: 'apiVersion: v1'\nregistry: 127.0.0.1:5000/ns\nregistry_credentials: {username: u, password: pw}\n",
@@ -107,7 +102,7 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.CreateCompute(ctx, c); err != nil {
+		if _, err := h.WS.CreateCompute(ctx, c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -116,8 +111,8 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, code := putFile(t, s, "def init(): pass\ndef run(x): return x\n")
-	_, envFiles := putFile(t, s, "FROM ferry-base:bookworm\n")
+	_, code := h.PutFile(t, "def init(): pass\ndef run(x): return x\n")
+	_, envFiles := h.PutFile(t, "FROM ferry-base:bookworm\n")
 	dep := func(name, endpoint string) (*spec.OnlineDeployment, apitypes.DeploymentUploads) {
 		return &spec.OnlineDeployment{Name: name, EndpointName: endpoint, InstanceCount: 1,
 				CodeConfiguration: &spec.CodeConfiguration{Code: "code", ScoringScript: "f.txt"},
@@ -140,7 +135,7 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 	}
 
 	d, up := dep("blue", "noreg")
-	if _, err := s.CreateOnlineDeployment(ctx, owner, d, up, false); CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), "registry") {
+	if _, err := s.CreateOnlineDeployment(ctx, owner, d, up, false); workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "registry") {
 		t.Errorf("a Dockerfile environment on a compute without a registry: %v", err)
 	}
 
@@ -148,7 +143,7 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 	// (naming the field), taken with one.
 	d, up = dep("conda", "noreg")
 	d.Environment = &spec.Environment{Image: "img:1", CondaFile: "f.txt"}
-	if _, err := s.CreateOnlineDeployment(ctx, owner, d, up, false); CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), "environment.conda_file") || !strings.Contains(err.Error(), "registry") {
+	if _, err := s.CreateOnlineDeployment(ctx, owner, d, up, false); workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "environment.conda_file") || !strings.Contains(err.Error(), "registry") {
 		t.Errorf("a conda file on an image on a compute without a registry: %v", err)
 	}
 	d.EndpointName = "kep"
@@ -195,10 +190,8 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 
 	// A restart asks again (the server's builder finds the tag) and
 	// applies the same image.
-	s2, err := New(ctx, s.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h.Restart(t)
+	s2 := openOnline(t, h, kube)
 	pass(s2)
 	if got := get(s2, "kep", "blue"); got.ProvisioningState != apitypes.DeploymentSucceeded || got.Reason != "" {
 		t.Errorf("a Succeeded deployment during its image's look-up after a restart: %s (%s)", got.ProvisioningState, got.Reason)
@@ -243,7 +236,7 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 	}
 	pass(s2)
 	pass(s2)
-	if _, err := s2.GetOnlineDeployment(ctx, "kep", "gray"); CodeOf(err) != CodeNotFound {
+	if _, err := s2.GetOnlineDeployment(ctx, "kep", "gray"); workspace.CodeOf(err) != workspace.CodeNotFound {
 		t.Errorf("deleted during its build: %v", err)
 	}
 }

@@ -1,25 +1,21 @@
-package workspace
+package online
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/ferry-ml/ferry/internal/blob"
-	"github.com/ferry-ml/ferry/internal/compute"
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/store"
-	"github.com/ferry-ml/ferry/internal/store/sqlite"
+	"github.com/ferry-ml/ferry/internal/workspace"
+	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
 )
 
 // routerLog records what the workspace routes, as the gateway would hold it.
@@ -50,48 +46,40 @@ func (r *routerLog) get(name string) (RoutedEndpoint, bool) {
 }
 
 type endpointRig struct {
+	k      *workspacetest.Keyed
 	s      *Service
-	st     store.Store
 	router *routerLog
-	log    *bytes.Buffer
-	open   func() *Service // a new service on the same store and key: a restart
 }
 
-// newEndpointService is a workspace with a workspace key (as the server
-// has) and a router that records what it is told; its log is kept to be
-// searched for keys.
+// newEndpointService is the online endpoints of a workspace with a
+// workspace key (as the server has) and a router that records what it is
+// told; the log is kept to be searched for keys.
 func newEndpointService(t *testing.T) *endpointRig {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := sqlite.Open(filepath.Join(dir, "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	blobs, err := blob.Open(filepath.Join(dir, "blobs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := secrets.LoadOrCreateKey(filepath.Join(dir, "workspace.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rig := &endpointRig{st: st, log: &bytes.Buffer{}}
-	rig.open = func() *Service {
-		rig.router = &routerLog{routed: map[string]RoutedEndpoint{}}
-		s, err := New(context.Background(), Config{
-			PoolTypes: testPoolTypes, Store: st, Blobs: blobs, LogDir: filepath.Join(dir, "logs"), APIURL: "http://ws.test:8080",
-			Targets: func(*spec.Compute) (compute.Target, error) { return &fakeTarget{capacity: 1}, nil },
-			Secrets: key, Router: rig.router, Log: slog.New(slog.NewTextHandler(rig.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			Now: func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) },
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	rig.s = rig.open()
+	rig := &endpointRig{k: workspacetest.NewKeyed(t, 1)}
+	rig.s = rig.open(t)
 	return rig
+}
+
+// open makes the online endpoints of the rig's workspace with a new
+// router, registered, as a starting server does.
+func (rig *endpointRig) open(t *testing.T) *Service {
+	t.Helper()
+	rig.router = &routerLog{routed: map[string]RoutedEndpoint{}}
+	s, err := New(context.Background(), rig.k.WS, rig.k.Store, Config{Secrets: rig.k.Key, Router: rig.router, Log: rig.k.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Register(rig.k.WS, s)
+	return s
+}
+
+// restart is a restarted server: a new workspace on the same store and
+// key, and its online endpoints.
+func (rig *endpointRig) restart(t *testing.T) *Service {
+	t.Helper()
+	rig.k.Restart(t)
+	return rig.open(t)
 }
 
 func endpointFile(t *testing.T, yml string) *spec.OnlineEndpoint {
@@ -111,7 +99,7 @@ func TestEndpointLifecycleAndKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ep.ScoringURI != "http://ws.test:8080/endpoints/iris-ep/score" || ep.AuthMode != "key" || ep.ProvisioningState != "Succeeded" {
+	if ep.ScoringURI != "http://test/endpoints/iris-ep/score" || ep.AuthMode != "key" || ep.ProvisioningState != "Succeeded" {
 		t.Errorf("created: %+v", ep)
 	}
 	keys, err := s.GetEndpointCredentials(ctx, owner, "iris-ep")
@@ -127,7 +115,7 @@ func TestEndpointLifecycleAndKeys(t *testing.T) {
 		t.Fatalf("routed: %v %v", r, ok)
 	}
 	// The store holds them sealed, not in plain text.
-	rec, err := rig.st.GetEndpoint(ctx, "iris-ep")
+	rec, err := rig.k.Store.GetEndpoint(ctx, "iris-ep")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +133,7 @@ func TestEndpointLifecycleAndKeys(t *testing.T) {
 		t.Errorf("after update: %+v", ep)
 	}
 	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{AuthMode: "aml_token"})
-	wantCode(t, "auth_mode change", err, CodeInvalid, "auth_mode", "does not change")
+	wantCode(t, "auth_mode change", err, workspace.CodeInvalid, "auth_mode", "does not change")
 
 	// Regenerating the primary key replaces it, keeps the secondary, and
 	// the router hears of it.
@@ -170,7 +158,7 @@ func TestEndpointLifecycleAndKeys(t *testing.T) {
 		t.Errorf("regenerate secondary changed the wrong key")
 	}
 	_, err = s.RegenerateEndpointKey(ctx, owner, "iris-ep", "tertiary")
-	wantCode(t, "key type tertiary", err, CodeInvalid, "key_type", "primary or secondary")
+	wantCode(t, "key type tertiary", err, workspace.CodeInvalid, "key_type", "primary or secondary")
 
 	// No view, list or log line holds a key.
 	list, err := s.ListOnlineEndpoints(ctx)
@@ -183,8 +171,8 @@ func TestEndpointLifecycleAndKeys(t *testing.T) {
 		if bytes.Contains(views, []byte(k)) {
 			t.Errorf("a key is in a view: %s", views)
 		}
-		if strings.Contains(rig.log.String(), k) {
-			t.Errorf("a key is in the log:\n%s", rig.log)
+		if strings.Contains(rig.k.Logged(), k) {
+			t.Errorf("a key is in the log:\n%s", rig.k.Logged())
 		}
 		if strings.Contains(string(rec.Spec), k) {
 			t.Errorf("a key is in the stored spec")
@@ -195,7 +183,7 @@ func TestEndpointLifecycleAndKeys(t *testing.T) {
 	}
 
 	// A restart routes the endpoint again with its current keys.
-	s2 := rig.open()
+	s2 := rig.restart(t)
 	if r, ok := rig.router.get("iris-ep"); !ok || r.Keys[0].Reveal() != keys3.PrimaryKey || r.Keys[1].Reveal() != keys3.SecondaryKey {
 		t.Errorf("after a restart the router has %v, %v", r, ok)
 	}
@@ -208,10 +196,10 @@ func TestEndpointLifecycleAndKeys(t *testing.T) {
 		t.Errorf("deleted endpoint still routed")
 	}
 	_, err = s2.GetOnlineEndpoint(ctx, "iris-ep")
-	wantCode(t, "show after delete", err, CodeNotFound, "iris-ep")
-	wantCode(t, "delete again", s2.DeleteOnlineEndpoint(ctx, owner, "iris-ep"), CodeNotFound)
+	wantCode(t, "show after delete", err, workspace.CodeNotFound, "iris-ep")
+	wantCode(t, "delete again", s2.DeleteOnlineEndpoint(ctx, owner, "iris-ep"), workspace.CodeNotFound)
 	_, err = s2.GetEndpointCredentials(ctx, owner, "iris-ep")
-	wantCode(t, "credentials after delete", err, CodeNotFound)
+	wantCode(t, "credentials after delete", err, workspace.CodeNotFound)
 }
 
 // Traffic names deployments, and none exist yet: any split is refused
@@ -222,46 +210,47 @@ func TestEndpointTrafficNeedsDeployments(t *testing.T) {
 	ctx := context.Background()
 	s := newEndpointService(t).s
 	_, err := s.CreateOnlineEndpoint(ctx, owner, endpointFile(t, "name: iris-ep\ntraffic: {blue: 100}\n"))
-	wantCode(t, "create with traffic", err, CodeInvalid, "traffic.blue", "no deployment blue", "deployments come first")
-	if _, err := s.GetOnlineEndpoint(ctx, "iris-ep"); CodeOf(err) != CodeNotFound {
+	wantCode(t, "create with traffic", err, workspace.CodeInvalid, "traffic.blue", "no deployment blue", "deployments come first")
+	if _, err := s.GetOnlineEndpoint(ctx, "iris-ep"); workspace.CodeOf(err) != workspace.CodeNotFound {
 		t.Errorf("a refused endpoint was stored: %v", err)
 	}
 	if _, err := s.CreateOnlineEndpoint(ctx, owner, endpointFile(t, "name: iris-ep\n")); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{Traffic: map[string]int{"blue": 90, "green": 10}})
-	wantCode(t, "update traffic", err, CodeInvalid, "traffic.blue", "no deployment blue", "deployments come first")
+	wantCode(t, "update traffic", err, workspace.CodeInvalid, "traffic.blue", "no deployment blue", "deployments come first")
 	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{MirrorTraffic: map[string]int{"green": 10}})
-	wantCode(t, "update mirror", err, CodeInvalid, "mirror_traffic.green", "no deployment green")
+	wantCode(t, "update mirror", err, workspace.CodeInvalid, "mirror_traffic.green", "no deployment green")
 	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{Traffic: map[string]int{"blue": 90, "green": 20}})
-	wantCode(t, "traffic over 100", err, CodeInvalid, "traffic", "add up to 110")
+	wantCode(t, "traffic over 100", err, workspace.CodeInvalid, "traffic", "add up to 110")
 	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{MirrorTraffic: map[string]int{"green": 60}})
-	wantCode(t, "mirror over 50", err, CodeInvalid, "mirror_traffic.green", "0 to 50")
+	wantCode(t, "mirror over 50", err, workspace.CodeInvalid, "mirror_traffic.green", "0 to 50")
 	// An empty split is allowed (and is what there is).
 	ep, err := s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{Traffic: map[string]int{}})
 	if err != nil || len(ep.Traffic) != 0 {
 		t.Errorf("empty traffic: %+v, %v", ep, err)
 	}
 	_, err = s.CreateOnlineEndpoint(ctx, owner, endpointFile(t, "name: iris-ep\n"))
-	wantCode(t, "create twice", err, CodeConflict, "iris-ep exists")
+	wantCode(t, "create twice", err, workspace.CodeConflict, "iris-ep exists")
 }
 
 func TestEndpointsAreTheOwners(t *testing.T) {
 	ctx := context.Background()
-	s := newEndpointService(t).s
-	run := runPrincipal("a-job", 1)
+	rig := newEndpointService(t)
+	s := rig.s
+	run := auth.Principal{Kind: auth.KindRun, Subject: "a-job", Attempt: 1}
 	_, err := s.CreateOnlineEndpoint(ctx, run, endpointFile(t, "name: iris-ep\n"))
-	wantCode(t, "run token creates", err, CodeForbidden)
+	wantCode(t, "run token creates", err, workspace.CodeForbidden)
 	if _, err := s.CreateOnlineEndpoint(ctx, owner, endpointFile(t, "name: iris-ep\n")); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.GetEndpointCredentials(ctx, run, "iris-ep")
-	wantCode(t, "run token reads keys", err, CodeForbidden)
+	wantCode(t, "run token reads keys", err, workspace.CodeForbidden)
 	_, err = s.RegenerateEndpointKey(ctx, run, "iris-ep", "primary")
-	wantCode(t, "run token regenerates", err, CodeForbidden)
+	wantCode(t, "run token regenerates", err, workspace.CodeForbidden)
 	_, err = s.UpdateOnlineEndpoint(ctx, run, "iris-ep", apitypes.EndpointUpdate{})
-	wantCode(t, "run token updates", err, CodeForbidden)
-	wantCode(t, "run token deletes", s.DeleteOnlineEndpoint(ctx, run, "iris-ep"), CodeForbidden)
+	wantCode(t, "run token updates", err, workspace.CodeForbidden)
+	wantCode(t, "run token deletes", s.DeleteOnlineEndpoint(ctx, run, "iris-ep"), workspace.CodeForbidden)
 
 	// An aml_token endpoint gives a token, not keys: good for its own
 	// endpoint until it expires, refused changed, for another endpoint,
@@ -270,12 +259,12 @@ func TestEndpointsAreTheOwners(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.GetEndpointCredentials(ctx, run, "tok-ep")
-	wantCode(t, "run token reads a token", err, CodeForbidden)
+	wantCode(t, "run token reads a token", err, workspace.CodeForbidden)
 	tok, err := s.GetEndpointCredentials(ctx, owner, "tok-ep")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tok.PrimaryKey != "" || tok.AccessToken == "" || tok.TokenType != "Bearer" || tok.ExpiryTimeUTC != s.now().Add(EndpointTokenLifetime).Unix() {
+	if tok.PrimaryKey != "" || tok.AccessToken == "" || tok.TokenType != "Bearer" || tok.ExpiryTimeUTC != rig.k.Clock.Now().Add(EndpointTokenLifetime).Unix() {
 		t.Fatalf("aml_token credentials: keys %v, token %v, type %q, expiry %d", tok.PrimaryKey != "", tok.AccessToken != "", tok.TokenType, tok.ExpiryTimeUTC)
 	}
 	if !s.CheckEndpointToken("tok-ep", tok.AccessToken) {
@@ -289,9 +278,8 @@ func TestEndpointsAreTheOwners(t *testing.T) {
 		t.Error("a changed token is taken")
 	}
 	_, err = s.RegenerateEndpointKey(ctx, owner, "tok-ep", "primary")
-	wantCode(t, "regenerate the keys of an aml_token endpoint", err, CodeInvalid, "no keys to regenerate")
-	now := s.now()
-	s.now = func() time.Time { return now.Add(EndpointTokenLifetime + time.Second) }
+	wantCode(t, "regenerate the keys of an aml_token endpoint", err, workspace.CodeInvalid, "no keys to regenerate")
+	rig.k.Clock.Advance(EndpointTokenLifetime + time.Second)
 	if s.CheckEndpointToken("tok-ep", tok.AccessToken) {
 		t.Error("an expired token is taken")
 	}

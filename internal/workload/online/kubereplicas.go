@@ -1,4 +1,4 @@
-package workspace
+package online
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // on pool nodes: a Deployment and a Service in the compute's namespace,
 // which the cluster keeps running, rolls and replaces. The server gives
 // the implementation (package internal/serving/kubereplicas behind it;
-// the workspace links no Kubernetes client); docs/kubernetes.md says how
+// the online endpoints link no Kubernetes client); docs/kubernetes.md says how
 // a deployment maps to the cluster's objects.
 //
 // Config.KubeReplicas gives it to the deployment controller, whose

@@ -1,4 +1,4 @@
-package workspace
+package online
 
 import (
 	"context"
@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
 	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
 )
 
 // loadRouter is a router whose load the test sets.
@@ -23,7 +25,7 @@ type loadRouter struct {
 
 func (r *loadRouter) Load(string) map[string]DeploymentLoad { return r.load }
 
-func autoscaled(t *testing.T, yaml string) *deploymentDoc {
+func autoscaledDoc(t *testing.T, yaml string) *deploymentDoc {
 	t.Helper()
 	d, err := spec.ParseOnlineDeployment([]byte("name: auto\nendpoint_name: ep-one\ncode_configuration: {code: src, scoring_script: score.py}\n"+yaml), nil)
 	if err != nil {
@@ -41,18 +43,18 @@ func TestWantReplicas(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := t0
 	r := &loadRouter{load: map[string]DeploymentLoad{}}
-	s := &Service{cfg: Config{Router: r}, deployCtl: newDeployCtl(t0), now: func() time.Time { return now }}
+	s := &Service{cfg: Config{Router: r}, deployCtl: newDeployCtl(t0)}
 	since := t0 // when the deployment was made
 	want := func(doc *deploymentDoc, set *replicaSet) int {
 		return s.wantReplicas("ep-one/auto", doc, set, since, now)
 	}
 
-	fixed := autoscaled(t, "instance_count: 3\n")
+	fixed := autoscaledDoc(t, "instance_count: 3\n")
 	if got := want(fixed, &replicaSet{}); got != 3 {
 		t.Errorf("scale_settings default: %d, want instance_count 3", got)
 	}
 
-	doc := autoscaled(t, "request_settings: {max_concurrent_requests_per_instance: 1}\nscale_settings: {type: target_utilization, min_instances: 1, max_instances: 3, polling_interval: 1, target_utilization_percentage: 70}\n")
+	doc := autoscaledDoc(t, "request_settings: {max_concurrent_requests_per_instance: 1}\nscale_settings: {type: target_utilization, min_instances: 1, max_instances: 3, polling_interval: 1, target_utilization_percentage: 70}\n")
 	set := &replicaSet{}
 	if got := want(doc, set); got != 1 {
 		t.Fatalf("at first: %d, want min_instances 1", got)
@@ -86,7 +88,7 @@ func TestWantReplicas(t *testing.T) {
 		t.Errorf("after a burst of 2 between polls: %d, want ceil(2/0.7) = 3", got)
 	}
 
-	zero := autoscaled(t, "scale_settings: {type: target_utilization, min_instances: 0, max_instances: 2, scale_to_zero_after: 5}\n")
+	zero := autoscaledDoc(t, "scale_settings: {type: target_utilization, min_instances: 0, max_instances: 2, scale_to_zero_after: 5}\n")
 	// Made on a server up for longer than scale_to_zero_after, and never
 	// called: it keeps its replica for scale_to_zero_after from its
 	// making, not from the server's start.
@@ -120,7 +122,7 @@ func TestWantReplicas(t *testing.T) {
 // the shell, AZUREML_MODEL_DIR laid out as Azure lays it out (a real
 // folder, not a link), and WORKER_COUNT 1 unless the deployment sets it.
 func TestReplicaCommand(t *testing.T) {
-	d := autoscaled(t, "").Spec
+	d := autoscaledDoc(t, "").Spec
 	d.CodeConfiguration.ScoringScript = "my score's.py"
 	cases := []struct {
 		name        string
@@ -157,7 +159,7 @@ func TestReplicaCommand(t *testing.T) {
 // the count, scale settings, description or tags alone is not.
 func TestRollingChange(t *testing.T) {
 	base := func() *deploymentDoc {
-		doc := autoscaled(t, "instance_count: 2\nenvironment_variables: {V: a}\n")
+		doc := autoscaledDoc(t, "instance_count: 2\nenvironment_variables: {V: a}\n")
 		doc.CodeSnapshot = "c1"
 		return doc
 	}
@@ -267,13 +269,18 @@ func TestReplicaReachedOverItsSocketOnlyOnThisHost(t *testing.T) {
 // cost ferry server more CPU than the requests' own routing.
 func TestReplicaLogWakesControllerUntilAddressFound(t *testing.T) {
 	ctx := context.Background()
-	s, _ := newService(t, &fakeTarget{capacity: 1})
-	submit(t, s, "rep")
-	dispatch(t, s)
-	who := runPrincipal("rep", 1)
+	h := workspacetest.NewKeyed(t, 1)
+	s, err := New(ctx, h.WS, h.Store, Config{Secrets: h.Key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Register(h.WS, s)
+	h.Submit(t, "name: rep\ncommand: 'true'\n")
+	h.Pass(t, "dispatch")
+	who := auth.Principal{Kind: auth.KindRun, Subject: "rep", Attempt: 1}
 	woken := func() bool {
 		select {
-		case <-s.kickDeploy:
+		case <-s.wake:
 			return true
 		default:
 			return false
@@ -283,7 +290,7 @@ func TestReplicaLogWakesControllerUntilAddressFound(t *testing.T) {
 	appendLog := func(line string) {
 		t.Helper()
 		woken() // what came before
-		size, err := s.AppendLog(ctx, who, "rep", 1, 0, offset, []byte(line))
+		size, err := h.WS.AppendLog(ctx, who, "rep", 1, 0, offset, []byte(line))
 		if err != nil {
 			t.Fatal(err)
 		}

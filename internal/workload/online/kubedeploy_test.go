@@ -1,17 +1,16 @@
-package workspace
+package online
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-
 	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/ferry-ml/ferry/internal/secrets"
+	"github.com/ferry-ml/ferry/internal/apitypes"
 	"github.com/ferry-ml/ferry/internal/spec"
+	"github.com/ferry-ml/ferry/internal/workspace"
+	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
 )
 
 // recordingKube is a KubeReplicas that records what the controller asks
@@ -73,6 +72,18 @@ func (k *recordingKube) Remaining(context.Context, KubeTarget, string, string) (
 	return nil, nil
 }
 
+// openOnline makes the online endpoints of h's workspace, on kube,
+// registered, as a starting server does.
+func openOnline(t *testing.T, h *workspacetest.Keyed, kube KubeReplicas) *Service {
+	t.Helper()
+	s, err := New(context.Background(), h.WS, h.Store, Config{Secrets: h.Key, KubeReplicas: kube, Log: h.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Register(h.WS, s)
+	return s
+}
+
 // The controller's branch for an endpoint on a kubernetes compute:
 // create applies with instance_count, a count change scales without a
 // new template, a new Service on the same store (a restart) applies the
@@ -81,34 +92,30 @@ func (k *recordingKube) Remaining(context.Context, KubeTarget, string, string) (
 // endpoint of the other kind is refused.
 func TestKubernetesDeploymentController(t *testing.T) {
 	ctx := context.Background()
-	s, _ := newService(t, &fakeTarget{capacity: 1})
-	key, err := secrets.LoadOrCreateKey(filepath.Join(t.TempDir(), "workspace.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := workspacetest.NewKeyed(t, 1)
 	kube := &recordingKube{}
-	s.cfg.Secrets, s.cfg.KubeReplicas = key, kube
+	s := openOnline(t, h, kube)
 	c, err := spec.ParseCompute([]byte("name: k8s\ntype: kubernetes\nnamespace: ns\nkubeconfig_content: 'apiVersion: v1'\nimage: img:1\n" +
 		"instance_types:\n  small:\n    resources:\n      requests: {cpu: 100m}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateCompute(ctx, c); err != nil {
+	if _, err := h.WS.CreateCompute(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.CreateOnlineEndpoint(ctx, owner, &spec.OnlineEndpoint{Name: "kep", Compute: "azureml:k8s"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateOnlineEndpoint(ctx, owner, &spec.OnlineEndpoint{Name: "bad", Compute: "azureml:nope"}); CodeOf(err) != CodeInvalid {
+	if _, err := s.CreateOnlineEndpoint(ctx, owner, &spec.OnlineEndpoint{Name: "bad", Compute: "azureml:nope"}); workspace.CodeOf(err) != workspace.CodeInvalid {
 		t.Errorf("an endpoint on a compute that does not exist: %v", err)
 	}
-	_, code := putFile(t, s, "def init(): pass\ndef run(x): return x\n")
+	_, code := h.PutFile(t, "def init(): pass\ndef run(x): return x\n")
 	dep := func(n int) *spec.OnlineDeployment {
 		return &spec.OnlineDeployment{Name: "blue", EndpointName: "kep", InstanceType: "small", InstanceCount: n,
 			CodeConfiguration: &spec.CodeConfiguration{Code: "code", ScoringScript: "f.txt"}}
 	}
 	local := dep(1)
-	if _, err := s.CreateOnlineDeployment(ctx, owner, local, apitypes.DeploymentUploads{CodeSnapshot: code}, true); CodeOf(err) != CodeInvalid {
+	if _, err := s.CreateOnlineDeployment(ctx, owner, local, apitypes.DeploymentUploads{CodeSnapshot: code}, true); workspace.CodeOf(err) != workspace.CodeInvalid {
 		t.Errorf("--local on a kubernetes endpoint: %v", err)
 	}
 	if _, err := s.CreateOnlineDeployment(ctx, owner, dep(2), apitypes.DeploymentUploads{CodeSnapshot: code}, false); err != nil {
@@ -160,7 +167,7 @@ func TestKubernetesDeploymentController(t *testing.T) {
 	}
 	toManaged := dep(3)
 	toManaged.Schema, toManaged.InstanceType = green.Schema, "Standard_DS1_v2"
-	if _, err := s.UpdateOnlineDeployment(ctx, owner, toManaged, DeploymentChange{Uploads: apitypes.DeploymentUploads{CodeSnapshot: code}}); CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), "$schema") {
+	if _, err := s.UpdateOnlineDeployment(ctx, owner, toManaged, DeploymentChange{Uploads: apitypes.DeploymentUploads{CodeSnapshot: code}}); workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "$schema") {
 		t.Errorf("an update moving blue off the cluster: %v", err)
 	}
 	pass(s)
@@ -172,10 +179,8 @@ func TestKubernetesDeploymentController(t *testing.T) {
 	}
 
 	// A restart: a second Service on the same store.
-	s2, err := New(ctx, s.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h.Restart(t)
+	s2 := openOnline(t, h, kube)
 	pass(s2)
 	if kube.watching != 2 || kube.calls[len(kube.calls)-1] != "apply" || kube.applied.Generation != 1 {
 		t.Errorf("after a restart: watching %d, calls %v", kube.watching, kube.calls)
@@ -187,7 +192,7 @@ func TestKubernetesDeploymentController(t *testing.T) {
 		t.Fatal(err)
 	}
 	pass(s2)
-	if _, err := s2.GetOnlineDeployment(ctx, "kep", "blue"); CodeOf(err) != CodeNotFound {
+	if _, err := s2.GetOnlineDeployment(ctx, "kep", "blue"); workspace.CodeOf(err) != workspace.CodeNotFound {
 		t.Errorf("after delete: %v (calls %v)", err, kube.calls)
 	}
 	if kube.watching != 1 { // the first "server"'s watch is the one left

@@ -1,0 +1,24 @@
+package online
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ferry-ml/ferry/internal/workspace"
+	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
+)
+
+var owner = workspacetest.Owner
+
+// wantCode fails unless err is of code and says each of words.
+func wantCode(t *testing.T, what string, err error, code workspace.Code, words ...string) {
+	t.Helper()
+	if err == nil || workspace.CodeOf(err) != code {
+		t.Fatalf("%s: got %v (code %d), want code %d", what, err, workspace.CodeOf(err), code)
+	}
+	for _, w := range words {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%s: %q does not say %q", what, err, w)
+		}
+	}
+}
