@@ -16,11 +16,6 @@ var (
 	Environments = Versioned[apitypes.Environment, apitypes.EnvironmentRequest]{Path: "/v1/environments"}
 )
 
-// CreateModel registers a model version.
-func (c *Client) CreateModel(ctx context.Context, req apitypes.ModelRequest) (*apitypes.Model, error) {
-	return Models.Create(ctx, c, req)
-}
-
 // ListModels lists registered model versions; name "" lists every model.
 func (c *Client) ListModels(ctx context.Context, name string, includeArchived bool) ([]*apitypes.Model, error) {
 	return Models.List(ctx, c, name, includeArchived)
@@ -31,52 +26,15 @@ func (c *Client) GetModel(ctx context.Context, name, version string) (*apitypes.
 	return Models.Get(ctx, c, name, version)
 }
 
-// ArchiveModel archives a model version, or restores it when archived is
-// false.
-func (c *Client) ArchiveModel(ctx context.Context, name, version string, archived bool) (*apitypes.Model, error) {
-	return Models.Archive(ctx, c, name, version, archived)
-}
-
-// CreateData registers a data asset version.
-func (c *Client) CreateData(ctx context.Context, req apitypes.DataRequest) (*apitypes.DataAsset, error) {
-	return DataAssets.Create(ctx, c, req)
-}
-
-// ListData lists registered data asset versions; name "" lists them all.
-func (c *Client) ListData(ctx context.Context, name string, includeArchived bool) ([]*apitypes.DataAsset, error) {
-	return DataAssets.List(ctx, c, name, includeArchived)
-}
-
 // GetData shows one data asset version ("latest" for the newest not
 // archived).
 func (c *Client) GetData(ctx context.Context, name, version string) (*apitypes.DataAsset, error) {
 	return DataAssets.Get(ctx, c, name, version)
 }
 
-// ArchiveData archives a data asset version, or restores it when archived
-// is false.
-func (c *Client) ArchiveData(ctx context.Context, name, version string, archived bool) (*apitypes.DataAsset, error) {
-	return DataAssets.Archive(ctx, c, name, version, archived)
-}
-
-// CreateComponent registers a component version.
-func (c *Client) CreateComponent(ctx context.Context, req apitypes.ComponentRequest) (*apitypes.Component, error) {
-	return Components.Create(ctx, c, req)
-}
-
-// ListComponents lists registered component versions; name "" lists them all.
-func (c *Client) ListComponents(ctx context.Context, name string) ([]*apitypes.Component, error) {
-	return Components.List(ctx, c, name, false)
-}
-
 // GetComponent shows one component version ("latest" for the newest).
 func (c *Client) GetComponent(ctx context.Context, name, version string) (*apitypes.Component, error) {
 	return Components.Get(ctx, c, name, version)
-}
-
-// CreateEnvironment registers an environment version.
-func (c *Client) CreateEnvironment(ctx context.Context, req apitypes.EnvironmentRequest) (*apitypes.Environment, error) {
-	return Environments.Create(ctx, c, req)
 }
 
 // ListEnvironments lists registered environments; name "" lists all.

@@ -23,8 +23,3 @@ func (c *Client) ListDatastores(ctx context.Context) ([]*apitypes.Datastore, err
 func (c *Client) GetDatastore(ctx context.Context, name string) (*apitypes.Datastore, error) {
 	return Datastores.Get(ctx, c, name)
 }
-
-// DeleteDatastore deletes a datastore.
-func (c *Client) DeleteDatastore(ctx context.Context, name string) error {
-	return Datastores.Delete(ctx, c, name)
-}
