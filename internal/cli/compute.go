@@ -44,17 +44,7 @@ to run and for an attached machine). CAPACITY is how many jobs can run at
 once: the local target's attempts at once, a pool's max nodes (a job
 there takes whole nodes).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			vs, err := c.ListComputes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return a.print(vs, func(w *tabwriter.Writer) { listComputes(w, vs) })
-		},
+		RunE: listRun(a, (*client.Client).ListComputes, listComputes),
 	}
 	var events int
 	show := &cobra.Command{
@@ -167,15 +157,9 @@ func (a *app) preemptNodeCmd() *cobra.Command {
 		Short: "Preempt a node of a low-priority cluster now, as its cloud would (owners only): its jobs stop, keep their outputs and run again as a new attempt",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			n, err := c.PreemptNode(cmd.Context(), args[0], args[1])
-			if err != nil {
-				return err
-			}
-			return a.print(n, func(w *tabwriter.Writer) {
+			return connectPrint(cmd.Context(), a, func(c *client.Client) (*apitypes.Node, error) {
+				return c.PreemptNode(cmd.Context(), args[0], args[1])
+			}, func(w *tabwriter.Writer, n *apitypes.Node) {
 				fmt.Fprintf(w, "node:\t%s\nstate:\t%s\nreason:\t%s\njobs:\t%s\n", n.Name, n.State, n.Reason, strings.Join(n.Jobs, ", "))
 			})
 		},
@@ -187,30 +171,22 @@ func (a *app) listNodesCmd() *cobra.Command {
 		Use:   "list-nodes NAME",
 		Short: "List a cluster's nodes: state, size, address and what runs there",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			ns, err := c.ListNodes(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return a.print(ns, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "NAME\tSTATE\tSIZE\tADDRESS\tJOBS\tREASON")
-				for _, n := range ns {
-					jobs := strings.Join(n.Jobs, ",")
-					if jobs == "" {
-						jobs = "-"
-					}
-					reason := n.Reason
-					if n.Warning != "" {
-						reason += "; warning: " + n.Warning
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.State, n.Size, n.Address, jobs, reason)
-				}
-			})
-		},
+		RunE:  nameRun(a, (*client.Client).ListNodes, nodeTable),
+	}
+}
+
+func nodeTable(w *tabwriter.Writer, ns []*apitypes.Node) {
+	fmt.Fprintln(w, "NAME\tSTATE\tSIZE\tADDRESS\tJOBS\tREASON")
+	for _, n := range ns {
+		jobs := strings.Join(n.Jobs, ",")
+		if jobs == "" {
+			jobs = "-"
+		}
+		reason := n.Reason
+		if n.Warning != "" {
+			reason += "; warning: " + n.Warning
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.State, n.Size, n.Address, jobs, reason)
 	}
 }
 
@@ -237,15 +213,9 @@ func (a *app) resizeCmd(use string) *cobra.Command {
 			if req == (apitypes.ResizeRequest{}) {
 				return fmt.Errorf("say what to change: --min, --max or --idle-time-before-scale-down")
 			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			v, err := c.ResizeCompute(cmd.Context(), args[0], req)
-			if err != nil {
-				return err
-			}
-			return a.print(v, func(w *tabwriter.Writer) { showCompute(w, v) })
+			return connectPrint(cmd.Context(), a, func(c *client.Client) (*apitypes.Compute, error) {
+				return c.ResizeCompute(cmd.Context(), args[0], req)
+			}, showCompute)
 		},
 	}
 	f := cmd.Flags()

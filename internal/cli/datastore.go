@@ -4,9 +4,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
 
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -16,14 +14,27 @@ import (
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
+// datastores are the datastore commands but create, which are the
+// datastore command group with it (datastoreCmd).
+var datastores = namedKind[apitypes.Datastore, apitypes.DatastoreRequest]{
+	api: client.Datastores, arg: datastoreArg, show: showDatastore, table: datastoreTable,
+	showVerb:  verbHelp{"show NAME", "Show a datastore (never credentials: none are kept)"},
+	listShort: "List datastores",
+	del: deleteVerb{
+		verbHelp: verbHelp{"delete NAME", "Delete a datastore (jobs submitted before keep what their inputs resolved to)"},
+		yesHelp:  "do not ask (ferry never asks; accepted as az ml takes it)",
+		done:     func(a *app, name string) { fmt.Fprintf(a.stdout, "deleted datastore %s\n", name) },
+	},
+}
+
+// datastoreCmd is the datastore command group: datastores' verbs and
+// create, whose file's credentials stay here. TAB completes a NAME
+// argument, not --name.
 func (a *app) datastoreCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "datastore", Short: "Datastores that inputs name as azureml://datastores/NAME/paths/PATH: a folder every node reads, an http(s) base URL, or a public Azure blob container"}
-	cmd.AddCommand(a.datastoreCreateCmd(), a.datastoreListCmd(), a.datastoreShowCmd(), a.datastoreDeleteCmd())
-	for _, sub := range cmd.Commands() {
-		if sub.Name() == "show" || sub.Name() == "delete" {
-			sub.ValidArgsFunction = a.firstArg(listDatastoreNames)
-		}
-	}
+	show, del := datastores.showCmd(a), datastores.deleteCmd(a)
+	show.ValidArgsFunction, del.ValidArgsFunction = a.firstArg(listDatastoreNames), a.firstArg(listDatastoreNames)
+	cmd.AddCommand(a.datastoreCreateCmd(), datastores.listCmd(a), show, del)
 	return cmd
 }
 
@@ -50,16 +61,9 @@ func (a *app) datastoreCreateCmd() *cobra.Command {
 			if err := a.checkOutput(); err != nil {
 				return err
 			}
-			data, err := os.ReadFile(file)
+			f, err := readNamedFile(file, name, sets, spec.ParseDatastore)
 			if err != nil {
 				return err
-			}
-			if name != "" {
-				sets = append(sets, "name="+name)
-			}
-			f, err := spec.ParseDatastore(data, sets)
-			if err != nil {
-				return fmt.Errorf("%s: %w", file, err)
 			}
 			// Only the credentials' names leave this machine.
 			for k := range f.Credentials {
@@ -69,19 +73,14 @@ func (a *app) datastoreCreateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			d, err := c.CreateDatastore(cmd.Context(), apitypes.DatastoreRequest{Spec: raw})
-			if err != nil {
-				return err
-			}
-			if len(d.CredentialsNotKept) > 0 {
-				fmt.Fprintf(a.stderr, "note: credentials (%s) are not kept: Ferry reads %s storage anonymously, so the container must allow public reads\n",
-					strings.Join(d.CredentialsNotKept, ", "), d.Type)
-			}
-			return a.print(d, func(w *tabwriter.Writer) { showDatastore(w, d) })
+			return connectPrint(cmd.Context(), a, func(c *client.Client) (*apitypes.Datastore, error) {
+				d, err := c.CreateDatastore(cmd.Context(), apitypes.DatastoreRequest{Spec: raw})
+				if err == nil && len(d.CredentialsNotKept) > 0 {
+					fmt.Fprintf(a.stderr, "note: credentials (%s) are not kept: Ferry reads %s storage anonymously, so the container must allow public reads\n",
+						strings.Join(d.CredentialsNotKept, ", "), d.Type)
+				}
+				return d, err
+			}, showDatastore)
 		},
 	}
 	fl := cmd.Flags()
@@ -92,99 +91,22 @@ func (a *app) datastoreCreateCmd() *cobra.Command {
 	return cmd
 }
 
-func (a *app) datastoreListCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
-		Short: "List datastores",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			ds, err := c.ListDatastores(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return a.print(ds, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "NAME\tTYPE\tWHERE")
-				for _, d := range ds {
-					n := d.Name
-					if d.BuiltIn {
-						n += " (built in)"
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\n", n, d.Type, datastoreWhere(d))
-				}
-			})
-		},
+func datastoreTable(w *tabwriter.Writer, ds []*apitypes.Datastore) {
+	fmt.Fprintln(w, "NAME\tTYPE\tWHERE")
+	for _, d := range ds {
+		n := d.Name
+		if d.BuiltIn {
+			n += " (built in)"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\n", n, d.Type, datastoreWhere(d))
 	}
 }
 
-// datastoreName is the name given as the argument or --name.
-func datastoreName(args []string, flag string) (string, error) {
-	switch {
-	case len(args) == 1 && flag != "" && args[0] != flag:
-		return "", fmt.Errorf("two names given (%s and --name %s); give one", args[0], flag)
-	case len(args) == 1:
-		return args[0], nil
-	case flag != "":
-		return flag, nil
-	}
-	return "", errors.New("say which datastore: ferry datastore COMMAND NAME (ferry datastore list shows them)")
-}
-
-func (a *app) datastoreShowCmd() *cobra.Command {
-	var name string
-	cmd := &cobra.Command{
-		Use:   "show NAME",
-		Short: "Show a datastore (never credentials: none are kept)",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := datastoreName(args, name)
-			if err != nil {
-				return err
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			d, err := c.GetDatastore(cmd.Context(), n)
-			if err != nil {
-				return err
-			}
-			return a.print(d, func(w *tabwriter.Writer) { showDatastore(w, d) })
-		},
-	}
-	cmd.Flags().StringVarP(&name, "name", "n", "", "datastore name")
-	return cmd
-}
-
-func (a *app) datastoreDeleteCmd() *cobra.Command {
-	var name string
-	var yes bool
-	cmd := &cobra.Command{
-		Use:   "delete NAME",
-		Short: "Delete a datastore (jobs submitted before keep what their inputs resolved to)",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := datastoreName(args, name)
-			if err != nil {
-				return err
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if err := c.DeleteDatastore(cmd.Context(), n); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "deleted datastore %s\n", n)
-			return nil
-		},
-	}
-	cmd.Flags().StringVarP(&name, "name", "n", "", "datastore name")
-	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask (ferry never asks; accepted as az ml takes it)")
-	return cmd
+// datastoreArg is how the datastore commands name a datastore.
+var datastoreArg = nameArg{
+	help:  "datastore name",
+	twice: "two names given (%s and --name %s); give one",
+	none:  "say which datastore: ferry datastore COMMAND NAME (ferry datastore list shows them)",
 }
 
 // datastoreWhere says where a datastore's files are.

@@ -17,7 +17,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferry-ml/ferry/internal/client"
-	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
@@ -67,18 +66,14 @@ func (a *app) deploymentNames() cobra.CompletionFunc {
 	}
 }
 
-// deploymentName reads the deployment a command names: --name/-n as in
-// az ml, or the argument.
-func deploymentName(args []string, flag string) (string, error) {
-	switch {
-	case len(args) == 1 && flag != "" && args[0] != flag:
-		return "", fmt.Errorf("the deployment is %s or %s? give its name once", args[0], flag)
-	case len(args) == 1:
-		return args[0], nil
-	case flag != "":
-		return flag, nil
-	}
-	return "", errors.New("which deployment? give its name: --name NAME (or -n NAME, or NAME) with --endpoint-name ENDPOINT")
+// onlineDeploymentArg is how the online-deployment commands name a
+// deployment.
+var onlineDeploymentArg = deploymentArg{
+	name:         nameArg{help: "the deployment's name (or give it as the argument)", twice: deploymentNamedTwice, none: deploymentNamedNone},
+	endpointHelp: "the endpoint it serves (required)",
+	noEndpoint: func(name string) error {
+		return fmt.Errorf("which endpoint is deployment %s of? give it: --endpoint-name ENDPOINT (or -e ENDPOINT)", name)
+	},
 }
 
 // deployOpts are create's and update's flags.
@@ -100,7 +95,7 @@ func (a *app) deployCmd(use, short string, create bool) *cobra.Command {
 				return err
 			}
 			if len(args) == 1 {
-				n, err := deploymentName(args, o.name)
+				n, err := onlineDeploymentArg.name.pick(args, o.name)
 				if err != nil {
 					return err
 				}
@@ -174,42 +169,15 @@ func (a *app) deploy(ctx context.Context, c *client.Client, o deployOpts, create
 		}
 		local = old.Local
 	}
-	code := pathField{file: src, field: "code_configuration.code", value: d.CodeConfiguration.Code}
-	paths := []pathField{code}
-	var model *pathField
-	if m := d.Model; m != nil && m.Ref == "" {
-		model = &pathField{file: src, field: "model.path", value: m.Path}
-		paths = append(paths, *model)
-	}
-	if p, field := environment.ContextPath(d.Environment); p != "" && d.Environment.Ref == "" {
-		paths = append(paths, pathField{file: envSrc, field: envField + field, value: p})
-	}
-	for _, f := range paths {
-		if isRemote(f.value) {
-			return f.errorf("%q is not a local path; ferry uploads the local file or folder it names", f.value)
-		}
-		if _, err := os.Stat(f.path()); errors.Is(err, os.ErrNotExist) {
-			return f.notFound()
-		}
+	files, err := checkDeploymentFiles(src, d.CodeConfiguration, d.Model, d.Environment, envSrc, envField)
+	if err != nil {
+		return err
 	}
 	if err := a.checkDeploymentRefs(ctx, c, d, src, o.endpoint != "", local); err != nil {
 		return err
 	}
-
-	limit, err := a.snapshotLimit("")
+	up, err := files.upload(ctx, a, c)
 	if err != nil {
-		return fmt.Errorf("FERRY_MAX_SNAPSHOT_SIZE: %w", err)
-	}
-	var up apitypes.DeploymentUploads
-	if up.CodeSnapshot, err = a.upload(ctx, c, code, "", limit, true); err != nil {
-		return err
-	}
-	if model != nil {
-		if up.ModelSnapshot, err = a.upload(ctx, c, *model, "", limit, false); err != nil {
-			return err
-		}
-	}
-	if up.EnvironmentSnapshot, err = a.uploadEnvironmentFiles(ctx, c, envField, envSrc, d.Environment, limit); err != nil {
 		return err
 	}
 	var v *apitypes.OnlineDeployment
@@ -331,35 +299,10 @@ func progressOf(v *apitypes.OnlineDeployment) string {
 	return b.String()
 }
 
-// namedDeploymentCmd is a command about one deployment, named as az ml
-// names it: --name/-n (or the argument) and --endpoint-name/-e.
+// namedDeploymentCmd is a command about one online deployment, named
+// as onlineDeploymentArg reads it once -o is checked.
 func (a *app) namedDeploymentCmd(use, short string, run func(cmd *cobra.Command, c *client.Client, endpoint, name string) error) *cobra.Command {
-	var name, endpoint string
-	cmd := &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.checkOutput(); err != nil {
-				return err
-			}
-			n, err := deploymentName(args, name)
-			if err != nil {
-				return err
-			}
-			if endpoint == "" {
-				return fmt.Errorf("which endpoint is deployment %s of? give it: --endpoint-name ENDPOINT (or -e ENDPOINT)", n)
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return run(cmd, c, endpoint, n)
-		},
-	}
-	cmd.Flags().StringVarP(&name, "name", "n", "", "the deployment's name (or give it as the argument)")
-	cmd.Flags().StringVarP(&endpoint, "endpoint-name", "e", "", "the endpoint it serves (required)")
-	return cmd
+	return a.outputFirst(onlineDeploymentArg.cmd(a, use, short, run))
 }
 
 func (a *app) deploymentShowCmd() *cobra.Command {
@@ -380,34 +323,27 @@ func (a *app) deploymentListCmd() *cobra.Command {
 		Short: "List an online endpoint's deployments",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := a.checkOutput(); err != nil {
-				return err
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			ds, err := c.ListOnlineDeployments(cmd.Context(), endpoint)
-			if err != nil {
-				return err
-			}
-			return a.print(ds, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "NAME\tSTATE\tCOMPUTE\tMODEL\tREPLICAS\tREADY")
-				for _, d := range ds {
-					ready := 0
-					for _, r := range d.Replicas {
-						if r.State == "Ready" {
-							ready++
-						}
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\n", d.Name, d.ProvisioningState, d.Compute, modelOf(d), len(d.Replicas), ready)
-				}
-			})
+			return connectPrint(cmd.Context(), a, func(c *client.Client) ([]*apitypes.OnlineDeployment, error) {
+				return c.ListOnlineDeployments(cmd.Context(), endpoint)
+			}, deploymentTable)
 		},
 	}
 	cmd.Flags().StringVarP(&endpoint, "endpoint-name", "e", "", "the endpoint whose deployments to list (required)")
 	_ = cmd.MarkFlagRequired("endpoint-name")
-	return cmd
+	return a.outputFirst(cmd)
+}
+
+func deploymentTable(w *tabwriter.Writer, ds []*apitypes.OnlineDeployment) {
+	fmt.Fprintln(w, "NAME\tSTATE\tCOMPUTE\tMODEL\tREPLICAS\tREADY")
+	for _, d := range ds {
+		ready := 0
+		for _, r := range d.Replicas {
+			if r.State == "Ready" {
+				ready++
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\n", d.Name, d.ProvisioningState, d.Compute, modelOf(d), len(d.Replicas), ready)
+	}
 }
 
 func (a *app) deploymentDeleteCmd() *cobra.Command {

@@ -20,17 +20,25 @@ import (
 
 // online-endpoint: `az ml online-endpoint` with its verbs, files and flags.
 
-func (a *app) onlineEndpointCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "online-endpoint", Short: "Online endpoints (Azure ML v2 managedOnlineEndpoint files): a scoring URI, its keys and its traffic split"}
-	cmd.AddCommand(a.endpointCreateCmd(), a.endpointUpdateCmd(), a.endpointShowCmd(), a.endpointListCmd(), a.endpointDeleteCmd(),
-		a.endpointCredentialsCmd(), a.endpointRegenerateCmd(), a.endpointInvokeCmd())
-	for _, sub := range cmd.Commands() {
-		if sub.Name() != "create" && sub.Name() != "list" {
-			sub.ValidArgsFunction = a.firstArg(listEndpointNames)
-			_ = sub.RegisterFlagCompletionFunc("name", a.complete(listEndpointNames))
-		}
-	}
-	return cmd
+// onlineEndpoints is the online-endpoint command group.
+var onlineEndpoints = namedKind[apitypes.OnlineEndpoint, *spec.OnlineEndpoint]{
+	group: "online-endpoint", short: "Online endpoints (Azure ML v2 managedOnlineEndpoint files): a scoring URI, its keys and its traffic split",
+	what: "endpoint", api: client.OnlineEndpoints, arg: endpointArg, parse: spec.ParseOnlineEndpoint,
+	show: showEndpoint, table: endpointTable, names: listEndpointNames,
+	create: &putVerb[apitypes.OnlineEndpoint, *spec.OnlineEndpoint]{
+		verbHelp: verbHelp{"create -f FILE [--name NAME]", "Create an online endpoint; it gets a primary and a secondary key (ferry online-endpoint get-credentials)"},
+		fileHelp: "online endpoint YAML file (required)",
+		setHelp:  "override a field: --set path=value (repeatable), e.g. --set tags.stage=prod",
+		put:      (*client.Client).CreateOnlineEndpoint,
+	},
+	showVerb:  verbHelp{"show [NAME]", "Show an online endpoint: its scoring_uri, auth_mode, traffic and state (never its keys)"},
+	listShort: "List online endpoints",
+	del: deleteVerb{
+		verbHelp: verbHelp{"delete [NAME] [--yes]", "Delete an online endpoint; its scoring URI stops answering at once"},
+		yesHelp:  "do not ask (ferry never asks; accepted as az ml takes it)",
+		done:     func(a *app, name string) { fmt.Fprintf(a.stdout, "deleted online endpoint %s\n", name) },
+	},
+	more: []func(*app) *cobra.Command{(*app).endpointUpdateCmd, (*app).endpointCredentialsCmd, (*app).endpointRegenerateCmd, (*app).endpointInvokeCmd},
 }
 
 func listEndpointNames(ctx context.Context, c *client.Client, _ []string) ([]string, error) {
@@ -45,75 +53,11 @@ func listEndpointNames(ctx context.Context, c *client.Client, _ []string) ([]str
 	return out, nil
 }
 
-// endpointName reads the endpoint a command names: --name/-n as in az ml,
-// or the argument.
-func endpointName(args []string, flag string) (string, error) {
-	switch {
-	case len(args) == 1 && flag != "" && args[0] != flag:
-		return "", fmt.Errorf("the endpoint is %s or %s? give its name once", args[0], flag)
-	case len(args) == 1:
-		return args[0], nil
-	case flag != "":
-		return flag, nil
-	}
-	return "", errors.New("which endpoint? give its name: --name NAME (or -n NAME, or NAME)")
-}
-
-// readEndpointFile parses an endpoint file, --name overriding its name.
-func readEndpointFile(file, name string, sets []string) (*spec.OnlineEndpoint, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	if name != "" {
-		sets = append(sets, "name="+name)
-	}
-	e, err := spec.ParseOnlineEndpoint(data, sets)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
-	}
-	return e, nil
-}
-
-func (a *app) endpointCreateCmd() *cobra.Command {
-	var file, name string
-	var sets []string
-	cmd := &cobra.Command{
-		Use:   "create -f FILE [--name NAME]",
-		Short: "Create an online endpoint; it gets a primary and a secondary key (ferry online-endpoint get-credentials)",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.checkOutput(); err != nil {
-				return err
-			}
-			if len(args) == 1 {
-				n, err := endpointName(args, name)
-				if err != nil {
-					return err
-				}
-				name = n
-			}
-			e, err := readEndpointFile(file, name, sets)
-			if err != nil {
-				return err
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			v, err := c.CreateOnlineEndpoint(cmd.Context(), e)
-			if err != nil {
-				return err
-			}
-			return a.print(v, func(w *tabwriter.Writer) { showEndpoint(w, v) })
-		},
-	}
-	f := cmd.Flags()
-	f.StringVarP(&file, "file", "f", "", "online endpoint YAML file (required)")
-	f.StringVarP(&name, "name", "n", "", "endpoint name (default: the file's)")
-	f.StringArrayVar(&sets, "set", nil, "override a field: --set path=value (repeatable), e.g. --set tags.stage=prod")
-	_ = cmd.MarkFlagRequired("file")
-	return cmd
+// endpointArg is how the endpoint commands name an endpoint.
+var endpointArg = nameArg{
+	help:  "the endpoint's name (or give it as the argument)",
+	twice: "the endpoint is %s or %s? give its name once",
+	none:  "which endpoint? give its name: --name NAME (or -n NAME, or NAME)",
 }
 
 func (a *app) endpointUpdateCmd() *cobra.Command {
@@ -129,7 +73,7 @@ func (a *app) endpointUpdateCmd() *cobra.Command {
 			}
 			var u apitypes.EndpointUpdate
 			if file != "" {
-				e, err := readEndpointFile(file, name, sets)
+				e, err := readNamedFile(file, name, sets, spec.ParseOnlineEndpoint)
 				if err != nil {
 					return err
 				}
@@ -141,7 +85,7 @@ func (a *app) endpointUpdateCmd() *cobra.Command {
 			} else if len(sets) > 0 {
 				return errors.New("--set needs a file (-f FILE); without one, use --traffic and --mirror-traffic")
 			}
-			n, err := endpointName(args, name)
+			n, err := endpointArg.pick(args, name)
 			if err != nil {
 				return err
 			}
@@ -158,15 +102,9 @@ func (a *app) endpointUpdateCmd() *cobra.Command {
 			if file == "" && u.Traffic == nil && u.MirrorTraffic == nil {
 				return errors.New("nothing to change: give -f FILE, --traffic or --mirror-traffic")
 			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			v, err := c.UpdateOnlineEndpoint(cmd.Context(), n, u)
-			if err != nil {
-				return err
-			}
-			return a.print(v, func(w *tabwriter.Writer) { showEndpoint(w, v) })
+			return connectPrint(cmd.Context(), a, func(c *client.Client) (*apitypes.OnlineEndpoint, error) {
+				return c.UpdateOnlineEndpoint(cmd.Context(), n, u)
+			}, showEndpoint)
 		},
 	}
 	f := cmd.Flags()
@@ -178,63 +116,10 @@ func (a *app) endpointUpdateCmd() *cobra.Command {
 	return cmd
 }
 
-func (a *app) endpointShowCmd() *cobra.Command {
-	return a.namedEndpointCmd("show [NAME]", "Show an online endpoint: its scoring_uri, auth_mode, traffic and state (never its keys)",
-		func(cmd *cobra.Command, c *client.Client, n string) error {
-			v, err := c.GetOnlineEndpoint(cmd.Context(), n)
-			if err != nil {
-				return err
-			}
-			return a.print(v, func(w *tabwriter.Writer) { showEndpoint(w, v) })
-		})
-}
-
-// namedEndpointCmd is a command about one endpoint, named as az ml names
-// it (the argument or --name/-n): run gets a connected client and the
-// name. Callers add flags of their own to what it returns.
-func (a *app) namedEndpointCmd(use, short string, run func(cmd *cobra.Command, c *client.Client, name string) error) *cobra.Command {
-	var name string
-	cmd := &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := endpointName(args, name)
-			if err != nil {
-				return err
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return run(cmd, c, n)
-		},
-	}
-	cmd.Flags().StringVarP(&name, "name", "n", "", "the endpoint's name (or give it as the argument)")
-	return cmd
-}
-
-func (a *app) endpointListCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
-		Short: "List online endpoints",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			es, err := c.ListOnlineEndpoints(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return a.print(es, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "NAME\tAUTH\tSTATE\tTRAFFIC\tSCORING URI")
-				for _, e := range es {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", e.Name, e.AuthMode, e.ProvisioningState, dash(spec.FormatTraffic(e.Traffic)), e.ScoringURI)
-				}
-			})
-		},
+func endpointTable(w *tabwriter.Writer, es []*apitypes.OnlineEndpoint) {
+	fmt.Fprintln(w, "NAME\tAUTH\tSTATE\tTRAFFIC\tSCORING URI")
+	for _, e := range es {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", e.Name, e.AuthMode, e.ProvisioningState, dash(spec.FormatTraffic(e.Traffic)), e.ScoringURI)
 	}
 }
 
@@ -245,24 +130,8 @@ func dash(s string) string {
 	return s
 }
 
-func (a *app) endpointDeleteCmd() *cobra.Command {
-	var yes bool
-	cmd := a.namedEndpointCmd("delete [NAME] [--yes]", "Delete an online endpoint; its scoring URI stops answering at once",
-		func(cmd *cobra.Command, c *client.Client, n string) error {
-			if err := c.DeleteOnlineEndpoint(cmd.Context(), n); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "deleted online endpoint %s\n", n)
-			return nil
-		})
-	// az ml asks before deleting unless --yes; scripts written for it pass
-	// --yes, so it is accepted. Ferry does not ask.
-	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask (ferry never asks; accepted as az ml takes it)")
-	return cmd
-}
-
 func (a *app) endpointCredentialsCmd() *cobra.Command {
-	cmd := a.namedEndpointCmd("get-credentials [NAME]", "Print an endpoint's keys, primaryKey and secondaryKey (auth_mode key), or a token, accessToken with its expiryTimeUtc (auth_mode aml_token), as az ml does (JSON unless -o yaml)",
+	cmd := endpointArg.cmd(a, "get-credentials [NAME]", "Print an endpoint's keys, primaryKey and secondaryKey (auth_mode key), or a token, accessToken with its expiryTimeUtc (auth_mode aml_token), as az ml does (JSON unless -o yaml)",
 		func(cmd *cobra.Command, c *client.Client, n string) error {
 			keys, err := c.GetEndpointCredentials(cmd.Context(), n)
 			if err != nil {
@@ -281,7 +150,7 @@ func (a *app) endpointCredentialsCmd() *cobra.Command {
 
 func (a *app) endpointRegenerateCmd() *cobra.Command {
 	var keyType string
-	cmd := a.namedEndpointCmd("regenerate-keys [NAME] [--key-type primary|secondary]", "Replace an endpoint's primary (the default) or secondary key; the old one stops working at once",
+	cmd := endpointArg.cmd(a, "regenerate-keys [NAME] [--key-type primary|secondary]", "Replace an endpoint's primary (the default) or secondary key; the old one stops working at once",
 		func(cmd *cobra.Command, c *client.Client, n string) error {
 			if _, err := c.RegenerateEndpointKey(cmd.Context(), n, keyType); err != nil {
 				return err
@@ -302,7 +171,7 @@ func (a *app) endpointRegenerateCmd() *cobra.Command {
 
 func (a *app) endpointInvokeCmd() *cobra.Command {
 	var deployment, requestFile string
-	cmd := a.namedEndpointCmd("invoke [NAME] --request-file FILE [--deployment D]", "Score with an endpoint: POST the file to its scoring_uri with its primary key and print the answer",
+	cmd := endpointArg.cmd(a, "invoke [NAME] --request-file FILE [--deployment D]", "Score with an endpoint: POST the file to its scoring_uri with its primary key and print the answer",
 		func(cmd *cobra.Command, c *client.Client, n string) error {
 			body, err := os.Open(requestFile)
 			if err != nil {

@@ -37,49 +37,48 @@ func (a *app) uploadEnvironmentFiles(ctx context.Context, c *client.Client, pref
 	return a.upload(ctx, c, pathField{file: src, field: prefix + field, value: p}, kind, limit, false)
 }
 
-func (a *app) environmentCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "environment", Aliases: []string{"env"},
-		Short: "Register environments (Azure ML v2 environment files) and build them ahead of jobs"}
-	var file, version string
-	create := &cobra.Command{
-		Use:   "create -f FILE",
-		Short: "Register an environment version from an environment YAML file",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				return err
-			}
-			f, err := spec.ParseEnvironment(data)
-			if err != nil {
-				return fmt.Errorf("%s: %w", file, err)
-			}
-			if version != "" {
-				f.Version = version
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			id, err := a.uploadEnvironmentFiles(cmd.Context(), c, "", specFile{name: file, data: data}, f.Environment(), defaultMaxSnapshot)
-			if err != nil {
-				return err
-			}
-			raw, err := jsonOf(f)
-			if err != nil {
-				return err
-			}
-			v, err := c.CreateEnvironment(cmd.Context(), apitypes.EnvironmentRequest{Spec: raw, ContextSnapshot: id})
-			if err != nil {
-				return err
-			}
-			return a.print(v, func(w *tabwriter.Writer) { showEnvironment(w, v) })
-		},
-	}
-	create.Flags().StringVarP(&file, "file", "f", "", "environment YAML file (required)")
-	create.Flags().StringVar(&version, "version", "", "version to register (default: the file's, else the next number)")
-	_ = create.MarkFlagRequired("file")
+// environments is the environment command group, with the catalog of
+// curated environments and build.
+var environments = versionedKind[apitypes.Environment, apitypes.EnvironmentRequest]{
+	group: "environment", aliases: []string{"env"}, short: "Register environments (Azure ML v2 environment files) and build them ahead of jobs",
+	what: "environment", api: client.Environments, show: showEnvironment,
+	pick: newRefArg,
+	create: createVerb[apitypes.EnvironmentRequest]{
+		short: "Register an environment version from an environment YAML file",
+		read:  (*app).readEnvironmentFile,
+	},
+	showShort: "Show an environment version (the latest when no version is given)",
+	more:      []func(*app) *cobra.Command{(*app).environmentListCmd, (*app).environmentBuildCmd},
+}
 
+// readEnvironmentFile is environment create's read: the files the
+// environment refers to (its conda file, its build context) are uploaded
+// relative to its file.
+func (a *app) readEnvironmentFile(o createOpts) (func(context.Context, *client.Client) (apitypes.EnvironmentRequest, error), error) {
+	data, err := os.ReadFile(o.file)
+	if err != nil {
+		return nil, err
+	}
+	f, err := spec.ParseEnvironment(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", o.file, err)
+	}
+	if o.version != "" {
+		f.Version = o.version
+	}
+	return func(ctx context.Context, c *client.Client) (apitypes.EnvironmentRequest, error) {
+		id, err := a.uploadEnvironmentFiles(ctx, c, "", specFile{name: o.file, data: data}, f.Environment(), defaultMaxSnapshot)
+		if err != nil {
+			return apitypes.EnvironmentRequest{}, err
+		}
+		raw, err := jsonOf(f)
+		return apitypes.EnvironmentRequest{Spec: raw, ContextSnapshot: id}, err
+	}, nil
+}
+
+// environmentListCmd lists registered environments, or the catalog of
+// curated ones.
+func (a *app) environmentListCmd() *cobra.Command {
 	var catalog bool
 	list := &cobra.Command{
 		Use:   "list [NAME] [--catalog]",
@@ -113,23 +112,11 @@ func (a *app) environmentCmd() *cobra.Command {
 		},
 	}
 	list.Flags().BoolVar(&catalog, "catalog", false, "list the catalog of curated environments (Azure's built-in ones, as azureml:AzureML-NAME@latest or azureml://registries/azureml/environments/NAME/labels/latest) instead of the registered ones")
-	show := &cobra.Command{
-		Use:   "show NAME[:VERSION|@latest]",
-		Short: "Show an environment version (the latest when no version is given)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			name, ver := splitEnvRef(args[0])
-			v, err := c.GetEnvironment(cmd.Context(), name, ver)
-			if err != nil {
-				return err
-			}
-			return a.print(v, func(w *tabwriter.Writer) { showEnvironment(w, v) })
-		},
-	}
+	return list
+}
+
+// environmentBuildCmd builds an environment where jobs will run.
+func (a *app) environmentBuildCmd() *cobra.Command {
 	var computeName string
 	build := &cobra.Command{
 		Use:   "build NAME[:VERSION|@latest]|azureml://registries/azureml/... --compute TARGET",
@@ -169,8 +156,7 @@ environment from the catalog is pulled the same way.`,
 		},
 	}
 	build.Flags().StringVar(&computeName, "compute", "local", "compute target to build on")
-	cmd.AddCommand(create, list, show, build)
-	return cmd
+	return build
 }
 
 // listEnvironmentCatalog prints the catalog of curated environments.

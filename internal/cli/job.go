@@ -43,12 +43,24 @@ func (a *app) jobCmd() *cobra.Command {
 	return cmd
 }
 
+// createOpts are the flags of a `create -f FILE` (of a job, a schedule,
+// an asset; each has those it has).
 type createOpts struct {
-	file    string
-	sets    []string
-	name    string
-	stream  bool
-	maxSnap string
+	file, name, version, maxSnap string
+	sets                         []string
+	stream                       bool
+}
+
+// overrides are the --set overrides with --name and --version added.
+func (o createOpts) overrides() []string {
+	sets := o.sets
+	if o.name != "" {
+		sets = append(sets, "name="+o.name)
+	}
+	if o.version != "" {
+		sets = append(sets, "version="+o.version)
+	}
+	return sets
 }
 
 func (a *app) jobCreateCmd() *cobra.Command {
@@ -99,11 +111,7 @@ func (a *app) createJob(ctx context.Context, c *client.Client, o createOpts) (*a
 	if spec.IsPipelineFile(data) {
 		return a.createPipeline(ctx, c, o, data)
 	}
-	sets := o.sets
-	if o.name != "" {
-		sets = append(sets, "name="+o.name)
-	}
-	req, err := a.jobRequest(ctx, c, specFile{name: o.file, data: data, sets: sets}, o.maxSnap)
+	req, err := a.jobRequest(ctx, c, specFile{name: o.file, data: data, sets: o.overrides()}, o.maxSnap)
 	if err != nil {
 		return nil, err
 	}
@@ -517,17 +525,7 @@ func (a *app) jobShowCmd() *cobra.Command {
 		Use:   "show NAME",
 		Short: "Show a job: status, why, timings, metrics, history",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			j, err := c.GetJob(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return a.print(j, func(w *tabwriter.Writer) { showJob(w, j) })
-		},
+		RunE:  nameRun(a, (*client.Client).GetJob, showJob),
 	}
 }
 
@@ -626,10 +624,6 @@ func (a *app) jobListCmd() *cobra.Command {
 		Short: "List jobs, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
 			q := url.Values{}
 			if status != "" {
 				q.Set("status", status)
@@ -640,11 +634,7 @@ func (a *app) jobListCmd() *cobra.Command {
 			if limit > 0 {
 				q.Set("limit", strconv.Itoa(limit))
 			}
-			jobs, err := c.ListJobs(cmd.Context(), q)
-			if err != nil {
-				return err
-			}
-			return a.print(jobs, func(w *tabwriter.Writer) { jobTable(w, jobs) })
+			return connectPrint(cmd.Context(), a, func(c *client.Client) ([]*apitypes.Job, error) { return c.ListJobs(cmd.Context(), q) }, jobTable)
 		},
 	}
 	cmd.Flags().StringVar(&status, "status", "", "only jobs in these statuses (comma-separated)")
@@ -682,17 +672,9 @@ func (a *app) jobCancelCmd() *cobra.Command {
 		Use:   "cancel NAME",
 		Short: "Cancel a job (SIGTERM to its processes, SIGKILL after a grace period)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			j, err := c.CancelJob(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return a.print(j, func(w *tabwriter.Writer) { fmt.Fprintf(w, "%s\t%s\n", j.Name, j.Status) })
-		},
+		RunE: nameRun(a, (*client.Client).CancelJob, func(w *tabwriter.Writer, j *apitypes.Job) {
+			fmt.Fprintf(w, "%s\t%s\n", j.Name, j.Status)
+		}),
 	}
 }
 

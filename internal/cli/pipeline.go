@@ -16,143 +16,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/ferry-ml/ferry/internal/client"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
-
-func (a *app) componentCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "component", Short: "Register command components (Azure ML v2 component files) that pipeline steps name as azureml:NAME:VERSION"}
-	var file, version, maxSnap string
-	create := &cobra.Command{
-		Use:   "create -f FILE",
-		Short: "Register a component version: uploads its code (only what the workspace lacks)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := a.checkOutput(); err != nil {
-				return err
-			}
-			data, err := os.ReadFile(file)
-			if err != nil {
-				return err
-			}
-			comp, err := spec.ParseComponent(data)
-			if err != nil {
-				return fmt.Errorf("%s: %w", file, err)
-			}
-			if version != "" {
-				comp.Version = version
-			}
-			noteIgnored(a.stderr, file, comp.Ignored)
-			limit, err := a.snapshotLimit(maxSnap)
-			if err != nil {
-				return err
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if err := a.uploadComponent(cmd.Context(), c, specFile{name: file, data: data}, comp, "", limit); err != nil {
-				return err
-			}
-			raw, err := jsonOf(comp)
-			if err != nil {
-				return err
-			}
-			out, err := c.CreateComponent(cmd.Context(), apitypes.ComponentRequest{Spec: raw})
-			if err != nil {
-				return err
-			}
-			return a.print(out, func(w *tabwriter.Writer) { showComponent(w, out) })
-		},
-	}
-	create.Flags().StringVarP(&file, "file", "f", "", "component YAML file (required)")
-	create.Flags().StringVar(&version, "version", "", "version to register (default: the file's, else the next number)")
-	create.Flags().StringVar(&maxSnap, "max-snapshot-size", "", "largest code snapshot to upload (default 1GiB or $FERRY_MAX_SNAPSHOT_SIZE)")
-	_ = create.MarkFlagRequired("file")
-
-	var name string
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List registered component versions",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			cs, err := c.ListComponents(cmd.Context(), name)
-			if err != nil {
-				return err
-			}
-			return a.print(cs, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "NAME\tVERSION\tDISPLAY NAME\tCREATED\tDESCRIPTION")
-				for _, x := range cs {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", x.Name, x.Version, orDash(x.DisplayName), fmtTime(&x.Created), orDash(oneLine(x.Description)))
-				}
-			})
-		},
-	}
-	list.Flags().StringVarP(&name, "name", "n", "", "only the versions of this component")
-
-	var showVersion string
-	show := &cobra.Command{
-		Use:   "show NAME",
-		Short: "Show a component version (--version, default the latest)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			name, v := args[0], showVersion
-			if n, ver, ok := strings.Cut(strings.TrimPrefix(name, "azureml:"), ":"); ok && v == "" {
-				name, v = n, ver
-			}
-			if v == "" {
-				v = "latest"
-			}
-			out, err := c.GetComponent(cmd.Context(), name, v)
-			if err != nil {
-				return err
-			}
-			return a.print(out, func(w *tabwriter.Writer) { showComponent(w, out) })
-		},
-	}
-	show.Flags().StringVar(&showVersion, "version", "", "version to show (default: latest)")
-	cmd.AddCommand(create, list, show)
-	return cmd
-}
-
-func showComponent(w *tabwriter.Writer, c *apitypes.Component) {
-	fmt.Fprintf(w, "id:\t%s\n", c.ID)
-	if c.DisplayName != "" {
-		fmt.Fprintf(w, "display name:\t%s\n", c.DisplayName)
-	}
-	if c.Description != "" {
-		fmt.Fprintf(w, "description:\t%s\n", oneLine(c.Description))
-	}
-	fmt.Fprintf(w, "hash:\t%s\n", c.Hash)
-	fmt.Fprintf(w, "created:\t%s\n", fmtTime(&c.Created))
-	if s := c.Spec; s != nil {
-		fmt.Fprintf(w, "command:\t%s\n", oneLine(s.Command))
-		for _, k := range slices.Sorted(maps.Keys(s.Inputs)) {
-			in := s.Inputs[k]
-			extra := ""
-			if in.Default != nil {
-				extra = " (default " + *in.Default + ")"
-			}
-			if in.Optional {
-				extra += " (optional)"
-			}
-			fmt.Fprintf(w, "input %s:\t%s%s\n", k, in.Type, extra)
-		}
-		for _, k := range slices.Sorted(maps.Keys(s.Outputs)) {
-			fmt.Fprintf(w, "output %s:\t%s\n", k, orDash(s.Outputs[k].Type))
-		}
-	}
-}
 
 // noteIgnored says which fields of a file were accepted but are not used.
 func noteIgnored(w io.Writer, file string, ignored []string) {
@@ -223,11 +89,7 @@ type stepFile struct {
 // component and data asset it names, reads the component files it names,
 // then uploads its code and local inputs and submits it.
 func (a *app) createPipeline(ctx context.Context, c *client.Client, o createOpts, data []byte) (*apitypes.Job, error) {
-	sets := o.sets
-	if o.name != "" {
-		sets = append(sets, "name="+o.name)
-	}
-	req, err := a.pipelineRequest(ctx, c, specFile{name: o.file, data: data, sets: sets}, o.maxSnap)
+	req, err := a.pipelineRequest(ctx, c, specFile{name: o.file, data: data, sets: o.overrides()}, o.maxSnap)
 	if err != nil {
 		return nil, err
 	}

@@ -8,37 +8,17 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ferry-ml/ferry/internal/client"
 )
 
 func (a *app) quotaCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "quota", Short: "Core quotas per size family: a scale-up that would pass one does not happen"}
-	printQuotas := func(qs []apitypes.Quota) error {
-		return a.print(qs, func(w *tabwriter.Writer) {
-			fmt.Fprintln(w, "FAMILY\tUSED\tLIMIT\tSET")
-			for _, q := range qs {
-				set := "default"
-				if q.Set {
-					set = "set"
-				}
-				fmt.Fprintf(w, "%s\t%d\t%d\t%s\n", q.Family, q.Used, q.Limit, set)
-			}
-		})
-	}
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List each family's core quota and the cores its nodes hold now",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			qs, err := c.ListQuotas(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printQuotas(qs)
-		},
+		RunE:  listRun(a, (*client.Client).ListQuotas, quotaTable),
 	}
 	set := &cobra.Command{
 		Use:   "set FAMILY CORES",
@@ -49,15 +29,9 @@ func (a *app) quotaCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("CORES: %q is not a whole number", args[1])
 			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			qs, err := c.SetQuota(cmd.Context(), args[0], cores)
-			if err != nil {
-				return err
-			}
-			return printQuotas(qs)
+			return connectPrint(cmd.Context(), a, func(c *client.Client) ([]apitypes.Quota, error) {
+				return c.SetQuota(cmd.Context(), args[0], cores)
+			}, quotaTable)
 		},
 	}
 	enable := &cobra.Command{
@@ -78,4 +52,15 @@ func (a *app) quotaCmd() *cobra.Command {
 	}
 	cmd.AddCommand(list, set, enable)
 	return cmd
+}
+
+func quotaTable(w *tabwriter.Writer, qs []apitypes.Quota) {
+	fmt.Fprintln(w, "FAMILY\tUSED\tLIMIT\tSET")
+	for _, q := range qs {
+		set := "default"
+		if q.Set {
+			set = "set"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\n", q.Family, q.Used, q.Limit, set)
+	}
 }

@@ -132,11 +132,11 @@ starting its server in the background when none is running.`,
 	}
 	root.SetVersionTemplate("ferry {{.Version}}\n")
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table, json or yaml")
-	root.AddCommand(a.serverCmd(), a.runnerCmd(), a.copySelfCmd(), a.quickstartCmd(), a.jobCmd(), a.computeCmd(), a.environmentCmd(), a.sizeCmd(), a.quotaCmd(), a.agentCmd(), a.probeCmd(), a.versionCmd())
-	root.AddCommand(a.modelCmd(), a.dataCmd())
-	root.AddCommand(a.componentCmd(), a.datastoreCmd(), a.scheduleCmd())
-	root.AddCommand(a.onlineEndpointCmd(), a.onlineDeploymentCmd())
-	root.AddCommand(a.batchEndpointCmd(), a.batchDeploymentCmd())
+	root.AddCommand(a.serverCmd(), a.runnerCmd(), a.copySelfCmd(), a.quickstartCmd(), a.jobCmd(), a.computeCmd(), environments.cmd(a), a.sizeCmd(), a.quotaCmd(), a.agentCmd(), a.probeCmd(), a.versionCmd())
+	root.AddCommand(models.cmd(a), dataAssets.cmd(a))
+	root.AddCommand(components.cmd(a), a.datastoreCmd(), a.scheduleCmd())
+	root.AddCommand(onlineEndpoints.cmd(a), a.onlineDeploymentCmd())
+	root.AddCommand(batchEndpoints.cmd(a), a.batchDeploymentCmd())
 	a.addCompletions(root)
 	return root
 }

@@ -43,15 +43,8 @@ func listScheduleNames(ctx context.Context, c *client.Client, _ []string) ([]str
 	return out, nil
 }
 
-type scheduleCreateOpts struct {
-	file    string
-	name    string
-	sets    []string
-	maxSnap string
-}
-
 func (a *app) scheduleCreateCmd() *cobra.Command {
-	var o scheduleCreateOpts
+	var o createOpts
 	cmd := &cobra.Command{
 		Use:   "create -f FILE",
 		Short: "Create a schedule, or update the one of its name; uploads its job's code once, for every firing",
@@ -60,15 +53,9 @@ func (a *app) scheduleCreateCmd() *cobra.Command {
 			if err := a.checkOutput(); err != nil {
 				return err
 			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			sc, err := a.createSchedule(cmd.Context(), c, o)
-			if err != nil {
-				return err
-			}
-			return a.print(sc, func(w *tabwriter.Writer) { showSchedule(w, sc) })
+			return connectPrint(cmd.Context(), a, func(c *client.Client) (*apitypes.Schedule, error) {
+				return a.createSchedule(cmd.Context(), c, o)
+			}, showSchedule)
 		},
 	}
 	f := cmd.Flags()
@@ -84,15 +71,12 @@ func (a *app) scheduleCreateCmd() *cobra.Command {
 // its create_job names (a file, inline, or a job to copy; a command,
 // sweep or pipeline job), uploading that job's code and inputs once, and
 // stores the schedule.
-func (a *app) createSchedule(ctx context.Context, c *client.Client, o scheduleCreateOpts) (*apitypes.Schedule, error) {
+func (a *app) createSchedule(ctx context.Context, c *client.Client, o createOpts) (*apitypes.Schedule, error) {
 	data, err := os.ReadFile(o.file)
 	if err != nil {
 		return nil, err
 	}
-	sets := o.sets
-	if o.name != "" {
-		sets = append(sets, "name="+o.name)
-	}
+	sets := o.overrides()
 	f, _, err := schedule.Parse(data, sets)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.file, err)
@@ -208,22 +192,14 @@ func (a *app) scheduleListCmd() *cobra.Command {
 		Use:   "list",
 		Short: "List schedules with their triggers and next firings",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			scs, err := c.ListSchedules(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return a.print(scs, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "NAME\tSTATE\tTRIGGER\tNEXT\tLAST JOB")
-				for _, sc := range scs {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", sc.Name, scheduleState(sc), sc.Trigger, when(sc.NextFire), orDash(sc.LastJob))
-				}
-			})
-		},
+		RunE:  listRun(a, (*client.Client).ListSchedules, scheduleTable),
+	}
+}
+
+func scheduleTable(w *tabwriter.Writer, scs []*apitypes.Schedule) {
+	fmt.Fprintln(w, "NAME\tSTATE\tTRIGGER\tNEXT\tLAST JOB")
+	for _, sc := range scs {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", sc.Name, scheduleState(sc), sc.Trigger, when(sc.NextFire), orDash(sc.LastJob))
 	}
 }
 
@@ -232,17 +208,7 @@ func (a *app) scheduleShowCmd() *cobra.Command {
 		Use:   "show NAME",
 		Short: "Show a schedule: trigger, next firing, last firing and its job",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			sc, err := c.GetSchedule(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return a.print(sc, func(w *tabwriter.Writer) { showSchedule(w, sc) })
-		},
+		RunE:  nameRun(a, (*client.Client).GetSchedule, showSchedule),
 	}
 }
 
@@ -255,17 +221,9 @@ func (a *app) scheduleEnableCmd(verb string, enabled bool) *cobra.Command {
 		Use:   verb + " NAME",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			sc, err := c.SetScheduleEnabled(cmd.Context(), args[0], enabled)
-			if err != nil {
-				return err
-			}
-			return a.print(sc, func(w *tabwriter.Writer) { showSchedule(w, sc) })
-		},
+		RunE: nameRun(a, func(c *client.Client, ctx context.Context, name string) (*apitypes.Schedule, error) {
+			return c.SetScheduleEnabled(ctx, name, enabled)
+		}, showSchedule),
 	}
 }
 

@@ -10,7 +10,10 @@ import (
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
-func batchEndpointPath(name string) string { return "/v1/batch-endpoints/" + url.PathEscape(name) }
+// BatchEndpoints are the batch endpoints.
+var BatchEndpoints = Named[apitypes.BatchEndpoint, *spec.BatchEndpoint]{Path: "/v1/batch-endpoints"}
+
+func batchEndpointPath(name string) string { return BatchEndpoints.ItemPath(name) }
 
 func batchDeploymentPath(endpoint, name string) string {
 	return batchEndpointPath(endpoint) + "/deployments/" + url.PathEscape(name)
@@ -18,8 +21,7 @@ func batchDeploymentPath(endpoint, name string) string {
 
 // CreateBatchEndpoint creates a batch endpoint.
 func (c *Client) CreateBatchEndpoint(ctx context.Context, e *spec.BatchEndpoint) (*apitypes.BatchEndpoint, error) {
-	var out apitypes.BatchEndpoint
-	return &out, c.do(ctx, "POST", "/v1/batch-endpoints", e, &out)
+	return BatchEndpoints.Create(ctx, c, e)
 }
 
 // UpdateBatchEndpoint replaces a batch endpoint's file.
@@ -30,19 +32,17 @@ func (c *Client) UpdateBatchEndpoint(ctx context.Context, e *spec.BatchEndpoint)
 
 // GetBatchEndpoint shows a batch endpoint.
 func (c *Client) GetBatchEndpoint(ctx context.Context, name string) (*apitypes.BatchEndpoint, error) {
-	var out apitypes.BatchEndpoint
-	return &out, c.do(ctx, "GET", batchEndpointPath(name), nil, &out)
+	return BatchEndpoints.Get(ctx, c, name)
 }
 
 // ListBatchEndpoints lists the batch endpoints.
 func (c *Client) ListBatchEndpoints(ctx context.Context) ([]*apitypes.BatchEndpoint, error) {
-	var out []*apitypes.BatchEndpoint
-	return out, c.do(ctx, "GET", "/v1/batch-endpoints", nil, &out)
+	return BatchEndpoints.List(ctx, c)
 }
 
 // DeleteBatchEndpoint deletes a batch endpoint and its deployments.
 func (c *Client) DeleteBatchEndpoint(ctx context.Context, name string) error {
-	return c.do(ctx, "DELETE", batchEndpointPath(name), nil, nil)
+	return BatchEndpoints.Delete(ctx, c, name)
 }
 
 // InvokeBatchEndpoint starts a batch scoring job.

@@ -17,7 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ferry-ml/ferry/internal/envcatalog"
 	"github.com/ferry-ml/ferry/internal/serverurl"
 	"github.com/ferry-ml/ferry/internal/sizes"
 	"github.com/ferry-ml/ferry/internal/snapshot"
@@ -167,27 +166,27 @@ func (c *Client) Health(ctx context.Context) error {
 
 // ---- computes ----
 
+// Computes are the compute targets.
+var Computes = Named[apitypes.Compute, *spec.Compute]{Path: "/v1/computes"}
+
 // CreateCompute creates a compute target.
 func (c *Client) CreateCompute(ctx context.Context, s *spec.Compute) (*apitypes.Compute, error) {
-	var out apitypes.Compute
-	return &out, c.do(ctx, "POST", "/v1/computes", s, &out)
+	return Computes.Create(ctx, c, s)
 }
 
 // ListComputes lists compute targets.
 func (c *Client) ListComputes(ctx context.Context) ([]*apitypes.Compute, error) {
-	var out []*apitypes.Compute
-	return out, c.do(ctx, "GET", "/v1/computes", nil, &out)
+	return Computes.List(ctx, c)
 }
 
 // GetCompute shows one compute target.
 func (c *Client) GetCompute(ctx context.Context, name string) (*apitypes.Compute, error) {
-	var out apitypes.Compute
-	return &out, c.do(ctx, "GET", "/v1/computes/"+url.PathEscape(name), nil, &out)
+	return Computes.Get(ctx, c, name)
 }
 
 // DeleteCompute deletes a compute target.
 func (c *Client) DeleteCompute(ctx context.Context, name string) error {
-	return c.do(ctx, "DELETE", "/v1/computes/"+url.PathEscape(name), nil, nil)
+	return Computes.Delete(ctx, c, name)
 }
 
 // ---- jobs ----
@@ -201,31 +200,31 @@ func (c *Client) SubmitJob(ctx context.Context, req apitypes.JobRequest) (*apity
 // ListNodes lists a cluster's nodes.
 func (c *Client) ListNodes(ctx context.Context, compute string) ([]*apitypes.Node, error) {
 	var out []*apitypes.Node
-	return out, c.do(ctx, "GET", "/v1/computes/"+url.PathEscape(compute)+"/nodes", nil, &out)
+	return out, c.do(ctx, "GET", Computes.ItemPath(compute)+"/nodes", nil, &out)
 }
 
 // ComputeEvents returns every event of a compute, oldest first.
 func (c *Client) ComputeEvents(ctx context.Context, compute string) ([]apitypes.ComputeEvent, error) {
 	var out []apitypes.ComputeEvent
-	return out, c.do(ctx, "GET", "/v1/computes/"+url.PathEscape(compute)+"/events", nil, &out)
+	return out, c.do(ctx, "GET", Computes.ItemPath(compute)+"/events", nil, &out)
 }
 
 // PreemptNode preempts a node of a low-priority cluster.
 func (c *Client) PreemptNode(ctx context.Context, compute, node string) (*apitypes.Node, error) {
 	var out apitypes.Node
-	return &out, c.do(ctx, "POST", "/v1/computes/"+url.PathEscape(compute)+"/nodes/"+url.PathEscape(node)+"/preempt", nil, &out)
+	return &out, c.do(ctx, "POST", Computes.ItemPath(compute)+"/nodes/"+url.PathEscape(node)+"/preempt", nil, &out)
 }
 
 // ResizeCompute changes a cluster's bounds.
 func (c *Client) ResizeCompute(ctx context.Context, compute string, req apitypes.ResizeRequest) (*apitypes.Compute, error) {
 	var out apitypes.Compute
-	return &out, c.do(ctx, "POST", "/v1/computes/"+url.PathEscape(compute)+"/resize", req, &out)
+	return &out, c.do(ctx, "POST", Computes.ItemPath(compute)+"/resize", req, &out)
 }
 
 // InstanceAction starts, stops or restarts a compute instance.
 func (c *Client) InstanceAction(ctx context.Context, compute, action string) (*apitypes.Compute, error) {
 	var out apitypes.Compute
-	return &out, c.do(ctx, "POST", "/v1/computes/"+url.PathEscape(compute)+"/"+action, nil, &out)
+	return &out, c.do(ctx, "POST", Computes.ItemPath(compute)+"/"+action, nil, &out)
 }
 
 // ListQuotas lists core quotas and use per family.
@@ -249,30 +248,6 @@ func (c *Client) EnableSize(ctx context.Context, size string) error {
 func (c *Client) ListSizes(ctx context.Context) ([]sizes.Size, error) {
 	var out []sizes.Size
 	return out, c.do(ctx, "GET", "/v1/sizes", nil, &out)
-}
-
-// CreateEnvironment registers an environment version.
-func (c *Client) CreateEnvironment(ctx context.Context, req apitypes.EnvironmentRequest) (*apitypes.Environment, error) {
-	var out apitypes.Environment
-	return &out, c.do(ctx, "POST", "/v1/environments", req, &out)
-}
-
-// ListEnvironments lists registered environments; name "" lists all.
-func (c *Client) ListEnvironments(ctx context.Context, name string) ([]*apitypes.Environment, error) {
-	var out []*apitypes.Environment
-	return out, c.do(ctx, "GET", "/v1/environments?name="+url.QueryEscape(name), nil, &out)
-}
-
-// EnvironmentCatalog returns the workspace's catalog of curated environments.
-func (c *Client) EnvironmentCatalog(ctx context.Context) ([]envcatalog.Entry, error) {
-	var out []envcatalog.Entry
-	return out, c.do(ctx, "GET", "/v1/environments/catalog", nil, &out)
-}
-
-// GetEnvironment shows one environment version ("latest" for the last).
-func (c *Client) GetEnvironment(ctx context.Context, name, version string) (*apitypes.Environment, error) {
-	var out apitypes.Environment
-	return &out, c.do(ctx, "GET", "/v1/environments/"+url.PathEscape(name)+"/versions/"+url.PathEscape(version), nil, &out)
 }
 
 // GetJob shows a job with its history.

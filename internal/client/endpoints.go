@@ -8,29 +8,28 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
-func endpointPath(name string) string { return "/v1/online-endpoints/" + url.PathEscape(name) }
+// OnlineEndpoints are the online endpoints.
+var OnlineEndpoints = Named[apitypes.OnlineEndpoint, *spec.OnlineEndpoint]{Path: "/v1/online-endpoints"}
+
+func endpointPath(name string) string { return OnlineEndpoints.ItemPath(name) }
 
 // CreateOnlineEndpoint creates an online endpoint from its file.
 func (c *Client) CreateOnlineEndpoint(ctx context.Context, e *spec.OnlineEndpoint) (*apitypes.OnlineEndpoint, error) {
-	var out apitypes.OnlineEndpoint
-	return &out, c.do(ctx, "POST", "/v1/online-endpoints", e, &out)
+	return OnlineEndpoints.Create(ctx, c, e)
 }
 
 // ListOnlineEndpoints lists the online endpoints.
 func (c *Client) ListOnlineEndpoints(ctx context.Context) ([]*apitypes.OnlineEndpoint, error) {
-	var out []*apitypes.OnlineEndpoint
-	return out, c.do(ctx, "GET", "/v1/online-endpoints", nil, &out)
+	return OnlineEndpoints.List(ctx, c)
 }
 
 // GetOnlineEndpoint shows an online endpoint.
 func (c *Client) GetOnlineEndpoint(ctx context.Context, name string) (*apitypes.OnlineEndpoint, error) {
-	var out apitypes.OnlineEndpoint
-	return &out, c.do(ctx, "GET", endpointPath(name), nil, &out)
+	return OnlineEndpoints.Get(ctx, c, name)
 }
 
 // UpdateOnlineEndpoint changes an online endpoint.
@@ -41,7 +40,7 @@ func (c *Client) UpdateOnlineEndpoint(ctx context.Context, name string, u apityp
 
 // DeleteOnlineEndpoint deletes an online endpoint.
 func (c *Client) DeleteOnlineEndpoint(ctx context.Context, name string) error {
-	return c.do(ctx, "DELETE", endpointPath(name), nil, nil)
+	return OnlineEndpoints.Delete(ctx, c, name)
 }
 
 // GetEndpointCredentials returns an endpoint's keys.
