@@ -55,8 +55,10 @@ var layers = []layer{
 	{"internal/store/...", 2, domain}, {"internal/workspace/...", 2, domain},
 	{"internal/compute/...", 2, shared}, {"internal/provider/...", 2, shared},
 	{"internal/serving/kubereplicas", 2, shared},
-	// 3: HTTP over the domain; the studio, a client of it.
+	// 3: HTTP over the domain; the studio, a client of it; the workloads
+	// built on the job core, which the api calls and the server wires.
 	{"internal/api", 3, domain}, {"internal/studio", 3, edge},
+	{"internal/workload/...", 3, domain},
 	{"internal/serving/gateway", 3, shared},
 	// 4: server wiring. 5: the command line. 6: the binary, and the
 	// harnesses that may reach everything.
