@@ -1,5 +1,7 @@
 // Package sweeps is the sweep workload: sweep jobs (type: sweep), the
-// job type and the loop that drives them. A sweep job is a job of its own (its record holds the sweep's spec and
+// job type and the loop that drives them.
+//
+// A sweep job is a job of its own (its record holds the sweep's spec and
 // status) whose trials are ordinary command jobs the server creates. The
 // sweep loop drives every open sweep once a second and whenever a job
 // changes: it creates trials up to the limits, cancels those the early
