@@ -423,19 +423,19 @@ func (s *Server) createEnvironment(r *http.Request, who auth.Principal) (any, er
 	if err != nil {
 		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	return s.ws.CreateEnvironment(r.Context(), who, f, req.ContextSnapshot)
+	return s.ws.Assets().CreateEnvironment(r.Context(), who, f, req.ContextSnapshot)
 }
 
 func (s *Server) listEnvironments(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.ListEnvironments(r.Context(), r.URL.Query().Get("name"))
+	return s.ws.Assets().ListEnvironments(r.Context(), r.URL.Query().Get("name"))
 }
 
 func (s *Server) environmentCatalog(*http.Request, auth.Principal) (any, error) {
-	return s.ws.CatalogEnvironments(), nil
+	return s.ws.Assets().CatalogEnvironments(), nil
 }
 
 func (s *Server) getEnvironment(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.GetEnvironment(r.Context(), r.PathValue("name"), r.PathValue("version"))
+	return s.ws.Assets().GetEnvironment(r.Context(), r.PathValue("name"), r.PathValue("version"))
 }
 
 // ---- jobs ----

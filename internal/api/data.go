@@ -34,7 +34,7 @@ func (s *Server) createData(r *http.Request, who auth.Principal) (any, error) {
 	if err != nil {
 		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	return s.ws.CreateData(r.Context(), who, f, req.Snapshot)
+	return s.ws.Assets().CreateData(r.Context(), who, f, req.Snapshot)
 }
 
 func (s *Server) listData(r *http.Request, _ auth.Principal) (any, error) {
@@ -42,15 +42,15 @@ func (s *Server) listData(r *http.Request, _ auth.Principal) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.ws.ListData(r.Context(), r.URL.Query().Get("name"), all)
+	return s.ws.Assets().ListData(r.Context(), r.URL.Query().Get("name"), all)
 }
 
 func (s *Server) getData(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.GetData(r.Context(), r.PathValue("name"), r.PathValue("version"))
+	return s.ws.Assets().GetData(r.Context(), r.PathValue("name"), r.PathValue("version"))
 }
 
 func (s *Server) archiveData(archived bool) func(*http.Request, auth.Principal) (any, error) {
 	return func(r *http.Request, who auth.Principal) (any, error) {
-		return s.ws.ArchiveData(r.Context(), who, r.PathValue("name"), r.PathValue("version"), archived)
+		return s.ws.Assets().ArchiveData(r.Context(), who, r.PathValue("name"), r.PathValue("version"), archived)
 	}
 }

@@ -32,19 +32,19 @@ func (s *Server) createDatastore(r *http.Request, who auth.Principal) (any, erro
 	if err != nil {
 		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	return s.ws.CreateDatastore(r.Context(), who, f)
+	return s.ws.Assets().CreateDatastore(r.Context(), who, f)
 }
 
 func (s *Server) listDatastores(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.ListDatastores(r.Context())
+	return s.ws.Assets().ListDatastores(r.Context())
 }
 
 func (s *Server) getDatastore(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.GetDatastore(r.Context(), r.PathValue("name"))
+	return s.ws.Assets().GetDatastore(r.Context(), r.PathValue("name"))
 }
 
 func (s *Server) deleteDatastore(r *http.Request, who auth.Principal) (any, error) {
-	if err := s.ws.DeleteDatastore(r.Context(), who, r.PathValue("name")); err != nil {
+	if err := s.ws.Assets().DeleteDatastore(r.Context(), who, r.PathValue("name")); err != nil {
 		return nil, err
 	}
 	return map[string]string{"deleted": r.PathValue("name")}, nil

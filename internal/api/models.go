@@ -35,7 +35,7 @@ func (s *Server) createModel(r *http.Request, who auth.Principal) (any, error) {
 	if err != nil {
 		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	return s.ws.CreateModel(r.Context(), who, f, req.Snapshot)
+	return s.ws.Assets().CreateModel(r.Context(), who, f, req.Snapshot)
 }
 
 func (s *Server) listModels(r *http.Request, _ auth.Principal) (any, error) {
@@ -43,16 +43,16 @@ func (s *Server) listModels(r *http.Request, _ auth.Principal) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.ws.ListModels(r.Context(), r.URL.Query().Get("name"), all)
+	return s.ws.Assets().ListModels(r.Context(), r.URL.Query().Get("name"), all)
 }
 
 func (s *Server) getModel(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.GetModel(r.Context(), r.PathValue("name"), r.PathValue("version"))
+	return s.ws.Assets().GetModel(r.Context(), r.PathValue("name"), r.PathValue("version"))
 }
 
 func (s *Server) archiveModel(archived bool) func(*http.Request, auth.Principal) (any, error) {
 	return func(r *http.Request, who auth.Principal) (any, error) {
-		return s.ws.ArchiveModel(r.Context(), who, r.PathValue("name"), r.PathValue("version"), archived)
+		return s.ws.Assets().ArchiveModel(r.Context(), who, r.PathValue("name"), r.PathValue("version"), archived)
 	}
 }
 

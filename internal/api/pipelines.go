@@ -42,15 +42,15 @@ func (s *Server) createComponent(r *http.Request, who auth.Principal) (any, erro
 	if err != nil {
 		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	return s.ws.CreateComponent(r.Context(), who, c)
+	return s.ws.Assets().CreateComponent(r.Context(), who, c)
 }
 
 func (s *Server) listComponents(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.ListComponents(r.Context(), r.URL.Query().Get("name"))
+	return s.ws.Assets().ListComponents(r.Context(), r.URL.Query().Get("name"))
 }
 
 func (s *Server) getComponent(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.GetComponent(r.Context(), r.PathValue("name"), r.PathValue("version"))
+	return s.ws.Assets().GetComponent(r.Context(), r.PathValue("name"), r.PathValue("version"))
 }
 
 func (s *Server) createPipelineJob(r *http.Request, who auth.Principal) (any, error) {

@@ -96,7 +96,7 @@ func (s *Server) checkReferences(r *http.Request, _ auth.Principal) (any, error)
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
-	ps, err := s.ws.CheckReferences(r.Context(), req.References)
+	ps, err := s.ws.Assets().CheckReferences(r.Context(), req.References)
 	if err != nil {
 		return nil, err
 	}

@@ -15,9 +15,9 @@ import (
 	"github.com/ferry-ml/ferry/internal/store"
 )
 
-func (s *Service) components() registry[store.Component] {
+func (a *Assets) components() registry[store.Component] {
 	return registry[store.Component]{what: "component", plural: "components", command: "component",
-		list: s.st.ListComponents, get: s.st.GetComponent,
+		list: a.st.ListComponents, get: a.st.GetComponent,
 		key: func(c store.Component) (string, string, bool) { return c.Name, c.Version, false }}
 }
 
@@ -59,7 +59,7 @@ func ComponentDigest(c *spec.Component) string {
 // follow the rules of data assets: a version never changes; the same
 // content with no version given is the latest version; a new content
 // with no version gets the next number.
-func (s *Service) CreateComponent(ctx context.Context, who auth.Principal, c *spec.Component) (*apitypes.Component, error) {
+func (a *Assets) CreateComponent(ctx context.Context, who auth.Principal, c *spec.Component) (*apitypes.Component, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot register components")
 	}
@@ -69,18 +69,18 @@ func (s *Service) CreateComponent(ctx context.Context, who auth.Principal, c *sp
 	if err := c.Validate(); err != nil {
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	if err := s.checkComponentUploads(c, ""); err != nil {
+	if err := a.checkComponentUploads(c, ""); err != nil {
 		return nil, err
 	}
-	if _, err := s.resolveEnvironment(ctx, c.Environment, c.EnvironmentSnapshot); err != nil {
+	if _, err := a.resolveEnvironment(ctx, c.Environment, c.EnvironmentSnapshot); err != nil {
 		return nil, err
 	}
 	hash := ComponentDigest(c)
-	versions, err := s.st.ListComponents(ctx, c.Name)
+	versions, err := a.st.ListComponents(ctx, c.Name)
 	if err != nil {
 		return nil, err
 	}
-	reg := s.components()
+	reg := a.components()
 	version := c.Version
 	if version == "" {
 		if latest, ok := reg.latest(versions); ok && latest.Hash == hash {
@@ -103,10 +103,10 @@ func (s *Service) CreateComponent(ctx context.Context, who auth.Principal, c *sp
 		return nil, err
 	}
 	rec := store.Component{Name: c.Name, Version: version, Description: c.Description, Spec: raw,
-		CodeSnapshot: c.CodeSnapshot, Hash: hash, Created: s.now()}
-	if err := s.st.CreateComponent(ctx, rec); err != nil {
+		CodeSnapshot: c.CodeSnapshot, Hash: hash, Created: a.now()}
+	if err := a.st.CreateComponent(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			if other, gerr := s.st.GetComponent(ctx, c.Name, version); gerr == nil && other.Hash == hash {
+			if other, gerr := a.st.GetComponent(ctx, c.Name, version); gerr == nil && other.Hash == hash {
 				return componentView(other)
 			}
 			return nil, Conflict("component %s:%s was registered at the same time by someone else with other content; run the command again", c.Name, version)
@@ -118,17 +118,17 @@ func (s *Service) CreateComponent(ctx context.Context, who auth.Principal, c *sp
 
 // checkComponentUploads checks that a component's code and environment
 // files were uploaded; f prefixes the fields named.
-func (s *Service) checkComponentUploads(c *spec.Component, f string) error {
+func (a *Assets) checkComponentUploads(c *spec.Component, f string) error {
 	if c.Code != "" && c.CodeSnapshot == "" {
 		return Invalid("%scode: the component names code %q but no code snapshot was uploaded with it (`ferry component create -f` uploads it)", f, c.Code)
 	}
 	if c.CodeSnapshot != "" {
-		if err := s.requireSnapshot(c.CodeSnapshot, f+"code"); err != nil {
+		if err := a.core.requireSnapshot(c.CodeSnapshot, f+"code"); err != nil {
 			return err
 		}
 	}
 	if c.EnvironmentSnapshot != "" {
-		if err := s.requireSnapshot(c.EnvironmentSnapshot, f+"environment"); err != nil {
+		if err := a.core.requireSnapshot(c.EnvironmentSnapshot, f+"environment"); err != nil {
 			return err
 		}
 	}
@@ -137,8 +137,8 @@ func (s *Service) checkComponentUploads(c *spec.Component, f string) error {
 
 // GetComponent returns one version of a component; version "" or
 // "latest" is the newest.
-func (s *Service) GetComponent(ctx context.Context, name, version string) (*apitypes.Component, error) {
-	rec, err := s.components().lookup(ctx, name, version)
+func (a *Assets) GetComponent(ctx context.Context, name, version string) (*apitypes.Component, error) {
+	rec, err := a.components().lookup(ctx, name, version)
 	if err != nil {
 		return nil, err
 	}
@@ -147,8 +147,8 @@ func (s *Service) GetComponent(ctx context.Context, name, version string) (*apit
 
 // ListComponents returns the versions of every component, or of one, in
 // registration order.
-func (s *Service) ListComponents(ctx context.Context, name string) ([]*apitypes.Component, error) {
-	recs, err := s.st.ListComponents(ctx, name)
+func (a *Assets) ListComponents(ctx context.Context, name string) ([]*apitypes.Component, error) {
+	recs, err := a.st.ListComponents(ctx, name)
 	if err != nil {
 		return nil, err
 	}

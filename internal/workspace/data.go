@@ -52,7 +52,7 @@ func dataHash(f *spec.DataFile, snap string) string {
 // immutable, the same content under the same version (or under no
 // version, when it is the latest's) is that version, and other content
 // under an existing version is refused.
-func (s *Service) CreateData(ctx context.Context, who auth.Principal, f *spec.DataFile, snap string) (*apitypes.DataAsset, error) {
+func (a *Assets) CreateData(ctx context.Context, who auth.Principal, f *spec.DataFile, snap string) (*apitypes.DataAsset, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot register data assets")
 	}
@@ -70,7 +70,7 @@ func (s *Service) CreateData(ctx context.Context, who auth.Principal, f *spec.Da
 	case remote && snap != "":
 		return nil, Invalid("snapshot: path %s is remote and kept as a reference; upload nothing for it", f.Path)
 	case remote:
-		if _, err := s.resolveRemote(ctx, f.Path); err != nil {
+		if _, err := a.resolveRemote(ctx, f.Path); err != nil {
 			var e *Error
 			if errors.As(err, &e) {
 				e.Msg = "path: " + e.Msg
@@ -81,25 +81,25 @@ func (s *Service) CreateData(ctx context.Context, who auth.Principal, f *spec.Da
 	case snap == "":
 		return nil, Invalid("snapshot: a data asset needs its files uploaded as a snapshot; `ferry data create -f FILE` uploads the path it names")
 	default:
-		if err := s.requireSnapshot(snap, "snapshot"); err != nil {
+		if err := a.core.requireSnapshot(snap, "snapshot"); err != nil {
 			return nil, err
 		}
-		if _, err := s.readSnapshot(snap); err != nil {
+		if _, err := a.core.readSnapshot(snap); err != nil {
 			return nil, Invalid("snapshot: %v", err)
 		}
 	}
 	hash := dataHash(f, snap)
 
-	versions, err := s.st.ListData(ctx, f.Name)
+	versions, err := a.st.ListData(ctx, f.Name)
 	if err != nil {
 		return nil, err
 	}
 	version := f.Version
 	if version == "" {
-		if latest, ok := s.dataAssets().latest(versions); ok && latest.Hash == hash {
+		if latest, ok := a.dataAssets().latest(versions); ok && latest.Hash == hash {
 			return dataView(latest)
 		}
-		version = s.dataAssets().next(versions)
+		version = a.dataAssets().next(versions)
 	}
 	for _, v := range versions {
 		if v.Version != version {
@@ -108,7 +108,7 @@ func (s *Service) CreateData(ctx context.Context, who auth.Principal, f *spec.Da
 		if v.Hash == hash {
 			return dataView(v)
 		}
-		return nil, Conflict("data asset %s:%s is registered with other content (files or type), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, s.dataAssets().next(versions))
+		return nil, Conflict("data asset %s:%s is registered with other content (files or type), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, a.dataAssets().next(versions))
 	}
 	ds := dataSpec{Tags: f.Tags}
 	if remote {
@@ -119,10 +119,10 @@ func (s *Service) CreateData(ctx context.Context, who auth.Principal, f *spec.Da
 		return nil, err
 	}
 	rec := store.DataAsset{Name: f.Name, Version: version, Type: f.Type, Description: f.Description,
-		Spec: raw, Snapshot: snap, Hash: hash, Created: s.now()}
-	if err := s.st.CreateData(ctx, rec); err != nil {
+		Spec: raw, Snapshot: snap, Hash: hash, Created: a.now()}
+	if err := a.st.CreateData(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			if other, gerr := s.st.GetData(ctx, f.Name, version); gerr == nil && other.Hash == hash {
+			if other, gerr := a.st.GetData(ctx, f.Name, version); gerr == nil && other.Hash == hash {
 				return dataView(other)
 			}
 			return nil, Conflict("data asset %s:%s was registered at the same time by someone else with other content; run the command again", f.Name, version)
@@ -134,8 +134,8 @@ func (s *Service) CreateData(ctx context.Context, who auth.Principal, f *spec.Da
 
 // GetData returns one version of a data asset, archived or not; version
 // "" or "latest" is the newest one not archived.
-func (s *Service) GetData(ctx context.Context, name, version string) (*apitypes.DataAsset, error) {
-	rec, err := s.dataAssets().lookup(ctx, name, version)
+func (a *Assets) GetData(ctx context.Context, name, version string) (*apitypes.DataAsset, error) {
+	rec, err := a.dataAssets().lookup(ctx, name, version)
 	if err != nil {
 		return nil, err
 	}
@@ -144,13 +144,13 @@ func (s *Service) GetData(ctx context.Context, name, version string) (*apitypes.
 
 // ListData returns the versions of every data asset, or of one, in
 // registration order; archived versions only when includeArchived.
-func (s *Service) ListData(ctx context.Context, name string, includeArchived bool) ([]*apitypes.DataAsset, error) {
-	recs, err := s.st.ListData(ctx, name)
+func (a *Assets) ListData(ctx context.Context, name string, includeArchived bool) ([]*apitypes.DataAsset, error) {
+	recs, err := a.st.ListData(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	out := []*apitypes.DataAsset{}
-	for _, r := range s.dataAssets().visible(recs, includeArchived) {
+	for _, r := range a.dataAssets().visible(recs, includeArchived) {
 		v, err := dataView(r)
 		if err != nil {
 			return nil, err
@@ -163,16 +163,16 @@ func (s *Service) ListData(ctx context.Context, name string, includeArchived boo
 // ArchiveData archives (archived true) or restores one version. An
 // archived version keeps its files and can still be shown, downloaded and
 // named by its version, but is no longer listed or the latest.
-func (s *Service) ArchiveData(ctx context.Context, who auth.Principal, name, version string, archived bool) (*apitypes.DataAsset, error) {
+func (a *Assets) ArchiveData(ctx context.Context, who auth.Principal, name, version string, archived bool) (*apitypes.DataAsset, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot archive data assets")
 	}
 	if version == "" || version == "latest" {
 		return nil, Invalid("version: say which version to archive or restore, e.g. --version 3")
 	}
-	rec, err := s.st.SetDataArchived(ctx, name, version, archived)
+	rec, err := a.st.SetDataArchived(ctx, name, version, archived)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, s.dataAssets().unknown(ctx, name, version)
+		return nil, a.dataAssets().unknown(ctx, name, version)
 	}
 	if err != nil {
 		return nil, noSpace(err, "data asset "+name+":"+version)
@@ -187,7 +187,7 @@ func (s *Service) ArchiveData(ctx context.Context, who auth.Principal, name, ver
 // snapshot, looked up here, never uploaded by the client.
 // An input whose type is not the asset's is refused, naming the field;
 // one with no type takes the asset's.
-func (s *Service) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded map[string]string) (map[string]string, error) {
+func (a *Assets) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded map[string]string) (map[string]string, error) {
 	out, cloned := uploaded, false // unchanged (nil stays nil) when no input names an asset
 	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
 		in := j.Inputs[name]
@@ -201,7 +201,7 @@ func (s *Service) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded m
 		if spec.IsModelType(in.Type) {
 			// A model input (mlflow_model, custom_model, triton_model)
 			// names a registered model: its files are the input.
-			m, err := s.ResolveModel(ctx, in.Path)
+			m, err := a.ResolveModel(ctx, in.Path)
 			if err != nil {
 				var e *Error
 				if errors.As(err, &e) {
@@ -222,7 +222,7 @@ func (s *Service) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded m
 		if err != nil {
 			return nil, Invalid("%s: %v", field, err)
 		}
-		d, err := s.GetData(ctx, dname, version)
+		d, err := a.GetData(ctx, dname, version)
 		if err != nil {
 			var e *Error
 			if errors.As(err, &e) && e.Code == CodeNotFound {

@@ -15,7 +15,7 @@ func dataFile(name, version, typ string) *spec.DataFile {
 
 func mustCreateData(t *testing.T, s *Service, f *spec.DataFile, snap string) *apitypes.DataAsset {
 	t.Helper()
-	d, err := s.CreateData(context.Background(), owner, f, snap)
+	d, err := s.assets.CreateData(context.Background(), owner, f, snap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,9 +38,9 @@ func TestDataVersionsAndLatest(t *testing.T) {
 	if again := mustCreateData(t, s, f, snapA); again.Version != "1" {
 		t.Errorf("unchanged data got version %s, want 1", again.Version)
 	}
-	_, err := s.CreateData(ctx, owner, dataFile("cifar", "1", ""), snapB)
+	_, err := s.assets.CreateData(ctx, owner, dataFile("cifar", "1", ""), snapB)
 	wantCode(t, "cifar:1 with other files", err, CodeConflict, "cifar:1", "other content", "leave version out to get 2")
-	_, err = s.CreateData(ctx, owner, dataFile("cifar", "1", "uri_file"), snapA)
+	_, err = s.assets.CreateData(ctx, owner, dataFile("cifar", "1", "uri_file"), snapA)
 	wantCode(t, "cifar:1 with another type", err, CodeConflict)
 	if v2 := mustCreateData(t, s, dataFile("cifar", "", ""), snapB); v2.Version != "2" {
 		t.Errorf("changed files: version %s, want 2", v2.Version)
@@ -48,25 +48,25 @@ func TestDataVersionsAndLatest(t *testing.T) {
 
 	// An archived version is not the latest nor listed, but is still
 	// there by its version.
-	if _, err := s.ArchiveData(ctx, owner, "cifar", "2", true); err != nil {
+	if _, err := s.assets.ArchiveData(ctx, owner, "cifar", "2", true); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := s.GetData(ctx, "cifar", "latest"); err != nil || d.Version != "1" {
+	if d, err := s.assets.GetData(ctx, "cifar", "latest"); err != nil || d.Version != "1" {
 		t.Errorf("latest after archiving 2: %+v, %v; want 1", d, err)
 	}
-	if ds, err := s.ListData(ctx, "", false); err != nil || len(ds) != 1 {
+	if ds, err := s.assets.ListData(ctx, "", false); err != nil || len(ds) != 1 {
 		t.Errorf("ListData without archived: %v, %v; want cifar:1 only", ds, err)
 	}
-	if d, err := s.GetData(ctx, "cifar", "2"); err != nil || !d.Archived {
+	if d, err := s.assets.GetData(ctx, "cifar", "2"); err != nil || !d.Archived {
 		t.Errorf("archived cifar:2 by its version: %+v, %v", d, err)
 	}
 	// A number once given is not given again.
 	if v3 := mustCreateData(t, s, dataFile("cifar", "", ""), snapB); v3.Version != "3" {
 		t.Errorf("after archiving 2: version %s, want 3", v3.Version)
 	}
-	_, err = s.GetData(ctx, "cifra", "1")
+	_, err = s.assets.GetData(ctx, "cifra", "1")
 	wantCode(t, "a misspelt name", err, CodeNotFound, "did you mean cifar?")
-	_, err = s.ArchiveData(ctx, owner, "cifar", "latest", true)
+	_, err = s.assets.ArchiveData(ctx, owner, "cifar", "latest", true)
 	wantCode(t, "archive latest", err, CodeInvalid, "version")
 }
 
@@ -74,13 +74,13 @@ func TestDataCreateRefuses(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newService(t, &fakeTarget{capacity: 1})
 	_, snap := putFile(t, s, "rows")
-	_, err := s.CreateData(ctx, runPrincipal("j", 1), dataFile("cifar", "", ""), snap)
+	_, err := s.assets.CreateData(ctx, runPrincipal("j", 1), dataFile("cifar", "", ""), snap)
 	wantCode(t, "run token", err, CodeForbidden)
-	_, err = s.CreateData(ctx, owner, dataFile("cifar", "", ""), "")
+	_, err = s.assets.CreateData(ctx, owner, dataFile("cifar", "", ""), "")
 	wantCode(t, "no snapshot", err, CodeInvalid, "snapshot")
-	_, err = s.CreateData(ctx, owner, dataFile("cifar", "", "table"), snap)
+	_, err = s.assets.CreateData(ctx, owner, dataFile("cifar", "", "table"), snap)
 	wantCode(t, "type table", err, CodeInvalid, "type", "not a data type")
-	_, err = s.CreateData(ctx, owner, dataFile("bad name", "", ""), snap)
+	_, err = s.assets.CreateData(ctx, owner, dataFile("bad name", "", ""), snap)
 	wantCode(t, "bad name", err, CodeInvalid, "name")
 }
 

@@ -31,19 +31,19 @@ func datastoreView(rec store.Datastore) (*apitypes.Datastore, error) {
 
 // builtinDatastore is workspaceblobstore before one is created, or nil
 // when the server has no folder for it.
-func (s *Service) builtinDatastore() *apitypes.Datastore {
-	if s.cfg.DefaultDatastoreDir == "" {
+func (a *Assets) builtinDatastore() *apitypes.Datastore {
+	if a.defaultDatastoreDir == "" {
 		return nil
 	}
 	return &apitypes.Datastore{Name: DefaultDatastore, Type: "local_folder", BuiltIn: true, Spec: &spec.DatastoreFile{
-		Name: DefaultDatastore, Type: "local_folder", Path: s.cfg.DefaultDatastoreDir,
+		Name: DefaultDatastore, Type: "local_folder", Path: a.defaultDatastoreDir,
 		Description: "Ferry's default datastore: a folder in the server's work directory, readable by the jobs of its host; create a datastore named workspaceblobstore to point it elsewhere",
 	}}
 }
 
 // CreateDatastore stores a datastore, or replaces the one of that name
 // (as `az ml datastore create` updates). Its credentials are not kept.
-func (s *Service) CreateDatastore(ctx context.Context, who auth.Principal, f *spec.DatastoreFile) (*apitypes.Datastore, error) {
+func (a *Assets) CreateDatastore(ctx context.Context, who auth.Principal, f *spec.DatastoreFile) (*apitypes.Datastore, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot create datastores")
 	}
@@ -60,11 +60,11 @@ func (s *Service) CreateDatastore(ctx context.Context, who auth.Principal, f *sp
 	if err != nil {
 		return nil, err
 	}
-	now := s.now()
-	if err := s.st.PutDatastore(ctx, store.Datastore{Name: f.Name, Type: f.Type, Spec: raw, Created: now, Updated: now}); err != nil {
+	now := a.now()
+	if err := a.st.PutDatastore(ctx, store.Datastore{Name: f.Name, Type: f.Type, Spec: raw, Created: now, Updated: now}); err != nil {
 		return nil, noSpace(err, "datastore "+f.Name)
 	}
-	rec, err := s.st.GetDatastore(ctx, f.Name)
+	rec, err := a.st.GetDatastore(ctx, f.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -77,15 +77,15 @@ func (s *Service) CreateDatastore(ctx context.Context, who auth.Principal, f *sp
 }
 
 // GetDatastore returns a datastore by name.
-func (s *Service) GetDatastore(ctx context.Context, name string) (*apitypes.Datastore, error) {
-	rec, err := s.st.GetDatastore(ctx, name)
+func (a *Assets) GetDatastore(ctx context.Context, name string) (*apitypes.Datastore, error) {
+	rec, err := a.st.GetDatastore(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		if name == DefaultDatastore {
-			if b := s.builtinDatastore(); b != nil {
+			if b := a.builtinDatastore(); b != nil {
 				return b, nil
 			}
 		}
-		names, _ := s.datastoreNames(ctx)
+		names, _ := a.datastoreNames(ctx)
 		return nil, NotFound("datastore %s is not known to this workspace; %s", name, knownDatastores(names))
 	}
 	if err != nil {
@@ -96,13 +96,13 @@ func (s *Service) GetDatastore(ctx context.Context, name string) (*apitypes.Data
 
 // ListDatastores returns every datastore by name, the built-in
 // workspaceblobstore among them while none of that name was created.
-func (s *Service) ListDatastores(ctx context.Context) ([]*apitypes.Datastore, error) {
-	recs, err := s.st.ListDatastores(ctx)
+func (a *Assets) ListDatastores(ctx context.Context) ([]*apitypes.Datastore, error) {
+	recs, err := a.st.ListDatastores(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := []*apitypes.Datastore{}
-	builtin := s.builtinDatastore()
+	builtin := a.builtinDatastore()
 	for _, r := range recs {
 		v, err := datastoreView(r)
 		if err != nil {
@@ -122,23 +122,23 @@ func (s *Service) ListDatastores(ctx context.Context) ([]*apitypes.Datastore, er
 
 // DeleteDatastore removes a datastore. Jobs submitted before keep where
 // their inputs were resolved to; new ones naming it are refused.
-func (s *Service) DeleteDatastore(ctx context.Context, who auth.Principal, name string) error {
+func (a *Assets) DeleteDatastore(ctx context.Context, who auth.Principal, name string) error {
 	if !who.IsOwner() {
 		return Forbidden("a run token cannot delete datastores")
 	}
-	err := s.st.DeleteDatastore(ctx, name)
+	err := a.st.DeleteDatastore(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		if name == DefaultDatastore && s.builtinDatastore() != nil {
+		if name == DefaultDatastore && a.builtinDatastore() != nil {
 			return Invalid("workspaceblobstore is the built-in default datastore and cannot be deleted; create one of that name to point it elsewhere")
 		}
-		names, _ := s.datastoreNames(ctx)
+		names, _ := a.datastoreNames(ctx)
 		return NotFound("datastore %s is not known to this workspace; %s", name, knownDatastores(names))
 	}
 	return err
 }
 
-func (s *Service) datastoreNames(ctx context.Context) ([]string, error) {
-	recs, err := s.st.ListDatastores(ctx)
+func (a *Assets) datastoreNames(ctx context.Context) ([]string, error) {
+	recs, err := a.st.ListDatastores(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func (s *Service) datastoreNames(ctx context.Context) ([]string, error) {
 	for _, r := range recs {
 		names = append(names, r.Name)
 	}
-	if s.builtinDatastore() != nil && !slices.Contains(names, DefaultDatastore) {
+	if a.builtinDatastore() != nil && !slices.Contains(names, DefaultDatastore) {
 		names = append(names, DefaultDatastore)
 		slices.Sort(names)
 	}

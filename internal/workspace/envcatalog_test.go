@@ -26,7 +26,7 @@ func TestCatalogReferencesResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.cfg.Environments = site
+	s.assets.environments = site
 	ctx := context.Background()
 	img := func(name, version, image string) *environment.Spec {
 		return &environment.Spec{Kind: environment.KindImage, Image: image, Name: name, Version: version}
@@ -44,7 +44,7 @@ func TestCatalogReferencesResolve(t *testing.T) {
 		"azureml:AzureML-Minimal:1": img("AzureML-Minimal", "1", "mcr.microsoft.com/azureml/curated/minimal:1"),
 		"azureml://registries/azureml/environments/tensorflow-2.16-cuda12/labels/latest": img("AzureML-tensorflow-2.16-cuda12", "latest", "mcr.microsoft.com/azureml/curated/tensorflow-2.16-cuda12:latest"),
 	} {
-		got, err := s.resolveEnvironment(ctx, &spec.Environment{Ref: ref}, "")
+		got, err := s.assets.resolveEnvironment(ctx, &spec.Environment{Ref: ref}, "")
 		if err != nil {
 			t.Errorf("%s: %v", ref, err)
 			continue
@@ -60,7 +60,7 @@ func TestCatalogReferencesResolve(t *testing.T) {
 		"azureml:no-such-env@latest": {"not registered", "nor is it in the catalog"},
 		"file:./env.yml":             {"file on the client's machine"},
 	} {
-		_, err := s.resolveEnvironment(ctx, &spec.Environment{Ref: ref}, "")
+		_, err := s.assets.resolveEnvironment(ctx, &spec.Environment{Ref: ref}, "")
 		if CodeOf(err) != CodeInvalid {
 			t.Errorf("%s: %v, want an invalid-request error", ref, err)
 			continue
@@ -80,12 +80,12 @@ func TestRegisteredEnvironmentWinsOverCatalog(t *testing.T) {
 	s, _ := newService(t, &fakeTarget{})
 	ctx := context.Background()
 	f := &spec.EnvironmentFile{Name: "AzureML-sklearn-1.5", Image: "registry.lab/sklearn:1.5"}
-	if _, err := s.CreateEnvironment(ctx, owner, f, ""); err != nil {
+	if _, err := s.assets.CreateEnvironment(ctx, owner, f, ""); err != nil {
 		t.Fatal(err)
 	}
 	for _, ref := range []string{"azureml:AzureML-sklearn-1.5@latest", "azureml:AzureML-sklearn-1.5:1",
 		"azureml://registries/azureml/environments/sklearn-1.5/labels/latest"} {
-		got, err := s.resolveEnvironment(ctx, &spec.Environment{Ref: ref}, "")
+		got, err := s.assets.resolveEnvironment(ctx, &spec.Environment{Ref: ref}, "")
 		if err != nil {
 			t.Errorf("%s: %v", ref, err)
 			continue
@@ -96,7 +96,7 @@ func TestRegisteredEnvironmentWinsOverCatalog(t *testing.T) {
 	}
 	// The registered name's versions are its own: the catalog's do not
 	// fill in for one it lacks.
-	_, err := s.resolveEnvironment(ctx, &spec.Environment{Ref: "azureml:AzureML-sklearn-1.5:12"}, "")
+	_, err := s.assets.resolveEnvironment(ctx, &spec.Environment{Ref: "azureml:AzureML-sklearn-1.5:12"}, "")
 	if err == nil || !strings.Contains(err.Error(), "has no version 12; it has 1") {
 		t.Errorf("a version the registered environment lacks: %v", err)
 	}

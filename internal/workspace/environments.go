@@ -32,7 +32,7 @@ func environmentView(rec store.Environment) (*apitypes.Environment, error) {
 // existing one, with other content it is refused. With no version, the
 // next whole number is taken, unless the latest version has the same
 // content, which is then returned.
-func (s *Service) CreateEnvironment(ctx context.Context, who auth.Principal, f *spec.EnvironmentFile, snap string) (*apitypes.Environment, error) {
+func (a *Assets) CreateEnvironment(ctx context.Context, who auth.Principal, f *spec.EnvironmentFile, snap string) (*apitypes.Environment, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot register environments")
 	}
@@ -43,7 +43,7 @@ func (s *Service) CreateEnvironment(ctx context.Context, who auth.Principal, f *
 		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	if snap != "" {
-		if err := s.requireSnapshot(snap, "context"); err != nil {
+		if err := a.core.requireSnapshot(snap, "context"); err != nil {
 			return nil, err
 		}
 	}
@@ -54,7 +54,7 @@ func (s *Service) CreateEnvironment(ctx context.Context, who auth.Principal, f *
 	es.Name, es.Version = "", ""
 	hash := es.Hash()
 
-	versions, err := s.st.ListEnvironments(ctx, f.Name)
+	versions, err := a.st.ListEnvironments(ctx, f.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -79,8 +79,8 @@ func (s *Service) CreateEnvironment(ctx context.Context, who auth.Principal, f *
 	if err != nil {
 		return nil, err
 	}
-	rec := store.Environment{Name: f.Name, Version: version, Description: f.Description, Spec: raw, Hash: hash, Created: s.now()}
-	if err := s.st.CreateEnvironment(ctx, rec); err != nil {
+	rec := store.Environment{Name: f.Name, Version: version, Description: f.Description, Spec: raw, Hash: hash, Created: a.now()}
+	if err := a.st.CreateEnvironment(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return nil, Conflict("environment %s:%s was registered at the same time by someone else; run the command again", f.Name, version)
 		}
@@ -91,8 +91,8 @@ func (s *Service) CreateEnvironment(ctx context.Context, who auth.Principal, f *
 
 // GetEnvironment returns one version of an environment; version "" or
 // "latest" is the one registered last.
-func (s *Service) GetEnvironment(ctx context.Context, name, version string) (*apitypes.Environment, error) {
-	rec, err := s.lookupEnvironment(ctx, name, version)
+func (a *Assets) GetEnvironment(ctx context.Context, name, version string) (*apitypes.Environment, error) {
+	rec, err := a.lookupEnvironment(ctx, name, version)
 	if err != nil {
 		return nil, err
 	}
@@ -100,8 +100,8 @@ func (s *Service) GetEnvironment(ctx context.Context, name, version string) (*ap
 }
 
 // ListEnvironments returns every version of every environment, or of one.
-func (s *Service) ListEnvironments(ctx context.Context, name string) ([]*apitypes.Environment, error) {
-	recs, err := s.st.ListEnvironments(ctx, name)
+func (a *Assets) ListEnvironments(ctx context.Context, name string) ([]*apitypes.Environment, error) {
+	recs, err := a.st.ListEnvironments(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -116,28 +116,28 @@ func (s *Service) ListEnvironments(ctx context.Context, name string) ([]*apitype
 	return out, nil
 }
 
-func (s *Service) lookupEnvironment(ctx context.Context, name, version string) (store.Environment, error) {
+func (a *Assets) lookupEnvironment(ctx context.Context, name, version string) (store.Environment, error) {
 	if version == "" || version == "latest" {
-		versions, err := s.st.ListEnvironments(ctx, name)
+		versions, err := a.st.ListEnvironments(ctx, name)
 		if err != nil {
 			return store.Environment{}, err
 		}
 		if len(versions) == 0 {
-			return store.Environment{}, s.unknownEnvironment(ctx, name, "")
+			return store.Environment{}, a.unknownEnvironment(ctx, name, "")
 		}
 		return versions[len(versions)-1], nil
 	}
-	rec, err := s.st.GetEnvironment(ctx, name, version)
+	rec, err := a.st.GetEnvironment(ctx, name, version)
 	if errors.Is(err, store.ErrNotFound) {
-		return store.Environment{}, s.unknownEnvironment(ctx, name, version)
+		return store.Environment{}, a.unknownEnvironment(ctx, name, version)
 	}
 	return rec, err
 }
 
 // unknownEnvironment says that name (at version) is not registered and
 // what is: the versions of that name, or the names close to it.
-func (s *Service) unknownEnvironment(ctx context.Context, name, version string) error {
-	all, err := s.st.ListEnvironments(ctx, "")
+func (a *Assets) unknownEnvironment(ctx context.Context, name, version string) error {
+	all, err := a.st.ListEnvironments(ctx, "")
 	if err != nil {
 		return err
 	}
@@ -166,7 +166,7 @@ func (s *Service) unknownEnvironment(ctx context.Context, name, version string) 
 // resolveEnvironment turns a job's environment into what its runner
 // builds: a reference looked up (resolveEnvironmentRef), an inline one
 // checked against the snapshot of its files.
-func (s *Service) resolveEnvironment(ctx context.Context, e *spec.Environment, snap string) (*environment.Spec, error) {
+func (a *Assets) resolveEnvironment(ctx context.Context, e *spec.Environment, snap string) (*environment.Spec, error) {
 	if e != nil && e.Ref != "" {
 		if snap != "" {
 			return nil, Invalid("environment_snapshot: the job refers to registered environment %s, which carries its own files", e.Ref)
@@ -178,10 +178,10 @@ func (s *Service) resolveEnvironment(ctx context.Context, e *spec.Environment, s
 		if err != nil {
 			return nil, Invalid("environment: %v", err)
 		}
-		return s.resolveEnvironmentRef(ctx, ref)
+		return a.resolveEnvironmentRef(ctx, ref)
 	}
 	if snap != "" {
-		if err := s.requireSnapshot(snap, "environment_snapshot"); err != nil {
+		if err := a.core.requireSnapshot(snap, "environment_snapshot"); err != nil {
 			return nil, err
 		}
 	}
@@ -198,12 +198,12 @@ func (s *Service) resolveEnvironment(ctx context.Context, e *spec.Environment, s
 // in the catalog of curated environments, whose image is resolved here
 // whether or not it can be pulled (a node that cannot pull it fails the
 // job at Preparing with the engine's words).
-func (s *Service) resolveEnvironmentRef(ctx context.Context, ref spec.EnvironmentRef) (*environment.Spec, error) {
+func (a *Assets) resolveEnvironmentRef(ctx context.Context, ref spec.EnvironmentRef) (*environment.Spec, error) {
 	version := ref.Version
 	if ref.Latest {
 		version = "latest"
 	}
-	name, err := s.registeredName(ctx, ref)
+	name, err := a.registeredName(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +214,7 @@ func (s *Service) resolveEnvironmentRef(ctx context.Context, ref spec.Environmen
 			// The registry's names are the workspace's without its prefix.
 			catalogName = "AzureML-" + catalogName
 		}
-		r, err := s.cfg.Environments.Resolve(catalogName, version)
+		r, err := a.environments.Resolve(catalogName, version)
 		if err == nil {
 			return &environment.Spec{Kind: environment.KindImage, Image: r.Image, Name: r.Name, Version: r.Version}, nil
 		}
@@ -226,7 +226,7 @@ func (s *Service) resolveEnvironmentRef(ctx context.Context, ref spec.Environmen
 		}
 		name = ref.Name
 	}
-	rec, err := s.lookupEnvironment(ctx, name, version)
+	rec, err := a.lookupEnvironment(ctx, name, version)
 	if err != nil {
 		var we *Error
 		if errors.As(err, &we) && we.Code == CodeNotFound {
@@ -249,13 +249,13 @@ func (s *Service) resolveEnvironmentRef(ctx context.Context, ref spec.Environmen
 // "" when it is not. A registry reference names a curated environment
 // without Azure's workspace prefix (sklearn-1.5 for AzureML-sklearn-1.5),
 // so an environment registered under either name stands for it.
-func (s *Service) registeredName(ctx context.Context, ref spec.EnvironmentRef) (string, error) {
+func (a *Assets) registeredName(ctx context.Context, ref spec.EnvironmentRef) (string, error) {
 	names := []string{ref.Name}
 	if ref.Registry != "" {
 		names = append(names, "AzureML-"+ref.Name)
 	}
 	for _, n := range names {
-		versions, err := s.st.ListEnvironments(ctx, n)
+		versions, err := a.st.ListEnvironments(ctx, n)
 		if err != nil {
 			return "", err
 		}
@@ -268,4 +268,4 @@ func (s *Service) registeredName(ctx context.Context, ref spec.EnvironmentRef) (
 
 // CatalogEnvironments returns the catalog of curated environments, ordered
 // by name.
-func (s *Service) CatalogEnvironments() []envcatalog.Entry { return s.cfg.Environments.List() }
+func (a *Assets) CatalogEnvironments() []envcatalog.Entry { return a.environments.List() }

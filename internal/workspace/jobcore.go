@@ -157,6 +157,11 @@ func (s *Service) JobCompute(ctx context.Context, j *spec.Job) (string, error) {
 	return s.jobCompute(ctx, j)
 }
 
+// GetComponent implements Jobs: it reads the registry (Assets.GetComponent).
+func (s *Service) GetComponent(ctx context.Context, name, version string) (*apitypes.Component, error) {
+	return s.assets.GetComponent(ctx, name, version)
+}
+
 // Changed implements Jobs.
 func (s *Service) Changed(job string) { s.changed(job) }
 

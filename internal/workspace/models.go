@@ -57,7 +57,7 @@ func modelHash(f *spec.ModelFile, snap string) string {
 // with other content it is refused. With no version, the next whole
 // number is taken, unless the latest version has the same content, which
 // is then returned: creating an unchanged model twice is one version.
-func (s *Service) CreateModel(ctx context.Context, who auth.Principal, f *spec.ModelFile, snap string) (*apitypes.Model, error) {
+func (a *Assets) CreateModel(ctx context.Context, who auth.Principal, f *spec.ModelFile, snap string) (*apitypes.Model, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot register models")
 	}
@@ -73,24 +73,24 @@ func (s *Service) CreateModel(ctx context.Context, who auth.Principal, f *spec.M
 	if snap == "" {
 		return nil, Invalid("snapshot: a model needs its files uploaded as a snapshot; `ferry model create -f FILE` uploads the path it names")
 	}
-	if err := s.requireSnapshot(snap, "snapshot"); err != nil {
+	if err := a.core.requireSnapshot(snap, "snapshot"); err != nil {
 		return nil, err
 	}
-	if _, err := s.readSnapshot(snap); err != nil {
+	if _, err := a.core.readSnapshot(snap); err != nil {
 		return nil, Invalid("snapshot: %v", err)
 	}
 	hash := modelHash(f, snap)
 
-	versions, err := s.st.ListModels(ctx, f.Name)
+	versions, err := a.st.ListModels(ctx, f.Name)
 	if err != nil {
 		return nil, err
 	}
 	version := f.Version
 	if version == "" {
-		if latest, ok := s.models().latest(versions); ok && latest.Hash == hash {
+		if latest, ok := a.models().latest(versions); ok && latest.Hash == hash {
 			return modelView(latest)
 		}
-		version = s.models().next(versions)
+		version = a.models().next(versions)
 	}
 	for _, v := range versions {
 		if v.Version != version {
@@ -99,19 +99,19 @@ func (s *Service) CreateModel(ctx context.Context, who auth.Principal, f *spec.M
 		if v.Hash == hash {
 			return modelView(v)
 		}
-		return nil, Conflict("model %s:%s is registered with other content (files, type or properties), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, s.models().next(versions))
+		return nil, Conflict("model %s:%s is registered with other content (files, type or properties), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, a.models().next(versions))
 	}
 	raw, err := json.Marshal(modelSpec{Tags: f.Tags, Properties: f.Properties, PathName: modelPathName(f.Path)})
 	if err != nil {
 		return nil, err
 	}
 	rec := store.Model{Name: f.Name, Version: version, Type: f.Type, Description: f.Description,
-		Spec: raw, Snapshot: snap, Hash: hash, Created: s.now()}
-	if err := s.st.CreateModel(ctx, rec); err != nil {
+		Spec: raw, Snapshot: snap, Hash: hash, Created: a.now()}
+	if err := a.st.CreateModel(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			// Registered meanwhile: the same content is that version, as
 			// it would have been had this call come second.
-			if other, gerr := s.st.GetModel(ctx, f.Name, version); gerr == nil && other.Hash == hash {
+			if other, gerr := a.st.GetModel(ctx, f.Name, version); gerr == nil && other.Hash == hash {
 				return modelView(other)
 			}
 			return nil, Conflict("model %s:%s was registered at the same time by someone else with other content; run the command again", f.Name, version)
@@ -123,8 +123,8 @@ func (s *Service) CreateModel(ctx context.Context, who auth.Principal, f *spec.M
 
 // GetModel returns one version of a model, archived or not; version ""
 // or "latest" is the newest one not archived.
-func (s *Service) GetModel(ctx context.Context, name, version string) (*apitypes.Model, error) {
-	rec, err := s.models().lookup(ctx, name, version)
+func (a *Assets) GetModel(ctx context.Context, name, version string) (*apitypes.Model, error) {
+	rec, err := a.models().lookup(ctx, name, version)
 	if err != nil {
 		return nil, err
 	}
@@ -135,23 +135,23 @@ func (s *Service) GetModel(ctx context.Context, name, version string) (*apitypes
 // azureml:NAME@latest or NAME@latest (spec.ParseModelRef). It is how
 // deployments find their model. A bad reference is CodeInvalid, a model
 // that is not registered CodeNotFound; both messages say what to do.
-func (s *Service) ResolveModel(ctx context.Context, ref string) (*apitypes.Model, error) {
+func (a *Assets) ResolveModel(ctx context.Context, ref string) (*apitypes.Model, error) {
 	name, version, err := spec.ParseModelRef(ref)
 	if err != nil {
 		return nil, Invalid("%v", err)
 	}
-	return s.GetModel(ctx, name, version)
+	return a.GetModel(ctx, name, version)
 }
 
 // ListModels returns the versions of every model, or of one, in
 // registration order; archived versions only when includeArchived.
-func (s *Service) ListModels(ctx context.Context, name string, includeArchived bool) ([]*apitypes.Model, error) {
-	recs, err := s.st.ListModels(ctx, name)
+func (a *Assets) ListModels(ctx context.Context, name string, includeArchived bool) ([]*apitypes.Model, error) {
+	recs, err := a.st.ListModels(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	out := []*apitypes.Model{}
-	for _, r := range s.models().visible(recs, includeArchived) {
+	for _, r := range a.models().visible(recs, includeArchived) {
 		v, err := modelView(r)
 		if err != nil {
 			return nil, err
@@ -164,16 +164,16 @@ func (s *Service) ListModels(ctx context.Context, name string, includeArchived b
 // ArchiveModel archives (archived true) or restores one version. An
 // archived version keeps its files and can still be shown and downloaded
 // by its version, but is no longer listed or the latest.
-func (s *Service) ArchiveModel(ctx context.Context, who auth.Principal, name, version string, archived bool) (*apitypes.Model, error) {
+func (a *Assets) ArchiveModel(ctx context.Context, who auth.Principal, name, version string, archived bool) (*apitypes.Model, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("a run token cannot archive models")
 	}
 	if version == "" || version == "latest" {
 		return nil, Invalid("version: say which version to archive or restore, e.g. --version 3")
 	}
-	rec, err := s.st.SetModelArchived(ctx, name, version, archived)
+	rec, err := a.st.SetModelArchived(ctx, name, version, archived)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, s.models().unknown(ctx, name, version)
+		return nil, a.models().unknown(ctx, name, version)
 	}
 	if err != nil {
 		return nil, noSpace(err, "model "+name+":"+version)

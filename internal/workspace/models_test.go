@@ -19,7 +19,7 @@ func modelFile(name, version string) *spec.ModelFile {
 
 func mustCreateModel(t *testing.T, s *Service, f *spec.ModelFile, snap string) *apitypes.Model {
 	t.Helper()
-	m, err := s.CreateModel(context.Background(), owner, f, snap)
+	m, err := s.assets.CreateModel(context.Background(), owner, f, snap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,16 +47,16 @@ func TestModelVersionsAreImmutable(t *testing.T) {
 		t.Errorf("iris:1 again with its content: version %s", again.Version)
 	}
 	// Other files under an existing version are refused, and say what to do.
-	_, err := s.CreateModel(ctx, owner, modelFile("iris", "1"), snapB)
+	_, err := s.assets.CreateModel(ctx, owner, modelFile("iris", "1"), snapB)
 	wantCode(t, "iris:1 with other files", err, CodeConflict, "iris:1", "other content", "leave version out to get 2")
 	// So are other properties or another type.
 	f = modelFile("iris", "1")
 	f.Properties = map[string]string{"acc": "0.5"}
-	_, err = s.CreateModel(ctx, owner, f, snapA)
+	_, err = s.assets.CreateModel(ctx, owner, f, snapA)
 	wantCode(t, "iris:1 with other properties", err, CodeConflict)
 	f = modelFile("iris", "1")
 	f.Type = "mlflow_model"
-	_, err = s.CreateModel(ctx, owner, f, snapA)
+	_, err = s.assets.CreateModel(ctx, owner, f, snapA)
 	wantCode(t, "iris:1 with another type", err, CodeConflict)
 
 	// Other files with no version get the next number.
@@ -75,19 +75,19 @@ func TestModelCreateRefuses(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newService(t, &fakeTarget{capacity: 1})
 	digest, snap := putFile(t, s, "weights")
-	_, err := s.CreateModel(ctx, runPrincipal("j", 1), modelFile("iris", ""), snap)
+	_, err := s.assets.CreateModel(ctx, runPrincipal("j", 1), modelFile("iris", ""), snap)
 	wantCode(t, "run token", err, CodeForbidden)
-	_, err = s.CreateModel(ctx, owner, modelFile("iris", ""), "")
+	_, err = s.assets.CreateModel(ctx, owner, modelFile("iris", ""), "")
 	wantCode(t, "no snapshot", err, CodeInvalid, "snapshot")
-	_, err = s.CreateModel(ctx, owner, modelFile("iris", ""), strings.Repeat("a", 64))
+	_, err = s.assets.CreateModel(ctx, owner, modelFile("iris", ""), strings.Repeat("a", 64))
 	wantCode(t, "snapshot not uploaded", err, CodeInvalid, "snapshot", "not uploaded")
 	// A file's digest is not a snapshot.
-	_, err = s.CreateModel(ctx, owner, modelFile("iris", ""), digest)
+	_, err = s.assets.CreateModel(ctx, owner, modelFile("iris", ""), digest)
 	wantCode(t, "a blob that is not a manifest", err, CodeInvalid, "snapshot")
 	f := modelFile("bad name", "")
-	_, err = s.CreateModel(ctx, owner, f, snap)
+	_, err = s.assets.CreateModel(ctx, owner, f, snap)
 	wantCode(t, "bad name", err, CodeInvalid, "name")
-	if ms, _ := s.ListModels(ctx, "", true); len(ms) != 0 {
+	if ms, _ := s.assets.ListModels(ctx, "", true); len(ms) != 0 {
 		t.Errorf("refused creates stored %v", ms)
 	}
 }
@@ -102,7 +102,7 @@ func TestModelArchiveHidesFromListAndLatest(t *testing.T) {
 
 	latest := func() string {
 		t.Helper()
-		m, err := s.GetModel(ctx, "iris", "latest")
+		m, err := s.assets.GetModel(ctx, "iris", "latest")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +110,7 @@ func TestModelArchiveHidesFromListAndLatest(t *testing.T) {
 	}
 	listed := func(all bool) []string {
 		t.Helper()
-		ms, err := s.ListModels(ctx, "iris", all)
+		ms, err := s.assets.ListModels(ctx, "iris", all)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,9 +123,9 @@ func TestModelArchiveHidesFromListAndLatest(t *testing.T) {
 	if v := latest(); v != "2" {
 		t.Fatalf("latest = %s, want 2", v)
 	}
-	_, err := s.ArchiveModel(ctx, runPrincipal("j", 1), "iris", "2", true)
+	_, err := s.assets.ArchiveModel(ctx, runPrincipal("j", 1), "iris", "2", true)
 	wantCode(t, "run token archives", err, CodeForbidden)
-	if m, err := s.ArchiveModel(ctx, owner, "iris", "2", true); err != nil || !m.Archived {
+	if m, err := s.assets.ArchiveModel(ctx, owner, "iris", "2", true); err != nil || !m.Archived {
 		t.Fatalf("archive iris:2: %+v, %v", m, err)
 	}
 	if v := latest(); v != "1" {
@@ -138,7 +138,7 @@ func TestModelArchiveHidesFromListAndLatest(t *testing.T) {
 		t.Errorf("list --include-archived (-want +got):\n%s", d)
 	}
 	// By its version an archived model is still there.
-	if m, err := s.GetModel(ctx, "iris", "2"); err != nil || !m.Archived {
+	if m, err := s.assets.GetModel(ctx, "iris", "2"); err != nil || !m.Archived {
 		t.Errorf("GetModel(iris, 2) = %+v, %v; want it, archived", m, err)
 	}
 	// Unchanged content with no version does not bring back an archived
@@ -146,23 +146,23 @@ func TestModelArchiveHidesFromListAndLatest(t *testing.T) {
 	if v := mustCreateModel(t, s, modelFile("iris", ""), snapB); v.Version != "3" {
 		t.Errorf("re-creating archived content: version %s, want 3", v.Version)
 	}
-	if _, err := s.ArchiveModel(ctx, owner, "iris", "3", true); err != nil {
+	if _, err := s.assets.ArchiveModel(ctx, owner, "iris", "3", true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ArchiveModel(ctx, owner, "iris", "1", true); err != nil {
+	if _, err := s.assets.ArchiveModel(ctx, owner, "iris", "1", true); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.GetModel(ctx, "iris", "latest")
+	_, err = s.assets.GetModel(ctx, "iris", "latest")
 	wantCode(t, "latest of all archived", err, CodeNotFound, "all of its versions are archived", "ferry model restore")
-	if _, err := s.ArchiveModel(ctx, owner, "iris", "2", false); err != nil {
+	if _, err := s.assets.ArchiveModel(ctx, owner, "iris", "2", false); err != nil {
 		t.Fatal(err)
 	}
 	if v := latest(); v != "2" {
 		t.Errorf("latest after restoring 2 = %s, want 2", v)
 	}
-	_, err = s.ArchiveModel(ctx, owner, "iris", "9", true)
+	_, err = s.assets.ArchiveModel(ctx, owner, "iris", "9", true)
 	wantCode(t, "archive a missing version", err, CodeNotFound, "no version 9", "1, 2, 3")
-	_, err = s.ArchiveModel(ctx, owner, "iris", "latest", true)
+	_, err = s.assets.ArchiveModel(ctx, owner, "iris", "latest", true)
 	wantCode(t, "archive latest", err, CodeInvalid, "--version")
 }
 
@@ -179,16 +179,16 @@ func TestResolveModel(t *testing.T) {
 		"azureml:iris@latest": snapB,
 		"iris@latest":         snapB,
 	} {
-		m, err := s.ResolveModel(ctx, ref)
+		m, err := s.assets.ResolveModel(ctx, ref)
 		if err != nil || m.Snapshot != want {
 			t.Errorf("ResolveModel(%s) = %+v, %v; want snapshot %s", ref, m, err, want)
 		}
 	}
-	_, err := s.ResolveModel(ctx, "iris")
+	_, err := s.assets.ResolveModel(ctx, "iris")
 	wantCode(t, "no version", err, CodeInvalid, "iris@latest")
-	_, err = s.ResolveModel(ctx, "azureml:iris:7")
+	_, err = s.assets.ResolveModel(ctx, "azureml:iris:7")
 	wantCode(t, "missing version", err, CodeNotFound, "no version 7", "1, 2")
-	_, err = s.ResolveModel(ctx, "azureml:iriss:1")
+	_, err = s.assets.ResolveModel(ctx, "azureml:iriss:1")
 	wantCode(t, "typo", err, CodeNotFound, "did you mean iris?")
 }
 
@@ -203,7 +203,7 @@ func TestModelConcurrentCreatesAgree(t *testing.T) {
 	errs := make(chan error, n)
 	for range n {
 		go func() {
-			m, err := s.CreateModel(ctx, owner, modelFile("iris", "1"), snap)
+			m, err := s.assets.CreateModel(ctx, owner, modelFile("iris", "1"), snap)
 			if err != nil {
 				errs <- err
 				return
@@ -221,7 +221,7 @@ func TestModelConcurrentCreatesAgree(t *testing.T) {
 			}
 		}
 	}
-	if ms, err := s.ListModels(ctx, "iris", true); err != nil || len(ms) != 1 {
+	if ms, err := s.assets.ListModels(ctx, "iris", true); err != nil || len(ms) != 1 {
 		t.Errorf("after %d concurrent creates: %v, %v; want one version", n, ms, err)
 	}
 }

@@ -233,7 +233,7 @@ func (s *Service) registerOutput(ctx context.Context, rec store.Job, k string, o
 	}
 	f := &spec.DataFile{Name: o.Name, Version: o.Version, Type: spec.OutputAssetType(o.Type), Path: "outputs/" + k,
 		Description: desc, Tags: map[string]string{"ferry.job": rec.Name, "ferry.output": k}}
-	a, err := s.CreateData(ctx, auth.Principal{Kind: auth.KindOwner, Subject: rec.CreatedBy}, f, snap)
+	a, err := s.assets.CreateData(ctx, auth.Principal{Kind: auth.KindOwner, Subject: rec.CreatedBy}, f, snap)
 	if err != nil {
 		if c := CodeOf(err); c == CodeInternal || c == CodeNoSpace || c == CodeUnavailable {
 			return "", err

@@ -55,7 +55,7 @@ func restartable(t *testing.T, target *fakeTarget) func() *Service {
 // output each registers.
 func dataVersions(t *testing.T, s *Service, name string) []string {
 	t.Helper()
-	ds, err := s.ListData(context.Background(), name, true)
+	ds, err := s.assets.ListData(context.Background(), name, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,19 +15,19 @@ import (
 // referenceCheckers check one reference of each kind: nil when the
 // workspace can resolve it, else an error whose message says what to do.
 // Pipelines add "component" here.
-func (s *Service) referenceCheckers() map[string]func(ctx context.Context, ref string) error {
+func (a *Assets) referenceCheckers() map[string]func(ctx context.Context, ref string) error {
 	return map[string]func(context.Context, string) error{
-		"environment": s.checkEnvironmentRef,
-		"data":        s.checkDataRef,
-		"model":       s.checkModelRef,
-		"compute":     s.checkComputeRef,
+		"environment": a.checkEnvironmentRef,
+		"data":        a.checkDataRef,
+		"model":       a.checkModelRef,
+		"compute":     a.checkComputeRef,
 	}
 }
 
 // ReferenceKinds are the kinds of reference CheckReferences knows.
-func (s *Service) ReferenceKinds() []string {
+func (a *Assets) ReferenceKinds() []string {
 	var kinds []string
-	for k := range s.referenceCheckers() {
+	for k := range a.referenceCheckers() {
 		kinds = append(kinds, k)
 	}
 	slices.Sort(kinds)
@@ -38,16 +38,16 @@ func (s *Service) ReferenceKinds() []string {
 // the order of refs; none when all resolve. The CLI asks before it
 // uploads anything, so that a job naming a missing environment is refused
 // without sending its code first; the submission checks them again.
-func (s *Service) CheckReferences(ctx context.Context, refs []apitypes.Reference) ([]apitypes.ReferenceProblem, error) {
+func (a *Assets) CheckReferences(ctx context.Context, refs []apitypes.Reference) ([]apitypes.ReferenceProblem, error) {
 	if len(refs) > 1000 {
 		return nil, Invalid("references: at most 1000 at a time, got %d", len(refs))
 	}
-	checkers := s.referenceCheckers()
+	checkers := a.referenceCheckers()
 	out := []apitypes.ReferenceProblem{}
 	for _, r := range refs {
 		check, ok := checkers[r.Kind]
 		if !ok {
-			return nil, Invalid("references: kind %q is not one this server checks (%s)", r.Kind, strings.Join(s.ReferenceKinds(), ", "))
+			return nil, Invalid("references: kind %q is not one this server checks (%s)", r.Kind, strings.Join(a.ReferenceKinds(), ", "))
 		}
 		err := check(ctx, r.Ref)
 		if err == nil {
@@ -66,7 +66,7 @@ func (s *Service) CheckReferences(ctx context.Context, refs []apitypes.Reference
 	return out, nil
 }
 
-func (s *Service) checkEnvironmentRef(ctx context.Context, ref string) error {
+func (a *Assets) checkEnvironmentRef(ctx context.Context, ref string) error {
 	if strings.HasPrefix(ref, spec.EnvironmentFilePrefix) {
 		return nil // the client's own file, sent inline
 	}
@@ -74,11 +74,11 @@ func (s *Service) checkEnvironmentRef(ctx context.Context, ref string) error {
 	if err != nil {
 		return Invalid("%v", err)
 	}
-	_, err = s.resolveEnvironmentRef(ctx, r)
+	_, err = a.resolveEnvironmentRef(ctx, r)
 	return err
 }
 
-func (s *Service) checkDataRef(ctx context.Context, ref string) error {
+func (a *Assets) checkDataRef(ctx context.Context, ref string) error {
 	if !spec.IsDataRef(ref) {
 		return nil // a local path or a URL: not the registry's
 	}
@@ -86,23 +86,23 @@ func (s *Service) checkDataRef(ctx context.Context, ref string) error {
 	if err != nil {
 		return Invalid("%v", err)
 	}
-	_, err = s.GetData(ctx, name, version)
+	_, err = a.GetData(ctx, name, version)
 	return err
 }
 
-func (s *Service) checkModelRef(ctx context.Context, ref string) error {
-	_, err := s.ResolveModel(ctx, ref)
+func (a *Assets) checkModelRef(ctx context.Context, ref string) error {
+	_, err := a.ResolveModel(ctx, ref)
 	return err
 }
 
-func (s *Service) checkComputeRef(ctx context.Context, ref string) error {
+func (a *Assets) checkComputeRef(ctx context.Context, ref string) error {
 	name := strings.TrimPrefix(ref, "azureml:")
 	if name == "" {
 		return nil
 	}
-	_, err := s.st.GetCompute(ctx, name)
+	_, err := a.st.GetCompute(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return s.unknownCompute(ctx, name)
+		return a.core.unknownCompute(ctx, name)
 	}
 	return err
 }

@@ -12,7 +12,7 @@ import (
 func TestCheckReferences(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newService(t, &fakeTarget{capacity: 1})
-	ps, err := s.CheckReferences(ctx, []apitypes.Reference{
+	ps, err := s.assets.CheckReferences(ctx, []apitypes.Reference{
 		{Field: "environment", Kind: "environment", Ref: "azureml:nope@latest"},
 		{Field: "compute", Kind: "compute", Ref: "azureml:local"},
 		{Field: "compute", Kind: "compute", Ref: "azureml:gpu"},
@@ -34,7 +34,7 @@ func TestCheckReferences(t *testing.T) {
 	if !slices.Equal(fields, want) {
 		t.Errorf("problems %v, want %v", fields, want)
 	}
-	if _, err := s.CheckReferences(ctx, []apitypes.Reference{{Field: "x", Kind: "widget", Ref: "y"}}); CodeOf(err) != CodeInvalid {
+	if _, err := s.assets.CheckReferences(ctx, []apitypes.Reference{{Field: "x", Kind: "widget", Ref: "y"}}); CodeOf(err) != CodeInvalid {
 		t.Errorf("unknown kind: %v, want invalid", err)
 	}
 }

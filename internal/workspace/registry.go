@@ -25,15 +25,15 @@ type registry[R any] struct {
 	key     func(R) (name, version string, archived bool)
 }
 
-func (s *Service) models() registry[store.Model] {
+func (a *Assets) models() registry[store.Model] {
 	return registry[store.Model]{what: "model", plural: "models", command: "model",
-		list: s.st.ListModels, get: s.st.GetModel,
+		list: a.st.ListModels, get: a.st.GetModel,
 		key: func(m store.Model) (string, string, bool) { return m.Name, m.Version, m.Archived }}
 }
 
-func (s *Service) dataAssets() registry[store.DataAsset] {
+func (a *Assets) dataAssets() registry[store.DataAsset] {
 	return registry[store.DataAsset]{what: "data asset", plural: "data assets", command: "data",
-		list: s.st.ListData, get: s.st.GetData,
+		list: a.st.ListData, get: a.st.GetData,
 		key: func(d store.DataAsset) (string, string, bool) { return d.Name, d.Version, d.Archived }}
 }
 

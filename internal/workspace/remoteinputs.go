@@ -18,7 +18,7 @@ import (
 // resolveRemoteInputs resolves each of a job's inputs whose path is a URL,
 // a blob container's path, a datastore path or a registered data asset
 // kept as a reference, naming the field of any that cannot be.
-func (s *Service) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[string]apitypes.RemoteInput, error) {
+func (a *Assets) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[string]apitypes.RemoteInput, error) {
 	var out map[string]apitypes.RemoteInput
 	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
 		in := j.Inputs[name]
@@ -35,7 +35,7 @@ func (s *Service) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[str
 			if err != nil {
 				return nil, Invalid("%s: %v", field, err)
 			}
-			d, err := s.GetData(ctx, dname, version)
+			d, err := a.GetData(ctx, dname, version)
 			if err != nil || d.Path == "" {
 				continue // resolveDataInputs says what is wrong, or gives its snapshot
 			}
@@ -44,7 +44,7 @@ func (s *Service) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[str
 		if !spec.IsRemotePath(p) {
 			continue
 		}
-		r, err := s.resolveRemote(ctx, p)
+		r, err := a.resolveRemote(ctx, p)
 		if err != nil {
 			var e *Error
 			if errors.As(err, &e) {
@@ -63,7 +63,7 @@ func (s *Service) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[str
 }
 
 // resolveRemote resolves one remote path (not an asset reference).
-func (s *Service) resolveRemote(ctx context.Context, p string) (apitypes.RemoteInput, error) {
+func (a *Assets) resolveRemote(ctx context.Context, p string) (apitypes.RemoteInput, error) {
 	u, err := spec.ParseDataURI(p)
 	if err != nil {
 		return apitypes.RemoteInput{}, err
@@ -72,19 +72,19 @@ func (s *Service) resolveRemote(ctx context.Context, p string) (apitypes.RemoteI
 	case spec.URIHTTP:
 		return apitypes.RemoteInput{URL: u.URL}, nil
 	case spec.URIBlob:
-		return apitypes.RemoteInput{Blob: &apitypes.BlobSource{Base: spec.BlobBase(u.Account, u.Host, s.cfg.BlobEndpoints), Container: u.Container, Path: u.Path}}, nil
+		return apitypes.RemoteInput{Blob: &apitypes.BlobSource{Base: spec.BlobBase(u.Account, u.Host, a.blobEndpoints), Container: u.Container, Path: u.Path}}, nil
 	case spec.URIDatastore:
-		ds, err := s.GetDatastore(ctx, u.Store)
+		ds, err := a.GetDatastore(ctx, u.Store)
 		if err != nil {
 			return apitypes.RemoteInput{}, err
 		}
-		return s.inDatastore(ds, u.Path)
+		return a.inDatastore(ds, u.Path)
 	}
 	return apitypes.RemoteInput{}, fmt.Errorf("%q is not a remote path", p)
 }
 
 // inDatastore is where the path p of datastore ds is.
-func (s *Service) inDatastore(ds *apitypes.Datastore, p string) (apitypes.RemoteInput, error) {
+func (a *Assets) inDatastore(ds *apitypes.Datastore, p string) (apitypes.RemoteInput, error) {
 	f := ds.Spec
 	switch ds.Type {
 	case "local_folder":
@@ -101,7 +101,7 @@ func (s *Service) inDatastore(ds *apitypes.Datastore, p string) (apitypes.Remote
 			container = f.Filesystem
 		}
 		host := f.AccountName + ".blob." + f.Endpoint
-		return apitypes.RemoteInput{Blob: &apitypes.BlobSource{Base: spec.BlobBase(f.AccountName, host, s.cfg.BlobEndpoints), Container: container, Path: p}}, nil
+		return apitypes.RemoteInput{Blob: &apitypes.BlobSource{Base: spec.BlobBase(f.AccountName, host, a.blobEndpoints), Container: container, Path: p}}, nil
 	case "azure_file":
 		return apitypes.RemoteInput{}, Invalid("datastore %s is an azure_file share, which has no anonymous reads: mount the share on every node and create a local_folder datastore for the mount", ds.Name)
 	case "azure_data_lake_gen1", "one_lake":

@@ -17,7 +17,7 @@ func mustDatastore(t *testing.T, s *Service, yaml string) *apitypes.Datastore {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := s.CreateDatastore(context.Background(), owner, f)
+	d, err := s.assets.CreateDatastore(context.Background(), owner, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,14 +29,14 @@ func mustDatastore(t *testing.T, s *Service, yaml string) *apitypes.Datastore {
 func TestRemoteInputsResolvedAtSubmit(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newService(t, &fakeTarget{capacity: 1})
-	s.cfg.BlobEndpoints = map[string]string{"mirrored": "http://127.0.0.1:9/blob"}
+	s.assets.blobEndpoints = map[string]string{"mirrored": "http://127.0.0.1:9/blob"}
 	mustDatastore(t, s, "name: nfs\npath: /mnt/nfs/data\n")
 	mustDatastore(t, s, "name: web\nurl: https://example.com/sets/\n")
 	blob := mustDatastore(t, s, "name: blobs\ntype: azure_blob\naccount_name: mirrored\ncontainer_name: data\ncredentials: {sas_token: SECRET}\n")
 	if !cmp.Equal(blob.CredentialsNotKept, []string{"sas_token"}) {
 		t.Errorf("CredentialsNotKept = %v", blob.CredentialsNotKept)
 	}
-	if got, err := s.GetDatastore(ctx, "blobs"); err != nil || got.Spec.Credentials != nil {
+	if got, err := s.assets.GetDatastore(ctx, "blobs"); err != nil || got.Spec.Credentials != nil {
 		t.Errorf("stored datastore %+v, %v: credentials kept", got, err)
 	}
 	mustDatastore(t, s, "name: gen2\ntype: azure_data_lake_gen2\naccount_name: lake01\nfilesystem: fs1\n")
@@ -98,21 +98,21 @@ func TestRemoteInputsRefused(t *testing.T) {
 func TestDefaultDatastore(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newService(t, &fakeTarget{capacity: 1})
-	s.cfg.DefaultDatastoreDir = "/srv/ferry-work/datastores/workspaceblobstore"
-	d, err := s.GetDatastore(ctx, DefaultDatastore)
-	if err != nil || !d.BuiltIn || d.Spec.Path != s.cfg.DefaultDatastoreDir {
+	s.assets.defaultDatastoreDir = "/srv/ferry-work/datastores/workspaceblobstore"
+	d, err := s.assets.GetDatastore(ctx, DefaultDatastore)
+	if err != nil || !d.BuiltIn || d.Spec.Path != s.assets.defaultDatastoreDir {
 		t.Fatalf("built-in default: %+v, %v", d, err)
 	}
-	wantCode(t, "deleting the built-in", s.DeleteDatastore(ctx, owner, DefaultDatastore), CodeInvalid, "built-in")
+	wantCode(t, "deleting the built-in", s.assets.DeleteDatastore(ctx, owner, DefaultDatastore), CodeInvalid, "built-in")
 	mustDatastore(t, s, "name: workspaceblobstore\nurl: https://example.com/ws\n")
-	list, err := s.ListDatastores(ctx)
+	list, err := s.assets.ListDatastores(ctx)
 	if err != nil || len(list) != 1 || list[0].BuiltIn || list[0].Type != "http" {
 		t.Fatalf("list after creating workspaceblobstore: %+v, %v", list, err)
 	}
-	if err := s.DeleteDatastore(ctx, owner, DefaultDatastore); err != nil {
+	if err := s.assets.DeleteDatastore(ctx, owner, DefaultDatastore); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := s.GetDatastore(ctx, DefaultDatastore); err != nil || !d.BuiltIn {
+	if d, err := s.assets.GetDatastore(ctx, DefaultDatastore); err != nil || !d.BuiltIn {
 		t.Errorf("after deleting the created one: %+v, %v; want the built-in again", d, err)
 	}
 }
@@ -123,14 +123,14 @@ func TestRemoteDataAsset(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newService(t, &fakeTarget{capacity: 1})
 	f := &spec.DataFile{Name: "iris", Type: "uri_file", Path: "https://example.com/iris.csv"}
-	d, err := s.CreateData(ctx, owner, f, "")
+	d, err := s.assets.CreateData(ctx, owner, f, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Path != f.Path || d.Snapshot != "" {
 		t.Fatalf("remote asset %+v", d)
 	}
-	if again, err := s.CreateData(ctx, owner, f, ""); err != nil || again.Version != "1" {
+	if again, err := s.assets.CreateData(ctx, owner, f, ""); err != nil || again.Version != "1" {
 		t.Errorf("the same reference again: %+v, %v; want version 1", again, err)
 	}
 	j := &spec.Job{Name: "uses-iris", Command: "true", Inputs: map[string]spec.Input{"d": {Path: "azureml:iris@latest"}}}
@@ -145,6 +145,6 @@ func TestRemoteDataAsset(t *testing.T) {
 	if d := cmp.Diff(want, got.RemoteInputs); d != "" || got.Spec.Inputs["d"].Type != "uri_file" {
 		t.Errorf("RemoteInputs (-want +got):\n%s; type %q", d, got.Spec.Inputs["d"].Type)
 	}
-	_, err = s.CreateData(ctx, owner, &spec.DataFile{Name: "bad", Type: "uri_folder", Path: "azureml://datastores/nope/paths/x"}, "")
+	_, err = s.assets.CreateData(ctx, owner, &spec.DataFile{Name: "bad", Type: "uri_folder", Path: "azureml://datastores/nope/paths/x"}, "")
 	wantCode(t, "an asset in an unknown datastore", err, CodeNotFound, "path:", "datastore nope")
 }

@@ -174,7 +174,8 @@ type Service struct {
 	controllers []Controller
 	watchers    []JobWatcher
 
-	regs *registrations // outputs owed a data asset registration (outputassets.go)
+	regs   *registrations // outputs owed a data asset registration (outputassets.go)
+	assets *Assets        // the registries (assets.go), which jobs refer to
 
 	pmu       sync.Mutex               // guards the agent protocol's memory below
 	delivered map[string]bool          // node/job/attempt handed to its agent
@@ -256,6 +257,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	s.jobTypes = map[string]JobType{}
 	s.recordTypes = map[string]RecordType{}
 	s.regs = newRegistrations()
+	s.assets = newAssets(cfg, s)
 	if _, err := s.st.GetCompute(ctx, "local"); errors.Is(err, store.ErrNotFound) {
 		local := &spec.Compute{Name: "local", Type: "local"}
 		if _, err := s.CreateCompute(ctx, local); err != nil && CodeOf(err) != CodeConflict {
@@ -726,16 +728,16 @@ func (s *Service) prepareJob(ctx context.Context, j *spec.Job, sub Submission) (
 	if err != nil {
 		return none, err
 	}
-	env, err := s.resolveEnvironment(ctx, j.Environment, sub.EnvironmentSnapshot)
+	env, err := s.assets.resolveEnvironment(ctx, j.Environment, sub.EnvironmentSnapshot)
 	if err != nil {
 		return none, err
 	}
-	inputs, err := s.resolveDataInputs(ctx, j, sub.InputSnapshots)
+	inputs, err := s.assets.resolveDataInputs(ctx, j, sub.InputSnapshots)
 	if err != nil {
 		return none, err
 	}
 	sub.InputSnapshots = inputs
-	remote, err := s.resolveRemoteInputs(ctx, j)
+	remote, err := s.assets.resolveRemoteInputs(ctx, j)
 	if err != nil {
 		return none, err
 	}

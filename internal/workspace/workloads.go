@@ -32,7 +32,13 @@ func (s *Service) RequireSnapshot(id, field string) error { return s.requireSnap
 // runner builds, as a job's is: a reference is looked up, an inline one
 // is checked against its files.
 func (s *Service) ResolveEnvironment(ctx context.Context, e *spec.Environment, snap string) (*environment.Spec, error) {
-	return s.resolveEnvironment(ctx, e, snap)
+	return s.assets.resolveEnvironment(ctx, e, snap)
+}
+
+// ResolveModel finds the registered model a reference names
+// (Assets.ResolveModel): how deployments find their model.
+func (s *Service) ResolveModel(ctx context.Context, ref string) (*apitypes.Model, error) {
+	return s.assets.ResolveModel(ctx, ref)
 }
 
 // ModelPathName is the name of the file or folder a model's path names
@@ -95,7 +101,7 @@ func (s *Service) AttemptLogSize(job string, attempt, rank int) int64 {
 // CheckComponentUploads checks that a component's code and environment
 // files were uploaded; field prefixes the fields the error names.
 func (s *Service) CheckComponentUploads(c *spec.Component, field string) error {
-	return s.checkComponentUploads(c, field)
+	return s.assets.checkComponentUploads(c, field)
 }
 
 // UnknownCompute is the error for compute name, which the workspace does
