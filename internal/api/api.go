@@ -312,18 +312,18 @@ func (s *Server) deleteCompute(r *http.Request, _ auth.Principal) (any, error) {
 // ---- nodes and clusters ----
 
 func (s *Server) listNodes(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.ListNodes(r.Context(), r.PathValue("name"))
+	return s.ws.Nodes().ListNodes(r.Context(), r.PathValue("name"))
 }
 
 func (s *Server) computeEvents(r *http.Request, _ auth.Principal) (any, error) {
 	if _, err := s.ws.GetCompute(r.Context(), r.PathValue("name")); err != nil {
 		return nil, err
 	}
-	return s.ws.ComputeEvents(r.Context(), r.PathValue("name"), 0)
+	return s.ws.Nodes().ComputeEvents(r.Context(), r.PathValue("name"), 0)
 }
 
 func (s *Server) preemptNode(r *http.Request, who auth.Principal) (any, error) {
-	return s.ws.PreemptNode(r.Context(), who, r.PathValue("name"), r.PathValue("node"))
+	return s.ws.Nodes().PreemptNode(r.Context(), who, r.PathValue("name"), r.PathValue("node"))
 }
 
 func (s *Server) resizeCompute(r *http.Request, who auth.Principal) (any, error) {
@@ -334,7 +334,7 @@ func (s *Server) resizeCompute(r *http.Request, who auth.Principal) (any, error)
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
-	return s.ws.ResizeCompute(r.Context(), r.PathValue("name"), req.MinInstances, req.MaxInstances, req.IdleTimeBeforeScaleDown)
+	return s.ws.Nodes().ResizeCompute(r.Context(), r.PathValue("name"), req.MinInstances, req.MaxInstances, req.IdleTimeBeforeScaleDown)
 }
 
 func (s *Server) instanceAction(action string) func(*http.Request, auth.Principal) (any, error) {
@@ -342,16 +342,16 @@ func (s *Server) instanceAction(action string) func(*http.Request, auth.Principa
 		name := r.PathValue("name")
 		switch action {
 		case "start":
-			return s.ws.StartInstance(r.Context(), who, name)
+			return s.ws.Nodes().StartInstance(r.Context(), who, name)
 		case "stop":
-			return s.ws.StopInstance(r.Context(), who, name)
+			return s.ws.Nodes().StopInstance(r.Context(), who, name)
 		}
-		return s.ws.RestartInstance(r.Context(), who, name)
+		return s.ws.Nodes().RestartInstance(r.Context(), who, name)
 	}
 }
 
 func (s *Server) listQuotas(r *http.Request, _ auth.Principal) (any, error) {
-	return s.ws.ListQuotas(r.Context())
+	return s.ws.Nodes().ListQuotas(r.Context())
 }
 
 func (s *Server) setQuota(r *http.Request, who auth.Principal) (any, error) {
@@ -364,14 +364,14 @@ func (s *Server) setQuota(r *http.Request, who auth.Principal) (any, error) {
 	if req.Cores == nil {
 		return nil, workspace.Invalid("cores: say how many cores the family may use, e.g. {\"cores\": 48}")
 	}
-	if err := s.ws.SetQuota(r.Context(), who, r.PathValue("family"), *req.Cores); err != nil {
+	if err := s.ws.Nodes().SetQuota(r.Context(), who, r.PathValue("family"), *req.Cores); err != nil {
 		return nil, err
 	}
-	return s.ws.ListQuotas(r.Context())
+	return s.ws.Nodes().ListQuotas(r.Context())
 }
 
 func (s *Server) enableSize(r *http.Request, who auth.Principal) (any, error) {
-	if err := s.ws.EnableSize(r.Context(), who, r.PathValue("size")); err != nil {
+	if err := s.ws.Nodes().EnableSize(r.Context(), who, r.PathValue("size")); err != nil {
 		return nil, err
 	}
 	return map[string]string{"enabled": r.PathValue("size")}, nil
@@ -382,7 +382,7 @@ func (s *Server) joinNode(r *http.Request, who auth.Principal) (any, error) {
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
-	return s.ws.JoinNode(r.Context(), who, req)
+	return s.ws.Nodes().JoinNode(r.Context(), who, req)
 }
 
 func (s *Server) nodeHeartbeat(r *http.Request, who auth.Principal) (any, error) {
@@ -390,7 +390,7 @@ func (s *Server) nodeHeartbeat(r *http.Request, who auth.Principal) (any, error)
 	if err := decode(r, &hb); err != nil {
 		return nil, err
 	}
-	return s.ws.NodeHeartbeat(r.Context(), who, r.PathValue("node"), hb)
+	return s.ws.Nodes().NodeHeartbeat(r.Context(), who, r.PathValue("node"), hb)
 }
 
 func (s *Server) nodeAssignments(r *http.Request, who auth.Principal) (any, error) {
@@ -402,7 +402,7 @@ func (s *Server) nodeAssignments(r *http.Request, who auth.Principal) (any, erro
 		}
 		wait = time.Duration(n) * time.Second
 	}
-	return s.ws.NodeAssignments(r.Context(), who, r.PathValue("node"), wait)
+	return s.ws.Nodes().NodeAssignments(r.Context(), who, r.PathValue("node"), wait)
 }
 
 // ---- sizes ----

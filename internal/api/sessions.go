@@ -46,7 +46,7 @@ func (s *Server) openSession(w http.ResponseWriter, r *http.Request, who auth.Pr
 		return err
 	}
 	ctx := r.Context()
-	sess, err := s.ws.OpenSession(ctx, who, r.PathValue("name"), r.URL.Query().Get("kind"))
+	sess, err := s.ws.Nodes().OpenSession(ctx, who, r.PathValue("name"), r.URL.Query().Get("kind"))
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func (s *Server) nodeSession(w http.ResponseWriter, r *http.Request, who auth.Pr
 	if err := checkUpgrade(r); err != nil {
 		return err
 	}
-	sess, err := s.ws.AcceptSession(r.Context(), who, r.PathValue("node"), r.PathValue("id"))
+	sess, err := s.ws.Nodes().AcceptSession(r.Context(), who, r.PathValue("node"), r.PathValue("id"))
 	if err != nil {
 		return err
 	}

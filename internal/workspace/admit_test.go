@@ -74,7 +74,7 @@ func TestJobAskingForGPUsIsRefusedWhereNoNodeCanHaveThem(t *testing.T) {
 	// Its agent joins and finds no GPU: from now on it is refused.
 	pass(t, s)
 	for _, n := range mustNodes(t, s, "box") {
-		if _, err := s.JoinNode(ctx, auth.Principal{Kind: KindJoin, Subject: n.Name}, nodeproto.JoinRequest{Name: n.Name, Facts: nodeproto.Facts{CPUs: 2}}); err != nil {
+		if _, err := s.Nodes().JoinNode(ctx, auth.Principal{Kind: KindJoin, Subject: n.Name}, nodeproto.JoinRequest{Name: n.Name, Facts: nodeproto.Facts{CPUs: 2}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -25,7 +25,7 @@ import (
 
 // JoinNode admits the agent of a launched node in exchange for its join
 // token, which is used up.
-func (s *Service) JoinNode(ctx context.Context, who auth.Principal, req nodeproto.JoinRequest) (*nodeproto.JoinReply, error) {
+func (nd *Nodes) JoinNode(ctx context.Context, who auth.Principal, req nodeproto.JoinRequest) (*nodeproto.JoinReply, error) {
 	if who.Kind != KindJoin {
 		return nil, Forbidden("joining needs a node's join token")
 	}
@@ -36,12 +36,12 @@ func (s *Service) JoinNode(ctx context.Context, who auth.Principal, req nodeprot
 	if err != nil {
 		return nil, err
 	}
-	now := s.now()
-	setup, err := s.setupFor(ctx, req.Name)
+	now := nd.ws.now()
+	setup, err := nd.setupFor(ctx, req.Name)
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.st.UpdateNode(ctx, req.Name, func(n *store.Node) error {
+	n, err := nd.ws.st.UpdateNode(ctx, req.Name, func(n *store.Node) error {
 		if n.State != NodeProvisioning {
 			return Conflict("node %s has already joined (it is %s)", n.Name, n.State)
 		}
@@ -61,21 +61,21 @@ func (s *Service) JoinNode(ctx context.Context, who auth.Principal, req nodeprot
 	if err != nil {
 		return nil, err
 	}
-	if err := s.st.DeleteTokens(ctx, KindJoin, n.Name); err != nil {
+	if err := nd.ws.st.DeleteTokens(ctx, KindJoin, n.Name); err != nil {
 		return nil, err
 	}
 	secret, hash := auth.NewToken()
-	if err := s.st.CreateToken(ctx, store.Token{Hash: hash, Kind: KindNode, Subject: n.Name, Created: now}); err != nil {
+	if err := nd.ws.st.CreateToken(ctx, store.Token{Hash: hash, Kind: KindNode, Subject: n.Name, Created: now}); err != nil {
 		return nil, err
 	}
-	s.event(ctx, n.Compute, "node_joined", fmt.Sprintf("node %s joined from %s (%d CPUs, %d GPUs)", n.Name, n.Address, req.Facts.CPUs, len(req.Facts.GPUs)))
-	if w := s.nodeShortfall(n); w != "" {
-		s.event(ctx, n.Compute, "node_short", w)
-		s.log.Warn("node has less than its size", "node", n.Name, "warning", w)
+	nd.ws.event(ctx, n.Compute, "node_joined", fmt.Sprintf("node %s joined from %s (%d CPUs, %d GPUs)", n.Name, n.Address, req.Facts.CPUs, len(req.Facts.GPUs)))
+	if w := nd.nodeShortfall(n); w != "" {
+		nd.ws.event(ctx, n.Compute, "node_short", w)
+		nd.ws.log.Warn("node has less than its size", "node", n.Name, "warning", w)
 	}
-	s.wakeDispatcher()
+	nd.ws.wakeDispatcher()
 	return &nodeproto.JoinReply{Node: n.Name, NodeToken: secret, Setup: setup,
-		HeartbeatSeconds: int(s.cfg.NodeHeartbeat / time.Second), LeaseSeconds: int(s.cfg.NodeLease / time.Second)}, nil
+		HeartbeatSeconds: int(nd.ws.cfg.NodeHeartbeat / time.Second), LeaseSeconds: int(nd.ws.cfg.NodeLease / time.Second)}, nil
 }
 
 // Setup states of a compute instance's node, kept in its Reason.
@@ -88,16 +88,16 @@ const (
 // setupFor returns the setup scripts a joining node runs: those of a
 // compute instance, the creation_script only when the instance is being
 // made, the startup_script at every start.
-func (s *Service) setupFor(ctx context.Context, node string) ([]nodeproto.SetupScript, error) {
-	n, err := s.st.GetNode(ctx, node)
+func (nd *Nodes) setupFor(ctx context.Context, node string) ([]nodeproto.SetupScript, error) {
+	n, err := nd.ws.st.GetNode(ctx, node)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, NotFound("node %s is not known to this workspace", node)
 	}
 	if err != nil {
 		return nil, err
 	}
-	rec, err := s.st.GetCompute(ctx, n.Compute)
-	if err != nil || !s.isInstance(rec.Type) {
+	rec, err := nd.ws.st.GetCompute(ctx, n.Compute)
+	if err != nil || !nd.ws.isInstance(rec.Type) {
 		return nil, nil
 	}
 	var c spec.Compute
@@ -122,7 +122,7 @@ func (s *Service) setupFor(ctx context.Context, node string) ([]nodeproto.SetupS
 }
 
 // setupReported records how a node's setup scripts went.
-func (s *Service) setupReported(ctx context.Context, n store.Node, r *nodeproto.SetupResult) {
+func (nd *Nodes) setupReported(ctx context.Context, n store.Node, r *nodeproto.SetupResult) {
 	reason := nodeSetUp
 	if !r.OK {
 		what := fmt.Sprintf("exited with code %d", r.ExitCode)
@@ -135,7 +135,7 @@ func (s *Service) setupReported(ctx context.Context, n store.Node, r *nodeproto.
 		}
 	}
 	moved := false
-	if _, err := s.st.UpdateNode(ctx, n.Name, func(x *store.Node) error {
+	if _, err := nd.ws.st.UpdateNode(ctx, n.Name, func(x *store.Node) error {
 		if x.Reason == nodeSettingUp {
 			x.Reason, moved = reason, true
 		}
@@ -144,21 +144,21 @@ func (s *Service) setupReported(ctx context.Context, n store.Node, r *nodeproto.
 		return
 	}
 	if r.OK {
-		s.event(ctx, n.Compute, "setup", "setup scripts succeeded on node "+n.Name)
+		nd.ws.event(ctx, n.Compute, "setup", "setup scripts succeeded on node "+n.Name)
 	} else {
-		s.event(ctx, n.Compute, "setup_failed", reason)
+		nd.ws.event(ctx, n.Compute, "setup_failed", reason)
 	}
-	s.wakeDispatcher()
+	nd.ws.wakeDispatcher()
 }
 
 // NodeHeartbeat renews a node's lease and says which of the attempts it
 // runs the workspace no longer wants.
-func (s *Service) NodeHeartbeat(ctx context.Context, who auth.Principal, name string, hb nodeproto.Heartbeat) (*nodeproto.HeartbeatReply, error) {
+func (nd *Nodes) NodeHeartbeat(ctx context.Context, who auth.Principal, name string, hb nodeproto.Heartbeat) (*nodeproto.HeartbeatReply, error) {
 	if who.Kind != KindNode || who.Subject != name {
 		return nil, Forbidden("only node %s's own token may send its heartbeat", name)
 	}
-	n, err := s.st.UpdateNode(ctx, name, func(n *store.Node) error {
-		n.Heartbeat = s.now()
+	n, err := nd.ws.st.UpdateNode(ctx, name, func(n *store.Node) error {
+		n.Heartbeat = nd.ws.now()
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
@@ -168,11 +168,11 @@ func (s *Service) NodeHeartbeat(ctx context.Context, who auth.Principal, name st
 		return nil, err
 	}
 	if hb.Setup != nil && n.Reason == nodeSettingUp {
-		s.setupReported(ctx, n, hb.Setup)
+		nd.setupReported(ctx, n, hb.Setup)
 	}
 	reply := &nodeproto.HeartbeatReply{Drain: n.State == NodeDraining || n.State == NodeLost}
 	for _, r := range hb.Running {
-		j, err := s.st.GetJob(ctx, r.Job)
+		j, err := nd.ws.st.GetJob(ctx, r.Job)
 		if err != nil || apitypes.IsTerminal(j.Status) || j.Attempt != r.Attempt || !slices.ContainsFunc(placementOf(j).Ranks, func(p RankPlacement) bool { return p.Node == name }) {
 			reply.Stop = append(reply.Stop, r)
 		}
@@ -182,17 +182,17 @@ func (s *Service) NodeHeartbeat(ctx context.Context, who auth.Principal, name st
 
 // NodeAssignments returns the attempts placed on a node that were not
 // handed to it yet, waiting up to wait for one.
-func (s *Service) NodeAssignments(ctx context.Context, who auth.Principal, name string, wait time.Duration) (*nodeproto.Assignments, error) {
+func (nd *Nodes) NodeAssignments(ctx context.Context, who auth.Principal, name string, wait time.Duration) (*nodeproto.Assignments, error) {
 	if who.Kind != KindNode || who.Subject != name {
 		return nil, Forbidden("only node %s's own token may ask for its work", name)
 	}
 	deadline := time.NewTimer(min(wait, 60*time.Second))
 	defer deadline.Stop()
 	for {
-		wake := s.nodeWaiter(name)
-		out, err := s.pendingFor(ctx, name)
+		wake := nd.nodeWaiter(name)
+		out, err := nd.pendingFor(ctx, name)
 		if err == nil {
-			out.Sessions = s.sessionsFor(name)
+			out.Sessions = nd.sessionsFor(name)
 		}
 		if err != nil || len(out.Assignments) > 0 || len(out.Sessions) > 0 {
 			return out, err
@@ -207,9 +207,9 @@ func (s *Service) NodeAssignments(ctx context.Context, who auth.Principal, name 
 	}
 }
 
-func (s *Service) pendingFor(ctx context.Context, name string) (*nodeproto.Assignments, error) {
+func (nd *Nodes) pendingFor(ctx context.Context, name string) (*nodeproto.Assignments, error) {
 	out := &nodeproto.Assignments{Assignments: []nodeproto.Assignment{}}
-	n, err := s.st.GetNode(ctx, name)
+	n, err := nd.ws.st.GetNode(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, NotFound("node %s is not known to this workspace", name)
 	}
@@ -219,7 +219,7 @@ func (s *Service) pendingFor(ctx context.Context, name string) (*nodeproto.Assig
 	if n.State != NodeIdle && n.State != NodeBusy {
 		return out, nil
 	}
-	active, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: activeStatuses, Compute: n.Compute})
+	active, err := nd.ws.st.ListJobs(ctx, store.JobFilter{Statuses: activeStatuses, Compute: n.Compute})
 	if err != nil {
 		return nil, err
 	}
@@ -230,14 +230,14 @@ func (s *Service) pendingFor(ctx context.Context, name string) (*nodeproto.Assig
 			continue
 		}
 		key := fmt.Sprintf("%s/%s/%d", name, j.Name, j.Attempt)
-		s.pmu.Lock()
-		done := s.delivered[key]
-		s.delivered[key] = true
-		s.pmu.Unlock()
+		nd.pmu.Lock()
+		done := nd.delivered[key]
+		nd.delivered[key] = true
+		nd.pmu.Unlock()
 		if done {
 			continue
 		}
-		a, err := s.assignment(ctx, j, pl, rank)
+		a, err := nd.assignment(ctx, j, pl, rank)
 		if err != nil {
 			return nil, err
 		}
@@ -248,15 +248,15 @@ func (s *Service) pendingFor(ctx context.Context, name string) (*nodeproto.Assig
 
 // assignment is what a node's agent needs to start rank's runner, with a
 // fresh run token for it.
-func (s *Service) assignment(ctx context.Context, j store.Job, pl Placement, rank int) (nodeproto.Assignment, error) {
+func (nd *Nodes) assignment(ctx context.Context, j store.Job, pl Placement, rank int) (nodeproto.Assignment, error) {
 	secret, hash := auth.NewToken()
-	if err := s.st.CreateToken(ctx, store.Token{Hash: hash, Kind: auth.KindRun, Subject: j.Name, Attempt: j.Attempt, Created: s.now()}); err != nil {
+	if err := nd.ws.st.CreateToken(ctx, store.Token{Hash: hash, Kind: auth.KindRun, Subject: j.Name, Attempt: j.Attempt, Created: nd.ws.now()}); err != nil {
 		return nodeproto.Assignment{}, err
 	}
 	var addrs []string
 	for _, r := range pl.Ranks {
 		addr := "127.0.0.1"
-		if n, err := s.st.GetNode(ctx, r.Node); err == nil && n.Address != "" {
+		if n, err := nd.ws.st.GetNode(ctx, r.Node); err == nil && n.Address != "" {
 			addr = n.Address
 		}
 		addrs = append(addrs, addr)
@@ -270,39 +270,39 @@ func (s *Service) assignment(ctx context.Context, j store.Job, pl Placement, ran
 		"NODE_RANK":            strconv.Itoa(rank),
 	}
 	return nodeproto.Assignment{Job: j.Name, Attempt: j.Attempt, Rank: rank,
-		RunToken: secret, GPUs: s.nodeGPUs(ctx, pl.Ranks[rank]), Env: env}, nil
+		RunToken: secret, GPUs: nd.nodeGPUs(ctx, pl.Ranks[rank]), Env: env}, nil
 	// APIURL is left empty: the agent gives its runners the URL it reaches
 	// the server at, which on another host or in a container is not ours.
 }
 
-func (s *Service) nodeWaiter(name string) <-chan struct{} {
-	s.pmu.Lock()
-	defer s.pmu.Unlock()
-	ch, ok := s.nodeWait[name]
+func (nd *Nodes) nodeWaiter(name string) <-chan struct{} {
+	nd.pmu.Lock()
+	defer nd.pmu.Unlock()
+	ch, ok := nd.nodeWait[name]
 	if !ok {
 		ch = make(chan struct{})
-		s.nodeWait[name] = ch
+		nd.nodeWait[name] = ch
 	}
 	return ch
 }
 
-func (s *Service) wakeNode(name string) {
-	s.pmu.Lock()
-	defer s.pmu.Unlock()
-	if ch, ok := s.nodeWait[name]; ok {
+func (nd *Nodes) wakeNode(name string) {
+	nd.pmu.Lock()
+	defer nd.pmu.Unlock()
+	if ch, ok := nd.nodeWait[name]; ok {
 		close(ch)
-		delete(s.nodeWait, name)
+		delete(nd.nodeWait, name)
 	}
 }
 
 // nodeGPUs turns the scheduler's GPU slots of a node (0..GPUs-1 of its
 // size) into the GPU indices the node's agent reported: a node given host
 // GPUs 2 and 3 by its provider calls them 2 and 3, not 0 and 1.
-func (s *Service) nodeGPUs(ctx context.Context, r RankPlacement) []int {
+func (nd *Nodes) nodeGPUs(ctx context.Context, r RankPlacement) []int {
 	if len(r.GPUs) == 0 {
 		return nil
 	}
-	n, err := s.st.GetNode(ctx, r.Node)
+	n, err := nd.ws.st.GetNode(ctx, r.Node)
 	var facts nodeproto.Facts
 	if err != nil || len(n.Facts) == 0 || json.Unmarshal(n.Facts, &facts) != nil || len(facts.GPUs) == 0 {
 		return r.GPUs
@@ -318,17 +318,17 @@ func (s *Service) nodeGPUs(ctx context.Context, r RankPlacement) []int {
 
 // forgetDelivered drops the record of assignments handed out for attempts
 // that are no longer active, so it does not grow with every job ever run.
-func (s *Service) forgetDelivered(active []store.Job) {
+func (nd *Nodes) forgetDelivered(active []store.Job) {
 	live := map[string]bool{}
 	for _, j := range active {
 		live[fmt.Sprintf("%s/%d", j.Name, j.Attempt)] = true
 	}
-	s.pmu.Lock()
-	defer s.pmu.Unlock()
-	for key := range s.delivered {
+	nd.pmu.Lock()
+	defer nd.pmu.Unlock()
+	for key := range nd.delivered {
 		// key is node/job/attempt; node names have no '/'.
 		if _, jobAttempt, ok := strings.Cut(key, "/"); ok && !live[jobAttempt] {
-			delete(s.delivered, key)
+			delete(nd.delivered, key)
 		}
 	}
 }

@@ -82,7 +82,7 @@ func TestOutOfBoundsRecordsAreFailedNotFatal(t *testing.T) {
 	if got := computeState(t, s, "serverless-standard_ds1_v2"); got != StateFailed {
 		t.Errorf("cluster with max_instances 2^31: state %s, want %s", got, StateFailed)
 	}
-	events, err := s.ComputeEvents(ctx, "serverless-standard_ds1_v2", 10)
+	events, err := s.Nodes().ComputeEvents(ctx, "serverless-standard_ds1_v2", 10)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func instanceWantsNode(st string) bool {
 // gone. It gives back the nodes a restart replaces and the node of a
 // stopping instance, with an event that says why, and returns live
 // without the nodes it gave back.
-func (s *Service) instanceStates(ctx context.Context, pools map[string]*poolCompute, live []store.Node, onNode map[string][]store.Job) []store.Node {
+func (nd *Nodes) instanceStates(ctx context.Context, pools map[string]*poolCompute, live []store.Node, onNode map[string][]store.Job) []store.Node {
 	gone := map[string]bool{}
 	for name, pc := range pools {
 		if !pc.typ.Instance {
@@ -87,11 +87,11 @@ func (s *Service) instanceStates(ctx context.Context, pools map[string]*poolComp
 			if want == InstanceSetupFailed || want == InstanceUnusable {
 				why = node.Reason
 			}
-			s.setInstanceState(ctx, name, pc.rec.State, want, why)
+			nd.setInstanceState(ctx, name, pc.rec.State, want, why)
 			pc.rec.State = want
 		}
-		s.decideInstance(ctx, pc, node, onNode)
-		s.giveBackInstanceNodes(ctx, pc, live, onNode, gone)
+		nd.decideInstance(ctx, pc, node, onNode)
+		nd.giveBackInstanceNodes(ctx, pc, live, onNode, gone)
 	}
 	if len(gone) == 0 {
 		return live
@@ -104,7 +104,7 @@ func (s *Service) instanceStates(ctx context.Context, pools map[string]*poolComp
 // each with an event that says why; it marks in gone those it gave back.
 // A node whose machine could not be terminated stays, and is tried again
 // on the next pass.
-func (s *Service) giveBackInstanceNodes(ctx context.Context, pc *poolCompute, live []store.Node, onNode map[string][]store.Job, gone map[string]bool) {
+func (nd *Nodes) giveBackInstanceNodes(ctx context.Context, pc *poolCompute, live []store.Node, onNode map[string][]store.Job, gone map[string]bool) {
 	name := pc.rec.Name
 	st := readInstanceStatus(pc.rec.Status)
 	var done []string // names in st.Replace that are gone now
@@ -118,7 +118,7 @@ func (s *Service) giveBackInstanceNodes(ctx context.Context, pc *poolCompute, li
 			why = "the instance was restarted; it gets a fresh node"
 		case pc.rec.State == InstanceStopping && n.State != NodeBusy && n.State != NodeDraining && len(onNode[n.Name]) == 0:
 			why = "the instance is stopping"
-			if cur, err := s.st.GetCompute(ctx, name); err == nil {
+			if cur, err := nd.ws.st.GetCompute(ctx, name); err == nil {
 				// decideInstance may have stopped it in this very pass.
 				if w := readInstanceStatus(cur.Status).Why; w != "" {
 					why = "the instance was " + w
@@ -127,11 +127,11 @@ func (s *Service) giveBackInstanceNodes(ctx context.Context, pc *poolCompute, li
 		default:
 			continue
 		}
-		s.pools.retireNode(ctx, n, why)
-		if _, err := s.st.GetNode(ctx, n.Name); !errors.Is(err, store.ErrNotFound) {
+		nd.ws.pools.retireNode(ctx, n, why)
+		if _, err := nd.ws.st.GetNode(ctx, n.Name); !errors.Is(err, store.ErrNotFound) {
 			continue // terminate failed; tried again next pass
 		}
-		s.event(ctx, name, "node_removed", fmt.Sprintf("node %s removed: %s", n.Name, why))
+		nd.ws.event(ctx, name, "node_removed", fmt.Sprintf("node %s removed: %s", n.Name, why))
 		gone[n.Name] = true
 	}
 	for _, r := range st.Replace {
@@ -142,20 +142,20 @@ func (s *Service) giveBackInstanceNodes(ctx context.Context, pc *poolCompute, li
 	if len(done) == 0 {
 		return
 	}
-	if _, err := s.st.UpdateCompute(ctx, name, func(c *store.Compute) error {
+	if _, err := nd.ws.st.UpdateCompute(ctx, name, func(c *store.Compute) error {
 		cur := readInstanceStatus(c.Status)
 		cur.Replace = slices.DeleteFunc(cur.Replace, func(r string) bool { return slices.Contains(done, r) })
 		raw, err := json.Marshal(cur)
 		c.Status = raw
 		return err
 	}); err != nil {
-		s.log.Error("instance nodes replaced", "compute", name, "err", err)
+		nd.ws.log.Error("instance nodes replaced", "compute", name, "err", err)
 	}
 }
 
 // decideInstance applies instance.Decide: idle shutdown and the
 // instance's start/stop schedules.
-func (s *Service) decideInstance(ctx context.Context, pc *poolCompute, node *store.Node, onNode map[string][]store.Job) {
+func (nd *Nodes) decideInstance(ctx context.Context, pc *poolCompute, node *store.Node, onNode map[string][]store.Job) {
 	cfg, err := instance.ParseConfig(&pc.spec)
 	if err != nil {
 		return // refused at create; a stored spec is valid
@@ -178,11 +178,11 @@ func (s *Service) decideInstance(ctx context.Context, pc *poolCompute, node *sto
 	}
 	// An open session or port-forward is use; the last one's end is activity.
 	var closed time.Time
-	snap.Sessions, snap.PortForwards, closed = s.sessionUse(name)
+	snap.Sessions, snap.PortForwards, closed = nd.sessionUse(name)
 	if closed.After(snap.LastActivity) {
 		snap.LastActivity = closed
 	}
-	plan := instance.Decide(snap, s.now())
+	plan := instance.Decide(snap, nd.ws.now())
 	moved := false
 	by := "by " // what people read: "stopped by schedule 0: ...", "stopped after idle for ..."
 	if plan.Cause == instance.CauseIdle {
@@ -190,18 +190,18 @@ func (s *Service) decideInstance(ctx context.Context, pc *poolCompute, node *sto
 	}
 	switch plan.Action {
 	case instance.ActionStop:
-		if moved = s.setInstanceState(ctx, name, pc.rec.State, InstanceStopping, "stopped "+by+plan.Reason); moved {
+		if moved = nd.setInstanceState(ctx, name, pc.rec.State, InstanceStopping, "stopped "+by+plan.Reason); moved {
 			pc.rec.State = InstanceStopping // the scaling below gives the node back, not a new one
 		}
 	case instance.ActionStart:
-		if moved = s.setInstanceState(ctx, name, pc.rec.State, InstanceStarting, "started "+by+plan.Reason); moved {
+		if moved = nd.setInstanceState(ctx, name, pc.rec.State, InstanceStarting, "started "+by+plan.Reason); moved {
 			pc.rec.State = InstanceStarting
 		}
 	}
 	if len(plan.Fired) > 0 && (moved || plan.Action == instance.ActionNone) {
 		// Kept with the compute, so that a restarted server neither fires
 		// an occurrence again nor forgets it.
-		if _, err := s.st.UpdateCompute(ctx, name, func(c *store.Compute) error {
+		if _, err := nd.ws.st.UpdateCompute(ctx, name, func(c *store.Compute) error {
 			cur := readInstanceStatus(c.Status)
 			for _, f := range plan.Fired {
 				for len(cur.LastFired) <= f.Schedule {
@@ -213,7 +213,7 @@ func (s *Service) decideInstance(ctx context.Context, pc *poolCompute, node *sto
 			c.Status = raw
 			return err
 		}); err != nil {
-			s.log.Error("instance schedule firings", "compute", name, "err", err)
+			nd.ws.log.Error("instance schedule firings", "compute", name, "err", err)
 		}
 	}
 }
@@ -244,16 +244,16 @@ func readInstanceStatus(raw json.RawMessage) instanceStatus {
 
 // setInstanceState moves an instance from one state to another (only if it
 // is still in from) and records why.
-func (s *Service) setInstanceState(ctx context.Context, name, from, to, why string) bool {
-	return s.moveInstance(ctx, name, from, to, why, nil)
+func (nd *Nodes) setInstanceState(ctx context.Context, name, from, to, why string) bool {
+	return nd.moveInstance(ctx, name, from, to, why, nil)
 }
 
 // moveInstance is setInstanceState that also records nodes a restart
 // gives back, in the same update: a pool pass that sees the instance
 // Restarting also sees which node not to count as its new one.
-func (s *Service) moveInstance(ctx context.Context, name, from, to, why string, replace []string) bool {
+func (nd *Nodes) moveInstance(ctx context.Context, name, from, to, why string, replace []string) bool {
 	moved := false
-	_, err := s.st.UpdateCompute(ctx, name, func(c *store.Compute) error {
+	_, err := nd.ws.st.UpdateCompute(ctx, name, func(c *store.Compute) error {
 		if c.State != from {
 			return nil
 		}
@@ -268,11 +268,11 @@ func (s *Service) moveInstance(ctx context.Context, name, from, to, why string, 
 		if err != nil {
 			return err
 		}
-		c.State, c.Modified, c.Status, moved = to, s.now(), raw, true
+		c.State, c.Modified, c.Status, moved = to, nd.ws.now(), raw, true
 		return nil
 	})
 	if err != nil {
-		s.log.Error("instance state", "compute", name, "err", err)
+		nd.ws.log.Error("instance state", "compute", name, "err", err)
 		return false
 	}
 	if moved {
@@ -280,41 +280,41 @@ func (s *Service) moveInstance(ctx context.Context, name, from, to, why string, 
 		if why != "" {
 			msg += ": " + why
 		}
-		s.event(ctx, name, "state", msg)
-		s.wakeDispatcher()
+		nd.ws.event(ctx, name, "state", msg)
+		nd.ws.wakeDispatcher()
 	}
 	return moved
 }
 
 // StartInstance, StopInstance and RestartInstance act on a compute instance
 // as `az ml compute start|stop|restart` do.
-func (s *Service) StartInstance(ctx context.Context, who auth.Principal, name string) (*apitypes.Compute, error) {
-	return s.instanceAction(ctx, who, name, "start")
+func (nd *Nodes) StartInstance(ctx context.Context, who auth.Principal, name string) (*apitypes.Compute, error) {
+	return nd.instanceAction(ctx, who, name, "start")
 }
 
 // StopInstance stops a compute instance: its node is given back, and jobs
 // cannot be submitted to it until it is started again.
-func (s *Service) StopInstance(ctx context.Context, who auth.Principal, name string) (*apitypes.Compute, error) {
-	return s.instanceAction(ctx, who, name, "stop")
+func (nd *Nodes) StopInstance(ctx context.Context, who auth.Principal, name string) (*apitypes.Compute, error) {
+	return nd.instanceAction(ctx, who, name, "stop")
 }
 
 // RestartInstance gives the instance a fresh node.
-func (s *Service) RestartInstance(ctx context.Context, who auth.Principal, name string) (*apitypes.Compute, error) {
-	return s.instanceAction(ctx, who, name, "restart")
+func (nd *Nodes) RestartInstance(ctx context.Context, who auth.Principal, name string) (*apitypes.Compute, error) {
+	return nd.instanceAction(ctx, who, name, "restart")
 }
 
-func (s *Service) instanceAction(ctx context.Context, who auth.Principal, name, action string) (*apitypes.Compute, error) {
+func (nd *Nodes) instanceAction(ctx context.Context, who auth.Principal, name, action string) (*apitypes.Compute, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("only an owner may %s compute instances", action)
 	}
-	rec, err := s.st.GetCompute(ctx, name)
+	rec, err := nd.ws.st.GetCompute(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, s.unknownCompute(ctx, name)
+		return nil, nd.ws.unknownCompute(ctx, name)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if !s.isInstance(rec.Type) {
+	if !nd.ws.isInstance(rec.Type) {
 		return nil, Invalid("compute %s is of type %s; only compute instances are started, stopped and restarted", name, rec.Type)
 	}
 	from, to := rec.State, ""
@@ -343,7 +343,7 @@ func (s *Service) instanceAction(ctx context.Context, who auth.Principal, name, 
 	// joined, so `compute exec` right after a restart finds it ready.
 	var replace []string
 	if action == "restart" {
-		nodes, err := s.st.ListNodes(ctx, name)
+		nodes, err := nd.ws.st.ListNodes(ctx, name)
 		if err != nil {
 			return nil, err
 		}
@@ -352,9 +352,9 @@ func (s *Service) instanceAction(ctx context.Context, who auth.Principal, name, 
 		}
 	}
 	past := map[string]string{"start": "started", "stop": "stopped", "restart": "restarted"}[action]
-	if !s.moveInstance(ctx, name, from, to, past+" by the user ("+who.Subject+")", replace) {
+	if !nd.moveInstance(ctx, name, from, to, past+" by the user ("+who.Subject+")", replace) {
 		return nil, Conflict("compute instance %s changed state meanwhile; try again", name)
 	}
-	s.wakeDispatcher()
-	return s.GetCompute(ctx, name)
+	nd.ws.wakeDispatcher()
+	return nd.ws.GetCompute(ctx, name)
 }

@@ -12,7 +12,7 @@ import (
 // eventsOf returns every event of a compute, one message a line.
 func eventsOf(t *testing.T, s *Service, compute string) string {
 	t.Helper()
-	evs, err := s.ComputeEvents(context.Background(), compute, 0)
+	evs, err := s.Nodes().ComputeEvents(context.Background(), compute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestInstanceRestartIsRunningOnlyOnItsNewNode(t *testing.T) {
 	ctx := context.Background()
 	clk.advance(time.Minute)
 	prov.failTerminate = 1
-	if _, err := s.RestartInstance(ctx, owner, "dev-box"); err != nil {
+	if _, err := s.Nodes().RestartInstance(ctx, owner, "dev-box"); err != nil {
 		t.Fatal(err)
 	}
 	pass(t, s) // the old node's machine cannot be given back yet
@@ -48,7 +48,7 @@ func TestInstanceRestartIsRunningOnlyOnItsNewNode(t *testing.T) {
 	if got := computeState(t, s, "dev-box"); got != InstanceRestarting {
 		t.Fatalf("with its new node not joined: %s, want Restarting", got)
 	}
-	if _, err := s.OpenSession(ctx, owner, "dev-box", SessionExec); err == nil {
+	if _, err := s.Nodes().OpenSession(ctx, owner, "dev-box", SessionExec); err == nil {
 		t.Fatal("a session was opened on a restarting instance")
 	}
 	joinAll(t, s)
@@ -56,7 +56,7 @@ func TestInstanceRestartIsRunningOnlyOnItsNewNode(t *testing.T) {
 	if got := computeState(t, s, "dev-box"); got != InstanceRunning {
 		t.Fatalf("with its new node joined: %s, want Running", got)
 	}
-	x, err := s.OpenSession(ctx, owner, "dev-box", SessionExec)
+	x, err := s.Nodes().OpenSession(ctx, owner, "dev-box", SessionExec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestInstanceStopSaysWhy(t *testing.T) {
 		want string
 	}{
 		{"by the user", func(t *testing.T, s *Service, _ *clock) {
-			if _, err := s.StopInstance(context.Background(), owner, "dev-box"); err != nil {
+			if _, err := s.Nodes().StopInstance(context.Background(), owner, "dev-box"); err != nil {
 				t.Fatal(err)
 			}
 		}, "removed: the instance was stopped by the user (owner)"},

@@ -90,7 +90,7 @@ func countStatus(t *testing.T, s *Service, names []string, st string) int {
 func TestClusterScalesWithItsQueue(t *testing.T) {
 	ctx := context.Background()
 	s, prov, clk := newPaperCluster(t, 1, 3, 60)
-	if err := s.SetQuota(ctx, owner, "standardDSv2Family", 8); err != nil {
+	if err := s.Nodes().SetQuota(ctx, owner, "standardDSv2Family", 8); err != nil {
 		t.Fatal(err)
 	}
 	jobs := []string{"a", "b", "c", "d"}
@@ -108,7 +108,7 @@ func TestClusterScalesWithItsQueue(t *testing.T) {
 		t.Errorf("a job held back by the quota says %q", r)
 	}
 
-	if err := s.SetQuota(ctx, owner, "standardDSv2Family", 100); err != nil {
+	if err := s.Nodes().SetQuota(ctx, owner, "standardDSv2Family", 100); err != nil {
 		t.Fatal(err)
 	}
 	settle(t, s)
@@ -177,7 +177,7 @@ func TestResizeDownRemovesIdleNodesFirst(t *testing.T) {
 	if n := len(liveMachines(prov)); n != 3 {
 		t.Fatalf("%d machines, want 3", n)
 	}
-	if _, err := s.ResizeCompute(ctx, "gpu", nil, intp(1), nil); err != nil {
+	if _, err := s.Nodes().ResizeCompute(ctx, "gpu", nil, intp(1), nil); err != nil {
 		t.Fatal(err)
 	}
 	settle(t, s)
@@ -387,7 +387,7 @@ func TestLaunchBackoffDoubles(t *testing.T) {
 			t.Fatalf("step %d (+%s): %d launch calls, want %d", i, c.advance, got, c.calls)
 		}
 	}
-	events, err := s.ComputeEvents(ctx, "gpu", 20)
+	events, err := s.Nodes().ComputeEvents(ctx, "gpu", 20)
 	if err != nil {
 		t.Fatal(err)
 	}

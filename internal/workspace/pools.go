@@ -176,7 +176,7 @@ func (s *Service) startPool(ctx context.Context, p scheduler.Placement) error {
 	s.runnerLaunched(p.Job, attempt, "on node "+strings.Join(nodes, ", "))
 	s.changed(p.Job)
 	for _, n := range nodes {
-		s.wakeNode(n)
+		s.nodes.wakeNode(n)
 	}
 	return nil
 }

@@ -19,25 +19,25 @@ import (
 // People's view of pools: nodes, events and bounds of a pool compute.
 
 // ListNodes returns the nodes of a pool compute (as az ml compute list-nodes).
-func (s *Service) ListNodes(ctx context.Context, compute string) ([]*apitypes.Node, error) {
-	rec, err := s.st.GetCompute(ctx, compute)
+func (nd *Nodes) ListNodes(ctx context.Context, compute string) ([]*apitypes.Node, error) {
+	rec, err := nd.ws.st.GetCompute(ctx, compute)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, s.unknownCompute(ctx, compute)
+		return nil, nd.ws.unknownCompute(ctx, compute)
 	}
 	if err != nil {
 		return nil, err
 	}
-	nodes, err := s.st.ListNodes(ctx, rec.Name)
+	nodes, err := nd.ws.st.ListNodes(ctx, rec.Name)
 	if err != nil {
 		return nil, err
 	}
-	active, err := s.st.ListJobs(ctx, store.JobFilter{Statuses: activeStatuses, Compute: rec.Name})
+	active, err := nd.ws.st.ListJobs(ctx, store.JobFilter{Statuses: activeStatuses, Compute: rec.Name})
 	if err != nil {
 		return nil, err
 	}
 	var c spec.Compute
 	_ = json.Unmarshal(rec.Spec, &c) // a spec it cannot read gives reasons without the idle time
-	now := s.now()
+	now := nd.ws.now()
 	out := []*apitypes.Node{}
 	for _, n := range nodes {
 		v := &apitypes.Node{Name: n.Name, Compute: n.Compute, State: n.State, Reason: n.Reason, Size: n.Size, Address: n.Address,
@@ -53,8 +53,8 @@ func (s *Service) ListNodes(ctx context.Context, compute string) ([]*apitypes.No
 				}
 			}
 		}
-		v.Reason = nodeReason(n, s.poolType(c.Type), &c, v.Jobs, now)
-		v.Warning = s.nodeShortfall(n)
+		v.Reason = nodeReason(n, nd.ws.poolType(c.Type), &c, v.Jobs, now)
+		v.Warning = nd.nodeShortfall(n)
 		out = append(out, v)
 	}
 	return out, nil
@@ -104,8 +104,8 @@ const memorySlack = 0.9
 // there is; placing by what it has would leave the job waiting while the
 // cluster launched more of the same machines. So the warning says what a
 // job there really gets.
-func (s *Service) nodeShortfall(n store.Node) string {
-	sz, ok := s.cfg.Sizes.Lookup(n.Size)
+func (nd *Nodes) nodeShortfall(n store.Node) string {
+	sz, ok := nd.ws.cfg.Sizes.Lookup(n.Size)
 	if !ok || n.Joined.IsZero() || len(n.Facts) == 0 {
 		return ""
 	}
@@ -131,8 +131,8 @@ func (s *Service) nodeShortfall(n store.Node) string {
 }
 
 // ComputeEvents returns the newest limit events of a compute, oldest first.
-func (s *Service) ComputeEvents(ctx context.Context, compute string, limit int) ([]apitypes.ComputeEvent, error) {
-	evs, err := s.st.ListComputeEvents(ctx, compute, limit)
+func (nd *Nodes) ComputeEvents(ctx context.Context, compute string, limit int) ([]apitypes.ComputeEvent, error) {
+	evs, err := nd.ws.st.ListComputeEvents(ctx, compute, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -144,9 +144,9 @@ func (s *Service) ComputeEvents(ctx context.Context, compute string, limit int) 
 }
 
 // ResizeCompute changes a cluster's bounds live.
-func (s *Service) ResizeCompute(ctx context.Context, name string, minN, maxN *int, idle *int) (*apitypes.Compute, error) {
-	_, err := s.st.UpdateCompute(ctx, name, func(rec *store.Compute) error {
-		if s.poolType(rec.Type) == nil {
+func (nd *Nodes) ResizeCompute(ctx context.Context, name string, minN, maxN *int, idle *int) (*apitypes.Compute, error) {
+	_, err := nd.ws.st.UpdateCompute(ctx, name, func(rec *store.Compute) error {
+		if nd.ws.poolType(rec.Type) == nil {
 			return Invalid("compute %s is of type %s; only clusters (amlcompute) are resized", name, rec.Type)
 		}
 		var c spec.Compute
@@ -169,26 +169,26 @@ func (s *Service) ResizeCompute(ctx context.Context, name string, minN, maxN *in
 		if err != nil {
 			return err
 		}
-		rec.Spec, rec.Modified = raw, s.now()
+		rec.Spec, rec.Modified = raw, nd.ws.now()
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, s.unknownCompute(ctx, name)
+		return nil, nd.ws.unknownCompute(ctx, name)
 	}
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.GetCompute(ctx, name)
+	v, err := nd.ws.GetCompute(ctx, name)
 	if err == nil {
-		s.event(ctx, name, "resize", fmt.Sprintf("bounds now min %d, max %d, idle %ds", *v.Spec.MinInstances, *v.Spec.MaxInstances, *v.Spec.IdleTimeBeforeScaleDown))
-		s.wakeDispatcher()
+		nd.ws.event(ctx, name, "resize", fmt.Sprintf("bounds now min %d, max %d, idle %ds", *v.Spec.MinInstances, *v.Spec.MaxInstances, *v.Spec.IdleTimeBeforeScaleDown))
+		nd.ws.wakeDispatcher()
 	}
 	return v, err
 }
 
 // poolView adds a cluster's nodes and newest events to its view.
-func (s *Service) poolView(ctx context.Context, pt *compute.Pool, v *apitypes.Compute) error {
-	nodes, err := s.st.ListNodes(ctx, v.Name)
+func (nd *Nodes) poolView(ctx context.Context, pt *compute.Pool, v *apitypes.Compute) error {
+	nodes, err := nd.ws.st.ListNodes(ctx, v.Name)
 	if err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ func (s *Service) poolView(ctx context.Context, pt *compute.Pool, v *apitypes.Co
 	for _, n := range nodes {
 		v.Nodes[n.State]++
 		v.CurrentNodes++
-		if w := s.nodeShortfall(n); w != "" {
+		if w := nd.nodeShortfall(n); w != "" {
 			v.Warnings = append(v.Warnings, w)
 		}
 	}
@@ -212,10 +212,10 @@ func (s *Service) poolView(ctx context.Context, pt *compute.Pool, v *apitypes.Co
 	if v.Spec != nil && !pt.Attached {
 		v.Size = v.Spec.Size
 	}
-	v.TargetNodes = s.pools.target(v.Name)
+	v.TargetNodes = nd.ws.pools.target(v.Name)
 	if pt.Instance {
-		v.Sessions, v.PortForwards, _ = s.sessionUse(v.Name)
+		v.Sessions, v.PortForwards, _ = nd.sessionUse(v.Name)
 	}
-	v.Events, err = s.ComputeEvents(ctx, v.Name, 10)
+	v.Events, err = nd.ComputeEvents(ctx, v.Name, 10)
 	return err
 }

@@ -39,7 +39,7 @@ func joinWith(t *testing.T, s *Service, compute string, f nodeproto.Facts) {
 	t.Helper()
 	for _, n := range mustNodes(t, s, compute) {
 		if n.State == NodeProvisioning {
-			if _, err := s.JoinNode(context.Background(), auth.Principal{Kind: KindJoin, Subject: n.Name}, nodeproto.JoinRequest{Name: n.Name, Facts: f}); err != nil {
+			if _, err := s.Nodes().JoinNode(context.Background(), auth.Principal{Kind: KindJoin, Subject: n.Name}, nodeproto.JoinRequest{Name: n.Name, Facts: f}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -56,7 +56,7 @@ func TestComputeViewCarriesSizeAndNodeCounts(t *testing.T) {
 	pass(t, s)
 	joinAll(t, s)
 	pass(t, s)
-	if _, err := s.StopInstance(ctx, owner, "dev-box"); err != nil {
+	if _, err := s.Nodes().StopInstance(ctx, owner, "dev-box"); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -103,7 +103,7 @@ func TestListNodesSaysWhatEachNodeDoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	pass(t, s)
-	ns, err := s.ListNodes(ctx, "cpu")
+	ns, err := s.Nodes().ListNodes(ctx, "cpu")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestNodeShortOfItsSizeIsWarnedAndStillUsed(t *testing.T) {
 	joinWith(t, s, "ds1", nodeproto.Facts{CPUs: 2, MemoryBytes: 3400 << 20}) // the kernel keeps a little
 	pass(t, s)
 
-	ns, err := s.ListNodes(ctx, "ds3")
+	ns, err := s.Nodes().ListNodes(ctx, "ds3")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,13 +42,13 @@ func lowPriority(c *spec.Compute) bool { return c.Tier == "low_priority" }
 // PreemptNode preempts a node of a low-priority cluster now, as its cloud
 // would: the provider is asked to take the machine back where it can, and
 // the node's jobs are stopped and queued again.
-func (s *Service) PreemptNode(ctx context.Context, who auth.Principal, compute, node string) (*apitypes.Node, error) {
+func (nd *Nodes) PreemptNode(ctx context.Context, who auth.Principal, compute, node string) (*apitypes.Node, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("only an owner may preempt nodes")
 	}
-	rec, err := s.st.GetCompute(ctx, compute)
+	rec, err := nd.ws.st.GetCompute(ctx, compute)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, s.unknownCompute(ctx, compute)
+		return nil, nd.ws.unknownCompute(ctx, compute)
 	}
 	if err != nil {
 		return nil, err
@@ -57,10 +57,10 @@ func (s *Service) PreemptNode(ctx context.Context, who auth.Principal, compute, 
 	if err := json.Unmarshal(rec.Spec, &c); err != nil {
 		return nil, fmt.Errorf("compute %s: stored spec: %w", rec.Name, err)
 	}
-	if s.poolType(rec.Type) == nil || !lowPriority(&c) {
+	if nd.ws.poolType(rec.Type) == nil || !lowPriority(&c) {
 		return nil, Invalid("compute %s is not a low-priority cluster (tier: low_priority); only the nodes of one are preempted", compute)
 	}
-	n, err := s.st.GetNode(ctx, node)
+	n, err := nd.ws.st.GetNode(ctx, node)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && n.Compute != compute) {
 		return nil, NotFound("node %s is not a node of compute %s (see `ferry compute list-nodes %s`)", node, compute, compute)
 	}
@@ -70,8 +70,8 @@ func (s *Service) PreemptNode(ctx context.Context, who auth.Principal, compute, 
 	if n.State != NodeIdle && n.State != NodeBusy {
 		return nil, Conflict("node %s is %s; only an Idle or Busy node can be preempted", node, n.State)
 	}
-	if n.Machine != "" && s.cfg.Providers != nil {
-		if prov, err := s.cfg.Providers(&c); err == nil {
+	if n.Machine != "" && nd.ws.cfg.Providers != nil {
+		if prov, err := nd.ws.cfg.Providers(&c); err == nil {
 			if p, ok := prov.(provider.Preempter); ok {
 				if err := p.Preempt(ctx, n.Machine); err != nil && !errors.Is(err, provider.ErrNotFound) {
 					return nil, fmt.Errorf("node %s: provider %s: %w", node, prov.Type(), err)
@@ -79,9 +79,9 @@ func (s *Service) PreemptNode(ctx context.Context, who auth.Principal, compute, 
 			}
 		}
 	}
-	s.pools.preemptNode(ctx, n, "preempted on request of "+who.Subject)
-	s.wakeDispatcher()
-	nodes, err := s.ListNodes(ctx, compute)
+	nd.ws.pools.preemptNode(ctx, n, "preempted on request of "+who.Subject)
+	nd.ws.wakeDispatcher()
+	nodes, err := nd.ListNodes(ctx, compute)
 	if err != nil {
 		return nil, err
 	}

@@ -172,10 +172,10 @@ func TestPreemptedAttemptIsRequeuedWithItsOutputs(t *testing.T) {
 		t.Fatalf("heartbeat before the preemption = %+v, %v", hb, err)
 	}
 
-	if _, err := s.PreemptNode(ctx, runPrincipal("train", 1), "spot", node); CodeOf(err) != CodeForbidden {
+	if _, err := s.Nodes().PreemptNode(ctx, runPrincipal("train", 1), "spot", node); CodeOf(err) != CodeForbidden {
 		t.Errorf("a run token preempted a node: %v", err)
 	}
-	v, err := s.PreemptNode(ctx, owner, "spot", node)
+	v, err := s.Nodes().PreemptNode(ctx, owner, "spot", node)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,9 +303,9 @@ func TestPreemptNodeOfDedicatedClusterIsRefused(t *testing.T) {
 	lowPriorityCluster(t, s, "steady", "dedicated")
 	submitTo(t, s, "train", "steady")
 	node := placedOn(t, s, "train")
-	_, err := s.PreemptNode(ctx, owner, "steady", node)
+	_, err := s.Nodes().PreemptNode(ctx, owner, "steady", node)
 	wantCode(t, "preempting a dedicated node", err, CodeInvalid, "low_priority")
-	_, err = s.PreemptNode(ctx, owner, "steady", "nope")
+	_, err = s.Nodes().PreemptNode(ctx, owner, "steady", "nope")
 	wantCode(t, "preempting a node of a dedicated cluster that is not there", err, CodeInvalid)
 }
 
@@ -318,7 +318,7 @@ func TestLowPriorityQuotaIsSeparate(t *testing.T) {
 	s, _ := newSpotService(t, prov)
 	lowPriorityCluster(t, s, "spot", "low_priority")
 	lowPriorityCluster(t, s, "steady", "dedicated")
-	if err := s.SetQuota(ctx, owner, "LOWPRIORITY", 4); err != nil {
+	if err := s.Nodes().SetQuota(ctx, owner, "LOWPRIORITY", 4); err != nil {
 		t.Fatal(err)
 	}
 	submitTo(t, s, "a", "spot")
@@ -328,7 +328,7 @@ func TestLowPriorityQuotaIsSeparate(t *testing.T) {
 		pass(t, s)
 		joinAll(t, s)
 	}
-	qs, err := s.ListQuotas(ctx)
+	qs, err := s.Nodes().ListQuotas(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +370,7 @@ func TestSpotServerlessJobIsLowPriority(t *testing.T) {
 		t.Fatalf("compute %s", v.Compute)
 	}
 	node := placedOn(t, s, "spot-job")
-	qs, err := s.ListQuotas(ctx)
+	qs, err := s.Nodes().ListQuotas(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +379,7 @@ func TestSpotServerlessJobIsLowPriority(t *testing.T) {
 			t.Errorf("quota %+v; want the spot node's 4 cores on %s alone", q, LowPriorityQuota)
 		}
 	}
-	if _, err := s.PreemptNode(ctx, owner, v.Compute, node); err != nil {
+	if _, err := s.Nodes().PreemptNode(ctx, owner, v.Compute, node); err != nil {
 		t.Fatal(err)
 	}
 }

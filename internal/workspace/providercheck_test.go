@@ -82,7 +82,7 @@ func TestStoredBadProviderBlockFailsTheCompute(t *testing.T) {
 	if got := computeState(t, s, "typo"); got != StateFailed {
 		t.Errorf("cluster with provider.imgae: state %s, want %s", got, StateFailed)
 	}
-	events, err := s.ComputeEvents(ctx, "typo", 10)
+	events, err := s.Nodes().ComputeEvents(ctx, "typo", 10)
 	if err != nil {
 		t.Fatal(err)
 	}

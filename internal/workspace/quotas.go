@@ -20,22 +20,22 @@ import (
 const LowPriorityQuota = "lowPriority"
 
 // ListQuotas returns the core quota and use of every family the catalog has.
-func (s *Service) ListQuotas(ctx context.Context) ([]apitypes.Quota, error) {
-	q, err := loadQuotas(ctx, s.st)
+func (nd *Nodes) ListQuotas(ctx context.Context) ([]apitypes.Quota, error) {
+	q, err := loadQuotas(ctx, nd.ws.st)
 	if err != nil {
 		return nil, err
 	}
-	set, err := s.st.ListQuotas(ctx)
+	set, err := nd.ws.st.ListQuotas(ctx)
 	if err != nil {
 		return nil, err
 	}
-	usage, err := s.usage(ctx)
+	usage, err := nd.usage(ctx)
 	if err != nil {
 		return nil, err
 	}
 	seen := map[string]bool{}
 	var out []apitypes.Quota
-	for _, sz := range s.cfg.Sizes.List() {
+	for _, sz := range nd.ws.cfg.Sizes.List() {
 		if seen[sz.Family] {
 			continue
 		}
@@ -51,7 +51,7 @@ func (s *Service) ListQuotas(ctx context.Context) ([]apitypes.Quota, error) {
 }
 
 // SetQuota sets a family's core quota.
-func (s *Service) SetQuota(ctx context.Context, who auth.Principal, family string, cores int) error {
+func (nd *Nodes) SetQuota(ctx context.Context, who auth.Principal, family string, cores int) error {
 	if !who.IsOwner() {
 		return Forbidden("only an owner may set quotas")
 	}
@@ -59,15 +59,15 @@ func (s *Service) SetQuota(ctx context.Context, who auth.Principal, family strin
 		if cores < 0 {
 			return Invalid("cores: a quota is a number of cores, 0 or more (got %d)", cores)
 		}
-		if err := s.st.SetQuota(ctx, LowPriorityQuota, cores); err != nil {
+		if err := nd.ws.st.SetQuota(ctx, LowPriorityQuota, cores); err != nil {
 			return err
 		}
-		s.wakeDispatcher()
+		nd.ws.wakeDispatcher()
 		return nil
 	}
 	known := false
 	var families []string
-	for _, sz := range s.cfg.Sizes.List() {
+	for _, sz := range nd.ws.cfg.Sizes.List() {
 		known = known || strings.EqualFold(sz.Family, family)
 		if strings.EqualFold(sz.Family, family) {
 			family = sz.Family
@@ -87,34 +87,34 @@ func (s *Service) SetQuota(ctx context.Context, who auth.Principal, family strin
 	if cores < 0 || cores > spec.MaxQuotaCores {
 		return Invalid("cores: a quota is a number of cores from 0 to %d (got %d)", spec.MaxQuotaCores, cores)
 	}
-	if err := s.st.SetQuota(ctx, family, cores); err != nil {
+	if err := nd.ws.st.SetQuota(ctx, family, cores); err != nil {
 		return err
 	}
-	s.wakeDispatcher()
+	nd.ws.wakeDispatcher()
 	return nil
 }
 
 // EnableSize lets clusters of a restricted size be made.
-func (s *Service) EnableSize(ctx context.Context, who auth.Principal, size string) error {
+func (nd *Nodes) EnableSize(ctx context.Context, who auth.Principal, size string) error {
 	if !who.IsOwner() {
 		return Forbidden("only an owner may enable restricted sizes")
 	}
-	sz, ok := s.cfg.Sizes.Lookup(size)
+	sz, ok := nd.ws.cfg.Sizes.Lookup(size)
 	if !ok {
 		return Invalid("size: %q is not in the size catalog; see `ferry size list`", size)
 	}
-	return s.st.SetSizeEnabled(ctx, sz.Name, true)
+	return nd.ws.st.SetSizeEnabled(ctx, sz.Name, true)
 }
 
 // usage is the cores every pool node of the workspace holds: per family
 // for dedicated nodes, together for low-priority ones.
-func (s *Service) usage(ctx context.Context) (sizes.Usage, error) {
+func (nd *Nodes) usage(ctx context.Context) (sizes.Usage, error) {
 	u := sizes.Usage{FamilyCores: map[string]int{}}
-	nodes, err := s.st.ListNodes(ctx, "")
+	nodes, err := nd.ws.st.ListNodes(ctx, "")
 	if err != nil {
 		return u, err
 	}
-	recs, err := s.st.ListComputes(ctx)
+	recs, err := nd.ws.st.ListComputes(ctx)
 	if err != nil {
 		return u, err
 	}
@@ -126,7 +126,7 @@ func (s *Service) usage(ctx context.Context) (sizes.Usage, error) {
 		}
 	}
 	for _, n := range nodes {
-		if sz, ok := s.cfg.Sizes.Lookup(n.Size); ok {
+		if sz, ok := nd.ws.cfg.Sizes.Lookup(n.Size); ok {
 			u.Add(sz, 1, low[n.Compute])
 		}
 	}

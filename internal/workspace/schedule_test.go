@@ -96,7 +96,7 @@ func joinAll(t *testing.T, s *Service) {
 	}
 	for _, n := range nodes {
 		if n.State == NodeProvisioning {
-			if _, err := s.JoinNode(context.Background(), auth.Principal{Kind: KindJoin, Subject: n.Name}, nodeproto.JoinRequest{Name: n.Name}); err != nil {
+			if _, err := s.Nodes().JoinNode(context.Background(), auth.Principal{Kind: KindJoin, Subject: n.Name}, nodeproto.JoinRequest{Name: n.Name}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -112,7 +112,7 @@ func pass(t *testing.T, s *Service) {
 	}
 	for _, n := range nodes {
 		if n.State == NodeIdle || n.State == NodeBusy {
-			if _, err := s.NodeHeartbeat(context.Background(), auth.Principal{Kind: KindNode, Subject: n.Name}, n.Name, nodeproto.Heartbeat{}); err != nil {
+			if _, err := s.Nodes().NodeHeartbeat(context.Background(), auth.Principal{Kind: KindNode, Subject: n.Name}, n.Name, nodeproto.Heartbeat{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -161,10 +161,10 @@ func TestInstanceScheduleFiresOnceAcrossRestart(t *testing.T) {
 		pass(t, s)
 	}
 	if got := computeState(t, s, "eve-box"); got != InstanceStopped {
-		ev, _ := s.ComputeEvents(ctx, "eve-box", 20)
+		ev, _ := s.Nodes().ComputeEvents(ctx, "eve-box", 20)
 		t.Fatalf("after 18:00: %s, want Stopped; nodes %+v; events %+v", got, mustNodes(t, s, "eve-box"), ev)
 	}
-	if _, err := s.StartInstance(ctx, owner, "eve-box"); err != nil {
+	if _, err := s.Nodes().StartInstance(ctx, owner, "eve-box"); err != nil {
 		t.Fatal(err)
 	}
 	pass(t, s)

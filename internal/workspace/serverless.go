@@ -68,7 +68,7 @@ func (s *Service) serverless(ctx context.Context, j *spec.Job) (string, error) {
 	default:
 		var have spec.Compute
 		if err := json.Unmarshal(rec.Spec, &have); err == nil && have.MaxInstances != nil && *have.MaxInstances < instancesOf(j) {
-			if _, err := s.ResizeCompute(ctx, name, nil, intp(instancesOf(j)), nil); err != nil {
+			if _, err := s.nodes.ResizeCompute(ctx, name, nil, intp(instancesOf(j)), nil); err != nil {
 				return "", err
 			}
 		}

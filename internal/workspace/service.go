@@ -177,12 +177,9 @@ type Service struct {
 	regs   *registrations // outputs owed a data asset registration (outputassets.go)
 	assets *Assets        // the registries (assets.go), which jobs refer to
 
-	pmu       sync.Mutex               // guards the agent protocol's memory below
-	delivered map[string]bool          // node/job/attempt handed to its agent
-	nodeWait  map[string]chan struct{} // per node: closed when it has new work
+	nodes *Nodes // the node side: agents, instances, sessions, quotas (nodes.go)
 
-	sessions sessionTable // exec, shell and port-forward sessions of instances (sessions.go)
-	scopes   runScopes    // what each job's run token may read (blobscope.go)
+	scopes runScopes // what each job's run token may read (blobscope.go)
 }
 
 // New makes a Service and makes sure the workspace has its `local` target.
@@ -248,12 +245,12 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		unreached:  map[string]unreachedRunner{},
 		diskFull:   map[string]string{},
 		retaken:    map[string]bool{}, handing: map[string]int{}, cancelAsked: map[string]time.Time{}, engineCanceled: map[string]int{},
-		delivered: map[string]bool{}, nodeWait: map[string]chan struct{}{},
 		unusable: newUnusableLog(cfg.Log),
 	}
 	s.started = s.now()
 	s.instance = newInstanceID()
 	s.pools = newPoolLoop(cfg, s, s.started)
+	s.nodes = newNodes(s)
 	s.jobTypes = map[string]JobType{}
 	s.recordTypes = map[string]RecordType{}
 	s.regs = newRegistrations()
@@ -501,7 +498,7 @@ func (s *Service) computeView(ctx context.Context, rec store.Compute) (*apitypes
 	redactCompute(&c)
 	v := &apitypes.Compute{Name: rec.Name, Type: rec.Type, State: rec.State, Created: rec.Created, Spec: &c}
 	if pt := s.poolType(rec.Type); pt != nil {
-		if err := s.poolView(ctx, pt, v); err != nil {
+		if err := s.nodes.poolView(ctx, pt, v); err != nil {
 			return nil, err
 		}
 	} else if t, err := s.target(ctx, rec.Name); err == nil {

@@ -58,7 +58,7 @@ type Session struct {
 	// agent asks the client for one of those keys.
 	KeyRequired bool
 
-	s    *Service
+	nd   *Nodes
 	keys []string // authorized public keys, one per line, for the agent
 
 	mu        sync.Mutex
@@ -71,7 +71,7 @@ type Session struct {
 	closed    bool
 }
 
-// sessionTable is the Service's memory of sessions. The zero value is
+// sessionTable is the workspace's memory of sessions. The zero value is
 // ready to use.
 type sessionTable struct {
 	mu      sync.Mutex
@@ -91,7 +91,7 @@ type sessionUses struct {
 // the session pending for the instance's node and wakes the node's agent.
 // The caller then waits for the agent with AwaitAgent and calls Close when
 // the session is over.
-func (s *Service) OpenSession(ctx context.Context, who auth.Principal, compute, kind string) (*Session, error) {
+func (nd *Nodes) OpenSession(ctx context.Context, who auth.Principal, compute, kind string) (*Session, error) {
 	if !who.IsOwner() {
 		return nil, Forbidden("only an owner may open sessions on compute instances")
 	}
@@ -100,14 +100,14 @@ func (s *Service) OpenSession(ctx context.Context, who auth.Principal, compute, 
 	default:
 		return nil, Invalid("kind: %q is not a kind of session; use exec, shell or forward", kind)
 	}
-	rec, err := s.st.GetCompute(ctx, compute)
+	rec, err := nd.ws.st.GetCompute(ctx, compute)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, s.unknownCompute(ctx, compute)
+		return nil, nd.ws.unknownCompute(ctx, compute)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if !s.isInstance(rec.Type) {
+	if !nd.ws.isInstance(rec.Type) {
 		return nil, Invalid("compute %s is of type %s; exec, ssh and port-forward reach compute instances (type computeinstance) only", compute, rec.Type)
 	}
 	switch rec.State {
@@ -123,7 +123,7 @@ func (s *Service) OpenSession(ctx context.Context, who auth.Principal, compute, 
 	default:
 		return nil, Conflict("compute instance %s is %s: its machine is not ready yet; wait until `ferry compute show %s` says Running", compute, rec.State, compute)
 	}
-	nodes, err := s.st.ListNodes(ctx, compute)
+	nodes, err := nd.ws.st.ListNodes(ctx, compute)
 	if err != nil {
 		return nil, err
 	}
@@ -149,15 +149,15 @@ func (s *Service) OpenSession(ctx context.Context, who auth.Principal, compute, 
 		return nil, err
 	}
 	x := &Session{ID: "ses-" + hex.EncodeToString(id), Compute: compute, Node: node, Kind: kind,
-		KeyRequired: len(keys) > 0, s: s, keys: keys, ready: make(chan struct{})}
-	t := &s.sessions
+		KeyRequired: len(keys) > 0, nd: nd, keys: keys, ready: make(chan struct{})}
+	t := &nd.sessions
 	t.mu.Lock()
 	if t.pending == nil {
 		t.pending = map[string]*Session{}
 	}
 	t.pending[x.ID] = x
 	t.mu.Unlock()
-	s.wakeNode(node)
+	nd.wakeNode(node)
 	return x, nil
 }
 
@@ -185,7 +185,7 @@ func authorizedKeys(c *spec.Compute) ([]string, error) {
 // then on the session counts as open. On an error the session is no
 // longer pending.
 func (x *Session) AwaitAgent(ctx context.Context) (io.ReadWriteCloser, error) {
-	t := &x.s.sessions
+	t := &x.nd.sessions
 	t.mu.Lock()
 	wait := t.wait
 	t.mu.Unlock()
@@ -205,7 +205,7 @@ func (x *Session) AwaitAgent(ctx context.Context) (io.ReadWriteCloser, error) {
 	x.open = conn != nil && !x.closed
 	opened := x.open
 	x.mu.Unlock()
-	x.s.forgetPending(x.ID)
+	x.nd.forgetPending(x.ID)
 	if conn == nil {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("waiting for the agent of %s: %w", x.Compute, err)
@@ -240,11 +240,11 @@ func (x *Session) Close() {
 	wasOpen := x.open
 	x.open = false
 	x.mu.Unlock()
-	x.s.forgetPending(x.ID)
+	x.nd.forgetPending(x.ID)
 	if !wasOpen {
 		return
 	}
-	t := &x.s.sessions
+	t := &x.nd.sessions
 	t.mu.Lock()
 	u := t.usesLocked(x.Compute)
 	if x.Kind == SessionForward {
@@ -252,7 +252,7 @@ func (x *Session) Close() {
 	} else {
 		u.sessions--
 	}
-	u.lastClosed = x.s.now()
+	u.lastClosed = x.nd.ws.now()
 	t.mu.Unlock()
 }
 
@@ -269,10 +269,10 @@ func (x *Session) Attach(conn io.ReadWriteCloser) bool {
 	return true
 }
 
-func (s *Service) forgetPending(id string) {
-	s.sessions.mu.Lock()
-	delete(s.sessions.pending, id)
-	s.sessions.mu.Unlock()
+func (nd *Nodes) forgetPending(id string) {
+	nd.sessions.mu.Lock()
+	delete(nd.sessions.pending, id)
+	nd.sessions.mu.Unlock()
 }
 
 func (t *sessionTable) usesLocked(compute string) *sessionUses {
@@ -290,11 +290,11 @@ func (t *sessionTable) usesLocked(compute string) *sessionUses {
 // AcceptSession is the agent's side: node's agent connects to session id,
 // which must be pending for that node. The caller then upgrades the
 // agent's connection and hands it over with Attach.
-func (s *Service) AcceptSession(ctx context.Context, who auth.Principal, node, id string) (*Session, error) {
+func (nd *Nodes) AcceptSession(ctx context.Context, who auth.Principal, node, id string) (*Session, error) {
 	if who.Kind != KindNode || who.Subject != node {
 		return nil, Forbidden("only node %s's own token may take its sessions", node)
 	}
-	t := &s.sessions
+	t := &nd.sessions
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	x := t.pending[id]
@@ -312,9 +312,9 @@ func (s *Service) AcceptSession(ctx context.Context, who auth.Principal, node, i
 
 // sessionsFor returns the sessions waiting for node's agent that its polls
 // have not been given lately.
-func (s *Service) sessionsFor(node string) []nodeproto.SessionRequest {
-	now := s.now()
-	t := &s.sessions
+func (nd *Nodes) sessionsFor(node string) []nodeproto.SessionRequest {
+	now := nd.ws.now()
+	t := &nd.sessions
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []nodeproto.SessionRequest
@@ -337,8 +337,8 @@ func (s *Service) sessionsFor(node string) []nodeproto.SessionRequest {
 
 // sessionUse says how many sessions (exec and shell) and port-forwards of
 // compute are open, and when the last one closed (zero if none has).
-func (s *Service) sessionUse(compute string) (sessions, forwards int, lastClosed time.Time) {
-	t := &s.sessions
+func (nd *Nodes) sessionUse(compute string) (sessions, forwards int, lastClosed time.Time) {
+	t := &nd.sessions
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if u := t.use[compute]; u != nil {

@@ -53,7 +53,7 @@ func nodePrincipal(node string) auth.Principal { return auth.Principal{Kind: Kin
 // poll is one assignment poll of node's agent that does not wait.
 func poll(t *testing.T, s *Service, node string) []string {
 	t.Helper()
-	as, err := s.NodeAssignments(context.Background(), nodePrincipal(node), node, 0)
+	as, err := s.Nodes().NodeAssignments(context.Background(), nodePrincipal(node), node, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,11 +69,11 @@ func poll(t *testing.T, s *Service, node string) []string {
 func connected(t *testing.T, s *Service, node, kind string) *Session {
 	t.Helper()
 	ctx := context.Background()
-	x, err := s.OpenSession(ctx, owner, "dev-box", kind)
+	x, err := s.Nodes().OpenSession(ctx, owner, "dev-box", kind)
 	if err != nil {
 		t.Fatal(err)
 	}
-	y, err := s.AcceptSession(ctx, nodePrincipal(node), node, x.ID)
+	y, err := s.Nodes().AcceptSession(ctx, nodePrincipal(node), node, x.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,16 +108,16 @@ func TestSessionPairsUserAndAgent(t *testing.T) {
 	s, clk, node := newInstance(t, nil)
 	ctx := context.Background()
 
-	_, err := s.OpenSession(ctx, auth.Principal{Kind: auth.KindRun, Subject: "j"}, "dev-box", "exec")
+	_, err := s.Nodes().OpenSession(ctx, auth.Principal{Kind: auth.KindRun, Subject: "j"}, "dev-box", "exec")
 	wantCode(t, "a run token", err, CodeForbidden)
-	_, err = s.OpenSession(ctx, owner, "dev-box", "telnet")
+	_, err = s.Nodes().OpenSession(ctx, owner, "dev-box", "telnet")
 	wantCode(t, "a bad kind", err, CodeInvalid, "exec, shell or forward")
-	_, err = s.OpenSession(ctx, owner, "local", "exec")
+	_, err = s.Nodes().OpenSession(ctx, owner, "local", "exec")
 	wantCode(t, "the local target", err, CodeInvalid, "computeinstance")
-	_, err = s.OpenSession(ctx, owner, "nope", "exec")
+	_, err = s.Nodes().OpenSession(ctx, owner, "nope", "exec")
 	wantCode(t, "an unknown compute", err, CodeNotFound)
 
-	x, err := s.OpenSession(ctx, owner, "dev-box", SessionShell)
+	x, err := s.Nodes().OpenSession(ctx, owner, "dev-box", SessionShell)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,15 +135,15 @@ func TestSessionPairsUserAndAgent(t *testing.T) {
 		t.Errorf("a session not taken within %s was not handed out again: %v", sessionRedeliver, got)
 	}
 
-	_, err = s.AcceptSession(ctx, nodePrincipal("other-node"), node, x.ID)
+	_, err = s.Nodes().AcceptSession(ctx, nodePrincipal("other-node"), node, x.ID)
 	wantCode(t, "another node's token", err, CodeForbidden)
-	_, err = s.AcceptSession(ctx, nodePrincipal(node), node, "ses-nope")
+	_, err = s.Nodes().AcceptSession(ctx, nodePrincipal(node), node, "ses-nope")
 	wantCode(t, "an unknown session", err, CodeNotFound)
-	y, err := s.AcceptSession(ctx, nodePrincipal(node), node, x.ID)
+	y, err := s.Nodes().AcceptSession(ctx, nodePrincipal(node), node, x.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.AcceptSession(ctx, nodePrincipal(node), node, x.ID)
+	_, err = s.Nodes().AcceptSession(ctx, nodePrincipal(node), node, x.ID)
 	wantCode(t, "a session connected twice", err, CodeConflict)
 	if got := poll(t, s, node); len(got) != 0 {
 		t.Errorf("a connected session is still handed out: %v", got)
@@ -157,7 +157,7 @@ func TestSessionPairsUserAndAgent(t *testing.T) {
 	if err != nil || conn != agentEnd {
 		t.Fatalf("AwaitAgent: %v, %v", conn, err)
 	}
-	if n, f, _ := s.sessionUse("dev-box"); n != 1 || f != 0 {
+	if n, f, _ := s.nodes.sessionUse("dev-box"); n != 1 || f != 0 {
 		t.Errorf("open: %d sessions, %d forwards; want 1, 0", n, f)
 	}
 	v, err := s.GetCompute(ctx, "dev-box")
@@ -167,7 +167,7 @@ func TestSessionPairsUserAndAgent(t *testing.T) {
 	clk.advance(time.Minute)
 	x.Close()
 	x.Close() // twice is once
-	if n, f, last := s.sessionUse("dev-box"); n != 0 || f != 0 || !last.Equal(clk.Now()) {
+	if n, f, last := s.nodes.sessionUse("dev-box"); n != 0 || f != 0 || !last.Equal(clk.Now()) {
 		t.Errorf("closed: %d sessions, %d forwards, last closed %s; want 0, 0, %s", n, f, last, clk.Now())
 	}
 }
@@ -176,25 +176,25 @@ func TestSessionPairsUserAndAgent(t *testing.T) {
 // nothing behind.
 func TestSessionNotTakenIsForgotten(t *testing.T) {
 	s, _, node := newInstance(t, nil)
-	s.sessions.wait = 50 * time.Millisecond
+	s.nodes.sessions.wait = 50 * time.Millisecond
 	ctx := context.Background()
 
-	x, err := s.OpenSession(ctx, owner, "dev-box", SessionExec)
+	x, err := s.Nodes().OpenSession(ctx, owner, "dev-box", SessionExec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = x.AwaitAgent(ctx)
 	wantCode(t, "no agent", err, CodeUnavailable, "did not take the session", "ferry compute restart dev-box")
 	x.Close()
-	_, err = s.AcceptSession(ctx, nodePrincipal(node), node, x.ID)
+	_, err = s.Nodes().AcceptSession(ctx, nodePrincipal(node), node, x.ID)
 	wantCode(t, "a session given up", err, CodeNotFound)
 
 	gone, cancel := context.WithCancel(ctx)
-	y, err := s.OpenSession(ctx, owner, "dev-box", SessionForward)
+	y, err := s.Nodes().OpenSession(ctx, owner, "dev-box", SessionForward)
 	if err != nil {
 		t.Fatal(err)
 	}
-	z, err := s.AcceptSession(ctx, nodePrincipal(node), node, y.ID)
+	z, err := s.Nodes().AcceptSession(ctx, nodePrincipal(node), node, y.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,10 +213,10 @@ func TestSessionNotTakenIsForgotten(t *testing.T) {
 	if got := poll(t, s, node); len(got) != 0 {
 		t.Errorf("sessions given up are still handed out: %v", got)
 	}
-	if len(s.sessions.pending) != 0 {
-		t.Errorf("pending sessions left: %v", s.sessions.pending)
+	if len(s.nodes.sessions.pending) != 0 {
+		t.Errorf("pending sessions left: %v", s.nodes.sessions.pending)
 	}
-	if n, f, last := s.sessionUse("dev-box"); n != 0 || f != 0 || !last.IsZero() {
+	if n, f, last := s.nodes.sessionUse("dev-box"); n != 0 || f != 0 || !last.IsZero() {
 		t.Errorf("sessions that never opened count: %d, %d, %s", n, f, last)
 	}
 }
@@ -228,7 +228,7 @@ func TestOpenSessionPreventsIdleStop(t *testing.T) {
 	s, clk, node := newInstance(t, &spec.Compute{Name: "dev-box", Type: "computeinstance", Size: "Standard_DS1_v2", IdleTimeBeforeShutdownMins: &idle})
 	shell := connected(t, s, node, SessionShell)
 	fwd := connected(t, s, node, SessionForward)
-	if n, f, _ := s.sessionUse("dev-box"); n != 1 || f != 1 {
+	if n, f, _ := s.nodes.sessionUse("dev-box"); n != 1 || f != 1 {
 		t.Fatalf("%d sessions, %d forwards; want 1, 1", n, f)
 	}
 
@@ -254,7 +254,7 @@ func TestOpenSessionPreventsIdleStop(t *testing.T) {
 	if got := computeState(t, s, "dev-box"); got != InstanceStopping && got != InstanceStopped {
 		t.Fatalf("15 min after the last forward closed: %s, want Stopping", got)
 	}
-	ev, err := s.ComputeEvents(context.Background(), "dev-box", 0)
+	ev, err := s.Nodes().ComputeEvents(context.Background(), "dev-box", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,10 +270,10 @@ func TestOpenSessionPreventsIdleStop(t *testing.T) {
 func TestSessionRefusedUnlessRunning(t *testing.T) {
 	s, _, _ := newInstance(t, nil)
 	ctx := context.Background()
-	if _, err := s.StopInstance(ctx, owner, "dev-box"); err != nil {
+	if _, err := s.Nodes().StopInstance(ctx, owner, "dev-box"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.OpenSession(ctx, owner, "dev-box", SessionExec)
+	_, err := s.Nodes().OpenSession(ctx, owner, "dev-box", SessionExec)
 	wantCode(t, "a Stopping instance", err, CodeConflict, "is Stopping", "ferry compute start dev-box")
 	for range 3 {
 		pass(t, s)
@@ -281,12 +281,12 @@ func TestSessionRefusedUnlessRunning(t *testing.T) {
 	if got := computeState(t, s, "dev-box"); got != InstanceStopped {
 		t.Fatalf("dev-box is %s", got)
 	}
-	_, err = s.OpenSession(ctx, owner, "dev-box", SessionShell)
+	_, err = s.Nodes().OpenSession(ctx, owner, "dev-box", SessionShell)
 	wantCode(t, "a Stopped instance", err, CodeConflict, "compute instance dev-box is Stopped; start it with `ferry compute start dev-box`")
-	if _, err := s.StartInstance(ctx, owner, "dev-box"); err != nil {
+	if _, err := s.Nodes().StartInstance(ctx, owner, "dev-box"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.OpenSession(ctx, owner, "dev-box", SessionShell)
+	_, err = s.Nodes().OpenSession(ctx, owner, "dev-box", SessionShell)
 	wantCode(t, "a Starting instance", err, CodeConflict, "is Starting", "Running")
 }
 
@@ -302,7 +302,7 @@ func TestSessionCarriesAuthorizedKeys(t *testing.T) {
 	line := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp)))
 	s, _, node := newInstance(t, &spec.Compute{Name: "dev-box", Type: "computeinstance", Size: "Standard_DS1_v2",
 		SSHSettings: &spec.SSHSettings{SSHKeyValue: line + " me@laptop"}})
-	x, err := s.OpenSession(context.Background(), owner, "dev-box", SessionExec)
+	x, err := s.Nodes().OpenSession(context.Background(), owner, "dev-box", SessionExec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestSessionCarriesAuthorizedKeys(t *testing.T) {
 	if !x.KeyRequired {
 		t.Error("an instance with ssh_key_value does not ask for a key")
 	}
-	as, err := s.NodeAssignments(context.Background(), nodePrincipal(node), node, 0)
+	as, err := s.Nodes().NodeAssignments(context.Background(), nodePrincipal(node), node, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
