@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
@@ -30,35 +31,35 @@ func authorize(rt route, who auth.Principal, r *http.Request) error {
 	switch who.Kind {
 	case auth.KindOwner:
 		if rt.node {
-			return workspace.Forbidden("%s %s is for node agents; the owner token may not call it", rt.method, rt.path)
+			return apperr.Forbidden("%s %s is for node agents; the owner token may not call it", rt.method, rt.path)
 		}
 		return nil
 	case auth.KindRun:
 		if !rt.run {
-			return workspace.Forbidden("a run token may not call %s %s", rt.method, rt.path)
+			return apperr.Forbidden("a run token may not call %s %s", rt.method, rt.path)
 		}
 		if hasParam("name") && r.PathValue("name") != who.Subject {
-			return workspace.Forbidden("this run token is job %s's; it may not call %s for job %s", who.Subject, rt.path, r.PathValue("name"))
+			return apperr.Forbidden("this run token is job %s's; it may not call %s for job %s", who.Subject, rt.path, r.PathValue("name"))
 		}
 		if hasParam("attempt") {
 			if a, err := strconv.Atoi(r.PathValue("attempt")); err != nil || a != who.Attempt {
-				return workspace.Forbidden("this token belongs to attempt %d of job %s, not %q", who.Attempt, who.Subject, r.PathValue("attempt"))
+				return apperr.Forbidden("this token belongs to attempt %d of job %s, not %q", who.Attempt, who.Subject, r.PathValue("attempt"))
 			}
 		}
 		return nil
 	case workspace.KindNode:
 		if !rt.node || !hasParam("node") {
-			return workspace.Forbidden("a node token may not call %s %s", rt.method, rt.path)
+			return apperr.Forbidden("a node token may not call %s %s", rt.method, rt.path)
 		}
 		if r.PathValue("node") != who.Subject {
-			return workspace.Forbidden("this token is node %s's; it may not call %s for node %s", who.Subject, rt.path, r.PathValue("node"))
+			return apperr.Forbidden("this token is node %s's; it may not call %s for node %s", who.Subject, rt.path, r.PathValue("node"))
 		}
 		return nil
 	case workspace.KindJoin:
 		if !rt.node || hasParam("node") {
-			return workspace.Forbidden("a join token may only join (POST /v1/nodes/join), not call %s %s", rt.method, rt.path)
+			return apperr.Forbidden("a join token may only join (POST /v1/nodes/join), not call %s %s", rt.method, rt.path)
 		}
 		return nil
 	}
-	return workspace.Forbidden("a %s token may not call %s %s", who.Kind, rt.method, rt.path)
+	return apperr.Forbidden("a %s token may not call %s %s", who.Kind, rt.method, rt.path)
 }

@@ -6,6 +6,7 @@ package api
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"encoding/json"
 	"errors"
@@ -137,7 +138,7 @@ func New(ws *workspace.Service, wl Workloads, tokens store.Store, log *slog.Logg
 		s.mux.HandleFunc(rt.method+" "+rt.path, s.wrap(rt))
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, workspace.NotFound("no API operation %s %s; see /openapi.json", r.Method, r.URL.Path))
+		s.writeError(w, r, apperr.NotFound("no API operation %s %s; see /openapi.json", r.Method, r.URL.Path))
 	})
 	return s
 }
@@ -183,13 +184,13 @@ func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
 		h := r.Header.Get("Authorization")
 		secret, ok := strings.CutPrefix(h, "Bearer ")
 		if !ok || strings.TrimSpace(secret) == "" {
-			return auth.Principal{}, workspace.Unauthorized("missing token: send `Authorization: Bearer <token>` (the owner token is in the server's data dir, owner.token)")
+			return auth.Principal{}, apperr.Unauthorized("missing token: send `Authorization: Bearer <token>` (the owner token is in the server's data dir, owner.token)")
 		}
 		hash = auth.Hash(secret)
 	}
 	t, err := s.tokens.TokenByHash(r.Context(), hash)
 	if errors.Is(err, store.ErrNotFound) {
-		return auth.Principal{}, workspace.Unauthorized("the token is not valid for this workspace (wrong, revoked or from another workspace)")
+		return auth.Principal{}, apperr.Unauthorized("the token is not valid for this workspace (wrong, revoked or from another workspace)")
 	}
 	if err != nil {
 		return auth.Principal{}, err
@@ -197,31 +198,31 @@ func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
 	return auth.Principal{Kind: t.Kind, Subject: t.Subject, Attempt: t.Attempt}, nil
 }
 
-var statusOf = map[workspace.Code]int{
-	workspace.CodeInternal:     http.StatusInternalServerError,
-	workspace.CodeInvalid:      http.StatusBadRequest,
-	workspace.CodeNotFound:     http.StatusNotFound,
-	workspace.CodeConflict:     http.StatusConflict,
-	workspace.CodeUnauthorized: http.StatusUnauthorized,
-	workspace.CodeForbidden:    http.StatusForbidden,
-	workspace.CodeTooLarge:     http.StatusRequestEntityTooLarge,
-	workspace.CodeUnavailable:  http.StatusServiceUnavailable,
-	workspace.CodeNoSpace:      http.StatusInsufficientStorage,
+var statusOf = map[apperr.Code]int{
+	apperr.CodeInternal:     http.StatusInternalServerError,
+	apperr.CodeInvalid:      http.StatusBadRequest,
+	apperr.CodeNotFound:     http.StatusNotFound,
+	apperr.CodeConflict:     http.StatusConflict,
+	apperr.CodeUnauthorized: http.StatusUnauthorized,
+	apperr.CodeForbidden:    http.StatusForbidden,
+	apperr.CodeTooLarge:     http.StatusRequestEntityTooLarge,
+	apperr.CodeUnavailable:  http.StatusServiceUnavailable,
+	apperr.CodeNoSpace:      http.StatusInsufficientStorage,
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	code := workspace.CodeOf(err)
+	code := apperr.CodeOf(err)
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		code = workspace.CodeTooLarge
-		err = &workspace.Error{Code: code, Msg: fmt.Sprintf("the request body is over its limit of %d bytes", tooBig.Limit)}
+		code = apperr.CodeTooLarge
+		err = &apperr.Error{Code: code, Msg: fmt.Sprintf("the request body is over its limit of %d bytes", tooBig.Limit)}
 	}
 	status := statusOf[code]
 	if errors.Is(err, httplimit.ErrBodyTooSlow) {
 		// The client's own doing, with its own status; the rest of the
 		// body will not come, so the connection ends with the answer.
-		code, status = workspace.CodeInvalid, http.StatusRequestTimeout
-		err = &workspace.Error{Code: code, Msg: "reading the request body: " + err.Error()}
+		code, status = apperr.CodeInvalid, http.StatusRequestTimeout
+		err = &apperr.Error{Code: code, Msg: "reading the request body: " + err.Error()}
 		w.Header().Set("Connection", "close")
 	}
 	p := apitypes.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: err.Error()}
@@ -229,13 +230,13 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &fe) {
 		p.Errors = fe
 	}
-	if we := (*workspace.Error)(nil); code == workspace.CodeNoSpace && !errors.As(err, &we) {
+	if we := (*apperr.Error)(nil); code == apperr.CodeNoSpace && !errors.As(err, &we) {
 		p.Detail = "the server's disk is full: nothing was stored; free space in the server's data directory and try again"
 	}
-	if code == workspace.CodeNoSpace {
+	if code == apperr.CodeNoSpace {
 		s.log.Warn("the data directory's disk is full; writes are refused until there is room", "method", r.Method, "path", r.URL.Path, "err", errors.Unwrap(err))
 	}
-	if code == workspace.CodeInternal {
+	if code == apperr.CodeInternal {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		p.Detail = "internal error; the server's log has the details"
 	}
@@ -259,7 +260,7 @@ func decode(r *http.Request, v any) error {
 		if errors.As(err, &tooBig) || errors.Is(err, httplimit.ErrBodyTooSlow) {
 			return err
 		}
-		return workspace.Invalid("request body: %v", err)
+		return apperr.Invalid("request body: %v", err)
 	}
 	return nil
 }
@@ -271,7 +272,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 func attemptOf(r *http.Request) (int, error) {
 	a, err := strconv.Atoi(r.PathValue("attempt"))
 	if err != nil || a < 1 {
-		return 0, workspace.Invalid("attempt: %q is not an attempt number", r.PathValue("attempt"))
+		return 0, apperr.Invalid("attempt: %q is not an attempt number", r.PathValue("attempt"))
 	}
 	return a, nil
 }
@@ -293,7 +294,7 @@ func (s *Server) createCompute(r *http.Request, who auth.Principal) (any, error)
 	}
 	c, err := spec.DecodeComputeJSON(body)
 	if err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	return s.ws.CreateCompute(r.Context(), c)
 }
@@ -328,7 +329,7 @@ func (s *Server) preemptNode(r *http.Request, who auth.Principal) (any, error) {
 
 func (s *Server) resizeCompute(r *http.Request, who auth.Principal) (any, error) {
 	if !who.IsOwner() {
-		return nil, workspace.Forbidden("only an owner may resize computes")
+		return nil, apperr.Forbidden("only an owner may resize computes")
 	}
 	var req apitypes.ResizeRequest
 	if err := decode(r, &req); err != nil {
@@ -362,7 +363,7 @@ func (s *Server) setQuota(r *http.Request, who auth.Principal) (any, error) {
 		return nil, err
 	}
 	if req.Cores == nil {
-		return nil, workspace.Invalid("cores: say how many cores the family may use, e.g. {\"cores\": 48}")
+		return nil, apperr.Invalid("cores: say how many cores the family may use, e.g. {\"cores\": 48}")
 	}
 	if err := s.ws.Nodes().SetQuota(r.Context(), who, r.PathValue("family"), *req.Cores); err != nil {
 		return nil, err
@@ -398,7 +399,7 @@ func (s *Server) nodeAssignments(r *http.Request, who auth.Principal) (any, erro
 	if w := r.URL.Query().Get("wait"); w != "" {
 		n, err := strconv.Atoi(w)
 		if err != nil || n < 0 || n > 3600 {
-			return nil, workspace.Invalid("wait: %q is not a number of seconds from 0 to 3600 (the server waits at most 60)", w)
+			return nil, apperr.Invalid("wait: %q is not a number of seconds from 0 to 3600 (the server waits at most 60)", w)
 		}
 		wait = time.Duration(n) * time.Second
 	}
@@ -417,11 +418,11 @@ func (s *Server) createEnvironment(r *http.Request, who auth.Principal) (any, er
 		return nil, err
 	}
 	if len(req.Spec) == 0 {
-		return nil, workspace.Invalid("spec: the environment spec is missing")
+		return nil, apperr.Invalid("spec: the environment spec is missing")
 	}
 	f, err := spec.DecodeEnvironmentJSON(req.Spec)
 	if err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	return s.ws.Assets().CreateEnvironment(r.Context(), who, f, req.ContextSnapshot)
 }
@@ -461,7 +462,7 @@ func (s *Server) listJobs(r *http.Request, _ auth.Principal) (any, error) {
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 0 {
-			return nil, workspace.Invalid("limit: %q is not a count", l)
+			return nil, apperr.Invalid("limit: %q is not a count", l)
 		}
 		f.Limit = n
 	}
@@ -480,11 +481,11 @@ func (s *Server) cancelJob(r *http.Request, who auth.Principal) (any, error) {
 // schedule fires.
 func submission(req apitypes.JobRequest) (workspace.Submission, error) {
 	if len(req.Spec) == 0 {
-		return workspace.Submission{}, workspace.Invalid("spec: the job spec is missing")
+		return workspace.Submission{}, apperr.Invalid("spec: the job spec is missing")
 	}
 	j, err := spec.DecodeJobJSON(req.Spec)
 	if err != nil {
-		return workspace.Submission{}, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return workspace.Submission{}, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	return workspace.Submission{
 		Spec: j, CodeSnapshot: req.CodeSnapshot, InputSnapshots: req.InputSnapshots, EnvironmentSnapshot: req.EnvironmentSnapshot}, nil
@@ -510,7 +511,7 @@ func (s *Server) streamLogs(w http.ResponseWriter, r *http.Request, _ auth.Princ
 	if o := r.URL.Query().Get("offset"); o != "" {
 		n, err := strconv.ParseInt(o, 10, 64)
 		if err != nil || n < 0 {
-			return workspace.Invalid("offset: %q is not a byte offset", o)
+			return apperr.Invalid("offset: %q is not a byte offset", o)
 		}
 		offset = n
 	}
@@ -635,7 +636,7 @@ func rankOf(r *http.Request) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 || n > 100000 {
-		return 0, workspace.Invalid("rank: %q is not a node rank", v)
+		return 0, apperr.Invalid("rank: %q is not a node rank", v)
 	}
 	return n, nil
 }
@@ -660,7 +661,7 @@ func (s *Server) appendLog(r *http.Request, who auth.Principal) (any, error) {
 	}
 	offset, err := strconv.ParseInt(r.URL.Query().Get("offset"), 10, 64)
 	if err != nil || offset < 0 {
-		return nil, workspace.Invalid("offset: %q is not a byte offset", r.URL.Query().Get("offset"))
+		return nil, apperr.Invalid("offset: %q is not a byte offset", r.URL.Query().Get("offset"))
 	}
 	data, err := readBody(r, maxLogChunk)
 	if err != nil {

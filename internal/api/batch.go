@@ -2,6 +2,7 @@ package api
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"io"
@@ -9,7 +10,6 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // BatchEndpoints is what the batch routes ask of batch endpoints'
@@ -59,10 +59,10 @@ func batchEndpointOf(r *http.Request) (*spec.BatchEndpoint, error) {
 	}
 	e, err := spec.DecodeBatchEndpointJSON(data)
 	if err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	if name := r.PathValue("name"); name != "" && e.Name != name {
-		return nil, workspace.Invalid("name: the path names batch endpoint %s, the file %s; give one", name, e.Name)
+		return nil, apperr.Invalid("name: the path names batch endpoint %s, the file %s; give one", name, e.Name)
 	}
 	return e, nil
 }

@@ -2,12 +2,12 @@ package api
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"net/http"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // dataRoutes are the data asset registry's operations, shaped as the
@@ -28,11 +28,11 @@ func (s *Server) createData(r *http.Request, who auth.Principal) (any, error) {
 		return nil, err
 	}
 	if len(req.Spec) == 0 {
-		return nil, workspace.Invalid("spec: the data asset spec is missing")
+		return nil, apperr.Invalid("spec: the data asset spec is missing")
 	}
 	f, err := spec.DecodeDataJSON(req.Spec)
 	if err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	return s.ws.Assets().CreateData(r.Context(), who, f, req.Snapshot)
 }

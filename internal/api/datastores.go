@@ -2,12 +2,12 @@ package api
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"net/http"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // datastoreRoutes are the datastores' operations, for owner tokens only.
@@ -26,11 +26,11 @@ func (s *Server) createDatastore(r *http.Request, who auth.Principal) (any, erro
 		return nil, err
 	}
 	if len(req.Spec) == 0 {
-		return nil, workspace.Invalid("spec: the datastore spec is missing")
+		return nil, apperr.Invalid("spec: the datastore spec is missing")
 	}
 	f, err := spec.DecodeDatastoreJSON(req.Spec)
 	if err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	return s.ws.Assets().CreateDatastore(r.Context(), who, f)
 }

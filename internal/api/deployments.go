@@ -2,6 +2,7 @@ package api
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"bytes"
 	"encoding/json"
@@ -12,7 +13,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workload/online"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // deploymentRoutes are an online endpoint's deployments, for owner tokens
@@ -41,12 +41,12 @@ func deploymentOf(r *http.Request, req apitypes.DeploymentRequest) (*spec.Online
 // endpoint what kind of endpoint the path names.
 func specOf[D any](r *http.Request, raw json.RawMessage, what, endpoint string, decode func([]byte) (*D, error)) (*D, error) {
 	if len(raw) == 0 {
-		return nil, workspace.Invalid("spec: the deployment spec is missing")
+		return nil, apperr.Invalid("spec: the deployment spec is missing")
 	}
 	// The names are filled before the strict decode, which requires them.
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
-		return nil, workspace.Invalid("spec: must be a JSON object (%s as JSON)", what)
+		return nil, apperr.Invalid("spec: must be a JSON object (%s as JSON)", what)
 	}
 	for _, p := range []struct{ field, param, what string }{
 		{"endpoint_name", "endpoint", endpoint},
@@ -58,13 +58,13 @@ func specOf[D any](r *http.Request, raw json.RawMessage, what, endpoint string, 
 		}
 		var got string
 		if raw, ok := fields[p.field]; ok && json.Unmarshal(raw, &got) != nil {
-			return nil, workspace.Invalid("spec.%s: must be a string", p.field)
+			return nil, apperr.Invalid("spec.%s: must be a string", p.field)
 		}
 		switch {
 		case got == "":
 			fields[p.field], _ = json.Marshal(want)
 		case got != want:
-			return nil, workspace.Invalid("spec.%s: the path names %s %s, the spec %s; give one %s", p.field, p.what, want, got, p.what)
+			return nil, apperr.Invalid("spec.%s: the path names %s %s, the spec %s; give one %s", p.field, p.what, want, got, p.what)
 		}
 	}
 	data, err := json.Marshal(fields)
@@ -73,7 +73,7 @@ func specOf[D any](r *http.Request, raw json.RawMessage, what, endpoint string, 
 	}
 	d, err := decode(data)
 	if err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	return d, nil
 }
@@ -96,7 +96,7 @@ func (s *Server) updateDeployment(r *http.Request, who auth.Principal) (any, err
 		return nil, err
 	}
 	if req.Local {
-		return nil, workspace.Invalid("local: where a deployment runs is chosen when it is created; delete it and create it again to move it")
+		return nil, apperr.Invalid("local: where a deployment runs is chosen when it is created; delete it and create it again to move it")
 	}
 	d, err := deploymentOf(r, req)
 	if err != nil {
@@ -125,7 +125,7 @@ func (s *Server) deploymentLogs(w http.ResponseWriter, r *http.Request, _ auth.P
 	if v := r.URL.Query().Get("lines"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return workspace.Invalid("lines: %q is not a number of lines (0 or more)", v)
+			return apperr.Invalid("lines: %q is not a number of lines (0 or more)", v)
 		}
 		lines = n
 	}

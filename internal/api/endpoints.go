@@ -2,13 +2,13 @@ package api
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"io"
 	"net/http"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // endpointRoutes are the online endpoints' operations: for owner tokens
@@ -33,7 +33,7 @@ func (s *Server) createEndpoint(r *http.Request, who auth.Principal) (any, error
 	}
 	e, err := spec.DecodeOnlineEndpointJSON(data)
 	if err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	return s.wl.Online.CreateOnlineEndpoint(r.Context(), who, e)
 }

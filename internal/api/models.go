@@ -2,13 +2,13 @@ package api
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"net/http"
 	"strconv"
 
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // modelRoutes are the model registry's operations. Like environments',
@@ -29,11 +29,11 @@ func (s *Server) createModel(r *http.Request, who auth.Principal) (any, error) {
 		return nil, err
 	}
 	if len(req.Spec) == 0 {
-		return nil, workspace.Invalid("spec: the model spec is missing")
+		return nil, apperr.Invalid("spec: the model spec is missing")
 	}
 	f, err := spec.DecodeModelJSON(req.Spec)
 	if err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	return s.ws.Assets().CreateModel(r.Context(), who, f, req.Snapshot)
 }
@@ -64,7 +64,7 @@ func includeArchived(r *http.Request) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, workspace.Invalid("include_archived: %q is not true or false", v)
+		return false, apperr.Invalid("include_archived: %q is not true or false", v)
 	}
 	return b, nil
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"net/http"
@@ -9,7 +10,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workload/pipelines"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // Pipelines is what the pipeline routes ask of the pipeline workload
@@ -36,11 +36,11 @@ func (s *Server) createComponent(r *http.Request, who auth.Principal) (any, erro
 		return nil, err
 	}
 	if len(req.Spec) == 0 {
-		return nil, workspace.Invalid("spec: the component spec is missing")
+		return nil, apperr.Invalid("spec: the component spec is missing")
 	}
 	c, err := spec.DecodeComponentJSON(req.Spec)
 	if err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	return s.ws.Assets().CreateComponent(r.Context(), who, c)
 }
@@ -59,11 +59,11 @@ func (s *Server) createPipelineJob(r *http.Request, who auth.Principal) (any, er
 		return nil, err
 	}
 	if len(req.Spec) == 0 {
-		return nil, workspace.Invalid("spec: the pipeline job spec is missing")
+		return nil, apperr.Invalid("spec: the pipeline job spec is missing")
 	}
 	p, err := spec.DecodePipelineJobJSON(req.Spec)
 	if err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	return s.wl.Pipelines.SubmitPipeline(r.Context(), who, pipelines.Submission{Spec: p, InputSnapshots: req.InputSnapshots})
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"net/http"
@@ -10,7 +11,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workload/pipelines"
 	"github.com/ferry-ml/ferry/internal/workload/schedules"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // Schedules is what the schedule routes ask of the schedule workload
@@ -43,11 +43,11 @@ func (s *Server) createSchedule(r *http.Request, who auth.Principal) (any, error
 		return nil, err
 	}
 	if len(req.Spec) == 0 {
-		return nil, workspace.Invalid("spec: the schedule spec is missing")
+		return nil, apperr.Invalid("spec: the schedule spec is missing")
 	}
 	f, err := spec.DecodeScheduleJSON(req.Spec)
 	if err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	wreq := schedules.Request{File: f, CopyJob: req.CopyJob, Overrides: req.Overrides}
 	if req.Job != nil {
@@ -59,11 +59,11 @@ func (s *Server) createSchedule(r *http.Request, who auth.Principal) (any, error
 	}
 	if req.Pipeline != nil {
 		if len(req.Pipeline.Spec) == 0 {
-			return nil, workspace.Invalid("pipeline.spec: the pipeline job spec is missing")
+			return nil, apperr.Invalid("pipeline.spec: the pipeline job spec is missing")
 		}
 		p, err := spec.DecodePipelineJobJSON(req.Pipeline.Spec)
 		if err != nil {
-			return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: "create_job: " + err.Error(), Err: err}
+			return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: "create_job: " + err.Error(), Err: err}
 		}
 		wreq.Pipeline = &pipelines.Submission{Spec: p, InputSnapshots: req.Pipeline.InputSnapshots}
 	}

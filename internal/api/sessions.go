@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/session"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // Sessions (`ferry compute exec|ssh|port-forward`) are two HTTP upgrades
@@ -24,7 +24,7 @@ import (
 // checkUpgrade refuses a request that does not ask for a session upgrade.
 func checkUpgrade(r *http.Request) error {
 	if r.ProtoMajor != 1 || !headerHas(r.Header, "Connection", "upgrade") || !strings.EqualFold(r.Header.Get("Upgrade"), session.Protocol) {
-		return workspace.Invalid("this call upgrades the connection to a session: send it over HTTP/1.1 with `Connection: Upgrade` and `Upgrade: %s` (the ferry CLI does: `ferry compute exec|ssh|port-forward`)", session.Protocol)
+		return apperr.Invalid("this call upgrades the connection to a session: send it over HTTP/1.1 with `Connection: Upgrade` and `Upgrade: %s` (the ferry CLI does: `ferry compute exec|ssh|port-forward`)", session.Protocol)
 	}
 	return nil
 }

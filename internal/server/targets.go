@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/compute/amlcompute"
@@ -108,7 +109,7 @@ func newKubernetes(env targetEnv, c *spec.Compute) (compute.Target, error) {
 	if open.Registry != "" && env.Images != nil {
 		user, password := open.RegistryLogin()
 		if images, err = env.Images.For(open.Registry, user, password); err != nil {
-			return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err} // "registry: ..." already
+			return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err} // "registry: ..." already
 		}
 	}
 	t, err := kubernetes.New(kubernetes.Config{Compute: open, Exe: env.Exe, CancelGrace: env.CancelGrace,
@@ -117,7 +118,7 @@ func newKubernetes(env targetEnv, c *spec.Compute) (compute.Target, error) {
 	// cluster, one that does not parse) is the request's fault: its
 	// CheckError names the field and holds no secret.
 	if ce := (*kubernetes.CheckError)(nil); errors.As(err, &ce) {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: ce.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: ce.Error(), Err: err}
 	}
 	if err != nil {
 		return nil, err
@@ -127,7 +128,7 @@ func newKubernetes(env targetEnv, c *spec.Compute) (compute.Target, error) {
 		// each job Queued without a word: refused here, after the
 		// compute file's own errors, as docker nodes are on such a server.
 		t.Close()
-		return nil, workspace.Invalid("compute %s: a kubernetes compute's pods call this server at the URL it advertises, %s, and %s is a loopback address, which no pod can reach; start the server with --advertise-url http://ADDRESS:PORT, an address of this host that the cluster's pods can reach (and --addr to listen on it)", c.Name, env.APIURL, host)
+		return nil, apperr.Invalid("compute %s: a kubernetes compute's pods call this server at the URL it advertises, %s, and %s is a loopback address, which no pod can reach; start the server with --advertise-url http://ADDRESS:PORT, an address of this host that the cluster's pods can reach (and --addr to listen on it)", c.Name, env.APIURL, host)
 	}
 	return t, nil
 }
@@ -138,7 +139,7 @@ func targetFactory(types map[string]newTarget, env targetEnv) workspace.TargetFa
 	return func(c *spec.Compute) (compute.Target, error) {
 		mk, ok := types[c.Type]
 		if !ok {
-			return nil, workspace.Invalid("type: compute type %q is not available on this server yet; available: %s", c.Type, strings.Join(names, ", "))
+			return nil, apperr.Invalid("type: compute type %q is not available on this server yet; available: %s", c.Type, strings.Join(names, ", "))
 		}
 		t, err := mk(env, c)
 		if err != nil {

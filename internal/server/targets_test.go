@@ -5,10 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/compute/local"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 func TestRegistryMakesTargetsByType(t *testing.T) {
@@ -39,7 +39,7 @@ func TestRegistryMakesTargetsByType(t *testing.T) {
 	}
 
 	_, err = mk(&spec.Compute{Name: "pool", Type: "amlcompute"})
-	if workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "type:") || !strings.Contains(err.Error(), "available: kubernetes, local, slurm") {
+	if apperr.CodeOf(err) != apperr.CodeInvalid || !strings.Contains(err.Error(), "type:") || !strings.Contains(err.Error(), "available: kubernetes, local, slurm") {
 		t.Errorf("an unregistered type: %v, want an invalid-request error naming the field and the types there are", err)
 	}
 }
@@ -82,7 +82,7 @@ current-context: x
 	for _, url := range []string{"http://127.0.0.1:8080", "http://localhost:8080", "http://[::1]:8080", "http://0.0.0.0:8080", "http://127.0.0.2:9/"} {
 		mk := targetFactory(computeTypes, targetEnv{APIURL: url, Exe: "/usr/local/bin/ferry"})
 		_, err := mk(k8s())
-		if workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "compute k8s:") ||
+		if apperr.CodeOf(err) != apperr.CodeInvalid || !strings.Contains(err.Error(), "compute k8s:") ||
 			!strings.Contains(err.Error(), "--advertise-url") || !strings.Contains(err.Error(), url) {
 			t.Errorf("advertised %s: %v; want an invalid-request error naming the compute, the URL and --advertise-url", url, err)
 		}

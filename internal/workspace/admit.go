@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/instance"
@@ -33,7 +34,7 @@ func poolSize(cat *sizes.Catalog, pt *compute.Pool, c *spec.Compute) (sizes.Size
 	}
 	sz, ok := cat.Lookup(c.Size)
 	if !ok {
-		return sizes.Size{}, Invalid("size: %q is not in the size catalog; see `ferry size list`", c.Size)
+		return sizes.Size{}, apperr.Invalid("size: %q is not in the size catalog; see `ferry size list`", c.Size)
 	}
 	return sz, nil
 }
@@ -42,7 +43,7 @@ func poolSize(cat *sizes.Catalog, pt *compute.Pool, c *spec.Compute) (sizes.Size
 func (s *Service) validatePool(ctx context.Context, c *spec.Compute) error {
 	pt := s.poolType(c.Type)
 	if pt == nil {
-		return Invalid("type: %s is not a pool compute type on this server", c.Type)
+		return apperr.Invalid("type: %s is not a pool compute type on this server", c.Type)
 	}
 	sz, err := s.poolSize(pt, c)
 	if err != nil {
@@ -54,22 +55,22 @@ func (s *Service) validatePool(ctx context.Context, c *spec.Compute) error {
 			return err
 		}
 		if !slices.ContainsFunc(enabled, func(e string) bool { return strings.EqualFold(e, sz.Name) }) {
-			return Invalid("size: %s is restricted: an owner must enable it first with `ferry quota enable-size %s`", sz.Name, sz.Name)
+			return apperr.Invalid("size: %s is restricted: an owner must enable it first with `ferry quota enable-size %s`", sz.Name, sz.Name)
 		}
 	}
 	if s.cfg.CheckProvider != nil {
 		if err := s.cfg.CheckProvider(c); err != nil {
-			return &Error{Code: CodeInvalid, Msg: "compute " + c.Name + ": " + err.Error(), Err: err}
+			return &apperr.Error{Code: apperr.CodeInvalid, Msg: "compute " + c.Name + ": " + err.Error(), Err: err}
 		}
 	}
 	if s.cfg.Providers != nil {
 		if _, err := s.cfg.Providers(c); err != nil {
-			return Invalid("provider: %v", err)
+			return apperr.Invalid("provider: %v", err)
 		}
 	}
 	if pt.Instance {
 		if _, err := instance.ParseConfig(c); err != nil {
-			return &Error{Code: CodeInvalid, Msg: "compute " + c.Name + ": " + err.Error(), Err: err}
+			return &apperr.Error{Code: apperr.CodeInvalid, Msg: "compute " + c.Name + ": " + err.Error(), Err: err}
 		}
 	}
 	return nil
@@ -94,7 +95,7 @@ func (s *Service) admitPool(pt *compute.Pool, c *spec.Compute, j *spec.Job, env 
 			return err
 		}
 		if d := j.Distribution; d != nil && d.ProcessCountPerInstance > max(sz.VCPUs, sz.GPUs) {
-			return Invalid("distribution.process_count_per_instance: %d processes per node, but a %s node of compute %s has %d vCPUs and %d GPUs; use at most one process per GPU or vCPU",
+			return apperr.Invalid("distribution.process_count_per_instance: %d processes per node, but a %s node of compute %s has %d vCPUs and %d GPUs; use at most one process per GPU or vCPU",
 				d.ProcessCountPerInstance, sz.Name, c.Name, sz.VCPUs, sz.GPUs)
 		}
 	}
@@ -102,7 +103,7 @@ func (s *Service) admitPool(pt *compute.Pool, c *spec.Compute, j *spec.Job, env 
 		return nil
 	}
 	if err := pt.Admit(c, sz, j, env); err != nil {
-		return &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	return nil
 }
@@ -115,7 +116,7 @@ func refuseGPUs(j *spec.Job, pt *compute.Pool, c *spec.Compute, what string, hav
 	if n <= have {
 		return nil
 	}
-	return Invalid("%s: the job asks for %s per node, but %s %s is %s, which has %s; submit it to a compute with GPUs (a cluster or instance of a GPU size: see `ferry size list`), or leave %s out",
+	return apperr.Invalid("%s: the job asks for %s per node, but %s %s is %s, which has %s; submit it to a compute with GPUs (a cluster or instance of a GPU size: see `ferry size list`), or leave %s out",
 		field, count(n, "GPU"), pt.Noun, c.Name, what, gpuCount(have), field)
 }
 
@@ -138,7 +139,7 @@ func (s *Service) admit(ctx context.Context, computeName string, j *spec.Job, en
 	}
 	if pt := s.poolType(rec.Type); pt != nil {
 		if rec.State == StateDeleting {
-			return Conflict("compute: %s is being deleted", computeName)
+			return apperr.Conflict("compute: %s is being deleted", computeName)
 		}
 		var c spec.Compute
 		if err := json.Unmarshal(rec.Spec, &c); err != nil {
@@ -149,10 +150,10 @@ func (s *Service) admit(ctx context.Context, computeName string, j *spec.Job, en
 			err = s.admitAttachedGPUs(ctx, pt, &c, j)
 		}
 		if err != nil {
-			return Invalid("compute %s (type %s) cannot run this job: %s", computeName, rec.Type, strings.TrimPrefix(err.Error(), "invalid: "))
+			return apperr.Invalid("compute %s (type %s) cannot run this job: %s", computeName, rec.Type, strings.TrimPrefix(err.Error(), "invalid: "))
 		}
 		if pt.Instance && !instanceWantsNode(rec.State) {
-			return Invalid("compute: compute instance %s is %s; start it with `ferry compute start %s`", computeName, rec.State, computeName)
+			return apperr.Invalid("compute: compute instance %s is %s; start it with `ferry compute start %s`", computeName, rec.State, computeName)
 		}
 		return nil
 	}
@@ -161,7 +162,7 @@ func (s *Service) admit(ctx context.Context, computeName string, j *spec.Job, en
 		return err
 	}
 	if err := t.Admit(j, env); err != nil {
-		return Invalid("compute %s (type %s) cannot run this job: %v", computeName, t.Type(), err)
+		return apperr.Invalid("compute %s (type %s) cannot run this job: %v", computeName, t.Type(), err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/secrets"
@@ -52,7 +53,7 @@ func TestJobAskingForGPUsIsRefusedWhereNoNodeCanHaveThem(t *testing.T) {
 			t.Errorf("%s took a job asking for %v", compute, props)
 			return
 		}
-		if e, ok := err.(*Error); !ok || e.Code != CodeInvalid {
+		if e, ok := err.(*apperr.Error); !ok || e.Code != apperr.CodeInvalid {
 			t.Errorf("%s: %v is not a 400", compute, err)
 		}
 		for _, w := range wants {

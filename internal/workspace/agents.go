@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"encoding/json"
@@ -27,10 +28,10 @@ import (
 // token, which is used up.
 func (nd *Nodes) JoinNode(ctx context.Context, who auth.Principal, req nodeproto.JoinRequest) (*nodeproto.JoinReply, error) {
 	if who.Kind != KindJoin {
-		return nil, Forbidden("joining needs a node's join token")
+		return nil, apperr.Forbidden("joining needs a node's join token")
 	}
 	if req.Name != who.Subject {
-		return nil, Forbidden("this join token is for node %s, not %s", who.Subject, req.Name)
+		return nil, apperr.Forbidden("this join token is for node %s, not %s", who.Subject, req.Name)
 	}
 	facts, err := json.Marshal(req.Facts)
 	if err != nil {
@@ -43,7 +44,7 @@ func (nd *Nodes) JoinNode(ctx context.Context, who auth.Principal, req nodeproto
 	}
 	n, err := nd.ws.st.UpdateNode(ctx, req.Name, func(n *store.Node) error {
 		if n.State != NodeProvisioning {
-			return Conflict("node %s has already joined (it is %s)", n.Name, n.State)
+			return apperr.Conflict("node %s has already joined (it is %s)", n.Name, n.State)
 		}
 		reason := "joined"
 		if len(setup) > 0 {
@@ -56,7 +57,7 @@ func (nd *Nodes) JoinNode(ctx context.Context, who auth.Principal, req nodeproto
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, NotFound("node %s is not known to this workspace", req.Name)
+		return nil, apperr.NotFound("node %s is not known to this workspace", req.Name)
 	}
 	if err != nil {
 		return nil, err
@@ -91,7 +92,7 @@ const (
 func (nd *Nodes) setupFor(ctx context.Context, node string) ([]nodeproto.SetupScript, error) {
 	n, err := nd.ws.st.GetNode(ctx, node)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, NotFound("node %s is not known to this workspace", node)
+		return nil, apperr.NotFound("node %s is not known to this workspace", node)
 	}
 	if err != nil {
 		return nil, err
@@ -155,14 +156,14 @@ func (nd *Nodes) setupReported(ctx context.Context, n store.Node, r *nodeproto.S
 // runs the workspace no longer wants.
 func (nd *Nodes) NodeHeartbeat(ctx context.Context, who auth.Principal, name string, hb nodeproto.Heartbeat) (*nodeproto.HeartbeatReply, error) {
 	if who.Kind != KindNode || who.Subject != name {
-		return nil, Forbidden("only node %s's own token may send its heartbeat", name)
+		return nil, apperr.Forbidden("only node %s's own token may send its heartbeat", name)
 	}
 	n, err := nd.ws.st.UpdateNode(ctx, name, func(n *store.Node) error {
 		n.Heartbeat = nd.ws.now()
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, NotFound("node %s is not known to this workspace", name)
+		return nil, apperr.NotFound("node %s is not known to this workspace", name)
 	}
 	if err != nil {
 		return nil, err
@@ -184,7 +185,7 @@ func (nd *Nodes) NodeHeartbeat(ctx context.Context, who auth.Principal, name str
 // handed to it yet, waiting up to wait for one.
 func (nd *Nodes) NodeAssignments(ctx context.Context, who auth.Principal, name string, wait time.Duration) (*nodeproto.Assignments, error) {
 	if who.Kind != KindNode || who.Subject != name {
-		return nil, Forbidden("only node %s's own token may ask for its work", name)
+		return nil, apperr.Forbidden("only node %s's own token may ask for its work", name)
 	}
 	deadline := time.NewTimer(min(wait, 60*time.Second))
 	defer deadline.Stop()
@@ -211,7 +212,7 @@ func (nd *Nodes) pendingFor(ctx context.Context, name string) (*nodeproto.Assign
 	out := &nodeproto.Assignments{Assignments: []nodeproto.Assignment{}}
 	n, err := nd.ws.st.GetNode(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, NotFound("node %s is not known to this workspace", name)
+		return nil, apperr.NotFound("node %s is not known to this workspace", name)
 	}
 	if err != nil {
 		return nil, err

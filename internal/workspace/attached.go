@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/provider"
@@ -155,20 +156,20 @@ func usesSSH(pt *compute.Pool, c *spec.Compute) bool {
 // machines configured trust-on-first-use.
 func (s *Service) attach(ctx context.Context, pt *compute.Pool, c *spec.Compute) error {
 	if s.cfg.Secrets == nil {
-		return Invalid("type: this server has no workspace key, so it cannot keep SSH secrets; start it with a data dir it can write")
+		return apperr.Invalid("type: this server has no workspace key, so it cannot keep SSH secrets; start it with a data dir it can write")
 	}
 	if pt.Attached && c.SSHSettings != nil && c.SSHSettings.SSHPrivateKeyFile != "" && c.SSHSettings.SSHPrivateKey == "" {
-		return Invalid("ssh_settings.ssh_private_key_file: the server does not read files named by a request; send the key's content as ssh_settings.ssh_private_key (the ferry CLI reads the file for you)")
+		return apperr.Invalid("ssh_settings.ssh_private_key_file: the server does not read files named by a request; send the key's content as ssh_settings.ssh_private_key (the ferry CLI reads the file for you)")
 	}
 	if err := SealCompute(s.cfg.Secrets, c); err != nil {
 		return err
 	}
 	if s.cfg.Providers == nil {
-		return Invalid("type: this server has no node providers")
+		return apperr.Invalid("type: this server has no node providers")
 	}
 	prov, err := s.cfg.Providers(c)
 	if err != nil {
-		return Invalid("%v", err)
+		return apperr.Invalid("%v", err)
 	}
 	ch, ok := prov.(provider.Checker)
 	if !ok {
@@ -177,7 +178,7 @@ func (s *Service) attach(ctx context.Context, pt *compute.Pool, c *spec.Compute)
 	pins, err := ch.Check(ctx)
 	if err != nil {
 		// A *provider.CheckError names the field and holds no secret.
-		return &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	for i, pin := range pins {
 		if pin == "" {
@@ -208,7 +209,7 @@ func checkSetupContent(c *spec.Compute) error {
 		m, _ := c.SetupScripts[k].(map[string]any)
 		if p, _ := m["path"].(string); p != "" {
 			if content, _ := m["content"].(string); content == "" {
-				return Invalid("setup_scripts.%s.path: the server does not read files named by a request; send the script's text as setup_scripts.%s.content (the ferry CLI reads %s next to the compute file for you)", k, k, p)
+				return apperr.Invalid("setup_scripts.%s.path: the server does not read files named by a request; send the script's text as setup_scripts.%s.content (the ferry CLI reads %s next to the compute file for you)", k, k, p)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -57,7 +58,7 @@ func (s *Service) scopeOf(ctx context.Context, who auth.Principal) (*runScope, e
 	}
 	rec, err := s.st.GetJob(ctx, who.Subject)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, NotFound("job %s does not exist", who.Subject)
+		return nil, apperr.NotFound("job %s does not exist", who.Subject)
 	}
 	if err != nil {
 		return nil, err
@@ -182,5 +183,5 @@ func (s *Service) charge(sc *runScope, m *meteredReader) {
 }
 
 func (s *Service) uploadQuotaError() error {
-	return &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("upload refused: the job's uploads are over its output quota of %d bytes (ferry server --output-quota); nothing more is stored for it", s.outputLimits().JobBytes)}
+	return &apperr.Error{Code: apperr.CodeTooLarge, Msg: fmt.Sprintf("upload refused: the job's uploads are over its output quota of %d bytes (ferry server --output-quota); nothing more is stored for it", s.outputLimits().JobBytes)}
 }

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"archive/tar"
 	"bytes"
@@ -58,10 +59,10 @@ func TestRunTokenReadsOnlyItsOwnJobsContent(t *testing.T) {
 	} else {
 		f.Close()
 	}
-	if _, err := s.GetSnapshot(ctx, run, theirs); CodeOf(err) != CodeNotFound {
+	if _, err := s.GetSnapshot(ctx, run, theirs); apperr.CodeOf(err) != apperr.CodeNotFound {
 		t.Errorf("another job's snapshot: %v, want not found", err)
 	}
-	if _, err := s.OpenBlob(ctx, run, theirDigest); CodeOf(err) != CodeNotFound {
+	if _, err := s.OpenBlob(ctx, run, theirDigest); apperr.CodeOf(err) != apperr.CodeNotFound {
 		t.Errorf("another job's file: %v, want not found", err)
 	}
 	missing, err := s.MissingBlobs(ctx, run, []string{mineDigest, theirDigest})
@@ -73,7 +74,7 @@ func TestRunTokenReadsOnlyItsOwnJobsContent(t *testing.T) {
 	}
 	// Nor can it wrap another job's file into a snapshot of its own.
 	m := fmt.Sprintf(`{"files":[{"path":"x","mode":420,"size":17,"sha256":%q}]}`, theirDigest)
-	if _, err := s.CreateSnapshot(ctx, run, []byte(m)); CodeOf(err) != CodeInvalid {
+	if _, err := s.CreateSnapshot(ctx, run, []byte(m)); apperr.CodeOf(err) != apperr.CodeInvalid {
 		t.Errorf("snapshot of another job's file: %v, want refused as not uploaded", err)
 	}
 	// What it uploads itself it may use and read back: outputs that happen
@@ -98,11 +99,11 @@ func TestRunTokenReadsOnlyItsOwnJobsContent(t *testing.T) {
 		t.Errorf("read back %q", b)
 	}
 	// Nor record it as its outputs, which would make it readable later.
-	if err := s.SetOutputs(ctx, run, "mine", 1, apitypes.Outputs{Artifacts: theirs}); CodeOf(err) != CodeInvalid {
+	if err := s.SetOutputs(ctx, run, "mine", 1, apitypes.Outputs{Artifacts: theirs}); apperr.CodeOf(err) != apperr.CodeInvalid {
 		t.Errorf("another job's snapshot as outputs: %v, want refused", err)
 	}
 	s.scopes.forget("mine") // as after a server restart
-	if _, err := s.GetSnapshot(ctx, run, theirs); CodeOf(err) != CodeNotFound {
+	if _, err := s.GetSnapshot(ctx, run, theirs); apperr.CodeOf(err) != apperr.CodeNotFound {
 		t.Errorf("another job's snapshot after SetOutputs: %v, want not found", err)
 	}
 	// The owner is not scoped.
@@ -149,10 +150,10 @@ func TestRunTokenUploadsAreHeldToTheOutputQuota(t *testing.T) {
 	if err := put(strings.Repeat("a", 600)); err != nil {
 		t.Fatalf("600 of 1000 bytes: %v", err)
 	}
-	if err := put(strings.Repeat("b", 600)); CodeOf(err) != CodeTooLarge {
+	if err := put(strings.Repeat("b", 600)); apperr.CodeOf(err) != apperr.CodeTooLarge {
 		t.Errorf("1200 of 1000 bytes: %v, want refused as too large", err)
 	}
-	if _, err := s.PutBlobs(ctx, run, tarOf(t, strings.Repeat("c", 300), strings.Repeat("d", 300))); CodeOf(err) != CodeTooLarge {
+	if _, err := s.PutBlobs(ctx, run, tarOf(t, strings.Repeat("c", 300), strings.Repeat("d", 300))); apperr.CodeOf(err) != apperr.CodeTooLarge {
 		t.Errorf("a batch past the quota: %v, want refused as too large", err)
 	}
 	if n, err := s.PutBlobs(ctx, run, tarOf(t, strings.Repeat("e", 100))); err != nil || n != 1 {

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"crypto/sha256"
@@ -61,13 +62,13 @@ func ComponentDigest(c *spec.Component) string {
 // with no version gets the next number.
 func (a *Assets) CreateComponent(ctx context.Context, who auth.Principal, c *spec.Component) (*apitypes.Component, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("a run token cannot register components")
+		return nil, apperr.Forbidden("a run token cannot register components")
 	}
 	if c == nil {
-		return nil, Invalid("the component is missing")
+		return nil, apperr.Invalid("the component is missing")
 	}
 	if err := c.Validate(); err != nil {
-		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	if err := a.checkComponentUploads(c, ""); err != nil {
 		return nil, err
@@ -95,7 +96,7 @@ func (a *Assets) CreateComponent(ctx context.Context, who auth.Principal, c *spe
 		if v.Hash == hash {
 			return componentView(v)
 		}
-		return nil, Conflict("component %s:%s is registered with other content (command, code, environment, inputs or outputs), and versions do not change; give a new version, or leave version out to get %s", c.Name, version, reg.next(versions))
+		return nil, apperr.Conflict("component %s:%s is registered with other content (command, code, environment, inputs or outputs), and versions do not change; give a new version, or leave version out to get %s", c.Name, version, reg.next(versions))
 	}
 	c.Version = version
 	raw, err := json.Marshal(c)
@@ -109,9 +110,9 @@ func (a *Assets) CreateComponent(ctx context.Context, who auth.Principal, c *spe
 			if other, gerr := a.st.GetComponent(ctx, c.Name, version); gerr == nil && other.Hash == hash {
 				return componentView(other)
 			}
-			return nil, Conflict("component %s:%s was registered at the same time by someone else with other content; run the command again", c.Name, version)
+			return nil, apperr.Conflict("component %s:%s was registered at the same time by someone else with other content; run the command again", c.Name, version)
 		}
-		return nil, noSpace(err, "component "+c.Name+":"+version)
+		return nil, apperr.NoSpace(err, "component "+c.Name+":"+version)
 	}
 	return componentView(rec)
 }
@@ -120,7 +121,7 @@ func (a *Assets) CreateComponent(ctx context.Context, who auth.Principal, c *spe
 // files were uploaded; f prefixes the fields named.
 func (a *Assets) checkComponentUploads(c *spec.Component, f string) error {
 	if c.Code != "" && c.CodeSnapshot == "" {
-		return Invalid("%scode: the component names code %q but no code snapshot was uploaded with it (`ferry component create -f` uploads it)", f, c.Code)
+		return apperr.Invalid("%scode: the component names code %q but no code snapshot was uploaded with it (`ferry component create -f` uploads it)", f, c.Code)
 	}
 	if c.CodeSnapshot != "" {
 		if err := a.core.requireSnapshot(c.CodeSnapshot, f+"code"); err != nil {

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"crypto/sha256"
@@ -54,38 +55,38 @@ func dataHash(f *spec.DataFile, snap string) string {
 // under an existing version is refused.
 func (a *Assets) CreateData(ctx context.Context, who auth.Principal, f *spec.DataFile, snap string) (*apitypes.DataAsset, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("a run token cannot register data assets")
+		return nil, apperr.Forbidden("a run token cannot register data assets")
 	}
 	if f == nil {
-		return nil, Invalid("the data asset is missing")
+		return nil, apperr.Invalid("the data asset is missing")
 	}
 	if f.Type == "" {
 		f.Type = spec.DataTypes[0]
 	}
 	if err := f.Validate(); err != nil {
-		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	remote := spec.IsRemotePath(f.Path)
 	switch {
 	case remote && snap != "":
-		return nil, Invalid("snapshot: path %s is remote and kept as a reference; upload nothing for it", f.Path)
+		return nil, apperr.Invalid("snapshot: path %s is remote and kept as a reference; upload nothing for it", f.Path)
 	case remote:
 		if _, err := a.resolveRemote(ctx, f.Path); err != nil {
-			var e *Error
+			var e *apperr.Error
 			if errors.As(err, &e) {
 				e.Msg = "path: " + e.Msg
 				return nil, e
 			}
-			return nil, Invalid("path: %v", err)
+			return nil, apperr.Invalid("path: %v", err)
 		}
 	case snap == "":
-		return nil, Invalid("snapshot: a data asset needs its files uploaded as a snapshot; `ferry data create -f FILE` uploads the path it names")
+		return nil, apperr.Invalid("snapshot: a data asset needs its files uploaded as a snapshot; `ferry data create -f FILE` uploads the path it names")
 	default:
 		if err := a.core.requireSnapshot(snap, "snapshot"); err != nil {
 			return nil, err
 		}
 		if _, err := a.core.readSnapshot(snap); err != nil {
-			return nil, Invalid("snapshot: %v", err)
+			return nil, apperr.Invalid("snapshot: %v", err)
 		}
 	}
 	hash := dataHash(f, snap)
@@ -108,7 +109,7 @@ func (a *Assets) CreateData(ctx context.Context, who auth.Principal, f *spec.Dat
 		if v.Hash == hash {
 			return dataView(v)
 		}
-		return nil, Conflict("data asset %s:%s is registered with other content (files or type), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, a.dataAssets().next(versions))
+		return nil, apperr.Conflict("data asset %s:%s is registered with other content (files or type), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, a.dataAssets().next(versions))
 	}
 	ds := dataSpec{Tags: f.Tags}
 	if remote {
@@ -125,9 +126,9 @@ func (a *Assets) CreateData(ctx context.Context, who auth.Principal, f *spec.Dat
 			if other, gerr := a.st.GetData(ctx, f.Name, version); gerr == nil && other.Hash == hash {
 				return dataView(other)
 			}
-			return nil, Conflict("data asset %s:%s was registered at the same time by someone else with other content; run the command again", f.Name, version)
+			return nil, apperr.Conflict("data asset %s:%s was registered at the same time by someone else with other content; run the command again", f.Name, version)
 		}
-		return nil, noSpace(err, "data asset "+f.Name+":"+version)
+		return nil, apperr.NoSpace(err, "data asset "+f.Name+":"+version)
 	}
 	return dataView(rec)
 }
@@ -165,17 +166,17 @@ func (a *Assets) ListData(ctx context.Context, name string, includeArchived bool
 // named by its version, but is no longer listed or the latest.
 func (a *Assets) ArchiveData(ctx context.Context, who auth.Principal, name, version string, archived bool) (*apitypes.DataAsset, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("a run token cannot archive data assets")
+		return nil, apperr.Forbidden("a run token cannot archive data assets")
 	}
 	if version == "" || version == "latest" {
-		return nil, Invalid("version: say which version to archive or restore, e.g. --version 3")
+		return nil, apperr.Invalid("version: say which version to archive or restore, e.g. --version 3")
 	}
 	rec, err := a.st.SetDataArchived(ctx, name, version, archived)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, a.dataAssets().unknown(ctx, name, version)
 	}
 	if err != nil {
-		return nil, noSpace(err, "data asset "+name+":"+version)
+		return nil, apperr.NoSpace(err, "data asset "+name+":"+version)
 	}
 	return dataView(rec)
 }
@@ -196,16 +197,16 @@ func (a *Assets) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded ma
 		}
 		field := "inputs." + name + ".path"
 		if _, ok := uploaded[name]; ok {
-			return nil, Invalid("input_snapshots.%s: input %s names the registered data asset %s, whose files the workspace has; upload nothing for it", name, name, in.Path)
+			return nil, apperr.Invalid("input_snapshots.%s: input %s names the registered data asset %s, whose files the workspace has; upload nothing for it", name, name, in.Path)
 		}
 		if spec.IsModelType(in.Type) {
 			// A model input (mlflow_model, custom_model, triton_model)
 			// names a registered model: its files are the input.
 			m, err := a.ResolveModel(ctx, in.Path)
 			if err != nil {
-				var e *Error
+				var e *apperr.Error
 				if errors.As(err, &e) {
-					return nil, &Error{Code: e.Code, Msg: field + ": " + e.Msg}
+					return nil, &apperr.Error{Code: e.Code, Msg: field + ": " + e.Msg}
 				}
 				return nil, err
 			}
@@ -220,18 +221,18 @@ func (a *Assets) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded ma
 		}
 		dname, version, err := spec.ParseDataRef(in.Path)
 		if err != nil {
-			return nil, Invalid("%s: %v", field, err)
+			return nil, apperr.Invalid("%s: %v", field, err)
 		}
 		d, err := a.GetData(ctx, dname, version)
 		if err != nil {
-			var e *Error
-			if errors.As(err, &e) && e.Code == CodeNotFound {
-				return nil, NotFound("%s: %s", field, e.Msg)
+			var e *apperr.Error
+			if errors.As(err, &e) && e.Code == apperr.CodeNotFound {
+				return nil, apperr.NotFound("%s: %s", field, e.Msg)
 			}
 			return nil, err
 		}
 		if !spec.DataTypeFits(in.Type, d.Type) {
-			return nil, Invalid("inputs.%s.type: %s is %s, but the input's type is %s; write type: %s", name, d.ID, d.Type, in.Type, d.Type)
+			return nil, apperr.Invalid("inputs.%s.type: %s is %s, but the input's type is %s; write type: %s", name, d.ID, d.Type, in.Type, d.Type)
 		}
 		if in.Type == "" {
 			in.Type = d.Type

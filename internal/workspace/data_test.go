@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"testing"
@@ -39,9 +40,9 @@ func TestDataVersionsAndLatest(t *testing.T) {
 		t.Errorf("unchanged data got version %s, want 1", again.Version)
 	}
 	_, err := s.assets.CreateData(ctx, owner, dataFile("cifar", "1", ""), snapB)
-	wantCode(t, "cifar:1 with other files", err, CodeConflict, "cifar:1", "other content", "leave version out to get 2")
+	wantCode(t, "cifar:1 with other files", err, apperr.CodeConflict, "cifar:1", "other content", "leave version out to get 2")
 	_, err = s.assets.CreateData(ctx, owner, dataFile("cifar", "1", "uri_file"), snapA)
-	wantCode(t, "cifar:1 with another type", err, CodeConflict)
+	wantCode(t, "cifar:1 with another type", err, apperr.CodeConflict)
 	if v2 := mustCreateData(t, s, dataFile("cifar", "", ""), snapB); v2.Version != "2" {
 		t.Errorf("changed files: version %s, want 2", v2.Version)
 	}
@@ -65,9 +66,9 @@ func TestDataVersionsAndLatest(t *testing.T) {
 		t.Errorf("after archiving 2: version %s, want 3", v3.Version)
 	}
 	_, err = s.assets.GetData(ctx, "cifra", "1")
-	wantCode(t, "a misspelt name", err, CodeNotFound, "did you mean cifar?")
+	wantCode(t, "a misspelt name", err, apperr.CodeNotFound, "did you mean cifar?")
 	_, err = s.assets.ArchiveData(ctx, owner, "cifar", "latest", true)
-	wantCode(t, "archive latest", err, CodeInvalid, "version")
+	wantCode(t, "archive latest", err, apperr.CodeInvalid, "version")
 }
 
 func TestDataCreateRefuses(t *testing.T) {
@@ -75,13 +76,13 @@ func TestDataCreateRefuses(t *testing.T) {
 	s, _ := newService(t, &fakeTarget{capacity: 1})
 	_, snap := putFile(t, s, "rows")
 	_, err := s.assets.CreateData(ctx, runPrincipal("j", 1), dataFile("cifar", "", ""), snap)
-	wantCode(t, "run token", err, CodeForbidden)
+	wantCode(t, "run token", err, apperr.CodeForbidden)
 	_, err = s.assets.CreateData(ctx, owner, dataFile("cifar", "", ""), "")
-	wantCode(t, "no snapshot", err, CodeInvalid, "snapshot")
+	wantCode(t, "no snapshot", err, apperr.CodeInvalid, "snapshot")
 	_, err = s.assets.CreateData(ctx, owner, dataFile("cifar", "", "table"), snap)
-	wantCode(t, "type table", err, CodeInvalid, "type", "not a data type")
+	wantCode(t, "type table", err, apperr.CodeInvalid, "type", "not a data type")
 	_, err = s.assets.CreateData(ctx, owner, dataFile("bad name", "", ""), snap)
-	wantCode(t, "bad name", err, CodeInvalid, "name")
+	wantCode(t, "bad name", err, apperr.CodeInvalid, "name")
 }
 
 // A job input that names a registered data asset gets the asset's
@@ -119,14 +120,14 @@ func TestSubmitJobResolvesDataInputs(t *testing.T) {
 	}
 
 	_, err := s.SubmitJob(ctx, owner, Submission{Spec: job("mismatch", map[string]spec.Input{"d": {Type: "uri_file", Path: "azureml:cifar:1"}})})
-	wantCode(t, "a type mismatch", err, CodeInvalid, "inputs.d.type", "uri_folder", "uri_file")
+	wantCode(t, "a type mismatch", err, apperr.CodeInvalid, "inputs.d.type", "uri_folder", "uri_file")
 	_, err = s.SubmitJob(ctx, owner, Submission{Spec: job("unknown", map[string]spec.Input{"d": {Type: "uri_folder", Path: "azureml:cifra@latest"}})})
-	wantCode(t, "an unknown asset", err, CodeNotFound, "inputs.d.path", "did you mean cifar?")
+	wantCode(t, "an unknown asset", err, apperr.CodeNotFound, "inputs.d.path", "did you mean cifar?")
 	_, err = s.SubmitJob(ctx, owner, Submission{Spec: job("noversion", map[string]spec.Input{"d": {Type: "uri_folder", Path: "azureml:cifar:9"}})})
-	wantCode(t, "an unknown version", err, CodeNotFound, "inputs.d.path", "no version 9")
+	wantCode(t, "an unknown version", err, apperr.CodeNotFound, "inputs.d.path", "no version 9")
 	_, err = s.SubmitJob(ctx, owner, Submission{Spec: job("uploaded", map[string]spec.Input{"d": {Type: "uri_folder", Path: "azureml:cifar:1"}}),
 		InputSnapshots: map[string]string{"d": snapB}})
-	wantCode(t, "an upload for a registered input", err, CodeInvalid, "input_snapshots.d", "upload nothing")
+	wantCode(t, "an upload for a registered input", err, apperr.CodeInvalid, "input_snapshots.d", "upload nothing")
 	_, err = s.SubmitJob(ctx, owner, Submission{Spec: job("badref", map[string]spec.Input{"d": {Type: "uri_folder", Path: "azureml:cifar"}})})
-	wantCode(t, "a reference without a version", err, CodeInvalid, "inputs.d.path", "say which version")
+	wantCode(t, "a reference without a version", err, apperr.CodeInvalid, "inputs.d.path", "say which version")
 }

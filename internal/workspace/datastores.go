@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"encoding/json"
@@ -45,13 +46,13 @@ func (a *Assets) builtinDatastore() *apitypes.Datastore {
 // (as `az ml datastore create` updates). Its credentials are not kept.
 func (a *Assets) CreateDatastore(ctx context.Context, who auth.Principal, f *spec.DatastoreFile) (*apitypes.Datastore, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("a run token cannot create datastores")
+		return nil, apperr.Forbidden("a run token cannot create datastores")
 	}
 	if f == nil {
-		return nil, Invalid("the datastore is missing")
+		return nil, apperr.Invalid("the datastore is missing")
 	}
 	if err := f.Validate(); err != nil {
-		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	dropped := f.CredentialNames()
 	kept := *f
@@ -62,7 +63,7 @@ func (a *Assets) CreateDatastore(ctx context.Context, who auth.Principal, f *spe
 	}
 	now := a.now()
 	if err := a.st.PutDatastore(ctx, store.Datastore{Name: f.Name, Type: f.Type, Spec: raw, Created: now, Updated: now}); err != nil {
-		return nil, noSpace(err, "datastore "+f.Name)
+		return nil, apperr.NoSpace(err, "datastore "+f.Name)
 	}
 	rec, err := a.st.GetDatastore(ctx, f.Name)
 	if err != nil {
@@ -86,7 +87,7 @@ func (a *Assets) GetDatastore(ctx context.Context, name string) (*apitypes.Datas
 			}
 		}
 		names, _ := a.datastoreNames(ctx)
-		return nil, NotFound("datastore %s is not known to this workspace; %s", name, knownDatastores(names))
+		return nil, apperr.NotFound("datastore %s is not known to this workspace; %s", name, knownDatastores(names))
 	}
 	if err != nil {
 		return nil, err
@@ -124,15 +125,15 @@ func (a *Assets) ListDatastores(ctx context.Context) ([]*apitypes.Datastore, err
 // their inputs were resolved to; new ones naming it are refused.
 func (a *Assets) DeleteDatastore(ctx context.Context, who auth.Principal, name string) error {
 	if !who.IsOwner() {
-		return Forbidden("a run token cannot delete datastores")
+		return apperr.Forbidden("a run token cannot delete datastores")
 	}
 	err := a.st.DeleteDatastore(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		if name == DefaultDatastore && a.builtinDatastore() != nil {
-			return Invalid("workspaceblobstore is the built-in default datastore and cannot be deleted; create one of that name to point it elsewhere")
+			return apperr.Invalid("workspaceblobstore is the built-in default datastore and cannot be deleted; create one of that name to point it elsewhere")
 		}
 		names, _ := a.datastoreNames(ctx)
-		return NotFound("datastore %s is not known to this workspace; %s", name, knownDatastores(names))
+		return apperr.NotFound("datastore %s is not known to this workspace; %s", name, knownDatastores(names))
 	}
 	return err
 }

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"errors"
@@ -67,7 +68,7 @@ func (s *Service) runnerStarted(ctx context.Context, name string, attempt int) e
 		if j.Handle == "" {
 			// Taken back from its engine (a retake after a restart, a
 			// preemption): a new attempt will be made.
-			return nil, Conflict("attempt %d of job %s was taken back from compute %s; a new attempt replaces it", attempt, name, j.Compute)
+			return nil, apperr.Conflict("attempt %d of job %s was taken back from compute %s; a new attempt replaces it", attempt, name, j.Compute)
 		}
 		now := s.now()
 		j.Status, j.StatusReason, j.Heartbeat, moved = apitypes.StatusPreparing, "runner started by compute "+j.Compute+"'s engine", now, true
@@ -102,7 +103,7 @@ func (s *Service) cancelInEngine(ctx context.Context, name string) error {
 		return nil
 	}
 	if err := c.Cancel(ctx, compute.Handle(j.Handle)); err != nil {
-		return &Error{Code: CodeUnavailable, Err: err,
+		return &apperr.Error{Code: apperr.CodeUnavailable, Err: err,
 			Msg: fmt.Sprintf("job %s waits in compute %s's queue (engine handle %s) and the engine could not cancel it: %v; try again", name, j.Compute, j.Handle, err)}
 	}
 	s.mu.Lock()

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"errors"
@@ -428,7 +429,7 @@ func TestCancelWhilePendingGoesThroughTheEngine(t *testing.T) {
 	dispatch(t, s)
 
 	e.cancelErr = errors.New("scancel: connection refused")
-	if _, err := s.CancelJob(ctx, owner, "a"); CodeOf(err) != CodeUnavailable || !strings.Contains(err.Error(), "try again") {
+	if _, err := s.CancelJob(ctx, owner, "a"); apperr.CodeOf(err) != apperr.CodeUnavailable || !strings.Contains(err.Error(), "try again") {
 		t.Fatalf("cancel the engine refused: %v, want an Unavailable error saying to try again", err)
 	}
 	if j := status(t, s, "a"); j.Status != apitypes.StatusQueued {
@@ -449,7 +450,7 @@ func TestCancelWhilePendingGoesThroughTheEngine(t *testing.T) {
 	if _, err := s.st.TokenByHash(ctx, auth.Hash(secret)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("run token after the cancel: %v, want it gone", err)
 	}
-	if _, err := s.CancelJob(ctx, owner, "a"); CodeOf(err) != CodeConflict {
+	if _, err := s.CancelJob(ctx, owner, "a"); apperr.CodeOf(err) != apperr.CodeConflict {
 		t.Errorf("cancel again: %v, want a conflict", err)
 	}
 	if n := len(e.cancels()); n != 1 {

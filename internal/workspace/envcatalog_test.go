@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/envcatalog"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -61,7 +62,7 @@ func TestCatalogReferencesResolve(t *testing.T) {
 		"file:./env.yml":             {"file on the client's machine"},
 	} {
 		_, err := s.assets.resolveEnvironment(ctx, &spec.Environment{Ref: ref}, "")
-		if CodeOf(err) != CodeInvalid {
+		if apperr.CodeOf(err) != apperr.CodeInvalid {
 			t.Errorf("%s: %v, want an invalid-request error", ref, err)
 			continue
 		}

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"encoding/json"
@@ -34,13 +35,13 @@ func environmentView(rec store.Environment) (*apitypes.Environment, error) {
 // content, which is then returned.
 func (a *Assets) CreateEnvironment(ctx context.Context, who auth.Principal, f *spec.EnvironmentFile, snap string) (*apitypes.Environment, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("a run token cannot register environments")
+		return nil, apperr.Forbidden("a run token cannot register environments")
 	}
 	if f == nil {
-		return nil, Invalid("the environment is missing")
+		return nil, apperr.Invalid("the environment is missing")
 	}
 	if err := f.Validate(); err != nil {
-		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	if snap != "" {
 		if err := a.core.requireSnapshot(snap, "context"); err != nil {
@@ -49,7 +50,7 @@ func (a *Assets) CreateEnvironment(ctx context.Context, who auth.Principal, f *s
 	}
 	es, err := environment.Resolve(f.Environment(), snap)
 	if err != nil {
-		return nil, Invalid("%v", err)
+		return nil, apperr.Invalid("%v", err)
 	}
 	es.Name, es.Version = "", ""
 	hash := es.Hash()
@@ -72,7 +73,7 @@ func (a *Assets) CreateEnvironment(ctx context.Context, who auth.Principal, f *s
 		if v.Hash == hash {
 			return environmentView(v)
 		}
-		return nil, Conflict("environment %s:%s is registered with other content, and versions do not change; give a new version, or leave version out to get %s", f.Name, version, nextNumber(versions, func(e store.Environment) string { return e.Version }))
+		return nil, apperr.Conflict("environment %s:%s is registered with other content, and versions do not change; give a new version, or leave version out to get %s", f.Name, version, nextNumber(versions, func(e store.Environment) string { return e.Version }))
 	}
 	es.Name, es.Version = f.Name, version
 	raw, err := json.Marshal(es)
@@ -82,7 +83,7 @@ func (a *Assets) CreateEnvironment(ctx context.Context, who auth.Principal, f *s
 	rec := store.Environment{Name: f.Name, Version: version, Description: f.Description, Spec: raw, Hash: hash, Created: a.now()}
 	if err := a.st.CreateEnvironment(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil, Conflict("environment %s:%s was registered at the same time by someone else; run the command again", f.Name, version)
+			return nil, apperr.Conflict("environment %s:%s was registered at the same time by someone else; run the command again", f.Name, version)
 		}
 		return nil, err
 	}
@@ -152,15 +153,15 @@ func (a *Assets) unknownEnvironment(ctx context.Context, name, version string) e
 	}
 	switch {
 	case len(versions) > 0:
-		return NotFound("environment %s has no version %s; it has %s", name, version, strings.Join(versions, ", "))
+		return apperr.NotFound("environment %s has no version %s; it has %s", name, version, strings.Join(versions, ", "))
 	case len(names) == 0:
-		return NotFound("environment %s is not registered, and the workspace has no environments; register it with `ferry environment create -f FILE`", name)
+		return apperr.NotFound("environment %s is not registered, and the workspace has no environments; register it with `ferry environment create -f FILE`", name)
 	}
 	msg := fmt.Sprintf("environment %s is not registered", name)
 	if close := spec.Suggest(name, names); close != "" {
 		msg += fmt.Sprintf("; did you mean %s?", close)
 	}
-	return NotFound("%s (registered: %s)", msg, strings.Join(names, ", "))
+	return apperr.NotFound("%s (registered: %s)", msg, strings.Join(names, ", "))
 }
 
 // resolveEnvironment turns a job's environment into what its runner
@@ -169,14 +170,14 @@ func (a *Assets) unknownEnvironment(ctx context.Context, name, version string) e
 func (a *Assets) resolveEnvironment(ctx context.Context, e *spec.Environment, snap string) (*environment.Spec, error) {
 	if e != nil && e.Ref != "" {
 		if snap != "" {
-			return nil, Invalid("environment_snapshot: the job refers to registered environment %s, which carries its own files", e.Ref)
+			return nil, apperr.Invalid("environment_snapshot: the job refers to registered environment %s, which carries its own files", e.Ref)
 		}
 		if strings.HasPrefix(e.Ref, spec.EnvironmentFilePrefix) {
-			return nil, Invalid("environment: %s is a file on the client's machine; `ferry job create` and `ferry online-deployment create` read it and send the environment inline", e.Ref)
+			return nil, apperr.Invalid("environment: %s is a file on the client's machine; `ferry job create` and `ferry online-deployment create` read it and send the environment inline", e.Ref)
 		}
 		ref, err := spec.ParseEnvironmentRef(e.Ref)
 		if err != nil {
-			return nil, Invalid("environment: %v", err)
+			return nil, apperr.Invalid("environment: %v", err)
 		}
 		return a.resolveEnvironmentRef(ctx, ref)
 	}
@@ -187,7 +188,7 @@ func (a *Assets) resolveEnvironment(ctx context.Context, e *spec.Environment, sn
 	}
 	es, err := environment.Resolve(e, snap)
 	if err != nil {
-		return nil, Invalid("environment: %v; `ferry job create` uploads them", err)
+		return nil, apperr.Invalid("environment: %v; `ferry job create` uploads them", err)
 	}
 	return es, nil
 }
@@ -219,22 +220,22 @@ func (a *Assets) resolveEnvironmentRef(ctx context.Context, ref spec.Environment
 			return &environment.Spec{Kind: environment.KindImage, Image: r.Image, Name: r.Name, Version: r.Version}, nil
 		}
 		if !errors.Is(err, envcatalog.ErrUnknown) {
-			return nil, Invalid("environment: %v", err)
+			return nil, apperr.Invalid("environment: %v", err)
 		}
 		if ref.Registry != "" {
-			return nil, Invalid("environment: %s is not in the catalog of Azure's built-in environments (see `ferry environment list --catalog`); add it to the server's --environment-catalog file, or register an environment named %s", ref, ref.Name)
+			return nil, apperr.Invalid("environment: %s is not in the catalog of Azure's built-in environments (see `ferry environment list --catalog`); add it to the server's --environment-catalog file, or register an environment named %s", ref, ref.Name)
 		}
 		name = ref.Name
 	}
 	rec, err := a.lookupEnvironment(ctx, name, version)
 	if err != nil {
-		var we *Error
-		if errors.As(err, &we) && we.Code == CodeNotFound {
+		var we *apperr.Error
+		if errors.As(err, &we) && we.Code == apperr.CodeNotFound {
 			msg := we.Msg
 			if !registered {
 				msg += "; nor is it in the catalog of built-in environments (`ferry environment list --catalog`)"
 			}
-			return nil, Invalid("environment: %s", msg)
+			return nil, apperr.Invalid("environment: %s", msg)
 		}
 		return nil, err
 	}

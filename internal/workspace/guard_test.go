@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"encoding/json"
@@ -244,8 +245,8 @@ func TestHangingProviderDoesNotHoldTheDispatcher(t *testing.T) {
 // (507), not as an internal error.
 func TestStoreFullIsNoSpace(t *testing.T) {
 	for _, err := range []error{fmt.Errorf("commit: %w", store.ErrNoSpace), fmt.Errorf("write: %w", syscall.ENOSPC)} {
-		if got := CodeOf(err); got != CodeNoSpace {
-			t.Errorf("CodeOf(%v) = %v, want CodeNoSpace", err, got)
+		if got := apperr.CodeOf(err); got != apperr.CodeNoSpace {
+			t.Errorf("apperr.CodeOf(%v) = %v, want apperr.CodeNoSpace", err, got)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"errors"
@@ -310,7 +311,7 @@ func TestTakenBackAttemptsRunnerIsRefused(t *testing.T) {
 	if j := status(t, s, "a"); j.Status != apitypes.StatusQueued || j.Handle != "" {
 		t.Fatalf("a after its engine took it back: %s, handle %q", j.Status, j.Handle)
 	}
-	if _, err := s.Assignment(ctx, runPrincipal("a", 1), "a", 1); CodeOf(err) != CodeConflict {
+	if _, err := s.Assignment(ctx, runPrincipal("a", 1), "a", 1); apperr.CodeOf(err) != apperr.CodeConflict {
 		t.Errorf("assignment of the taken-back attempt: %v, want a conflict", err)
 	}
 }

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"encoding/json"
@@ -305,7 +306,7 @@ func (nd *Nodes) RestartInstance(ctx context.Context, who auth.Principal, name s
 
 func (nd *Nodes) instanceAction(ctx context.Context, who auth.Principal, name, action string) (*apitypes.Compute, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("only an owner may %s compute instances", action)
+		return nil, apperr.Forbidden("only an owner may %s compute instances", action)
 	}
 	rec, err := nd.ws.st.GetCompute(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
@@ -315,26 +316,26 @@ func (nd *Nodes) instanceAction(ctx context.Context, who auth.Principal, name, a
 		return nil, err
 	}
 	if !nd.ws.isInstance(rec.Type) {
-		return nil, Invalid("compute %s is of type %s; only compute instances are started, stopped and restarted", name, rec.Type)
+		return nil, apperr.Invalid("compute %s is of type %s; only compute instances are started, stopped and restarted", name, rec.Type)
 	}
 	from, to := rec.State, ""
 	switch action {
 	case "start":
 		if from != InstanceStopped {
-			return nil, Conflict("compute instance %s is %s; only a Stopped instance can be started", name, from)
+			return nil, apperr.Conflict("compute instance %s is %s; only a Stopped instance can be started", name, from)
 		}
 		to = InstanceStarting
 	case "stop":
 		if !instanceWantsNode(from) {
-			return nil, Conflict("compute instance %s is already %s", name, from)
+			return nil, apperr.Conflict("compute instance %s is already %s", name, from)
 		}
 		if from == InstanceJobRunning {
-			return nil, Conflict("compute instance %s is running a job; cancel it first, or wait for it to end", name)
+			return nil, apperr.Conflict("compute instance %s is running a job; cancel it first, or wait for it to end", name)
 		}
 		to = InstanceStopping
 	case "restart":
 		if !instanceWantsNode(from) {
-			return nil, Conflict("compute instance %s is %s; start it instead", name, from)
+			return nil, apperr.Conflict("compute instance %s is %s; start it instead", name, from)
 		}
 		to = InstanceRestarting
 	}
@@ -353,7 +354,7 @@ func (nd *Nodes) instanceAction(ctx context.Context, who auth.Principal, name, a
 	}
 	past := map[string]string{"start": "started", "stop": "stopped", "restart": "restarted"}[action]
 	if !nd.moveInstance(ctx, name, from, to, past+" by the user ("+who.Subject+")", replace) {
-		return nil, Conflict("compute instance %s changed state meanwhile; try again", name)
+		return nil, apperr.Conflict("compute instance %s changed state meanwhile; try again", name)
 	}
 	nd.ws.wakeDispatcher()
 	return nd.ws.GetCompute(ctx, name)

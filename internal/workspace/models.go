@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"crypto/sha256"
@@ -59,25 +60,25 @@ func modelHash(f *spec.ModelFile, snap string) string {
 // is then returned: creating an unchanged model twice is one version.
 func (a *Assets) CreateModel(ctx context.Context, who auth.Principal, f *spec.ModelFile, snap string) (*apitypes.Model, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("a run token cannot register models")
+		return nil, apperr.Forbidden("a run token cannot register models")
 	}
 	if f == nil {
-		return nil, Invalid("the model is missing")
+		return nil, apperr.Invalid("the model is missing")
 	}
 	if f.Type == "" {
 		f.Type = spec.ModelTypes[0]
 	}
 	if err := f.Validate(); err != nil {
-		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	if snap == "" {
-		return nil, Invalid("snapshot: a model needs its files uploaded as a snapshot; `ferry model create -f FILE` uploads the path it names")
+		return nil, apperr.Invalid("snapshot: a model needs its files uploaded as a snapshot; `ferry model create -f FILE` uploads the path it names")
 	}
 	if err := a.core.requireSnapshot(snap, "snapshot"); err != nil {
 		return nil, err
 	}
 	if _, err := a.core.readSnapshot(snap); err != nil {
-		return nil, Invalid("snapshot: %v", err)
+		return nil, apperr.Invalid("snapshot: %v", err)
 	}
 	hash := modelHash(f, snap)
 
@@ -99,7 +100,7 @@ func (a *Assets) CreateModel(ctx context.Context, who auth.Principal, f *spec.Mo
 		if v.Hash == hash {
 			return modelView(v)
 		}
-		return nil, Conflict("model %s:%s is registered with other content (files, type or properties), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, a.models().next(versions))
+		return nil, apperr.Conflict("model %s:%s is registered with other content (files, type or properties), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, a.models().next(versions))
 	}
 	raw, err := json.Marshal(modelSpec{Tags: f.Tags, Properties: f.Properties, PathName: modelPathName(f.Path)})
 	if err != nil {
@@ -114,9 +115,9 @@ func (a *Assets) CreateModel(ctx context.Context, who auth.Principal, f *spec.Mo
 			if other, gerr := a.st.GetModel(ctx, f.Name, version); gerr == nil && other.Hash == hash {
 				return modelView(other)
 			}
-			return nil, Conflict("model %s:%s was registered at the same time by someone else with other content; run the command again", f.Name, version)
+			return nil, apperr.Conflict("model %s:%s was registered at the same time by someone else with other content; run the command again", f.Name, version)
 		}
-		return nil, noSpace(err, "model "+f.Name+":"+version)
+		return nil, apperr.NoSpace(err, "model "+f.Name+":"+version)
 	}
 	return modelView(rec)
 }
@@ -133,12 +134,12 @@ func (a *Assets) GetModel(ctx context.Context, name, version string) (*apitypes.
 
 // ResolveModel finds the model a reference names: azureml:NAME:VERSION,
 // azureml:NAME@latest or NAME@latest (spec.ParseModelRef). It is how
-// deployments find their model. A bad reference is CodeInvalid, a model
-// that is not registered CodeNotFound; both messages say what to do.
+// deployments find their model. A bad reference is apperr.CodeInvalid, a model
+// that is not registered apperr.CodeNotFound; both messages say what to do.
 func (a *Assets) ResolveModel(ctx context.Context, ref string) (*apitypes.Model, error) {
 	name, version, err := spec.ParseModelRef(ref)
 	if err != nil {
-		return nil, Invalid("%v", err)
+		return nil, apperr.Invalid("%v", err)
 	}
 	return a.GetModel(ctx, name, version)
 }
@@ -166,17 +167,17 @@ func (a *Assets) ListModels(ctx context.Context, name string, includeArchived bo
 // by its version, but is no longer listed or the latest.
 func (a *Assets) ArchiveModel(ctx context.Context, who auth.Principal, name, version string, archived bool) (*apitypes.Model, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("a run token cannot archive models")
+		return nil, apperr.Forbidden("a run token cannot archive models")
 	}
 	if version == "" || version == "latest" {
-		return nil, Invalid("version: say which version to archive or restore, e.g. --version 3")
+		return nil, apperr.Invalid("version: say which version to archive or restore, e.g. --version 3")
 	}
 	rec, err := a.st.SetModelArchived(ctx, name, version, archived)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, a.models().unknown(ctx, name, version)
 	}
 	if err != nil {
-		return nil, noSpace(err, "model "+name+":"+version)
+		return nil, apperr.NoSpace(err, "model "+name+":"+version)
 	}
 	return modelView(rec)
 }

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"strings"
@@ -48,16 +49,16 @@ func TestModelVersionsAreImmutable(t *testing.T) {
 	}
 	// Other files under an existing version are refused, and say what to do.
 	_, err := s.assets.CreateModel(ctx, owner, modelFile("iris", "1"), snapB)
-	wantCode(t, "iris:1 with other files", err, CodeConflict, "iris:1", "other content", "leave version out to get 2")
+	wantCode(t, "iris:1 with other files", err, apperr.CodeConflict, "iris:1", "other content", "leave version out to get 2")
 	// So are other properties or another type.
 	f = modelFile("iris", "1")
 	f.Properties = map[string]string{"acc": "0.5"}
 	_, err = s.assets.CreateModel(ctx, owner, f, snapA)
-	wantCode(t, "iris:1 with other properties", err, CodeConflict)
+	wantCode(t, "iris:1 with other properties", err, apperr.CodeConflict)
 	f = modelFile("iris", "1")
 	f.Type = "mlflow_model"
 	_, err = s.assets.CreateModel(ctx, owner, f, snapA)
-	wantCode(t, "iris:1 with another type", err, CodeConflict)
+	wantCode(t, "iris:1 with another type", err, apperr.CodeConflict)
 
 	// Other files with no version get the next number.
 	if v2 := mustCreateModel(t, s, modelFile("iris", ""), snapB); v2.Version != "2" {
@@ -76,17 +77,17 @@ func TestModelCreateRefuses(t *testing.T) {
 	s, _ := newService(t, &fakeTarget{capacity: 1})
 	digest, snap := putFile(t, s, "weights")
 	_, err := s.assets.CreateModel(ctx, runPrincipal("j", 1), modelFile("iris", ""), snap)
-	wantCode(t, "run token", err, CodeForbidden)
+	wantCode(t, "run token", err, apperr.CodeForbidden)
 	_, err = s.assets.CreateModel(ctx, owner, modelFile("iris", ""), "")
-	wantCode(t, "no snapshot", err, CodeInvalid, "snapshot")
+	wantCode(t, "no snapshot", err, apperr.CodeInvalid, "snapshot")
 	_, err = s.assets.CreateModel(ctx, owner, modelFile("iris", ""), strings.Repeat("a", 64))
-	wantCode(t, "snapshot not uploaded", err, CodeInvalid, "snapshot", "not uploaded")
+	wantCode(t, "snapshot not uploaded", err, apperr.CodeInvalid, "snapshot", "not uploaded")
 	// A file's digest is not a snapshot.
 	_, err = s.assets.CreateModel(ctx, owner, modelFile("iris", ""), digest)
-	wantCode(t, "a blob that is not a manifest", err, CodeInvalid, "snapshot")
+	wantCode(t, "a blob that is not a manifest", err, apperr.CodeInvalid, "snapshot")
 	f := modelFile("bad name", "")
 	_, err = s.assets.CreateModel(ctx, owner, f, snap)
-	wantCode(t, "bad name", err, CodeInvalid, "name")
+	wantCode(t, "bad name", err, apperr.CodeInvalid, "name")
 	if ms, _ := s.assets.ListModels(ctx, "", true); len(ms) != 0 {
 		t.Errorf("refused creates stored %v", ms)
 	}
@@ -124,7 +125,7 @@ func TestModelArchiveHidesFromListAndLatest(t *testing.T) {
 		t.Fatalf("latest = %s, want 2", v)
 	}
 	_, err := s.assets.ArchiveModel(ctx, runPrincipal("j", 1), "iris", "2", true)
-	wantCode(t, "run token archives", err, CodeForbidden)
+	wantCode(t, "run token archives", err, apperr.CodeForbidden)
 	if m, err := s.assets.ArchiveModel(ctx, owner, "iris", "2", true); err != nil || !m.Archived {
 		t.Fatalf("archive iris:2: %+v, %v", m, err)
 	}
@@ -153,7 +154,7 @@ func TestModelArchiveHidesFromListAndLatest(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.assets.GetModel(ctx, "iris", "latest")
-	wantCode(t, "latest of all archived", err, CodeNotFound, "all of its versions are archived", "ferry model restore")
+	wantCode(t, "latest of all archived", err, apperr.CodeNotFound, "all of its versions are archived", "ferry model restore")
 	if _, err := s.assets.ArchiveModel(ctx, owner, "iris", "2", false); err != nil {
 		t.Fatal(err)
 	}
@@ -161,9 +162,9 @@ func TestModelArchiveHidesFromListAndLatest(t *testing.T) {
 		t.Errorf("latest after restoring 2 = %s, want 2", v)
 	}
 	_, err = s.assets.ArchiveModel(ctx, owner, "iris", "9", true)
-	wantCode(t, "archive a missing version", err, CodeNotFound, "no version 9", "1, 2, 3")
+	wantCode(t, "archive a missing version", err, apperr.CodeNotFound, "no version 9", "1, 2, 3")
 	_, err = s.assets.ArchiveModel(ctx, owner, "iris", "latest", true)
-	wantCode(t, "archive latest", err, CodeInvalid, "--version")
+	wantCode(t, "archive latest", err, apperr.CodeInvalid, "--version")
 }
 
 func TestResolveModel(t *testing.T) {
@@ -185,11 +186,11 @@ func TestResolveModel(t *testing.T) {
 		}
 	}
 	_, err := s.assets.ResolveModel(ctx, "iris")
-	wantCode(t, "no version", err, CodeInvalid, "iris@latest")
+	wantCode(t, "no version", err, apperr.CodeInvalid, "iris@latest")
 	_, err = s.assets.ResolveModel(ctx, "azureml:iris:7")
-	wantCode(t, "missing version", err, CodeNotFound, "no version 7", "1, 2")
+	wantCode(t, "missing version", err, apperr.CodeNotFound, "no version 7", "1, 2")
 	_, err = s.assets.ResolveModel(ctx, "azureml:iriss:1")
-	wantCode(t, "typo", err, CodeNotFound, "did you mean iris?")
+	wantCode(t, "typo", err, apperr.CodeNotFound, "did you mean iris?")
 }
 
 // Creates of one model at once all succeed: the same content is one

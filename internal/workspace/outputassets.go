@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"bytes"
 	"context"
@@ -235,7 +236,7 @@ func (s *Service) registerOutput(ctx context.Context, rec store.Job, k string, o
 		Description: desc, Tags: map[string]string{"ferry.job": rec.Name, "ferry.output": k}}
 	a, err := s.assets.CreateData(ctx, auth.Principal{Kind: auth.KindOwner, Subject: rec.CreatedBy}, f, snap)
 	if err != nil {
-		if c := CodeOf(err); c == CodeInternal || c == CodeNoSpace || c == CodeUnavailable {
+		if c := apperr.CodeOf(err); c == apperr.CodeInternal || c == apperr.CodeNoSpace || c == apperr.CodeUnavailable {
 			return "", err
 		}
 		return fmt.Sprintf("output %s is not registered as data asset %s: %v", k, o.Name, err), nil

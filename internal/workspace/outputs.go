@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"encoding/json"
@@ -51,7 +52,7 @@ func (s *Service) checkOutputs(ctx context.Context, who auth.Principal, rec stor
 	}
 	for k, id := range out.Named {
 		if _, ok := j.Outputs[k]; !ok {
-			return nil, Invalid("named.%s: the job declares no output by that name", k)
+			return nil, apperr.Invalid("named.%s: the job declares no output by that name", k)
 		}
 		if err := s.requireSnapshot(id, "named."+k); err != nil {
 			return nil, err
@@ -70,7 +71,7 @@ func (s *Service) checkOutputs(ctx context.Context, who auth.Principal, rec stor
 func (s *Service) storeOutputs(ctx context.Context, name string, raw json.RawMessage) error {
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
 		if apitypes.IsTerminal(j.Status) {
-			return nil, Conflict("job %s is already %s; outputs must be uploaded before the final status", name, j.Status)
+			return nil, apperr.Conflict("job %s is already %s; outputs must be uploaded before the final status", name, j.Status)
 		}
 		j.Outputs = raw
 		return nil, nil
@@ -93,8 +94,8 @@ func (s *Service) checkFinalOutputs(ctx context.Context, who auth.Principal, rec
 		return nil
 	}
 	raw, err := s.checkOutputs(ctx, who, rec, *r.Outputs)
-	switch CodeOf(err) {
-	case CodeInvalid, CodeNotFound, CodeConflict, CodeForbidden, CodeTooLarge:
+	switch apperr.CodeOf(err) {
+	case apperr.CodeInvalid, apperr.CodeNotFound, apperr.CodeConflict, apperr.CodeForbidden, apperr.CodeTooLarge:
 		s.log.Warn("outputs of a final report refused", "job", rec.Name, "attempt", rec.Attempt, "err", err)
 		if end.status == apitypes.StatusCompleted {
 			end.status, end.reason, end.msg = apitypes.StatusFailed, "uploading outputs failed", "outputs refused: "+err.Error()
@@ -138,17 +139,17 @@ func (s *Service) recordApart(ctx context.Context, who auth.Principal, name stri
 // users as it is.
 func checkSkipped(out apitypes.Outputs, declared map[string]json.RawMessage) error {
 	if len(out.Skipped) > apitypes.MaxSkippedOutputs {
-		return Invalid("skipped: at most %d entries (got %d); count the rest in skipped_more", apitypes.MaxSkippedOutputs, len(out.Skipped))
+		return apperr.Invalid("skipped: at most %d entries (got %d); count the rest in skipped_more", apitypes.MaxSkippedOutputs, len(out.Skipped))
 	}
 	if out.SkippedMore < 0 {
-		return Invalid("skipped_more: %d is negative", out.SkippedMore)
+		return apperr.Invalid("skipped_more: %d is negative", out.SkippedMore)
 	}
 	for i, sk := range out.Skipped {
 		if _, ok := declared[sk.Output]; !ok && sk.Output != "outputs" {
-			return Invalid("skipped[%d].output: %q is neither outputs nor an output the job declares", i, sk.Output)
+			return apperr.Invalid("skipped[%d].output: %q is neither outputs nor an output the job declares", i, sk.Output)
 		}
 		if len(sk.Path) > 4*snapshot.MaxPathLen || len(sk.Reason) > 1024 || !utf8.ValidString(sk.Path) || !utf8.ValidString(sk.Reason) {
-			return Invalid("skipped[%d]: path and reason must be UTF-8 of at most %d and 1024 bytes", i, 4*snapshot.MaxPathLen)
+			return apperr.Invalid("skipped[%d]: path and reason must be UTF-8 of at most %d and 1024 bytes", i, 4*snapshot.MaxPathLen)
 		}
 	}
 	return nil
@@ -167,8 +168,8 @@ func (s *Service) checkOutputQuota(ctx context.Context, who auth.Principal, out 
 			continue
 		}
 		m, err := s.GetSnapshot(ctx, who, id)
-		if CodeOf(err) == CodeNotFound {
-			return Invalid("outputs: snapshot %s is not stored; upload the outputs first", id)
+		if apperr.CodeOf(err) == apperr.CodeNotFound {
+			return apperr.Invalid("outputs: snapshot %s is not stored; upload the outputs first", id)
 		}
 		if err != nil {
 			return err
@@ -179,7 +180,7 @@ func (s *Service) checkOutputQuota(ctx context.Context, who auth.Principal, out 
 		return nil
 	}
 	if total > limit {
-		return &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("outputs: they hold %d bytes, over the job's output quota of %d (ferry server --output-quota)", total, limit)}
+		return &apperr.Error{Code: apperr.CodeTooLarge, Msg: fmt.Sprintf("outputs: they hold %d bytes, over the job's output quota of %d (ferry server --output-quota)", total, limit)}
 	}
 	return nil
 }

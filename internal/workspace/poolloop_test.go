@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"slices"
@@ -207,7 +208,7 @@ func TestDeleteClusterTerminatesEveryMachine(t *testing.T) {
 	submitTo(t, s, "a", "gpu")
 	settle(t, s)
 	err := s.DeleteCompute(ctx, "gpu")
-	wantCode(t, "deleting a cluster with a job", err, CodeConflict, "unfinished job")
+	wantCode(t, "deleting a cluster with a job", err, apperr.CodeConflict, "unfinished job")
 	if got := computeState(t, s, "gpu"); got == StateDeleting {
 		t.Fatalf("a refused delete left the compute %s", got)
 	}
@@ -231,7 +232,7 @@ func TestDeleteClusterTerminatesEveryMachine(t *testing.T) {
 	if n := len(liveMachines(prov)); n != 0 {
 		t.Fatalf("%d machines left, want none", n)
 	}
-	if _, err := s.GetCompute(ctx, "gpu"); CodeOf(err) != CodeNotFound {
+	if _, err := s.GetCompute(ctx, "gpu"); apperr.CodeOf(err) != apperr.CodeNotFound {
 		t.Fatalf("the deleted compute: %v, want not found", err)
 	}
 	if n := len(mustNodes(t, s, "gpu")); n != 0 {
@@ -432,7 +433,7 @@ func TestRecreatedClusterDoesNotInheritLaunchBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	pass(t, s)
-	if _, err := s.GetCompute(ctx, "gpu"); CodeOf(err) != CodeNotFound {
+	if _, err := s.GetCompute(ctx, "gpu"); apperr.CodeOf(err) != apperr.CodeNotFound {
 		t.Fatalf("the deleted compute: %v, want not found", err)
 	}
 	c := &spec.Compute{Name: "gpu", Type: "amlcompute", Size: "Standard_DS3_v2",

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"encoding/json"
@@ -147,7 +148,7 @@ func (nd *Nodes) ComputeEvents(ctx context.Context, compute string, limit int) (
 func (nd *Nodes) ResizeCompute(ctx context.Context, name string, minN, maxN *int, idle *int) (*apitypes.Compute, error) {
 	_, err := nd.ws.st.UpdateCompute(ctx, name, func(rec *store.Compute) error {
 		if nd.ws.poolType(rec.Type) == nil {
-			return Invalid("compute %s is of type %s; only clusters (amlcompute) are resized", name, rec.Type)
+			return apperr.Invalid("compute %s is of type %s; only clusters (amlcompute) are resized", name, rec.Type)
 		}
 		var c spec.Compute
 		if err := json.Unmarshal(rec.Spec, &c); err != nil {
@@ -163,7 +164,7 @@ func (nd *Nodes) ResizeCompute(ctx context.Context, name string, minN, maxN *int
 			c.IdleTimeBeforeScaleDown = idle
 		}
 		if err := c.Validate(); err != nil {
-			return &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+			return &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 		}
 		raw, err := json.Marshal(&c)
 		if err != nil {

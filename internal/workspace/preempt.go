@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"encoding/json"
@@ -44,7 +45,7 @@ func lowPriority(c *spec.Compute) bool { return c.Tier == "low_priority" }
 // the node's jobs are stopped and queued again.
 func (nd *Nodes) PreemptNode(ctx context.Context, who auth.Principal, compute, node string) (*apitypes.Node, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("only an owner may preempt nodes")
+		return nil, apperr.Forbidden("only an owner may preempt nodes")
 	}
 	rec, err := nd.ws.st.GetCompute(ctx, compute)
 	if errors.Is(err, store.ErrNotFound) {
@@ -58,17 +59,17 @@ func (nd *Nodes) PreemptNode(ctx context.Context, who auth.Principal, compute, n
 		return nil, fmt.Errorf("compute %s: stored spec: %w", rec.Name, err)
 	}
 	if nd.ws.poolType(rec.Type) == nil || !lowPriority(&c) {
-		return nil, Invalid("compute %s is not a low-priority cluster (tier: low_priority); only the nodes of one are preempted", compute)
+		return nil, apperr.Invalid("compute %s is not a low-priority cluster (tier: low_priority); only the nodes of one are preempted", compute)
 	}
 	n, err := nd.ws.st.GetNode(ctx, node)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && n.Compute != compute) {
-		return nil, NotFound("node %s is not a node of compute %s (see `ferry compute list-nodes %s`)", node, compute, compute)
+		return nil, apperr.NotFound("node %s is not a node of compute %s (see `ferry compute list-nodes %s`)", node, compute, compute)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if n.State != NodeIdle && n.State != NodeBusy {
-		return nil, Conflict("node %s is %s; only an Idle or Busy node can be preempted", node, n.State)
+		return nil, apperr.Conflict("node %s is %s; only an Idle or Busy node can be preempted", node, n.State)
 	}
 	if n.Machine != "" && nd.ws.cfg.Providers != nil {
 		if prov, err := nd.ws.cfg.Providers(&c); err == nil {
@@ -90,7 +91,7 @@ func (nd *Nodes) PreemptNode(ctx context.Context, who auth.Principal, compute, n
 			return v, nil
 		}
 	}
-	return nil, NotFound("node %s is gone", node)
+	return nil, apperr.NotFound("node %s is gone", node)
 }
 
 // preemptNode marks an Idle or Busy node Preempted. The runners on it

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"encoding/json"
@@ -172,7 +173,7 @@ func TestPreemptedAttemptIsRequeuedWithItsOutputs(t *testing.T) {
 		t.Fatalf("heartbeat before the preemption = %+v, %v", hb, err)
 	}
 
-	if _, err := s.Nodes().PreemptNode(ctx, runPrincipal("train", 1), "spot", node); CodeOf(err) != CodeForbidden {
+	if _, err := s.Nodes().PreemptNode(ctx, runPrincipal("train", 1), "spot", node); apperr.CodeOf(err) != apperr.CodeForbidden {
 		t.Errorf("a run token preempted a node: %v", err)
 	}
 	v, err := s.Nodes().PreemptNode(ctx, owner, "spot", node)
@@ -304,9 +305,9 @@ func TestPreemptNodeOfDedicatedClusterIsRefused(t *testing.T) {
 	submitTo(t, s, "train", "steady")
 	node := placedOn(t, s, "train")
 	_, err := s.Nodes().PreemptNode(ctx, owner, "steady", node)
-	wantCode(t, "preempting a dedicated node", err, CodeInvalid, "low_priority")
+	wantCode(t, "preempting a dedicated node", err, apperr.CodeInvalid, "low_priority")
 	_, err = s.Nodes().PreemptNode(ctx, owner, "steady", "nope")
-	wantCode(t, "preempting a node of a dedicated cluster that is not there", err, CodeInvalid)
+	wantCode(t, "preempting a node of a dedicated cluster that is not there", err, apperr.CodeInvalid)
 }
 
 // Low-priority nodes count against the low-priority quota, which all
@@ -391,7 +392,7 @@ func TestPreemptedReportOffAClusterIsRefused(t *testing.T) {
 	submit(t, s, "j")
 	dispatch(t, s)
 	err := s.ReportStatus(context.Background(), runPrincipal("j", 1), "j", 1, apitypes.Report{Status: apitypes.StatusPreempted})
-	wantCode(t, "a Preempted report of a local job", err, CodeInvalid, "no cluster node")
+	wantCode(t, "a Preempted report of a local job", err, apperr.CodeInvalid, "no cluster node")
 	if j := status(t, s, "j"); j.Status != apitypes.StatusPreparing || len(j.Preemptions) != 0 {
 		t.Errorf("job after the refused report: %s, preemptions %+v", j.Status, j.Preemptions)
 	}

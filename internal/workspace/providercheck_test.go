@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"errors"
@@ -50,8 +51,8 @@ func TestCreateRefusesABadProviderBlock(t *testing.T) {
 	one := 1
 	_, err := s.CreateCompute(context.Background(), &spec.Compute{Name: "typo", Type: "amlcompute", Size: "Standard_DS1_v2", MaxInstances: &one,
 		Provider: map[string]any{"type": "docker", "imgae": "x"}})
-	var werr *Error
-	if !errors.As(err, &werr) || werr.Code != CodeInvalid || !strings.Contains(err.Error(), "provider.imgae: unknown key; did you mean image?") {
+	var werr *apperr.Error
+	if !errors.As(err, &werr) || werr.Code != apperr.CodeInvalid || !strings.Contains(err.Error(), "provider.imgae: unknown key; did you mean image?") {
 		t.Fatalf("create: %v, want invalid input naming provider.imgae", err)
 	}
 	if _, err := st.GetCompute(context.Background(), "typo"); !errors.Is(err, store.ErrNotFound) {

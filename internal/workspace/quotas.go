@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"encoding/json"
@@ -53,11 +54,11 @@ func (nd *Nodes) ListQuotas(ctx context.Context) ([]apitypes.Quota, error) {
 // SetQuota sets a family's core quota.
 func (nd *Nodes) SetQuota(ctx context.Context, who auth.Principal, family string, cores int) error {
 	if !who.IsOwner() {
-		return Forbidden("only an owner may set quotas")
+		return apperr.Forbidden("only an owner may set quotas")
 	}
 	if strings.EqualFold(family, LowPriorityQuota) {
 		if cores < 0 {
-			return Invalid("cores: a quota is a number of cores, 0 or more (got %d)", cores)
+			return apperr.Invalid("cores: a quota is a number of cores, 0 or more (got %d)", cores)
 		}
 		if err := nd.ws.st.SetQuota(ctx, LowPriorityQuota, cores); err != nil {
 			return err
@@ -82,10 +83,10 @@ func (nd *Nodes) SetQuota(ctx context.Context, who auth.Principal, family string
 		if close := spec.Suggest(family, families); close != "" {
 			msg += fmt.Sprintf("; did you mean %s?", close)
 		}
-		return Invalid("%s", msg)
+		return apperr.Invalid("%s", msg)
 	}
 	if cores < 0 || cores > spec.MaxQuotaCores {
-		return Invalid("cores: a quota is a number of cores from 0 to %d (got %d)", spec.MaxQuotaCores, cores)
+		return apperr.Invalid("cores: a quota is a number of cores from 0 to %d (got %d)", spec.MaxQuotaCores, cores)
 	}
 	if err := nd.ws.st.SetQuota(ctx, family, cores); err != nil {
 		return err
@@ -97,11 +98,11 @@ func (nd *Nodes) SetQuota(ctx context.Context, who auth.Principal, family string
 // EnableSize lets clusters of a restricted size be made.
 func (nd *Nodes) EnableSize(ctx context.Context, who auth.Principal, size string) error {
 	if !who.IsOwner() {
-		return Forbidden("only an owner may enable restricted sizes")
+		return apperr.Forbidden("only an owner may enable restricted sizes")
 	}
 	sz, ok := nd.ws.cfg.Sizes.Lookup(size)
 	if !ok {
-		return Invalid("size: %q is not in the size catalog; see `ferry size list`", size)
+		return apperr.Invalid("size: %q is not in the size catalog; see `ferry size list`", size)
 	}
 	return nd.ws.st.SetSizeEnabled(ctx, sz.Name, true)
 }

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"fmt"
@@ -42,7 +43,7 @@ func TestCancelRacingCompletionEndsTheJobOnce(t *testing.T) {
 		if reportErr != nil || lostErr != nil {
 			t.Fatalf("%s: report %v, lease end %v", name, reportErr, lostErr)
 		}
-		if cancelErr != nil && CodeOf(cancelErr) != CodeConflict {
+		if cancelErr != nil && apperr.CodeOf(cancelErr) != apperr.CodeConflict {
 			t.Fatalf("%s: cancel neither taken nor refused as too late: %v", name, cancelErr)
 		}
 		j := status(t, s, name)

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"errors"
@@ -40,21 +41,21 @@ func (a *Assets) ReferenceKinds() []string {
 // without sending its code first; the submission checks them again.
 func (a *Assets) CheckReferences(ctx context.Context, refs []apitypes.Reference) ([]apitypes.ReferenceProblem, error) {
 	if len(refs) > 1000 {
-		return nil, Invalid("references: at most 1000 at a time, got %d", len(refs))
+		return nil, apperr.Invalid("references: at most 1000 at a time, got %d", len(refs))
 	}
 	checkers := a.referenceCheckers()
 	out := []apitypes.ReferenceProblem{}
 	for _, r := range refs {
 		check, ok := checkers[r.Kind]
 		if !ok {
-			return nil, Invalid("references: kind %q is not one this server checks (%s)", r.Kind, strings.Join(a.ReferenceKinds(), ", "))
+			return nil, apperr.Invalid("references: kind %q is not one this server checks (%s)", r.Kind, strings.Join(a.ReferenceKinds(), ", "))
 		}
 		err := check(ctx, r.Ref)
 		if err == nil {
 			continue
 		}
-		var e *Error
-		if !errors.As(err, &e) || (e.Code != CodeInvalid && e.Code != CodeNotFound) {
+		var e *apperr.Error
+		if !errors.As(err, &e) || (e.Code != apperr.CodeInvalid && e.Code != apperr.CodeNotFound) {
 			return nil, err
 		}
 		msg := e.Msg
@@ -72,7 +73,7 @@ func (a *Assets) checkEnvironmentRef(ctx context.Context, ref string) error {
 	}
 	r, err := spec.ParseEnvironmentRef(ref)
 	if err != nil {
-		return Invalid("%v", err)
+		return apperr.Invalid("%v", err)
 	}
 	_, err = a.resolveEnvironmentRef(ctx, r)
 	return err
@@ -84,7 +85,7 @@ func (a *Assets) checkDataRef(ctx context.Context, ref string) error {
 	}
 	name, version, err := spec.ParseDataRef(ref)
 	if err != nil {
-		return Invalid("%v", err)
+		return apperr.Invalid("%v", err)
 	}
 	_, err = a.GetData(ctx, name, version)
 	return err

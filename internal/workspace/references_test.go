@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 )
 
 func TestCheckReferences(t *testing.T) {
@@ -34,7 +35,7 @@ func TestCheckReferences(t *testing.T) {
 	if !slices.Equal(fields, want) {
 		t.Errorf("problems %v, want %v", fields, want)
 	}
-	if _, err := s.assets.CheckReferences(ctx, []apitypes.Reference{{Field: "x", Kind: "widget", Ref: "y"}}); CodeOf(err) != CodeInvalid {
+	if _, err := s.assets.CheckReferences(ctx, []apitypes.Reference{{Field: "x", Kind: "widget", Ref: "y"}}); apperr.CodeOf(err) != apperr.CodeInvalid {
 		t.Errorf("unknown kind: %v, want invalid", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -79,7 +80,7 @@ func (r registry[R]) lookup(ctx context.Context, name, version string) (R, error
 			return latest, nil
 		}
 		if len(versions) > 0 {
-			return zero, NotFound("%s %s has no latest version: all of its versions are archived; restore one with `ferry %s restore %s --version V`", r.what, name, r.command, name)
+			return zero, apperr.NotFound("%s %s has no latest version: all of its versions are archived; restore one with `ferry %s restore %s --version V`", r.what, name, r.command, name)
 		}
 		return zero, r.unknown(ctx, name, "")
 	}
@@ -109,15 +110,15 @@ func (r registry[R]) unknown(ctx context.Context, name, version string) error {
 	}
 	switch {
 	case len(versions) > 0:
-		return NotFound("%s %s has no version %s; it has %s", r.what, name, version, strings.Join(versions, ", "))
+		return apperr.NotFound("%s %s has no version %s; it has %s", r.what, name, version, strings.Join(versions, ", "))
 	case len(names) == 0:
-		return NotFound("%s %s is not registered, and the workspace has no %s; register it with `ferry %s create -f FILE`", r.what, name, r.plural, r.command)
+		return apperr.NotFound("%s %s is not registered, and the workspace has no %s; register it with `ferry %s create -f FILE`", r.what, name, r.plural, r.command)
 	}
 	msg := fmt.Sprintf("%s %s is not registered", r.what, name)
 	if close := spec.Suggest(name, names); close != "" {
 		msg += fmt.Sprintf("; did you mean %s?", close)
 	}
-	return NotFound("%s (registered: %s)", msg, strings.Join(names, ", "))
+	return apperr.NotFound("%s (registered: %s)", msg, strings.Join(names, ", "))
 }
 
 // visible are the versions a list shows: archived ones only when asked.

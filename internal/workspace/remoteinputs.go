@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"encoding/json"
@@ -33,7 +34,7 @@ func (a *Assets) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[stri
 			}
 			dname, version, err := spec.ParseDataRef(p)
 			if err != nil {
-				return nil, Invalid("%s: %v", field, err)
+				return nil, apperr.Invalid("%s: %v", field, err)
 			}
 			d, err := a.GetData(ctx, dname, version)
 			if err != nil || d.Path == "" {
@@ -46,12 +47,12 @@ func (a *Assets) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[stri
 		}
 		r, err := a.resolveRemote(ctx, p)
 		if err != nil {
-			var e *Error
+			var e *apperr.Error
 			if errors.As(err, &e) {
 				e.Msg = field + ": " + e.Msg
 				return nil, e
 			}
-			return nil, Invalid("%s: %v", field, err)
+			return nil, apperr.Invalid("%s: %v", field, err)
 		}
 		if out == nil {
 			out = map[string]apitypes.RemoteInput{}
@@ -103,11 +104,11 @@ func (a *Assets) inDatastore(ds *apitypes.Datastore, p string) (apitypes.RemoteI
 		host := f.AccountName + ".blob." + f.Endpoint
 		return apitypes.RemoteInput{Blob: &apitypes.BlobSource{Base: spec.BlobBase(f.AccountName, host, a.blobEndpoints), Container: container, Path: p}}, nil
 	case "azure_file":
-		return apitypes.RemoteInput{}, Invalid("datastore %s is an azure_file share, which has no anonymous reads: mount the share on every node and create a local_folder datastore for the mount", ds.Name)
+		return apitypes.RemoteInput{}, apperr.Invalid("datastore %s is an azure_file share, which has no anonymous reads: mount the share on every node and create a local_folder datastore for the mount", ds.Name)
 	case "azure_data_lake_gen1", "one_lake":
-		return apitypes.RemoteInput{}, Invalid("datastore %s is %s storage, which Ferry cannot read (no anonymous reads): copy the data to a blob container that allows public reads or to a folder every node mounts (a local_folder datastore)", ds.Name, ds.Type)
+		return apitypes.RemoteInput{}, apperr.Invalid("datastore %s is %s storage, which Ferry cannot read (no anonymous reads): copy the data to a blob container that allows public reads or to a folder every node mounts (a local_folder datastore)", ds.Name, ds.Type)
 	}
-	return apitypes.RemoteInput{}, Invalid("datastore %s has type %s, which inputs cannot read", ds.Name, ds.Type)
+	return apitypes.RemoteInput{}, apperr.Invalid("datastore %s has type %s, which inputs cannot read", ds.Name, ds.Type)
 }
 
 // storedInputs is the jobs.inputs column: a JSON object whose values are

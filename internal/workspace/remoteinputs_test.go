@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"testing"
@@ -87,11 +88,11 @@ func TestRemoteInputsRefused(t *testing.T) {
 		_, err := s.SubmitJob(ctx, owner, Submission{Spec: &spec.Job{Command: "true", Inputs: map[string]spec.Input{"d": {Type: "uri_folder", Path: path}}}})
 		return err
 	}
-	wantCode(t, "unknown datastore", submit("azureml://datastores/nope/paths/x"), CodeNotFound, "inputs.d.path", "datastore nope is not known", "share")
-	wantCode(t, "azure_file", submit("azureml://datastores/share/paths/x"), CodeInvalid, "inputs.d.path", "no anonymous reads", "local_folder")
+	wantCode(t, "unknown datastore", submit("azureml://datastores/nope/paths/x"), apperr.CodeNotFound, "inputs.d.path", "datastore nope is not known", "share")
+	wantCode(t, "azure_file", submit("azureml://datastores/share/paths/x"), apperr.CodeInvalid, "inputs.d.path", "no anonymous reads", "local_folder")
 	_, err := s.SubmitJob(ctx, owner, Submission{Spec: &spec.Job{Command: "true", Inputs: map[string]spec.Input{"d": {Type: "uri_file", Path: "https://example.com/x"}}},
 		InputSnapshots: map[string]string{"d": "0000"}})
-	wantCode(t, "an upload for a URL input", err, CodeInvalid, "input_snapshots.d", "upload nothing")
+	wantCode(t, "an upload for a URL input", err, apperr.CodeInvalid, "input_snapshots.d", "upload nothing")
 }
 
 // workspaceblobstore is built in until one of that name is created.
@@ -103,7 +104,7 @@ func TestDefaultDatastore(t *testing.T) {
 	if err != nil || !d.BuiltIn || d.Spec.Path != s.assets.defaultDatastoreDir {
 		t.Fatalf("built-in default: %+v, %v", d, err)
 	}
-	wantCode(t, "deleting the built-in", s.assets.DeleteDatastore(ctx, owner, DefaultDatastore), CodeInvalid, "built-in")
+	wantCode(t, "deleting the built-in", s.assets.DeleteDatastore(ctx, owner, DefaultDatastore), apperr.CodeInvalid, "built-in")
 	mustDatastore(t, s, "name: workspaceblobstore\nurl: https://example.com/ws\n")
 	list, err := s.assets.ListDatastores(ctx)
 	if err != nil || len(list) != 1 || list[0].BuiltIn || list[0].Type != "http" {
@@ -146,5 +147,5 @@ func TestRemoteDataAsset(t *testing.T) {
 		t.Errorf("RemoteInputs (-want +got):\n%s; type %q", d, got.Spec.Inputs["d"].Type)
 	}
 	_, err = s.assets.CreateData(ctx, owner, &spec.DataFile{Name: "bad", Type: "uri_folder", Path: "azureml://datastores/nope/paths/x"}, "")
-	wantCode(t, "an asset in an unknown datastore", err, CodeNotFound, "path:", "datastore nope")
+	wantCode(t, "an asset in an unknown datastore", err, apperr.CodeNotFound, "path:", "datastore nope")
 }

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"encoding/json"
@@ -457,7 +458,7 @@ func (s *Service) fence(ctx context.Context, who auth.Principal, name string, at
 	}
 	rec, err := s.st.GetJob(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return store.Job{}, NotFound("job %q does not exist", name)
+		return store.Job{}, apperr.NotFound("job %q does not exist", name)
 	}
 	if err != nil {
 		return store.Job{}, err
@@ -471,10 +472,10 @@ func (s *Service) fence(ctx context.Context, who auth.Principal, name string, at
 // mayWriteAttempt is the part of the fence that needs no record.
 func mayWriteAttempt(who auth.Principal, name string, attempt int) error {
 	if !who.MayWriteJob(name) {
-		return Forbidden("this token may not write to job %s", name)
+		return apperr.Forbidden("this token may not write to job %s", name)
 	}
 	if who.Kind == auth.KindRun && who.Attempt != attempt {
-		return Forbidden("this token belongs to attempt %d of job %s, not %d", who.Attempt, name, attempt)
+		return apperr.Forbidden("this token belongs to attempt %d of job %s, not %d", who.Attempt, name, attempt)
 	}
 	return nil
 }
@@ -482,7 +483,7 @@ func mayWriteAttempt(who auth.Principal, name string, attempt int) error {
 // attemptCurrent is the part of the fence that needs the record.
 func attemptCurrent(rec store.Job, attempt int) error {
 	if rec.Attempt != attempt {
-		return Conflict("attempt %d of job %s is not current (current is %d)", attempt, rec.Name, rec.Attempt)
+		return apperr.Conflict("attempt %d of job %s is not current (current is %d)", attempt, rec.Name, rec.Attempt)
 	}
 	return nil
 }
@@ -502,7 +503,7 @@ func (s *Service) fencedUpdate(ctx context.Context, who auth.Principal, name str
 		return fn(j)
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return store.Job{}, NotFound("job %q does not exist", name)
+		return store.Job{}, apperr.NotFound("job %q does not exist", name)
 	}
 	return rec, err
 }
@@ -521,7 +522,7 @@ func (s *Service) Assignment(ctx context.Context, who auth.Principal, name strin
 	if len(v.Unreadable) > 0 {
 		why := "its stored record is damaged (" + strings.Join(v.Unreadable, "; ") + "); submit it again"
 		s.finish(ctx, name, attempt, apitypes.StatusFailed, why, nil, why)
-		return nil, Conflict("job %s: %s", name, why)
+		return nil, apperr.Conflict("job %s: %s", name, why)
 	}
 	s.heard(name)
 	if v.Status == apitypes.StatusQueued {
@@ -660,14 +661,14 @@ func (s *Service) ReportStatus(ctx context.Context, who auth.Principal, name str
 			node = ranks[r.Rank].Node // the node went since; the attempt still ends
 		}
 		if node == "" {
-			return Invalid("status: attempt %d of job %s runs on no cluster node, which alone can be preempted; report how the command ended", attempt, name)
+			return apperr.Invalid("status: attempt %d of job %s runs on no cluster node, which alone can be preempted; report how the command ended", attempt, name)
 		}
 		return s.requeuePreempted(ctx, name, attempt, node, "node "+node+" was preempted; the runner stopped the job and kept its outputs")
 	default:
 		if _, err := s.fence(ctx, who, name, attempt); err != nil {
 			return err
 		}
-		return Invalid("status: a runner may report Running, Finalizing, Completed, Failed, Canceled or Preempted, not %q", r.Status)
+		return apperr.Invalid("status: a runner may report Running, Finalizing, Completed, Failed, Canceled or Preempted, not %q", r.Status)
 	}
 	return nil
 }
@@ -731,7 +732,7 @@ func (s *Service) fencedFinish(ctx context.Context, who auth.Principal, name str
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return NotFound("job %q does not exist", name)
+		return apperr.NotFound("job %q does not exist", name)
 	}
 	if err != nil && fenced {
 		// The end was not recorded (the runner sends it again): its
@@ -849,7 +850,7 @@ func (s *Service) rankEnded(ctx context.Context, name string, attempt int, r api
 			return nil, nil
 		}
 		if r.Rank >= len(pl.Ranks) {
-			return nil, Invalid("rank: attempt %d of job %s has %d node ranks, not %d", attempt, name, len(pl.Ranks), r.Rank+1)
+			return nil, apperr.Invalid("rank: attempt %d of job %s has %d node ranks, not %d", attempt, name, len(pl.Ranks), r.Rank+1)
 		}
 		pl.Ranks[r.Rank].Status, pl.Ranks[r.Rank].ExitCode = r.Status, r.ExitCode
 		for _, rp := range pl.Ranks {

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"errors"
@@ -15,20 +16,20 @@ import (
 // SetRunValues records params and tags of a job while it runs.
 func (s *Service) SetRunValues(ctx context.Context, who auth.Principal, name string, v apitypes.RunValues) error {
 	if !who.MayWriteJob(name) {
-		return Forbidden("this token may not write params or tags of job %s", name)
+		return apperr.Forbidden("this token may not write params or tags of job %s", name)
 	}
 	if err := apitypes.CheckRunValues(v); err != nil {
-		return Invalid("%v", err)
+		return apperr.Invalid("%v", err)
 	}
 	rec, err := s.st.GetJob(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return NotFound("job %q does not exist", name)
+		return apperr.NotFound("job %q does not exist", name)
 	}
 	if err != nil {
 		return err
 	}
 	if apitypes.IsTerminal(rec.Status) {
-		return Conflict("job %s is %s; params and tags can only be set while it runs", name, rec.Status)
+		return apperr.Conflict("job %s is %s; params and tags can only be set while it runs", name, rec.Status)
 	}
 	var vs []store.RunValue
 	for _, k := range slices.Sorted(maps.Keys(v.Params)) {
@@ -39,7 +40,7 @@ func (s *Service) SetRunValues(ctx context.Context, who auth.Principal, name str
 	}
 	err = s.st.SetRunValues(ctx, name, vs)
 	if errors.Is(err, store.ErrNotFound) {
-		return NotFound("job %q does not exist", name)
+		return apperr.NotFound("job %q does not exist", name)
 	}
 	return err
 }
@@ -48,7 +49,7 @@ func (s *Service) SetRunValues(ctx context.Context, who auth.Principal, name str
 func (s *Service) GetRunValues(ctx context.Context, name string) (*apitypes.RunValues, error) {
 	vs, err := s.st.ListRunValues(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, NotFound("job %q does not exist", name)
+		return nil, apperr.NotFound("job %q does not exist", name)
 	}
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"strings"
@@ -35,16 +36,16 @@ func TestRunValues(t *testing.T) {
 	if d := cmp.Diff(map[string]string{"model": "linear"}, j.RunTags); d != "" {
 		t.Errorf("tags (-want +got):\n%s", d)
 	}
-	if err := s.SetRunValues(ctx, run, "b", apitypes.RunValues{Params: map[string]string{"x": "1"}}); CodeOf(err) != CodeForbidden {
+	if err := s.SetRunValues(ctx, run, "b", apitypes.RunValues{Params: map[string]string{"x": "1"}}); apperr.CodeOf(err) != apperr.CodeForbidden {
 		t.Errorf("params of another job: %v", err)
 	}
-	if err := s.SetRunValues(ctx, run, "a", apitypes.RunValues{Tags: map[string]string{"": "1"}}); CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), "tags:") {
+	if err := s.SetRunValues(ctx, run, "a", apitypes.RunValues{Tags: map[string]string{"": "1"}}); apperr.CodeOf(err) != apperr.CodeInvalid || !strings.Contains(err.Error(), "tags:") {
 		t.Errorf("an empty key: %v", err)
 	}
-	if err := s.SetRunValues(ctx, run, "a", apitypes.RunValues{Params: map[string]string{"k": strings.Repeat("v", apitypes.MaxRunValue+1)}}); CodeOf(err) != CodeInvalid || !strings.Contains(err.Error(), "params.k") {
+	if err := s.SetRunValues(ctx, run, "a", apitypes.RunValues{Params: map[string]string{"k": strings.Repeat("v", apitypes.MaxRunValue+1)}}); apperr.CodeOf(err) != apperr.CodeInvalid || !strings.Contains(err.Error(), "params.k") {
 		t.Errorf("a value over the limit: %v", err)
 	}
-	if err := s.SetRunValues(ctx, owner, "nope", apitypes.RunValues{Params: map[string]string{"x": "1"}}); CodeOf(err) != CodeNotFound {
+	if err := s.SetRunValues(ctx, owner, "nope", apitypes.RunValues{Params: map[string]string{"x": "1"}}); apperr.CodeOf(err) != apperr.CodeNotFound {
 		t.Errorf("a job that does not exist: %v", err)
 	}
 	submit(t, s, "c") // queued: canceled at once
@@ -54,7 +55,7 @@ func TestRunValues(t *testing.T) {
 	if j := status(t, s, "c"); !apitypes.IsTerminal(j.Status) {
 		t.Fatalf("a canceled queued job is %s", j.Status)
 	}
-	if err := s.SetRunValues(ctx, owner, "c", apitypes.RunValues{Params: map[string]string{"x": "1"}}); CodeOf(err) != CodeConflict {
+	if err := s.SetRunValues(ctx, owner, "c", apitypes.RunValues{Params: map[string]string{"x": "1"}}); apperr.CodeOf(err) != apperr.CodeConflict {
 		t.Errorf("params of an ended job: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -29,14 +30,14 @@ func (s *Service) serverless(ctx context.Context, j *spec.Job) (string, error) {
 		if close := spec.Suggest(j.Resources.InstanceType, names); close != "" {
 			msg += fmt.Sprintf("; did you mean %s?", close)
 		}
-		return "", Invalid("%s (see `ferry size list`)", msg)
+		return "", apperr.Invalid("%s (see `ferry size list`)", msg)
 	}
 	if s.cfg.Providers == nil {
-		return "", Invalid("resources.instance_type: this server has no node provider, so it cannot run serverless jobs; name a compute")
+		return "", apperr.Invalid("resources.instance_type: this server has no node provider, so it cannot run serverless jobs; name a compute")
 	}
 	typ := s.serverlessType()
 	if typ == "" {
-		return "", Invalid("resources.instance_type: this server has no compute type for serverless jobs; name a compute")
+		return "", apperr.Invalid("resources.instance_type: this server has no compute type for serverless jobs; name a compute")
 	}
 	tier := "dedicated"
 	name := "serverless-" + strings.ToLower(strings.ReplaceAll(sz.Name, "_", "-"))

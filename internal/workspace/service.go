@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"context"
 	"encoding/json"
@@ -257,7 +258,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	s.assets = newAssets(cfg, s)
 	if _, err := s.st.GetCompute(ctx, "local"); errors.Is(err, store.ErrNotFound) {
 		local := &spec.Compute{Name: "local", Type: "local"}
-		if _, err := s.CreateCompute(ctx, local); err != nil && CodeOf(err) != CodeConflict {
+		if _, err := s.CreateCompute(ctx, local); err != nil && apperr.CodeOf(err) != apperr.CodeConflict {
 			return nil, fmt.Errorf("create local compute: %w", err)
 		}
 	} else if err != nil {
@@ -389,12 +390,12 @@ func (s *Service) Changes(job string) <-chan struct{} {
 // CreateCompute adds a compute target.
 func (s *Service) CreateCompute(ctx context.Context, c *spec.Compute) (*apitypes.Compute, error) {
 	if err := c.Validate(); err != nil {
-		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	c.ApplyDefaults()
 	if pt := s.poolType(c.Type); pt != nil {
 		if s.cfg.Providers == nil {
-			return nil, Invalid("type: this server has no node provider, so it cannot make clusters")
+			return nil, apperr.Invalid("type: this server has no node provider, so it cannot make clusters")
 		}
 		if usesSSH(pt, c) {
 			if err := s.attach(ctx, pt, c); err != nil {
@@ -422,7 +423,7 @@ func (s *Service) CreateCompute(ctx context.Context, c *spec.Compute) (*apitypes
 	rec := store.Compute{Name: c.Name, Type: c.Type, Spec: raw, State: state, Created: now, Modified: now}
 	if err := s.st.CreateCompute(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil, Conflict("compute %q already exists; delete it first or pick another name", c.Name)
+			return nil, apperr.Conflict("compute %q already exists; delete it first or pick another name", c.Name)
 		}
 		return nil, err
 	}
@@ -437,24 +438,24 @@ func (s *Service) CreateCompute(ctx context.Context, c *spec.Compute) (*apitypes
 func (s *Service) checkTarget(ctx context.Context, c *spec.Compute) error {
 	if st := c.SSHSettings; st != nil {
 		if st.SSHPrivateKeyFile != "" && st.SSHPrivateKey == "" {
-			return Invalid("ssh_settings.ssh_private_key_file: the server does not read files named by a request; send the key's content as ssh_settings.ssh_private_key (the ferry CLI reads the file for you)")
+			return apperr.Invalid("ssh_settings.ssh_private_key_file: the server does not read files named by a request; send the key's content as ssh_settings.ssh_private_key (the ferry CLI reads the file for you)")
 		}
 		if s.cfg.Secrets == nil {
-			return Invalid("ssh_settings: this server has no workspace key, so it cannot keep SSH secrets; start it with a data dir it can write")
+			return apperr.Invalid("ssh_settings: this server has no workspace key, so it cannot keep SSH secrets; start it with a data dir it can write")
 		}
 		if err := SealCompute(s.cfg.Secrets, c); err != nil {
 			return err
 		}
 	}
 	if c.Kubeconfig != "" && c.KubeconfigContent == "" {
-		return Invalid("kubeconfig: the server does not read files named by a request; send the file's content as kubeconfig_content (the ferry CLI reads the file for you)")
+		return apperr.Invalid("kubeconfig: the server does not read files named by a request; send the file's content as kubeconfig_content (the ferry CLI reads the file for you)")
 	}
 	if rc := c.RegistryCredentials; rc != nil && rc.Password != "" && s.cfg.Secrets == nil {
-		return Invalid("registry_credentials: this server has no workspace key, so it cannot keep a registry password; start it with a data dir it can write")
+		return apperr.Invalid("registry_credentials: this server has no workspace key, so it cannot keep a registry password; start it with a data dir it can write")
 	}
 	if c.KubeconfigContent != "" || (c.RegistryCredentials != nil && c.RegistryCredentials.Password != "") {
 		if s.cfg.Secrets == nil {
-			return Invalid("kubeconfig: this server has no workspace key, so it cannot keep a kubeconfig; start it with a data dir it can write")
+			return apperr.Invalid("kubeconfig: this server has no workspace key, so it cannot keep a kubeconfig; start it with a data dir it can write")
 		}
 		if err := SealCompute(s.cfg.Secrets, c); err != nil {
 			return err
@@ -473,7 +474,7 @@ func (s *Service) checkTarget(ctx context.Context, c *spec.Compute) error {
 	}
 	if err := ch.CheckCompute(ctx, c); err != nil {
 		// A Checker's error names the field and holds no secret.
-		return &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	return nil
 }
@@ -540,7 +541,7 @@ func (s *Service) ListComputes(ctx context.Context) ([]*apitypes.Compute, error)
 // DeleteCompute removes a target that has no unfinished jobs.
 func (s *Service) DeleteCompute(ctx context.Context, name string) error {
 	if name == "local" {
-		return Conflict("compute \"local\" is built in and cannot be deleted")
+		return apperr.Conflict("compute \"local\" is built in and cannot be deleted")
 	}
 	rec, err := s.st.GetCompute(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
@@ -553,7 +554,7 @@ func (s *Service) DeleteCompute(ctx context.Context, name string) error {
 		return err
 	}
 	if len(busy) > 0 {
-		return Conflict("compute %q has %s (for example %s); cancel them or wait before deleting it", name, count(len(busy), "unfinished job"), busy[0].Name)
+		return apperr.Conflict("compute %q has %s (for example %s); cancel them or wait before deleting it", name, count(len(busy), "unfinished job"), busy[0].Name)
 	}
 	if s.poolType(rec.Type) != nil {
 		// The pool loop terminates the compute's machines (stops the agent
@@ -595,7 +596,7 @@ func (s *Service) unknownCompute(ctx context.Context, name string) error {
 	for _, r := range recs {
 		names = append(names, r.Name)
 	}
-	return NotFound("compute %q does not exist; the workspace has: %s (create one with `ferry compute create -f FILE`)", name, strings.Join(names, ", "))
+	return apperr.NotFound("compute %q does not exist; the workspace has: %s (create one with `ferry compute create -f FILE`)", name, strings.Join(names, ", "))
 }
 
 func (s *Service) target(ctx context.Context, name string) (compute.Target, error) {
@@ -658,14 +659,14 @@ func jobType(v *apitypes.Job) string {
 // free slot on its target.
 func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submission) (*apitypes.Job, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("a run token cannot submit jobs")
+		return nil, apperr.Forbidden("a run token cannot submit jobs")
 	}
 	j := sub.Spec
 	if j == nil {
-		return nil, Invalid("spec: the job spec is missing")
+		return nil, apperr.Invalid("spec: the job spec is missing")
 	}
 	if err := j.Validate(); err != nil {
-		return nil, &Error{Code: CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	if t, ok := s.jobTypes[j.Type]; ok {
 		return t.Submit(ctx, who, sub)
@@ -687,7 +688,7 @@ func (s *Service) SubmitJob(ctx context.Context, who auth.Principal, sub Submiss
 	}
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil, Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)
+			return nil, apperr.Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)
 		}
 		return nil, err
 	}
@@ -742,7 +743,7 @@ func (s *Service) prepareJob(ctx context.Context, j *spec.Job, sub Submission) (
 		return none, err
 	}
 	if j.Code != "" && sub.CodeSnapshot == "" {
-		return none, Invalid("code: the job names code %q but no code snapshot was uploaded with it", j.Code)
+		return none, apperr.Invalid("code: the job names code %q but no code snapshot was uploaded with it", j.Code)
 	}
 	if sub.CodeSnapshot != "" {
 		if err := s.requireSnapshot(sub.CodeSnapshot, "code"); err != nil {
@@ -755,13 +756,13 @@ func (s *Service) prepareJob(ctx context.Context, j *spec.Job, sub Submission) (
 		}
 		if _, ok := remote[name]; ok {
 			if _, up := sub.InputSnapshots[name]; up {
-				return none, Invalid("input_snapshots.%s: input %s is fetched from %s on the node; upload nothing for it", name, name, in.Path)
+				return none, apperr.Invalid("input_snapshots.%s: input %s is fetched from %s on the node; upload nothing for it", name, name, in.Path)
 			}
 			continue
 		}
 		id, ok := sub.InputSnapshots[name]
 		if !ok {
-			return none, Invalid("inputs.%s.path: %q is a local path whose files were not uploaded (input_snapshots); `ferry job create` uploads them", name, in.Path)
+			return none, apperr.Invalid("inputs.%s.path: %q is a local path whose files were not uploaded (input_snapshots); `ferry job create` uploads them", name, in.Path)
 		}
 		if err := s.requireSnapshot(id, "inputs."+name); err != nil {
 			return none, err
@@ -769,7 +770,7 @@ func (s *Service) prepareJob(ctx context.Context, j *spec.Job, sub Submission) (
 	}
 	for name := range sub.InputSnapshots {
 		if in, ok := j.Inputs[name]; !ok || in.IsLiteral() {
-			return none, Invalid("input_snapshots.%s: the job has no data input by that name", name)
+			return none, apperr.Invalid("input_snapshots.%s: the job has no data input by that name", name)
 		}
 	}
 	specJSON, err := json.Marshal(j)
@@ -806,10 +807,10 @@ func priorityOf(j *spec.Job) int {
 
 func (s *Service) requireSnapshot(id, field string) error {
 	if !blob.ValidDigest(id) {
-		return Invalid("%s: snapshot id %q is not a SHA-256", field, id)
+		return apperr.Invalid("%s: snapshot id %q is not a SHA-256", field, id)
 	}
 	if !s.blobs.Has(id) {
-		return Invalid("%s: snapshot %s was not uploaded", field, id)
+		return apperr.Invalid("%s: snapshot %s was not uploaded", field, id)
 	}
 	return nil
 }
@@ -833,7 +834,7 @@ func newJobName() string {
 func (s *Service) GetJob(ctx context.Context, name string, history bool) (*apitypes.Job, error) {
 	rec, err := s.st.GetJob(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, NotFound("job %q does not exist (see `ferry job list`)", name)
+		return nil, apperr.NotFound("job %q does not exist (see `ferry job list`)", name)
 	}
 	if err != nil {
 		return nil, err
@@ -975,7 +976,7 @@ func (s *Service) ListJobs(ctx context.Context, f store.JobFilter) ([]*apitypes.
 // when the runner has not ended it after the grace (engine.go).
 func (s *Service) CancelJob(ctx context.Context, who auth.Principal, name string) (*apitypes.Job, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("a run token cannot cancel jobs")
+		return nil, apperr.Forbidden("a run token cannot cancel jobs")
 	}
 	if err := s.cancelInEngine(ctx, name); err != nil {
 		return nil, err
@@ -984,7 +985,7 @@ func (s *Service) CancelJob(ctx context.Context, who auth.Principal, name string
 	_, err := s.st.UpdateJob(ctx, name, func(j *store.Job) (*store.Event, error) {
 		inEngine, asked = false, false
 		if apitypes.IsTerminal(j.Status) {
-			return nil, Conflict("job %s is already %s; only queued or running jobs can be canceled", name, j.Status)
+			return nil, apperr.Conflict("job %s is already %s; only queued or running jobs can be canceled", name, j.Status)
 		}
 		if j.Status == apitypes.StatusCancelRequested {
 			return nil, nil
@@ -1002,7 +1003,7 @@ func (s *Service) CancelJob(ctx context.Context, who auth.Principal, name string
 		return &store.Event{Job: name, Time: s.now(), From: from, To: j.Status, Reason: j.StatusReason}, nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, NotFound("job %q does not exist (see `ferry job list`)", name)
+		return nil, apperr.NotFound("job %q does not exist (see `ferry job list`)", name)
 	}
 	if err != nil {
 		return nil, err
@@ -1027,7 +1028,7 @@ func (s *Service) CancelJob(ctx context.Context, who auth.Principal, name string
 func (s *Service) ReadLog(ctx context.Context, name string, rank int, offset, max int64, w io.Writer) (int64, string, error) {
 	rec, err := s.st.GetJob(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return 0, "", NotFound("job %q does not exist (see `ferry job list`)", name)
+		return 0, "", apperr.NotFound("job %q does not exist (see `ferry job list`)", name)
 	}
 	if err != nil {
 		return 0, "", err
@@ -1054,11 +1055,11 @@ func (s *Service) AppendLog(ctx context.Context, who auth.Principal, name string
 	}
 	size, err := s.logs.Append(name, attempt, rank, offset, data)
 	if errors.Is(err, errLogGap) {
-		return size, Conflict("log offset %d is past the stored end %d; resend from %d", offset, size, size)
+		return size, apperr.Conflict("log offset %d is past the stored end %d; resend from %d", offset, size, size)
 	}
 	if err != nil {
-		err = noSpace(err, fmt.Sprintf("the log of job %s", name))
-		if CodeOf(err) == CodeNoSpace {
+		err = apperr.NoSpace(err, fmt.Sprintf("the log of job %s", name))
+		if apperr.CodeOf(err) == apperr.CodeNoSpace {
 			s.setDiskFull(name, "server disk full: log delivery paused; the job's node keeps its log and sends it when there is room again")
 		}
 		return 0, err
@@ -1090,10 +1091,10 @@ func (s *Service) AddMetrics(ctx context.Context, who auth.Principal, name strin
 // number recorded. Only a run token numbers metrics.
 func (s *Service) AddNumberedMetrics(ctx context.Context, who auth.Principal, name string, rank int, first int64, ms []apitypes.Metric) (int64, error) {
 	if who.Kind != auth.KindRun {
-		return 0, Invalid("seq: only a job's run token numbers its metrics; leave seq out")
+		return 0, apperr.Invalid("seq: only a job's run token numbers its metrics; leave seq out")
 	}
 	if first < 1 {
-		return 0, Invalid("seq: the number of the first metric must be at least 1 (got %d)", first)
+		return 0, apperr.Invalid("seq: the number of the first metric must be at least 1 (got %d)", first)
 	}
 	return s.addMetrics(ctx, who, name, rank, first, ms)
 }
@@ -1102,19 +1103,19 @@ func (s *Service) AddNumberedMetrics(ctx context.Context, who auth.Principal, na
 // of node rank of the caller's attempt when first is not 0.
 func (s *Service) addMetrics(ctx context.Context, who auth.Principal, name string, rank int, first int64, ms []apitypes.Metric) (int64, error) {
 	if !who.MayWriteJob(name) {
-		return 0, Forbidden("this token may not write metrics of job %s", name)
+		return 0, apperr.Forbidden("this token may not write metrics of job %s", name)
 	}
 	if len(ms) == 0 {
-		return 0, Invalid("metrics: at least one metric is needed")
+		return 0, apperr.Invalid("metrics: at least one metric is needed")
 	}
 	if len(ms) > apitypes.MaxMetricsPerRequest {
-		return 0, Invalid("metrics: at most %d values per request (got %d)", apitypes.MaxMetricsPerRequest, len(ms))
+		return 0, apperr.Invalid("metrics: at most %d values per request (got %d)", apitypes.MaxMetricsPerRequest, len(ms))
 	}
 	now := s.now()
 	recs := make([]store.Metric, len(ms))
 	for i, m := range ms {
 		if err := apitypes.CheckMetric(m); err != nil {
-			return 0, Invalid("metrics[%d].%v", i, err)
+			return 0, apperr.Invalid("metrics[%d].%v", i, err)
 		}
 		if m.Time.IsZero() {
 			m.Time = now
@@ -1123,13 +1124,13 @@ func (s *Service) addMetrics(ctx context.Context, who auth.Principal, name strin
 	}
 	rec, err := s.st.GetJob(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return 0, NotFound("job %q does not exist", name)
+		return 0, apperr.NotFound("job %q does not exist", name)
 	}
 	if err != nil {
 		return 0, err
 	}
 	if apitypes.IsTerminal(rec.Status) {
-		return 0, Conflict("job %s is %s; metrics can only be logged while it runs", name, rec.Status)
+		return 0, apperr.Conflict("job %s is %s; metrics can only be logged while it runs", name, rec.Status)
 	}
 	var high int64
 	if first == 0 {

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"bytes"
 	"context"
@@ -171,10 +172,10 @@ func TestRunnerWritesAreFenced(t *testing.T) {
 	submit(t, s, "a")
 	submit(t, s, "b")
 	dispatch(t, s)
-	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 2, apitypes.Report{Status: apitypes.StatusRunning}); CodeOf(err) != CodeForbidden {
+	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 2, apitypes.Report{Status: apitypes.StatusRunning}); apperr.CodeOf(err) != apperr.CodeForbidden {
 		t.Errorf("token of attempt 1 writing attempt 2: %v", err)
 	}
-	if err := s.ReportStatus(ctx, runPrincipal("b", 1), "a", 1, apitypes.Report{Status: apitypes.StatusRunning}); CodeOf(err) != CodeForbidden {
+	if err := s.ReportStatus(ctx, runPrincipal("b", 1), "a", 1, apitypes.Report{Status: apitypes.StatusRunning}); apperr.CodeOf(err) != apperr.CodeForbidden {
 		t.Errorf("b's token writing a: %v", err)
 	}
 	// Progress and an end with nothing to check are fenced inside their
@@ -187,10 +188,10 @@ func TestRunnerWritesAreFenced(t *testing.T) {
 		{Status: apitypes.StatusCompleted, Outputs: &apitypes.Outputs{}, Finalizing: "uploading outputs"},
 		{Status: apitypes.StatusCompleted, Outputs: &apitypes.Outputs{Skipped: []apitypes.SkippedOutput{{Output: "outputs", Path: "x", Reason: "r"}}}},
 	} {
-		if err := s.ReportStatus(ctx, owner, "a", 7, r); CodeOf(err) != CodeConflict {
+		if err := s.ReportStatus(ctx, owner, "a", 7, r); apperr.CodeOf(err) != apperr.CodeConflict {
 			t.Errorf("%+v of a stale attempt: %v", r, err)
 		}
-		if err := s.ReportStatus(ctx, owner, "nope", 1, r); CodeOf(err) != CodeNotFound {
+		if err := s.ReportStatus(ctx, owner, "nope", 1, r); apperr.CodeOf(err) != apperr.CodeNotFound {
 			t.Errorf("%+v of a job that does not exist: %v", r, err)
 		}
 	}
@@ -203,10 +204,10 @@ func TestRunnerWritesAreFenced(t *testing.T) {
 	} else if j.Status != apitypes.StatusPreparing {
 		t.Errorf("after refused reports job a is %s, want %s", j.Status, apitypes.StatusPreparing)
 	}
-	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, apitypes.Report{Status: "Paused"}); CodeOf(err) != CodeInvalid {
+	if err := s.ReportStatus(ctx, runPrincipal("a", 1), "a", 1, apitypes.Report{Status: "Paused"}); apperr.CodeOf(err) != apperr.CodeInvalid {
 		t.Errorf("unknown status: %v", err)
 	}
-	if err := s.AddMetrics(ctx, runPrincipal("b", 1), "a", []apitypes.Metric{{Name: "x", Value: 1}}); CodeOf(err) != CodeForbidden {
+	if err := s.AddMetrics(ctx, runPrincipal("b", 1), "a", []apitypes.Metric{{Name: "x", Value: 1}}); apperr.CodeOf(err) != apperr.CodeForbidden {
 		t.Errorf("metrics into another job: %v", err)
 	}
 }
@@ -239,7 +240,7 @@ func TestNumberedMetricsAreRecordedOnce(t *testing.T) {
 	if d := cmp.Diff([]int64{1, 2, 3}, steps); d != "" {
 		t.Errorf("steps recorded (-want +got):\n%s", d)
 	}
-	if _, err := s.AddNumberedMetrics(ctx, owner, "a", 0, 9, batch); CodeOf(err) != CodeInvalid {
+	if _, err := s.AddNumberedMetrics(ctx, owner, "a", 0, 9, batch); apperr.CodeOf(err) != apperr.CodeInvalid {
 		t.Errorf("numbered metrics with an owner token: %v", err)
 	}
 }
@@ -254,17 +255,17 @@ func TestLogAppendIsIdempotentByOffset(t *testing.T) {
 		offset int64
 		data   string
 		size   int64
-		code   Code
+		code   apperr.Code
 	}{
 		{0, "abc", 3, 0},
-		{0, "abc", 3, 0},            // resent after a lost reply
-		{2, "cdef", 6, 0},           // overlaps what is stored
-		{10, "zz", 6, CodeConflict}, // a gap
+		{0, "abc", 3, 0},                   // resent after a lost reply
+		{2, "cdef", 6, 0},                  // overlaps what is stored
+		{10, "zz", 6, apperr.CodeConflict}, // a gap
 	}
 	for i, st := range steps {
 		size, err := s.AppendLog(ctx, who, "a", 1, 0, st.offset, []byte(st.data))
 		if st.code != 0 {
-			if CodeOf(err) != st.code {
+			if apperr.CodeOf(err) != st.code {
 				t.Fatalf("step %d: err %v, want code %d", i, err, st.code)
 			}
 			continue
@@ -343,7 +344,7 @@ func TestCancelRunningJobGoesThroughTheRunner(t *testing.T) {
 	if err := s.ReportStatus(ctx, who, "a", 1, apitypes.Report{Status: apitypes.StatusRunning}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CancelJob(ctx, who, "a"); CodeOf(err) != CodeForbidden {
+	if _, err := s.CancelJob(ctx, who, "a"); apperr.CodeOf(err) != apperr.CodeForbidden {
 		t.Fatalf("run token canceled a job: %v", err)
 	}
 	j, err := s.CancelJob(ctx, owner, "a")
@@ -364,7 +365,7 @@ func TestCancelRunningJobGoesThroughTheRunner(t *testing.T) {
 	if j := status(t, s, "a"); j.Status != apitypes.StatusCanceled {
 		t.Fatalf("after the runner's report: %s", j.Status)
 	}
-	if _, err := s.CancelJob(ctx, owner, "a"); CodeOf(err) != CodeConflict {
+	if _, err := s.CancelJob(ctx, owner, "a"); apperr.CodeOf(err) != apperr.CodeConflict {
 		t.Fatalf("cancel of a canceled job: %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -93,12 +94,12 @@ type sessionUses struct {
 // the session is over.
 func (nd *Nodes) OpenSession(ctx context.Context, who auth.Principal, compute, kind string) (*Session, error) {
 	if !who.IsOwner() {
-		return nil, Forbidden("only an owner may open sessions on compute instances")
+		return nil, apperr.Forbidden("only an owner may open sessions on compute instances")
 	}
 	switch kind {
 	case SessionExec, SessionShell, SessionForward:
 	default:
-		return nil, Invalid("kind: %q is not a kind of session; use exec, shell or forward", kind)
+		return nil, apperr.Invalid("kind: %q is not a kind of session; use exec, shell or forward", kind)
 	}
 	rec, err := nd.ws.st.GetCompute(ctx, compute)
 	if errors.Is(err, store.ErrNotFound) {
@@ -108,20 +109,20 @@ func (nd *Nodes) OpenSession(ctx context.Context, who auth.Principal, compute, k
 		return nil, err
 	}
 	if !nd.ws.isInstance(rec.Type) {
-		return nil, Invalid("compute %s is of type %s; exec, ssh and port-forward reach compute instances (type computeinstance) only", compute, rec.Type)
+		return nil, apperr.Invalid("compute %s is of type %s; exec, ssh and port-forward reach compute instances (type computeinstance) only", compute, rec.Type)
 	}
 	switch rec.State {
 	case InstanceRunning, InstanceJobRunning:
 	case InstanceSetupFailed:
 		// The node stays up for its owner to look into what failed.
 	case InstanceSettingUp:
-		return nil, Conflict("compute instance %s is SettingUp: its setup scripts are running; wait until `ferry compute show %s` says Running (or SetupFailed)", compute, compute)
+		return nil, apperr.Conflict("compute instance %s is SettingUp: its setup scripts are running; wait until `ferry compute show %s` says Running (or SetupFailed)", compute, compute)
 	case InstanceStopped:
-		return nil, Conflict("compute instance %s is Stopped; start it with `ferry compute start %s`", compute, compute)
+		return nil, apperr.Conflict("compute instance %s is Stopped; start it with `ferry compute start %s`", compute, compute)
 	case InstanceStopping:
-		return nil, Conflict("compute instance %s is Stopping; once it is Stopped, start it again with `ferry compute start %s`", compute, compute)
+		return nil, apperr.Conflict("compute instance %s is Stopping; once it is Stopped, start it again with `ferry compute start %s`", compute, compute)
 	default:
-		return nil, Conflict("compute instance %s is %s: its machine is not ready yet; wait until `ferry compute show %s` says Running", compute, rec.State, compute)
+		return nil, apperr.Conflict("compute instance %s is %s: its machine is not ready yet; wait until `ferry compute show %s` says Running", compute, rec.State, compute)
 	}
 	nodes, err := nd.ws.st.ListNodes(ctx, compute)
 	if err != nil {
@@ -134,7 +135,7 @@ func (nd *Nodes) OpenSession(ctx context.Context, who auth.Principal, compute, k
 		}
 	}
 	if node == "" {
-		return nil, Conflict("compute instance %s has no node ready for a session; try again in a moment, or see `ferry compute list-nodes %s`", compute, compute)
+		return nil, apperr.Conflict("compute instance %s has no node ready for a session; try again in a moment, or see `ferry compute list-nodes %s`", compute, compute)
 	}
 	var c spec.Compute
 	if err := json.Unmarshal(rec.Spec, &c); err != nil {
@@ -173,7 +174,7 @@ func authorizedKeys(c *spec.Compute) ([]string, error) {
 			continue
 		}
 		if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line)); err != nil {
-			return nil, Invalid("compute %s: ssh_settings.ssh_key_value: line %d is not an OpenSSH public key (%v); recreate the instance with the content of a .pub file", c.Name, i+1, err)
+			return nil, apperr.Invalid("compute %s: ssh_settings.ssh_key_value: line %d is not an OpenSSH public key (%v); recreate the instance with the content of a .pub file", c.Name, i+1, err)
 		}
 		keys = append(keys, line)
 	}
@@ -210,7 +211,7 @@ func (x *Session) AwaitAgent(ctx context.Context) (io.ReadWriteCloser, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("waiting for the agent of %s: %w", x.Compute, err)
 		}
-		return nil, Unavailable("the agent of compute instance %s (node %s) did not take the session within %s; it may be cut off from the server: see `ferry compute list-nodes %s`, or restart the instance with `ferry compute restart %s`",
+		return nil, apperr.Unavailable("the agent of compute instance %s (node %s) did not take the session within %s; it may be cut off from the server: see `ferry compute list-nodes %s`, or restart the instance with `ferry compute restart %s`",
 			x.Compute, x.Node, wait, x.Compute, x.Compute)
 	}
 	if opened {
@@ -292,19 +293,19 @@ func (t *sessionTable) usesLocked(compute string) *sessionUses {
 // agent's connection and hands it over with Attach.
 func (nd *Nodes) AcceptSession(ctx context.Context, who auth.Principal, node, id string) (*Session, error) {
 	if who.Kind != KindNode || who.Subject != node {
-		return nil, Forbidden("only node %s's own token may take its sessions", node)
+		return nil, apperr.Forbidden("only node %s's own token may take its sessions", node)
 	}
 	t := &nd.sessions
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	x := t.pending[id]
 	if x == nil || x.Node != node {
-		return nil, NotFound("session %s is not waiting for node %s: it ended, or its user stopped waiting", id, node)
+		return nil, apperr.NotFound("session %s is not waiting for node %s: it ended, or its user stopped waiting", id, node)
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.claimed {
-		return nil, Conflict("session %s is already connected", id)
+		return nil, apperr.Conflict("session %s is already connected", id)
 	}
 	x.claimed = true
 	return x, nil

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
@@ -92,10 +93,10 @@ func connected(t *testing.T, s *Service, node, kind string) *Session {
 	return x
 }
 
-func wantCode(t *testing.T, what string, err error, code Code, words ...string) {
+func wantCode(t *testing.T, what string, err error, code apperr.Code, words ...string) {
 	t.Helper()
-	if err == nil || CodeOf(err) != code {
-		t.Fatalf("%s: got %v (code %d), want code %d", what, err, CodeOf(err), code)
+	if err == nil || apperr.CodeOf(err) != code {
+		t.Fatalf("%s: got %v (code %d), want code %d", what, err, apperr.CodeOf(err), code)
 	}
 	for _, w := range words {
 		if !strings.Contains(err.Error(), w) {
@@ -109,13 +110,13 @@ func TestSessionPairsUserAndAgent(t *testing.T) {
 	ctx := context.Background()
 
 	_, err := s.Nodes().OpenSession(ctx, auth.Principal{Kind: auth.KindRun, Subject: "j"}, "dev-box", "exec")
-	wantCode(t, "a run token", err, CodeForbidden)
+	wantCode(t, "a run token", err, apperr.CodeForbidden)
 	_, err = s.Nodes().OpenSession(ctx, owner, "dev-box", "telnet")
-	wantCode(t, "a bad kind", err, CodeInvalid, "exec, shell or forward")
+	wantCode(t, "a bad kind", err, apperr.CodeInvalid, "exec, shell or forward")
 	_, err = s.Nodes().OpenSession(ctx, owner, "local", "exec")
-	wantCode(t, "the local target", err, CodeInvalid, "computeinstance")
+	wantCode(t, "the local target", err, apperr.CodeInvalid, "computeinstance")
 	_, err = s.Nodes().OpenSession(ctx, owner, "nope", "exec")
-	wantCode(t, "an unknown compute", err, CodeNotFound)
+	wantCode(t, "an unknown compute", err, apperr.CodeNotFound)
 
 	x, err := s.Nodes().OpenSession(ctx, owner, "dev-box", SessionShell)
 	if err != nil {
@@ -136,15 +137,15 @@ func TestSessionPairsUserAndAgent(t *testing.T) {
 	}
 
 	_, err = s.Nodes().AcceptSession(ctx, nodePrincipal("other-node"), node, x.ID)
-	wantCode(t, "another node's token", err, CodeForbidden)
+	wantCode(t, "another node's token", err, apperr.CodeForbidden)
 	_, err = s.Nodes().AcceptSession(ctx, nodePrincipal(node), node, "ses-nope")
-	wantCode(t, "an unknown session", err, CodeNotFound)
+	wantCode(t, "an unknown session", err, apperr.CodeNotFound)
 	y, err := s.Nodes().AcceptSession(ctx, nodePrincipal(node), node, x.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.Nodes().AcceptSession(ctx, nodePrincipal(node), node, x.ID)
-	wantCode(t, "a session connected twice", err, CodeConflict)
+	wantCode(t, "a session connected twice", err, apperr.CodeConflict)
 	if got := poll(t, s, node); len(got) != 0 {
 		t.Errorf("a connected session is still handed out: %v", got)
 	}
@@ -184,10 +185,10 @@ func TestSessionNotTakenIsForgotten(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = x.AwaitAgent(ctx)
-	wantCode(t, "no agent", err, CodeUnavailable, "did not take the session", "ferry compute restart dev-box")
+	wantCode(t, "no agent", err, apperr.CodeUnavailable, "did not take the session", "ferry compute restart dev-box")
 	x.Close()
 	_, err = s.Nodes().AcceptSession(ctx, nodePrincipal(node), node, x.ID)
-	wantCode(t, "a session given up", err, CodeNotFound)
+	wantCode(t, "a session given up", err, apperr.CodeNotFound)
 
 	gone, cancel := context.WithCancel(ctx)
 	y, err := s.Nodes().OpenSession(ctx, owner, "dev-box", SessionForward)
@@ -274,7 +275,7 @@ func TestSessionRefusedUnlessRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := s.Nodes().OpenSession(ctx, owner, "dev-box", SessionExec)
-	wantCode(t, "a Stopping instance", err, CodeConflict, "is Stopping", "ferry compute start dev-box")
+	wantCode(t, "a Stopping instance", err, apperr.CodeConflict, "is Stopping", "ferry compute start dev-box")
 	for range 3 {
 		pass(t, s)
 	}
@@ -282,12 +283,12 @@ func TestSessionRefusedUnlessRunning(t *testing.T) {
 		t.Fatalf("dev-box is %s", got)
 	}
 	_, err = s.Nodes().OpenSession(ctx, owner, "dev-box", SessionShell)
-	wantCode(t, "a Stopped instance", err, CodeConflict, "compute instance dev-box is Stopped; start it with `ferry compute start dev-box`")
+	wantCode(t, "a Stopped instance", err, apperr.CodeConflict, "compute instance dev-box is Stopped; start it with `ferry compute start dev-box`")
 	if _, err := s.Nodes().StartInstance(ctx, owner, "dev-box"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.Nodes().OpenSession(ctx, owner, "dev-box", SessionShell)
-	wantCode(t, "a Starting instance", err, CodeConflict, "is Starting", "Running")
+	wantCode(t, "a Starting instance", err, apperr.CodeConflict, "is Starting", "Running")
 }
 
 func TestSessionCarriesAuthorizedKeys(t *testing.T) {

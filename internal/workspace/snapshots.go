@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/snapshot"
@@ -20,7 +21,7 @@ import (
 // content is missing (blobscope.go).
 func (s *Service) MissingBlobs(ctx context.Context, who auth.Principal, digests []string) ([]string, error) {
 	if len(digests) > 1_000_000 {
-		return nil, Invalid("digests: at most 1,000,000 per request (got %d)", len(digests))
+		return nil, apperr.Invalid("digests: at most 1,000,000 per request (got %d)", len(digests))
 	}
 	sc, err := s.scopeOf(ctx, who)
 	if err != nil {
@@ -40,11 +41,11 @@ func (s *Service) MissingBlobs(ctx context.Context, who auth.Principal, digests 
 	}
 	missing, err := s.blobs.Missing(digests)
 	if errors.Is(err, blob.ErrInvalidDigest) {
-		return nil, &Error{Code: CodeInvalid, Msg: "digests: " + err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: "digests: " + err.Error(), Err: err}
 	}
 	if err == nil && len(hidden) > 0 {
 		if _, err := s.blobs.Missing(hidden); errors.Is(err, blob.ErrInvalidDigest) {
-			return nil, &Error{Code: CodeInvalid, Msg: "digests: " + err.Error(), Err: err}
+			return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: "digests: " + err.Error(), Err: err}
 		}
 		missing = append(missing, hidden...)
 	}
@@ -55,7 +56,7 @@ func (s *Service) MissingBlobs(ctx context.Context, who auth.Principal, digests 
 // back what it stored, and its job is told when the disk is full.
 func (s *Service) PutBlob(ctx context.Context, who auth.Principal, digest string, r io.Reader) error {
 	if !blob.ValidDigest(digest) {
-		return Invalid("digest %q is not a lowercase hex SHA-256", digest)
+		return apperr.Invalid("digest %q is not a lowercase hex SHA-256", digest)
 	}
 	sc, err := s.scopeOf(ctx, who)
 	if err != nil {
@@ -67,12 +68,12 @@ func (s *Service) PutBlob(ctx context.Context, who auth.Principal, digest string
 	case errors.Is(err, errUploadQuota):
 		return s.uploadQuotaError()
 	case errors.Is(err, blob.ErrDigestMismatch):
-		return &Error{Code: CodeInvalid, Msg: fmt.Sprintf("blob %s: the uploaded content does not hash to this digest; nothing was stored", digest), Err: err}
+		return &apperr.Error{Code: apperr.CodeInvalid, Msg: fmt.Sprintf("blob %s: the uploaded content does not hash to this digest; nothing was stored", digest), Err: err}
 	case err == nil:
 		s.grant(sc, digest, false)
 		s.charge(sc, q)
 	}
-	return s.noteNoSpace(who, noSpace(err, "blob "+digest))
+	return s.noteNoSpace(who, apperr.NoSpace(err, "blob "+digest))
 }
 
 // noteNoSpace shows a full disk on the job of a run token that could not
@@ -84,7 +85,7 @@ func (s *Service) noteNoSpace(who auth.Principal, err error) error {
 	switch {
 	case err == nil:
 		s.setDiskFull(who.Subject, "")
-	case CodeOf(err) == CodeNoSpace:
+	case apperr.CodeOf(err) == apperr.CodeNoSpace:
 		s.setDiskFull(who.Subject, "server disk full: output upload paused; the job's node keeps its outputs and sends them when there is room again")
 	}
 	return err
@@ -138,19 +139,19 @@ func (s *Service) putBlobs(r io.Reader, q *meteredReader) ([]string, error) {
 			if src.err != nil {
 				// The cause stays in the chain: a body over its limit is
 				// answered as such.
-				return &Error{Code: CodeInvalid, Err: src.err, Msg: fmt.Sprintf("blob batch: blob %s: %v", h.Name, src.err)}
+				return &apperr.Error{Code: apperr.CodeInvalid, Err: src.err, Msg: fmt.Sprintf("blob batch: blob %s: %v", h.Name, src.err)}
 			}
 			if errors.Is(err, blob.ErrDigestMismatch) {
-				return &Error{Code: CodeInvalid, Msg: fmt.Sprintf("blob batch: blob %s: the content does not hash to its name; nothing was stored", h.Name), Err: err}
+				return &apperr.Error{Code: apperr.CodeInvalid, Msg: fmt.Sprintf("blob batch: blob %s: the content does not hash to its name; nothing was stored", h.Name), Err: err}
 			}
-			return noSpace(err, "a batch of blobs")
+			return apperr.NoSpace(err, "a batch of blobs")
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return digests, noSpace(b.Commit(), "a batch of blobs")
+	return digests, apperr.NoSpace(b.Commit(), "a batch of blobs")
 }
 
 // sourceReader tells a failure to read the request from one to store what
@@ -181,17 +182,17 @@ func readBatch(tr *tar.Reader, maxBlob int64, fn func(*tar.Header, io.Reader) er
 		if err != nil {
 			// The cause stays in the chain: a body over its limit is
 			// answered as such.
-			return 0, &Error{Code: CodeInvalid, Err: err, Msg: fmt.Sprintf("blob batch: entry %d: %v (send a tar stream of files named by their SHA-256)", n+1, err)}
+			return 0, &apperr.Error{Code: apperr.CodeInvalid, Err: err, Msg: fmt.Sprintf("blob batch: entry %d: %v (send a tar stream of files named by their SHA-256)", n+1, err)}
 		}
 		switch {
 		case n >= MaxBatchBlobs:
-			return 0, Invalid("blob batch: more than %d blobs; send the rest in another batch", MaxBatchBlobs)
+			return 0, apperr.Invalid("blob batch: more than %d blobs; send the rest in another batch", MaxBatchBlobs)
 		case h.Typeflag != tar.TypeReg:
-			return 0, Invalid("blob batch: entry %q is not a regular file", h.Name)
+			return 0, apperr.Invalid("blob batch: entry %q is not a regular file", h.Name)
 		case !blob.ValidDigest(h.Name):
-			return 0, Invalid("blob batch: entry %q is not named by a lowercase hex SHA-256", h.Name)
+			return 0, apperr.Invalid("blob batch: entry %q is not named by a lowercase hex SHA-256", h.Name)
 		case h.Size > maxBlob:
-			return 0, &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("blob batch: blob %s is %d bytes, over the limit of %d", h.Name, h.Size, maxBlob)}
+			return 0, &apperr.Error{Code: apperr.CodeTooLarge, Msg: fmt.Sprintf("blob batch: blob %s is %d bytes, over the limit of %d", h.Name, h.Size, maxBlob)}
 		}
 		if err := fn(h, tr); err != nil {
 			return 0, err
@@ -209,9 +210,9 @@ func (s *Service) OpenBlob(ctx context.Context, who auth.Principal, digest strin
 	}
 	if !s.canRead(sc, digest, false) {
 		if !blob.ValidDigest(digest) {
-			return nil, Invalid("digest %q is not a lowercase hex SHA-256", digest)
+			return nil, apperr.Invalid("digest %q is not a lowercase hex SHA-256", digest)
 		}
-		return nil, NotFound("blob %s is not stored", digest)
+		return nil, apperr.NotFound("blob %s is not stored", digest)
 	}
 	return s.openBlob(digest)
 }
@@ -220,9 +221,9 @@ func (s *Service) openBlob(digest string) (*blob.Reader, error) {
 	f, err := s.blobs.Open(digest)
 	switch {
 	case errors.Is(err, blob.ErrInvalidDigest):
-		return nil, Invalid("digest %q is not a lowercase hex SHA-256", digest)
+		return nil, apperr.Invalid("digest %q is not a lowercase hex SHA-256", digest)
 	case errors.Is(err, blob.ErrNotFound):
-		return nil, NotFound("blob %s is not stored", digest)
+		return nil, apperr.NotFound("blob %s is not stored", digest)
 	}
 	return f, err
 }
@@ -233,10 +234,10 @@ func (s *Service) openBlob(digest string) (*blob.Reader, error) {
 func (s *Service) CreateSnapshot(ctx context.Context, who auth.Principal, data []byte) (string, error) {
 	m, err := snapshot.ParseManifest(data)
 	if err != nil {
-		return "", &Error{Code: CodeInvalid, Msg: "manifest: " + err.Error(), Err: err}
+		return "", &apperr.Error{Code: apperr.CodeInvalid, Msg: "manifest: " + err.Error(), Err: err}
 	}
 	if total := m.TotalSize(); total > s.cfg.MaxSnapshotSize {
-		return "", &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("manifest: the snapshot holds %d bytes, over the limit of %d", total, s.cfg.MaxSnapshotSize)}
+		return "", &apperr.Error{Code: apperr.CodeTooLarge, Msg: fmt.Sprintf("manifest: the snapshot holds %d bytes, over the limit of %d", total, s.cfg.MaxSnapshotSize)}
 	}
 	sc, err := s.scopeOf(ctx, who)
 	if err != nil {
@@ -247,7 +248,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, who auth.Principal, data [
 		return "", err
 	}
 	if len(missing) > 0 {
-		return "", Invalid("manifest: %d of its files were not uploaded (for example %s); upload them first", len(missing), missing[0])
+		return "", apperr.Invalid("manifest: %d of its files were not uploaded (for example %s); upload them first", len(missing), missing[0])
 	}
 	canonical := m.MarshalCanonical()
 	sum := sha256.Sum256(canonical)
@@ -256,7 +257,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, who auth.Principal, data [
 	// storing it again would cost a disk sync for nothing.
 	if !s.blobs.Has(id) {
 		if _, _, err := s.blobs.Put(bytes.NewReader(canonical), id); err != nil {
-			return "", noSpace(err, "the snapshot manifest")
+			return "", apperr.NoSpace(err, "the snapshot manifest")
 		}
 	}
 	s.grant(sc, id, true)
@@ -271,9 +272,9 @@ func (s *Service) GetSnapshot(ctx context.Context, who auth.Principal, id string
 	}
 	if !s.canRead(sc, id, true) {
 		if !blob.ValidDigest(id) {
-			return nil, Invalid("snapshot id %q is not a lowercase hex SHA-256", id)
+			return nil, apperr.Invalid("snapshot id %q is not a lowercase hex SHA-256", id)
 		}
-		return nil, NotFound("blob %s is not stored", id)
+		return nil, apperr.NotFound("blob %s is not stored", id)
 	}
 	return s.readSnapshot(id)
 }
@@ -291,7 +292,7 @@ func (s *Service) readSnapshot(id string) (*snapshot.Manifest, error) {
 	}
 	m, err := snapshot.ParseManifest(data)
 	if err != nil {
-		return nil, Invalid("%s is not a snapshot manifest", id)
+		return nil, apperr.Invalid("%s is not a snapshot manifest", id)
 	}
 	return m, nil
 }

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"bytes"
 	"context"
@@ -20,8 +21,8 @@ import (
 // rules, bounded by the snapshot size limit and the run token's output
 // quota, hashed here from the bytes received and written into one blob
 // batch; the server builds the manifest itself. Nothing is stored unless
-// the whole stream is good: a bad record answers CodeInvalid (or
-// CodeTooLarge over a limit) naming it, a full disk CodeNoSpace.
+// the whole stream is good: a bad record answers apperr.CodeInvalid (or
+// apperr.CodeTooLarge over a limit) naming it, a full disk apperr.CodeNoSpace.
 //
 // It is how runners send a job's outputs: one request, one pass and one
 // disk sync for a folder of any number of files, with no round trips to
@@ -68,7 +69,7 @@ func (s *Service) putSnapshotStream(r io.Reader, q *meteredReader) (*snapshot.Ma
 			if src.err != nil {
 				return nil, "", streamError(src.err)
 			}
-			return nil, "", noSpace(err, "a snapshot stream")
+			return nil, "", apperr.NoSpace(err, "a snapshot stream")
 		}
 		f.Digest = d
 		m.Files = append(m.Files, f)
@@ -76,10 +77,10 @@ func (s *Service) putSnapshotStream(r io.Reader, q *meteredReader) (*snapshot.Ma
 	slices.SortFunc(m.Files, func(a, b snapshot.File) int { return strings.Compare(a.Path, b.Path) })
 	id, _, err := b.Add(bytes.NewReader(m.MarshalCanonical()))
 	if err != nil {
-		return nil, "", noSpace(err, "the snapshot manifest")
+		return nil, "", apperr.NoSpace(err, "the snapshot manifest")
 	}
 	if err := b.Commit(); err != nil {
-		return nil, "", noSpace(err, "a snapshot stream")
+		return nil, "", apperr.NoSpace(err, "a snapshot stream")
 	}
 	return m, id, nil
 }
@@ -91,9 +92,9 @@ func (s *Service) putSnapshotStream(r io.Reader, q *meteredReader) (*snapshot.Ma
 func streamError(err error) error {
 	switch {
 	case errors.Is(err, snapshot.ErrTooLarge):
-		return &Error{Code: CodeTooLarge, Err: err, Msg: fmt.Sprintf("%v; nothing was stored", err)}
+		return &apperr.Error{Code: apperr.CodeTooLarge, Err: err, Msg: fmt.Sprintf("%v; nothing was stored", err)}
 	case errors.Is(err, snapshot.ErrInvalidStream):
-		return &Error{Code: CodeInvalid, Err: err, Msg: fmt.Sprintf("%v; nothing was stored", err)}
+		return &apperr.Error{Code: apperr.CodeInvalid, Err: err, Msg: fmt.Sprintf("%v; nothing was stored", err)}
 	}
 	return err
 }

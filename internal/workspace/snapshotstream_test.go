@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 
 	"bytes"
 	"context"
@@ -79,7 +80,7 @@ func TestSnapshotStreamIsScopedAndMetered(t *testing.T) {
 
 	// 310 bytes are used: 700 more pass the quota of 1000.
 	_, err = s.PutSnapshotStream(ctx, run, streamOf(t, [2]string{"x", strings.Repeat("x", 400)}, [2]string{"y", strings.Repeat("y", 300)}))
-	if CodeOf(err) != CodeTooLarge {
+	if apperr.CodeOf(err) != apperr.CodeTooLarge {
 		t.Errorf("a stream past the quota: %v, want refused as too large", err)
 	}
 	if s.blobs.Has(digestOf(strings.Repeat("x", 400))) {
@@ -101,20 +102,20 @@ func TestSnapshotStreamRefusals(t *testing.T) {
 	tests := []struct {
 		name     string
 		body     io.Reader
-		code     Code
+		code     apperr.Code
 		contains string
 	}{
-		{"duplicate", streamOf(t, [2]string{"a", "1"}, [2]string{"a", "2"}), CodeInvalid, `record 2: unsafe path "a": sent more than once`},
-		{"file over the snapshot limit", streamOf(t, [2]string{"big", strings.Repeat("b", 101)}), CodeTooLarge, "over the limit of 100"},
-		{"total over the snapshot limit", streamOf(t, [2]string{"a", strings.Repeat("a", 60)}, [2]string{"b", strings.Repeat("b", 60)}), CodeTooLarge, "would pass its limit of 100"},
-		{"not a stream", strings.NewReader("{\"files\":[]}"), CodeInvalid, "does not begin with"},
-		{"truncated", io.LimitReader(streamOf(t, [2]string{"a", "abcdef"}), 14), CodeInvalid, "truncated"},
+		{"duplicate", streamOf(t, [2]string{"a", "1"}, [2]string{"a", "2"}), apperr.CodeInvalid, `record 2: unsafe path "a": sent more than once`},
+		{"file over the snapshot limit", streamOf(t, [2]string{"big", strings.Repeat("b", 101)}), apperr.CodeTooLarge, "over the limit of 100"},
+		{"total over the snapshot limit", streamOf(t, [2]string{"a", strings.Repeat("a", 60)}, [2]string{"b", strings.Repeat("b", 60)}), apperr.CodeTooLarge, "would pass its limit of 100"},
+		{"not a stream", strings.NewReader("{\"files\":[]}"), apperr.CodeInvalid, "does not begin with"},
+		{"truncated", io.LimitReader(streamOf(t, [2]string{"a", "abcdef"}), 14), apperr.CodeInvalid, "truncated"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := s.PutSnapshotStream(ctx, owner, tt.body)
-			if CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.contains) {
-				t.Errorf("err = %v (code %v), want code %v containing %q", err, CodeOf(err), tt.code, tt.contains)
+			if apperr.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.contains) {
+				t.Errorf("err = %v (code %v), want code %v containing %q", err, apperr.CodeOf(err), tt.code, tt.contains)
 			}
 			if !strings.Contains(err.Error(), "nothing was stored") {
 				t.Errorf("err = %v, want it to say nothing was stored", err)
@@ -126,7 +127,7 @@ func TestSnapshotStreamRefusals(t *testing.T) {
 	}
 }
 
-// On a full disk a stream is answered CodeNoSpace, stores nothing, and the
+// On a full disk a stream is answered apperr.CodeNoSpace, stores nothing, and the
 // job shows the disk is full until a later upload succeeds.
 func TestSnapshotStreamOnAFullDisk(t *testing.T) {
 	ctx := context.Background()
@@ -142,8 +143,8 @@ func TestSnapshotStreamOnAFullDisk(t *testing.T) {
 	dispatch(t, s)
 	run := runPrincipal("job", 1)
 	_, err = s.PutSnapshotStream(ctx, run, streamOf(t, [2]string{"a", "tiny"}, [2]string{"big", strings.Repeat("b", 2<<20)}))
-	if CodeOf(err) != CodeNoSpace {
-		t.Fatalf("a stream past the disk: %v, want CodeNoSpace", err)
+	if apperr.CodeOf(err) != apperr.CodeNoSpace {
+		t.Fatalf("a stream past the disk: %v, want apperr.CodeNoSpace", err)
 	}
 	if small.Has(digestOf("tiny")) {
 		t.Error("a stream that filled the disk stored its first file")

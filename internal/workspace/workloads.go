@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/snapshot"
@@ -46,9 +47,9 @@ func (s *Service) ResolveModel(ctx context.Context, ref string) (*apitypes.Model
 func ModelPathName(p string) string { return modelPathName(p) }
 
 // NoSpace turns a write that failed because the server's disk is full
-// into the CodeNoSpace error that says so, what naming what was being
+// into the apperr.CodeNoSpace error that says so, what naming what was being
 // stored; other errors are returned as they are.
-func NoSpace(err error, what string) error { return noSpace(err, what) }
+func NoSpace(err error, what string) error { return apperr.NoSpace(err, what) }
 
 // HasBlob says whether a blob (a file, or a snapshot's manifest) is
 // stored.
@@ -72,13 +73,13 @@ func (s *Service) StoreSnapshot(m *snapshot.Manifest, files map[string]string, w
 			continue
 		}
 		if _, _, err := s.blobs.PutFile(path); err != nil {
-			return "", noSpace(err, what)
+			return "", apperr.NoSpace(err, what)
 		}
 	}
 	id := m.ID()
 	if !s.blobs.Has(id) {
 		if _, _, err := s.blobs.Put(bytes.NewReader(m.MarshalCanonical()), id); err != nil {
-			return "", noSpace(err, what)
+			return "", apperr.NoSpace(err, what)
 		}
 	}
 	return id, nil
@@ -157,16 +158,16 @@ func (s *Service) EndJobWith(ctx context.Context, name, status, reason string, o
 // asset are registered. A name taken is a conflict.
 func (s *Service) CreateEndedJob(ctx context.Context, rec store.Job, first store.Event, line []byte) (store.Job, error) {
 	if _, err := s.logs.Append(rec.Name, rec.Attempt, 0, 0, line); err != nil {
-		return store.Job{}, noSpace(err, "the log of job "+rec.Name)
+		return store.Job{}, apperr.NoSpace(err, "the log of job "+rec.Name)
 	}
 	completed := rec.Status == apitypes.StatusCompleted
 	rec.Outputs = owedOutputs(rec.Outputs, rec.Spec, completed)
 	created, err := s.st.CreateJob(ctx, rec, first)
 	if errors.Is(err, store.ErrConflict) {
-		return store.Job{}, Conflict("job %s exists", rec.Name)
+		return store.Job{}, apperr.Conflict("job %s exists", rec.Name)
 	}
 	if err != nil {
-		return store.Job{}, noSpace(err, "job "+rec.Name)
+		return store.Job{}, apperr.NoSpace(err, "job "+rec.Name)
 	}
 	if completed {
 		s.registerOwed(ctx, created.Name)

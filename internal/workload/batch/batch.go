@@ -2,6 +2,7 @@ package batch
 
 import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/workload/serving"
 
 	"cmp"
@@ -86,7 +87,7 @@ type batchDeploymentDoc struct {
 func (s *Endpoints) getBatchEndpointRecord(ctx context.Context, name string) (store.BatchEndpoint, error) {
 	rec, err := s.st.GetBatchEndpoint(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return rec, workspace.NotFound("batch endpoint %s does not exist; ferry batch-endpoint list shows those that do", name)
+		return rec, apperr.NotFound("batch endpoint %s does not exist; ferry batch-endpoint list shows those that do", name)
 	}
 	return rec, err
 }
@@ -120,13 +121,13 @@ func (s *Endpoints) batchEndpointView(ctx context.Context, rec store.BatchEndpoi
 // then an invocation without a deployment is refused naming it.
 func (s *Endpoints) CreateEndpoint(ctx context.Context, who auth.Principal, e *spec.BatchEndpoint) (*apitypes.BatchEndpoint, error) {
 	if !who.IsOwner() {
-		return nil, workspace.Forbidden("a run token cannot create batch endpoints")
+		return nil, apperr.Forbidden("a run token cannot create batch endpoints")
 	}
 	if e == nil {
-		return nil, workspace.Invalid("the batch endpoint is missing")
+		return nil, apperr.Invalid("the batch endpoint is missing")
 	}
 	if err := e.Validate(); err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	raw, err := json.Marshal(e)
 	if err != nil {
@@ -136,7 +137,7 @@ func (s *Endpoints) CreateEndpoint(ctx context.Context, who auth.Principal, e *s
 	rec := store.BatchEndpoint{Name: e.Name, Spec: raw, Jobs: json.RawMessage("[]"), Created: now, Updated: now}
 	if err := s.st.CreateBatchEndpoint(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil, workspace.Conflict("batch endpoint %s exists; change it with ferry batch-endpoint update, or pick another name", e.Name)
+			return nil, apperr.Conflict("batch endpoint %s exists; change it with ferry batch-endpoint update, or pick another name", e.Name)
 		}
 		return nil, workspace.NoSpace(err, "batch endpoint "+e.Name)
 	}
@@ -148,13 +149,13 @@ func (s *Endpoints) CreateEndpoint(ctx context.Context, who auth.Principal, e *s
 // it names must exist.
 func (s *Endpoints) UpdateEndpoint(ctx context.Context, who auth.Principal, e *spec.BatchEndpoint) (*apitypes.BatchEndpoint, error) {
 	if !who.IsOwner() {
-		return nil, workspace.Forbidden("a run token cannot change batch endpoints")
+		return nil, apperr.Forbidden("a run token cannot change batch endpoints")
 	}
 	if e == nil {
-		return nil, workspace.Invalid("the batch endpoint is missing")
+		return nil, apperr.Invalid("the batch endpoint is missing")
 	}
 	if err := e.Validate(); err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -164,7 +165,7 @@ func (s *Endpoints) UpdateEndpoint(ctx context.Context, who auth.Principal, e *s
 	}
 	if d := e.DefaultDeployment(); d != "" {
 		if _, err := s.getBatchDeploymentRecord(ctx, e.Name, d); err != nil {
-			return nil, workspace.Invalid("defaults.deployment_name: %v", err)
+			return nil, apperr.Invalid("defaults.deployment_name: %v", err)
 		}
 	}
 	if rec.Spec, err = json.Marshal(e); err != nil {
@@ -207,13 +208,13 @@ func (s *Endpoints) ListEndpoints(ctx context.Context) ([]*apitypes.BatchEndpoin
 // it started keep running and are kept, as every job is.
 func (s *Endpoints) DeleteEndpoint(ctx context.Context, who auth.Principal, name string) error {
 	if !who.IsOwner() {
-		return workspace.Forbidden("a run token cannot delete batch endpoints")
+		return apperr.Forbidden("a run token cannot delete batch endpoints")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := s.st.DeleteBatchEndpoint(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return workspace.NotFound("batch endpoint %s does not exist; ferry batch-endpoint list shows those that do", name)
+		return apperr.NotFound("batch endpoint %s does not exist; ferry batch-endpoint list shows those that do", name)
 	}
 	if err == nil {
 		s.log.Info("batch endpoint deleted", "endpoint", name)
@@ -227,7 +228,7 @@ func (s *Endpoints) getBatchDeploymentRecord(ctx context.Context, endpoint, name
 		if _, eerr := s.getBatchEndpointRecord(ctx, endpoint); eerr != nil {
 			return rec, eerr
 		}
-		return rec, workspace.NotFound("batch endpoint %s has no deployment %s; ferry batch-deployment list --endpoint-name %s shows those it has", endpoint, name, endpoint)
+		return rec, apperr.NotFound("batch endpoint %s has no deployment %s; ferry batch-deployment list --endpoint-name %s shows those it has", endpoint, name, endpoint)
 	}
 	return rec, err
 }
@@ -250,10 +251,10 @@ func (s *Endpoints) resolveBatchDeployment(ctx context.Context, who auth.Princip
 	}
 	switch {
 	case d.CodeConfiguration == nil && up.CodeSnapshot != "":
-		return workspace.Invalid("code_snapshot: the deployment has no code_configuration, but code was uploaded")
+		return apperr.Invalid("code_snapshot: the deployment has no code_configuration, but code was uploaded")
 	case d.CodeConfiguration == nil:
 	case up.CodeSnapshot == "":
-		return workspace.Invalid("code_configuration.code: %q was not uploaded with the deployment (ferry batch-deployment create uploads it)", d.CodeConfiguration.Code)
+		return apperr.Invalid("code_configuration.code: %q was not uploaded with the deployment (ferry batch-deployment create uploads it)", d.CodeConfiguration.Code)
 	default:
 		if err := s.ws.RequireSnapshot(up.CodeSnapshot, "code_configuration.code"); err != nil {
 			return err
@@ -263,12 +264,12 @@ func (s *Endpoints) resolveBatchDeployment(ctx context.Context, who auth.Princip
 	switch m := d.Model; {
 	case m == nil:
 		if up.ModelSnapshot != "" {
-			return workspace.Invalid("model_snapshot: the deployment has no model, but model files were uploaded")
+			return apperr.Invalid("model_snapshot: the deployment has no model, but model files were uploaded")
 		}
 	case m.Ref != "":
 		model, err := s.ws.ResolveModel(ctx, m.Ref)
 		if err != nil {
-			var we *workspace.Error
+			var we *apperr.Error
 			if errors.As(err, &we) {
 				we.Msg = "model: " + we.Msg
 			}
@@ -278,7 +279,7 @@ func (s *Endpoints) resolveBatchDeployment(ctx context.Context, who auth.Princip
 		doc.ModelID, modelName, modelType = model.ID, model.PathName, model.Type
 	default:
 		if up.ModelSnapshot == "" {
-			return workspace.Invalid("model.path: %q was not uploaded with the deployment (ferry batch-deployment create uploads it)", m.Path)
+			return apperr.Invalid("model.path: %q was not uploaded with the deployment (ferry batch-deployment create uploads it)", m.Path)
 		}
 		if err := s.ws.RequireSnapshot(up.ModelSnapshot, "model.path"); err != nil {
 			return err
@@ -300,7 +301,7 @@ func (s *Endpoints) resolveBatchDeployment(ctx context.Context, who auth.Princip
 	if d.CodeConfiguration == nil && modelType != "mlflow_model" {
 		// What makes it an MLflow model is its MLmodel file, which the
 		// registry's type says; Ferry's script finds it at init().
-		return workspace.Invalid("code_configuration: is required: the model is %s, and only an mlflow_model is scored without a scoring script", cmp.Or(modelType, "custom_model"))
+		return apperr.Invalid("code_configuration: is required: the model is %s, and only an mlflow_model is scored without a scoring script", cmp.Or(modelType, "custom_model"))
 	}
 	if up.ModelSnapshot != "" && modelName != "" {
 		m, err := s.ws.GetSnapshot(ctx, who, up.ModelSnapshot)
@@ -315,7 +316,7 @@ func (s *Endpoints) resolveBatchDeployment(ctx context.Context, who auth.Princip
 		return err
 	}
 	if _, err := s.ws.GetCompute(ctx, d.ComputeName()); err != nil {
-		var we *workspace.Error
+		var we *apperr.Error
 		if errors.As(err, &we) {
 			we.Msg = "compute: " + we.Msg
 		}
@@ -339,13 +340,13 @@ func (s *Endpoints) UpdateDeployment(ctx context.Context, who auth.Principal, d 
 
 func (s *Endpoints) putBatchDeployment(ctx context.Context, who auth.Principal, d *spec.BatchDeployment, up apitypes.DeploymentUploads, setDefault, create bool) (*apitypes.BatchDeployment, error) {
 	if !who.IsOwner() {
-		return nil, workspace.Forbidden("a run token cannot change batch deployments")
+		return nil, apperr.Forbidden("a run token cannot change batch deployments")
 	}
 	if d == nil {
-		return nil, workspace.Invalid("the batch deployment is missing")
+		return nil, apperr.Invalid("the batch deployment is missing")
 	}
 	if err := d.Validate(); err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	d.ApplyDefaults()
 	doc := &batchDeploymentDoc{Spec: d}
@@ -363,7 +364,7 @@ func (s *Endpoints) putBatchDeployment(ctx context.Context, who auth.Principal, 
 	if create {
 		if err := s.st.CreateBatchDeployment(ctx, rec); err != nil {
 			if errors.Is(err, store.ErrConflict) {
-				return nil, workspace.Conflict("batch endpoint %s has a deployment %s; change it with ferry batch-deployment update, or pick another name", d.EndpointName, d.Name)
+				return nil, apperr.Conflict("batch endpoint %s has a deployment %s; change it with ferry batch-deployment update, or pick another name", d.EndpointName, d.Name)
 			}
 			return nil, workspace.NoSpace(err, "batch deployment "+d.Name)
 		}
@@ -455,7 +456,7 @@ func (s *Endpoints) ListDeployments(ctx context.Context, endpoint string) ([]*ap
 // first); the last one goes, and the endpoint has no default then.
 func (s *Endpoints) DeleteDeployment(ctx context.Context, who auth.Principal, endpoint, name string) error {
 	if !who.IsOwner() {
-		return workspace.Forbidden("a run token cannot delete batch deployments")
+		return apperr.Forbidden("a run token cannot delete batch deployments")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -476,7 +477,7 @@ func (s *Endpoints) DeleteDeployment(ctx context.Context, who auth.Principal, en
 			return err
 		}
 		if len(ds) > 1 {
-			return workspace.Conflict("deployment %s is batch endpoint %s's default; make another the default first (ferry batch-deployment update ... --set-default), then delete it", name, endpoint)
+			return apperr.Conflict("deployment %s is batch endpoint %s's default; make another the default first (ferry batch-deployment update ... --set-default), then delete it", name, endpoint)
 		}
 		e.Defaults = nil
 		if erec.Spec, err = json.Marshal(e); err != nil {
@@ -501,7 +502,7 @@ func newBatchJobName(endpoint string) string {
 // the job.
 func (s *Endpoints) Invoke(ctx context.Context, who auth.Principal, endpoint string, inv apitypes.BatchInvocation) (*apitypes.Job, error) {
 	if !who.IsOwner() {
-		return nil, workspace.Forbidden("a run token cannot invoke batch endpoints")
+		return nil, apperr.Forbidden("a run token cannot invoke batch endpoints")
 	}
 	erec, err := s.getBatchEndpointRecord(ctx, endpoint)
 	if err != nil {
@@ -514,7 +515,7 @@ func (s *Endpoints) Invoke(ctx context.Context, who auth.Principal, endpoint str
 	dep := inv.Deployment
 	if dep == "" {
 		if dep = e.DefaultDeployment(); dep == "" {
-			return nil, workspace.Invalid("deployment_name: batch endpoint %s has no default deployment; name one (--deployment-name) or create one (ferry batch-deployment create --set-default)", endpoint)
+			return nil, apperr.Invalid("deployment_name: batch endpoint %s has no default deployment; name one (--deployment-name) or create one (ferry batch-deployment create --set-default)", endpoint)
 		}
 	}
 	drec, err := s.getBatchDeploymentRecord(ctx, endpoint, dep)
@@ -528,9 +529,9 @@ func (s *Endpoints) Invoke(ctx context.Context, who auth.Principal, endpoint str
 	in := spec.Input{Type: inv.Type, Mode: "download"}
 	switch {
 	case inv.Type != "" && inv.Type != "uri_folder" && inv.Type != "uri_file":
-		return nil, workspace.Invalid("input.type: %q is not uri_folder or uri_file", inv.Type)
+		return nil, apperr.Invalid("input.type: %q is not uri_folder or uri_file", inv.Type)
 	case inv.Snapshot != "" && inv.Path != "":
-		return nil, workspace.Invalid("input: give a path or an uploaded snapshot, not both")
+		return nil, apperr.Invalid("input: give a path or an uploaded snapshot, not both")
 	case inv.Snapshot != "":
 		if err := s.ws.RequireSnapshot(inv.Snapshot, "input.snapshot"); err != nil {
 			return nil, err
@@ -539,7 +540,7 @@ func (s *Endpoints) Invoke(ctx context.Context, who auth.Principal, endpoint str
 	case inv.Path != "":
 		in.Path = inv.Path
 	default:
-		return nil, workspace.Invalid("input: is required: the file or folder to score (a local path the CLI uploads, azureml:NAME:VERSION of a data asset, or a URL)")
+		return nil, apperr.Invalid("input: is required: the file or folder to score (a local path the CLI uploads, azureml:NAME:VERSION of a data asset, or a URL)")
 	}
 	if in.Type == "" {
 		in.Type = "uri_folder"
@@ -583,7 +584,7 @@ func (s *Endpoints) Invoke(ctx context.Context, who auth.Principal, endpoint str
 		inputs["model"] = doc.ModelSnapshot
 	}
 	if err := j.Validate(); err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	// The job's name is recorded before the job is made, so that a
 	// server stopped in between lists a name whose job never came
@@ -653,7 +654,7 @@ func (s *Endpoints) ListJobs(ctx context.Context, endpoint string) ([]*apitypes.
 	out := []*apitypes.Job{}
 	for i := len(names) - 1; i >= 0; i-- {
 		j, err := s.ws.GetJob(ctx, names[i], false)
-		if workspace.CodeOf(err) == workspace.CodeNotFound {
+		if apperr.CodeOf(err) == apperr.CodeNotFound {
 			continue
 		}
 		if err != nil {

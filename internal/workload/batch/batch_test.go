@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
 )
 
@@ -127,7 +127,7 @@ func TestBatchDefaultDeploymentGoesLast(t *testing.T) {
 		}
 	}
 	err := b.DeleteDeployment(ctx, workspacetest.Owner, "scorer", "blue")
-	if workspace.CodeOf(err) != workspace.CodeConflict || !strings.Contains(err.Error(), "make another the default first") {
+	if apperr.CodeOf(err) != apperr.CodeConflict || !strings.Contains(err.Error(), "make another the default first") {
 		t.Fatalf("deleting the default while green is there: %v", err)
 	}
 	for _, name := range []string{"green", "blue"} {
@@ -143,7 +143,7 @@ func TestBatchDefaultDeploymentGoesLast(t *testing.T) {
 		t.Errorf("endpoint after its last deployment went: %+v", e)
 	}
 	_, err = b.Invoke(ctx, workspacetest.Owner, "scorer", apitypes.BatchInvocation{Path: "azureml:numbers:1"})
-	if workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "has no default deployment") {
+	if apperr.CodeOf(err) != apperr.CodeInvalid || !strings.Contains(err.Error(), "has no default deployment") {
 		t.Errorf("invoking an endpoint without a default: %v", err)
 	}
 }

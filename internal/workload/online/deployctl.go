@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
@@ -620,7 +621,7 @@ func (s *Service) stopDrained(ctx context.Context, key, endpoint, name string, d
 }
 
 func (s *Service) cancelReplica(ctx context.Context, job string) {
-	if _, err := s.core.CancelJob(ctx, auth.Principal{Kind: auth.KindOwner, Subject: "deployment-controller"}, job); err != nil && workspace.CodeOf(err) != workspace.CodeNotFound {
+	if _, err := s.core.CancelJob(ctx, auth.Principal{Kind: auth.KindOwner, Subject: "deployment-controller"}, job); err != nil && apperr.CodeOf(err) != apperr.CodeNotFound {
 		s.log.Error("replica not cancelled", "job", job, "err", err)
 	}
 }
@@ -801,7 +802,7 @@ func (s *Service) submitReplica(ctx context.Context, rec store.Deployment, doc *
 	}
 	_, err = s.core.SubmitJob(ctx, auth.Principal{Kind: auth.KindOwner, Subject: "deployment-controller"},
 		workspace.Submission{Spec: j, CodeSnapshot: doc.CodeSnapshot, InputSnapshots: inputs, EnvironmentSnapshot: doc.EnvironmentSnapshot})
-	if workspace.CodeOf(err) == workspace.CodeConflict {
+	if apperr.CodeOf(err) == apperr.CodeConflict {
 		return nil // made by a pass before a restart
 	}
 	return err

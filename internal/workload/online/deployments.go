@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -134,7 +135,7 @@ func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeploymen
 		return err
 	}
 	if kubeEndpointCompute(ep) == "" && d.SchemaKind() == "kubernetes" {
-		return workspace.Invalid("$schema: a kubernetesOnlineDeployment runs on the Kubernetes compute of its endpoint, and endpoint %s names none; create the endpoint with compute: azureml:NAME (a kubernetes compute), or use the managedOnlineDeployment schema", d.EndpointName)
+		return apperr.Invalid("$schema: a kubernetesOnlineDeployment runs on the Kubernetes compute of its endpoint, and endpoint %s names none; create the endpoint with compute: azureml:NAME (a kubernetes compute), or use the managedOnlineDeployment schema", d.EndpointName)
 	}
 	kubeCompute := deploymentKubeCompute(ep, d)
 	if prev != nil && (kubeCompute != "") != prev.Kube {
@@ -142,10 +143,10 @@ func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeploymen
 		if prev.Kube {
 			where, to = "on kubernetes compute "+prev.Compute, "to pool nodes"
 		}
-		return workspace.Invalid("$schema: deployment %s runs %s, and an update does not move it %s; keep its $schema, or create a deployment of the other kind beside it and move the traffic to it", d.Name, where, to)
+		return apperr.Invalid("$schema: deployment %s runs %s, and an update does not move it %s; keep its $schema, or create a deployment of the other kind beside it and move the traffic to it", d.Name, where, to)
 	}
 	if up.CodeSnapshot == "" {
-		return workspace.Invalid("code_configuration.code: %q was not uploaded with the deployment (ferry online-deployment create uploads it)", d.CodeConfiguration.Code)
+		return apperr.Invalid("code_configuration.code: %q was not uploaded with the deployment (ferry online-deployment create uploads it)", d.CodeConfiguration.Code)
 	}
 	if err := s.core.RequireSnapshot(up.CodeSnapshot, "code_configuration.code"); err != nil {
 		return err
@@ -155,25 +156,25 @@ func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeploymen
 	switch m := d.Model; {
 	case m == nil:
 		if up.ModelSnapshot != "" {
-			return workspace.Invalid("model_snapshot: the deployment has no model, but model files were uploaded")
+			return apperr.Invalid("model_snapshot: the deployment has no model, but model files were uploaded")
 		}
 	case m.Ref != "":
 		model, err := s.core.ResolveModel(ctx, m.Ref)
 		if err != nil {
-			var we *workspace.Error
+			var we *apperr.Error
 			if errors.As(err, &we) {
 				we.Msg = "model: " + we.Msg
 			}
 			return err
 		}
 		if model.Archived && !strings.Contains(m.Ref, ":") {
-			return workspace.Invalid("model: %s is archived", model.ID)
+			return apperr.Invalid("model: %s is archived", model.ID)
 		}
 		up.ModelSnapshot = model.Snapshot
 		doc.ModelID, modelName = model.ID, model.PathName
 	default:
 		if up.ModelSnapshot == "" {
-			return workspace.Invalid("model.path: %q was not uploaded with the deployment (ferry online-deployment create uploads it)", m.Path)
+			return apperr.Invalid("model.path: %q was not uploaded with the deployment (ferry online-deployment create uploads it)", m.Path)
 		}
 		if err := s.core.RequireSnapshot(up.ModelSnapshot, "model.path"); err != nil {
 			return err
@@ -201,11 +202,11 @@ func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeploymen
 	case local:
 		doc.Compute, doc.Local = "local", true
 	case d.InstanceType == "":
-		return workspace.Invalid("instance_type: is required: the size of the nodes its replicas run on (see `ferry size list`); or pass --local to run one replica on this machine")
+		return apperr.Invalid("instance_type: is required: the size of the nodes its replicas run on (see `ferry size list`); or pass --local to run one replica on this machine")
 	default:
 		name, err := s.core.JobCompute(ctx, &spec.Job{Resources: &spec.Resources{InstanceType: d.InstanceType}})
 		if err != nil {
-			return &workspace.Error{Code: workspace.CodeInvalid, Msg: strings.Replace(err.Error(), "resources.instance_type", "instance_type", 1), Err: err}
+			return &apperr.Error{Code: apperr.CodeInvalid, Msg: strings.Replace(err.Error(), "resources.instance_type", "instance_type", 1), Err: err}
 		}
 		doc.Compute = name
 	}
@@ -218,18 +219,18 @@ func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeploymen
 // machine's local target instead of pool nodes of its instance_type.
 func (s *Service) CreateOnlineDeployment(ctx context.Context, who auth.Principal, d *spec.OnlineDeployment, up apitypes.DeploymentUploads, local bool) (*apitypes.OnlineDeployment, error) {
 	if !who.IsOwner() {
-		return nil, workspace.Forbidden("a run token cannot create deployments")
+		return nil, apperr.Forbidden("a run token cannot create deployments")
 	}
 	if d == nil {
-		return nil, workspace.Invalid("the deployment is missing")
+		return nil, apperr.Invalid("the deployment is missing")
 	}
 	if err := d.Validate(); err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	d.ApplyDefaults()
 	if local {
 		if d.InstanceCount > 1 || d.ScaleSettings.Type != "default" {
-			return nil, workspace.Invalid("instance_count: a --local deployment runs one replica on this machine; leave instance_count and scale_settings out")
+			return nil, apperr.Invalid("instance_count: a --local deployment runs one replica on this machine; leave instance_count and scale_settings out")
 		}
 	}
 	doc := &deploymentDoc{Spec: d, ID: newDeploymentID(), Generation: 1}
@@ -245,7 +246,7 @@ func (s *Service) CreateOnlineDeployment(ctx context.Context, who auth.Principal
 	defer s.epMu.Unlock()
 	if err := s.st.CreateDeployment(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil, workspace.Conflict("endpoint %s has a deployment %s; change it with ferry online-deployment update, or pick another name", d.EndpointName, d.Name)
+			return nil, apperr.Conflict("endpoint %s has a deployment %s; change it with ferry online-deployment update, or pick another name", d.EndpointName, d.Name)
 		}
 		return nil, workspace.NoSpace(err, "deployment "+d.Name)
 	}
@@ -262,13 +263,13 @@ func (s *Service) CreateOnlineDeployment(ctx context.Context, who auth.Principal
 // or Failed cannot be changed until it is.
 func (s *Service) UpdateOnlineDeployment(ctx context.Context, who auth.Principal, d *spec.OnlineDeployment, ch DeploymentChange) (*apitypes.OnlineDeployment, error) {
 	if !who.IsOwner() {
-		return nil, workspace.Forbidden("a run token cannot change deployments")
+		return nil, apperr.Forbidden("a run token cannot change deployments")
 	}
 	if d == nil {
-		return nil, workspace.Invalid("the deployment is missing")
+		return nil, apperr.Invalid("the deployment is missing")
 	}
 	if err := d.Validate(); err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	d.ApplyDefaults()
 	s.epMu.Lock()
@@ -284,10 +285,10 @@ func (s *Service) UpdateOnlineDeployment(ctx context.Context, who auth.Principal
 	switch rec.State {
 	case apitypes.DeploymentSucceeded, apitypes.DeploymentFailed:
 	default:
-		return nil, workspace.Conflict("deployment %s is %s; wait until it is Succeeded or Failed (ferry online-deployment show), then update it", d.Name, rec.State)
+		return nil, apperr.Conflict("deployment %s is %s; wait until it is Succeeded or Failed (ferry online-deployment show), then update it", d.Name, rec.State)
 	}
 	if doc.Local && (d.InstanceCount > 1 || d.ScaleSettings.Type != "default") {
-		return nil, workspace.Invalid("instance_count: a --local deployment runs one replica on this machine; leave instance_count and scale_settings out")
+		return nil, apperr.Invalid("instance_count: a --local deployment runs one replica on this machine; leave instance_count and scale_settings out")
 	}
 	next := &deploymentDoc{Spec: d, ID: doc.ID, Generation: doc.Generation}
 	if err := s.resolveDeployment(ctx, d, ch.Uploads, doc.Local, doc, next); err != nil {
@@ -336,7 +337,7 @@ func sameScale(a, b *spec.OnlineDeployment) bool {
 func (s *Service) writeDeployment(ctx context.Context, rec store.Deployment) error {
 	if err := s.st.UpdateDeployment(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return workspace.NotFound("deployment %s/%s was deleted meanwhile", rec.Endpoint, rec.Name)
+			return apperr.NotFound("deployment %s/%s was deleted meanwhile", rec.Endpoint, rec.Name)
 		}
 		return workspace.NoSpace(err, "deployment "+rec.Name)
 	}
@@ -349,7 +350,7 @@ func (s *Service) getDeploymentRecord(ctx context.Context, endpoint, name string
 		if _, eerr := s.getEndpointRecord(ctx, endpoint); eerr != nil {
 			return rec, eerr
 		}
-		return rec, workspace.NotFound("endpoint %s has no deployment %s; ferry online-deployment list --endpoint-name %s shows those it has", endpoint, name, endpoint)
+		return rec, apperr.NotFound("endpoint %s has no deployment %s; ferry online-deployment list --endpoint-name %s shows those it has", endpoint, name, endpoint)
 	}
 	return rec, err
 }
@@ -388,7 +389,7 @@ func (s *Service) ListOnlineDeployments(ctx context.Context, endpoint string) ([
 // traffic is refused, as Azure refuses it: move its traffic first.
 func (s *Service) DeleteOnlineDeployment(ctx context.Context, who auth.Principal, endpoint, name string) error {
 	if !who.IsOwner() {
-		return workspace.Forbidden("a run token cannot delete deployments")
+		return apperr.Forbidden("a run token cannot delete deployments")
 	}
 	s.epMu.Lock()
 	defer s.epMu.Unlock()
@@ -405,7 +406,7 @@ func (s *Service) DeleteOnlineDeployment(ctx context.Context, who auth.Principal
 		return err
 	}
 	if p := e.Traffic[name]; p > 0 {
-		return workspace.Conflict("deployment %s takes %d%% of endpoint %s's traffic; move it first (ferry online-endpoint update --name %s --traffic \"%s\"), then delete the deployment", name, p, endpoint, endpoint, spec.FormatTraffic(withoutKey(e.Traffic, name)))
+		return apperr.Conflict("deployment %s takes %d%% of endpoint %s's traffic; move it first (ferry online-endpoint update --name %s --traffic \"%s\"), then delete the deployment", name, p, endpoint, endpoint, spec.FormatTraffic(withoutKey(e.Traffic, name)))
 	}
 	if rec.State == apitypes.DeploymentDeleting {
 		return nil
@@ -540,11 +541,11 @@ func (s *Service) checkTrafficTargets(ctx context.Context, e *spec.OnlineEndpoin
 			state, ok := have[d]
 			switch {
 			case !ok && len(have) == 0:
-				return workspace.Invalid("%s.%s: endpoint %s has no deployment %s (it has none yet); deployments come first (ferry online-deployment create), then the traffic that goes to them", field.name, d, e.Name, d)
+				return apperr.Invalid("%s.%s: endpoint %s has no deployment %s (it has none yet); deployments come first (ferry online-deployment create), then the traffic that goes to them", field.name, d, e.Name, d)
 			case !ok:
-				return workspace.Invalid("%s.%s: endpoint %s has no deployment %s; it has %s", field.name, d, e.Name, d, strings.Join(slices.Sorted(maps.Keys(have)), ", "))
+				return apperr.Invalid("%s.%s: endpoint %s has no deployment %s; it has %s", field.name, d, e.Name, d, strings.Join(slices.Sorted(maps.Keys(have)), ", "))
 			case state == apitypes.DeploymentDeleting && field.t[d] > 0:
-				return workspace.Invalid("%s.%s: deployment %s is being deleted", field.name, d, d)
+				return apperr.Invalid("%s.%s: deployment %s is being deleted", field.name, d, d)
 			}
 		}
 	}

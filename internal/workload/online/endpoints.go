@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -70,7 +71,7 @@ func tokenLabel(endpoint string) string { return "endpoint/" + endpoint + "/aml_
 // it cannot be revoked: it ends when it expires.
 func (s *Service) newEndpointToken(endpoint string) (*apitypes.EndpointKeys, error) {
 	if s.cfg.Secrets == nil {
-		return nil, workspace.Invalid("this server has no workspace key to sign endpoint tokens with")
+		return nil, apperr.Invalid("this server has no workspace key to sign endpoint tokens with")
 	}
 	now := s.now()
 	exp := now.Add(EndpointTokenLifetime)
@@ -111,7 +112,7 @@ func newEndpointKey() (string, error) {
 
 func (s *Service) sealKey(endpoint, slot string) (string, error) {
 	if s.cfg.Secrets == nil {
-		return "", workspace.Invalid("this server has no workspace key to seal endpoint keys with; endpoints cannot be made")
+		return "", apperr.Invalid("this server has no workspace key to seal endpoint keys with; endpoints cannot be made")
 	}
 	k, err := newEndpointKey()
 	if err != nil {
@@ -224,13 +225,13 @@ func (s *Service) routeEndpoints(ctx context.Context) error {
 // primary and secondary keys.
 func (s *Service) CreateOnlineEndpoint(ctx context.Context, who auth.Principal, e *spec.OnlineEndpoint) (*apitypes.OnlineEndpoint, error) {
 	if !who.IsOwner() {
-		return nil, workspace.Forbidden("a run token cannot create endpoints")
+		return nil, apperr.Forbidden("a run token cannot create endpoints")
 	}
 	if e == nil {
-		return nil, workspace.Invalid("the endpoint is missing")
+		return nil, apperr.Invalid("the endpoint is missing")
 	}
 	if err := e.Validate(); err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	if e.AuthMode == "" {
 		e.AuthMode = "key"
@@ -256,7 +257,7 @@ func (s *Service) CreateOnlineEndpoint(ctx context.Context, who auth.Principal, 
 	defer s.epMu.Unlock()
 	if err := s.st.CreateEndpoint(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil, workspace.Conflict("endpoint %s exists; change it with ferry online-endpoint update, or pick another name", e.Name)
+			return nil, apperr.Conflict("endpoint %s exists; change it with ferry online-endpoint update, or pick another name", e.Name)
 		}
 		return nil, workspace.NoSpace(err, "endpoint "+e.Name)
 	}
@@ -270,7 +271,7 @@ func (s *Service) CreateOnlineEndpoint(ctx context.Context, who auth.Principal, 
 func (s *Service) getEndpointRecord(ctx context.Context, name string) (store.Endpoint, error) {
 	rec, err := s.st.GetEndpoint(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return rec, workspace.NotFound("endpoint %s does not exist; ferry online-endpoint list shows those that do", name)
+		return rec, apperr.NotFound("endpoint %s does not exist; ferry online-endpoint list shows those that do", name)
 	}
 	return rec, err
 }
@@ -305,7 +306,7 @@ func (s *Service) ListOnlineEndpoints(ctx context.Context) ([]*apitypes.OnlineEn
 // and mirror traffic; the split is checked as a new endpoint's is.
 func (s *Service) UpdateOnlineEndpoint(ctx context.Context, who auth.Principal, name string, u apitypes.EndpointUpdate) (*apitypes.OnlineEndpoint, error) {
 	if !who.IsOwner() {
-		return nil, workspace.Forbidden("a run token cannot change endpoints")
+		return nil, apperr.Forbidden("a run token cannot change endpoints")
 	}
 	s.epMu.Lock()
 	defer s.epMu.Unlock()
@@ -318,7 +319,7 @@ func (s *Service) UpdateOnlineEndpoint(ctx context.Context, who auth.Principal, 
 		return nil, err
 	}
 	if u.AuthMode != "" && u.AuthMode != e.AuthMode {
-		return nil, workspace.Invalid("auth_mode: endpoint %s uses %s, and an endpoint's auth_mode does not change; delete it and create it again with auth_mode %s", name, e.AuthMode, u.AuthMode)
+		return nil, apperr.Invalid("auth_mode: endpoint %s uses %s, and an endpoint's auth_mode does not change; delete it and create it again with auth_mode %s", name, e.AuthMode, u.AuthMode)
 	}
 	if u.Description != nil {
 		e.Description = *u.Description
@@ -333,7 +334,7 @@ func (s *Service) UpdateOnlineEndpoint(ctx context.Context, who auth.Principal, 
 		e.MirrorTraffic = u.MirrorTraffic
 	}
 	if err := e.Validate(); err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	if err := s.checkTrafficTargets(ctx, e); err != nil {
 		return nil, err
@@ -353,7 +354,7 @@ func (s *Service) UpdateOnlineEndpoint(ctx context.Context, who auth.Principal, 
 func (s *Service) writeEndpoint(ctx context.Context, rec store.Endpoint) error {
 	if err := s.st.UpdateEndpoint(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return workspace.NotFound("endpoint %s was deleted meanwhile", rec.Name)
+			return apperr.NotFound("endpoint %s was deleted meanwhile", rec.Name)
 		}
 		return workspace.NoSpace(err, "endpoint "+rec.Name)
 	}
@@ -364,7 +365,7 @@ func (s *Service) writeEndpoint(ctx context.Context, rec store.Endpoint) error {
 // answering at once.
 func (s *Service) DeleteOnlineEndpoint(ctx context.Context, who auth.Principal, name string) error {
 	if !who.IsOwner() {
-		return workspace.Forbidden("a run token cannot delete endpoints")
+		return apperr.Forbidden("a run token cannot delete endpoints")
 	}
 	s.epMu.Lock()
 	defer s.epMu.Unlock()
@@ -374,7 +375,7 @@ func (s *Service) DeleteOnlineEndpoint(ctx context.Context, who auth.Principal, 
 	}
 	if err := s.st.DeleteEndpoint(ctx, name); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return workspace.NotFound("endpoint %s does not exist", name)
+			return apperr.NotFound("endpoint %s does not exist", name)
 		}
 		return err
 	}
@@ -400,7 +401,7 @@ func (s *Service) DeleteOnlineEndpoint(ctx context.Context, who auth.Principal, 
 // leave the server. Owner only.
 func (s *Service) GetEndpointCredentials(ctx context.Context, who auth.Principal, name string) (*apitypes.EndpointKeys, error) {
 	if !who.IsOwner() {
-		return nil, workspace.Forbidden("only the workspace owner may read an endpoint's keys")
+		return nil, apperr.Forbidden("only the workspace owner may read an endpoint's keys")
 	}
 	rec, err := s.getEndpointRecord(ctx, name)
 	if err != nil {
@@ -425,13 +426,13 @@ func (s *Service) GetEndpointCredentials(ctx context.Context, who auth.Principal
 // clients move to it first, as with Azure's).
 func (s *Service) RegenerateEndpointKey(ctx context.Context, who auth.Principal, name, keyType string) (*apitypes.OnlineEndpoint, error) {
 	if !who.IsOwner() {
-		return nil, workspace.Forbidden("only the workspace owner may regenerate an endpoint's keys")
+		return nil, apperr.Forbidden("only the workspace owner may regenerate an endpoint's keys")
 	}
 	if keyType == "" {
 		keyType = "primary"
 	}
 	if keyType != "primary" && keyType != "secondary" {
-		return nil, workspace.Invalid("key_type: %q is not primary or secondary", keyType)
+		return nil, apperr.Invalid("key_type: %q is not primary or secondary", keyType)
 	}
 	s.epMu.Lock()
 	defer s.epMu.Unlock()
@@ -442,7 +443,7 @@ func (s *Service) RegenerateEndpointKey(ctx context.Context, who auth.Principal,
 	if e, err := endpointSpecOf(rec); err != nil {
 		return nil, err
 	} else if e.AuthMode != "key" {
-		return nil, workspace.Invalid("endpoint %s uses auth_mode %s: it has no keys to regenerate; its tokens expire after %v (ferry online-endpoint get-credentials gives a new one)", name, e.AuthMode, EndpointTokenLifetime)
+		return nil, apperr.Invalid("endpoint %s uses auth_mode %s: it has no keys to regenerate; its tokens expire after %v (ferry online-endpoint get-credentials gives a new one)", name, e.AuthMode, EndpointTokenLifetime)
 	}
 	sealed, err := s.sealKey(name, keyType)
 	if err != nil {

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
 )
 
@@ -133,7 +133,7 @@ func TestEndpointLifecycleAndKeys(t *testing.T) {
 		t.Errorf("after update: %+v", ep)
 	}
 	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{AuthMode: "aml_token"})
-	wantCode(t, "auth_mode change", err, workspace.CodeInvalid, "auth_mode", "does not change")
+	wantCode(t, "auth_mode change", err, apperr.CodeInvalid, "auth_mode", "does not change")
 
 	// Regenerating the primary key replaces it, keeps the secondary, and
 	// the router hears of it.
@@ -158,7 +158,7 @@ func TestEndpointLifecycleAndKeys(t *testing.T) {
 		t.Errorf("regenerate secondary changed the wrong key")
 	}
 	_, err = s.RegenerateEndpointKey(ctx, owner, "iris-ep", "tertiary")
-	wantCode(t, "key type tertiary", err, workspace.CodeInvalid, "key_type", "primary or secondary")
+	wantCode(t, "key type tertiary", err, apperr.CodeInvalid, "key_type", "primary or secondary")
 
 	// No view, list or log line holds a key.
 	list, err := s.ListOnlineEndpoints(ctx)
@@ -196,10 +196,10 @@ func TestEndpointLifecycleAndKeys(t *testing.T) {
 		t.Errorf("deleted endpoint still routed")
 	}
 	_, err = s2.GetOnlineEndpoint(ctx, "iris-ep")
-	wantCode(t, "show after delete", err, workspace.CodeNotFound, "iris-ep")
-	wantCode(t, "delete again", s2.DeleteOnlineEndpoint(ctx, owner, "iris-ep"), workspace.CodeNotFound)
+	wantCode(t, "show after delete", err, apperr.CodeNotFound, "iris-ep")
+	wantCode(t, "delete again", s2.DeleteOnlineEndpoint(ctx, owner, "iris-ep"), apperr.CodeNotFound)
 	_, err = s2.GetEndpointCredentials(ctx, owner, "iris-ep")
-	wantCode(t, "credentials after delete", err, workspace.CodeNotFound)
+	wantCode(t, "credentials after delete", err, apperr.CodeNotFound)
 }
 
 // Traffic names deployments, and none exist yet: any split is refused
@@ -210,28 +210,28 @@ func TestEndpointTrafficNeedsDeployments(t *testing.T) {
 	ctx := context.Background()
 	s := newEndpointService(t).s
 	_, err := s.CreateOnlineEndpoint(ctx, owner, endpointFile(t, "name: iris-ep\ntraffic: {blue: 100}\n"))
-	wantCode(t, "create with traffic", err, workspace.CodeInvalid, "traffic.blue", "no deployment blue", "deployments come first")
-	if _, err := s.GetOnlineEndpoint(ctx, "iris-ep"); workspace.CodeOf(err) != workspace.CodeNotFound {
+	wantCode(t, "create with traffic", err, apperr.CodeInvalid, "traffic.blue", "no deployment blue", "deployments come first")
+	if _, err := s.GetOnlineEndpoint(ctx, "iris-ep"); apperr.CodeOf(err) != apperr.CodeNotFound {
 		t.Errorf("a refused endpoint was stored: %v", err)
 	}
 	if _, err := s.CreateOnlineEndpoint(ctx, owner, endpointFile(t, "name: iris-ep\n")); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{Traffic: map[string]int{"blue": 90, "green": 10}})
-	wantCode(t, "update traffic", err, workspace.CodeInvalid, "traffic.blue", "no deployment blue", "deployments come first")
+	wantCode(t, "update traffic", err, apperr.CodeInvalid, "traffic.blue", "no deployment blue", "deployments come first")
 	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{MirrorTraffic: map[string]int{"green": 10}})
-	wantCode(t, "update mirror", err, workspace.CodeInvalid, "mirror_traffic.green", "no deployment green")
+	wantCode(t, "update mirror", err, apperr.CodeInvalid, "mirror_traffic.green", "no deployment green")
 	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{Traffic: map[string]int{"blue": 90, "green": 20}})
-	wantCode(t, "traffic over 100", err, workspace.CodeInvalid, "traffic", "add up to 110")
+	wantCode(t, "traffic over 100", err, apperr.CodeInvalid, "traffic", "add up to 110")
 	_, err = s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{MirrorTraffic: map[string]int{"green": 60}})
-	wantCode(t, "mirror over 50", err, workspace.CodeInvalid, "mirror_traffic.green", "0 to 50")
+	wantCode(t, "mirror over 50", err, apperr.CodeInvalid, "mirror_traffic.green", "0 to 50")
 	// An empty split is allowed (and is what there is).
 	ep, err := s.UpdateOnlineEndpoint(ctx, owner, "iris-ep", apitypes.EndpointUpdate{Traffic: map[string]int{}})
 	if err != nil || len(ep.Traffic) != 0 {
 		t.Errorf("empty traffic: %+v, %v", ep, err)
 	}
 	_, err = s.CreateOnlineEndpoint(ctx, owner, endpointFile(t, "name: iris-ep\n"))
-	wantCode(t, "create twice", err, workspace.CodeConflict, "iris-ep exists")
+	wantCode(t, "create twice", err, apperr.CodeConflict, "iris-ep exists")
 }
 
 func TestEndpointsAreTheOwners(t *testing.T) {
@@ -240,17 +240,17 @@ func TestEndpointsAreTheOwners(t *testing.T) {
 	s := rig.s
 	run := auth.Principal{Kind: auth.KindRun, Subject: "a-job", Attempt: 1}
 	_, err := s.CreateOnlineEndpoint(ctx, run, endpointFile(t, "name: iris-ep\n"))
-	wantCode(t, "run token creates", err, workspace.CodeForbidden)
+	wantCode(t, "run token creates", err, apperr.CodeForbidden)
 	if _, err := s.CreateOnlineEndpoint(ctx, owner, endpointFile(t, "name: iris-ep\n")); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.GetEndpointCredentials(ctx, run, "iris-ep")
-	wantCode(t, "run token reads keys", err, workspace.CodeForbidden)
+	wantCode(t, "run token reads keys", err, apperr.CodeForbidden)
 	_, err = s.RegenerateEndpointKey(ctx, run, "iris-ep", "primary")
-	wantCode(t, "run token regenerates", err, workspace.CodeForbidden)
+	wantCode(t, "run token regenerates", err, apperr.CodeForbidden)
 	_, err = s.UpdateOnlineEndpoint(ctx, run, "iris-ep", apitypes.EndpointUpdate{})
-	wantCode(t, "run token updates", err, workspace.CodeForbidden)
-	wantCode(t, "run token deletes", s.DeleteOnlineEndpoint(ctx, run, "iris-ep"), workspace.CodeForbidden)
+	wantCode(t, "run token updates", err, apperr.CodeForbidden)
+	wantCode(t, "run token deletes", s.DeleteOnlineEndpoint(ctx, run, "iris-ep"), apperr.CodeForbidden)
 
 	// An aml_token endpoint gives a token, not keys: good for its own
 	// endpoint until it expires, refused changed, for another endpoint,
@@ -259,7 +259,7 @@ func TestEndpointsAreTheOwners(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.GetEndpointCredentials(ctx, run, "tok-ep")
-	wantCode(t, "run token reads a token", err, workspace.CodeForbidden)
+	wantCode(t, "run token reads a token", err, apperr.CodeForbidden)
 	tok, err := s.GetEndpointCredentials(ctx, owner, "tok-ep")
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +278,7 @@ func TestEndpointsAreTheOwners(t *testing.T) {
 		t.Error("a changed token is taken")
 	}
 	_, err = s.RegenerateEndpointKey(ctx, owner, "tok-ep", "primary")
-	wantCode(t, "regenerate the keys of an aml_token endpoint", err, workspace.CodeInvalid, "no keys to regenerate")
+	wantCode(t, "regenerate the keys of an aml_token endpoint", err, apperr.CodeInvalid, "no keys to regenerate")
 	rig.k.Clock.Advance(EndpointTokenLifetime + time.Second)
 	if s.CheckEndpointToken("tok-ep", tok.AccessToken) {
 		t.Error("an expired token is taken")

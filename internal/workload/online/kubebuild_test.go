@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
 )
 
@@ -135,7 +135,7 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 	}
 
 	d, up := dep("blue", "noreg")
-	if _, err := s.CreateOnlineDeployment(ctx, owner, d, up, false); workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "registry") {
+	if _, err := s.CreateOnlineDeployment(ctx, owner, d, up, false); apperr.CodeOf(err) != apperr.CodeInvalid || !strings.Contains(err.Error(), "registry") {
 		t.Errorf("a Dockerfile environment on a compute without a registry: %v", err)
 	}
 
@@ -143,7 +143,7 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 	// (naming the field), taken with one.
 	d, up = dep("conda", "noreg")
 	d.Environment = &spec.Environment{Image: "img:1", CondaFile: "f.txt"}
-	if _, err := s.CreateOnlineDeployment(ctx, owner, d, up, false); workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "environment.conda_file") || !strings.Contains(err.Error(), "registry") {
+	if _, err := s.CreateOnlineDeployment(ctx, owner, d, up, false); apperr.CodeOf(err) != apperr.CodeInvalid || !strings.Contains(err.Error(), "environment.conda_file") || !strings.Contains(err.Error(), "registry") {
 		t.Errorf("a conda file on an image on a compute without a registry: %v", err)
 	}
 	d.EndpointName = "kep"
@@ -236,7 +236,7 @@ func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 	}
 	pass(s2)
 	pass(s2)
-	if _, err := s2.GetOnlineDeployment(ctx, "kep", "gray"); workspace.CodeOf(err) != workspace.CodeNotFound {
+	if _, err := s2.GetOnlineDeployment(ctx, "kep", "gray"); apperr.CodeOf(err) != apperr.CodeNotFound {
 		t.Errorf("deleted during its build: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -104,20 +105,20 @@ func (s *Service) checkEndpointCompute(ctx context.Context, e *spec.OnlineEndpoi
 func (s *Service) kubeCompute(ctx context.Context, name, field string) (*spec.Compute, error) {
 	rec, err := s.st.GetCompute(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, workspace.Invalid("%s: compute %s does not exist; attach a kubernetes compute (ferry compute attach -f FILE with type: kubernetes), or leave compute out for a managed endpoint", field, name)
+		return nil, apperr.Invalid("%s: compute %s does not exist; attach a kubernetes compute (ferry compute attach -f FILE with type: kubernetes), or leave compute out for a managed endpoint", field, name)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if rec.Type != "kubernetes" {
-		return nil, workspace.Invalid("%s: compute %s is of type %s; an endpoint's compute must be a kubernetes compute (leave compute out for a managed endpoint, whose deployments run on nodes of their instance_type)", field, name, rec.Type)
+		return nil, apperr.Invalid("%s: compute %s is of type %s; an endpoint's compute must be a kubernetes compute (leave compute out for a managed endpoint, whose deployments run on nodes of their instance_type)", field, name, rec.Type)
 	}
 	var c spec.Compute
 	if err := json.Unmarshal(rec.Spec, &c); err != nil {
 		return nil, fmt.Errorf("compute %s: stored spec: %w", name, err)
 	}
 	if s.cfg.Secrets == nil {
-		return nil, workspace.Invalid("%s: compute %s: this server has no key to open its kubeconfig with", field, name)
+		return nil, apperr.Invalid("%s: compute %s: this server has no key to open its kubeconfig with", field, name)
 	}
 	return workspace.OpenCompute(s.cfg.Secrets, &c)
 }
@@ -126,10 +127,10 @@ func (s *Service) kubeCompute(ctx context.Context, name, field string) (*spec.Co
 // kubernetes compute computeName, refusing what cannot run there.
 func (s *Service) resolveKubeDeployment(ctx context.Context, d *spec.OnlineDeployment, env *environment.Spec, computeName string, local bool, doc *deploymentDoc) error {
 	if local {
-		return workspace.Invalid("--local: endpoint %s runs its deployments on kubernetes compute %s; leave --local out, or give the deployment the managedOnlineDeployment $schema to run it beside them on this machine", d.EndpointName, computeName)
+		return apperr.Invalid("--local: endpoint %s runs its deployments on kubernetes compute %s; leave --local out, or give the deployment the managedOnlineDeployment $schema to run it beside them on this machine", d.EndpointName, computeName)
 	}
 	if s.cfg.KubeReplicas == nil {
-		return workspace.Invalid("compute: endpoint %s runs on kubernetes compute %s, and this server runs no Kubernetes deployments", d.EndpointName, computeName)
+		return apperr.Invalid("compute: endpoint %s runs on kubernetes compute %s, and this server runs no Kubernetes deployments", d.EndpointName, computeName)
 	}
 	c, err := s.kubeCompute(ctx, computeName, "compute")
 	if err != nil {
@@ -149,14 +150,14 @@ func (s *Service) resolveKubeDeployment(ctx context.Context, d *spec.OnlineDeplo
 			field, what = "environment.conda_file", "with a conda file on its image"
 		}
 		if c.Registry == "" {
-			return workspace.Invalid("%s: an environment %s is built by Ferry, and compute %s has no registry to push it to for the cluster; set the compute's registry: HOST[:PORT][/PREFIX] (a registry its nodes pull from, with registry_credentials when it needs a login), or build and push the image yourself and give it as the environment's image", field, what, computeName)
+			return apperr.Invalid("%s: an environment %s is built by Ferry, and compute %s has no registry to push it to for the cluster; set the compute's registry: HOST[:PORT][/PREFIX] (a registry its nodes pull from, with registry_credentials when it needs a login), or build and push the image yourself and give it as the environment's image", field, what, computeName)
 		}
 		if _, ok := s.cfg.KubeReplicas.(KubeImageBuilder); !ok {
-			return workspace.Invalid("%s: an environment %s is built by Ferry, and this server cannot build images for deployments on kubernetes compute %s; give an environment with image: instead", field, what, computeName)
+			return apperr.Invalid("%s: an environment %s is built by Ferry, and this server cannot build images for deployments on kubernetes compute %s; give an environment with image: instead", field, what, computeName)
 		}
 		doc.KubeBuild = env
 	default:
-		return workspace.Invalid("environment: a deployment on kubernetes compute %s runs in an image: give an environment with image: (python3 and what the scoring script imports) and no conda_file, or one Ferry builds (build: with a Dockerfile, or image: with a conda_file) when the compute has a registry:, or leave environment out to run in the compute's image%s", computeName, map[bool]string{true: "", false: " (compute " + computeName + " names none)"}[c.Image != ""])
+		return apperr.Invalid("environment: a deployment on kubernetes compute %s runs in an image: give an environment with image: (python3 and what the scoring script imports) and no conda_file, or one Ferry builds (build: with a Dockerfile, or image: with a conda_file) when the compute has a registry:, or leave environment out to run in the compute's image%s", computeName, map[bool]string{true: "", false: " (compute " + computeName + " names none)"}[c.Image != ""])
 	}
 	doc.Compute, doc.Kube = computeName, true
 	return nil
@@ -176,9 +177,9 @@ func kubeInstanceType(c *spec.Compute, name string) (KubeInstanceType, error) {
 	if !ok {
 		names := slices.Sorted(maps.Keys(types))
 		if len(names) == 0 {
-			return KubeInstanceType{}, workspace.Invalid("instance_type: compute %s has no instance types; leave instance_type out, or add instance_types to the compute", c.Name)
+			return KubeInstanceType{}, apperr.Invalid("instance_type: compute %s has no instance types; leave instance_type out, or add instance_types to the compute", c.Name)
 		}
-		return KubeInstanceType{}, workspace.Invalid("instance_type: compute %s has no instance type %q; it has %s", c.Name, name, strings.Join(names, ", "))
+		return KubeInstanceType{}, apperr.Invalid("instance_type: compute %s has no instance type %q; it has %s", c.Name, name, strings.Join(names, ", "))
 	}
 	out := KubeInstanceType{NodeSelector: it.NodeSelector, Requests: it.Resources.Requests, Limits: it.Resources.Limits}
 	for _, t := range it.Tolerations {

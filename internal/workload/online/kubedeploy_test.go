@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace"
 	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
 )
 
@@ -106,7 +106,7 @@ func TestKubernetesDeploymentController(t *testing.T) {
 	if _, err := s.CreateOnlineEndpoint(ctx, owner, &spec.OnlineEndpoint{Name: "kep", Compute: "azureml:k8s"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateOnlineEndpoint(ctx, owner, &spec.OnlineEndpoint{Name: "bad", Compute: "azureml:nope"}); workspace.CodeOf(err) != workspace.CodeInvalid {
+	if _, err := s.CreateOnlineEndpoint(ctx, owner, &spec.OnlineEndpoint{Name: "bad", Compute: "azureml:nope"}); apperr.CodeOf(err) != apperr.CodeInvalid {
 		t.Errorf("an endpoint on a compute that does not exist: %v", err)
 	}
 	_, code := h.PutFile(t, "def init(): pass\ndef run(x): return x\n")
@@ -115,7 +115,7 @@ func TestKubernetesDeploymentController(t *testing.T) {
 			CodeConfiguration: &spec.CodeConfiguration{Code: "code", ScoringScript: "f.txt"}}
 	}
 	local := dep(1)
-	if _, err := s.CreateOnlineDeployment(ctx, owner, local, apitypes.DeploymentUploads{CodeSnapshot: code}, true); workspace.CodeOf(err) != workspace.CodeInvalid {
+	if _, err := s.CreateOnlineDeployment(ctx, owner, local, apitypes.DeploymentUploads{CodeSnapshot: code}, true); apperr.CodeOf(err) != apperr.CodeInvalid {
 		t.Errorf("--local on a kubernetes endpoint: %v", err)
 	}
 	if _, err := s.CreateOnlineDeployment(ctx, owner, dep(2), apitypes.DeploymentUploads{CodeSnapshot: code}, false); err != nil {
@@ -167,7 +167,7 @@ func TestKubernetesDeploymentController(t *testing.T) {
 	}
 	toManaged := dep(3)
 	toManaged.Schema, toManaged.InstanceType = green.Schema, "Standard_DS1_v2"
-	if _, err := s.UpdateOnlineDeployment(ctx, owner, toManaged, DeploymentChange{Uploads: apitypes.DeploymentUploads{CodeSnapshot: code}}); workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "$schema") {
+	if _, err := s.UpdateOnlineDeployment(ctx, owner, toManaged, DeploymentChange{Uploads: apitypes.DeploymentUploads{CodeSnapshot: code}}); apperr.CodeOf(err) != apperr.CodeInvalid || !strings.Contains(err.Error(), "$schema") {
 		t.Errorf("an update moving blue off the cluster: %v", err)
 	}
 	pass(s)
@@ -192,7 +192,7 @@ func TestKubernetesDeploymentController(t *testing.T) {
 		t.Fatal(err)
 	}
 	pass(s2)
-	if _, err := s2.GetOnlineDeployment(ctx, "kep", "blue"); workspace.CodeOf(err) != workspace.CodeNotFound {
+	if _, err := s2.GetOnlineDeployment(ctx, "kep", "blue"); apperr.CodeOf(err) != apperr.CodeNotFound {
 		t.Errorf("after delete: %v (calls %v)", err, kube.calls)
 	}
 	if kube.watching != 1 { // the first "server"'s watch is the one left

@@ -4,17 +4,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ferry-ml/ferry/internal/workspace"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
 )
 
 var owner = workspacetest.Owner
 
 // wantCode fails unless err is of code and says each of words.
-func wantCode(t *testing.T, what string, err error, code workspace.Code, words ...string) {
+func wantCode(t *testing.T, what string, err error, code apperr.Code, words ...string) {
 	t.Helper()
-	if err == nil || workspace.CodeOf(err) != code {
-		t.Fatalf("%s: got %v (code %d), want code %d", what, err, workspace.CodeOf(err), code)
+	if err == nil || apperr.CodeOf(err) != code {
+		t.Fatalf("%s: got %v (code %d), want code %d", what, err, apperr.CodeOf(err), code)
 	}
 	for _, w := range words {
 		if !strings.Contains(err.Error(), w) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
@@ -279,7 +280,7 @@ func (pl *Controller) stopStep(ctx context.Context, rec store.Job, st *stepState
 		who = "pipeline " + rec.Name
 	}
 	_, err := pl.core.CancelJob(ctx, auth.Principal{Kind: auth.KindOwner, Subject: who}, st.job.Name)
-	if workspace.CodeOf(err) == workspace.CodeConflict {
+	if apperr.CodeOf(err) == apperr.CodeConflict {
 		return nil // it ended meanwhile
 	}
 	return err
@@ -306,7 +307,7 @@ func (pl *Controller) maybeStartStep(ctx context.Context, rec store.Job, p *spec
 	}
 	job, reused, err := pl.startStep(ctx, rec, p, snaps, n, states)
 	if err != nil {
-		if workspace.CodeOf(err) == workspace.CodeInternal {
+		if apperr.CodeOf(err) == apperr.CodeInternal {
 			return err
 		}
 		st.row.State, st.row.Reason = apitypes.StepFailed, "could not be submitted: "+err.Error()

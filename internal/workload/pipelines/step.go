@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -94,15 +95,15 @@ func bindStepInputs(p *spec.PipelineJob, snaps map[string]string, n string, comp
 			var o apitypes.Outputs
 			if from != nil && from.job != nil && len(from.job.Outputs) > 0 {
 				if err := json.Unmarshal(from.job.Outputs, &o); err != nil {
-					return out, workspace.Invalid("inputs.%s: the outputs of step %s cannot be read: %v", k, si.Binding.Step, err)
+					return out, apperr.Invalid("inputs.%s: the outputs of step %s cannot be read: %v", k, si.Binding.Step, err)
 				}
 			}
 			snap := o.Named[si.Binding.Name]
 			if snap == "" && p.Jobs[si.Binding.Step].IsSweep() {
-				return out, workspace.Invalid("inputs.%s: sweep step %s completed without output %s: its outputs are its best trial's, and no completed trial logged the primary metric or wrote that output", k, si.Binding.Step, si.Binding.Name)
+				return out, apperr.Invalid("inputs.%s: sweep step %s completed without output %s: its outputs are its best trial's, and no completed trial logged the primary metric or wrote that output", k, si.Binding.Step, si.Binding.Name)
 			}
 			if snap == "" {
-				return out, workspace.Invalid("inputs.%s: step %s completed without its output %s (its command wrote nothing there)", k, si.Binding.Step, si.Binding.Name)
+				return out, apperr.Invalid("inputs.%s: step %s completed without its output %s (its command wrote nothing there)", k, si.Binding.Step, si.Binding.Name)
 			}
 			data(k, ci, si, si.Binding.String(), snap)
 		default:
@@ -224,7 +225,7 @@ func stepReusable(p *spec.PipelineJob, n string, j *spec.Job) bool {
 func (pl *Controller) startStep(ctx context.Context, rec store.Job, p *spec.PipelineJob, snaps map[string]string, n string, states map[string]*stepState) (stepJob, string, error) {
 	comp := p.StepComponent(n)
 	if comp == nil {
-		return stepJob{}, "", workspace.Invalid("jobs.%s.component: not resolved", n)
+		return stepJob{}, "", apperr.Invalid("jobs.%s.component: not resolved", n)
 	}
 	in, err := bindStepInputs(p, snaps, n, comp, states)
 	if err != nil {
@@ -234,7 +235,7 @@ func (pl *Controller) startStep(ctx context.Context, rec store.Job, p *spec.Pipe
 	if p.Jobs[n].IsSweep() {
 		sw, err := p.SweepStepJob(n, j, comp)
 		if err != nil {
-			return stepJob{}, "", &workspace.Error{Code: workspace.CodeInvalid, Msg: fmt.Sprintf("jobs.%s: %v", n, err), Err: err}
+			return stepJob{}, "", &apperr.Error{Code: apperr.CodeInvalid, Msg: fmt.Sprintf("jobs.%s: %v", n, err), Err: err}
 		}
 		j = sw
 	}
@@ -252,7 +253,7 @@ func (pl *Controller) startStep(ctx context.Context, rec store.Job, p *spec.Pipe
 		// Made by a pass that ended (a server killed) before recording
 		// it, unless another job took the name first.
 		if !isStepOf(existing, rec.Name, n) {
-			return stepJob{}, "", workspace.Conflict("a job named %s exists that is not this pipeline's step %s; give the pipeline another name", name, n)
+			return stepJob{}, "", apperr.Conflict("a job named %s exists that is not this pipeline's step %s; give the pipeline another name", name, n)
 		}
 		return stepJob{Job: existing, reuseKey: key}, "", nil
 	}
@@ -262,7 +263,7 @@ func (pl *Controller) startStep(ctx context.Context, rec store.Job, p *spec.Pipe
 			if err == nil {
 				return stepJob{Job: made, reuseKey: key}, from, nil
 			}
-			if workspace.CodeOf(err) != workspace.CodeConflict {
+			if apperr.CodeOf(err) != apperr.CodeConflict {
 				return stepJob{}, "", err
 			}
 		} else if !errors.Is(err, store.ErrNotFound) {
@@ -271,7 +272,7 @@ func (pl *Controller) startStep(ctx context.Context, rec store.Job, p *spec.Pipe
 	}
 	owner := auth.Principal{Kind: auth.KindOwner, Subject: rec.CreatedBy}
 	_, err = pl.core.SubmitJob(ctx, owner, workspace.Submission{Spec: j, CodeSnapshot: comp.CodeSnapshot, InputSnapshots: in.snaps, EnvironmentSnapshot: comp.EnvironmentSnapshot})
-	if err != nil && workspace.CodeOf(err) != workspace.CodeConflict {
+	if err != nil && apperr.CodeOf(err) != apperr.CodeConflict {
 		return stepJob{}, "", err
 	}
 	made, gerr := pl.st.GetJob(ctx, name)
@@ -282,7 +283,7 @@ func (pl *Controller) startStep(ctx context.Context, rec store.Job, p *spec.Pipe
 		return stepJob{}, "", gerr
 	}
 	if !isStepOf(made, rec.Name, n) {
-		return stepJob{}, "", workspace.Conflict("a job named %s exists that is not this pipeline's step %s; give the pipeline another name", name, n)
+		return stepJob{}, "", apperr.Conflict("a job named %s exists that is not this pipeline's step %s; give the pipeline another name", name, n)
 	}
 	return stepJob{Job: made, reuseKey: key}, "", nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -42,14 +43,14 @@ func stepJobName(pipeline, step string) string { return pipeline + "-" + step }
 // then makes each step's job once its inputs exist.
 func (pl *Controller) SubmitPipeline(ctx context.Context, who auth.Principal, sub Submission) (*apitypes.Job, error) {
 	if !who.IsOwner() {
-		return nil, workspace.Forbidden("a run token cannot submit jobs")
+		return nil, apperr.Forbidden("a run token cannot submit jobs")
 	}
 	p := sub.Spec
 	if p == nil {
-		return nil, workspace.Invalid("spec: the pipeline job spec is missing")
+		return nil, apperr.Invalid("spec: the pipeline job spec is missing")
 	}
 	if err := p.Validate(); err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	if err := pl.resolveComponents(ctx, p); err != nil {
 		return nil, err
@@ -57,7 +58,7 @@ func (pl *Controller) SubmitPipeline(ctx context.Context, who auth.Principal, su
 	// With every component known, the bindings and inputs are checked
 	// against them.
 	if err := p.Validate(); err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	if err := pl.serverlessSteps(ctx, p); err != nil {
 		return nil, err
@@ -70,7 +71,7 @@ func (pl *Controller) SubmitPipeline(ctx context.Context, who auth.Principal, su
 	for _, st := range steps {
 		f := "jobs." + st + "."
 		if len(stepJobName(name, st)) > 255 {
-			return nil, workspace.Invalid("name: %q with step %s makes a job name over 255 characters; use a shorter name", name, st)
+			return nil, apperr.Invalid("name: %q with step %s makes a job name over 255 characters; use a shorter name", name, st)
 		}
 		comp := p.StepComponent(st)
 		if err := pl.core.CheckComponentUploads(comp, f); err != nil {
@@ -89,7 +90,7 @@ func (pl *Controller) SubmitPipeline(ctx context.Context, who auth.Principal, su
 	}
 	for key, id := range sub.InputSnapshots {
 		if !KnownInputKey(p, key) {
-			return nil, workspace.Invalid("input_snapshots.%s: the pipeline has no data input by that name", key)
+			return nil, apperr.Invalid("input_snapshots.%s: the pipeline has no data input by that name", key)
 		}
 		if err := pl.core.RequireSnapshot(id, key); err != nil {
 			return nil, err
@@ -123,7 +124,7 @@ func (pl *Controller) SubmitPipeline(ctx context.Context, who auth.Principal, su
 	}
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil, workspace.Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)
+			return nil, apperr.Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)
 		}
 		return nil, workspace.NoSpace(err, "job "+name)
 	}
@@ -136,11 +137,11 @@ func (pl *Controller) SubmitPipeline(ctx context.Context, who auth.Principal, su
 // and the workspace lacks.
 func (pl *Controller) unknownCompute(ctx context.Context, f, c string) error {
 	err := pl.core.UnknownCompute(ctx, c)
-	var e *workspace.Error
+	var e *apperr.Error
 	if !errors.As(err, &e) {
 		return err // the computes could not be listed
 	}
-	return workspace.NotFound("%scompute: %s", f, e.Msg)
+	return apperr.NotFound("%scompute: %s", f, e.Msg)
 }
 
 // serverlessSteps reads Azure's compute name serverless (azureml:serverless,
@@ -204,19 +205,19 @@ func (pl *Controller) resolveComponents(ctx context.Context, p *spec.PipelineJob
 		ref := p.Jobs[st].Component
 		if ref == nil || !ref.IsRegistered() {
 			if ref != nil && ref.Resolved == nil {
-				return workspace.Invalid("jobs.%s.%s: %q is a file on the client's machine; `ferry job create` reads it and sends the component inline", st, componentField(p.Jobs[st]), ref.Ref)
+				return apperr.Invalid("jobs.%s.%s: %q is a file on the client's machine; `ferry job create` reads it and sends the component inline", st, componentField(p.Jobs[st]), ref.Ref)
 			}
 			continue
 		}
 		name, version, err := spec.ParseComponentRef(ref.Ref)
 		if err != nil {
-			return workspace.Invalid("jobs.%s.%s: %v", st, componentField(p.Jobs[st]), err)
+			return apperr.Invalid("jobs.%s.%s: %v", st, componentField(p.Jobs[st]), err)
 		}
 		c, err := pl.core.GetComponent(ctx, name, version)
 		if err != nil {
-			var e *workspace.Error
-			if errors.As(err, &e) && e.Code == workspace.CodeNotFound {
-				return workspace.NotFound("jobs.%s.%s: %s", st, componentField(p.Jobs[st]), spec.RegistryMiss(ref.Ref, e.Msg))
+			var e *apperr.Error
+			if errors.As(err, &e) && e.Code == apperr.CodeNotFound {
+				return apperr.NotFound("jobs.%s.%s: %s", st, componentField(p.Jobs[st]), spec.RegistryMiss(ref.Ref, e.Msg))
 			}
 			return err
 		}

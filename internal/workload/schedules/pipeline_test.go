@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workload/pipelines"
-	"github.com/ferry-ml/ferry/internal/workspace"
 	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
 )
 
@@ -87,10 +87,10 @@ func TestSchedulePipelineOnTheClock(t *testing.T) {
 
 	bad := pipelineSubmission(t, "type: pipeline\njobs:\n  a:\n    component: azureml:never:1\n")
 	_, err = s.CreateSchedule(ctx, workspacetest.Owner, Request{File: hourlySchedule(t, "bad"), Pipeline: bad})
-	if workspace.CodeOf(err) != workspace.CodeNotFound || !strings.Contains(err.Error(), "create_job: jobs.a.component") {
+	if apperr.CodeOf(err) != apperr.CodeNotFound || !strings.Contains(err.Error(), "create_job: jobs.a.component") {
 		t.Errorf("a pipeline naming a missing component: %v, want not found naming create_job: jobs.a.component", err)
 	}
-	if _, err := s.GetSchedule(ctx, "bad"); workspace.CodeOf(err) != workspace.CodeNotFound {
+	if _, err := s.GetSchedule(ctx, "bad"); apperr.CodeOf(err) != apperr.CodeNotFound {
 		t.Errorf("the refused schedule was stored: %v", err)
 	}
 }

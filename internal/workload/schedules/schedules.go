@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/instance"
@@ -131,14 +132,14 @@ func (sl *Controller) scheduleClock() schedule.Clock { return schedule.Clock{Min
 // submission would be.
 func (sl *Controller) CreateSchedule(ctx context.Context, who auth.Principal, req Request) (*apitypes.Schedule, error) {
 	if !who.IsOwner() {
-		return nil, workspace.Forbidden("a run token cannot create schedules")
+		return nil, apperr.Forbidden("a run token cannot create schedules")
 	}
 	f := req.File
 	if f == nil {
-		return nil, workspace.Invalid("spec: the schedule is missing")
+		return nil, apperr.Invalid("spec: the schedule is missing")
 	}
 	if err := f.Validate(); err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	now := sl.core.Now()
 	_, hasStart := f.Trigger["start_time"]
@@ -150,7 +151,7 @@ func (sl *Controller) CreateSchedule(ctx context.Context, who auth.Principal, re
 	}
 	t, err := schedule.Trigger(f)
 	if err != nil {
-		return nil, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	var (
 		sub    workspace.Submission
@@ -159,25 +160,25 @@ func (sl *Controller) CreateSchedule(ctx context.Context, who auth.Principal, re
 	)
 	switch {
 	case btoi(req.CopyJob != "")+btoi(req.Job != nil)+btoi(req.Pipeline != nil) > 1:
-		return nil, workspace.Invalid("create_job: give one of a job, a pipeline job or a job to copy")
+		return nil, apperr.Invalid("create_job: give one of a job, a pipeline job or a job to copy")
 	case req.CopyJob != "":
 		if sub, pipe, err = sl.copyJob(ctx, req.CopyJob, req.Overrides); err != nil {
 			return nil, err
 		}
 	case len(req.Overrides) > 0:
-		return nil, workspace.Invalid("create_job: overrides go with a job to copy (azureml:JOB); the client lays them over a job file itself")
+		return nil, apperr.Invalid("create_job: overrides go with a job to copy (azureml:JOB); the client lays them over a job file itself")
 	case req.Job != nil:
 		sub = *req.Job
 	case req.Pipeline != nil:
 		pipe = req.Pipeline
 	default:
-		return nil, workspace.Invalid("create_job: the schedule names no job")
+		return nil, apperr.Invalid("create_job: the schedule names no job")
 	}
 	switch {
 	case pipe != nil:
 		stored, err = sl.checkScheduledPipeline(ctx, who, f.Name, *pipe)
 	case sub.Spec == nil:
-		return nil, workspace.Invalid("create_job: the job spec is missing")
+		return nil, apperr.Invalid("create_job: the job spec is missing")
 	default:
 		stored, err = sl.checkScheduledJob(ctx, who, f.Name, sub)
 	}
@@ -237,9 +238,9 @@ func (sl *Controller) checkScheduledJob(ctx context.Context, who auth.Principal,
 	check := sub
 	check.Spec, check.DryRun, check.Create = j, true, nil
 	if _, err := sl.core.SubmitJob(ctx, who, check); err != nil {
-		var e *workspace.Error
+		var e *apperr.Error
 		if errors.As(err, &e) {
-			return storedSubmission{}, &workspace.Error{Code: e.Code, Msg: "create_job: " + e.Msg, Err: err}
+			return storedSubmission{}, &apperr.Error{Code: e.Code, Msg: "create_job: " + e.Msg, Err: err}
 		}
 		return storedSubmission{}, err
 	}
@@ -258,7 +259,7 @@ func (sl *Controller) checkScheduledJob(ctx context.Context, who auth.Principal,
 // registered components (azureml:NAME@latest) again, as Azure does.
 func (sl *Controller) checkScheduledPipeline(ctx context.Context, who auth.Principal, name string, sub pipelines.Submission) (storedSubmission, error) {
 	if sub.Spec == nil {
-		return storedSubmission{}, workspace.Invalid("create_job: the pipeline job spec is missing")
+		return storedSubmission{}, apperr.Invalid("create_job: the pipeline job spec is missing")
 	}
 	clean := *sub.Spec
 	clean.Name = "" // each firing names its job
@@ -268,14 +269,14 @@ func (sl *Controller) checkScheduledPipeline(ctx context.Context, who auth.Princ
 	}
 	p, err := spec.DecodePipelineJobJSON(raw)
 	if err != nil {
-		return storedSubmission{}, &workspace.Error{Code: workspace.CodeInvalid, Msg: "create_job: " + err.Error(), Err: err}
+		return storedSubmission{}, &apperr.Error{Code: apperr.CodeInvalid, Msg: "create_job: " + err.Error(), Err: err}
 	}
 	p.Name = firedJobName(name, sl.core.Now())
 	check := pipelines.Submission{Spec: p, InputSnapshots: sub.InputSnapshots, DryRun: true}
 	if _, err := sl.pipes.SubmitPipeline(ctx, who, check); err != nil {
-		var e *workspace.Error
+		var e *apperr.Error
 		if errors.As(err, &e) {
-			return storedSubmission{}, &workspace.Error{Code: e.Code, Msg: "create_job: " + e.Msg, Err: err}
+			return storedSubmission{}, &apperr.Error{Code: e.Code, Msg: "create_job: " + e.Msg, Err: err}
 		}
 		return storedSubmission{}, err
 	}
@@ -289,7 +290,7 @@ func (sl *Controller) checkScheduledPipeline(ctx context.Context, who auth.Princ
 func (sl *Controller) copyJob(ctx context.Context, name string, overrides map[string]any) (workspace.Submission, *pipelines.Submission, error) {
 	rec, err := sl.st.GetJob(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return workspace.Submission{}, nil, workspace.NotFound("create_job: there is no job %s to copy; `ferry job list` shows the jobs, or name a job file (create_job: ./job.yml)", name)
+		return workspace.Submission{}, nil, apperr.NotFound("create_job: there is no job %s to copy; `ferry job list` shows the jobs, or name a job file (create_job: ./job.yml)", name)
 	}
 	if err != nil {
 		return workspace.Submission{}, nil, err
@@ -318,7 +319,7 @@ func copyPipeline(rec store.Job, overrides map[string]any) (*pipelines.Submissio
 	p, err := spec.DecodePipelineJobJSON(raw)
 	if err != nil {
 		if len(overrides) > 0 {
-			return nil, workspace.Invalid("create_job: pipeline job %s with create_job's fields laid over it: %v", rec.Name, err)
+			return nil, apperr.Invalid("create_job: pipeline job %s with create_job's fields laid over it: %v", rec.Name, err)
 		}
 		return nil, fmt.Errorf("job %s: stored spec: %w", rec.Name, err)
 	}
@@ -338,7 +339,7 @@ func copyCommandJob(rec store.Job, overrides map[string]any) (workspace.Submissi
 	raw := rec.Spec
 	if len(overrides) > 0 {
 		if _, ok := overrides["code"]; ok {
-			return workspace.Submission{}, workspace.Invalid("create_job.code: a copied job keeps the code it was given; to change it, write the job's file and name it in create_job.job")
+			return workspace.Submission{}, apperr.Invalid("create_job.code: a copied job keeps the code it was given; to change it, write the job's file and name it in create_job.job")
 		}
 		var m map[string]any
 		if err := json.Unmarshal(raw, &m); err != nil {
@@ -352,7 +353,7 @@ func copyCommandJob(rec store.Job, overrides map[string]any) (workspace.Submissi
 	j, err := spec.DecodeJobJSON(raw)
 	if err != nil {
 		if len(overrides) > 0 {
-			return workspace.Submission{}, workspace.Invalid("create_job: job %s with create_job's fields laid over it: %v", name, err)
+			return workspace.Submission{}, apperr.Invalid("create_job: job %s with create_job's fields laid over it: %v", name, err)
 		}
 		return workspace.Submission{}, fmt.Errorf("job %s: stored spec: %w", name, err)
 	}
@@ -381,7 +382,7 @@ func copyCommandJob(rec store.Job, overrides map[string]any) (workspace.Submissi
 func (sl *Controller) GetSchedule(ctx context.Context, name string) (*apitypes.Schedule, error) {
 	rec, err := sl.st.GetSchedule(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, workspace.NotFound("schedule %s does not exist; `ferry schedule list` shows the schedules", name)
+		return nil, apperr.NotFound("schedule %s does not exist; `ferry schedule list` shows the schedules", name)
 	}
 	if err != nil {
 		return nil, err
@@ -411,7 +412,7 @@ func (sl *Controller) ListSchedules(ctx context.Context) ([]*apitypes.Schedule, 
 // disabled is not fired.
 func (sl *Controller) SetScheduleEnabled(ctx context.Context, who auth.Principal, name string, enabled bool) (*apitypes.Schedule, error) {
 	if !who.IsOwner() {
-		return nil, workspace.Forbidden("a run token cannot change schedules")
+		return nil, apperr.Forbidden("a run token cannot change schedules")
 	}
 	now := sl.core.Now()
 	rec, err := sl.st.UpdateSchedule(ctx, name, func(sc *store.Schedule) error {
@@ -422,14 +423,14 @@ func (sl *Controller) SetScheduleEnabled(ctx context.Context, who auth.Principal
 		if enabled {
 			t, err := storedTrigger(*sc)
 			if err != nil {
-				return workspace.Invalid("schedule %s: %v", name, err)
+				return apperr.Invalid("schedule %s: %v", name, err)
 			}
 			sc.NextFire = sl.scheduleClock().Next(t, latest(now, sc.LastFired))
 		}
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, workspace.NotFound("schedule %s does not exist; `ferry schedule list` shows the schedules", name)
+		return nil, apperr.NotFound("schedule %s does not exist; `ferry schedule list` shows the schedules", name)
 	}
 	if err != nil {
 		return nil, err
@@ -441,11 +442,11 @@ func (sl *Controller) SetScheduleEnabled(ctx context.Context, who auth.Principal
 // DeleteSchedule removes a schedule; the jobs it fired stay.
 func (sl *Controller) DeleteSchedule(ctx context.Context, who auth.Principal, name string) error {
 	if !who.IsOwner() {
-		return workspace.Forbidden("a run token cannot delete schedules")
+		return apperr.Forbidden("a run token cannot delete schedules")
 	}
 	err := sl.st.DeleteSchedule(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return workspace.NotFound("schedule %s does not exist; `ferry schedule list` shows the schedules", name)
+		return apperr.NotFound("schedule %s does not exist; `ferry schedule list` shows the schedules", name)
 	}
 	return err
 }

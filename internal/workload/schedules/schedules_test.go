@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 	"github.com/ferry-ml/ferry/internal/workload/pipelines"
@@ -174,19 +175,19 @@ func TestScheduleCopiesJobAndRefusesBadOnes(t *testing.T) {
 		t.Errorf("copied job with overrides: experiment %q, tags %v, command %q", j.ExperimentName, j.Spec.Tags, j.Spec.Command)
 	}
 	_, err := s.CreateSchedule(ctx, workspacetest.Owner, Request{File: hourlySchedule(t, "copy3"), CopyJob: "template", Overrides: map[string]any{"code": "./src"}})
-	if workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "create_job.code") {
+	if apperr.CodeOf(err) != apperr.CodeInvalid || !strings.Contains(err.Error(), "create_job.code") {
 		t.Errorf("overriding a copied job's code: %v, want invalid naming create_job.code", err)
 	}
 	_, err = s.CreateSchedule(ctx, workspacetest.Owner, Request{File: hourlySchedule(t, "gone"), CopyJob: "no-such-job"})
-	if workspace.CodeOf(err) != workspace.CodeNotFound || !strings.Contains(err.Error(), "create_job") {
+	if apperr.CodeOf(err) != apperr.CodeNotFound || !strings.Contains(err.Error(), "create_job") {
 		t.Errorf("copying a missing job: %v, want not found naming create_job", err)
 	}
 	bad := &workspace.Submission{Spec: &spec.Job{Command: "true", Environment: &spec.Environment{Ref: "azureml:never:1"}}}
 	_, err = s.CreateSchedule(ctx, workspacetest.Owner, Request{File: hourlySchedule(t, "bad"), Job: bad})
-	if workspace.CodeOf(err) != workspace.CodeInvalid || !strings.Contains(err.Error(), "create_job: environment") {
+	if apperr.CodeOf(err) != apperr.CodeInvalid || !strings.Contains(err.Error(), "create_job: environment") {
 		t.Errorf("a job with a missing environment: %v, want invalid naming create_job: environment", err)
 	}
-	if _, err := s.GetSchedule(ctx, "bad"); workspace.CodeOf(err) != workspace.CodeNotFound {
+	if _, err := s.GetSchedule(ctx, "bad"); apperr.CodeOf(err) != apperr.CodeNotFound {
 		t.Errorf("the refused schedule was stored: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/workspace"
 
 	"context"
@@ -146,7 +147,7 @@ func (sw *Controller) submitSweep(ctx context.Context, who auth.Principal, sub w
 	}
 	first, err := sweep.NewSampler(j).Sample(0, nil)
 	if err != nil {
-		return nil, workspace.Invalid("search_space: %v", err)
+		return nil, apperr.Invalid("search_space: %v", err)
 	}
 	trialSub := sub
 	trialSub.Spec = j.TrialJob(first)
@@ -176,7 +177,7 @@ func (sw *Controller) submitSweep(ctx context.Context, who auth.Principal, sub w
 	// leaves a record the loop skips while no job has its name.
 	if err := sw.st.CreateSweep(ctx, name, now); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil, workspace.Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)
+			return nil, apperr.Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)
 		}
 		return nil, err
 	}
@@ -187,7 +188,7 @@ func (sw *Controller) submitSweep(ctx context.Context, who auth.Principal, sub w
 	if err != nil {
 		_ = sw.st.SweepDone(ctx, name) // the name belongs to another job
 		if errors.Is(err, store.ErrConflict) {
-			return nil, workspace.Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)
+			return nil, apperr.Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)
 		}
 		return nil, err
 	}
@@ -444,25 +445,25 @@ func sweepHistory(j *spec.Job, trials []trialState) []sweep.Observation {
 func (sw *Controller) componentTrial(ctx context.Context, j *spec.Job, sub workspace.Submission) (workspace.Submission, error) {
 	ref := j.Trial.Ref
 	if !strings.HasPrefix(ref, "azureml:") {
-		return sub, workspace.Invalid("trial: %q is a file on the client's machine; `ferry job create` reads it and sends the trial inline", ref)
+		return sub, apperr.Invalid("trial: %q is a file on the client's machine; `ferry job create` reads it and sends the trial inline", ref)
 	}
 	name, version, err := spec.ParseComponentRef(ref)
 	if err != nil {
-		return sub, workspace.Invalid("trial: %v", err)
+		return sub, apperr.Invalid("trial: %v", err)
 	}
 	c, err := sw.jobs.GetComponent(ctx, name, version)
 	if err != nil {
-		var e *workspace.Error
-		if errors.As(err, &e) && e.Code == workspace.CodeNotFound {
-			return sub, workspace.NotFound("trial: %s", spec.RegistryMiss(ref, e.Msg))
+		var e *apperr.Error
+		if errors.As(err, &e) && e.Code == apperr.CodeNotFound {
+			return sub, apperr.NotFound("trial: %s", spec.RegistryMiss(ref, e.Msg))
 		}
 		return sub, err
 	}
 	if err := j.UseComponentTrial(c.Spec); err != nil {
-		return sub, &workspace.Error{Code: workspace.CodeInvalid, Msg: err.Error(), Err: err}
+		return sub, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	if err := j.Validate(); err != nil {
-		return sub, &workspace.Error{Code: workspace.CodeInvalid, Msg: fmt.Sprintf("with the trial of component %s: %v", ref, err), Err: err}
+		return sub, &apperr.Error{Code: apperr.CodeInvalid, Msg: fmt.Sprintf("with the trial of component %s: %v", ref, err), Err: err}
 	}
 	if sub.CodeSnapshot == "" {
 		sub.CodeSnapshot = c.Spec.CodeSnapshot
@@ -524,7 +525,7 @@ func (sw *Controller) ownTrial(ctx context.Context, sweepName string, row store.
 	if json.Unmarshal(rec.Spec, &j) == nil && j.Tags["ferry.sweep"] == sweepName && j.Tags["ferry.trial"] == strconv.Itoa(row.Index) {
 		return nil
 	}
-	return workspace.Conflict("trial %d of sweep %s would be job %s, but a job of that name exists already; submit the sweep under another name", row.Index, sweepName, row.Job)
+	return apperr.Conflict("trial %d of sweep %s would be job %s, but a job of that name exists already; submit the sweep under another name", row.Index, sweepName, row.Job)
 }
 
 // paramsText writes parameters as name=value, by name.
@@ -548,7 +549,7 @@ func firstOf(ss ...string) string {
 
 // cancelTrial cancels a trial, why being who canceled it.
 func (sw *Controller) cancelTrial(ctx context.Context, job, why string) {
-	if _, err := sw.jobs.CancelJob(ctx, sweepRunner(why), job); err != nil && workspace.CodeOf(err) != workspace.CodeConflict {
+	if _, err := sw.jobs.CancelJob(ctx, sweepRunner(why), job); err != nil && apperr.CodeOf(err) != apperr.CodeConflict {
 		sw.log.Error("cancel trial", "job", job, "err", err)
 	}
 }
@@ -556,7 +557,7 @@ func (sw *Controller) cancelTrial(ctx context.Context, job, why string) {
 // failSweep ends a sweep whose trial could not be created (its compute
 // went, say): the trials running go on to their end, none is added.
 func (sw *Controller) failSweep(ctx context.Context, name string, trials []trialState, j *spec.Job, cause error) error {
-	if workspace.CodeOf(cause) == workspace.CodeInternal {
+	if apperr.CodeOf(cause) == apperr.CodeInternal {
 		return cause // the store's trouble: the next pass tries again
 	}
 	for _, t := range trials {

@@ -1,4 +1,4 @@
-package workspace
+package apperr
 
 import (
 	"errors"
@@ -76,20 +76,12 @@ func CodeOf(err error) Code {
 	return CodeInternal
 }
 
-// noSpace turns a write that failed because the server's disk (or the data
+// NoSpace turns a write that failed because the server's disk (or the data
 // directory's quota) is full into a CodeNoSpace error that says so; other
 // errors are returned as they are. what names what was being stored.
-func noSpace(err error, what string) error {
+func NoSpace(err error, what string) error {
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 		return &Error{Code: CodeNoSpace, Err: err, Msg: fmt.Sprintf("the server's disk is full: %s was not stored; free space in the server's data directory (nothing is lost: runners keep what they could not send and send it again)", what)}
 	}
 	return err
-}
-
-// count is "1 thing" or "n things", for messages.
-func count(n int, thing string) string {
-	if n == 1 {
-		return "1 " + thing
-	}
-	return fmt.Sprintf("%d %ss", n, thing)
 }
