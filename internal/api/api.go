@@ -5,9 +5,6 @@
 package api
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/httplimit"
 	"github.com/ferry-ml/ferry/internal/nodeproto"

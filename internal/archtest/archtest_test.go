@@ -16,6 +16,10 @@ const mod = "github.com/ferry-ml/ferry/"
 var forbidden = map[string][]string{
 	"internal/api":       {"internal/store/sqlite", "internal/compute/", "internal/server", "internal/cli", "internal/runner"},
 	"internal/workspace": {"internal/api", "internal/store/sqlite", "internal/compute/", "internal/provider/", "internal/server", "internal/cli", "net/http", "k8s.io/"},
+	// The registries are a part the workspace is built from: it imports
+	// them, never the other way round; the core's errors are a leaf both use.
+	"internal/assets": {"internal/workspace", "internal/api", "internal/server", "internal/store/sqlite"},
+	"internal/apperr": {"internal/workspace", "internal/assets", "internal/api", "internal/server", "internal/store/sqlite"},
 	// Workloads are domain code on the job core: no HTTP, no SQL, no
 	// driver; the api serves their routes, the server wires them.
 	"internal/workload/pipelines": {"internal/api", "internal/server", "internal/store/sqlite", "internal/compute/", "internal/cli", "net/http"},

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ferry-ml/ferry/internal/api"
+	"github.com/ferry-ml/ferry/internal/assets"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/compute/local"
@@ -275,7 +276,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	// The built-in workspaceblobstore: a folder the jobs of this host read.
-	defaultDatastore := filepath.Join(work, "datastores", workspace.DefaultDatastore)
+	defaultDatastore := filepath.Join(work, "datastores", assets.DefaultDatastore)
 	if err := os.MkdirAll(defaultDatastore, 0o755); err != nil {
 		return fmt.Errorf("the default datastore's folder: %w", err)
 	}

@@ -27,7 +27,9 @@ func TestCatalogReferencesResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.assets.environments = site
+	cfg := s.cfg
+	cfg.Environments = site
+	s.assets = newAssets(cfg, s)
 	ctx := context.Background()
 	img := func(name, version, image string) *environment.Spec {
 		return &environment.Spec{Kind: environment.KindImage, Image: image, Name: name, Version: version}
@@ -45,7 +47,7 @@ func TestCatalogReferencesResolve(t *testing.T) {
 		"azureml:AzureML-Minimal:1": img("AzureML-Minimal", "1", "mcr.microsoft.com/azureml/curated/minimal:1"),
 		"azureml://registries/azureml/environments/tensorflow-2.16-cuda12/labels/latest": img("AzureML-tensorflow-2.16-cuda12", "latest", "mcr.microsoft.com/azureml/curated/tensorflow-2.16-cuda12:latest"),
 	} {
-		got, err := s.assets.resolveEnvironment(ctx, &spec.Environment{Ref: ref}, "")
+		got, err := s.assets.ResolveEnvironment(ctx, &spec.Environment{Ref: ref}, "")
 		if err != nil {
 			t.Errorf("%s: %v", ref, err)
 			continue
@@ -61,7 +63,7 @@ func TestCatalogReferencesResolve(t *testing.T) {
 		"azureml:no-such-env@latest": {"not registered", "nor is it in the catalog"},
 		"file:./env.yml":             {"file on the client's machine"},
 	} {
-		_, err := s.assets.resolveEnvironment(ctx, &spec.Environment{Ref: ref}, "")
+		_, err := s.assets.ResolveEnvironment(ctx, &spec.Environment{Ref: ref}, "")
 		if apperr.CodeOf(err) != apperr.CodeInvalid {
 			t.Errorf("%s: %v, want an invalid-request error", ref, err)
 			continue
@@ -86,7 +88,7 @@ func TestRegisteredEnvironmentWinsOverCatalog(t *testing.T) {
 	}
 	for _, ref := range []string{"azureml:AzureML-sklearn-1.5@latest", "azureml:AzureML-sklearn-1.5:1",
 		"azureml://registries/azureml/environments/sklearn-1.5/labels/latest"} {
-		got, err := s.assets.resolveEnvironment(ctx, &spec.Environment{Ref: ref}, "")
+		got, err := s.assets.ResolveEnvironment(ctx, &spec.Environment{Ref: ref}, "")
 		if err != nil {
 			t.Errorf("%s: %v", ref, err)
 			continue
@@ -97,7 +99,7 @@ func TestRegisteredEnvironmentWinsOverCatalog(t *testing.T) {
 	}
 	// The registered name's versions are its own: the catalog's do not
 	// fill in for one it lacks.
-	_, err := s.assets.resolveEnvironment(ctx, &spec.Environment{Ref: "azureml:AzureML-sklearn-1.5:12"}, "")
+	_, err := s.assets.ResolveEnvironment(ctx, &spec.Environment{Ref: "azureml:AzureML-sklearn-1.5:12"}, "")
 	if err == nil || !strings.Contains(err.Error(), "has no version 12; it has 1") {
 		t.Errorf("a version the registered environment lacks: %v", err)
 	}

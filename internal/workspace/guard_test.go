@@ -1,9 +1,6 @@
 package workspace
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"

@@ -1,9 +1,6 @@
 package workspace
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -223,7 +222,7 @@ func (s *Service) registerOutput(ctx context.Context, rec store.Job, k string, o
 	if snap == "" {
 		return fmt.Sprintf("output %s is not registered as data asset %s: the job wrote nothing there", k, o.Name), nil
 	}
-	if id, err := s.registeredOutput(ctx, o.Name, rec.Name, k); err != nil {
+	if id, err := s.assets.RegisteredOutput(ctx, o.Name, rec.Name, k); err != nil {
 		return "", err
 	} else if id != "" {
 		return fmt.Sprintf("output %s registered as data asset %s", k, id), nil
@@ -242,22 +241,6 @@ func (s *Service) registerOutput(ctx context.Context, rec store.Job, k string, o
 		return fmt.Sprintf("output %s is not registered as data asset %s: %v", k, o.Name, err), nil
 	}
 	return fmt.Sprintf("output %s registered as data asset %s", k, a.ID), nil
-}
-
-// registeredOutput returns the id of the version of data asset name that
-// registers output k of job ("" when none does): the one tagged with both.
-func (s *Service) registeredOutput(ctx context.Context, name, job, k string) (string, error) {
-	versions, err := s.st.ListData(ctx, name)
-	if err != nil {
-		return "", err
-	}
-	for _, v := range versions {
-		var ds dataSpec
-		if json.Unmarshal(v.Spec, &ds) == nil && ds.Tags["ferry.job"] == job && ds.Tags["ferry.output"] == k {
-			return "azureml:" + v.Name + ":" + v.Version, nil
-		}
-	}
-	return "", nil
 }
 
 // logRegistration writes what the registration did to the log of the

@@ -1,9 +1,6 @@
 package workspace
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/nodeproto"
 	"github.com/ferry-ml/ferry/internal/spec"

@@ -1,9 +1,6 @@
 package workspace
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-
 	"context"
 	"encoding/json"
 	"os"
@@ -15,6 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/provider"
 	"github.com/ferry-ml/ferry/internal/snapshot"

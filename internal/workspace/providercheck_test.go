@@ -1,9 +1,6 @@
 package workspace
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-
 	"context"
 	"errors"
 	"path/filepath"
@@ -11,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/compute"
 	"github.com/ferry-ml/ferry/internal/provider"

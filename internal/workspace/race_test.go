@@ -1,13 +1,13 @@
 package workspace
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-
 	"context"
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 )
 
 // A cancel, the runner's final report and the server's own end of the

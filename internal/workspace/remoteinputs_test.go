@@ -1,14 +1,14 @@
 package workspace
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-
 	"context"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
+	"github.com/ferry-ml/ferry/internal/assets"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
@@ -30,7 +30,9 @@ func mustDatastore(t *testing.T, s *Service, yaml string) *apitypes.Datastore {
 func TestRemoteInputsResolvedAtSubmit(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newService(t, &fakeTarget{capacity: 1})
-	s.assets.blobEndpoints = map[string]string{"mirrored": "http://127.0.0.1:9/blob"}
+	cfg := s.cfg
+	cfg.BlobEndpoints = map[string]string{"mirrored": "http://127.0.0.1:9/blob"}
+	s.assets = newAssets(cfg, s)
 	mustDatastore(t, s, "name: nfs\npath: /mnt/nfs/data\n")
 	mustDatastore(t, s, "name: web\nurl: https://example.com/sets/\n")
 	blob := mustDatastore(t, s, "name: blobs\ntype: azure_blob\naccount_name: mirrored\ncontainer_name: data\ncredentials: {sas_token: SECRET}\n")
@@ -99,21 +101,23 @@ func TestRemoteInputsRefused(t *testing.T) {
 func TestDefaultDatastore(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newService(t, &fakeTarget{capacity: 1})
-	s.assets.defaultDatastoreDir = "/srv/ferry-work/datastores/workspaceblobstore"
-	d, err := s.assets.GetDatastore(ctx, DefaultDatastore)
-	if err != nil || !d.BuiltIn || d.Spec.Path != s.assets.defaultDatastoreDir {
+	cfg := s.cfg
+	cfg.DefaultDatastoreDir = "/srv/ferry-work/datastores/workspaceblobstore"
+	s.assets = newAssets(cfg, s)
+	d, err := s.assets.GetDatastore(ctx, assets.DefaultDatastore)
+	if err != nil || !d.BuiltIn || d.Spec.Path != cfg.DefaultDatastoreDir {
 		t.Fatalf("built-in default: %+v, %v", d, err)
 	}
-	wantCode(t, "deleting the built-in", s.assets.DeleteDatastore(ctx, owner, DefaultDatastore), apperr.CodeInvalid, "built-in")
+	wantCode(t, "deleting the built-in", s.assets.DeleteDatastore(ctx, owner, assets.DefaultDatastore), apperr.CodeInvalid, "built-in")
 	mustDatastore(t, s, "name: workspaceblobstore\nurl: https://example.com/ws\n")
 	list, err := s.assets.ListDatastores(ctx)
 	if err != nil || len(list) != 1 || list[0].BuiltIn || list[0].Type != "http" {
 		t.Fatalf("list after creating workspaceblobstore: %+v, %v", list, err)
 	}
-	if err := s.assets.DeleteDatastore(ctx, owner, DefaultDatastore); err != nil {
+	if err := s.assets.DeleteDatastore(ctx, owner, assets.DefaultDatastore); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := s.assets.GetDatastore(ctx, DefaultDatastore); err != nil || !d.BuiltIn {
+	if d, err := s.assets.GetDatastore(ctx, assets.DefaultDatastore); err != nil || !d.BuiltIn {
 		t.Errorf("after deleting the created one: %+v, %v; want the built-in again", d, err)
 	}
 }

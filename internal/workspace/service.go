@@ -1,9 +1,6 @@
 package workspace
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
+	"github.com/ferry-ml/ferry/internal/assets"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/blob"
 	"github.com/ferry-ml/ferry/internal/compute"
@@ -176,7 +176,7 @@ type Service struct {
 	watchers    []JobWatcher
 
 	regs   *registrations // outputs owed a data asset registration (outputassets.go)
-	assets *Assets        // the registries (assets.go), which jobs refer to
+	assets *assets.Assets // the registries (internal/assets), which jobs refer to
 
 	nodes *Nodes // the node side: agents, instances, sessions, quotas (nodes.go)
 
@@ -726,16 +726,16 @@ func (s *Service) prepareJob(ctx context.Context, j *spec.Job, sub Submission) (
 	if err != nil {
 		return none, err
 	}
-	env, err := s.assets.resolveEnvironment(ctx, j.Environment, sub.EnvironmentSnapshot)
+	env, err := s.assets.ResolveEnvironment(ctx, j.Environment, sub.EnvironmentSnapshot)
 	if err != nil {
 		return none, err
 	}
-	inputs, err := s.assets.resolveDataInputs(ctx, j, sub.InputSnapshots)
+	inputs, err := s.assets.ResolveDataInputs(ctx, j, sub.InputSnapshots)
 	if err != nil {
 		return none, err
 	}
 	sub.InputSnapshots = inputs
-	remote, err := s.assets.resolveRemoteInputs(ctx, j)
+	remote, err := s.assets.ResolveRemoteInputs(ctx, j)
 	if err != nil {
 		return none, err
 	}

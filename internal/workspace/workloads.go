@@ -33,7 +33,7 @@ func (s *Service) RequireSnapshot(id, field string) error { return s.requireSnap
 // runner builds, as a job's is: a reference is looked up, an inline one
 // is checked against its files.
 func (s *Service) ResolveEnvironment(ctx context.Context, e *spec.Environment, snap string) (*environment.Spec, error) {
-	return s.assets.resolveEnvironment(ctx, e, snap)
+	return s.assets.ResolveEnvironment(ctx, e, snap)
 }
 
 // ResolveModel finds the registered model a reference names
@@ -41,15 +41,6 @@ func (s *Service) ResolveEnvironment(ctx context.Context, e *spec.Environment, s
 func (s *Service) ResolveModel(ctx context.Context, ref string) (*apitypes.Model, error) {
 	return s.assets.ResolveModel(ctx, ref)
 }
-
-// ModelPathName is the name of the file or folder a model's path names
-// ("model" for ../model-1/model/); "" when it names none.
-func ModelPathName(p string) string { return modelPathName(p) }
-
-// NoSpace turns a write that failed because the server's disk is full
-// into the apperr.CodeNoSpace error that says so, what naming what was being
-// stored; other errors are returned as they are.
-func NoSpace(err error, what string) error { return apperr.NoSpace(err, what) }
 
 // HasBlob says whether a blob (a file, or a snapshot's manifest) is
 // stored.
@@ -102,7 +93,7 @@ func (s *Service) AttemptLogSize(job string, attempt, rank int) int64 {
 // CheckComponentUploads checks that a component's code and environment
 // files were uploaded; field prefixes the fields the error names.
 func (s *Service) CheckComponentUploads(c *spec.Component, field string) error {
-	return s.assets.checkComponentUploads(c, field)
+	return s.assets.CheckComponentUploads(c, field)
 }
 
 // UnknownCompute is the error for compute name, which the workspace does

@@ -1,10 +1,6 @@
 package batch
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-	"github.com/ferry-ml/ferry/internal/workload/serving"
-
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -19,12 +15,16 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
+	"github.com/ferry-ml/ferry/internal/assets"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/serving/batchdriver"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
+	"github.com/ferry-ml/ferry/internal/workload/serving"
 	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
@@ -139,7 +139,7 @@ func (s *Endpoints) CreateEndpoint(ctx context.Context, who auth.Principal, e *s
 		if errors.Is(err, store.ErrConflict) {
 			return nil, apperr.Conflict("batch endpoint %s exists; change it with ferry batch-endpoint update, or pick another name", e.Name)
 		}
-		return nil, workspace.NoSpace(err, "batch endpoint "+e.Name)
+		return nil, apperr.NoSpace(err, "batch endpoint "+e.Name)
 	}
 	s.log.Info("batch endpoint created", "endpoint", e.Name)
 	return s.batchEndpointView(ctx, rec)
@@ -173,7 +173,7 @@ func (s *Endpoints) UpdateEndpoint(ctx context.Context, who auth.Principal, e *s
 	}
 	rec.Updated = s.ws.Now()
 	if err := s.st.UpdateBatchEndpoint(ctx, rec); err != nil {
-		return nil, workspace.NoSpace(err, "batch endpoint "+e.Name)
+		return nil, apperr.NoSpace(err, "batch endpoint "+e.Name)
 	}
 	return s.batchEndpointView(ctx, rec)
 }
@@ -284,7 +284,7 @@ func (s *Endpoints) resolveBatchDeployment(ctx context.Context, who auth.Princip
 		if err := s.ws.RequireSnapshot(up.ModelSnapshot, "model.path"); err != nil {
 			return err
 		}
-		modelName, modelType = workspace.ModelPathName(m.Path), m.Type
+		modelName, modelType = assets.ModelPathName(m.Path), m.Type
 	}
 	if d.CodeConfiguration == nil && modelType == "" && up.ModelSnapshot != "" {
 		// An inline model without a type is an MLflow model when it
@@ -366,7 +366,7 @@ func (s *Endpoints) putBatchDeployment(ctx context.Context, who auth.Principal, 
 			if errors.Is(err, store.ErrConflict) {
 				return nil, apperr.Conflict("batch endpoint %s has a deployment %s; change it with ferry batch-deployment update, or pick another name", d.EndpointName, d.Name)
 			}
-			return nil, workspace.NoSpace(err, "batch deployment "+d.Name)
+			return nil, apperr.NoSpace(err, "batch deployment "+d.Name)
 		}
 	} else {
 		old, err := s.getBatchDeploymentRecord(ctx, d.EndpointName, d.Name)
@@ -375,7 +375,7 @@ func (s *Endpoints) putBatchDeployment(ctx context.Context, who auth.Principal, 
 		}
 		rec.Created = old.Created
 		if err := s.st.UpdateBatchDeployment(ctx, rec); err != nil {
-			return nil, workspace.NoSpace(err, "batch deployment "+d.Name)
+			return nil, apperr.NoSpace(err, "batch deployment "+d.Name)
 		}
 	}
 	erec, err := s.getBatchEndpointRecord(ctx, d.EndpointName)
@@ -393,7 +393,7 @@ func (s *Endpoints) putBatchDeployment(ctx context.Context, who auth.Principal, 
 		}
 		erec.Updated = now
 		if err := s.st.UpdateBatchEndpoint(ctx, erec); err != nil {
-			return nil, workspace.NoSpace(err, "batch endpoint "+erec.Name)
+			return nil, apperr.NoSpace(err, "batch endpoint "+erec.Name)
 		}
 	}
 	s.log.Info("batch deployment stored", "endpoint", d.EndpointName, "deployment", d.Name, "compute", d.ComputeName(), "default", e.DefaultDeployment() == d.Name)
@@ -485,7 +485,7 @@ func (s *Endpoints) DeleteDeployment(ctx context.Context, who auth.Principal, en
 		}
 		erec.Updated = s.ws.Now()
 		if err := s.st.UpdateBatchEndpoint(ctx, erec); err != nil {
-			return workspace.NoSpace(err, "batch endpoint "+endpoint)
+			return apperr.NoSpace(err, "batch endpoint "+endpoint)
 		}
 	}
 	return s.st.DeleteBatchDeployment(ctx, endpoint, name)
@@ -635,7 +635,7 @@ func (s *Endpoints) addBatchJob(ctx context.Context, endpoint, job string) error
 	if rec.Jobs, err = json.Marshal(jobs); err != nil {
 		return err
 	}
-	return workspace.NoSpace(s.st.UpdateBatchEndpoint(ctx, rec), "batch endpoint "+endpoint)
+	return apperr.NoSpace(s.st.UpdateBatchEndpoint(ctx, rec), "batch endpoint "+endpoint)
 }
 
 // ListJobs lists the jobs of a batch endpoint's invocations, newest

@@ -14,11 +14,11 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
 	"github.com/ferry-ml/ferry/internal/apperr"
+	"github.com/ferry-ml/ferry/internal/assets"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // Online deployments (Azure ML v2 managedOnlineDeployment): the replicas
@@ -179,7 +179,7 @@ func (s *Service) resolveDeployment(ctx context.Context, d *spec.OnlineDeploymen
 		if err := s.core.RequireSnapshot(up.ModelSnapshot, "model.path"); err != nil {
 			return err
 		}
-		modelName = workspace.ModelPathName(m.Path)
+		modelName = assets.ModelPathName(m.Path)
 	}
 	if up.ModelSnapshot != "" && modelName != "" {
 		m, err := s.core.ReadSnapshot(up.ModelSnapshot)
@@ -248,7 +248,7 @@ func (s *Service) CreateOnlineDeployment(ctx context.Context, who auth.Principal
 		if errors.Is(err, store.ErrConflict) {
 			return nil, apperr.Conflict("endpoint %s has a deployment %s; change it with ferry online-deployment update, or pick another name", d.EndpointName, d.Name)
 		}
-		return nil, workspace.NoSpace(err, "deployment "+d.Name)
+		return nil, apperr.NoSpace(err, "deployment "+d.Name)
 	}
 	s.log.Info("deployment created", "endpoint", d.EndpointName, "deployment", d.Name, "compute", doc.Compute, "instance_count", d.InstanceCount)
 	s.kickDeployments()
@@ -339,7 +339,7 @@ func (s *Service) writeDeployment(ctx context.Context, rec store.Deployment) err
 		if errors.Is(err, store.ErrNotFound) {
 			return apperr.NotFound("deployment %s/%s was deleted meanwhile", rec.Endpoint, rec.Name)
 		}
-		return workspace.NoSpace(err, "deployment "+rec.Name)
+		return apperr.NoSpace(err, "deployment "+rec.Name)
 	}
 	return nil
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
-	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // Online endpoints (Azure ML v2 managedOnlineEndpoint): a name, two keys
@@ -259,7 +258,7 @@ func (s *Service) CreateOnlineEndpoint(ctx context.Context, who auth.Principal, 
 		if errors.Is(err, store.ErrConflict) {
 			return nil, apperr.Conflict("endpoint %s exists; change it with ferry online-endpoint update, or pick another name", e.Name)
 		}
-		return nil, workspace.NoSpace(err, "endpoint "+e.Name)
+		return nil, apperr.NoSpace(err, "endpoint "+e.Name)
 	}
 	if err := s.route(rec); err != nil {
 		return nil, err
@@ -356,7 +355,7 @@ func (s *Service) writeEndpoint(ctx context.Context, rec store.Endpoint) error {
 		if errors.Is(err, store.ErrNotFound) {
 			return apperr.NotFound("endpoint %s was deleted meanwhile", rec.Name)
 		}
-		return workspace.NoSpace(err, "endpoint "+rec.Name)
+		return apperr.NoSpace(err, "endpoint "+rec.Name)
 	}
 	return s.route(rec)
 }

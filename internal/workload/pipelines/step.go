@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
 	"github.com/ferry-ml/ferry/internal/apperr"
+	"github.com/ferry-ml/ferry/internal/assets"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -202,7 +203,7 @@ func stepReuseKey(comp *spec.Component, j *spec.Job, snaps map[string]string, en
 		Snapshots map[string]string     `json:"snapshots,omitempty"`
 		Env       json.RawMessage       `json:"environment,omitempty"`
 		Sweep     *sweepPart            `json:"sweep,omitempty"`
-	}{workspace.ComponentDigest(comp), j.Command, j.Inputs, snaps, env, sw}
+	}{assets.ComponentDigest(comp), j.Command, j.Inputs, snaps, env, sw}
 	raw, _ := json.Marshal(what) // plain data: cannot fail
 	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:])

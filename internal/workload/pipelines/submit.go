@@ -126,7 +126,7 @@ func (pl *Controller) SubmitPipeline(ctx context.Context, who auth.Principal, su
 		if errors.Is(err, store.ErrConflict) {
 			return nil, apperr.Conflict("name: a job named %q already exists; job names are unique in a workspace, pick another or leave name out", name)
 		}
-		return nil, workspace.NoSpace(err, "job "+name)
+		return nil, apperr.NoSpace(err, "job "+name)
 	}
 	pl.core.Changed(name)
 	pl.kickPipelines()

@@ -1,16 +1,11 @@
 package sweeps
 
 import (
-	"log/slog"
-
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-	"github.com/ferry-ml/ferry/internal/workspace"
-
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -20,10 +15,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 	"github.com/ferry-ml/ferry/internal/sweep"
+	"github.com/ferry-ml/ferry/internal/workspace"
 )
 
 // Store is the part of the workspace's store the sweep loop reads and

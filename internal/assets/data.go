@@ -1,9 +1,6 @@
-package workspace
+package assets
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,6 +10,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -82,10 +81,10 @@ func (a *Assets) CreateData(ctx context.Context, who auth.Principal, f *spec.Dat
 	case snap == "":
 		return nil, apperr.Invalid("snapshot: a data asset needs its files uploaded as a snapshot; `ferry data create -f FILE` uploads the path it names")
 	default:
-		if err := a.core.requireSnapshot(snap, "snapshot"); err != nil {
+		if err := a.core.RequireSnapshot(snap, "snapshot"); err != nil {
 			return nil, err
 		}
-		if _, err := a.core.readSnapshot(snap); err != nil {
+		if _, err := a.core.ReadSnapshot(snap); err != nil {
 			return nil, apperr.Invalid("snapshot: %v", err)
 		}
 	}
@@ -181,14 +180,30 @@ func (a *Assets) ArchiveData(ctx context.Context, who auth.Principal, name, vers
 	return dataView(rec)
 }
 
-// resolveDataInputs finds the data asset each of a job's data inputs
+// RegisteredOutput returns the id of the version of data asset name that
+// registers output k of job ("" when none does): the one tagged with both.
+func (a *Assets) RegisteredOutput(ctx context.Context, name, job, k string) (string, error) {
+	versions, err := a.st.ListData(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	for _, v := range versions {
+		var ds dataSpec
+		if json.Unmarshal(v.Spec, &ds) == nil && ds.Tags["ferry.job"] == job && ds.Tags["ferry.output"] == k {
+			return "azureml:" + v.Name + ":" + v.Version, nil
+		}
+	}
+	return "", nil
+}
+
+// ResolveDataInputs finds the data asset each of a job's data inputs
 // names by reference (path: azureml:NAME:VERSION or azureml:NAME@latest),
 // or the registered model for an input of a model type, and returns the
 // inputs' snapshots with those added: a registered input is the asset's
 // snapshot, looked up here, never uploaded by the client.
 // An input whose type is not the asset's is refused, naming the field;
 // one with no type takes the asset's.
-func (a *Assets) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded map[string]string) (map[string]string, error) {
+func (a *Assets) ResolveDataInputs(ctx context.Context, j *spec.Job, uploaded map[string]string) (map[string]string, error) {
 	out, cloned := uploaded, false // unchanged (nil stays nil) when no input names an asset
 	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
 		in := j.Inputs[name]
@@ -239,7 +254,7 @@ func (a *Assets) resolveDataInputs(ctx context.Context, j *spec.Job, uploaded ma
 		}
 		j.Inputs[name] = in
 		if d.Snapshot == "" {
-			continue // a reference: resolveRemoteInputs resolves its path
+			continue // a reference: ResolveRemoteInputs resolves its path
 		}
 		if !cloned {
 			out, cloned = maps.Clone(uploaded), true // the caller's map is not written

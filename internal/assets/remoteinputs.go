@@ -1,11 +1,7 @@
-package workspace
+package assets
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,13 +9,15 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/spec"
 )
 
-// resolveRemoteInputs resolves each of a job's inputs whose path is a URL,
+// ResolveRemoteInputs resolves each of a job's inputs whose path is a URL,
 // a blob container's path, a datastore path or a registered data asset
 // kept as a reference, naming the field of any that cannot be.
-func (a *Assets) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[string]apitypes.RemoteInput, error) {
+func (a *Assets) ResolveRemoteInputs(ctx context.Context, j *spec.Job) (map[string]apitypes.RemoteInput, error) {
 	var out map[string]apitypes.RemoteInput
 	for _, name := range slices.Sorted(maps.Keys(j.Inputs)) {
 		in := j.Inputs[name]
@@ -30,7 +28,7 @@ func (a *Assets) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[stri
 		p := in.Path
 		if spec.IsDataRef(p) {
 			if spec.IsModelType(in.Type) {
-				continue // a registered model: resolveDataInputs gives its snapshot
+				continue // a registered model: ResolveDataInputs gives its snapshot
 			}
 			dname, version, err := spec.ParseDataRef(p)
 			if err != nil {
@@ -38,7 +36,7 @@ func (a *Assets) resolveRemoteInputs(ctx context.Context, j *spec.Job) (map[stri
 			}
 			d, err := a.GetData(ctx, dname, version)
 			if err != nil || d.Path == "" {
-				continue // resolveDataInputs says what is wrong, or gives its snapshot
+				continue // ResolveDataInputs says what is wrong, or gives its snapshot
 			}
 			p = d.Path
 		}
@@ -109,51 +107,4 @@ func (a *Assets) inDatastore(ds *apitypes.Datastore, p string) (apitypes.RemoteI
 		return apitypes.RemoteInput{}, apperr.Invalid("datastore %s is %s storage, which Ferry cannot read (no anonymous reads): copy the data to a blob container that allows public reads or to a folder every node mounts (a local_folder datastore)", ds.Name, ds.Type)
 	}
 	return apitypes.RemoteInput{}, apperr.Invalid("datastore %s has type %s, which inputs cannot read", ds.Name, ds.Type)
-}
-
-// storedInputs is the jobs.inputs column: a JSON object whose values are
-// snapshot ids (strings, as every job stored before remote inputs) or
-// remote inputs (objects).
-func storedInputs(snaps map[string]string, remote map[string]apitypes.RemoteInput) (json.RawMessage, error) {
-	if len(remote) == 0 {
-		return json.Marshal(snaps)
-	}
-	all := map[string]any{}
-	for k, v := range snaps {
-		all[k] = v
-	}
-	for k, v := range remote {
-		all[k] = v
-	}
-	return json.Marshal(all)
-}
-
-// readStoredInputs reads the jobs.inputs column into v.
-func readStoredInputs(raw json.RawMessage, v *apitypes.Job) error {
-	var all map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &all); err != nil {
-		return err
-	}
-	for k, r := range all {
-		if len(r) > 0 && r[0] == '{' {
-			var ri apitypes.RemoteInput
-			if err := json.Unmarshal(r, &ri); err != nil {
-				return fmt.Errorf("input %s: %w", k, err)
-			}
-			if v.RemoteInputs == nil {
-				v.RemoteInputs = map[string]apitypes.RemoteInput{}
-			}
-			v.RemoteInputs[k] = ri
-			continue
-		}
-		var id string
-		if err := json.Unmarshal(r, &id); err != nil {
-			return fmt.Errorf("input %s: %w", k, err)
-		}
-		if v.InputSnapshots == nil {
-			v.InputSnapshots = map[string]string{}
-		}
-		v.InputSnapshots[k] = id
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package workspace
+package assets
 
 import (
 	"context"
@@ -14,11 +14,11 @@ import (
 // (environments.go), command components (components.go) and datastores
 // (datastores.go), the checks of references to them (references.go), and
 // the resolution of a job's inputs and environment against them, which
-// the job core asks of them when a job is submitted. The Service makes
-// one (Service.Assets); it is safe for concurrent use.
+// the job core asks of them when a job is submitted. The workspace's
+// Service makes one (Service.Assets); it is safe for concurrent use.
 type Assets struct {
-	st   assetStore
-	core assetCore
+	st   Store
+	core Core
 	now  func() time.Time
 
 	environments        *envcatalog.Catalog // curated environments, after the registered ones
@@ -26,27 +26,29 @@ type Assets struct {
 	blobEndpoints       map[string]string   // storage accounts' stand-in blob services (Config.BlobEndpoints)
 }
 
-// assetStore is the part of the store the assets read and write: the
+// Store is the part of the store the assets read and write: the
 // assets and datastores themselves, and the computes a reference may name.
-type assetStore interface {
+type Store interface {
 	store.Assets
 	store.Datastores
 	store.Computes
 }
 
-// assetCore is what the assets need of the job core, which keeps the
-// uploaded snapshots (shared with jobs) and the computes: *Service is one.
-type assetCore interface {
-	requireSnapshot(id, field string) error
-	readSnapshot(id string) (*snapshot.Manifest, error)
-	unknownCompute(ctx context.Context, name string) error
+// Core is what the assets need of the job core, which keeps the
+// uploaded snapshots (shared with jobs) and the computes: the workspace's
+// Service provides one. RequireSnapshot fails unless snapshot id was
+// uploaded (field names the request's field), ReadSnapshot returns an
+// uploaded snapshot's manifest, and UnknownCompute the NotFound error for
+// a compute that is not attached, naming those that are.
+type Core interface {
+	RequireSnapshot(id, field string) error
+	ReadSnapshot(id string) (*snapshot.Manifest, error)
+	UnknownCompute(ctx context.Context, name string) error
 }
 
-func newAssets(cfg Config, core assetCore) *Assets {
+// New returns the registries over cfg's store; core is the job core they
+// ask about snapshots and computes.
+func New(cfg Config, core Core) *Assets {
 	return &Assets{st: cfg.Store, core: core, now: cfg.Now, environments: cfg.Environments,
 		defaultDatastoreDir: cfg.DefaultDatastoreDir, blobEndpoints: cfg.BlobEndpoints}
 }
-
-// Assets are the workspace's registered models, data assets, environments,
-// components and datastores: what the API's asset routes call.
-func (s *Service) Assets() *Assets { return s.assets }

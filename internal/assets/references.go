@@ -1,14 +1,13 @@
-package workspace
+package assets
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-
 	"context"
 	"errors"
 	"slices"
 	"strings"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 )
@@ -103,7 +102,7 @@ func (a *Assets) checkComputeRef(ctx context.Context, ref string) error {
 	}
 	_, err := a.st.GetCompute(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return a.core.unknownCompute(ctx, name)
+		return a.core.UnknownCompute(ctx, name)
 	}
 	return err
 }

@@ -1,9 +1,6 @@
-package workspace
+package assets
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -70,10 +69,10 @@ func (a *Assets) CreateComponent(ctx context.Context, who auth.Principal, c *spe
 	if err := c.Validate(); err != nil {
 		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
-	if err := a.checkComponentUploads(c, ""); err != nil {
+	if err := a.CheckComponentUploads(c, ""); err != nil {
 		return nil, err
 	}
-	if _, err := a.resolveEnvironment(ctx, c.Environment, c.EnvironmentSnapshot); err != nil {
+	if _, err := a.ResolveEnvironment(ctx, c.Environment, c.EnvironmentSnapshot); err != nil {
 		return nil, err
 	}
 	hash := ComponentDigest(c)
@@ -117,19 +116,19 @@ func (a *Assets) CreateComponent(ctx context.Context, who auth.Principal, c *spe
 	return componentView(rec)
 }
 
-// checkComponentUploads checks that a component's code and environment
+// CheckComponentUploads checks that a component's code and environment
 // files were uploaded; f prefixes the fields named.
-func (a *Assets) checkComponentUploads(c *spec.Component, f string) error {
+func (a *Assets) CheckComponentUploads(c *spec.Component, f string) error {
 	if c.Code != "" && c.CodeSnapshot == "" {
 		return apperr.Invalid("%scode: the component names code %q but no code snapshot was uploaded with it (`ferry component create -f` uploads it)", f, c.Code)
 	}
 	if c.CodeSnapshot != "" {
-		if err := a.core.requireSnapshot(c.CodeSnapshot, f+"code"); err != nil {
+		if err := a.core.RequireSnapshot(c.CodeSnapshot, f+"code"); err != nil {
 			return err
 		}
 	}
 	if c.EnvironmentSnapshot != "" {
-		if err := a.core.requireSnapshot(c.EnvironmentSnapshot, f+"environment"); err != nil {
+		if err := a.core.RequireSnapshot(c.EnvironmentSnapshot, f+"environment"); err != nil {
 			return err
 		}
 	}

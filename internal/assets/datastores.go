@@ -1,16 +1,16 @@
-package workspace
+package assets
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -159,4 +159,13 @@ func knownDatastores(names []string) string {
 		return "create it with `ferry datastore create -f datastore.yml` (docs/data.md)"
 	}
 	return fmt.Sprintf("known: %s; create it with `ferry datastore create -f datastore.yml`", strings.Join(names, ", "))
+}
+
+// timePtr is t, or nil for the zero time (a datastore stored before it
+// had the time), so that the view leaves it out.
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }

@@ -1,9 +1,6 @@
-package workspace
+package assets
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/envcatalog"
 	"github.com/ferry-ml/ferry/internal/environment"
@@ -44,7 +43,7 @@ func (a *Assets) CreateEnvironment(ctx context.Context, who auth.Principal, f *s
 		return nil, &apperr.Error{Code: apperr.CodeInvalid, Msg: err.Error(), Err: err}
 	}
 	if snap != "" {
-		if err := a.core.requireSnapshot(snap, "context"); err != nil {
+		if err := a.core.RequireSnapshot(snap, "context"); err != nil {
 			return nil, err
 		}
 	}
@@ -164,10 +163,10 @@ func (a *Assets) unknownEnvironment(ctx context.Context, name, version string) e
 	return apperr.NotFound("%s (registered: %s)", msg, strings.Join(names, ", "))
 }
 
-// resolveEnvironment turns a job's environment into what its runner
+// ResolveEnvironment turns a job's environment into what its runner
 // builds: a reference looked up (resolveEnvironmentRef), an inline one
 // checked against the snapshot of its files.
-func (a *Assets) resolveEnvironment(ctx context.Context, e *spec.Environment, snap string) (*environment.Spec, error) {
+func (a *Assets) ResolveEnvironment(ctx context.Context, e *spec.Environment, snap string) (*environment.Spec, error) {
 	if e != nil && e.Ref != "" {
 		if snap != "" {
 			return nil, apperr.Invalid("environment_snapshot: the job refers to registered environment %s, which carries its own files", e.Ref)
@@ -182,7 +181,7 @@ func (a *Assets) resolveEnvironment(ctx context.Context, e *spec.Environment, sn
 		return a.resolveEnvironmentRef(ctx, ref)
 	}
 	if snap != "" {
-		if err := a.core.requireSnapshot(snap, "environment_snapshot"); err != nil {
+		if err := a.core.RequireSnapshot(snap, "environment_snapshot"); err != nil {
 			return nil, err
 		}
 	}

@@ -1,9 +1,6 @@
-package workspace
+package assets
 
 import (
-	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/apperr"
-
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/ferry-ml/ferry/internal/apitypes"
+	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
@@ -74,10 +73,10 @@ func (a *Assets) CreateModel(ctx context.Context, who auth.Principal, f *spec.Mo
 	if snap == "" {
 		return nil, apperr.Invalid("snapshot: a model needs its files uploaded as a snapshot; `ferry model create -f FILE` uploads the path it names")
 	}
-	if err := a.core.requireSnapshot(snap, "snapshot"); err != nil {
+	if err := a.core.RequireSnapshot(snap, "snapshot"); err != nil {
 		return nil, err
 	}
-	if _, err := a.core.readSnapshot(snap); err != nil {
+	if _, err := a.core.ReadSnapshot(snap); err != nil {
 		return nil, apperr.Invalid("snapshot: %v", err)
 	}
 	hash := modelHash(f, snap)
@@ -102,7 +101,7 @@ func (a *Assets) CreateModel(ctx context.Context, who auth.Principal, f *spec.Mo
 		}
 		return nil, apperr.Conflict("model %s:%s is registered with other content (files, type or properties), and versions do not change; give a new version, or leave version out to get %s", f.Name, version, a.models().next(versions))
 	}
-	raw, err := json.Marshal(modelSpec{Tags: f.Tags, Properties: f.Properties, PathName: modelPathName(f.Path)})
+	raw, err := json.Marshal(modelSpec{Tags: f.Tags, Properties: f.Properties, PathName: ModelPathName(f.Path)})
 	if err != nil {
 		return nil, err
 	}
@@ -182,9 +181,10 @@ func (a *Assets) ArchiveModel(ctx context.Context, who auth.Principal, name, ver
 	return modelView(rec)
 }
 
-// modelPathName is the name of the file or folder a model's path names
-// ("model" for ../model-1/model/); "" when it names none.
-func modelPathName(p string) string {
+// ModelPathName is the name of the file or folder a model's path names
+// ("model" for ../model-1/model/); "" when it names none: what a
+// deployment's scoring code finds the model under.
+func ModelPathName(p string) string {
 	name := path.Base(path.Clean(filepath.ToSlash(p)))
 	if name == "." || name == "/" || name == ".." {
 		return ""
