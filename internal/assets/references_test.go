@@ -1,4 +1,4 @@
-package workspace
+package assets_test
 
 import (
 	"context"
@@ -8,12 +8,13 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
 	"github.com/ferry-ml/ferry/internal/apperr"
+	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
 )
 
 func TestCheckReferences(t *testing.T) {
 	ctx := context.Background()
-	s, _ := newService(t, &fakeTarget{capacity: 1})
-	ps, err := s.assets.CheckReferences(ctx, []apitypes.Reference{
+	as := workspacetest.New(t, 1).WS.Assets()
+	ps, err := as.CheckReferences(ctx, []apitypes.Reference{
 		{Field: "environment", Kind: "environment", Ref: "azureml:nope@latest"},
 		{Field: "compute", Kind: "compute", Ref: "azureml:local"},
 		{Field: "compute", Kind: "compute", Ref: "azureml:gpu"},
@@ -35,7 +36,7 @@ func TestCheckReferences(t *testing.T) {
 	if !slices.Equal(fields, want) {
 		t.Errorf("problems %v, want %v", fields, want)
 	}
-	if _, err := s.assets.CheckReferences(ctx, []apitypes.Reference{{Field: "x", Kind: "widget", Ref: "y"}}); apperr.CodeOf(err) != apperr.CodeInvalid {
+	if _, err := as.CheckReferences(ctx, []apitypes.Reference{{Field: "x", Kind: "widget", Ref: "y"}}); apperr.CodeOf(err) != apperr.CodeInvalid {
 		t.Errorf("unknown kind: %v, want invalid", err)
 	}
 }
