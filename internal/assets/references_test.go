@@ -8,12 +8,12 @@ import (
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
 	"github.com/ferry-ml/ferry/internal/apperr"
-	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
+	"github.com/ferry-ml/ferry/internal/workload/workloadtest"
 )
 
 func TestCheckReferences(t *testing.T) {
 	ctx := context.Background()
-	as := workspacetest.New(t, 1).WS.Assets()
+	as := workloadtest.New(t, 1).WS.Assets()
 	ps, err := as.CheckReferences(ctx, []apitypes.Reference{
 		{Field: "environment", Kind: "environment", Ref: "azureml:nope@latest"},
 		{Field: "compute", Kind: "compute", Ref: "azureml:local"},

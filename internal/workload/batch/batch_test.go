@@ -13,12 +13,12 @@ import (
 	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/snapshot"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
+	"github.com/ferry-ml/ferry/internal/workload/workloadtest"
 )
 
 // upload stores files as a snapshot of the workspace, as the CLI's
 // upload would, and returns its id.
-func upload(t *testing.T, h *workspacetest.Harness, files map[string]string) string {
+func upload(t *testing.T, h *workloadtest.Harness, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, content := range files {
@@ -51,15 +51,15 @@ func deployment(t *testing.T, doc string) *spec.BatchDeployment {
 // deployment's script over the uploaded data; the endpoint lists it, and
 // the core dispatches it as any job.
 func TestBatchInvocationIsAJobTheEndpointLists(t *testing.T) {
-	h := workspacetest.New(t, 4)
+	h := workloadtest.New(t, 4)
 	b := New(h.WS, h.Store, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
-	if _, err := b.CreateEndpoint(ctx, workspacetest.Owner, &spec.BatchEndpoint{Name: "scorer"}); err != nil {
+	if _, err := b.CreateEndpoint(ctx, workloadtest.Owner, &spec.BatchEndpoint{Name: "scorer"}); err != nil {
 		t.Fatal(err)
 	}
 	code := upload(t, h, map[string]string{"score.py": "def init():\n    pass\n\ndef run(mini_batch):\n    return mini_batch\n"})
 	blue := deployment(t, "name: blue\nendpoint_name: scorer\ncompute: local\ncode_configuration:\n  code: src\n  scoring_script: score.py\n")
-	v, err := b.CreateDeployment(ctx, workspacetest.Owner, blue, apitypes.DeploymentUploads{CodeSnapshot: code}, false)
+	v, err := b.CreateDeployment(ctx, workloadtest.Owner, blue, apitypes.DeploymentUploads{CodeSnapshot: code}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestBatchInvocationIsAJobTheEndpointLists(t *testing.T) {
 	data := upload(t, h, map[string]string{"a.txt": "1"})
 	var jobs []string
 	for range 2 {
-		j, err := b.Invoke(ctx, workspacetest.Owner, "scorer", apitypes.BatchInvocation{Snapshot: data})
+		j, err := b.Invoke(ctx, workloadtest.Owner, "scorer", apitypes.BatchInvocation{Snapshot: data})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,25 +113,25 @@ func TestBatchInvocationIsAJobTheEndpointLists(t *testing.T) {
 // others; once it is the last one, it can, and the endpoint then has no
 // default, which an invocation without a deployment names.
 func TestBatchDefaultDeploymentGoesLast(t *testing.T) {
-	h := workspacetest.New(t, 1)
+	h := workloadtest.New(t, 1)
 	b := New(h.WS, h.Store, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
-	if _, err := b.CreateEndpoint(ctx, workspacetest.Owner, &spec.BatchEndpoint{Name: "scorer"}); err != nil {
+	if _, err := b.CreateEndpoint(ctx, workloadtest.Owner, &spec.BatchEndpoint{Name: "scorer"}); err != nil {
 		t.Fatal(err)
 	}
 	code := upload(t, h, map[string]string{"score.py": "def run(mini_batch):\n    return mini_batch\n"})
 	for _, name := range []string{"blue", "green"} {
 		d := deployment(t, "name: "+name+"\nendpoint_name: scorer\ncompute: local\ncode_configuration:\n  code: src\n  scoring_script: score.py\n")
-		if _, err := b.CreateDeployment(ctx, workspacetest.Owner, d, apitypes.DeploymentUploads{CodeSnapshot: code}, false); err != nil {
+		if _, err := b.CreateDeployment(ctx, workloadtest.Owner, d, apitypes.DeploymentUploads{CodeSnapshot: code}, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	err := b.DeleteDeployment(ctx, workspacetest.Owner, "scorer", "blue")
+	err := b.DeleteDeployment(ctx, workloadtest.Owner, "scorer", "blue")
 	if apperr.CodeOf(err) != apperr.CodeConflict || !strings.Contains(err.Error(), "make another the default first") {
 		t.Fatalf("deleting the default while green is there: %v", err)
 	}
 	for _, name := range []string{"green", "blue"} {
-		if err := b.DeleteDeployment(ctx, workspacetest.Owner, "scorer", name); err != nil {
+		if err := b.DeleteDeployment(ctx, workloadtest.Owner, "scorer", name); err != nil {
 			t.Fatalf("deleting %s: %v", name, err)
 		}
 	}
@@ -142,7 +142,7 @@ func TestBatchDefaultDeploymentGoesLast(t *testing.T) {
 	if e.DefaultDeployment() != "" || len(e.Deployments) != 0 {
 		t.Errorf("endpoint after its last deployment went: %+v", e)
 	}
-	_, err = b.Invoke(ctx, workspacetest.Owner, "scorer", apitypes.BatchInvocation{Path: "azureml:numbers:1"})
+	_, err = b.Invoke(ctx, workloadtest.Owner, "scorer", apitypes.BatchInvocation{Path: "azureml:numbers:1"})
 	if apperr.CodeOf(err) != apperr.CodeInvalid || !strings.Contains(err.Error(), "has no default deployment") {
 		t.Errorf("invoking an endpoint without a default: %v", err)
 	}

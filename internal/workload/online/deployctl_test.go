@@ -14,7 +14,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/serving/inferenceserver"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
+	"github.com/ferry-ml/ferry/internal/workload/workloadtest"
 )
 
 // loadRouter is a router whose load the test sets.
@@ -269,7 +269,7 @@ func TestReplicaReachedOverItsSocketOnlyOnThisHost(t *testing.T) {
 // cost ferry server more CPU than the requests' own routing.
 func TestReplicaLogWakesControllerUntilAddressFound(t *testing.T) {
 	ctx := context.Background()
-	h := workspacetest.NewKeyed(t, 1)
+	h := workloadtest.NewKeyed(t, 1)
 	s, err := New(ctx, h.WS, h.Store, Config{Secrets: h.Key})
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/auth"
 	"github.com/ferry-ml/ferry/internal/secrets"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
+	"github.com/ferry-ml/ferry/internal/workload/workloadtest"
 )
 
 // routerLog records what the workspace routes, as the gateway would hold it.
@@ -46,7 +46,7 @@ func (r *routerLog) get(name string) (RoutedEndpoint, bool) {
 }
 
 type endpointRig struct {
-	k      *workspacetest.Keyed
+	k      *workloadtest.Keyed
 	s      *Service
 	router *routerLog
 }
@@ -56,7 +56,7 @@ type endpointRig struct {
 // told; the log is kept to be searched for keys.
 func newEndpointService(t *testing.T) *endpointRig {
 	t.Helper()
-	rig := &endpointRig{k: workspacetest.NewKeyed(t, 1)}
+	rig := &endpointRig{k: workloadtest.NewKeyed(t, 1)}
 	rig.s = rig.open(t)
 	return rig
 }

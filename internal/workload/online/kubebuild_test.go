@@ -12,7 +12,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/environment"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
+	"github.com/ferry-ml/ferry/internal/workload/workloadtest"
 )
 
 // buildingKube is a recordingKube that builds images: each EnvImage call
@@ -91,7 +91,7 @@ func waitBuilt(t *testing.T, s *Service, key string) {
 // deployment deleted during its build cancels it.
 func TestKubernetesDeploymentBuiltEnvironment(t *testing.T) {
 	ctx := context.Background()
-	h := workspacetest.NewKeyed(t, 1)
+	h := workloadtest.NewKeyed(t, 1)
 	kube := &buildingKube{recordingKube: &recordingKube{}, answers: make(chan buildAnswer)}
 	s := openOnline(t, h, kube)
 	for _, y := range []string{

@@ -10,7 +10,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
 	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/spec"
-	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
+	"github.com/ferry-ml/ferry/internal/workload/workloadtest"
 )
 
 // recordingKube is a KubeReplicas that records what the controller asks
@@ -74,7 +74,7 @@ func (k *recordingKube) Remaining(context.Context, KubeTarget, string, string) (
 
 // openOnline makes the online endpoints of h's workspace, on kube,
 // registered, as a starting server does.
-func openOnline(t *testing.T, h *workspacetest.Keyed, kube KubeReplicas) *Service {
+func openOnline(t *testing.T, h *workloadtest.Keyed, kube KubeReplicas) *Service {
 	t.Helper()
 	s, err := New(context.Background(), h.WS, h.Store, Config{Secrets: h.Key, KubeReplicas: kube, Log: h.Log})
 	if err != nil {
@@ -92,7 +92,7 @@ func openOnline(t *testing.T, h *workspacetest.Keyed, kube KubeReplicas) *Servic
 // endpoint of the other kind is refused.
 func TestKubernetesDeploymentController(t *testing.T) {
 	ctx := context.Background()
-	h := workspacetest.NewKeyed(t, 1)
+	h := workloadtest.NewKeyed(t, 1)
 	kube := &recordingKube{}
 	s := openOnline(t, h, kube)
 	c, err := spec.ParseCompute([]byte("name: k8s\ntype: kubernetes\nnamespace: ns\nkubeconfig_content: 'apiVersion: v1'\nimage: img:1\n" +

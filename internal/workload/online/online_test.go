@@ -5,10 +5,10 @@ import (
 	"testing"
 
 	"github.com/ferry-ml/ferry/internal/apperr"
-	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
+	"github.com/ferry-ml/ferry/internal/workload/workloadtest"
 )
 
-var owner = workspacetest.Owner
+var owner = workloadtest.Owner
 
 // wantCode fails unless err is of code and says each of words.
 func wantCode(t *testing.T, what string, err error, code apperr.Code, words ...string) {

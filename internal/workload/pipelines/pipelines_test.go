@@ -8,14 +8,14 @@ import (
 	"github.com/ferry-ml/ferry/internal/apitypes"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
-	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
+	"github.com/ferry-ml/ferry/internal/workload/workloadtest"
 )
 
 // newHarness is a workspace of one slot with the pipeline loop
 // registered.
-func newHarness(t *testing.T) (*workspacetest.Harness, *Controller) {
+func newHarness(t *testing.T) (*workloadtest.Harness, *Controller) {
 	t.Helper()
-	h := workspacetest.New(t, 1)
+	h := workloadtest.New(t, 1)
 	pl := New(h.WS, h.Store, slog.New(slog.DiscardHandler))
 	Register(h.WS, pl)
 	return h, pl
@@ -55,7 +55,7 @@ func TestPipelineStepsAndCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := pl.SubmitPipeline(ctx, workspacetest.Owner, Submission{Spec: p})
+	v, err := pl.SubmitPipeline(ctx, workloadtest.Owner, Submission{Spec: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestPipelineStepsAndCancel(t *testing.T) {
 		}
 	}
 
-	if _, err := h.WS.CancelJob(ctx, workspacetest.Owner, "pipe"); err != nil {
+	if _, err := h.WS.CancelJob(ctx, workloadtest.Owner, "pipe"); err != nil {
 		t.Fatal(err)
 	}
 	if !woken(pl) {

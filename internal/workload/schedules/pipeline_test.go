@@ -10,7 +10,7 @@ import (
 	"github.com/ferry-ml/ferry/internal/apperr"
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/workload/pipelines"
-	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
+	"github.com/ferry-ml/ferry/internal/workload/workloadtest"
 )
 
 func pipelineSubmission(t *testing.T, doc string) *pipelines.Submission {
@@ -34,7 +34,7 @@ func TestSchedulePipelineOnTheClock(t *testing.T) {
 	f := hourlySchedule(t, "pipe")
 	f.Trigger["start_time"] = "2026-01-01T01:00:00Z"
 	pipe := pipelineSubmission(t, "type: pipeline\ninputs:\n  label: ${{name}}\njobs:\n  a:\n    command: echo ${{inputs.x}}\n    inputs:\n      x: ${{parent.inputs.label}}\n  b:\n    command: \"true\"\n")
-	sc, err := s.CreateSchedule(ctx, workspacetest.Owner, Request{File: f, Pipeline: pipe})
+	sc, err := s.CreateSchedule(ctx, workloadtest.Owner, Request{File: f, Pipeline: pipe})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestSchedulePipelineOnTheClock(t *testing.T) {
 		t.Errorf("schedule after firing: last job %q, error %q", sc.LastJob, sc.LastError)
 	}
 
-	if _, err := s.CreateSchedule(ctx, workspacetest.Owner, Request{File: hourlySchedule(t, "copied"), CopyJob: fired}); err != nil {
+	if _, err := s.CreateSchedule(ctx, workloadtest.Owner, Request{File: hourlySchedule(t, "copied"), CopyJob: fired}); err != nil {
 		t.Fatal(err)
 	}
 	schedulePass(t, h)
@@ -86,7 +86,7 @@ func TestSchedulePipelineOnTheClock(t *testing.T) {
 	}
 
 	bad := pipelineSubmission(t, "type: pipeline\njobs:\n  a:\n    component: azureml:never:1\n")
-	_, err = s.CreateSchedule(ctx, workspacetest.Owner, Request{File: hourlySchedule(t, "bad"), Pipeline: bad})
+	_, err = s.CreateSchedule(ctx, workloadtest.Owner, Request{File: hourlySchedule(t, "bad"), Pipeline: bad})
 	if apperr.CodeOf(err) != apperr.CodeNotFound || !strings.Contains(err.Error(), "create_job: jobs.a.component") {
 		t.Errorf("a pipeline naming a missing component: %v, want not found naming create_job: jobs.a.component", err)
 	}

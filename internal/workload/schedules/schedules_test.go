@@ -12,15 +12,15 @@ import (
 	"github.com/ferry-ml/ferry/internal/spec"
 	"github.com/ferry-ml/ferry/internal/store"
 	"github.com/ferry-ml/ferry/internal/workload/pipelines"
+	"github.com/ferry-ml/ferry/internal/workload/workloadtest"
 	"github.com/ferry-ml/ferry/internal/workspace"
-	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
 )
 
 // newHarness is a workspace of one slot with the schedule loop
 // registered, and the pipeline workload its pipeline firings go through.
-func newHarness(t *testing.T) (*workspacetest.Harness, *Controller) {
+func newHarness(t *testing.T) (*workloadtest.Harness, *Controller) {
 	t.Helper()
-	h := workspacetest.New(t, 1)
+	h := workloadtest.New(t, 1)
 	log := slog.New(slog.DiscardHandler)
 	pipes := pipelines.New(h.WS, h.Store, log)
 	pipelines.Register(h.WS, pipes)
@@ -30,7 +30,7 @@ func newHarness(t *testing.T) (*workspacetest.Harness, *Controller) {
 }
 
 // schedulePass runs one pass of the schedule loop.
-func schedulePass(t *testing.T, h *workspacetest.Harness) {
+func schedulePass(t *testing.T, h *workloadtest.Harness) {
 	t.Helper()
 	h.Pass(t, "schedules")
 }
@@ -44,7 +44,7 @@ func hourlySchedule(t *testing.T, name string) *spec.ScheduleFile {
 	return f
 }
 
-func scheduledJobs(t *testing.T, h *workspacetest.Harness, schedule string) []string {
+func scheduledJobs(t *testing.T, h *workloadtest.Harness, schedule string) []string {
 	t.Helper()
 	jobs, err := h.WS.ListJobs(context.Background(), store.JobFilter{})
 	if err != nil {
@@ -71,7 +71,7 @@ func TestScheduleFiringOnTheClock(t *testing.T) {
 	name, when := "${{name}}", "at ${{creation_context.trigger_time}}"
 	job := &workspace.Submission{Spec: &spec.Job{Command: "echo ${{inputs.who}} ${{inputs.when}}", Tags: map[string]string{"team": "a"},
 		Inputs: map[string]spec.Input{"who": {Value: &name}, "when": {Value: &when}}}}
-	sc, err := s.CreateSchedule(ctx, workspacetest.Owner, Request{File: hourlySchedule(t, "hourly"), Job: job})
+	sc, err := s.CreateSchedule(ctx, workloadtest.Owner, Request{File: hourlySchedule(t, "hourly"), Job: job})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,12 +119,12 @@ func TestScheduleFiringOnTheClock(t *testing.T) {
 		t.Errorf("catch-up job's missed tag %q, want 2", j.Spec.Tags[TagMissed])
 	}
 
-	if _, err := s.SetScheduleEnabled(ctx, workspacetest.Owner, "hourly", false); err != nil {
+	if _, err := s.SetScheduleEnabled(ctx, workloadtest.Owner, "hourly", false); err != nil {
 		t.Fatal(err)
 	}
 	h.Clock.Advance(2 * time.Hour) // 06:11
 	pass()
-	if _, err := s.SetScheduleEnabled(ctx, workspacetest.Owner, "hourly", true); err != nil {
+	if _, err := s.SetScheduleEnabled(ctx, workloadtest.Owner, "hourly", true); err != nil {
 		t.Fatal(err)
 	}
 	pass()
@@ -135,7 +135,7 @@ func TestScheduleFiringOnTheClock(t *testing.T) {
 	// fire the occurrences it fired again.
 	f := hourlySchedule(t, "hourly")
 	f.Trigger["start_time"] = "2026-01-01T00:00:00Z"
-	sc, err = s.CreateSchedule(ctx, workspacetest.Owner, Request{File: f, Job: job})
+	sc, err = s.CreateSchedule(ctx, workloadtest.Owner, Request{File: f, Job: job})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestScheduleCopiesJobAndRefusesBadOnes(t *testing.T) {
 	ctx := context.Background()
 	h, s := newHarness(t)
 	h.Submit(t, "name: template\ncommand: \"true\"\n")
-	if _, err := s.CreateSchedule(ctx, workspacetest.Owner, Request{File: hourlySchedule(t, "copy"), CopyJob: "template"}); err != nil {
+	if _, err := s.CreateSchedule(ctx, workloadtest.Owner, Request{File: hourlySchedule(t, "copy"), CopyJob: "template"}); err != nil {
 		t.Fatal(err)
 	}
 	h.Clock.Advance(time.Hour)
@@ -165,7 +165,7 @@ func TestScheduleCopiesJobAndRefusesBadOnes(t *testing.T) {
 		t.Errorf("copy schedule fired %v, want one job", got)
 	}
 	over := map[string]any{"experiment_name": "copies", "tags": map[string]any{"kind": "copy"}}
-	if _, err := s.CreateSchedule(ctx, workspacetest.Owner, Request{File: hourlySchedule(t, "copy2"), CopyJob: "template", Overrides: over}); err != nil {
+	if _, err := s.CreateSchedule(ctx, workloadtest.Owner, Request{File: hourlySchedule(t, "copy2"), CopyJob: "template", Overrides: over}); err != nil {
 		t.Fatal(err)
 	}
 	schedulePass(t, h)
@@ -174,16 +174,16 @@ func TestScheduleCopiesJobAndRefusesBadOnes(t *testing.T) {
 	} else if j, _ := h.WS.GetJob(ctx, got[0], false); j.ExperimentName != "copies" || j.Spec.Tags["kind"] != "copy" || j.Spec.Command != "true" {
 		t.Errorf("copied job with overrides: experiment %q, tags %v, command %q", j.ExperimentName, j.Spec.Tags, j.Spec.Command)
 	}
-	_, err := s.CreateSchedule(ctx, workspacetest.Owner, Request{File: hourlySchedule(t, "copy3"), CopyJob: "template", Overrides: map[string]any{"code": "./src"}})
+	_, err := s.CreateSchedule(ctx, workloadtest.Owner, Request{File: hourlySchedule(t, "copy3"), CopyJob: "template", Overrides: map[string]any{"code": "./src"}})
 	if apperr.CodeOf(err) != apperr.CodeInvalid || !strings.Contains(err.Error(), "create_job.code") {
 		t.Errorf("overriding a copied job's code: %v, want invalid naming create_job.code", err)
 	}
-	_, err = s.CreateSchedule(ctx, workspacetest.Owner, Request{File: hourlySchedule(t, "gone"), CopyJob: "no-such-job"})
+	_, err = s.CreateSchedule(ctx, workloadtest.Owner, Request{File: hourlySchedule(t, "gone"), CopyJob: "no-such-job"})
 	if apperr.CodeOf(err) != apperr.CodeNotFound || !strings.Contains(err.Error(), "create_job") {
 		t.Errorf("copying a missing job: %v, want not found naming create_job", err)
 	}
 	bad := &workspace.Submission{Spec: &spec.Job{Command: "true", Environment: &spec.Environment{Ref: "azureml:never:1"}}}
-	_, err = s.CreateSchedule(ctx, workspacetest.Owner, Request{File: hourlySchedule(t, "bad"), Job: bad})
+	_, err = s.CreateSchedule(ctx, workloadtest.Owner, Request{File: hourlySchedule(t, "bad"), Job: bad})
 	if apperr.CodeOf(err) != apperr.CodeInvalid || !strings.Contains(err.Error(), "create_job: environment") {
 		t.Errorf("a job with a missing environment: %v, want invalid naming create_job: environment", err)
 	}

@@ -4,7 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/ferry-ml/ferry/internal/apitypes"
-	"github.com/ferry-ml/ferry/internal/workspace/workspacetest"
+	"github.com/ferry-ml/ferry/internal/workload/workloadtest"
 
 	"context"
 	"encoding/json"
@@ -18,14 +18,14 @@ import (
 
 // newHarness is a workspace of four slots with the sweep loop
 // registered.
-func newHarness(t *testing.T) *workspacetest.Harness {
+func newHarness(t *testing.T) *workloadtest.Harness {
 	t.Helper()
-	h := workspacetest.New(t, 4)
+	h := workloadtest.New(t, 4)
 	Register(h.WS, New(h.WS, h.Store, slog.New(slog.DiscardHandler)))
 	return h
 }
 
-func sweepPass(t *testing.T, h *workspacetest.Harness) {
+func sweepPass(t *testing.T, h *workloadtest.Harness) {
 	t.Helper()
 	h.Pass(t, "sweeps")
 }
@@ -60,7 +60,7 @@ func TestSweepTrialStoredWithoutJobIsCreatedOnce(t *testing.T) {
 	}
 	// Trial 0 ends; the next pass would store trial 2 and create its
 	// job. Store it as that pass would, then "crash" before the job.
-	if _, err := h.WS.CancelJob(ctx, workspacetest.Owner, "sw_0"); err != nil {
+	if _, err := h.WS.CancelJob(ctx, workloadtest.Owner, "sw_0"); err != nil {
 		t.Fatal(err)
 	}
 	p, err := json.Marshal(sweep.Params{"x": 30.0})

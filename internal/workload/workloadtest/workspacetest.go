@@ -1,11 +1,11 @@
-// Package workspacetest is the harness the tests of workloads (sweeps,
+// Package workloadtest is the harness the tests of workloads (sweeps,
 // schedules, pipelines, endpoints) run their controllers on: a real
 // workspace on a real SQLite store in a temporary folder, a compute
 // target that records launches instead of starting runners (the Target
 // interface is a boundary Ferry owns, and these tests are about the
 // controllers), and a clock the test moves. Loops do not run on their
 // own: the test runs their passes with Pass.
-package workspacetest
+package workloadtest
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package workspacetest
+package workloadtest
 
 import (
 	"bytes"
